@@ -1,0 +1,64 @@
+//! Tunables of one resource's cache. Defaults cite where their values come from.
+
+use std::time::Duration;
+
+/// Configuration of a [`Cache`](crate::Cache). Immutable once the cache is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Queue length of a watcher routed by a trigger. Upstream uses 10; a full queue here parks the
+    /// watcher instead of closing it, so a small queue costs nothing but a catch-up.
+    pub routed_buffer: usize,
+    /// Bounds of an unrouted watcher's queue, which is sized from the event rate when it is created
+    /// (history capacity per second of window), as upstream (10..=1000).
+    pub unrouted_buffer: (usize, usize),
+    /// Period of bookmarks for watchers that ask for them (upstream: 1 minute).
+    pub bookmark_interval: Duration,
+    /// How long a read waits for the cache to reach a requested revision before
+    /// 504 Too large resource version (upstream: 3 s).
+    pub too_large_wait: Duration,
+    /// While a consistent read waits, how often the upstream is asked for a progress notification
+    /// (upstream: 100 ms).
+    pub progress_interval: Duration,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            routed_buffer: 16,
+            unrouted_buffer: (100, 1024),
+            bookmark_interval: Duration::from_secs(60),
+            too_large_wait: Duration::from_secs(3),
+            progress_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+impl CacheConfig {
+    /// Sets the routed watcher queue length.
+    #[must_use]
+    pub fn routed_buffer(mut self, n: usize) -> Self {
+        self.routed_buffer = n.max(1);
+        self
+    }
+
+    /// Sets the bounds of unrouted watcher queues.
+    #[must_use]
+    pub fn unrouted_buffer(mut self, min: usize, max: usize) -> Self {
+        self.unrouted_buffer = (min.max(1), max.max(min.max(1)));
+        self
+    }
+
+    /// Sets the bookmark period.
+    #[must_use]
+    pub fn bookmark_interval(mut self, d: Duration) -> Self {
+        self.bookmark_interval = d;
+        self
+    }
+
+    /// Sets the wait before 504 Too large resource version.
+    #[must_use]
+    pub fn too_large_wait(mut self, d: Duration) -> Self {
+        self.too_large_wait = d;
+        self
+    }
+}
