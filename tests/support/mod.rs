@@ -1,0 +1,64 @@
+//! Fixtures shared by the integration tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use futures_util::{FutureExt, StreamExt};
+use watchcache::{
+    Cache, CacheConfig, Error, EventType, MemorySource, ResourceDef, WatchEvent, WatchStream,
+};
+
+/// A pod's JSON.
+pub fn pod(ns: &str, name: &str, node: &str, labels: &[(&str, &str)]) -> String {
+    let labels: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("\"{k}\":\"{v}\""))
+        .collect();
+    format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"{ns}","labels":{{{}}}}},"spec":{{"nodeName":"{node}"}},"status":{{"phase":"Running"}}}}"#,
+        labels.join(",")
+    )
+}
+
+pub fn key(ns: &str, name: &str) -> String {
+    format!("/registry/pods/{ns}/{name}")
+}
+
+/// A ready pods cache fed by a memory source at revision 1.
+pub fn pods(config: CacheConfig) -> (Cache, MemorySource) {
+    let cache = Cache::new(ResourceDef::builtin("pods").unwrap(), config);
+    let src = MemorySource::new(cache.clone(), 1, []);
+    (cache, src)
+}
+
+/// Every event the stream has ready now, without waiting.
+pub fn ready_events(s: &mut WatchStream) -> Vec<Result<WatchEvent, Error>> {
+    let mut out = Vec::new();
+    while let Some(Some(item)) = s.next().now_or_never() {
+        out.push(item);
+    }
+    out
+}
+
+/// The next event, failing the test after a second.
+pub async fn next(s: &mut WatchStream) -> WatchEvent {
+    tokio::time::timeout(Duration::from_secs(5), s.next())
+        .await
+        .expect("an event within 5 s")
+        .expect("the stream is open")
+        .expect("not an error")
+}
+
+/// (type, name, event rv) of a list of events.
+pub fn summary(evs: &[Result<WatchEvent, Error>]) -> Vec<(EventType, String, u64)> {
+    evs.iter()
+        .map(|e| {
+            let e = e.as_ref().expect("no error");
+            (
+                e.kind(),
+                e.object().map(|o| o.name().to_owned()).unwrap_or_default(),
+                e.resource_version(),
+            )
+        })
+        .collect()
+}
