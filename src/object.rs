@@ -65,13 +65,13 @@ impl Object {
         let meta =
             members(meta_raw.get()).map_err(|e| fail(format!("metadata is not an object: {e}")))?;
         let name = string_member(&meta, "name")
-            .map_err(|e| fail(e))?
+            .map_err(&fail)?
             .unwrap_or_default();
         if name.is_empty() {
             return Err(fail("metadata.name is missing or empty".into()));
         }
         let namespace = string_member(&meta, "namespace")
-            .map_err(|e| fail(e))?
+            .map_err(&fail)?
             .unwrap_or_default();
         let def = &schema.def;
         let rest = key

@@ -275,14 +275,14 @@ impl WatchStream {
                     continue;
                 }
             }
-            if let Some((timer, every)) = &mut self.bookmarks {
-                if timer.as_mut().poll(cx).is_ready() {
-                    let every = *every;
-                    timer.as_mut().reset(tokio::time::Instant::now() + every);
-                    if bookmark_rv >= self.last_rv {
-                        self.last_rv = bookmark_rv;
-                        return Poll::Ready(Some(Ok(self.bookmark(bookmark_rv, false))));
-                    }
+            if let Some((timer, every)) = &mut self.bookmarks
+                && timer.as_mut().poll(cx).is_ready()
+            {
+                let every = *every;
+                timer.as_mut().reset(tokio::time::Instant::now() + every);
+                if bookmark_rv >= self.last_rv {
+                    self.last_rv = bookmark_rv;
+                    return Poll::Ready(Some(Ok(self.bookmark(bookmark_rv, false))));
                 }
             }
             return Poll::Pending;

@@ -134,9 +134,8 @@ impl WatcherShared {
             return Err(history.floor_rv());
         }
         let end = history.end_seq();
-        let mut scanned = 0;
-        for ev in history.since(seq) {
-            if q.items.len() >= self.capacity || scanned == CATCH_UP_SCAN {
+        for ev in history.since(seq).take(CATCH_UP_SCAN) {
+            if q.items.len() >= self.capacity {
                 break;
             }
             if let Some(kind) = self.transition(schema, ev) {
@@ -146,7 +145,6 @@ impl WatcherShared {
                 });
             }
             seq += 1;
-            scanned += 1;
         }
         q.parked_at = (seq < end).then_some(seq);
         Ok(())

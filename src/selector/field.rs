@@ -98,7 +98,7 @@ impl FieldSelector {
             requirements.push(FieldRequirement { path, op, value });
         }
         // Upstream sorts terms for a deterministic form.
-        requirements.sort_by(|a, b| a.to_string().cmp(&b.to_string()));
+        requirements.sort_by_key(ToString::to_string);
         Ok(FieldSelector { requirements })
     }
 

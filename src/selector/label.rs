@@ -505,12 +505,12 @@ pub fn validate_key(key: &str) -> Result<(), String> {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    if let Some(p) = prefix {
-        if !is_dns_subdomain(p) {
-            return Err(format!(
-                "invalid label key \"{key}\": prefix part must be a lowercase DNS subdomain of at most 253 characters"
-            ));
-        }
+    if let Some(p) = prefix
+        && !is_dns_subdomain(p)
+    {
+        return Err(format!(
+            "invalid label key \"{key}\": prefix part must be a lowercase DNS subdomain of at most 253 characters"
+        ));
     }
     if name.len() > 63 || !is_name_part(name) {
         return Err(format!(

@@ -75,10 +75,10 @@ impl Predicate {
 
     /// Whether the object passes every term.
     pub fn matches(&self, schema: &Schema, obj: &Object) -> bool {
-        if let Some(ns) = &self.namespace {
-            if obj.namespace() != Some(&**ns) {
-                return false;
-            }
+        if let Some(ns) = &self.namespace
+            && obj.namespace() != Some(&**ns)
+        {
+            return false;
         }
         let fields_ok = self.fields.iter().all(|(src, r)| match src {
             FieldSource::Attr(a) => r.matches(obj.attr_in(schema, *a).unwrap_or("")),

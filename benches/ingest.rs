@@ -1,0 +1,59 @@
+//! Ingest: events per second applied to store, indexes and history (no watchers), on one core.
+//! `ingest/apply` moves pods between nodes (two index updates per event); `ingest/create_delete`
+//! alternates creations and deletions; `ingest/decode` is the JSON decode of a ~2 KB pod, done
+//! outside the lock and parallelisable, reported separately.
+
+mod support;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use watchcache::{Cache, CacheConfig, Change, ResourceDef};
+
+fn bench(c: &mut Criterion) {
+    let def = ResourceDef::builtin("pods").unwrap();
+    let probe = Cache::new(def.clone(), CacheConfig::default());
+    let n = 100_000;
+    let base = support::pods(&probe, n, 1000, 1400, 1);
+    // The same pods on other nodes: applying them moves each pod.
+    let moved = support::pods(&probe, n, 997, 1400, 1);
+    let cache = support::loaded(def.clone(), CacheConfig::default(), base.clone(), 1);
+    let mut g = c.benchmark_group("ingest");
+    g.throughput(Throughput::Elements(1));
+    let mut rv = 1;
+    let mut i = 0usize;
+    g.bench_function("apply", |b| {
+        b.iter(|| {
+            rv += 1;
+            let set = if (i / n).is_multiple_of(2) {
+                &moved
+            } else {
+                &base
+            };
+            cache.apply(rv, [Change::Put(set[i % n].clone())]).unwrap();
+            i += 1;
+        })
+    });
+    let mut j = 0usize;
+    g.bench_function("create_delete", |b| {
+        b.iter(|| {
+            rv += 1;
+            let o = &base[j % n];
+            let change = if (j / n).is_multiple_of(2) {
+                Change::Delete(o.key().to_owned())
+            } else {
+                Change::Put(o.clone())
+            };
+            cache.apply(rv, [change]).unwrap();
+            j += 1;
+        })
+    });
+    let json = support::pod_json("ns-1", "pod-1", "node-1", "web", 1400);
+    assert!((1900..2300).contains(&json.len()), "{}", json.len());
+    let key = support::key("ns-1", "pod-1");
+    g.bench_function("decode", |b| {
+        b.iter(|| probe.decode(&key, json.as_bytes(), 7).unwrap())
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
