@@ -7,8 +7,6 @@
 //! history, fan-out to queues), reading one LIST page, one history catch-up batch. It is never held
 //! across an `.await` or while a consumer is slow: consumers read their own queue.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -29,21 +27,9 @@ use crate::resource_version::{ResourceVersion, RvMatch};
 use crate::schema::Schema;
 use crate::selector::{Predicate, Selection};
 use crate::store::Store;
-use crate::watch_stream::{WatchOptions, WatchStream};
+use crate::upstream::{RawKv, Upstream};
+use crate::watch_stream::{InitialEvents, WatchOptions, WatchStream};
 use crate::watcher::WatcherShared;
-
-/// A boxed future, for the object-safe [`RevisionSource`].
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Where consistent reads learn the upstream's current revision (etcd: a linearizable range request).
-pub trait RevisionSource: Send + Sync + 'static {
-    /// The upstream's current revision.
-    fn current_revision(&self) -> BoxFuture<'_, Result<u64>>;
-
-    /// Asks the upstream to report its progress soon (etcd: a watch progress request). Called
-    /// periodically while a read waits for the cache to catch up.
-    fn request_progress(&self) {}
-}
 
 /// One change of an applied batch.
 #[derive(Debug, Clone)]
@@ -74,6 +60,9 @@ pub(crate) struct Metrics {
     pub decode_errors: AtomicU64,
     pub resyncs: AtomicU64,
 }
+
+/// Keys per range request when reading from the upstream (upstream's reflector uses 10 000).
+const UPSTREAM_PAGE: usize = 10_000;
 
 /// A point-in-time view of a cache's size and counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,7 +118,7 @@ pub(crate) struct Shared {
     pub dispatched_rv: AtomicU64,
     rv_tx: tokio::sync::watch::Sender<u64>,
     pub metrics: Metrics,
-    revision_source: RwLock<Option<Arc<dyn RevisionSource>>>,
+    upstream: RwLock<Option<Arc<dyn Upstream>>>,
 }
 
 /// One resource's watch cache. Cheap to clone; every clone is the same cache. `Send + Sync`.
@@ -174,7 +163,7 @@ impl Cache {
                 dispatched_rv: AtomicU64::new(0),
                 rv_tx: tokio::sync::watch::Sender::new(0),
                 metrics: Metrics::default(),
-                revision_source: RwLock::new(None),
+                upstream: RwLock::new(None),
             }),
         }
     }
@@ -189,10 +178,20 @@ impl Cache {
         &self.shared.config
     }
 
-    /// Sets where consistent reads get the upstream's current revision. Without one, the cache's own
-    /// revision is taken as current (right for an in-process source that applies synchronously).
-    pub fn set_revision_source(&self, source: Arc<dyn RevisionSource>) {
-        *self.shared.revision_source.write() = Some(source);
+    /// Sets the upstream consistent reads consult. Without one, the cache's own revision is taken as
+    /// current (right for an in-process source that applies synchronously).
+    pub fn set_upstream(&self, upstream: Arc<dyn Upstream>) {
+        *self.shared.upstream.write() = Some(upstream);
+    }
+
+    fn upstream(&self) -> Option<Arc<dyn Upstream>> {
+        self.shared.upstream.read().clone()
+    }
+
+    /// The upstream that must serve consistent reads itself because its progress notifications
+    /// cannot be trusted, if that is the case.
+    fn range_fallback(&self) -> Option<Arc<dyn Upstream>> {
+        self.upstream().filter(|u| !u.progress_is_reliable())
     }
 
     /// The cache's revision: every change up to it has been applied.
@@ -351,7 +350,7 @@ impl Cache {
         if current >= rv {
             return Ok(current);
         }
-        let source = self.shared.revision_source.read().clone();
+        let source = self.upstream();
         let mut tick = tokio::time::interval(self.shared.config.progress_interval);
         let wait = async {
             loop {
@@ -372,7 +371,7 @@ impl Cache {
 
     /// Waits until the cache is as fresh as the upstream is now: a consistent read's start.
     async fn fresh(&self) -> Result<u64> {
-        let source = self.shared.revision_source.read().clone();
+        let source = self.upstream();
         let target = match source {
             Some(s) => s.current_revision().await?,
             None => self.resource_version(),
@@ -400,12 +399,35 @@ impl Cache {
                     ));
                 }
                 let (rv, last) = continue_token::decode(token)?;
+                let after = format!("{}{last}", def.prefix);
+                if let Some(up) = self.range_fallback()
+                    && self.resource_version() < rv
+                {
+                    // The first page came from the upstream at a revision the cache may never
+                    // reach through events alone: continue there.
+                    let pred = Predicate::compile(&self.shared.schema, &opts.selection);
+                    return self
+                        .list_from_upstream(&*up, &pred, Some(rv), Some(after), limit)
+                        .await
+                        .map_err(|e| match e {
+                            Error::Expired { requested, oldest } => {
+                                Error::ContinueExpired { requested, oldest }
+                            }
+                            e => e,
+                        });
+                }
                 self.wait_for(rv).await?;
-                (Some(rv), Some(format!("{}{last}", def.prefix)), true)
+                (Some(rv), Some(after), true)
             }
             None => {
                 let at = match (opts.resource_version, opts.rv_match) {
                     (ResourceVersion::Unset, None) => {
+                        if let Some(up) = self.range_fallback() {
+                            let pred = Predicate::compile(&self.shared.schema, &opts.selection);
+                            return self
+                                .list_from_upstream(&*up, &pred, None, None, limit)
+                                .await;
+                        }
                         self.fresh().await?;
                         None
                     }
@@ -490,8 +512,28 @@ impl Cache {
         rv: ResourceVersion,
     ) -> Result<Object> {
         self.check_ready()?;
+        let def = &self.shared.schema.def;
+        let key = def.key_for(namespace, name);
+        let not_found = || Error::NotFound {
+            kind: def.plural.clone(),
+            name: name.to_owned(),
+        };
         match rv {
             ResourceVersion::Unset => {
+                if let Some(up) = self.range_fallback() {
+                    let page = up.range(None, Some(key.clone()), 1).await?;
+                    let kv = page
+                        .kvs
+                        .into_iter()
+                        .find(|kv| kv.key == key)
+                        .ok_or_else(not_found)?;
+                    return self
+                        .decode(&kv.key, &kv.value, kv.mod_revision)
+                        .map_err(|e| {
+                            self.record_decode_error(&e);
+                            Error::Upstream(e.to_string())
+                        });
+                }
                 self.fresh().await?;
             }
             ResourceVersion::Any => {}
@@ -499,18 +541,76 @@ impl Cache {
                 self.wait_for(n).await?;
             }
         }
-        let def = &self.shared.schema.def;
-        let key = def.key_for(namespace, name);
         self.shared
             .state
             .read()
             .store
             .get(&key)
             .cloned()
-            .ok_or_else(|| Error::NotFound {
-                kind: def.plural.clone(),
-                name: name.to_owned(),
-            })
+            .ok_or_else(not_found)
+    }
+
+    /// Reads a LIST page from the upstream instead of the cache: the consistent read on an upstream
+    /// whose progress notifications cannot be trusted, and its continuations. Decodes, filters and
+    /// pages exactly as the cache would.
+    async fn list_from_upstream(
+        &self,
+        up: &dyn Upstream,
+        pred: &Predicate,
+        revision: Option<u64>,
+        after: Option<String>,
+        limit: Option<usize>,
+    ) -> Result<ObjectList> {
+        let prefix_len = self.shared.schema.def.prefix.len();
+        let mut rev = revision;
+        let mut from = after.map(|k| format!("{k}\u{0}"));
+        let mut items: Vec<Object> = Vec::new();
+        let mut more = false;
+        'pages: loop {
+            let page = up.range(rev, from.take(), UPSTREAM_PAGE).await?;
+            rev = Some(page.revision);
+            let last = page.kvs.last().map(|kv| kv.key.clone());
+            for RawKv {
+                key,
+                value,
+                mod_revision,
+            } in page.kvs
+            {
+                let obj = match self.decode(&key, &value, mod_revision) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        self.record_decode_error(&e);
+                        continue;
+                    }
+                };
+                if !pred.matches(&self.shared.schema, &obj) {
+                    continue;
+                }
+                if limit.is_some_and(|l| items.len() >= l) {
+                    more = true;
+                    break 'pages;
+                }
+                items.push(obj);
+            }
+            match (page.more, last) {
+                (true, Some(k)) => from = Some(format!("{k}\u{0}")),
+                _ => break,
+            }
+        }
+        let rv = rev.unwrap_or_default();
+        let continue_token = if more {
+            items
+                .last()
+                .map(|o| continue_token::encode(rv, &o.key()[prefix_len..]))
+        } else {
+            None
+        };
+        Ok(ObjectList {
+            resource_version: rv,
+            items,
+            continue_token,
+            remaining_item_count: None,
+        })
     }
 
     /// The current objects whose index `index` has `value`, sorted by key. Index names are field
@@ -543,12 +643,28 @@ impl Cache {
         enum Start {
             Initial,
             After(u64),
+            /// Initial state read from the upstream at this revision, then changes after it.
+            Preloaded(Vec<Object>, u64),
         }
         let initial = opts.send_initial_events.unwrap_or(matches!(
             opts.resource_version,
             ResourceVersion::Unset | ResourceVersion::Any
         ));
+        let fallback = self.range_fallback();
         let start = match (opts.resource_version, initial) {
+            (ResourceVersion::Unset, true) if fallback.is_some() => {
+                let up = fallback.unwrap_or_else(|| unreachable!("checked"));
+                let rv = up.current_revision().await?;
+                let pred = Predicate::compile(&self.shared.schema, &opts.selection);
+                let state = self
+                    .list_from_upstream(&*up, &pred, Some(rv), None, None)
+                    .await?;
+                Start::Preloaded(state.items, rv)
+            }
+            (ResourceVersion::Unset, false) if fallback.is_some() => {
+                let up = fallback.unwrap_or_else(|| unreachable!("checked"));
+                Start::After(up.current_revision().await?)
+            }
             (ResourceVersion::Unset, true) => {
                 self.fresh().await?;
                 Start::Initial
@@ -574,17 +690,34 @@ impl Cache {
                 (per_sec.ceil() as usize).clamp(lo, hi)
             }
         };
-        let (watcher, initial, start_rv) = match start {
+        let end_bookmark = opts.send_initial_events == Some(true);
+        // Registration and the start position are taken under one write lock, so no event can fall
+        // between them.
+        let (start_rv, initial) = match start {
             Start::Initial => {
                 let (seq, rv) = (st.history.end_seq(), st.rv);
-                let end_bookmark = opts.send_initial_events == Some(true);
                 (
-                    WatcherShared::new(pred, rv, capacity, None),
-                    Some((seq, rv, end_bookmark)),
-                    rv,
+                    None,
+                    Some(InitialEvents::Store {
+                        seq,
+                        rv,
+                        end_bookmark,
+                    }),
                 )
             }
-            Start::After(n) if n <= st.rv => {
+            Start::After(n) => (Some(n), None),
+            Start::Preloaded(objects, rv) => (
+                Some(rv),
+                Some(InitialEvents::Preloaded {
+                    objects,
+                    rv,
+                    end_bookmark,
+                }),
+            ),
+        };
+        let (watcher, start_rv) = match start_rv {
+            None => (WatcherShared::new(pred, st.rv, capacity, None), st.rv),
+            Some(n) if n <= st.rv => {
                 let seq = st
                     .history
                     .seq_after_rv(n)
@@ -593,9 +726,9 @@ impl Cache {
                         oldest,
                     })?;
                 let parked = (seq < st.history.end_seq()).then_some(seq);
-                (WatcherShared::new(pred, n, capacity, parked), None, n)
+                (WatcherShared::new(pred, n, capacity, parked), n)
             }
-            Start::After(n) => (WatcherShared::new(pred, n, capacity, None), None, n),
+            Some(n) => (WatcherShared::new(pred, n, capacity, None), n),
         };
         let watcher = Arc::new(watcher);
         let id = st.registry.add(Arc::clone(&watcher));

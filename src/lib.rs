@@ -69,12 +69,11 @@ mod schema;
 pub mod selector;
 mod source;
 mod store;
+mod upstream;
 mod watch_stream;
 mod watcher;
 
-pub use cache::{
-    BoxFuture, Cache, CacheStats, Change, OutOfOrder, Resync, ResyncOutcome, RevisionSource,
-};
+pub use cache::{Cache, CacheStats, Change, OutOfOrder, Resync, ResyncOutcome};
 pub use config::CacheConfig;
 pub use definition::{DefinitionError, HistoryConfig, IndexDef, IndexKey, ResourceDef};
 pub use encode::{Frame, list_parts};
@@ -86,4 +85,5 @@ pub use object::{DecodeError, Object};
 pub use resource_version::{ResourceVersion, RvMatch};
 pub use selector::{FieldSelector, LabelSelector, Selection, SelectorError};
 pub use source::MemorySource;
+pub use upstream::{BoxFuture, RangePage, RawKv, Upstream};
 pub use watch_stream::{WatchEvent, WatchOptions, WatchStream};

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::cache::{BoxFuture, Cache, Change, RevisionSource};
+use crate::cache::{Cache, Change};
 use crate::error::Result;
 use crate::object::DecodeError;
+use crate::upstream::{BoxFuture, Upstream};
 
 /// A revisioned in-memory key-value store feeding one [`Cache`].
 #[derive(Clone)]
@@ -49,7 +50,7 @@ impl MemorySource {
             cache: cache.clone(),
             inner: Arc::new(Mutex::new(Inner { rev: start_rev, kv })),
         };
-        cache.set_revision_source(Arc::new(src.clone()));
+        cache.set_upstream(Arc::new(src.clone()));
         src
     }
 
@@ -138,7 +139,7 @@ impl MemorySource {
     }
 }
 
-impl RevisionSource for MemorySource {
+impl Upstream for MemorySource {
     fn current_revision(&self) -> BoxFuture<'_, Result<u64>> {
         let rev = self.revision();
         Box::pin(async move { Ok(rev) })

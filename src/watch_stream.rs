@@ -158,6 +158,22 @@ enum Phase {
     Done,
 }
 
+/// Where a watch's initial events come from.
+pub(crate) enum InitialEvents {
+    /// The store as of history sequence number `seq` (revision `rv`), read page by page.
+    Store {
+        seq: u64,
+        rv: u64,
+        end_bookmark: bool,
+    },
+    /// Objects already read (from the upstream) at revision `rv`.
+    Preloaded {
+        objects: Vec<Object>,
+        rv: u64,
+        end_bookmark: bool,
+    },
+}
+
 struct Initial {
     /// The snapshot point: the state before this history sequence number.
     seq: u64,
@@ -184,17 +200,33 @@ impl WatchStream {
         shared: Arc<Shared>,
         watcher: Arc<WatcherShared>,
         id: u32,
-        initial: Option<(u64, u64, bool)>,
+        initial: Option<InitialEvents>,
         start_rv: u64,
         bookmark_every: Option<Duration>,
     ) -> WatchStream {
         let phase = match initial {
-            Some((seq, rv, end_bookmark)) => Phase::Initial(Initial {
+            Some(InitialEvents::Store {
+                seq,
+                rv,
+                end_bookmark,
+            }) => Phase::Initial(Initial {
                 seq,
                 rv,
                 after: None,
                 page: VecDeque::new(),
                 exhausted: false,
+                end_bookmark,
+            }),
+            Some(InitialEvents::Preloaded {
+                objects,
+                rv,
+                end_bookmark,
+            }) => Phase::Initial(Initial {
+                seq: 0,
+                rv,
+                after: None,
+                page: objects.into(),
+                exhausted: true,
                 end_bookmark,
             }),
             None => Phase::Live,
