@@ -317,6 +317,21 @@ impl Cache {
         self.shared.state.write().readiness.ready = true;
     }
 
+    /// Waits until the cache is ready (its initial sync finished).
+    ///
+    /// # Errors
+    /// The [`Error::NotReady`] still in force after `limit`.
+    pub async fn wait_ready(&self, limit: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            match self.check_ready() {
+                Ok(()) => return Ok(()),
+                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
     /// Whether the cache serves reads.
     pub fn is_ready(&self) -> bool {
         self.shared.state.read().readiness.ready

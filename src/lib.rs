@@ -59,6 +59,7 @@ pub mod definition;
 mod dispatcher;
 mod encode;
 mod error;
+pub mod etcd;
 mod field_path;
 mod history;
 mod list;

@@ -1,0 +1,60 @@
+//! Capped exponential backoff with full jitter, for reconnecting to etcd.
+
+use std::time::Duration;
+
+/// Retry delays: uniformly random in `[0, min(max, initial * 2^attempt)]`, never below 10 ms.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    attempt: u32,
+}
+
+impl Backoff {
+    /// A backoff starting at `initial` and capped at `max`.
+    pub fn new(initial: Duration, max: Duration) -> Backoff {
+        Backoff {
+            initial,
+            max,
+            attempt: 0,
+        }
+    }
+
+    /// The next delay.
+    pub fn next_delay(&mut self) -> Duration {
+        let cap = self
+            .initial
+            .saturating_mul(1u32 << self.attempt.min(20))
+            .min(self.max);
+        self.attempt = self.attempt.saturating_add(1);
+        cap.mul_f64(fastrand::f64()).max(Duration::from_millis(10))
+    }
+
+    /// Back to the first delay, after a success.
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grows_to_the_cap_with_jitter_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        let delays: Vec<_> = (0..12).map(|_| b.next_delay()).collect();
+        assert!(
+            delays
+                .iter()
+                .all(|d| *d <= Duration::from_secs(2) && *d >= Duration::from_millis(10))
+        );
+        assert!(delays[0] <= Duration::from_millis(100));
+        assert!(
+            delays[8..].iter().any(|d| *d > Duration::from_millis(200)),
+            "{delays:?}"
+        );
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+}

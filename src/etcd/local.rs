@@ -1,0 +1,235 @@
+//! A local etcd process (the `etcd` binary from PATH, e.g. Debian's `etcd-server`) on loopback
+//! ports: the server's embedded default and the test suite's real etcd. Stopped on drop.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info};
+
+/// Why a local etcd could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalEtcdError {
+    /// The binary could not be run.
+    #[error("cannot run `{binary}` (install it with `apt-get install -y etcd-server`): {source}")]
+    Spawn {
+        /// The binary that was tried.
+        binary: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It started but never became healthy.
+    #[error("etcd at {url} did not become healthy within {waited:?}; its log is {log}")]
+    NotHealthy {
+        /// The client URL.
+        url: String,
+        /// How long we waited.
+        waited: Duration,
+        /// Where its output went.
+        log: String,
+    },
+    /// A free port or the data directory could not be had.
+    #[error("cannot prepare etcd: {0}")]
+    Setup(#[from] std::io::Error),
+}
+
+/// One member of a local etcd (a single node, or a member of a local cluster).
+#[derive(Debug)]
+pub struct LocalEtcd {
+    name: String,
+    data_dir: PathBuf,
+    client_port: u16,
+    peer_port: u16,
+    initial_cluster: String,
+    child: Option<Child>,
+}
+
+/// A free loopback TCP port (bound, then released).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl LocalEtcd {
+    /// Starts a single-node etcd with its data under `data_dir`, on free loopback ports, and waits
+    /// until it answers.
+    ///
+    /// # Errors
+    /// [`LocalEtcdError`] when the binary is missing or the server does not come up.
+    pub async fn start(data_dir: &Path) -> Result<LocalEtcd, LocalEtcdError> {
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        Self::start_on(data_dir, client_port, peer_port).await
+    }
+
+    /// Like [`start`](LocalEtcd::start), on given ports.
+    ///
+    /// # Errors
+    /// [`LocalEtcdError`].
+    pub async fn start_on(
+        data_dir: &Path,
+        client_port: u16,
+        peer_port: u16,
+    ) -> Result<LocalEtcd, LocalEtcdError> {
+        let name = "watchcache".to_owned();
+        let initial_cluster = format!("{name}=http://127.0.0.1:{peer_port}");
+        let mut e = LocalEtcd {
+            name,
+            data_dir: data_dir.to_owned(),
+            client_port,
+            peer_port,
+            initial_cluster,
+            child: None,
+        };
+        e.spawn()?;
+        e.wait_healthy(Duration::from_secs(20)).await?;
+        Ok(e)
+    }
+
+    /// Starts an `n`-member cluster on loopback, data under `base_dir/member-i`.
+    ///
+    /// # Errors
+    /// [`LocalEtcdError`].
+    pub async fn cluster(base_dir: &Path, n: usize) -> Result<Vec<LocalEtcd>, LocalEtcdError> {
+        let mut members = Vec::with_capacity(n);
+        for i in 0..n {
+            members.push(LocalEtcd {
+                name: format!("m{i}"),
+                data_dir: base_dir.join(format!("member-{i}")),
+                client_port: free_port()?,
+                peer_port: free_port()?,
+                initial_cluster: String::new(),
+                child: None,
+            });
+        }
+        let initial: Vec<String> = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect();
+        for m in &mut members {
+            m.initial_cluster = initial.join(",");
+            m.spawn()?;
+        }
+        for m in &members {
+            m.wait_healthy(Duration::from_secs(30)).await?;
+        }
+        Ok(members)
+    }
+
+    fn spawn(&mut self) -> Result<(), LocalEtcdError> {
+        std::fs::create_dir_all(&self.data_dir)?;
+        let log = std::fs::File::create(self.log_path())?;
+        let (c, p) = (self.client_port, self.peer_port);
+        let child = Command::new("etcd")
+            .args(["--name", &self.name])
+            .arg("--data-dir")
+            .arg(self.data_dir.join("data"))
+            .args(["--logger=zap", "--log-level=warn"])
+            .args(["--listen-client-urls", &format!("http://127.0.0.1:{c}")])
+            .args(["--advertise-client-urls", &format!("http://127.0.0.1:{c}")])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{p}")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{p}"),
+            ])
+            .args(["--initial-cluster", &self.initial_cluster])
+            .args(["--initial-cluster-state", "new"])
+            // Periodic progress notifications every 5 s, as KEP-3157 assumes (etcd's default is 10 min).
+            .arg("--experimental-watch-progress-notify-interval=5s")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|source| LocalEtcdError::Spawn {
+                binary: "etcd".into(),
+                source,
+            })?;
+        info!(name = %self.name, url = %self.url(), data_dir = %self.data_dir.display(), pid = child.id(), "started etcd");
+        self.child = Some(child);
+        Ok(())
+    }
+
+    async fn wait_healthy(&self, limit: Duration) -> Result<(), LocalEtcdError> {
+        let start = Instant::now();
+        let url = self.url();
+        while start.elapsed() < limit {
+            let probe = async {
+                let mut c = etcd_client::Client::connect([url.as_str()], None)
+                    .await
+                    .ok()?;
+                c.get("health-probe", None).await.ok()
+            };
+            if tokio::time::timeout(Duration::from_secs(1), probe)
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+            {
+                debug!(%url, waited = ?start.elapsed(), "etcd healthy");
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(LocalEtcdError::NotHealthy {
+            url,
+            waited: limit,
+            log: self.log_path().display().to_string(),
+        })
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.data_dir.join("etcd.log")
+    }
+
+    /// The client URL, e.g. `http://127.0.0.1:23790`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Kills the process with SIGKILL (no clean shutdown) and waits for it to exit.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            if let Err(e) = c.kill() {
+                debug!(error = %e, "etcd already gone");
+            }
+            if let Err(e) = c.wait() {
+                debug!(error = %e, "waiting for etcd");
+            }
+        }
+    }
+
+    /// Restarts a killed member on the same ports and data dir, and waits until it answers (for a
+    /// cluster member: until the cluster has quorum again).
+    ///
+    /// # Errors
+    /// [`LocalEtcdError`].
+    pub async fn restart(&mut self) -> Result<(), LocalEtcdError> {
+        self.kill9();
+        self.spawn()?;
+        self.wait_healthy(Duration::from_secs(30)).await
+    }
+
+    /// Stops the process with SIGTERM and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let pid = c.id().to_string();
+            let terminated = Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .is_ok_and(|s| s.success());
+            if !terminated {
+                let _killed = c.kill();
+            }
+            match c.wait() {
+                Ok(status) => info!(name = %self.name, %status, "etcd stopped"),
+                Err(e) => debug!(error = %e, "waiting for etcd"),
+            }
+        }
+    }
+}
+
+impl Drop for LocalEtcd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

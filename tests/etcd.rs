@@ -1,0 +1,600 @@
+//! The etcd upstream against a real etcd (Debian's etcd-server 3.4.23): initial sync, live events,
+//! compaction resync, kill -9 and restart, unavailability, cluster failover, malformed values and
+//! consistent reads.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures_util::{FutureExt, StreamExt};
+use support::etcd::*;
+use support::{key, pod, ready_events};
+use watchcache::etcd::{ConsistentReads, LocalEtcd};
+use watchcache::{
+    Cache, Error, EventType, ListOptions, ResourceVersion, Selection, WatchOptions, WatchStream,
+};
+
+/// Collects events until the watcher has seen revision `until` (or 20 s pass).
+async fn collect_until(w: &mut WatchStream, until: u64) -> Vec<watchcache::WatchEvent> {
+    let mut out: Vec<watchcache::WatchEvent> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while out.last().is_none_or(|e| e.resource_version() < until) {
+        match tokio::time::timeout_at(deadline, w.next()).await {
+            Ok(Some(Ok(e))) => {
+                if e.kind() != EventType::Bookmark {
+                    out.push(e);
+                }
+            }
+            other => panic!(
+                "stream ended or timed out before {until}: {other:?}, got {} events",
+                out.len()
+            ),
+        }
+    }
+    out
+}
+
+async fn wait_rv(cache: &Cache, rv: u64) {
+    cache.wait_for(rv).await.ok();
+    for _ in 0..400 {
+        if cache.resource_version() >= rv {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "cache stuck at {} waiting for {rv}",
+        cache.resource_version()
+    );
+}
+
+fn without_rv(json: &[u8]) -> serde_json::Value {
+    let mut v: serde_json::Value = serde_json::from_slice(json).unwrap();
+    v["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_sync_of_10000_objects_equals_an_etcd_range_read() {
+    let e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    let rev = seed(&mut c, 10_000, 100).await;
+    c.put(key("ns", "broken"), "{not json", None).await.unwrap();
+    let caches = pods_from(config(&eps)).await;
+    let cache = caches.cache("pods").unwrap();
+    let list = cache
+        .list(&ListOptions::all().at(ResourceVersion::Any, None))
+        .await
+        .unwrap();
+    assert!(list.resource_version > rev as u64);
+    let etcd = c
+        .get(
+            "/registry/pods/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let want: Vec<_> = etcd
+        .kvs()
+        .iter()
+        .filter(|kv| kv.key_str().unwrap() != key("ns", "broken"))
+        .collect();
+    assert_eq!(list.items.len(), 10_000);
+    assert_eq!(want.len(), 10_000);
+    for (o, kv) in list.items.iter().zip(want) {
+        assert_eq!(o.key(), kv.key_str().unwrap());
+        assert_eq!(o.resource_version(), kv.mod_revision() as u64);
+        assert_eq!(without_rv(o.json()), without_rv(kv.value()));
+    }
+    assert_eq!(
+        cache.stats().decode_errors,
+        1,
+        "the malformed value is counted, not cached"
+    );
+    assert_eq!(cache.lookup("spec.nodeName", "node-7").unwrap().len(), 100);
+    caches.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_changes_reach_routed_and_unrouted_watchers_through_one_etcd_watch() {
+    let e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    let caches = pods_from(config(&eps)).await;
+    let cache = caches.cache("pods").unwrap();
+    let start = cache.resource_version();
+    let node = |n: &str| {
+        Selection::all()
+            .with_fields(&format!("spec.nodeName={n}"))
+            .unwrap()
+    };
+    let mut n1 = cache
+        .watch(WatchOptions::new(node("n1"), ResourceVersion::At(start)))
+        .await
+        .unwrap();
+    let mut n2 = cache
+        .watch(WatchOptions::new(node("n2"), ResourceVersion::At(start)))
+        .await
+        .unwrap();
+    let mut all = cache
+        .watch(WatchOptions::new(
+            Selection::all(),
+            ResourceVersion::At(start),
+        ))
+        .await
+        .unwrap();
+    let mut extra = Vec::new();
+    for i in 0..50 {
+        extra.push(
+            cache
+                .watch(WatchOptions::new(
+                    node(&format!("x{i}")),
+                    ResourceVersion::At(start),
+                ))
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        etcd_watchers(&e.server.url()).await,
+        1,
+        "one etcd watch for 53 cache watchers"
+    );
+
+    let r1 = c
+        .put(key("ns", "a"), pod("ns", "a", "n1", &[]), None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision() as u64;
+    let r2 = c
+        .put(key("ns", "a"), pod("ns", "a", "n2", &[]), None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision() as u64;
+    let r3 = c
+        .delete(key("ns", "a"), None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision() as u64;
+    let got = collect_until(&mut all, r3).await;
+    let kinds: Vec<_> = got
+        .iter()
+        .map(|e| (e.kind(), e.resource_version()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (EventType::Added, r1),
+            (EventType::Modified, r2),
+            (EventType::Deleted, r3)
+        ]
+    );
+    let e1 = collect_until(&mut n1, r2).await;
+    assert_eq!(
+        e1.iter()
+            .map(|e| (e.kind(), e.resource_version()))
+            .collect::<Vec<_>>(),
+        [(EventType::Added, r1), (EventType::Deleted, r2)]
+    );
+    let last_on_n1 = e1[1].object().unwrap();
+    assert_eq!(
+        last_on_n1
+            .field(&watchcache::FieldPath::parse("spec.nodeName").unwrap())
+            .unwrap(),
+        "n1"
+    );
+    let e2 = collect_until(&mut n2, r3).await;
+    assert_eq!(
+        e2.iter()
+            .map(|e| (e.kind(), e.resource_version()))
+            .collect::<Vec<_>>(),
+        [(EventType::Added, r2), (EventType::Deleted, r3)]
+    );
+    for w in &mut extra {
+        assert!(ready_events(w).is_empty());
+    }
+    caches.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_resyncs_connected_watchers_to_etcds_state() {
+    let e = etcd().await;
+    let mut direct = client(&[e.server.url()]).await;
+    seed(&mut direct, 30, 3).await;
+    let mut proxy = Proxy::start(&e.server.url()).await;
+    let caches = pods_from(config(&[proxy.url()])).await;
+    let cache = caches.cache("pods").unwrap();
+    let before = cache.resource_version();
+    let mut w = cache
+        .watch(WatchOptions::new(Selection::all(), ResourceVersion::Any))
+        .await
+        .unwrap();
+    let mut node0 = cache
+        .watch(WatchOptions::new(
+            Selection::all()
+                .with_fields("spec.nodeName=node-0")
+                .unwrap(),
+            ResourceVersion::At(before),
+        ))
+        .await
+        .unwrap();
+    // Fold the initial state.
+    let mut folded: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    let fold = |folded: &mut BTreeMap<String, serde_json::Value>,
+                evs: Vec<Result<watchcache::WatchEvent, Error>>| {
+        for ev in evs {
+            let ev = ev.unwrap();
+            let o = ev.object().unwrap();
+            match ev.kind() {
+                EventType::Deleted => {
+                    folded.remove(o.key());
+                }
+                _ => {
+                    folded.insert(o.key().to_owned(), without_rv(o.json()));
+                }
+            }
+        }
+    };
+    fold(&mut folded, ready_events(&mut w));
+    assert_eq!(folded.len(), 30);
+
+    // Cut the cache off, change things, and compact the history it would need.
+    proxy.kill();
+    for i in 0..10 {
+        direct
+            .put(
+                key("ns", &format!("pod-{i:05}")),
+                pod("ns", &format!("pod-{i:05}"), "node-9", &[("moved", "yes")]),
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    for i in 10..15 {
+        direct
+            .delete(key("ns", &format!("pod-{i:05}")), None)
+            .await
+            .unwrap();
+    }
+    direct
+        .put(key("ns", "new"), pod("ns", "new", "node-0", &[]), None)
+        .await
+        .unwrap();
+    let at = current_revision(&mut direct).await;
+    direct.compact(at, None).await.unwrap();
+    proxy.restart().await;
+
+    wait_rv(cache, at as u64).await;
+    assert_eq!(cache.stats().resyncs, 1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    fold(&mut folded, ready_events(&mut w));
+    let etcd = direct
+        .get(
+            "/registry/pods/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let want: BTreeMap<String, serde_json::Value> = etcd
+        .kvs()
+        .iter()
+        .map(|kv| (kv.key_str().unwrap().to_owned(), without_rv(kv.value())))
+        .collect();
+    assert_eq!(
+        folded, want,
+        "a connected watcher's folded state equals etcd's after the resync"
+    );
+    // The routed watcher saw its node's net changes: pods leaving node-0, and the new one.
+    let evs = ready_events(&mut node0);
+    assert!(
+        evs.iter()
+            .all(|e| e.as_ref().is_ok_and(|e| e.resource_version() == at as u64))
+    );
+    assert!(
+        evs.iter()
+            .any(|e| e.as_ref().unwrap().kind() == EventType::Added)
+    );
+    assert!(
+        evs.iter()
+            .any(|e| e.as_ref().unwrap().kind() == EventType::Deleted)
+    );
+    // A watch from before the resync point is too old.
+    let err = cache
+        .watch(WatchOptions::new(
+            Selection::all(),
+            ResourceVersion::At(before),
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Expired { .. }), "{err:?}");
+    caches.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_and_restart_resumes_with_no_loss_and_no_duplicates() {
+    let mut e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    seed(&mut c, 20, 4).await;
+    let caches = pods_from(config(&eps)).await;
+    let cache = caches.cache("pods").unwrap().clone();
+    let start = cache.resource_version();
+    let mut w = cache
+        .watch(WatchOptions::new(
+            Selection::all(),
+            ResourceVersion::At(start),
+        ))
+        .await
+        .unwrap();
+    let writer = tokio::spawn(async move {
+        let mut last = 0;
+        for i in 0..200 {
+            let name = format!("pod-{:05}", i % 20);
+            last = put_retry(
+                &mut c,
+                &key("ns", &name),
+                pod("ns", &name, &format!("node-{}", i % 7), &[]),
+            )
+            .await;
+        }
+        last
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    e.server.kill9();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    e.server.restart().await.unwrap();
+    let last = writer.await.unwrap() as u64;
+    let got = collect_until(&mut w, last).await;
+    let got: Vec<(u64, String)> = got
+        .iter()
+        .map(|e| (e.resource_version(), e.object().unwrap().key().to_owned()))
+        .collect();
+    let mut c = client(&eps).await;
+    let want: Vec<(u64, String)> =
+        history(&mut c, "/registry/pods/", start as i64 + 1, last as i64)
+            .await
+            .into_iter()
+            .map(|(r, k, _)| (r, k))
+            .collect();
+    assert_eq!(got, want, "the cache's stream equals etcd's history");
+    assert_eq!(cache.stats().resyncs, 0, "resumed without a relist");
+    caches.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_down_past_the_grace_period_is_not_ready_and_back_is_ready() {
+    let mut e = etcd().await;
+    let eps = [e.server.url()];
+    let mut cfg = config(&eps);
+    cfg.unavailable_grace = Duration::from_secs(1);
+    let caches = pods_from(cfg).await;
+    let cache = caches.cache("pods").unwrap();
+    e.server.kill9();
+    let mut not_ready = false;
+    for _ in 0..100 {
+        if !cache.is_ready() {
+            not_ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(not_ready, "not ready within 10 s of etcd going down");
+    let err = cache
+        .list(&ListOptions::all().at(ResourceVersion::Any, None))
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.reason()), (429, "TooManyRequests"));
+    assert!(err.retry_after().is_some());
+    e.server.restart().await.unwrap();
+    cache.wait_ready(Duration::from_secs(20)).await.unwrap();
+    let mut c = client(&eps).await;
+    let r = c
+        .put(key("ns", "after"), pod("ns", "after", "n", &[]), None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    wait_rv(cache, r as u64).await;
+    caches.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_member_cluster_fails_over_with_no_loss() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let mut members = LocalEtcd::cluster(dir.path(), 3).await.unwrap();
+    let eps: Vec<String> = members.iter().map(LocalEtcd::url).collect();
+    let mut c = client(&eps).await;
+    seed(&mut c, 10, 2).await;
+    let caches = pods_from(config(&eps)).await;
+    let cache = caches.cache("pods").unwrap();
+    let start = cache.resource_version();
+    let mut w = cache
+        .watch(WatchOptions::new(
+            Selection::all(),
+            ResourceVersion::At(start),
+        ))
+        .await
+        .unwrap();
+    let mut last = 0;
+    // Kill each member in turn, so the one the cache's watch uses is certainly among them.
+    for (down, member) in members.iter_mut().enumerate() {
+        member.kill9();
+        for i in 0..20 {
+            let name = format!("pod-{:05}", i % 10);
+            last = put_retry(
+                &mut c,
+                &key("ns", &name),
+                pod("ns", &name, &format!("node-{down}-{i}"), &[]),
+            )
+            .await;
+        }
+        wait_rv(cache, last as u64).await;
+        member.restart().await.unwrap();
+    }
+    let got: Vec<(u64, String)> = collect_until(&mut w, last as u64)
+        .await
+        .iter()
+        .map(|e| (e.resource_version(), e.object().unwrap().key().to_owned()))
+        .collect();
+    let want: Vec<(u64, String)> = history(&mut c, "/registry/pods/", start as i64 + 1, last)
+        .await
+        .into_iter()
+        .map(|(r, k, _)| (r, k))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(got.len(), 60);
+    caches.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_values_are_skipped_counted_and_the_stream_goes_on() {
+    let e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    let caches = pods_from(config(&eps)).await;
+    let cache = caches.cache("pods").unwrap();
+    let mut w = cache
+        .watch(WatchOptions::new(
+            Selection::all(),
+            ResourceVersion::At(cache.resource_version()),
+        ))
+        .await
+        .unwrap();
+    c.put(key("ns", "bad1"), "not json", None).await.unwrap();
+    c.put(
+        key("ns", "bad2"),
+        r#"{"metadata":{"namespace":"ns"}}"#,
+        None,
+    )
+    .await
+    .unwrap();
+    c.put(
+        key("ns", "bad3"),
+        r#"{"metadata":{"name":"other","namespace":"ns"}}"#,
+        None,
+    )
+    .await
+    .unwrap();
+    let r = c
+        .put(key("ns", "good"), pod("ns", "good", "n", &[]), None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision() as u64;
+    let got = collect_until(&mut w, r).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].object().unwrap().name(), "good");
+    assert_eq!(cache.stats().decode_errors, 3);
+    caches.shutdown().await;
+}
+
+async fn consistent_reads_see_the_latest_write(mode: ConsistentReads) {
+    let e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    let mut cfg = config(&eps);
+    cfg.consistent_reads = mode;
+    let caches = pods_from(cfg).await;
+    assert_eq!(
+        caches.reads_from_cache(),
+        mode == ConsistentReads::FromCache
+    );
+    let cache = caches.cache("pods").unwrap();
+    for i in 0..25 {
+        let name = format!("p{i}");
+        let r = c
+            .put(key("ns", &name), pod("ns", &name, "n1", &[]), None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision() as u64;
+        // A write elsewhere in etcd moves the revision past this resource's last event.
+        c.put("/registry/configmaps/ns/cm", "{}", None)
+            .await
+            .unwrap();
+        let list = cache
+            .list(
+                &ListOptions::all()
+                    .select(Selection::all().with_fields("spec.nodeName=n1").unwrap()),
+            )
+            .await
+            .unwrap();
+        assert!(list.resource_version >= r);
+        assert_eq!(
+            list.items.len(),
+            i + 1,
+            "the consistent LIST sees the write"
+        );
+        let got = cache
+            .get(Some("ns"), &name, ResourceVersion::Unset)
+            .await
+            .unwrap();
+        assert_eq!(got.resource_version(), r);
+    }
+    // Paging a consistent list continues at its revision.
+    let first = cache.list(&ListOptions::all().limit(10)).await.unwrap();
+    c.delete(key("ns", "p20"), None).await.unwrap();
+    let second = cache
+        .list(
+            &ListOptions::all()
+                .limit(100)
+                .continue_from(first.continue_token.unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.resource_version, first.resource_version);
+    assert_eq!(first.items.len() + second.items.len(), 25);
+    // A consistent watch with initial events starts from the same state.
+    let opts =
+        WatchOptions::new(Selection::all(), ResourceVersion::Unset).send_initial_events(true);
+    let mut w = cache.watch(opts).await.unwrap();
+    let mut added = 0;
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), w.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if ev.is_initial_events_end() {
+            break;
+        }
+        added += 1;
+    }
+    assert_eq!(added, 24);
+    let r = c
+        .put(key("ns", "late"), pod("ns", "late", "n1", &[]), None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision() as u64;
+    let ev = collect_until(&mut w, r).await;
+    assert_eq!(ev.len(), 1);
+    assert!(w.next().now_or_never().is_none());
+    caches.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consistent_reads_from_etcd_on_an_etcd_with_unordered_progress() {
+    consistent_reads_see_the_latest_write(ConsistentReads::Auto).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consistent_reads_from_the_cache_with_progress_requests() {
+    consistent_reads_see_the_latest_write(ConsistentReads::FromCache).await;
+}
