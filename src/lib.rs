@@ -68,6 +68,7 @@ mod resource_version;
 mod router;
 mod schema;
 pub mod selector;
+pub mod server;
 mod source;
 mod store;
 mod upstream;

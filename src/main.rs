@@ -1,0 +1,163 @@
+//! `watchcache`: the command-line entry point.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tracing::{error, info};
+use watchcache::etcd::{ConsistentReads, EtcdCaches, EtcdConfig, LocalEtcd};
+use watchcache::server::{Server, ServerConfig};
+use watchcache::{CacheConfig, ResourceDef};
+
+/// An indexed watch cache with trigger-based routing, serving the Kubernetes list/watch API from etcd.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the Kubernetes list/watch API for the defined resources, cached from etcd.
+    ///
+    /// Logging is filtered by RUST_LOG (default: info), e.g. RUST_LOG=watchcache=debug.
+    Serve(ServeArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ConsistentReadsArg {
+    /// From the cache on etcd 3.4.31+/3.5.13+, from etcd range reads on older versions.
+    Auto,
+    /// Always from the cache (waits for it to reach etcd's revision).
+    Cache,
+    /// Always from etcd range reads.
+    Etcd,
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// etcd client URL; repeat for a cluster. With none, a local etcd is started from PATH.
+    #[arg(long = "etcd", value_name = "URL")]
+    etcd: Vec<String>,
+    /// Data directory of the local etcd (only without --etcd).
+    #[arg(long, default_value = "./watchcache-data")]
+    data_dir: PathBuf,
+    /// Client port of the local etcd (its peer port is this plus 10; only without --etcd).
+    #[arg(long, default_value_t = 23790)]
+    local_etcd_port: u16,
+    /// Address to serve HTTP on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Directory of resource definitions (*.toml); they add to, or replace, the built-ins of the
+    /// same group and plural.
+    #[arg(long, value_name = "DIR")]
+    indexers: Option<PathBuf>,
+    /// Largest accepted request body, in bytes.
+    #[arg(long, default_value_t = 3 * 1024 * 1024)]
+    max_body_bytes: usize,
+    /// Longest accepted field or label selector, in bytes.
+    #[arg(long, default_value_t = 4096)]
+    max_selector_len: usize,
+    /// Most concurrent watches; more are answered 429.
+    #[arg(long, default_value_t = 200_000)]
+    max_watchers: usize,
+    /// How consistent reads (resourceVersion unset) are served.
+    #[arg(long, value_enum, default_value_t = ConsistentReadsArg::Auto)]
+    consistent_reads: ConsistentReadsArg,
+}
+
+fn definitions(dir: Option<&PathBuf>) -> Result<Vec<ResourceDef>, watchcache::DefinitionError> {
+    let mut defs = ResourceDef::builtins();
+    if let Some(dir) = dir {
+        for d in ResourceDef::load_dir(dir)? {
+            defs.retain(|b| !(b.group == d.group && b.plural == d.plural));
+            defs.push(d);
+        }
+    }
+    Ok(defs)
+}
+
+async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let defs = definitions(args.indexers.as_ref())?;
+    let mut local = None;
+    let endpoints = if args.etcd.is_empty() {
+        let e = LocalEtcd::start_on(
+            &args.data_dir,
+            args.local_etcd_port,
+            args.local_etcd_port + 10,
+        )
+        .await?;
+        let url = e.url();
+        local = Some(e);
+        vec![url]
+    } else {
+        args.etcd.clone()
+    };
+    let mut etcd = EtcdConfig::new(endpoints);
+    etcd.consistent_reads = match args.consistent_reads {
+        ConsistentReadsArg::Auto => ConsistentReads::Auto,
+        ConsistentReadsArg::Cache => ConsistentReads::FromCache,
+        ConsistentReadsArg::Etcd => ConsistentReads::FromEtcd,
+    };
+    let caches = EtcdCaches::connect(etcd, defs, CacheConfig::default()).await?;
+    let config = ServerConfig {
+        max_body_bytes: args.max_body_bytes,
+        max_selector_len: args.max_selector_len,
+        max_watchers: args.max_watchers,
+        ..ServerConfig::default()
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    info!(listen = %args.listen, "watchcache listening");
+    Server::new(&caches, config)
+        .serve(listener, shutdown_signal())
+        .await?;
+    caches.shutdown().await;
+    drop(local);
+    info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM"),
+        _ = int.recv() => info!("SIGINT"),
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!(error = %e, "cannot start the runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!(error = %e, "watchcache failed");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Kubernetes `Status` objects: every error the server returns, with the right code and reason.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::json;
+
+use crate::error::Error;
+
+/// An error answer: a Kubernetes `Status` with its HTTP code.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    code: u16,
+    reason: &'static str,
+    message: String,
+    retry_after: Option<u64>,
+    causes: Vec<(String, String)>,
+    details: Option<(String, String)>,
+}
+
+impl ApiError {
+    /// A status with a code, reason and message.
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            retry_after: None,
+            causes: Vec::new(),
+            details: None,
+        }
+    }
+
+    /// 400 BadRequest.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(400, "BadRequest", message)
+    }
+
+    /// 404 NotFound for a path that names no resource.
+    pub fn no_route(path: &str) -> ApiError {
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
+    }
+
+    /// 409 AlreadyExists.
+    pub fn already_exists(plural: &str, name: &str) -> ApiError {
+        let mut e = ApiError::new(
+            409,
+            "AlreadyExists",
+            format!("{plural} \"{name}\" already exists"),
+        );
+        e.details = Some((plural.to_owned(), name.to_owned()));
+        e
+    }
+
+    /// 409 Conflict for a failed resourceVersion precondition.
+    pub fn conflict(plural: &str, name: &str) -> ApiError {
+        let mut e = ApiError::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {plural} \"{name}\": the object has been modified; \
+                 please apply your changes to the latest version and try again"
+            ),
+        );
+        e.details = Some((plural.to_owned(), name.to_owned()));
+        e
+    }
+
+    /// 413 RequestEntityTooLarge.
+    pub fn too_large(what: &str, limit: usize) -> ApiError {
+        ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("{what} exceeds the limit of {limit} bytes"),
+        )
+    }
+
+    /// 429 TooManyRequests with a Retry-After.
+    pub fn too_many(message: impl Into<String>, retry_after: u64) -> ApiError {
+        let mut e = ApiError::new(429, "TooManyRequests", message);
+        e.retry_after = Some(retry_after);
+        e
+    }
+
+    /// 405 MethodNotAllowed.
+    pub fn method_not_allowed(method: &str, path: &str) -> ApiError {
+        ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!("{method} is not supported on {path}"),
+        )
+    }
+
+    /// The HTTP code.
+    pub fn code(&self) -> u16 {
+        self.code
+    }
+
+    /// The `Status` object as JSON.
+    pub fn status_json(&self) -> Bytes {
+        let mut details = serde_json::Map::new();
+        if let Some((kind, name)) = &self.details {
+            details.insert("name".into(), json!(name));
+            details.insert("kind".into(), json!(kind));
+        }
+        if !self.causes.is_empty() {
+            let causes: Vec<_> = self
+                .causes
+                .iter()
+                .map(|(r, m)| json!({"reason": r, "message": m}))
+                .collect();
+            details.insert("causes".into(), json!(causes));
+        }
+        if let Some(s) = self.retry_after {
+            details.insert("retryAfterSeconds".into(), json!(s));
+        }
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if !details.is_empty() {
+            status["details"] = serde_json::Value::Object(details);
+        }
+        Bytes::from(status.to_string())
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        let mut out = ApiError::new(e.code(), e.reason(), e.to_string());
+        out.retry_after = e.retry_after().map(|d| d.as_secs().max(1));
+        if let Error::TooLargeResourceVersion { .. } = e {
+            out.causes.push((
+                "ResourceVersionTooLarge".into(),
+                "Too large resource version".into(),
+            ));
+        }
+        if let Error::NotFound { kind, name } = &e {
+            out.details = Some((kind.clone(), name.clone()));
+        }
+        out
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut resp = (
+            code,
+            [(header::CONTENT_TYPE, "application/json")],
+            self.status_json(),
+        )
+            .into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        resp
+    }
+}
