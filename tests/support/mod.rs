@@ -63,3 +63,4 @@ pub fn summary(evs: &[Result<WatchEvent, Error>]) -> Vec<(EventType, String, u64
         .collect()
 }
 pub mod etcd;
+pub mod server;

@@ -1,0 +1,78 @@
+//! An in-process watchcache server on a free loopback port, over a real etcd.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use watchcache::etcd::{EtcdCaches, EtcdConfig};
+use watchcache::server::{Server, ServerConfig};
+use watchcache::{CacheConfig, ResourceDef};
+
+use super::etcd::{Etcd, etcd};
+
+pub struct TestServer {
+    pub url: String,
+    pub etcd: Etcd,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub async fn start(config: ServerConfig) -> TestServer {
+        Self::start_with(config, |_| {}).await
+    }
+
+    pub async fn start_with(
+        config: ServerConfig,
+        tune: impl FnOnce(&mut EtcdConfig),
+    ) -> TestServer {
+        Self::start_with_defs(config, tune, ResourceDef::builtins()).await
+    }
+
+    pub async fn start_with_defs(
+        config: ServerConfig,
+        tune: impl FnOnce(&mut EtcdConfig),
+        defs: Vec<ResourceDef>,
+    ) -> TestServer {
+        let etcd = etcd().await;
+        let mut ec = super::etcd::config(&[etcd.server.url()]);
+        tune(&mut ec);
+        let caches = EtcdCaches::connect(ec, defs, CacheConfig::default())
+            .await
+            .unwrap();
+        for (_, c) in caches.caches() {
+            c.wait_ready(Duration::from_secs(30)).await.unwrap();
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = Server::new(&caches, config);
+        let task = tokio::spawn(async move {
+            server
+                .serve(listener, async { stopped.await.ok().unwrap_or(()) })
+                .await
+                .unwrap();
+            caches.shutdown().await;
+        });
+        TestServer {
+            url,
+            etcd,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Stops the server (ending every watch) and waits for it.
+    pub async fn stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(10), t)
+                .await
+                .expect("server stops within 10 s")
+                .unwrap();
+        }
+    }
+}
