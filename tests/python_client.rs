@@ -14,16 +14,33 @@ use watchcache::server::ServerConfig;
 async fn the_official_python_client_works_unchanged() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = root.join("target/pyvenv");
-    let status = Command::new(root.join("scripts/python-venv")).arg(&venv).status().expect("run scripts/python-venv");
-    assert!(status.success(), "could not create the Python venv with the kubernetes client");
+    let status = Command::new(root.join("scripts/python-venv"))
+        .arg(&venv)
+        .status()
+        .expect("run scripts/python-venv");
+    assert!(
+        status.success(),
+        "could not create the Python venv with the kubernetes client"
+    );
     let s = TestServer::start(ServerConfig::default()).await;
     let script = root.join("tests/python/client_test.py");
     let url = s.url.clone();
-    let out = tokio::task::spawn_blocking(move || Command::new(venv.join("bin/python")).arg(script).arg(url).output())
-        .await
-        .unwrap()
-        .expect("run the Python client test");
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "python client test failed:\n{stdout}\n{stderr}");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(venv.join("bin/python"))
+            .arg(script)
+            .arg(url)
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("run the Python client test");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "python client test failed:\n{stdout}\n{stderr}"
+    );
     assert_eq!(stdout.trim(), "OK");
 }

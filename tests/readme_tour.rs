@@ -6,16 +6,25 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 fn tour() -> String {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let start = readme.find("<!-- tour:start -->").expect("tour start marker");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let start = readme
+        .find("<!-- tour:start -->")
+        .expect("tour start marker");
     let end = readme.find("<!-- tour:end -->").expect("tour end marker");
     let block = &readme[start..end];
-    let code = block.split("```sh").nth(1).expect("a sh block").split("```").next().unwrap();
+    let code = block
+        .split("```sh")
+        .nth(1)
+        .expect("a sh block")
+        .split("```")
+        .next()
+        .unwrap();
     code.to_owned()
 }
 
 fn start_server(dir: &Path) -> Child {
-    let child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
         .args(["serve", "--listen", "127.0.0.1:8080"])
         .current_dir(dir)
         .stdout(Stdio::null())
@@ -23,25 +32,43 @@ fn start_server(dir: &Path) -> Child {
         .spawn()
         .unwrap();
     for _ in 0..200 {
-        let ok = Command::new("curl").args(["-sf", "http://127.0.0.1:8080/readyz"]).output().is_ok_and(|o| o.status.success());
+        let ok = Command::new("curl")
+            .args(["-sf", "http://127.0.0.1:8080/readyz"])
+            .output()
+            .is_ok_and(|o| o.status.success());
         if ok {
             return child;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("watchcache did not become ready");
 }
 
 fn stop(mut child: Child) {
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
     let status = child.wait().unwrap();
-    assert!(status.success(), "watchcache exits cleanly on SIGTERM: {status}");
+    assert!(
+        status.success(),
+        "watchcache exits cleanly on SIGTERM: {status}"
+    );
 }
 
 fn run(script: &str, dir: &Path) -> String {
-    let out = Command::new("bash").args(["-euo", "pipefail", "-c", script]).current_dir(dir).output().unwrap();
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .current_dir(dir)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "tour failed: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tour failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     text
 }
 
@@ -54,16 +81,33 @@ fn the_readme_tour_works() {
     stop(server);
     let list: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     assert_eq!(list["kind"], "PodList");
-    let names: Vec<&str> = list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["web-1", "web-4"], "node-1's pods");
     assert!(out.contains(r#"{"type":"ADDED","object":"#), "{out}");
     assert!(out.contains(r#""nodeName":"node-1""#), "{out}");
-    assert!(out.contains(r#"{"type":"BOOKMARK""#) && out.contains(r#""k8s.io/initial-events-end":"true""#), "{out}");
-    assert!(out.contains(r#""reason":"BadRequest""#) && out.contains("at position"), "{out}");
+    assert!(
+        out.contains(r#"{"type":"BOOKMARK""#)
+            && out.contains(r#""k8s.io/initial-events-end":"true""#),
+        "{out}"
+    );
+    assert!(
+        out.contains(r#""reason":"BadRequest""#) && out.contains("at position"),
+        "{out}"
+    );
     // After a restart the window starts at the current revision: the last line shows 410.
     let server = start_server(dir.path());
-    let last = script.lines().filter(|l| !l.trim().is_empty()).last().unwrap();
+    let last = script.lines().rfind(|l| !l.trim().is_empty()).unwrap();
     let out = run(&format!("WC=http://127.0.0.1:8080\n{last}"), dir.path());
     stop(server);
-    assert!(out.contains(r#"{"type":"ERROR","object":"#) && out.contains(r#""reason":"Expired""#) && out.contains(r#""code":410"#), "{out}");
+    assert!(
+        out.contains(r#"{"type":"ERROR","object":"#)
+            && out.contains(r#""reason":"Expired""#)
+            && out.contains(r#""code":410"#),
+        "{out}"
+    );
 }

@@ -7,9 +7,13 @@ use serde_json::json;
 
 use crate::error::Error;
 
-/// An error answer: a Kubernetes `Status` with its HTTP code.
+/// An error answer: a Kubernetes `Status` with its HTTP code. Boxed: errors are rare and results
+/// stay small.
 #[derive(Debug, Clone)]
-pub struct ApiError {
+pub struct ApiError(Box<Inner>);
+
+#[derive(Debug, Clone)]
+struct Inner {
     code: u16,
     reason: &'static str,
     message: String,
@@ -21,14 +25,14 @@ pub struct ApiError {
 impl ApiError {
     /// A status with a code, reason and message.
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
+        ApiError(Box::new(Inner {
             code,
             reason,
             message: message.into(),
             retry_after: None,
             causes: Vec::new(),
             details: None,
-        }
+        }))
     }
 
     /// 400 BadRequest.
@@ -52,7 +56,7 @@ impl ApiError {
             "AlreadyExists",
             format!("{plural} \"{name}\" already exists"),
         );
-        e.details = Some((plural.to_owned(), name.to_owned()));
+        e.0.details = Some((plural.to_owned(), name.to_owned()));
         e
     }
 
@@ -66,7 +70,7 @@ impl ApiError {
                  please apply your changes to the latest version and try again"
             ),
         );
-        e.details = Some((plural.to_owned(), name.to_owned()));
+        e.0.details = Some((plural.to_owned(), name.to_owned()));
         e
     }
 
@@ -82,7 +86,7 @@ impl ApiError {
     /// 429 TooManyRequests with a Retry-After.
     pub fn too_many(message: impl Into<String>, retry_after: u64) -> ApiError {
         let mut e = ApiError::new(429, "TooManyRequests", message);
-        e.retry_after = Some(retry_after);
+        e.0.retry_after = Some(retry_after);
         e
     }
 
@@ -97,25 +101,26 @@ impl ApiError {
 
     /// The HTTP code.
     pub fn code(&self) -> u16 {
-        self.code
+        self.0.code
     }
 
     /// The `Status` object as JSON.
     pub fn status_json(&self) -> Bytes {
+        let this = &self.0;
         let mut details = serde_json::Map::new();
-        if let Some((kind, name)) = &self.details {
+        if let Some((kind, name)) = &this.details {
             details.insert("name".into(), json!(name));
             details.insert("kind".into(), json!(kind));
         }
-        if !self.causes.is_empty() {
-            let causes: Vec<_> = self
+        if !this.causes.is_empty() {
+            let causes: Vec<_> = this
                 .causes
                 .iter()
                 .map(|(r, m)| json!({"reason": r, "message": m}))
                 .collect();
             details.insert("causes".into(), json!(causes));
         }
-        if let Some(s) = self.retry_after {
+        if let Some(s) = this.retry_after {
             details.insert("retryAfterSeconds".into(), json!(s));
         }
         let mut status = json!({
@@ -123,9 +128,9 @@ impl ApiError {
             "apiVersion": "v1",
             "metadata": {},
             "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
+            "message": this.message,
+            "reason": this.reason,
+            "code": this.code,
         });
         if !details.is_empty() {
             status["details"] = serde_json::Value::Object(details);
@@ -137,15 +142,15 @@ impl ApiError {
 impl From<Error> for ApiError {
     fn from(e: Error) -> ApiError {
         let mut out = ApiError::new(e.code(), e.reason(), e.to_string());
-        out.retry_after = e.retry_after().map(|d| d.as_secs().max(1));
+        out.0.retry_after = e.retry_after().map(|d| d.as_secs().max(1));
         if let Error::TooLargeResourceVersion { .. } = e {
-            out.causes.push((
+            out.0.causes.push((
                 "ResourceVersionTooLarge".into(),
                 "Too large resource version".into(),
             ));
         }
         if let Error::NotFound { kind, name } = &e {
-            out.details = Some((kind.clone(), name.clone()));
+            out.0.details = Some((kind.clone(), name.clone()));
         }
         out
     }
@@ -153,14 +158,14 @@ impl From<Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let code = StatusCode::from_u16(self.0.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut resp = (
             code,
             [(header::CONTENT_TYPE, "application/json")],
             self.status_json(),
         )
             .into_response();
-        if let Some(s) = self.retry_after {
+        if let Some(s) = self.0.retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
