@@ -52,6 +52,7 @@
 #![deny(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
+pub mod bench;
 mod cache;
 mod config;
 mod continue_token;

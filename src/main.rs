@@ -10,6 +10,11 @@ use watchcache::etcd::{ConsistentReads, EtcdCaches, EtcdConfig, LocalEtcd};
 use watchcache::server::{Server, ServerConfig};
 use watchcache::{CacheConfig, ResourceDef};
 
+// Many small long-lived allocations per watcher: mimalloc keeps their resident cost close to
+// their size (glibc's arenas fragment; measured in design/performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// An indexed watch cache with trigger-based routing, serving the Kubernetes list/watch API from etcd.
 #[derive(Parser)]
 #[command(version, about, long_about = None)]
@@ -24,6 +29,53 @@ enum Command {
     ///
     /// Logging is filtered by RUST_LOG (default: info), e.g. RUST_LOG=watchcache=debug.
     Serve(ServeArgs),
+    /// Load the cache kubelet-style on a real etcd and report latency, loss and resource use,
+    /// optionally side by side with one etcd watch per watcher (the world before the cache).
+    Bench(BenchArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BenchMode {
+    /// Watchers watch the cache over HTTP.
+    Cache,
+    /// Each watcher opens its own etcd watch and filters on the client.
+    DirectEtcd,
+    /// Both, one after the other, with ratios.
+    Both,
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Nodes; pods are spread over them.
+    #[arg(long, default_value_t = 100)]
+    nodes: usize,
+    /// Pods created before the churn (about 2 KB each).
+    #[arg(long, default_value_t = 1000)]
+    pods: usize,
+    /// Per-node watchers (fieldSelector=spec.nodeName=node-i), one per node.
+    #[arg(long, default_value_t = 100)]
+    watchers: usize,
+    /// Unrouted watchers of all pods (controllers).
+    #[arg(long, default_value_t = 2)]
+    unrouted: usize,
+    /// Target writes per second during the churn.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Churn duration in seconds.
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// What to measure.
+    #[arg(long, value_enum, default_value_t = BenchMode::Cache)]
+    mode: BenchMode,
+    /// etcd client URL (repeatable); with none, a fresh local etcd is started per mode.
+    #[arg(long = "etcd", value_name = "URL")]
+    etcd: Vec<String>,
+    /// A running watchcache server; with none, one is started per cache-mode run.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    /// Write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -66,6 +118,9 @@ struct ServeArgs {
     /// How consistent reads (resourceVersion unset) are served.
     #[arg(long, value_enum, default_value_t = ConsistentReadsArg::Auto)]
     consistent_reads: ConsistentReadsArg,
+    /// Serve only these resources (plural names, comma-separated); default: every definition.
+    #[arg(long, value_delimiter = ',', value_name = "PLURAL")]
+    resources: Vec<String>,
 }
 
 fn definitions(dir: Option<&PathBuf>) -> Result<Vec<ResourceDef>, watchcache::DefinitionError> {
@@ -80,7 +135,17 @@ fn definitions(dir: Option<&PathBuf>) -> Result<Vec<ResourceDef>, watchcache::De
 }
 
 async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let defs = definitions(args.indexers.as_ref())?;
+    let mut defs = definitions(args.indexers.as_ref())?;
+    if !args.resources.is_empty() {
+        if let Some(unknown) = args
+            .resources
+            .iter()
+            .find(|r| !defs.iter().any(|d| &d.plural == *r))
+        {
+            return Err(format!("--resources: no definition for \"{unknown}\"").into());
+        }
+        defs.retain(|d| args.resources.contains(&d.plural));
+    }
     let mut local = None;
     let endpoints = if args.etcd.is_empty() {
         let e = LocalEtcd::start_on(
@@ -119,6 +184,34 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+async fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let cfg = watchcache::bench::BenchConfig {
+        nodes: args.nodes,
+        pods: args.pods,
+        watchers: args.watchers,
+        unrouted: args.unrouted,
+        rate: args.rate,
+        duration: std::time::Duration::from_secs(args.duration),
+        mode: match args.mode {
+            BenchMode::Cache => watchcache::bench::Mode::Cache,
+            BenchMode::DirectEtcd => watchcache::bench::Mode::DirectEtcd,
+            BenchMode::Both => watchcache::bench::Mode::Both,
+        },
+        etcd: args.etcd,
+        server: args.server,
+        server_binary: std::env::current_exe()?,
+        delivery_grace: std::time::Duration::from_secs(30),
+        progress: true,
+    };
+    let report = watchcache::bench::run(cfg).await?;
+    print!("{}", watchcache::bench::table(&report));
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
+        info!(path = %path.display(), "report written");
+    }
+    Ok(())
+}
+
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
@@ -151,6 +244,7 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Serve(args) => serve(args).await,
+            Command::Bench(args) => bench(args).await,
         }
     });
     match result {

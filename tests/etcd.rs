@@ -598,3 +598,31 @@ async fn consistent_reads_from_etcd_on_an_etcd_with_unordered_progress() {
 async fn consistent_reads_from_the_cache_with_progress_requests() {
     consistent_reads_see_the_latest_write(ConsistentReads::FromCache).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_pages_larger_than_grpcs_default_message_limit() {
+    let e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    // 2 500 pods of ~4 KB: one 3 000-key page is ~10 MB, over gRPC's default 4 MiB.
+    for chunk in (0..2500).collect::<Vec<usize>>().chunks(50) {
+        let ops: Vec<etcd_client::TxnOp> = chunk
+            .iter()
+            .map(|i| {
+                let name = format!("big-{i:05}");
+                let mut v: serde_json::Value =
+                    serde_json::from_str(&pod("ns", &name, "n1", &[])).unwrap();
+                v["metadata"]["annotations"] = serde_json::json!({"pad": "x".repeat(4000)});
+                etcd_client::TxnOp::put(key("ns", &name), v.to_string(), None)
+            })
+            .collect();
+        c.txn(etcd_client::Txn::new().and_then(ops)).await.unwrap();
+    }
+    let caches = pods_from(config(&eps)).await;
+    let cache = caches.cache("pods").unwrap();
+    assert_eq!(cache.stats().objects, 2500);
+    // A consistent list served from etcd pages the same way.
+    let list = cache.list(&ListOptions::all()).await.unwrap();
+    assert_eq!(list.items.len(), 2500);
+    caches.shutdown().await;
+}

@@ -708,3 +708,95 @@ async fn unready_caches_answer_429_with_retry_after() {
     }
     assert!(ready);
 }
+
+/// Reads from a raw socket until `end` appears (or 10 s pass).
+async fn read_until(s: &mut tokio::net::TcpStream, end: &[u8]) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !out.windows(end.len()).any(|w| w == end) {
+        let mut buf = [0u8; 4096];
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => out.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_connection_is_kept_alive_and_a_gone_client_releases_its_watcher() {
+    use tokio::io::AsyncWriteExt;
+    let s = TestServer::start(ServerConfig::default()).await;
+    let (c, base) = (Client::new(), s.url.clone());
+    create(&c, &base, "a", &pod("k", "n1", "web")).await;
+    let addr = base.trim_start_matches("http://");
+    // A watch as the connection's first request, then a LIST on the same connection.
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(b"GET /api/v1/pods?watch=true&resourceVersion=0&timeoutSeconds=1 HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let watch = read_until(&mut sock, b"\r\n0\r\n\r\n").await;
+    let text = String::from_utf8_lossy(&watch);
+    assert!(
+        text.starts_with("HTTP/1.1 200 OK\r\n") && text.contains("Transfer-Encoding: chunked"),
+        "{text}"
+    );
+    assert!(text.contains(r#"{"type":"ADDED","object":"#), "{text}");
+    sock.write_all(b"GET /api/v1/namespaces/a/pods/k HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let get = read_until(&mut sock, b"}}").await;
+    let text = String::from_utf8_lossy(&get);
+    assert!(
+        text.starts_with("HTTP/1.1 200 OK") && text.contains(r#""name":"k""#),
+        "{text}"
+    );
+    // Errors on the fast path are Status responses too.
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(
+        b"GET /api/v1/pods?watch=1&labelSelector=a%20in%20(b HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&read_until(&mut sock, b"}").await).into_owned();
+    assert!(
+        err.starts_with("HTTP/1.1 400 Bad Request") && err.contains(r#""reason":"BadRequest""#),
+        "{err}"
+    );
+    // A client that goes away without any event releases its watcher.
+    let watchers = |m: &str| {
+        m.lines()
+            .filter(|l| l.starts_with("watchcache_watchers{resource=\"pods\""))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum::<u64>()
+    };
+    let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    idle.write_all(b"GET /api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dnowhere HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    read_until(&mut idle, b"\r\n\r\n").await;
+    let m = c
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(watchers(&m), 1);
+    drop(idle);
+    let mut released = false;
+    for _ in 0..50 {
+        let m = c
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if watchers(&m) == 0 {
+            released = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(released, "the watcher of a disconnected client is released");
+}

@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::EtcdConfig;
 use super::backoff::Backoff;
-use super::range::{REQUEST_TIMEOUT, read_page};
+use super::range::{MAX_RESPONSE_BYTES, REQUEST_TIMEOUT, read_page};
 use crate::cache::{Cache, Change};
 
 /// Why a watch ended.
@@ -133,7 +133,10 @@ impl Follower {
         let started = Instant::now();
         let plural = self.cache.definition().plural.clone();
         let prefix = self.prefix().to_owned();
-        let mut kv = self.client.kv_client();
+        let mut kv = self
+            .client
+            .kv_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES);
         let first = read_page(&mut kv, &prefix, None, None, self.config.page_size)
             .await
             .map_err(|e| e.to_string())?;
@@ -191,7 +194,10 @@ impl Follower {
             .with_prev_key()
             .with_progress_notify()
             .with_start_revision(from as i64 + 1);
-        let mut watcher = self.client.watch_client();
+        let mut watcher = self
+            .client
+            .watch_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES);
         let mut stream = match tokio::time::timeout(
             REQUEST_TIMEOUT,
             watcher.watch(self.prefix().to_owned(), Some(opts)),

@@ -186,6 +186,11 @@ impl LocalEtcd {
         format!("http://127.0.0.1:{}", self.client_port)
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Kills the process with SIGKILL (no clean shutdown) and waits for it to exit.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {

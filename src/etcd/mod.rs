@@ -167,7 +167,9 @@ impl EtcdCaches {
             let cache = Cache::new(def, cache_config.clone());
             let progress = Arc::new(Notify::new());
             cache.set_upstream(Arc::new(EtcdUpstream {
-                kv: client.kv_client(),
+                kv: client
+                    .kv_client()
+                    .max_decoding_message_size(range::MAX_RESPONSE_BYTES),
                 prefix: cache.definition().prefix.clone(),
                 progress: Arc::clone(&progress),
                 reliable,

@@ -23,6 +23,10 @@ pub(crate) fn prefix_end(prefix: &str) -> Vec<u8> {
     vec![0]
 }
 
+/// Largest etcd response the cache accepts. A list page of 10 000 objects of a few KB each is tens of
+/// MB, far over gRPC's default 4 MiB (kube-apiserver allows 2 GiB).
+pub(crate) const MAX_RESPONSE_BYTES: usize = 512 * 1024 * 1024;
+
 /// How long a unary etcd request may take before it counts as failed.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -13,6 +13,7 @@ mod metrics;
 mod params;
 mod status;
 mod watch_body;
+mod watch_conn;
 mod writes;
 
 use std::net::SocketAddr;
@@ -30,8 +31,11 @@ use bytes::Bytes;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use futures_util::stream;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 pub use metrics::ServerMetrics;
 pub use status::ApiError;
@@ -41,7 +45,7 @@ use crate::encode::{Frame, list_parts};
 use crate::error::Error;
 use crate::etcd::EtcdCaches;
 use params::ReadParams;
-use watch_body::WatcherSlot;
+use watch_body::{WatchEvents, WatcherSlot};
 
 /// Limits and defaults of the server.
 #[derive(Debug, Clone)]
@@ -67,7 +71,7 @@ impl Default for ServerConfig {
     }
 }
 
-struct AppState {
+pub(crate) struct AppState {
     caches: Vec<Cache>,
     etcd: etcd_client::Client,
     config: ServerConfig,
@@ -110,8 +114,12 @@ impl Server {
             .with_state(Arc::clone(&self.state))
     }
 
-    /// Serves on `listener` until `stop` completes; then ends every watch and waits for the
-    /// connections to finish.
+    /// Serves HTTP/1.1 on `listener` until `stop` completes; then ends every watch and waits (up to
+    /// 10 s) for the connections to finish.
+    ///
+    /// Connections are served by hyper's HTTP/1 connection directly: an idle watch then costs its
+    /// buffers and a small task (the HTTP/1-or-2 auto connection's task is 16 KiB larger, which
+    /// doubled the memory of an idle watcher; see design/performance.md).
     ///
     /// # Errors
     /// The listener's I/O error.
@@ -122,17 +130,59 @@ impl Server {
     ) -> std::io::Result<()> {
         let addr: Option<SocketAddr> = listener.local_addr().ok();
         info!(?addr, "serving");
-        let shutdown = self.shutdown.clone();
-        let app = self.router();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                stop.await;
-                info!("shutting down: ending watches");
-                if shutdown.send(true).is_err() {
-                    debug!("no watch was listening for shutdown");
-                }
-            })
+        let service = TowerToHyperService::new(self.router());
+        let graceful = GracefulShutdown::new();
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30));
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => {
+                        // Watch events are small writes on long-lived connections: without
+                        // TCP_NODELAY, Nagle's algorithm and delayed ACKs hold them back.
+                        if let Err(e) = tcp.set_nodelay(true) {
+                            debug!(error = %e, "cannot set TCP_NODELAY");
+                        }
+                        let (st, service, http, watcher) = (Arc::clone(&self.state), service.clone(), http.clone(), graceful.watcher());
+                        tokio::spawn(async move {
+                            let mut tcp = tcp;
+                            let prefix = match watch_conn::first_request(&mut tcp, &st).await {
+                                Ok(watch_conn::FirstRequest::NotAWatch(bytes)) => bytes,
+                                Ok(watch_conn::FirstRequest::Served { rest, keep_alive: true }) => rest,
+                                Ok(watch_conn::FirstRequest::Served { keep_alive: false, .. }) => return,
+                                Err(e) => return watch_conn::log_io(&e),
+                            };
+                            let io = TokioIo::new(watch_conn::Rewind::new(prefix, tcp));
+                            // Boxed: the task of an idle fast-path watch then does not carry room
+                            // for hyper's connection state (about 4 KiB).
+                            if let Err(e) = Box::pin(watcher.watch(http.serve_connection(io, service))).await {
+                                debug!(error = %e, "connection ended with an error");
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        // Out of file descriptors, typically: back off instead of spinning.
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                _ = &mut stop => break,
+            }
+        }
+        info!("shutting down: ending watches");
+        drop(listener);
+        if self.shutdown.send(true).is_err() {
+            debug!("no watch was listening for shutdown");
+        }
+        if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown())
             .await
+            .is_err()
+        {
+            warn!("connections still open 10 s after shutdown");
+        }
+        Ok(())
     }
 
     /// Open watches.
@@ -186,13 +236,18 @@ fn wants_gzip(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT_ENCODING)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|enc| {
+        .any(|v| wants_gzip_value(v.as_bytes()))
+}
+
+/// Whether an Accept-Encoding value accepts gzip.
+pub(crate) fn wants_gzip_value(v: &[u8]) -> bool {
+    std::str::from_utf8(v).is_ok_and(|v| {
+        v.split(',').any(|enc| {
             enc.split(';')
                 .next()
                 .is_some_and(|e| e.trim().eq_ignore_ascii_case("gzip"))
         })
+    })
 }
 
 fn gzip_all(parts: &[Bytes]) -> Bytes {
@@ -225,13 +280,18 @@ fn body_of(parts: Vec<Bytes>, gzip: bool, code: StatusCode) -> Response {
 }
 
 /// What a resource path names.
-struct Target<'a> {
-    cache: &'a Cache,
-    namespace: Option<String>,
-    name: Option<String>,
+pub(crate) struct Target<'a> {
+    pub cache: &'a Cache,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
 }
 
-fn resolve<'a>(st: &'a AppState, group: &str, version: &str, rest: &[&str]) -> Option<Target<'a>> {
+pub(crate) fn resolve<'a>(
+    st: &'a AppState,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+) -> Option<Target<'a>> {
     let (plural, namespace, name) = match rest {
         [r] => (*r, None, None),
         [r, n] => (*r, None, Some(*n)),
@@ -361,13 +421,20 @@ async fn read(
     ))
 }
 
-async fn watch(
+/// A watch that has started: its events, or the single ERROR frame of a start older than the
+/// window (upstream sends that as an event in a 200 stream, not as an HTTP error).
+pub(crate) enum Started {
+    Events(WatchEvents),
+    TooOld(Frame),
+}
+
+/// Starts a watch: the concurrent-watcher limit, the deadline, and the cache's watch.
+pub(crate) async fn start_watch(
     st: &Arc<AppState>,
     cache: &Cache,
     ns: Option<&str>,
     params: &ReadParams,
-    gzip: bool,
-) -> Result<Response, ApiError> {
+) -> Result<Started, ApiError> {
     let limit = st.config.max_watchers;
     if st.watchers.fetch_add(1, Ordering::Relaxed) >= limit {
         st.watchers.fetch_sub(1, Ordering::Relaxed);
@@ -382,19 +449,32 @@ async fn watch(
         lo + (hi.saturating_sub(lo)).mul_f64(fastrand::f64())
     });
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut resp = match cache.watch(params.watch_options(ns)?).await {
-        Ok(events) => {
-            let body = watch_body::body(events, deadline, st.shutdown.clone(), gzip, slot);
-            json_response(StatusCode::OK, Body::from_stream(body))
-        }
-        // Upstream sends "too old" as an ERROR event in a 200 stream, not as an HTTP error.
-        Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => {
-            drop(slot);
-            let frame = Frame::error(ApiError::from(e).status_json());
-            let parts = frame.parts().to_vec();
-            return Ok(body_of(parts, gzip, StatusCode::OK));
-        }
-        Err(e) => return Err(e.into()),
+    match cache.watch(params.watch_options(ns)?).await {
+        Ok(stream) => Ok(Started::Events(WatchEvents {
+            stream,
+            deadline,
+            _slot: slot,
+        })),
+        Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => Ok(Started::TooOld(
+            Frame::error(ApiError::from(e).status_json()),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn watch(
+    st: &Arc<AppState>,
+    cache: &Cache,
+    ns: Option<&str>,
+    params: &ReadParams,
+    gzip: bool,
+) -> Result<Response, ApiError> {
+    let mut resp = match start_watch(st, cache, ns, params).await? {
+        Started::Events(w) => json_response(
+            StatusCode::OK,
+            Body::from_stream(watch_body::body(w, st.shutdown.clone(), gzip)),
+        ),
+        Started::TooOld(frame) => return Ok(body_of(frame.parts().to_vec(), gzip, StatusCode::OK)),
     };
     if gzip {
         resp.headers_mut().insert(

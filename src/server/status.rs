@@ -99,6 +99,11 @@ impl ApiError {
         )
     }
 
+    /// Seconds a client should wait before retrying, when the error says so.
+    pub fn retry_after(&self) -> Option<u64> {
+        self.0.retry_after
+    }
+
     /// The HTTP code.
     pub fn code(&self) -> u16 {
         self.0.code

@@ -1,6 +1,7 @@
-//! The body of a WATCH response: a chunked stream of `{"type":...,"object":...}` lines. Each event's
-//! frame goes onto the socket as the cache's shared bytes (three chunks, no copy); with gzip, each
-//! frame is compressed and flushed so the client sees it at once.
+//! The body of a WATCH response served by hyper: a chunked stream of `{"type":...,"object":...}`
+//! lines. Each event's frame goes out as the cache's shared bytes (three chunks, no copy); with
+//! gzip, each frame is compressed and flushed so the client sees it at once. (Most watches are
+//! served by the fast path in `watch_conn.rs`, which shares [`FrameEncoder`].)
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -16,9 +17,10 @@ use tokio::time::Instant;
 
 use super::status::ApiError;
 use crate::encode::Frame;
-use crate::watch_stream::WatchStream;
+use crate::error::Error;
+use crate::watch_stream::{WatchEvent, WatchStream};
 
-/// Holds one slot of the concurrent-watcher limit for as long as the body lives.
+/// Holds one slot of the concurrent-watcher limit for as long as the watch lives.
 pub struct WatcherSlot(pub Arc<AtomicUsize>);
 
 impl Drop for WatcherSlot {
@@ -27,18 +29,27 @@ impl Drop for WatcherSlot {
     }
 }
 
-struct State {
-    events: WatchStream,
-    deadline: Instant,
-    shutdown: watch::Receiver<bool>,
-    gzip: Option<GzEncoder<Vec<u8>>>,
-    done: bool,
-    _slot: WatcherSlot,
+/// A started watch: its events, when it must end, and its slot.
+pub struct WatchEvents {
+    pub stream: WatchStream,
+    pub deadline: Instant,
+    /// Held for its `Drop`: the watch counts against the limit while it lives.
+    pub _slot: WatcherSlot,
 }
 
-impl State {
-    /// The chunks for one frame: the shared pieces, or one compressed and flushed chunk.
-    fn chunks(&mut self, frame: &Frame) -> Vec<Bytes> {
+/// Turns frames into response chunks: the shared pieces, or gzip-compressed and flushed.
+pub struct FrameEncoder {
+    gzip: Option<GzEncoder<Vec<u8>>>,
+}
+
+impl FrameEncoder {
+    pub fn new(gzip: bool) -> FrameEncoder {
+        FrameEncoder {
+            gzip: gzip.then(|| GzEncoder::new(Vec::new(), Compression::fast())),
+        }
+    }
+
+    pub fn chunks(&mut self, frame: &Frame) -> Vec<Bytes> {
         match &mut self.gzip {
             None => frame.parts().to_vec(),
             Some(gz) => {
@@ -53,55 +64,62 @@ impl State {
         }
     }
 
-    fn finish(&mut self) -> Vec<Bytes> {
-        self.done = true;
-        match self.gzip.take() {
-            Some(gz) => vec![Bytes::from(gz.finish().unwrap_or_default())],
-            None => Vec::new(),
-        }
+    /// The gzip trailer, once, when compressing.
+    pub fn finish(&mut self) -> Option<Bytes> {
+        self.gzip
+            .take()
+            .map(|gz| Bytes::from(gz.finish().unwrap_or_default()))
     }
 }
 
-/// The response body for a watch that ends at `deadline`, on server shutdown, or after an error
+struct State {
+    w: WatchEvents,
+    shutdown: watch::Receiver<bool>,
+    encoder: FrameEncoder,
+    done: bool,
+}
+
+/// The response body for a watch that ends at its deadline, on server shutdown, or after an error
 /// (sent as an ERROR event with its `Status`).
 pub fn body(
-    events: WatchStream,
-    deadline: Instant,
+    w: WatchEvents,
     shutdown: watch::Receiver<bool>,
     gzip: bool,
-    slot: WatcherSlot,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
-    let gzip = gzip.then(|| GzEncoder::new(Vec::new(), Compression::fast()));
     let state = State {
-        events,
-        deadline,
+        w,
         shutdown,
-        gzip,
+        encoder: FrameEncoder::new(gzip),
         done: false,
-        _slot: slot,
     };
     stream::unfold(state, |mut st| async move {
         if st.done {
             return None;
         }
         enum Next {
-            Event(Option<Result<crate::watch_stream::WatchEvent, crate::error::Error>>),
+            Event(Option<Result<WatchEvent, Error>>),
             End,
         }
         let next = tokio::select! {
-            ev = st.events.next() => Next::Event(ev),
-            _ = tokio::time::sleep_until(st.deadline) => Next::End,
+            ev = st.w.stream.next() => Next::Event(ev),
+            _ = tokio::time::sleep_until(st.w.deadline) => Next::End,
             _ = st.shutdown.wait_for(|stop| *stop) => Next::End,
         };
-        let chunks = match next {
-            Next::Event(Some(Ok(ev))) => st.chunks(&ev.frame()),
+        let mut chunks = match next {
+            Next::Event(Some(Ok(ev))) => st.encoder.chunks(&ev.frame()),
             Next::Event(Some(Err(e))) => {
-                let mut out = st.chunks(&Frame::error(ApiError::from(e).status_json()));
-                out.extend(st.finish());
-                out
+                st.done = true;
+                st.encoder
+                    .chunks(&Frame::error(ApiError::from(e).status_json()))
             }
-            Next::Event(None) | Next::End => st.finish(),
+            Next::Event(None) | Next::End => {
+                st.done = true;
+                Vec::new()
+            }
         };
+        if st.done {
+            chunks.extend(st.encoder.finish());
+        }
         Some((stream::iter(chunks.into_iter().map(Ok)), st))
     })
     .flatten()

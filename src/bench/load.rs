@@ -1,0 +1,372 @@
+//! The load: seeding, watchers (HTTP against the cache, or one etcd watch each), and the paced
+//! churn writer.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use etcd_client::{Client, EventType, Txn, TxnOp, WatchOptions};
+use futures_util::StreamExt;
+use indicatif::ProgressBar;
+use parking_lot::Mutex;
+use tokio::sync::{Semaphore, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::pods;
+
+/// One received event: revision, pod id, receive time (µs since the epoch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    pub rev: u64,
+    pub id: u32,
+    pub at_us: u64,
+}
+
+/// What one watcher received.
+#[derive(Default)]
+pub struct Recorder {
+    pub events: Mutex<Vec<Received>>,
+    pub errors: AtomicU64,
+}
+
+/// Shared counters for progress and connection tracking.
+#[derive(Default)]
+pub struct Counters {
+    pub connected: AtomicUsize,
+    pub failed: AtomicUsize,
+    pub received: AtomicU64,
+}
+
+fn pod_id(name: &[u8]) -> Option<u32> {
+    std::str::from_utf8(name.strip_prefix(b"pod-")?)
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Parses one watch line of the cache's wire format cheaply: (revision, pod id) of a change.
+fn parse_line(line: &[u8]) -> Option<Result<(u64, u32), ()>> {
+    match pods::string_field(line, "type")? {
+        b"ADDED" | b"MODIFIED" | b"DELETED" => {}
+        b"ERROR" => return Some(Err(())),
+        _ => return None,
+    }
+    let rev = std::str::from_utf8(pods::string_field(line, "resourceVersion")?)
+        .ok()?
+        .parse()
+        .ok()?;
+    let id = pod_id(pods::string_field(line, "name")?)?;
+    Some(Ok((rev, id)))
+}
+
+/// A kubelet- or controller-style HTTP watch on the cache.
+pub async fn http_watcher(
+    client: reqwest::Client,
+    url: String,
+    rec: Arc<Recorder>,
+    counters: Arc<Counters>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let resp = match client.get(&url).send().await {
+        Ok(r) if r.status().is_success() => r,
+        _ => {
+            counters.failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    counters.connected.fetch_add(1, Ordering::Relaxed);
+    let mut body = resp.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let chunk = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            c = body.next() => c,
+        };
+        let Some(Ok(chunk)) = chunk else {
+            rec.errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        buf.extend_from_slice(&chunk);
+        let mut start = 0;
+        while let Some(n) = memchr::memchr(b'\n', &buf[start..]) {
+            let line = &buf[start..start + n];
+            start += n + 1;
+            match parse_line(line) {
+                Some(Ok((rev, id))) => {
+                    rec.events.lock().push(Received {
+                        rev,
+                        id,
+                        at_us: pods::now_us(),
+                    });
+                    counters.received.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(Err(())) => {
+                    rec.errors.fetch_add(1, Ordering::Relaxed);
+                }
+                None => {}
+            }
+        }
+        buf.drain(..start);
+    }
+}
+
+/// The world before the cache: each watcher has its own etcd watch on the whole pods prefix and
+/// filters on the client.
+pub async fn etcd_watcher(
+    client: Client,
+    node: Option<usize>,
+    from_rev: u64,
+    rec: Arc<Recorder>,
+    counters: Arc<Counters>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut wc = client.watch_client();
+    let opts = WatchOptions::new()
+        .with_prefix()
+        .with_prev_key()
+        .with_start_revision(from_rev as i64 + 1);
+    let mut stream = match wc.watch("/registry/pods/", Some(opts)).await {
+        Ok(s) => s,
+        Err(_) => {
+            counters.failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    counters.connected.fetch_add(1, Ordering::Relaxed);
+    loop {
+        let msg = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            m = stream.message() => m,
+        };
+        let Ok(Some(resp)) = msg else {
+            rec.errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let now = pods::now_us();
+        for ev in resp.events() {
+            let Some(kv) = ev.kv() else { continue };
+            let new_node = (ev.event_type() == EventType::Put)
+                .then(|| pods::node_of(kv.value()))
+                .flatten();
+            let old_node = ev.prev_kv().and_then(|p| pods::node_of(p.value()));
+            if node.is_none() || new_node == node || old_node == node {
+                let Some(id) = kv
+                    .key_str()
+                    .ok()
+                    .and_then(|k| k.rsplit('/').next())
+                    .and_then(|n| pod_id(n.as_bytes()))
+                else {
+                    continue;
+                };
+                rec.events.lock().push(Received {
+                    rev: kv.mod_revision() as u64,
+                    id,
+                    at_us: now,
+                });
+                counters.received.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Creates `pods` pods (pod i on node i % nodes) in transactions of 100; returns the revision.
+pub async fn seed(
+    client: &Client,
+    pods: usize,
+    nodes: usize,
+    bar: &ProgressBar,
+) -> Result<u64, etcd_client::Error> {
+    let sem = Arc::new(Semaphore::new(8));
+    let mut tasks = Vec::new();
+    for chunk_start in (0..pods).step_by(100) {
+        let permit = Arc::clone(&sem)
+            .acquire_owned()
+            .await
+            .unwrap_or_else(|_| unreachable!("never closed"));
+        let mut kv = client.kv_client();
+        let bar = bar.clone();
+        tasks.push(tokio::spawn(async move {
+            let end = (chunk_start + 100).min(pods);
+            let ops: Vec<TxnOp> = (chunk_start..end)
+                .map(|i| {
+                    TxnOp::put(
+                        pods::key(i),
+                        pods::json(i, i % nodes, 1, pods::now_us()),
+                        None,
+                    )
+                })
+                .collect();
+            let r = kv.txn(Txn::new().and_then(ops)).await;
+            bar.inc((end - chunk_start) as u64);
+            drop(permit);
+            r.map(|r| r.header().map_or(0, |h| h.revision() as u64))
+        }));
+    }
+    let mut rev = 0;
+    for t in tasks {
+        rev = rev.max(t.await.unwrap_or_else(|e| panic!("seed task: {e}"))?);
+    }
+    Ok(rev)
+}
+
+/// The churn writer's view of the pods.
+pub struct Churn {
+    nodes: usize,
+    node_of: Vec<Option<usize>>,
+    live: Vec<usize>,
+    busy: HashSet<usize>,
+    generation: u64,
+}
+
+enum Op {
+    Put(usize, usize),
+    Delete(usize),
+}
+
+impl Churn {
+    pub fn new(pods: usize, nodes: usize) -> Churn {
+        Churn {
+            nodes,
+            node_of: (0..pods).map(|i| Some(i % nodes)).collect(),
+            live: (0..pods).collect(),
+            busy: HashSet::new(),
+            generation: 1,
+        }
+    }
+
+    /// 40 % updates in place, 20 % moves to another node, 20 % creations, 20 % deletions.
+    fn next(&mut self) -> Option<Op> {
+        let roll = fastrand::u32(0..100);
+        if roll < 20 || self.live.is_empty() {
+            let id = self.node_of.len();
+            let node = fastrand::usize(0..self.nodes);
+            self.node_of.push(Some(node));
+            self.live.push(id);
+            self.busy.insert(id);
+            return Some(Op::Put(id, node));
+        }
+        let slot = fastrand::usize(0..self.live.len());
+        let id = self.live[slot];
+        if !self.busy.insert(id) {
+            return None;
+        }
+        let cur = self.node_of[id]?;
+        Some(match roll {
+            20..40 => {
+                self.live.swap_remove(slot);
+                self.node_of[id] = None;
+                Op::Delete(id)
+            }
+            40..60 => {
+                let node = (cur + 1 + fastrand::usize(0..self.nodes.max(2) - 1)) % self.nodes;
+                self.node_of[id] = Some(node);
+                Op::Put(id, node)
+            }
+            _ => Op::Put(id, cur),
+        })
+    }
+}
+
+/// Runs the churn for `duration` at `rate` writes/s (bounded: the writer stops at the deadline
+/// whether or not it kept up). Returns the send time of every acknowledged write, by revision.
+pub async fn churn(
+    client: &Client,
+    churn: Churn,
+    rate: f64,
+    duration: Duration,
+    bar: &ProgressBar,
+) -> HashMap<u64, u64> {
+    let churn = Arc::new(Mutex::new(churn));
+    let sent = Arc::new(Mutex::new(HashMap::new()));
+    let in_flight = Arc::new(Semaphore::new(256));
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1.0)));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let deadline = Instant::now() + duration;
+    while Instant::now() < deadline {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = tokio::time::sleep_until(deadline) => break,
+        }
+        let Some(op) = churn.lock().next() else {
+            continue;
+        };
+        let Ok(permit) = Arc::clone(&in_flight).try_acquire_owned() else {
+            continue;
+        };
+        let (mut kv, sent, churn, bar) = (
+            client.kv_client(),
+            Arc::clone(&sent),
+            Arc::clone(&churn),
+            bar.clone(),
+        );
+        tokio::spawn(async move {
+            let at = pods::now_us();
+            let (id, r) = match op {
+                Op::Put(id, node) => {
+                    let generation = {
+                        let mut c = churn.lock();
+                        c.generation += 1;
+                        c.generation
+                    };
+                    (
+                        id,
+                        kv.put(pods::key(id), pods::json(id, node, generation, at), None)
+                            .await
+                            .map(|r| r.header().map(|h| h.revision())),
+                    )
+                }
+                Op::Delete(id) => (
+                    id,
+                    kv.delete(pods::key(id), None)
+                        .await
+                        .map(|r| r.header().map(|h| h.revision())),
+                ),
+            };
+            if let Ok(Some(rev)) = r {
+                sent.lock().insert(rev as u64, at);
+            }
+            churn.lock().busy.remove(&id);
+            bar.inc(1);
+            drop(permit);
+        });
+    }
+    // Writes still in flight get a bounded time to finish; the rest count as never written.
+    let drained = tokio::time::timeout(Duration::from_secs(10), in_flight.acquire_many(256)).await;
+    if drained.is_err() {
+        tracing::warn!("some writes were still in flight 10 s after the churn ended");
+    }
+    sent.lock().clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_watch_lines_cheaply() {
+        let line = br#"{"type":"MODIFIED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"pod-42","namespace":"bench-10","resourceVersion":"977"}}}"#;
+        assert_eq!(parse_line(line), Some(Ok((977, 42))));
+        assert_eq!(parse_line(br#"{"type":"BOOKMARK","object":{}}"#), None);
+        assert_eq!(
+            parse_line(br#"{"type":"ERROR","object":{}}"#),
+            Some(Err(()))
+        );
+    }
+
+    #[test]
+    fn churn_mixes_operations_without_touching_busy_pods() {
+        let mut c = Churn::new(100, 10);
+        let ops: Vec<Op> = (0..50).filter_map(|_| c.next()).collect();
+        assert!(ops.iter().any(|o| matches!(o, Op::Delete(_))));
+        assert!(
+            ops.iter()
+                .any(|o| matches!(o, Op::Put(id, _) if *id >= 100))
+        );
+        assert_eq!(
+            c.busy.len(),
+            ops.len(),
+            "every op holds its pod until it completes"
+        );
+    }
+}

@@ -1,0 +1,691 @@
+//! `watchcache bench`: kubelet-style load on a real etcd, through the cache or with one etcd watch
+//! per watcher (the world before the cache), measured in one run.
+//!
+//! A run seeds P pods of about 2 KB over N nodes, opens W per-node watchers
+//! (`fieldSelector=spec.nodeName=node-i`) and K unrouted ones, then churns at R writes/s for D
+//! seconds (updates, moves between nodes, creations, deletions; each write carries its send time).
+//! Afterwards every watcher's stream is checked against etcd's own history: each change it must see
+//! exactly once, in revision order. The writer stops at D whatever rate it reached, delivery is
+//! awaited for at most 30 s more, and anything undelivered counts as lost.
+
+mod load;
+mod pods;
+mod procstat;
+mod verify;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::etcd::{LocalEtcd, free_port};
+use load::{Churn, Counters, Recorder};
+
+/// Which world to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Watchers watch the cache over HTTP.
+    Cache,
+    /// Each watcher has its own etcd watch and filters on the client.
+    DirectEtcd,
+    /// Both, one after the other, with ratios.
+    Both,
+}
+
+/// A bench run's parameters.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Nodes (N).
+    pub nodes: usize,
+    /// Pods seeded before the churn (P).
+    pub pods: usize,
+    /// Per-node watchers (W), one per node for the first W nodes.
+    pub watchers: usize,
+    /// Unrouted watchers of all pods (K).
+    pub unrouted: usize,
+    /// Target writes per second (R).
+    pub rate: f64,
+    /// Churn duration (D).
+    pub duration: Duration,
+    /// What to measure.
+    pub mode: Mode,
+    /// etcd endpoints to use; empty: start a local etcd per mode.
+    pub etcd: Vec<String>,
+    /// A running watchcache server to use; `None`: start one per cache-mode run.
+    pub server: Option<String>,
+    /// The watchcache binary to start the server from.
+    pub server_binary: PathBuf,
+    /// How long to wait for delivery after the writer stops.
+    pub delivery_grace: Duration,
+    /// Draw progress bars on stderr.
+    pub progress: bool,
+}
+
+/// End-to-end latency percentiles in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+/// Server process figures (absent when the server was not started by the bench).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServerStats {
+    /// Resident memory at the end of the run.
+    pub rss_bytes: Option<u64>,
+    /// CPU seconds during the churn and delivery.
+    pub cpu_s: Option<f64>,
+    /// Resident memory added per idle watcher (measured before the churn).
+    pub rss_per_watcher_bytes: Option<f64>,
+}
+
+/// etcd process figures.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EtcdStats {
+    /// Resident memory at the end of the run (local etcd only).
+    pub rss_bytes: Option<u64>,
+    /// CPU seconds during the churn and delivery (local etcd only).
+    pub cpu_s: Option<f64>,
+    /// Watches open on etcd during the churn (`etcd_debugging_mvcc_watcher_total`).
+    pub watchers: Option<u64>,
+}
+
+/// The result of one mode.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ModeReport {
+    /// `cache` or `direct-etcd`.
+    pub mode: String,
+    /// Per-node watchers.
+    pub watchers: usize,
+    /// Unrouted watchers.
+    pub unrouted_watchers: usize,
+    /// Pods seeded.
+    pub pods: usize,
+    /// Achieved write rate.
+    pub writes_per_sec: f64,
+    /// Churn duration.
+    pub duration_s: f64,
+    /// Write sent → watcher received.
+    pub latency_ms: Latency,
+    /// Events delivered as expected.
+    pub delivered: u64,
+    /// Expected events never delivered.
+    pub lost: u64,
+    /// Events delivered more than once.
+    pub duplicated: u64,
+    /// Events delivered after a later revision.
+    pub out_of_order: u64,
+    /// Events a watcher received that its selector does not match.
+    pub unexpected: u64,
+    /// Watchers that failed to connect or whose stream broke.
+    pub watcher_errors: u64,
+    /// Server figures.
+    pub server: ServerStats,
+    /// etcd figures.
+    pub etcd: EtcdStats,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Report {
+    /// One mode.
+    One(ModeReport),
+    /// Both modes, with cache / direct ratios.
+    Both {
+        /// Through the cache.
+        cache: Box<ModeReport>,
+        /// One etcd watch per watcher.
+        direct: Box<ModeReport>,
+        /// cache / direct.
+        ratios: Ratios,
+    },
+}
+
+/// Cache-mode figures divided by direct-mode ones.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Ratios {
+    /// etcd CPU seconds.
+    pub etcd_cpu_s: Option<f64>,
+    /// etcd watches.
+    pub etcd_watchers: Option<f64>,
+    /// p99 latency.
+    pub latency_p99: f64,
+    /// Achieved write rate.
+    pub writes_per_sec: f64,
+    /// Delivered events.
+    pub delivered: f64,
+}
+
+fn bar(cfg: &BenchConfig, len: u64, what: &str) -> ProgressBar {
+    let b = ProgressBar::with_draw_target(
+        Some(len),
+        if cfg.progress {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        },
+    );
+    b.set_style(
+        ProgressStyle::with_template(
+            "{msg:>12} [{elapsed_precise}] {bar:40} {pos}/{len} ({per_sec})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    b.set_message(what.to_owned());
+    b
+}
+
+/// Runs the bench.
+///
+/// # Errors
+/// A description of what could not be set up (etcd, the server, connections).
+pub async fn run(cfg: BenchConfig) -> Result<Report, String> {
+    if cfg.watchers > cfg.nodes {
+        return Err(format!(
+            "--watchers ({}) cannot exceed --nodes ({}): one watcher per node",
+            cfg.watchers, cfg.nodes
+        ));
+    }
+    match cfg.mode {
+        Mode::Cache => Ok(Report::One(run_mode(&cfg, Mode::Cache).await?)),
+        Mode::DirectEtcd => Ok(Report::One(run_mode(&cfg, Mode::DirectEtcd).await?)),
+        Mode::Both => {
+            let cache = run_mode(&cfg, Mode::Cache).await?;
+            let direct = run_mode(&cfg, Mode::DirectEtcd).await?;
+            let div = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+            let ratios = Ratios {
+                etcd_cpu_s: cache
+                    .etcd
+                    .cpu_s
+                    .zip(direct.etcd.cpu_s)
+                    .map(|(a, b)| div(a, b)),
+                etcd_watchers: cache
+                    .etcd
+                    .watchers
+                    .zip(direct.etcd.watchers)
+                    .map(|(a, b)| div(a as f64, b as f64)),
+                latency_p99: div(cache.latency_ms.p99, direct.latency_ms.p99),
+                writes_per_sec: div(cache.writes_per_sec, direct.writes_per_sec),
+                delivered: div(cache.delivered as f64, direct.delivered as f64),
+            };
+            Ok(Report::Both {
+                cache: Box::new(cache),
+                direct: Box::new(direct),
+                ratios,
+            })
+        }
+    }
+}
+
+struct ServerProcess(Child);
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let stopped = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !stopped {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+async fn start_server(
+    cfg: &BenchConfig,
+    etcd_url: &str,
+    from_rev: u64,
+) -> Result<(String, ServerProcess), String> {
+    let port = free_port().map_err(|e| e.to_string())?;
+    let url = format!("http://127.0.0.1:{port}");
+    let child = Command::new(&cfg.server_binary)
+        .args([
+            "serve",
+            "--etcd",
+            etcd_url,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--resources",
+            "pods",
+        ])
+        .args([
+            "--max-watchers",
+            &(2 * (cfg.watchers + cfg.unrouted) + 100).to_string(),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", cfg.server_binary.display()))?;
+    let server = ServerProcess(child);
+    let client = reqwest::Client::new();
+    let probe = format!(
+        "{url}/api/v1/pods?resourceVersion={from_rev}&resourceVersionMatch=NotOlderThan&limit=1"
+    );
+    for _ in 0..600 {
+        if client
+            .get(&probe)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return Ok((url, server));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("the watchcache server did not become ready with the seeded pods within 60 s".into())
+}
+
+async fn etcd_watch_count(url: &str) -> Option<u64> {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+}
+
+async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
+    let name = if mode == Mode::Cache {
+        "cache"
+    } else {
+        "direct-etcd"
+    };
+    info!(mode = name, nodes = cfg.nodes, pods = cfg.pods, watchers = cfg.watchers, unrouted = cfg.unrouted, rate = cfg.rate, duration = ?cfg.duration, "bench");
+    // etcd: a fresh local one per mode, or the given one emptied.
+    let dir = tempfile_dir()?;
+    let mut local = None;
+    let endpoints = if cfg.etcd.is_empty() {
+        let e = LocalEtcd::start(&dir).await.map_err(|e| e.to_string())?;
+        let url = e.url();
+        local = Some(e);
+        vec![url]
+    } else {
+        cfg.etcd.clone()
+    };
+    let etcd_pid = local.as_ref().and_then(LocalEtcd::pid);
+    let client = etcd_client::Client::connect(&endpoints, None)
+        .await
+        .map_err(|e| format!("etcd: {e}"))?;
+    if local.is_none() {
+        let mut kv = client.kv_client();
+        kv.delete(
+            "/registry/pods/",
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .map_err(|e| format!("etcd: {e}"))?;
+    }
+    let b = bar(cfg, cfg.pods as u64, "seeding");
+    let seeded = load::seed(&client, cfg.pods, cfg.nodes, &b)
+        .await
+        .map_err(|e| format!("seeding: {e}"))?;
+    b.finish_and_clear();
+    let start_rev = seeded.max(current_revision(&client).await?);
+    info!(pods = cfg.pods, revision = start_rev, "seeded");
+
+    let (server_url, server) = match (mode, &cfg.server) {
+        (Mode::Cache, Some(url)) => (Some(url.clone()), None),
+        (Mode::Cache, None) => {
+            let (url, proc_) = start_server(cfg, &endpoints[0], start_rev).await?;
+            (Some(url), Some(proc_))
+        }
+        _ => (None, None),
+    };
+    let server_pid = server.as_ref().map(|s| s.0.id());
+    let rss_before = server_pid.and_then(procstat::rss_bytes);
+
+    // Watchers.
+    let total = cfg.watchers + cfg.unrouted;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let counters = Arc::new(Counters::default());
+    let recorders: Vec<Arc<Recorder>> = (0..total).map(|_| Arc::new(Recorder::default())).collect();
+    let nodes: Vec<Option<usize>> = (0..total)
+        .map(|i| (i < cfg.watchers).then_some(i))
+        .collect();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let etcd_clients: Vec<etcd_client::Client> = if mode == Mode::DirectEtcd {
+        let mut v = Vec::new();
+        for _ in 0..16.min(total.max(1)) {
+            v.push(
+                etcd_client::Client::connect(&endpoints, None)
+                    .await
+                    .map_err(|e| format!("etcd: {e}"))?,
+            );
+        }
+        v
+    } else {
+        Vec::new()
+    };
+    let b = bar(cfg, total as u64, "watchers");
+    let mut tasks = Vec::with_capacity(total);
+    for (i, (rec, node)) in recorders.iter().zip(&nodes).enumerate() {
+        let (rec, counters, stop) = (Arc::clone(rec), Arc::clone(&counters), stop_rx.clone());
+        tasks.push(match &server_url {
+            Some(url) => {
+                let selector = node
+                    .map(|n| format!("&fieldSelector=spec.nodeName%3Dnode-{n}"))
+                    .unwrap_or_default();
+                let url =
+                    format!("{url}/api/v1/pods?watch=1&resourceVersion={start_rev}{selector}");
+                tokio::spawn(load::http_watcher(http.clone(), url, rec, counters, stop))
+            }
+            None => tokio::spawn(load::etcd_watcher(
+                etcd_clients[i % etcd_clients.len()].clone(),
+                *node,
+                start_rev,
+                rec,
+                counters,
+                stop,
+            )),
+        });
+        // Open connections at a pace the accept queue can take.
+        if i % 500 == 499 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let open_deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (ok, failed) = (
+            counters.connected.load(Ordering::Relaxed),
+            counters.failed.load(Ordering::Relaxed),
+        );
+        b.set_position((ok + failed) as u64);
+        if ok + failed >= total || Instant::now() > open_deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.finish_and_clear();
+    let connected = counters.connected.load(Ordering::Relaxed);
+    info!(
+        connected,
+        failed = counters.failed.load(Ordering::Relaxed),
+        "watchers open"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_idle = server_pid.and_then(procstat::rss_bytes);
+    let rss_per_watcher = rss_before
+        .zip(rss_idle)
+        .map(|(a, b)| (b.saturating_sub(a)) as f64 / total.max(1) as f64);
+
+    // Churn.
+    let (server_cpu0, etcd_cpu0) = (
+        server_pid.and_then(procstat::cpu_seconds),
+        etcd_pid.and_then(procstat::cpu_seconds),
+    );
+    let b = bar(
+        cfg,
+        (cfg.rate * cfg.duration.as_secs_f64()) as u64,
+        "writing",
+    );
+    let began = Instant::now();
+    let sent = load::churn(
+        &client,
+        Churn::new(cfg.pods, cfg.nodes),
+        cfg.rate,
+        cfg.duration,
+        &b,
+    )
+    .await;
+    let wrote_for = began
+        .elapsed()
+        .min(cfg.duration + Duration::from_secs(10))
+        .as_secs_f64();
+    b.finish_and_clear();
+    let etcd_watchers = match &endpoints.first() {
+        Some(url) => etcd_watch_count(url).await,
+        None => None,
+    };
+    let end_rev = sent.keys().copied().max().unwrap_or(start_rev);
+    let history = verify::history(&client, start_rev, end_rev).await?;
+    let expected: Vec<Vec<(u64, u32)>> = nodes
+        .iter()
+        .map(|n| verify::expected(&history, *n))
+        .collect();
+    let want: u64 = expected.iter().map(|e| e.len() as u64).sum();
+
+    // Delivery, bounded.
+    let b = bar(cfg, want, "delivering");
+    let deadline = Instant::now() + cfg.delivery_grace;
+    loop {
+        let got = counters.received.load(Ordering::Relaxed);
+        b.set_position(got.min(want));
+        if got >= want || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    b.finish_and_clear();
+    let server_cpu = server_cpu0
+        .zip(server_pid.and_then(procstat::cpu_seconds))
+        .map(|(a, b)| b - a);
+    let etcd_cpu = etcd_cpu0
+        .zip(etcd_pid.and_then(procstat::cpu_seconds))
+        .map(|(a, b)| b - a);
+    let server_rss = server_pid.and_then(procstat::rss_bytes);
+    let etcd_rss = etcd_pid.and_then(procstat::rss_bytes);
+    if stop_tx.send(true).is_err() {
+        warn!("watchers already gone");
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+
+    // Verdict.
+    let mut tally = verify::Tally::default();
+    let mut lat: Vec<f64> = Vec::new();
+    let mut errors = counters.failed.load(Ordering::Relaxed) as u64;
+    for (rec, exp) in recorders.iter().zip(&expected) {
+        let got = rec.events.lock();
+        tally += verify::tally(&got, exp, |rev, at| {
+            lat.extend(verify::latency_ms(&sent, rev, at))
+        });
+        errors += rec.errors.load(Ordering::Relaxed);
+    }
+    lat.sort_by(f64::total_cmp);
+    let report = ModeReport {
+        mode: name.into(),
+        watchers: cfg.watchers,
+        unrouted_watchers: cfg.unrouted,
+        pods: cfg.pods,
+        writes_per_sec: sent.len() as f64 / wrote_for.max(1e-3),
+        duration_s: cfg.duration.as_secs_f64(),
+        latency_ms: Latency {
+            p50: verify::percentile(&lat, 50.0),
+            p90: verify::percentile(&lat, 90.0),
+            p99: verify::percentile(&lat, 99.0),
+            max: lat.last().copied().unwrap_or(0.0),
+        },
+        delivered: tally.delivered,
+        lost: tally.lost,
+        duplicated: tally.duplicated,
+        out_of_order: tally.out_of_order,
+        unexpected: tally.unexpected,
+        watcher_errors: errors,
+        server: ServerStats {
+            rss_bytes: server_rss,
+            cpu_s: server_cpu,
+            rss_per_watcher_bytes: rss_per_watcher,
+        },
+        etcd: EtcdStats {
+            rss_bytes: etcd_rss,
+            cpu_s: etcd_cpu,
+            watchers: etcd_watchers,
+        },
+    };
+    drop(server);
+    drop(local);
+    let _ = std::fs::remove_dir_all(&dir);
+    info!(
+        mode = name,
+        delivered = report.delivered,
+        lost = report.lost,
+        p99_ms = report.latency_ms.p99,
+        "done"
+    );
+    Ok(report)
+}
+
+async fn current_revision(client: &etcd_client::Client) -> Result<u64, String> {
+    let mut kv = client.kv_client();
+    let r = kv
+        .get("/", Some(etcd_client::GetOptions::new().with_count_only()))
+        .await
+        .map_err(|e| format!("etcd: {e}"))?;
+    Ok(r.header().map_or(0, |h| h.revision() as u64))
+}
+
+fn tempfile_dir() -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!(
+        "watchcache-bench-{}-{}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    Ok(dir)
+}
+
+/// The report as a readable table.
+pub fn table(report: &Report) -> String {
+    let modes: Vec<&ModeReport> = match report {
+        Report::One(m) => vec![m],
+        Report::Both { cache, direct, .. } => vec![&**cache, &**direct],
+    };
+    let opt = |v: Option<f64>, scale: f64, digits: usize| {
+        v.map_or("-".to_owned(), |v| format!("{:.*}", digits, v / scale))
+    };
+    let mut rows: Vec<(String, Vec<String>)> = vec![
+        (
+            "mode".into(),
+            modes.iter().map(|m| m.mode.clone()).collect(),
+        ),
+        (
+            "watchers (routed + unrouted)".into(),
+            modes
+                .iter()
+                .map(|m| format!("{} + {}", m.watchers, m.unrouted_watchers))
+                .collect(),
+        ),
+        (
+            "pods".into(),
+            modes.iter().map(|m| m.pods.to_string()).collect(),
+        ),
+        (
+            "writes/s achieved".into(),
+            modes
+                .iter()
+                .map(|m| format!("{:.0}", m.writes_per_sec))
+                .collect(),
+        ),
+        (
+            "latency p50 / p90 / p99 / max ms".into(),
+            modes
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{:.1} / {:.1} / {:.1} / {:.1}",
+                        m.latency_ms.p50, m.latency_ms.p90, m.latency_ms.p99, m.latency_ms.max
+                    )
+                })
+                .collect(),
+        ),
+        (
+            "delivered".into(),
+            modes.iter().map(|m| m.delivered.to_string()).collect(),
+        ),
+        (
+            "lost / duplicated / out of order".into(),
+            modes
+                .iter()
+                .map(|m| format!("{} / {} / {}", m.lost, m.duplicated, m.out_of_order))
+                .collect(),
+        ),
+        (
+            "unexpected / watcher errors".into(),
+            modes
+                .iter()
+                .map(|m| format!("{} / {}", m.unexpected, m.watcher_errors))
+                .collect(),
+        ),
+        (
+            "server RSS MiB".into(),
+            modes
+                .iter()
+                .map(|m| opt(m.server.rss_bytes.map(|v| v as f64), 1048576.0, 1))
+                .collect(),
+        ),
+        (
+            "server CPU s".into(),
+            modes.iter().map(|m| opt(m.server.cpu_s, 1.0, 2)).collect(),
+        ),
+        (
+            "server RSS per idle watcher B".into(),
+            modes
+                .iter()
+                .map(|m| opt(m.server.rss_per_watcher_bytes, 1.0, 0))
+                .collect(),
+        ),
+        (
+            "etcd RSS MiB".into(),
+            modes
+                .iter()
+                .map(|m| opt(m.etcd.rss_bytes.map(|v| v as f64), 1048576.0, 1))
+                .collect(),
+        ),
+        (
+            "etcd CPU s".into(),
+            modes.iter().map(|m| opt(m.etcd.cpu_s, 1.0, 2)).collect(),
+        ),
+        (
+            "etcd watches".into(),
+            modes
+                .iter()
+                .map(|m| m.etcd.watchers.map_or("-".into(), |w| w.to_string()))
+                .collect(),
+        ),
+    ];
+    if let Report::Both { ratios, .. } = report {
+        rows.push((
+            "etcd CPU cache/direct".into(),
+            vec![opt(ratios.etcd_cpu_s, 1.0, 4), String::new()],
+        ));
+        rows.push((
+            "p99 latency cache/direct".into(),
+            vec![format!("{:.3}", ratios.latency_p99), String::new()],
+        ));
+    }
+    let mut out = String::new();
+    for (k, vs) in rows {
+        out.push_str(&format!("{k:<34}"));
+        for v in vs {
+            out.push_str(&format!("{v:>32}"));
+        }
+        out.push('\n');
+    }
+    out
+}
