@@ -73,6 +73,10 @@ struct BenchArgs {
     /// A running watchcache server; with none, one is started per cache-mode run.
     #[arg(long, value_name = "URL")]
     server: Option<String>,
+    /// Directory for the local etcd's data (a fresh one under it per mode), e.g. /dev/shm to take
+    /// etcd's disk out of the measurement; default: the system temp dir.
+    #[arg(long, value_name = "DIR")]
+    etcd_data_dir: Option<PathBuf>,
     /// Write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -202,6 +206,7 @@ async fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         server_binary: std::env::current_exe()?,
         delivery_grace: std::time::Duration::from_secs(30),
         progress: true,
+        etcd_data_dir: args.etcd_data_dir,
     };
     let report = watchcache::bench::run(cfg).await?;
     print!("{}", watchcache::bench::table(&report));

@@ -269,14 +269,15 @@ impl Churn {
 }
 
 /// Runs the churn for `duration` at `rate` writes/s (bounded: the writer stops at the deadline
-/// whether or not it kept up). Returns the send time of every acknowledged write, by revision.
+/// whether or not it kept up). Returns the send and acknowledgement times (µs since the epoch)
+/// of every acknowledged write, by revision.
 pub async fn churn(
     client: &Client,
     churn: Churn,
     rate: f64,
     duration: Duration,
     bar: &ProgressBar,
-) -> HashMap<u64, u64> {
+) -> HashMap<u64, (u64, u64)> {
     let churn = Arc::new(Mutex::new(churn));
     let sent = Arc::new(Mutex::new(HashMap::new()));
     let in_flight = Arc::new(Semaphore::new(256));
@@ -324,7 +325,7 @@ pub async fn churn(
                 ),
             };
             if let Ok(Some(rev)) = r {
-                sent.lock().insert(rev as u64, at);
+                sent.lock().insert(rev as u64, (at, pods::now_us()));
             }
             churn.lock().busy.remove(&id);
             bar.inc(1);

@@ -66,6 +66,9 @@ pub struct BenchConfig {
     pub delivery_grace: Duration,
     /// Draw progress bars on stderr.
     pub progress: bool,
+    /// Where the local etcd keeps its data (a fresh directory under it per mode); default: the
+    /// system temp dir.
+    pub etcd_data_dir: Option<PathBuf>,
 }
 
 /// End-to-end latency percentiles in milliseconds.
@@ -120,6 +123,11 @@ pub struct ModeReport {
     pub duration_s: f64,
     /// Write sent → watcher received.
     pub latency_ms: Latency,
+    /// Write sent → etcd acknowledged it: the part of the latency the cache cannot remove.
+    pub etcd_write_ms: Latency,
+    /// etcd acknowledged the write → watcher received it (0 when the event arrived first): the
+    /// part the cache and the network add.
+    pub after_ack_ms: Latency,
     /// Events delivered as expected.
     pub delivered: u64,
     /// Expected events never delivered.
@@ -274,9 +282,15 @@ async fn start_server(
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", cfg.server_binary.display()))?;
     let server = ServerProcess(child);
+    wait_for_revision(&url, from_rev).await?;
+    Ok((url, server))
+}
+
+/// Waits until the server's pods cache has reached `rev`.
+async fn wait_for_revision(url: &str, rev: u64) -> Result<(), String> {
     let client = reqwest::Client::new();
     let probe = format!(
-        "{url}/api/v1/pods?resourceVersion={from_rev}&resourceVersionMatch=NotOlderThan&limit=1"
+        "{url}/api/v1/pods?resourceVersion={rev}&resourceVersionMatch=NotOlderThan&limit=1"
     );
     for _ in 0..600 {
         if client
@@ -285,11 +299,63 @@ async fn start_server(
             .await
             .is_ok_and(|r| r.status().is_success())
         {
-            return Ok((url, server));
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Err("the watchcache server did not become ready with the seeded pods within 60 s".into())
+    Err(format!(
+        "the watchcache server did not reach revision {rev} within 60 s"
+    ))
+}
+
+/// Resident memory per idle watcher: the server's RSS before and after opening as many idle
+/// watches as the run will (selecting nodes and labels no pod has), closed again afterwards.
+async fn idle_watcher_rss(cfg: &BenchConfig, url: &str, pid: u32) -> Option<f64> {
+    let total = cfg.watchers + cfg.unrouted;
+    let before = procstat::rss_bytes(pid)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let counters = Arc::new(Counters::default());
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .ok()?;
+    let mut tasks = Vec::with_capacity(total);
+    for i in 0..total {
+        let selector = if i < cfg.watchers {
+            format!("&fieldSelector=spec.nodeName%3Didle-{i}")
+        } else {
+            "&labelSelector=idle%3Dyes".to_owned()
+        };
+        let u = format!("{url}/api/v1/pods?watch=1&resourceVersion=0{selector}");
+        let rec = Arc::new(Recorder::default());
+        tasks.push(tokio::spawn(load::http_watcher(
+            http.clone(),
+            u,
+            rec,
+            Arc::clone(&counters),
+            stop_rx.clone(),
+        )));
+        if i % 500 == 499 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while counters.connected.load(Ordering::Relaxed) + counters.failed.load(Ordering::Relaxed)
+        < total
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = procstat::rss_bytes(pid)?;
+    if stop_tx.send(true).is_err() {
+        warn!("idle watchers already gone");
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    info!(before, after, watchers = total, "idle watchers measured");
+    Some(after.saturating_sub(before) as f64 / total.max(1) as f64)
 }
 
 async fn etcd_watch_count(url: &str) -> Option<u64> {
@@ -313,7 +379,7 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
     };
     info!(mode = name, nodes = cfg.nodes, pods = cfg.pods, watchers = cfg.watchers, unrouted = cfg.unrouted, rate = cfg.rate, duration = ?cfg.duration, "bench");
     // etcd: a fresh local one per mode, or the given one emptied.
-    let dir = tempfile_dir()?;
+    let dir = tempfile_dir(cfg.etcd_data_dir.as_deref())?;
     let mut local = None;
     let endpoints = if cfg.etcd.is_empty() {
         let e = LocalEtcd::start(&dir).await.map_err(|e| e.to_string())?;
@@ -336,6 +402,24 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
         .await
         .map_err(|e| format!("etcd: {e}"))?;
     }
+
+    // The server first, on an empty store: idle watchers are measured there, before a large sync
+    // leaves the allocator holding memory that later allocations would reuse unseen.
+    let base_rev = current_revision(&client).await?;
+    let (server_url, server) = match (mode, &cfg.server) {
+        (Mode::Cache, Some(url)) => (Some(url.clone()), None),
+        (Mode::Cache, None) => {
+            let (url, proc_) = start_server(cfg, &endpoints[0], base_rev).await?;
+            (Some(url), Some(proc_))
+        }
+        _ => (None, None),
+    };
+    let server_pid = server.as_ref().map(|s| s.0.id());
+    let rss_per_watcher = match (&server_url, server_pid) {
+        (Some(url), Some(pid)) => idle_watcher_rss(cfg, url, pid).await,
+        _ => None,
+    };
+
     let b = bar(cfg, cfg.pods as u64, "seeding");
     let seeded = load::seed(&client, cfg.pods, cfg.nodes, &b)
         .await
@@ -343,17 +427,9 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
     b.finish_and_clear();
     let start_rev = seeded.max(current_revision(&client).await?);
     info!(pods = cfg.pods, revision = start_rev, "seeded");
-
-    let (server_url, server) = match (mode, &cfg.server) {
-        (Mode::Cache, Some(url)) => (Some(url.clone()), None),
-        (Mode::Cache, None) => {
-            let (url, proc_) = start_server(cfg, &endpoints[0], start_rev).await?;
-            (Some(url), Some(proc_))
-        }
-        _ => (None, None),
-    };
-    let server_pid = server.as_ref().map(|s| s.0.id());
-    let rss_before = server_pid.and_then(procstat::rss_bytes);
+    if let Some(url) = &server_url {
+        wait_for_revision(url, start_rev).await?;
+    }
 
     // Watchers.
     let total = cfg.watchers + cfg.unrouted;
@@ -367,19 +443,16 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
         .pool_max_idle_per_host(0)
         .build()
         .map_err(|e| e.to_string())?;
-    let etcd_clients: Vec<etcd_client::Client> = if mode == Mode::DirectEtcd {
-        let mut v = Vec::new();
+    let mut etcd_clients = Vec::new();
+    if mode == Mode::DirectEtcd {
         for _ in 0..16.min(total.max(1)) {
-            v.push(
+            etcd_clients.push(
                 etcd_client::Client::connect(&endpoints, None)
                     .await
                     .map_err(|e| format!("etcd: {e}"))?,
             );
         }
-        v
-    } else {
-        Vec::new()
-    };
+    }
     let b = bar(cfg, total as u64, "watchers");
     let mut tasks = Vec::with_capacity(total);
     for (i, (rec, node)) in recorders.iter().zip(&nodes).enumerate() {
@@ -393,14 +466,12 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
                     format!("{url}/api/v1/pods?watch=1&resourceVersion={start_rev}{selector}");
                 tokio::spawn(load::http_watcher(http.clone(), url, rec, counters, stop))
             }
-            None => tokio::spawn(load::etcd_watcher(
-                etcd_clients[i % etcd_clients.len()].clone(),
-                *node,
-                start_rev,
-                rec,
-                counters,
-                stop,
-            )),
+            None => {
+                let client = etcd_clients[i % etcd_clients.len()].clone();
+                tokio::spawn(load::etcd_watcher(
+                    client, *node, start_rev, rec, counters, stop,
+                ))
+            }
         });
         // Open connections at a pace the accept queue can take.
         if i % 500 == 499 {
@@ -409,30 +480,22 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
     }
     let open_deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let (ok, failed) = (
-            counters.connected.load(Ordering::Relaxed),
-            counters.failed.load(Ordering::Relaxed),
-        );
-        b.set_position((ok + failed) as u64);
-        if ok + failed >= total || Instant::now() > open_deadline {
+        let done =
+            counters.connected.load(Ordering::Relaxed) + counters.failed.load(Ordering::Relaxed);
+        b.set_position(done as u64);
+        if done >= total || Instant::now() > open_deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     b.finish_and_clear();
-    let connected = counters.connected.load(Ordering::Relaxed);
     info!(
-        connected,
+        connected = counters.connected.load(Ordering::Relaxed),
         failed = counters.failed.load(Ordering::Relaxed),
         "watchers open"
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let rss_idle = server_pid.and_then(procstat::rss_bytes);
-    let rss_per_watcher = rss_before
-        .zip(rss_idle)
-        .map(|(a, b)| (b.saturating_sub(a)) as f64 / total.max(1) as f64);
 
-    // Churn.
+    // Churn, then bounded delivery: CPU is measured over exactly these two phases.
     let (server_cpu0, etcd_cpu0) = (
         server_pid.and_then(procstat::cpu_seconds),
         etcd_pid.and_then(procstat::cpu_seconds),
@@ -451,35 +514,28 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
         &b,
     )
     .await;
-    let wrote_for = began
-        .elapsed()
-        .min(cfg.duration + Duration::from_secs(10))
-        .as_secs_f64();
+    let wrote_for = cfg
+        .duration
+        .as_secs_f64()
+        .min(began.elapsed().as_secs_f64());
     b.finish_and_clear();
-    let etcd_watchers = match &endpoints.first() {
-        Some(url) => etcd_watch_count(url).await,
-        None => None,
-    };
+    let etcd_watchers = etcd_watch_count(&endpoints[0]).await;
     let end_rev = sent.keys().copied().max().unwrap_or(start_rev);
-    let history = verify::history(&client, start_rev, end_rev).await?;
-    let expected: Vec<Vec<(u64, u32)>> = nodes
-        .iter()
-        .map(|n| verify::expected(&history, *n))
-        .collect();
-    let want: u64 = expected.iter().map(|e| e.len() as u64).sum();
-
-    // Delivery, bounded.
-    let b = bar(cfg, want, "delivering");
+    // What each watcher must see is only known from etcd's history, and reading it loads etcd; so
+    // delivery ends when nothing has arrived for a second, or at the grace deadline.
+    let b = bar(cfg, sent.len() as u64, "delivering");
     let deadline = Instant::now() + cfg.delivery_grace;
-    loop {
+    let mut last = (counters.received.load(Ordering::Relaxed), Instant::now());
+    while Instant::now() < deadline {
         let got = counters.received.load(Ordering::Relaxed);
-        b.set_position(got.min(want));
-        if got >= want || Instant::now() >= deadline {
+        b.set_position(got);
+        if got != last.0 {
+            last = (got, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(1) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
     b.finish_and_clear();
     let server_cpu = server_cpu0
         .zip(server_pid.and_then(procstat::cpu_seconds))
@@ -489,25 +545,47 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
         .map(|(a, b)| b - a);
     let server_rss = server_pid.and_then(procstat::rss_bytes);
     let etcd_rss = etcd_pid.and_then(procstat::rss_bytes);
+
+    // Verdict, against etcd's own history.
+    let history = verify::history(&client, start_rev, end_rev).await?;
+    let expected: Vec<Vec<(u64, u32)>> = nodes
+        .iter()
+        .map(|n| verify::expected(&history, *n))
+        .collect();
     if stop_tx.send(true).is_err() {
         warn!("watchers already gone");
     }
     for t in tasks {
         let _ = t.await;
     }
-
-    // Verdict.
     let mut tally = verify::Tally::default();
     let mut lat: Vec<f64> = Vec::new();
+    let mut after_ack: Vec<f64> = Vec::new();
     let mut errors = counters.failed.load(Ordering::Relaxed) as u64;
     for (rec, exp) in recorders.iter().zip(&expected) {
         let got = rec.events.lock();
-        tally += verify::tally(&got, exp, |rev, at| {
-            lat.extend(verify::latency_ms(&sent, rev, at))
+        tally += verify::tally(&got, exp, end_rev, |rev, at| {
+            lat.extend(verify::latency_ms(&sent, rev, at));
+            after_ack.extend(
+                sent.get(&rev)
+                    .map(|(_, ack)| at.saturating_sub(*ack) as f64 / 1000.0),
+            );
         });
         errors += rec.errors.load(Ordering::Relaxed);
     }
     lat.sort_by(f64::total_cmp);
+    after_ack.sort_by(f64::total_cmp);
+    let mut acks: Vec<f64> = sent
+        .values()
+        .map(|(s, a)| a.saturating_sub(*s) as f64 / 1000.0)
+        .collect();
+    acks.sort_by(f64::total_cmp);
+    let latency = |v: &[f64]| Latency {
+        p50: verify::percentile(v, 50.0),
+        p90: verify::percentile(v, 90.0),
+        p99: verify::percentile(v, 99.0),
+        max: v.last().copied().unwrap_or(0.0),
+    };
     let report = ModeReport {
         mode: name.into(),
         watchers: cfg.watchers,
@@ -515,12 +593,9 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
         pods: cfg.pods,
         writes_per_sec: sent.len() as f64 / wrote_for.max(1e-3),
         duration_s: cfg.duration.as_secs_f64(),
-        latency_ms: Latency {
-            p50: verify::percentile(&lat, 50.0),
-            p90: verify::percentile(&lat, 90.0),
-            p99: verify::percentile(&lat, 99.0),
-            max: lat.last().copied().unwrap_or(0.0),
-        },
+        latency_ms: latency(&lat),
+        etcd_write_ms: latency(&acks),
+        after_ack_ms: latency(&after_ack),
         delivered: tally.delivered,
         lost: tally.lost,
         duplicated: tally.duplicated,
@@ -560,8 +635,9 @@ async fn current_revision(client: &etcd_client::Client) -> Result<u64, String> {
     Ok(r.header().map_or(0, |h| h.revision() as u64))
 }
 
-fn tempfile_dir() -> Result<PathBuf, String> {
-    let dir = std::env::temp_dir().join(format!(
+fn tempfile_dir(base: Option<&std::path::Path>) -> Result<PathBuf, String> {
+    let base = base.map_or_else(std::env::temp_dir, std::path::Path::to_path_buf);
+    let dir = base.join(format!(
         "watchcache-bench-{}-{}",
         std::process::id(),
         fastrand::u64(..)
@@ -600,6 +676,20 @@ pub fn table(report: &Report) -> String {
             modes
                 .iter()
                 .map(|m| format!("{:.0}", m.writes_per_sec))
+                .collect(),
+        ),
+        (
+            "etcd write ack p50 / p99 ms".into(),
+            modes
+                .iter()
+                .map(|m| format!("{:.1} / {:.1}", m.etcd_write_ms.p50, m.etcd_write_ms.p99))
+                .collect(),
+        ),
+        (
+            "after etcd ack p50 / p99 ms".into(),
+            modes
+                .iter()
+                .map(|m| format!("{:.1} / {:.1}", m.after_ack_ms.p50, m.after_ack_ms.p99))
                 .collect(),
         ),
         (

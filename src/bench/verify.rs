@@ -98,13 +98,15 @@ impl std::ops::AddAssign for Tally {
 pub fn tally(
     received: &[Received],
     expected: &[(u64, u32)],
+    horizon: u64,
     mut latency: impl FnMut(u64, u64),
 ) -> Tally {
     let want: HashSet<(u64, u32)> = expected.iter().copied().collect();
     let mut seen: HashSet<(u64, u32)> = HashSet::with_capacity(received.len());
     let mut t = Tally::default();
     let mut last_rev = 0;
-    for r in received {
+    // Writes acknowledged after the writer's deadline are outside the measured window.
+    for r in received.iter().filter(|r| r.rev <= horizon) {
         if r.rev < last_rev {
             t.out_of_order += 1;
         }
@@ -132,9 +134,9 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Send times by revision, and latencies in ms for delivered events.
-pub fn latency_ms(sent: &HashMap<u64, u64>, rev: u64, at_us: u64) -> Option<f64> {
+pub fn latency_ms(sent: &HashMap<u64, (u64, u64)>, rev: u64, at_us: u64) -> Option<f64> {
     sent.get(&rev)
-        .map(|s| at_us.saturating_sub(*s) as f64 / 1000.0)
+        .map(|(s, _)| at_us.saturating_sub(*s) as f64 / 1000.0)
 }
 
 #[cfg(test)]
@@ -146,7 +148,7 @@ mod tests {
         let r = |rev, id| Received { rev, id, at_us: 0 };
         let expected = [(1, 1), (2, 2), (3, 1)];
         let got = [r(1, 1), r(3, 1), r(2, 2), r(3, 1), r(9, 9)];
-        let t = tally(&got, &expected, |_, _| {});
+        let t = tally(&got, &expected, 9, |_, _| {});
         assert_eq!(
             t,
             Tally {
@@ -157,7 +159,7 @@ mod tests {
                 unexpected: 1
             }
         );
-        let t = tally(&[r(1, 1)], &expected, |_, _| {});
+        let t = tally(&[r(1, 1)], &expected, 9, |_, _| {});
         assert_eq!((t.delivered, t.lost), (1, 2));
         let h = [
             Change {
