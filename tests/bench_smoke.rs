@@ -9,19 +9,58 @@ fn the_bench_runs_at_smoke_size_and_reports_both_modes() {
     let json = dir.path().join("report.json");
     let started = std::time::Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
-        .args(["bench", "--nodes", "10", "--pods", "200", "--watchers", "10", "--unrouted", "2"])
-        .args(["--rate", "100", "--duration", "3", "--mode", "both", "--json"])
+        .args([
+            "bench",
+            "--nodes",
+            "10",
+            "--pods",
+            "200",
+            "--watchers",
+            "10",
+            "--unrouted",
+            "2",
+        ])
+        .args([
+            "--rate",
+            "100",
+            "--duration",
+            "3",
+            "--mode",
+            "both",
+            "--json",
+        ])
         .arg(&json)
         .output()
         .unwrap();
-    assert!(out.status.success(), "bench failed: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(started.elapsed().as_secs() < 30, "smoke size finishes in under 30 s");
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed().as_secs() < 30,
+        "smoke size finishes in under 30 s"
+    );
     let table = String::from_utf8_lossy(&out.stdout);
-    assert!(table.contains("latency p50 / p90 / p99 / max ms") && table.contains("etcd watches"), "{table}");
+    assert!(
+        table.contains("latency p50 / p90 / p99 / max ms") && table.contains("etcd watches"),
+        "{table}"
+    );
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     for mode in ["cache", "direct"] {
         let m = &report[mode];
-        for key in ["mode", "watchers", "unrouted_watchers", "pods", "writes_per_sec", "duration_s", "delivered", "lost", "duplicated", "out_of_order"] {
+        for key in [
+            "mode",
+            "watchers",
+            "unrouted_watchers",
+            "pods",
+            "writes_per_sec",
+            "duration_s",
+            "delivered",
+            "lost",
+            "duplicated",
+            "out_of_order",
+        ] {
             assert!(!m[key].is_null(), "{mode}.{key} in {m}");
         }
         for key in ["p50", "p90", "p99", "max"] {
@@ -34,14 +73,24 @@ fn the_bench_runs_at_smoke_size_and_reports_both_modes() {
             assert!(m["server"].get(key).is_some(), "{mode}.server.{key}");
         }
         assert_eq!(m["watchers"], 10);
-        assert_eq!((m["duplicated"].as_u64(), m["out_of_order"].as_u64()), (Some(0), Some(0)), "{mode}: {m}");
+        assert_eq!(
+            (m["duplicated"].as_u64(), m["out_of_order"].as_u64()),
+            (Some(0), Some(0)),
+            "{mode}: {m}"
+        );
     }
     let cache = &report["cache"];
     assert!(cache["delivered"].as_u64().unwrap() > 300, "{cache}");
     assert_eq!(cache["lost"], 0, "{cache}");
     assert_eq!(cache["unexpected"], 0);
-    assert_eq!(cache["etcd"]["watchers"], 1, "exactly one etcd watch in cache mode");
-    assert_eq!(report["direct"]["etcd"]["watchers"], 12, "one etcd watch per watcher in direct mode");
+    assert_eq!(
+        cache["etcd"]["watchers"], 1,
+        "exactly one etcd watch in cache mode"
+    );
+    assert_eq!(
+        report["direct"]["etcd"]["watchers"], 12,
+        "one etcd watch per watcher in direct mode"
+    );
     assert!(cache["server"]["rss_per_watcher_bytes"].is_number());
     assert!(report["ratios"]["etcd_cpu_s"].is_number());
     assert!(report["ratios"]["latency_p99"].is_number());

@@ -151,7 +151,7 @@ pub struct ModeReport {
 #[serde(untagged)]
 pub enum Report {
     /// One mode.
-    One(ModeReport),
+    One(Box<ModeReport>),
     /// Both modes, with cache / direct ratios.
     Both {
         /// Through the cache.
@@ -209,8 +209,10 @@ pub async fn run(cfg: BenchConfig) -> Result<Report, String> {
         ));
     }
     match cfg.mode {
-        Mode::Cache => Ok(Report::One(run_mode(&cfg, Mode::Cache).await?)),
-        Mode::DirectEtcd => Ok(Report::One(run_mode(&cfg, Mode::DirectEtcd).await?)),
+        Mode::Cache => Ok(Report::One(Box::new(run_mode(&cfg, Mode::Cache).await?))),
+        Mode::DirectEtcd => Ok(Report::One(Box::new(
+            run_mode(&cfg, Mode::DirectEtcd).await?,
+        ))),
         Mode::Both => {
             let cache = run_mode(&cfg, Mode::Cache).await?;
             let direct = run_mode(&cfg, Mode::DirectEtcd).await?;
@@ -649,7 +651,7 @@ fn tempfile_dir(base: Option<&std::path::Path>) -> Result<PathBuf, String> {
 /// The report as a readable table.
 pub fn table(report: &Report) -> String {
     let modes: Vec<&ModeReport> = match report {
-        Report::One(m) => vec![m],
+        Report::One(m) => vec![&**m],
         Report::Both { cache, direct, .. } => vec![&**cache, &**direct],
     };
     let opt = |v: Option<f64>, scale: f64, digits: usize| {
