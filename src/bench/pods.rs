@@ -38,7 +38,7 @@ pub fn json(id: usize, node: usize, generation: u64, sent_us: u64) -> String {
         app = id % 50,
         sent = SENT_AT,
         sent_us = sent_us,
-        pad = "x".repeat(700),
+        pad = "x".repeat(850),
         node = node,
         h = (node / 250) % 250,
         l = node % 250,
