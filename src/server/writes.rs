@@ -182,6 +182,27 @@ async fn current(kv: &mut KvClient, key: &str) -> Result<Option<(Vec<u8>, i64)>,
         .map(|kv| (kv.value().to_vec(), kv.mod_revision())))
 }
 
+fn not_found(def: &ResourceDef, name: &str) -> ApiError {
+    ApiError::from(crate::Error::NotFound {
+        kind: def.plural.clone(),
+        name: name.to_owned(),
+    })
+}
+
+/// Why a transaction's compare failed: the object is gone (404) or was modified (409).
+async fn failed_precondition(
+    kv: &mut KvClient,
+    def: &ResourceDef,
+    key: &str,
+    name: &str,
+) -> ApiError {
+    match current(kv, key).await {
+        Ok(None) => not_found(def, name),
+        Ok(Some(_)) => ApiError::conflict(&def.plural, name),
+        Err(e) => e,
+    }
+}
+
 /// PUT: update an existing object; `metadata.resourceVersion`, when given, must equal the stored
 /// mod revision (409 Conflict otherwise).
 pub async fn update(
@@ -195,13 +216,9 @@ pub async fn update(
     let mut obj = parse_object(def, body, namespace, Some(name))?;
     let precondition = take_precondition(&mut obj)?;
     let key = def.key_for(namespace, name);
-    let not_found = || {
-        ApiError::from(crate::Error::NotFound {
-            kind: def.plural.clone(),
-            name: name.to_owned(),
-        })
-    };
-    let (old, mod_rev) = current(kv, &key).await?.ok_or_else(not_found)?;
+    let (old, mod_rev) = current(kv, &key)
+        .await?
+        .ok_or_else(|| not_found(def, name))?;
     if precondition.is_some_and(|p| p != mod_rev) {
         return Err(ApiError::conflict(&def.plural, name));
     }
@@ -227,10 +244,7 @@ pub async fn update(
     let resp = txn(kv, t).await?;
     if !resp.succeeded() {
         // Changed between our read and the transaction: deleted (404) or modified (409).
-        return match current(kv, &key).await? {
-            None => Err(not_found()),
-            Some(_) => Err(ApiError::conflict(&def.plural, name)),
-        };
+        return Err(failed_precondition(kv, def, &key, name).await);
     }
     respond(
         cache,
@@ -269,12 +283,6 @@ pub async fn delete(
         }
     };
     let key = def.key_for(namespace, name);
-    let not_found = || {
-        ApiError::from(crate::Error::NotFound {
-            kind: def.plural.clone(),
-            name: name.to_owned(),
-        })
-    };
     let mut compares = vec![Compare::create_revision(key.clone(), CompareOp::Greater, 0)];
     if let Some(rv) = precondition {
         compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, rv));
@@ -285,10 +293,7 @@ pub async fn delete(
     )]);
     let resp = txn(kv, t).await?;
     if !resp.succeeded() {
-        return match current(kv, &key).await? {
-            None => Err(not_found()),
-            Some(_) => Err(ApiError::conflict(&def.plural, name)),
-        };
+        return Err(failed_precondition(kv, def, &key, name).await);
     }
     let rev = resp.header().map_or(0, |h| h.revision());
     let prev = resp.op_responses().into_iter().find_map(|r| match r {
@@ -297,7 +302,7 @@ pub async fn delete(
     });
     match prev {
         Some(v) => respond(cache, &key, &v, rev),
-        None => Err(not_found()),
+        None => Err(not_found(def, name)),
     }
 }
 
