@@ -644,7 +644,11 @@ async fn gzip_discovery_metrics_readiness_and_the_watcher_limit() {
     ] {
         assert!(metrics.contains(want), "{want} missing from\n{metrics}");
     }
-    // Shutdown ends open watch streams cleanly.
+    // Shutdown ends open watch streams cleanly, and an idle connection that never sent a request
+    // does not hold it up.
+    let _idle = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .unwrap();
     s.stop().await;
     for w in [w1, w2] {
         let body = tokio::time::timeout(Duration::from_secs(5), w.bytes())

@@ -152,6 +152,7 @@ impl Server {
                                 Ok(watch_conn::FirstRequest::NotAWatch(bytes)) => bytes,
                                 Ok(watch_conn::FirstRequest::Served { rest, keep_alive: true }) => rest,
                                 Ok(watch_conn::FirstRequest::Served { keep_alive: false, .. }) => return,
+                                Ok(watch_conn::FirstRequest::Close) => return,
                                 Err(e) => return watch_conn::log_io(&e),
                             };
                             let io = TokioIo::new(watch_conn::Rewind::new(prefix, tcp));

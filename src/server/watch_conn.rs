@@ -34,7 +34,12 @@ pub(crate) enum FirstRequest {
     Served { rest: Vec<u8>, keep_alive: bool },
     /// Not a watch: hyper serves it, starting with these bytes.
     NotAWatch(Vec<u8>),
+    /// No request came (the server is shutting down, or the head took too long): close.
+    Close,
 }
+
+/// How long a connection may take to send its first request head (hyper's header_read_timeout).
+const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A parsed WATCH request head.
 struct WatchRequest {
@@ -101,7 +106,14 @@ pub(crate) async fn first_request(
         }
         let at = buf.len();
         buf.resize(at + 1024, 0);
-        let n = tcp.read(&mut buf[at..]).await?;
+        // An idle kept-alive connection must not hold up shutdown (graceful shutdown waits for
+        // every connection task) nor a task forever.
+        let mut shutdown = st.shutdown.clone();
+        let n = tokio::select! {
+            n = tcp.read(&mut buf[at..]) => n?,
+            _ = shutdown.wait_for(|s| *s).map(|_| ()) => return Ok(FirstRequest::Close),
+            _ = tokio::time::sleep(HEAD_TIMEOUT) => return Ok(FirstRequest::Close),
+        };
         buf.truncate(at + n);
         if n == 0 {
             return Ok(FirstRequest::NotAWatch(buf));

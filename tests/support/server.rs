@@ -69,9 +69,9 @@ impl TestServer {
             let _ = s.send(());
         }
         if let Some(t) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(10), t)
+            tokio::time::timeout(Duration::from_secs(5), t)
                 .await
-                .expect("server stops within 10 s")
+                .expect("server stops within 5 s")
                 .unwrap();
         }
     }
