@@ -233,7 +233,9 @@ async fn shutdown_signal() {
 }
 
 fn main() -> ExitCode {
+    // Logs go to stderr: stdout carries results (the bench table).
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )

@@ -140,6 +140,9 @@ pub struct ModeReport {
     pub unexpected: u64,
     /// Watchers that failed to connect or whose stream broke.
     pub watcher_errors: u64,
+    /// CPU seconds of the load tool itself (writer and watchers) during the churn and delivery: it
+    /// shares the machine with etcd and the server.
+    pub client_cpu_s: Option<f64>,
     /// Server figures.
     pub server: ServerStats,
     /// etcd figures.
@@ -498,6 +501,7 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
     );
 
     // Churn, then bounded delivery: CPU is measured over exactly these two phases.
+    let client_cpu0 = procstat::cpu_seconds(std::process::id());
     let (server_cpu0, etcd_cpu0) = (
         server_pid.and_then(procstat::cpu_seconds),
         etcd_pid.and_then(procstat::cpu_seconds),
@@ -544,6 +548,9 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
         .map(|(a, b)| b - a);
     let etcd_cpu = etcd_cpu0
         .zip(etcd_pid.and_then(procstat::cpu_seconds))
+        .map(|(a, b)| b - a);
+    let client_cpu = client_cpu0
+        .zip(procstat::cpu_seconds(std::process::id()))
         .map(|(a, b)| b - a);
     let server_rss = server_pid.and_then(procstat::rss_bytes);
     let etcd_rss = etcd_pid.and_then(procstat::rss_bytes);
@@ -604,6 +611,7 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
         out_of_order: tally.out_of_order,
         unexpected: tally.unexpected,
         watcher_errors: errors,
+        client_cpu_s: client_cpu,
         server: ServerStats {
             rss_bytes: server_rss,
             cpu_s: server_cpu,
@@ -741,6 +749,10 @@ pub fn table(report: &Report) -> String {
                 .iter()
                 .map(|m| opt(m.server.rss_per_watcher_bytes, 1.0, 0))
                 .collect(),
+        ),
+        (
+            "load tool CPU s".into(),
+            modes.iter().map(|m| opt(m.client_cpu_s, 1.0, 2)).collect(),
         ),
         (
             "etcd RSS MiB".into(),
