@@ -242,6 +242,20 @@ impl WatchStream {
         }
     }
 
+    /// Schedules a bookmark 2 s before `deadline` (when bookmarks were asked for), as upstream does
+    /// for a watch that the server will end at its timeout: the client can then resume from a recent
+    /// revision instead of relisting.
+    pub fn bookmark_before(&mut self, deadline: tokio::time::Instant) {
+        if let Some((timer, _)) = &mut self.bookmarks {
+            let at = deadline
+                .checked_sub(Duration::from_secs(2))
+                .unwrap_or(deadline);
+            if at < timer.deadline() {
+                timer.as_mut().reset(at);
+            }
+        }
+    }
+
     fn bookmark(&self, rv: u64, end: bool) -> WatchEvent {
         WatchEvent {
             kind: EventType::Bookmark,

@@ -548,3 +548,37 @@ fn public_handles_are_send_and_sync() {
     check::<watchcache::MemorySource>();
     check::<watchcache::Error>();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_bookmark_comes_two_seconds_before_the_deadline() {
+    let (cache, src) = pods(CacheConfig::default());
+    let r = src.put(&key("ns", "a"), pod("ns", "a", "n1", &[])).unwrap();
+    let mut w = cache
+        .watch(WatchOptions::new(on_node("n9"), ResourceVersion::At(r)).with_bookmarks())
+        .await
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    w.bookmark_before(start + Duration::from_secs(10));
+    let b = tokio::time::timeout(Duration::from_secs(20), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!((b.kind(), b.resource_version()), (EventType::Bookmark, r));
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(8),
+        "at the deadline minus 2 s, not the 60 s period"
+    );
+    // Without bookmarks asked for, nothing is scheduled.
+    let mut quiet = cache
+        .watch(WatchOptions::new(on_node("n9"), ResourceVersion::At(r)))
+        .await
+        .unwrap();
+    quiet.bookmark_before(tokio::time::Instant::now() + Duration::from_secs(3));
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), quiet.next())
+            .await
+            .is_err()
+    );
+}

@@ -451,11 +451,14 @@ pub(crate) async fn start_watch(
     });
     let deadline = tokio::time::Instant::now() + timeout;
     match cache.watch(params.watch_options(ns)?).await {
-        Ok(stream) => Ok(Started::Events(WatchEvents {
-            stream,
-            deadline,
-            _slot: slot,
-        })),
+        Ok(mut stream) => {
+            stream.bookmark_before(deadline);
+            Ok(Started::Events(WatchEvents {
+                stream,
+                deadline,
+                _slot: slot,
+            }))
+        }
         Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => Ok(Started::TooOld(
             Frame::error(ApiError::from(e).status_json()),
         )),
