@@ -899,9 +899,7 @@ impl Resync {
             info!(resource = %schema.def.plural, rv, added = out.added, modified = out.modified, deleted = out.deleted, "resync finished");
         }
         st.readiness.ready = true;
-        st.rv = rv;
-        shared.dispatched_rv.store(rv, Ordering::Release);
-        shared.rv_tx.send_replace(rv);
+        self.cache.publish(st, rv);
         out
     }
 }

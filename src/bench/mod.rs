@@ -313,6 +313,34 @@ async fn wait_for_revision(url: &str, rev: u64) -> Result<(), String> {
     ))
 }
 
+/// Opens `total` watchers with `spawn(i)`, paced so the server's accept queue keeps up, and waits
+/// (at most 120 s) until each has connected or failed.
+async fn open_watchers(
+    total: usize,
+    counters: &Counters,
+    bar: &ProgressBar,
+    mut spawn: impl FnMut(usize) -> tokio::task::JoinHandle<()>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::with_capacity(total);
+    for i in 0..total {
+        tasks.push(spawn(i));
+        if i % 500 == 499 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done =
+            counters.connected.load(Ordering::Relaxed) + counters.failed.load(Ordering::Relaxed);
+        bar.set_position(done as u64);
+        if done >= total || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tasks
+}
+
 /// Resident memory per idle watcher: the server's RSS before and after opening as many idle
 /// watches as the run will (selecting nodes and labels no pod has), closed again afterwards.
 async fn idle_watcher_rss(cfg: &BenchConfig, url: &str, pid: u32) -> Option<f64> {
@@ -324,8 +352,7 @@ async fn idle_watcher_rss(cfg: &BenchConfig, url: &str, pid: u32) -> Option<f64>
         .pool_max_idle_per_host(0)
         .build()
         .ok()?;
-    let mut tasks = Vec::with_capacity(total);
-    for i in 0..total {
+    let tasks = open_watchers(total, &counters, &ProgressBar::hidden(), |i| {
         let selector = if i < cfg.watchers {
             format!("&fieldSelector=spec.nodeName%3Didle-{i}")
         } else {
@@ -333,24 +360,15 @@ async fn idle_watcher_rss(cfg: &BenchConfig, url: &str, pid: u32) -> Option<f64>
         };
         let u = format!("{url}/api/v1/pods?watch=1&resourceVersion=0{selector}");
         let rec = Arc::new(Recorder::default());
-        tasks.push(tokio::spawn(load::http_watcher(
+        tokio::spawn(load::http_watcher(
             http.clone(),
             u,
             rec,
             Arc::clone(&counters),
             stop_rx.clone(),
-        )));
-        if i % 500 == 499 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while counters.connected.load(Ordering::Relaxed) + counters.failed.load(Ordering::Relaxed)
-        < total
-        && Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        ))
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = procstat::rss_bytes(pid)?;
     if stop_tx.send(true).is_err() {
@@ -459,10 +477,10 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
         }
     }
     let b = bar(cfg, total as u64, "watchers");
-    let mut tasks = Vec::with_capacity(total);
-    for (i, (rec, node)) in recorders.iter().zip(&nodes).enumerate() {
-        let (rec, counters, stop) = (Arc::clone(rec), Arc::clone(&counters), stop_rx.clone());
-        tasks.push(match &server_url {
+    let tasks = open_watchers(total, &counters, &b, |i| {
+        let (rec, node) = (Arc::clone(&recorders[i]), nodes[i]);
+        let (counters, stop) = (Arc::clone(&counters), stop_rx.clone());
+        match &server_url {
             Some(url) => {
                 let selector = node
                     .map(|n| format!("&fieldSelector=spec.nodeName%3Dnode-{n}"))
@@ -474,25 +492,12 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
             None => {
                 let client = etcd_clients[i % etcd_clients.len()].clone();
                 tokio::spawn(load::etcd_watcher(
-                    client, *node, start_rev, rec, counters, stop,
+                    client, node, start_rev, rec, counters, stop,
                 ))
             }
-        });
-        // Open connections at a pace the accept queue can take.
-        if i % 500 == 499 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    }
-    let open_deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let done =
-            counters.connected.load(Ordering::Relaxed) + counters.failed.load(Ordering::Relaxed);
-        b.set_position(done as u64);
-        if done >= total || Instant::now() > open_deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     b.finish_and_clear();
     info!(
         connected = counters.connected.load(Ordering::Relaxed),

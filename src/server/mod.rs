@@ -287,12 +287,13 @@ pub(crate) struct Target<'a> {
     pub name: Option<String>,
 }
 
-pub(crate) fn resolve<'a>(
-    st: &'a AppState,
-    group: &str,
-    version: &str,
-    rest: &[&str],
-) -> Option<Target<'a>> {
+/// The resource a path under `/api/{v}/` or `/apis/{g}/{v}/` names (`segs` are the path's segments).
+pub(crate) fn resolve<'a>(st: &'a AppState, segs: &[&str]) -> Option<Target<'a>> {
+    let (group, version, rest) = match segs {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return None,
+    };
     let (plural, namespace, name) = match rest {
         [r] => (*r, None, None),
         [r, n] => (*r, None, Some(*n)),
@@ -331,7 +332,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let defs: Vec<_> = st.caches.iter().map(Cache::definition).collect();
     let ok_json =
         |v: serde_json::Value| Ok(json_response(StatusCode::OK, Body::from(v.to_string())));
-    let (group, version, rest) = match segs.as_slice() {
+    match segs.as_slice() {
         ["api"] => return ok_json(discovery::core_versions(&defs)),
         ["apis"] => return ok_json(discovery::groups(&defs)),
         ["api", v] => {
@@ -342,11 +343,9 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
             return discovery::resources(&defs, g, v)
                 .map_or_else(|| Err(ApiError::no_route(&path)), ok_json);
         }
-        ["api", v, rest @ ..] => ("", *v, rest),
-        ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return Err(ApiError::no_route(&path)),
-    };
-    let target = resolve(st, group, version, rest).ok_or_else(|| ApiError::no_route(&path))?;
+        _ => {}
+    }
+    let target = resolve(st, &segs).ok_or_else(|| ApiError::no_route(&path))?;
     let gzip = wants_gzip(&parts.headers);
     let query = parts.uri.query();
     let method = parts.method.clone();
@@ -397,13 +396,7 @@ async fn read(
     let mut params = ReadParams::parse(query, st.config.max_selector_len)?;
     if params.watch {
         if let Some(n) = name {
-            // Watching one object is watching the collection with a name selector.
-            let sep = if params.field_selector.is_empty() {
-                ""
-            } else {
-                ","
-            };
-            params.field_selector = format!("metadata.name={n}{sep}{}", params.field_selector);
+            params.watch_one(n);
         }
         return watch(st, cache, ns, &params, gzip).await;
     }

@@ -108,6 +108,17 @@ impl ReadParams {
         Ok(())
     }
 
+    /// Restricts a watch to one object, as a watch on an object's own path is: the collection with
+    /// a `metadata.name` term added to the field selector.
+    pub fn watch_one(&mut self, name: &str) {
+        let sep = if self.field_selector.is_empty() {
+            ""
+        } else {
+            ","
+        };
+        self.field_selector = format!("metadata.name={name}{sep}{}", self.field_selector);
+    }
+
     fn selection(&self, namespace: Option<&str>) -> Result<Selection, ApiError> {
         Ok(Selection::parse(
             namespace,

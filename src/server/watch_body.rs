@@ -64,6 +64,26 @@ impl FrameEncoder {
         }
     }
 
+    /// The chunks for a watch stream's next item, and whether the response ends with them: an error
+    /// goes out as an ERROR event and ends it, and the end of the stream closes the gzip stream.
+    pub fn item(&mut self, item: Option<Result<WatchEvent, Error>>) -> (Vec<Bytes>, bool) {
+        match item {
+            Some(Ok(ev)) => (self.chunks(&ev.frame()), false),
+            Some(Err(e)) => (
+                self.last(&Frame::error(ApiError::from(e).status_json())),
+                true,
+            ),
+            None => (self.finish().into_iter().collect(), true),
+        }
+    }
+
+    /// The chunks for a response's last frame, gzip trailer included.
+    pub fn last(&mut self, frame: &Frame) -> Vec<Bytes> {
+        let mut chunks = self.chunks(frame);
+        chunks.extend(self.finish());
+        chunks
+    }
+
     /// The gzip trailer, once, when compressing.
     pub fn finish(&mut self) -> Option<Bytes> {
         self.gzip
@@ -105,21 +125,11 @@ pub fn body(
             _ = tokio::time::sleep_until(st.w.deadline) => Next::End,
             _ = st.shutdown.wait_for(|stop| *stop) => Next::End,
         };
-        let mut chunks = match next {
-            Next::Event(Some(Ok(ev))) => st.encoder.chunks(&ev.frame()),
-            Next::Event(Some(Err(e))) => {
-                st.done = true;
-                st.encoder
-                    .chunks(&Frame::error(ApiError::from(e).status_json()))
-            }
-            Next::Event(None) | Next::End => {
-                st.done = true;
-                Vec::new()
-            }
+        let (chunks, done) = match next {
+            Next::Event(item) => st.encoder.item(item),
+            Next::End => (st.encoder.finish().into_iter().collect(), true),
         };
-        if st.done {
-            chunks.extend(st.encoder.finish());
-        }
+        st.done = done;
         Some((stream::iter(chunks.into_iter().map(Ok)), st))
     })
     .flatten()

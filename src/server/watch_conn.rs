@@ -23,7 +23,6 @@ use tracing::debug;
 use super::status::ApiError;
 use super::watch_body::FrameEncoder;
 use super::{AppState, Started, resolve, start_watch, wants_gzip_value};
-use crate::encode::Frame;
 
 /// Largest request head the fast path reads before giving the connection to hyper.
 const MAX_HEAD: usize = 16 * 1024;
@@ -150,11 +149,7 @@ async fn serve_watch(
     gzip: bool,
 ) -> std::io::Result<Outcome> {
     let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
-    let target = match segs.as_slice() {
-        ["api", v, rest @ ..] => resolve(st, "", v, rest),
-        ["apis", g, v, rest @ ..] => resolve(st, g, v, rest),
-        _ => None,
-    };
+    let target = resolve(st, &segs);
     let Some(target) = target else {
         write_error(tcp, &ApiError::no_route(path)).await?;
         return Ok(Outcome {
@@ -165,12 +160,7 @@ async fn serve_watch(
     let started = async {
         let mut params = super::params::ReadParams::parse(Some(query), st.config.max_selector_len)?;
         if let Some(n) = &target.name {
-            let sep = if params.field_selector.is_empty() {
-                ""
-            } else {
-                ","
-            };
-            params.field_selector = format!("metadata.name={n}{sep}{}", params.field_selector);
+            params.watch_one(n);
         }
         start_watch(st, target.cache, target.namespace.as_deref(), &params).await
     };
@@ -187,9 +177,7 @@ async fn serve_watch(
         }
         Ok(Started::TooOld(frame)) => {
             write_head(tcp, gzip).await?;
-            let mut chunks = encoder.chunks(&frame);
-            chunks.extend(encoder.finish());
-            write_chunk(tcp, &chunks).await?;
+            write_chunk(tcp, &encoder.last(&frame)).await?;
             tcp.write_all(b"0\r\n\r\n").await?;
             Ok(Outcome {
                 clean: true,
@@ -203,16 +191,13 @@ async fn serve_watch(
             let mut probe = [0u8; 256];
             loop {
                 tokio::select! {
-                    ev = w.stream.next() => match ev {
-                        Some(Ok(ev)) => write_chunk(tcp, &encoder.chunks(&ev.frame())).await?,
-                        Some(Err(e)) => {
-                            let mut chunks = encoder.chunks(&Frame::error(ApiError::from(e).status_json()));
-                            chunks.extend(encoder.finish());
-                            write_chunk(tcp, &chunks).await?;
+                    ev = w.stream.next() => {
+                        let (chunks, done) = encoder.item(ev);
+                        write_chunk(tcp, &chunks).await?;
+                        if done {
                             break;
                         }
-                        None => break,
-                    },
+                    }
                     _ = tokio::time::sleep_until(w.deadline) => break,
                     // (mapped: the guard it returns must not live across the writes above)
                     _ = shutdown.wait_for(|s| *s).map(|_| ()) => break,
