@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use watchcache::etcd::{EtcdCaches, EtcdConfig, LocalEtcd};
-use watchcache::server::{Server, ServerConfig};
+use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{CacheConfig, ResourceDef};
 
 struct Counting;
@@ -68,7 +68,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let server = Server::new(&caches, ServerConfig::default());
+    let server = Server::new(
+        ServerConfig::default(),
+        caches
+            .caches()
+            .map(|(_, c)| Served::new(c.clone(), caches.writes())),
+    );
     tokio::spawn(server.serve(listener, std::future::pending()));
     tokio::time::sleep(Duration::from_millis(200)).await;
     // Clients in a plain thread with blocking sockets, so their memory is counted apart.

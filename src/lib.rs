@@ -11,6 +11,14 @@
 //! - A feeder (the etcd upstream, or [`MemorySource`] for tests and in-process data) writes with
 //!   [`Cache::resync`], [`Cache::apply`] and [`Cache::progress`].
 //! - Resources are described by [`ResourceDef`]s: the files in `indexers/`, compiled in, or your own.
+//! - [`etcd`] (feature `etcd`) builds caches that follow etcd; [`server`] (feature `server`) serves
+//!   caches over the Kubernetes HTTP API. Without default features, only the core (model and
+//!   cache) is built.
+//!
+//! ## Layers
+//! `model` (definitions, objects, selectors) ← `cache` (store, history, routing, watch streams) ←
+//! `upstream` (sources and the [`Writes`] contract) and `server` ← the `watchcache` binary.
+//! Dependencies point one way; see `design/architecture.md`.
 //!
 //! ## Guarantees
 //! Every watcher sees each change exactly once, in resourceVersion order, with no gaps. A slow
@@ -52,41 +60,26 @@
 #![deny(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
-pub mod bench;
 mod cache;
-mod config;
-mod continue_token;
-pub mod definition;
-mod dispatcher;
-mod encode;
 mod error;
-pub mod etcd;
-mod field_path;
-mod history;
-mod list;
-mod object;
-mod resource_version;
-mod router;
-mod schema;
-pub mod selector;
+mod model;
+#[cfg(feature = "server")]
 pub mod server;
-mod source;
-mod store;
-mod upstream;
-mod watch_stream;
-mod watcher;
+mod sync;
+pub mod upstream;
 
-pub use cache::{Cache, CacheStats, Change, OutOfOrder, Resync, ResyncOutcome};
-pub use config::CacheConfig;
-pub use definition::{DefinitionError, HistoryConfig, IndexDef, IndexKey, ResourceDef};
-pub use encode::{Frame, list_parts};
+pub use cache::{
+    BoxFuture, Cache, CacheConfig, CacheStats, Change, Frame, ListOptions, ObjectList, OutOfOrder,
+    RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream, WatchEvent, WatchOptions,
+    WatchStream, list_parts,
+};
 pub use error::{Error, Result};
-pub use field_path::FieldPath;
-pub use history::EventType;
-pub use list::{ListOptions, ObjectList};
-pub use object::{DecodeError, Object};
-pub use resource_version::{ResourceVersion, RvMatch};
-pub use selector::{FieldSelector, LabelSelector, Selection, SelectorError};
-pub use source::MemorySource;
-pub use upstream::{BoxFuture, RangePage, RawKv, Upstream};
-pub use watch_stream::{WatchEvent, WatchOptions, WatchStream};
+pub use model::{
+    DecodeError, DefinitionError, EventType, FieldPath, FieldSelector, HistoryConfig, IndexDef,
+    IndexKey, LabelSelector, Object, ResourceDef, ResourceVersion, RvMatch, Selection,
+    SelectorError, definition, selector,
+};
+#[cfg(feature = "etcd")]
+pub use upstream::etcd;
+pub use upstream::memory::MemorySource;
+pub use upstream::{Stored, WriteError, Writes};

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::definition::ResourceDef;
+use crate::model::ResourceDef;
 
 fn resource(def: &ResourceDef) -> Value {
     json!({

@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::cache::Cache;
+use crate::server::state::AppState;
 
 /// Labels naming one resource.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -56,12 +56,19 @@ impl ServerMetrics {
     }
 }
 
-/// Renders every metric. `etcd_revision` is etcd's current revision per resource when it could be
-/// read, for the lag gauge.
-pub fn render<'a>(
-    caches: impl Iterator<Item = (&'a Cache, Option<u64>)>,
-    server: &ServerMetrics,
-) -> String {
+/// Renders every metric. The lag gauge compares each cache with its upstream's current revision,
+/// read (for all caches at once) with a 1 s timeout; a cache whose upstream does not answer has no
+/// lag sample.
+pub(crate) async fn render(st: &AppState) -> String {
+    let upstream_revs = futures_util::future::join_all(st.caches().map(|c| async move {
+        let up = c.upstream()?;
+        tokio::time::timeout(Duration::from_secs(1), up.current_revision())
+            .await
+            .ok()?
+            .ok()
+    }))
+    .await;
+    let server = &st.metrics;
     let mut reg = Registry::with_prefix("watchcache");
     let watchers = Family::<WatcherLabels, Gauge>::default();
     let gauge = |name: &str, help: &str, reg: &mut Registry| {
@@ -108,7 +115,7 @@ pub fn render<'a>(
     let rv = gauge("resource_version", "The cache's resourceVersion", &mut reg);
     let lag = gauge(
         "lag_revisions",
-        "etcd's current revision minus the cache's",
+        "The upstream's current revision minus the cache's",
         &mut reg,
     );
     let history = gauge("history_events", "Events in the history window", &mut reg);
@@ -124,7 +131,7 @@ pub fn render<'a>(
         "LIST latency",
         server.list_seconds.clone(),
     );
-    for (cache, etcd_rev) in caches {
+    for (cache, upstream_rev) in st.caches().zip(upstream_revs) {
         let s = cache.stats();
         let l = ResourceLabel {
             resource: cache.definition().plural.clone(),
@@ -146,7 +153,7 @@ pub fn render<'a>(
         decode_errors.get_or_create(&l).inc_by(s.decode_errors);
         resyncs.get_or_create(&l).inc_by(s.resyncs);
         rv.get_or_create(&l).set(s.resource_version as i64);
-        if let Some(e) = etcd_rev {
+        if let Some(e) = upstream_rev {
             lag.get_or_create(&l)
                 .set(e.saturating_sub(s.resource_version) as i64);
         }

@@ -2,11 +2,9 @@
 
 use std::time::Duration;
 
-use super::status::ApiError;
-use crate::list::ListOptions;
-use crate::resource_version::{ResourceVersion, RvMatch};
-use crate::selector::Selection;
-use crate::watch_stream::WatchOptions;
+use crate::cache::{ListOptions, WatchOptions};
+use crate::model::{ResourceVersion, RvMatch, Selection};
+use crate::server::status::ApiError;
 
 /// Parsed query of a read request.
 #[derive(Debug, Default)]

@@ -1,21 +1,31 @@
-//! Writes go through to etcd: create, update and delete in etcd transactions, with
-//! `metadata.resourceVersion` (the etcd mod revision) as the precondition. Stored bytes never carry
-//! a resourceVersion; the cache sees every write through its watch like any other change.
+//! Writes go through to the resource's upstream ([`Writes`]): create, update and delete, with
+//! `metadata.resourceVersion` (the upstream's mod revision) as the precondition. Bodies are checked
+//! here; stored bytes never carry a resourceVersion, and the cache sees every write through its
+//! source like any other change.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use bytes::Bytes;
-use etcd_client::{Compare, CompareOp, KvClient, Txn, TxnOp, TxnOpResponse};
 use serde_json::{Map, Value};
 
-use super::status::ApiError;
 use crate::cache::Cache;
-use crate::definition::ResourceDef;
+use crate::model::ResourceDef;
+use crate::server::status::ApiError;
+use crate::upstream::{WriteError, Writes};
 
-const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(500, "InternalError", e.to_string())
+}
 
-fn etcd_failed(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(500, "InternalError", format!("etcd: {e}"))
+/// The answer to a write the upstream refused or failed.
+fn write_failed(e: WriteError, def: &ResourceDef, name: &str) -> ApiError {
+    match e {
+        WriteError::AlreadyExists => ApiError::already_exists(&def.plural, name),
+        WriteError::NotFound => not_found(def, name),
+        WriteError::Conflict => ApiError::conflict(&def.plural, name),
+        WriteError::Timeout => ApiError::new(504, "Timeout", "the upstream did not answer in time"),
+        WriteError::Upstream(m) => internal(m),
+    }
 }
 
 /// Parses a request body into a JSON object of this resource, with name and namespace checked
@@ -108,11 +118,11 @@ fn name_of(obj: &Map<String, Value>) -> String {
 }
 
 /// Takes `metadata.resourceVersion` out of the object (it is never stored) as a precondition.
-fn take_precondition(obj: &mut Map<String, Value>) -> Result<Option<i64>, ApiError> {
+fn take_precondition(obj: &mut Map<String, Value>) -> Result<Option<u64>, ApiError> {
     match meta_mut(obj).remove("resourceVersion") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Ok(None),
-        Some(Value::String(s)) => s.parse::<i64>().map(Some).map_err(|_| {
+        Some(Value::String(s)) => s.parse::<u64>().map(Some).map_err(|_| {
             ApiError::bad_request(format!("invalid metadata.resourceVersion \"{s}\""))
         }),
         Some(other) => Err(ApiError::bad_request(format!(
@@ -122,24 +132,17 @@ fn take_precondition(obj: &mut Map<String, Value>) -> Result<Option<i64>, ApiErr
 }
 
 /// The stored object at `rev`, encoded by the cache (so it carries `metadata.resourceVersion`).
-fn respond(cache: &Cache, key: &str, stored: &[u8], rev: i64) -> Result<Bytes, ApiError> {
+fn respond(cache: &Cache, key: &str, stored: &[u8], rev: u64) -> Result<Bytes, ApiError> {
     cache
-        .decode(key, stored, rev as u64)
+        .decode(key, stored, rev)
         .map(|o| o.json().clone())
-        .map_err(|e| ApiError::new(500, "InternalError", e.to_string()))
-}
-
-async fn txn(kv: &mut KvClient, t: Txn) -> Result<etcd_client::TxnResponse, ApiError> {
-    tokio::time::timeout(ETCD_TIMEOUT, kv.txn(t))
-        .await
-        .map_err(|_| ApiError::new(504, "Timeout", "etcd did not answer in time"))?
-        .map_err(etcd_failed)
+        .map_err(internal)
 }
 
 /// POST: create; 409 AlreadyExists if the key exists.
 pub async fn create(
     cache: &Cache,
-    kv: &mut KvClient,
+    writes: &dyn Writes,
     namespace: Option<&str>,
     body: &[u8],
 ) -> Result<Bytes, ApiError> {
@@ -154,32 +157,12 @@ pub async fn create(
         Value::String(humantime::format_rfc3339_seconds(SystemTime::now()).to_string())
     });
     let key = def.key_for(namespace, &name);
-    let stored = serde_json::to_vec(&obj).map_err(etcd_failed)?;
-    let t = Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(key.clone(), stored.clone(), None)]);
-    let resp = txn(kv, t).await?;
-    if !resp.succeeded() {
-        return Err(ApiError::already_exists(&def.plural, &name));
-    }
-    respond(
-        cache,
-        &key,
-        &stored,
-        resp.header().map_or(0, |h| h.revision()),
-    )
-}
-
-/// The current stored value and mod revision of a key.
-async fn current(kv: &mut KvClient, key: &str) -> Result<Option<(Vec<u8>, i64)>, ApiError> {
-    let resp = tokio::time::timeout(ETCD_TIMEOUT, kv.get(key, None))
+    let stored = Bytes::from(serde_json::to_vec(&obj).map_err(internal)?);
+    let rev = writes
+        .create(&key, stored.clone())
         .await
-        .map_err(|_| ApiError::new(504, "Timeout", "etcd did not answer in time"))?
-        .map_err(etcd_failed)?;
-    Ok(resp
-        .kvs()
-        .first()
-        .map(|kv| (kv.value().to_vec(), kv.mod_revision())))
+        .map_err(|e| write_failed(e, def, &name))?;
+    respond(cache, &key, &stored, rev)
 }
 
 fn not_found(def: &ResourceDef, name: &str) -> ApiError {
@@ -189,25 +172,11 @@ fn not_found(def: &ResourceDef, name: &str) -> ApiError {
     })
 }
 
-/// Why a transaction's compare failed: the object is gone (404) or was modified (409).
-async fn failed_precondition(
-    kv: &mut KvClient,
-    def: &ResourceDef,
-    key: &str,
-    name: &str,
-) -> ApiError {
-    match current(kv, key).await {
-        Ok(None) => not_found(def, name),
-        Ok(Some(_)) => ApiError::conflict(&def.plural, name),
-        Err(e) => e,
-    }
-}
-
 /// PUT: update an existing object; `metadata.resourceVersion`, when given, must equal the stored
 /// mod revision (409 Conflict otherwise).
 pub async fn update(
     cache: &Cache,
-    kv: &mut KvClient,
+    writes: &dyn Writes,
     namespace: Option<&str>,
     name: &str,
     body: &[u8],
@@ -216,14 +185,16 @@ pub async fn update(
     let mut obj = parse_object(def, body, namespace, Some(name))?;
     let precondition = take_precondition(&mut obj)?;
     let key = def.key_for(namespace, name);
-    let (old, mod_rev) = current(kv, &key)
-        .await?
+    let current = writes
+        .get(&key)
+        .await
+        .map_err(|e| write_failed(e, def, name))?
         .ok_or_else(|| not_found(def, name))?;
-    if precondition.is_some_and(|p| p != mod_rev) {
+    if precondition.is_some_and(|p| p != current.mod_revision) {
         return Err(ApiError::conflict(&def.plural, name));
     }
     // Identity fields the client left out are kept from the stored object.
-    if let Ok(Value::Object(old)) = serde_json::from_slice::<Value>(&old)
+    if let Ok(Value::Object(old)) = serde_json::from_slice::<Value>(&current.value)
         && let Some(Value::Object(old_meta)) = old.get("metadata")
     {
         let meta = meta_mut(&mut obj);
@@ -233,32 +204,20 @@ pub async fn update(
             }
         }
     }
-    let stored = serde_json::to_vec(&obj).map_err(etcd_failed)?;
-    let t = Txn::new()
-        .when([Compare::mod_revision(
-            key.clone(),
-            CompareOp::Equal,
-            mod_rev,
-        )])
-        .and_then([TxnOp::put(key.clone(), stored.clone(), None)]);
-    let resp = txn(kv, t).await?;
-    if !resp.succeeded() {
-        // Changed between our read and the transaction: deleted (404) or modified (409).
-        return Err(failed_precondition(kv, def, &key, name).await);
-    }
-    respond(
-        cache,
-        &key,
-        &stored,
-        resp.header().map_or(0, |h| h.revision()),
-    )
+    let stored = Bytes::from(serde_json::to_vec(&obj).map_err(internal)?);
+    // Changed between the read and the write: deleted (404) or modified (409).
+    let rev = writes
+        .replace(&key, stored.clone(), current.mod_revision)
+        .await
+        .map_err(|e| write_failed(e, def, name))?;
+    respond(cache, &key, &stored, rev)
 }
 
 /// DELETE: remove an object, with an optional `preconditions.resourceVersion` in the body's
 /// DeleteOptions. Answers the last state at the deletion's revision.
 pub async fn delete(
     cache: &Cache,
-    kv: &mut KvClient,
+    writes: &dyn Writes,
     namespace: Option<&str>,
     name: &str,
     body: &[u8],
@@ -272,7 +231,7 @@ pub async fn delete(
         })?;
         match opts.pointer("/preconditions/resourceVersion") {
             None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.parse::<i64>().map_err(|_| {
+            Some(Value::String(s)) => Some(s.parse::<u64>().map_err(|_| {
                 ApiError::bad_request(format!("invalid preconditions.resourceVersion \"{s}\""))
             })?),
             Some(other) => {
@@ -283,27 +242,11 @@ pub async fn delete(
         }
     };
     let key = def.key_for(namespace, name);
-    let mut compares = vec![Compare::create_revision(key.clone(), CompareOp::Greater, 0)];
-    if let Some(rv) = precondition {
-        compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, rv));
-    }
-    let t = Txn::new().when(compares).and_then([TxnOp::delete(
-        key.clone(),
-        Some(etcd_client::DeleteOptions::new().with_prev_key()),
-    )]);
-    let resp = txn(kv, t).await?;
-    if !resp.succeeded() {
-        return Err(failed_precondition(kv, def, &key, name).await);
-    }
-    let rev = resp.header().map_or(0, |h| h.revision());
-    let prev = resp.op_responses().into_iter().find_map(|r| match r {
-        TxnOpResponse::Delete(d) => d.prev_kvs().first().map(|kv| kv.value().to_vec()),
-        _ => None,
-    });
-    match prev {
-        Some(v) => respond(cache, &key, &v, rev),
-        None => Err(not_found(def, name)),
-    }
+    let (rev, prev) = writes
+        .delete(&key, precondition)
+        .await
+        .map_err(|e| write_failed(e, def, name))?;
+    respond(cache, &key, &prev, rev)
 }
 
 /// A random UUID (version 4 layout), as the API server assigns to new objects.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use watchcache::etcd::{EtcdCaches, EtcdConfig};
-use watchcache::server::{Server, ServerConfig};
+use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{CacheConfig, ResourceDef};
 
 use super::etcd::{Etcd, etcd};
@@ -47,7 +47,12 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = Server::new(&caches, config);
+        let server = Server::new(
+            config,
+            caches
+                .caches()
+                .map(|(_, c)| Served::new(c.clone(), caches.writes())),
+        );
         let task = tokio::spawn(async move {
             server
                 .serve(listener, async { stopped.await.ok().unwrap_or(()) })

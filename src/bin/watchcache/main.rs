@@ -1,0 +1,246 @@
+//! `watchcache`: the command-line entry point.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Parser, Subcommand};
+use tracing::{error, info};
+use watchcache::etcd::{ConsistentReads, EtcdCaches, EtcdConfig, LocalEtcd};
+use watchcache::server::{Served, Server, ServerConfig};
+use watchcache::{CacheConfig, ResourceDef};
+
+mod bench;
+
+// Many small long-lived allocations per watcher: mimalloc keeps their resident cost close to
+// their size (glibc's arenas fragment; measured in design/performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// An indexed watch cache with trigger-based routing, serving the Kubernetes list/watch API from etcd.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the Kubernetes list/watch API for the defined resources, cached from etcd.
+    ///
+    /// Logging is filtered by RUST_LOG (default: info), e.g. RUST_LOG=watchcache=debug.
+    Serve(ServeArgs),
+    /// Load the cache kubelet-style on a real etcd and report latency, loss and resource use,
+    /// optionally side by side with one etcd watch per watcher (the world before the cache).
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Nodes; pods are spread over them.
+    #[arg(long, default_value_t = 100)]
+    nodes: usize,
+    /// Pods created before the churn (about 2 KB each).
+    #[arg(long, default_value_t = 1000)]
+    pods: usize,
+    /// Per-node watchers (fieldSelector=spec.nodeName=node-i), one per node.
+    #[arg(long, default_value_t = 100)]
+    watchers: usize,
+    /// Unrouted watchers of all pods (controllers).
+    #[arg(long, default_value_t = 2)]
+    unrouted: usize,
+    /// Target writes per second during the churn.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Churn duration in seconds.
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// What to measure.
+    #[arg(long, value_enum, default_value_t = bench::Mode::Cache)]
+    mode: bench::Mode,
+    /// etcd client URL (repeatable); with none, a fresh local etcd is started per mode.
+    #[arg(long = "etcd", value_name = "URL")]
+    etcd: Vec<String>,
+    /// A running watchcache server; with none, one is started per cache-mode run.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    /// Directory for the local etcd's data (a fresh one under it per mode), e.g. /dev/shm to take
+    /// etcd's disk out of the measurement; default: the system temp dir.
+    #[arg(long, value_name = "DIR")]
+    etcd_data_dir: Option<PathBuf>,
+    /// Write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// etcd client URL; repeat for a cluster. With none, a local etcd is started from PATH.
+    #[arg(long = "etcd", value_name = "URL")]
+    etcd: Vec<String>,
+    /// Data directory of the local etcd (only without --etcd).
+    #[arg(long, default_value = "./watchcache-data")]
+    data_dir: PathBuf,
+    /// Client port of the local etcd (its peer port is this plus 10; only without --etcd).
+    #[arg(long, default_value_t = 23790)]
+    local_etcd_port: u16,
+    /// Address to serve HTTP on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Directory of resource definitions (*.toml); they add to, or replace, the built-ins of the
+    /// same group and plural.
+    #[arg(long, value_name = "DIR")]
+    indexers: Option<PathBuf>,
+    /// Largest accepted request body, in bytes.
+    #[arg(long, default_value_t = 3 * 1024 * 1024)]
+    max_body_bytes: usize,
+    /// Longest accepted field or label selector, in bytes.
+    #[arg(long, default_value_t = 4096)]
+    max_selector_len: usize,
+    /// Most concurrent watches; more are answered 429.
+    #[arg(long, default_value_t = 200_000)]
+    max_watchers: usize,
+    /// How consistent reads (resourceVersion unset) are served: from the cache on etcd
+    /// 3.4.31+/3.5.13+ and from etcd range reads on older versions (auto), always from the cache
+    /// (cache), or always from etcd (etcd).
+    #[arg(long, default_value = "auto",
+          value_parser = PossibleValuesParser::new(ConsistentReads::NAMES).try_map(|s| s.parse::<ConsistentReads>()))]
+    consistent_reads: ConsistentReads,
+    /// Serve only these resources (plural names, comma-separated); default: every definition.
+    #[arg(long, value_delimiter = ',', value_name = "PLURAL")]
+    resources: Vec<String>,
+}
+
+fn definitions(dir: Option<&PathBuf>) -> Result<Vec<ResourceDef>, watchcache::DefinitionError> {
+    let mut defs = ResourceDef::builtins();
+    if let Some(dir) = dir {
+        for d in ResourceDef::load_dir(dir)? {
+            defs.retain(|b| !(b.group == d.group && b.plural == d.plural));
+            defs.push(d);
+        }
+    }
+    Ok(defs)
+}
+
+async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let mut defs = definitions(args.indexers.as_ref())?;
+    if !args.resources.is_empty() {
+        if let Some(unknown) = args
+            .resources
+            .iter()
+            .find(|r| !defs.iter().any(|d| &d.plural == *r))
+        {
+            return Err(format!("--resources: no definition for \"{unknown}\"").into());
+        }
+        defs.retain(|d| args.resources.contains(&d.plural));
+    }
+    let mut local = None;
+    let endpoints = if args.etcd.is_empty() {
+        let e = LocalEtcd::start_on(
+            &args.data_dir,
+            args.local_etcd_port,
+            args.local_etcd_port + 10,
+        )
+        .await?;
+        let url = e.url();
+        local = Some(e);
+        vec![url]
+    } else {
+        args.etcd.clone()
+    };
+    let mut etcd = EtcdConfig::new(endpoints);
+    etcd.consistent_reads = args.consistent_reads;
+    let caches = EtcdCaches::connect(etcd, defs, CacheConfig::default()).await?;
+    let config = ServerConfig {
+        max_body_bytes: args.max_body_bytes,
+        max_selector_len: args.max_selector_len,
+        max_watchers: args.max_watchers,
+        ..ServerConfig::default()
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    info!(listen = %args.listen, "watchcache listening");
+    let writes = caches.writes();
+    let served = caches
+        .caches()
+        .map(|(_, c)| Served::new(c.clone(), writes.clone()));
+    Server::new(config, served)
+        .serve(listener, shutdown_signal())
+        .await?;
+    caches.shutdown().await;
+    drop(local);
+    info!("stopped");
+    Ok(())
+}
+
+async fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let cfg = bench::BenchConfig {
+        nodes: args.nodes,
+        pods: args.pods,
+        watchers: args.watchers,
+        unrouted: args.unrouted,
+        rate: args.rate,
+        duration: std::time::Duration::from_secs(args.duration),
+        mode: args.mode,
+        etcd: args.etcd,
+        server: args.server,
+        server_binary: std::env::current_exe()?,
+        delivery_grace: std::time::Duration::from_secs(30),
+        progress: true,
+        etcd_data_dir: args.etcd_data_dir,
+    };
+    let report = bench::run(cfg).await?;
+    print!("{}", bench::table(&report));
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
+        info!(path = %path.display(), "report written");
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM"),
+        _ = int.recv() => info!("SIGINT"),
+    }
+}
+
+fn main() -> ExitCode {
+    // Logs go to stderr: stdout carries results (the bench table).
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!(error = %e, "cannot start the runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve(args).await,
+            Command::Bench(args) => bench(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!(error = %e, "watchcache failed");
+            ExitCode::FAILURE
+        }
+    }
+}

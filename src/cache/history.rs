@@ -1,0 +1,257 @@
+//! The history window: a ring of recent events, each with its object, previous object and revision.
+//!
+//! Sized like upstream: it starts at `min_events` and, whenever it is full, doubles (up to
+//! `max_events`) while its oldest event is younger than the window, or halves (down to `min_events`)
+//! once even the newest quarter is older than the window.
+//!
+//! ## Invariants
+//! - Events carry consecutive sequence numbers; `ring[i].seq == start_seq + i`.
+//! - Every event with `rv > floor_rv` is in the ring (or not yet received). Watching from any
+//!   `rv >= floor_rv` is exact; older positions are gone (410 Expired).
+//! - Revisions are non-decreasing along the ring (several events may share one etcd revision).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::model::{HistoryConfig, Object};
+
+/// A position that is no longer in the window: events after it were evicted. Serving from it would
+/// skip changes, so it is answered 410 Expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Evicted {
+    /// The oldest revision the window can still serve from (its floor).
+    pub oldest: u64,
+}
+
+/// One change to one object, as applied to the store.
+pub(crate) struct Event {
+    pub seq: u64,
+    pub rv: u64,
+    /// The new state; `None` for a deletion.
+    pub object: Option<Object>,
+    /// The previous state; `None` for a creation.
+    pub prev: Option<Object>,
+    pub at: Instant,
+    /// The previous state re-encoded at this event's revision, made once for all DELETED deliveries.
+    deleted_json: OnceLock<Bytes>,
+}
+
+impl Event {
+    pub fn new(
+        seq: u64,
+        rv: u64,
+        object: Option<Object>,
+        prev: Option<Object>,
+        at: Instant,
+    ) -> Event {
+        Event {
+            seq,
+            rv,
+            object,
+            prev,
+            at,
+            deleted_json: OnceLock::new(),
+        }
+    }
+
+    pub fn key(&self) -> &Arc<str> {
+        match (&self.object, &self.prev) {
+            (Some(o), _) | (None, Some(o)) => o.key_arc(),
+            (None, None) => unreachable!("an event has an object or a previous object"),
+        }
+    }
+
+    /// The JSON a DELETED delivery carries: the last state, at this event's revision.
+    pub fn deleted_json(&self) -> &Bytes {
+        self.deleted_json.get_or_init(|| match &self.prev {
+            Some(p) => p.json_at(self.rv),
+            None => Bytes::new(),
+        })
+    }
+}
+
+pub(crate) struct History {
+    /// Events `[start_seq, start_seq + ring.len())`.
+    ring: VecDeque<Arc<Event>>,
+    start_seq: u64,
+    floor_rv: u64,
+    capacity: usize,
+    cfg: HistoryConfig,
+}
+
+impl History {
+    pub fn new(cfg: HistoryConfig) -> History {
+        History {
+            ring: VecDeque::with_capacity(cfg.min_events),
+            start_seq: 0,
+            floor_rv: 0,
+            capacity: cfg.min_events,
+            cfg,
+        }
+    }
+
+    /// The sequence number the next event will get.
+    pub fn end_seq(&self) -> u64 {
+        self.start_seq + self.ring.len() as u64
+    }
+
+    /// The error for a position before the window.
+    pub fn evicted(&self) -> Evicted {
+        Evicted {
+            oldest: self.floor_rv,
+        }
+    }
+
+    /// Checks that the events from sequence number `seq` on are all still in the window.
+    ///
+    /// # Errors
+    /// [`Evicted`] when some of them were evicted.
+    pub fn check_seq(&self, seq: u64) -> Result<(), Evicted> {
+        if seq < self.start_seq {
+            Err(self.evicted())
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ring.len()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    #[cfg(test)]
+    pub fn get(&self, seq: u64) -> Option<&Arc<Event>> {
+        seq.checked_sub(self.start_seq)
+            .and_then(|i| self.ring.get(i as usize))
+    }
+
+    /// Events from `seq` on.
+    pub fn since(&self, seq: u64) -> impl Iterator<Item = &Arc<Event>> {
+        let skip = seq.saturating_sub(self.start_seq) as usize;
+        self.ring.range(skip.min(self.ring.len())..)
+    }
+
+    /// The sequence number of the first event with a revision above `rv`.
+    ///
+    /// # Errors
+    /// [`Evicted`] when events after `rv` have already left the window.
+    pub fn seq_after_rv(&self, rv: u64) -> Result<u64, Evicted> {
+        if rv < self.floor_rv {
+            return Err(self.evicted());
+        }
+        Ok(self.start_seq + self.ring.partition_point(|e| e.rv <= rv) as u64)
+    }
+
+    /// Appends an event built for the next sequence number, evicting or resizing as needed.
+    pub fn push(&mut self, build: impl FnOnce(u64) -> Event) -> &Arc<Event> {
+        let ev = build(self.end_seq());
+        if self.ring.len() >= self.capacity {
+            self.resize(ev.at);
+        }
+        while self.ring.len() >= self.capacity {
+            self.evict_oldest();
+        }
+        self.ring.push_back(Arc::new(ev));
+        self.ring.back().unwrap_or_else(|| unreachable!())
+    }
+
+    /// Forgets every event and declares the window to start at `rv` (after a relist).
+    pub fn reset(&mut self, rv: u64) {
+        self.start_seq = self.end_seq();
+        self.ring.clear();
+        self.floor_rv = rv;
+    }
+
+    /// Raises the floor without evicting (nothing may be served from before `rv`).
+    pub fn raise_floor(&mut self, rv: u64) {
+        self.floor_rv = self.floor_rv.max(rv);
+    }
+
+    fn resize(&mut self, now: Instant) {
+        let window = self.cfg.window;
+        let age = |e: &Arc<Event>| now.saturating_duration_since(e.at);
+        let oldest_fresh = self.ring.front().is_some_and(|e| age(e) < window);
+        if oldest_fresh && self.capacity < self.cfg.max_events {
+            self.capacity = (self.capacity * 2).min(self.cfg.max_events);
+            self.ring.reserve(self.capacity - self.ring.len());
+            return;
+        }
+        let quarter = self.ring.len().saturating_sub(self.capacity / 4);
+        let recent_stale = self.ring.get(quarter).is_some_and(|e| age(e) > window);
+        if recent_stale && self.capacity > self.cfg.min_events {
+            self.capacity = (self.capacity / 2).max(self.cfg.min_events);
+            while self.ring.len() >= self.capacity {
+                self.evict_oldest();
+            }
+            self.ring.shrink_to(self.capacity);
+        }
+    }
+
+    fn evict_oldest(&mut self) {
+        if let Some(e) = self.ring.pop_front() {
+            self.start_seq += 1;
+            self.floor_rv = self.floor_rv.max(e.rv);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn push(h: &mut History, rv: u64, at: Instant) {
+        h.push(|seq| Event::new(seq, rv, None, None, at));
+    }
+
+    #[test]
+    fn grows_while_events_are_fresh_and_shrinks_when_stale() {
+        let cfg = HistoryConfig {
+            min_events: 4,
+            max_events: 16,
+            window: Duration::from_secs(75),
+        };
+        let mut h = History::new(cfg);
+        let t0 = Instant::now();
+        for rv in 1..=20 {
+            push(&mut h, rv, t0);
+        }
+        assert_eq!(h.capacity(), 16);
+        assert_eq!(h.len(), 16);
+        assert_eq!(h.evicted().oldest, 4, "rv 1..=4 were evicted");
+        assert_eq!(h.seq_after_rv(3), Err(Evicted { oldest: 4 }));
+        assert_eq!(h.seq_after_rv(4), Ok(4));
+        assert_eq!(h.get(4).unwrap().rv, 5);
+        let later = t0 + Duration::from_secs(200);
+        push(&mut h, 21, later);
+        assert_eq!(h.capacity(), 8, "halved once the newest quarter is stale");
+        assert_eq!(h.evicted().oldest, 13);
+        assert_eq!(
+            h.since(h.end_seq() - 2).map(|e| e.rv).collect::<Vec<_>>(),
+            [20, 21]
+        );
+    }
+
+    #[test]
+    fn shared_revisions_are_found_by_partition() {
+        let mut h = History::new(HistoryConfig::default());
+        let t = Instant::now();
+        for rv in [5, 5, 6, 8, 8, 8] {
+            push(&mut h, rv, t);
+        }
+        assert_eq!(h.seq_after_rv(5), Ok(2));
+        assert_eq!(h.seq_after_rv(7), Ok(3));
+        assert_eq!(h.seq_after_rv(100), Ok(6));
+        h.reset(50);
+        assert_eq!(h.seq_after_rv(49), Err(Evicted { oldest: 50 }));
+        assert_eq!(h.check_seq(5), Err(Evicted { oldest: 50 }));
+        assert_eq!(h.check_seq(6), Ok(()));
+        assert_eq!(h.seq_after_rv(50), Ok(6));
+    }
+}

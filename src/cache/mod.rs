@@ -1,0 +1,506 @@
+//! The cache layer: [`Cache`], one resource's watch cache, and what it is made of.
+//!
+//! | file | concept |
+//! |---|---|
+//! | `mod.rs` | the facade: the public API, carrying out the read plans |
+//! | `state.rs` | the one lock; the commit shared by live apply and resync; readiness; metrics |
+//! | `consistent.rs` | where each read is served from and what it waits for (pure) |
+//! | `resync.rs` | relists, applied as a difference |
+//! | `store.rs`, `history.rs` | the current state with its indexes; the window of recent events |
+//! | `router.rs`, `registry.rs`, `watcher.rs` | which watchers an event is offered to; fan-out; queues and parking |
+//! | `list.rs`, `continue_token.rs` | LIST pages over a consistent view; continue tokens |
+//! | `stream.rs`, `wire.rs` | the watch stream; frames and list bodies as shared bytes |
+//! | `upstream.rs` | the contract of the source a cache follows |
+//!
+//! ## Concurrency
+//! One read-write lock per cache (in `state.rs`), held only for synchronous work: applying one
+//! batch (store, indexes, history, fan-out to queues), reading one LIST page, one history catch-up
+//! batch. It is never held across an `.await` or while a consumer is slow: consumers read their own
+//! queue.
+
+mod config;
+mod consistent;
+mod continue_token;
+mod history;
+mod list;
+mod registry;
+mod resync;
+mod router;
+mod state;
+mod store;
+mod stream;
+#[cfg(test)]
+mod testing;
+mod upstream;
+mod watcher;
+mod wire;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use config::CacheConfig;
+pub use list::{ListOptions, ObjectList};
+pub use resync::Resync;
+pub use state::{CacheStats, Change, OutOfOrder, ResyncOutcome};
+pub use stream::{WatchEvent, WatchOptions, WatchStream};
+pub use upstream::{BoxFuture, RangePage, RangeReader, RawKv, Upstream};
+pub use wire::{Frame, list_parts};
+
+use crate::error::{Error, Result};
+use crate::model::selector::Predicate;
+use crate::model::{DecodeError, Object, ResourceDef, ResourceVersion, Schema, Selection};
+use consistent::{GetPlan, ListPlan, Wait, WatchPlan};
+use history::Evicted;
+use state::{From, Shared};
+use stream::InitialEvents;
+
+/// Keys per range request when reading from the upstream (upstream's reflector uses 10 000).
+const UPSTREAM_PAGE: usize = 10_000;
+
+/// One resource's watch cache. Cheap to clone; every clone is the same cache. `Send + Sync`.
+///
+/// Readers call [`list`](Cache::list), [`get`](Cache::get), [`lookup`](Cache::lookup) and
+/// [`watch`](Cache::watch). One writer feeds it with [`resync`](Cache::resync) (initial list and
+/// relists), [`apply`](Cache::apply) (watch events) and [`progress`](Cache::progress).
+#[derive(Clone)]
+pub struct Cache {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("resource", &self.shared.schema.def.plural)
+            .finish()
+    }
+}
+
+impl Cache {
+    /// An empty cache for one resource. It is not ready until its first [`resync`](Cache::resync)
+    /// finishes.
+    pub fn new(def: ResourceDef, config: CacheConfig) -> Cache {
+        Cache {
+            shared: Arc::new(Shared::new(Schema::new(def), config)),
+        }
+    }
+
+    /// The resource definition.
+    pub fn definition(&self) -> &ResourceDef {
+        &self.shared.schema.def
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CacheConfig {
+        &self.shared.config
+    }
+
+    /// Sets the upstream consistent reads consult. Without one, the cache's own revision is taken as
+    /// current (right for an in-process source that applies synchronously).
+    pub fn set_upstream(&self, upstream: Arc<dyn Upstream>) {
+        self.shared.set_upstream(upstream);
+    }
+
+    /// The upstream set with [`set_upstream`](Cache::set_upstream).
+    pub fn upstream(&self) -> Option<Arc<dyn Upstream>> {
+        self.shared.upstream()
+    }
+
+    /// The upstream that serves consistent reads itself because its progress notifications cannot
+    /// be trusted, if that is the case.
+    fn upstream_reads(&self) -> Option<Arc<dyn Upstream>> {
+        self.upstream().filter(|u| !u.progress_is_reliable())
+    }
+
+    /// The cache's revision: every change up to it has been applied.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.resource_version()
+    }
+
+    // ---- writer side ----
+
+    /// Decodes a stored value into an [`Object`] at revision `rv`. Pure: call it outside any lock,
+    /// possibly on several threads.
+    ///
+    /// # Errors
+    /// [`DecodeError`] when the value is not a JSON object with `metadata.name` agreeing with the key.
+    pub fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
+        Object::decode(&self.shared.schema, key, value, rv)
+    }
+
+    /// Decodes a stored value, or counts and logs it as malformed and returns `None`: what a feeder
+    /// does with each value it reads, so that one bad value never stops a stream.
+    pub fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
+        self.decode(key, value, rv)
+            .map_err(|e| self.record_decode_error(&e))
+            .ok()
+    }
+
+    /// Counts and logs a value that could not be decoded; the stream goes on without it.
+    pub fn record_decode_error(&self, err: &DecodeError) {
+        self.shared.record_decode_error(err);
+    }
+
+    /// Applies the changes of one revision: store, indexes, history, and fan-out to watchers.
+    /// A deletion of an unknown key is ignored.
+    ///
+    /// # Errors
+    /// [`OutOfOrder`] when `rv` is not above the cache's revision; nothing is applied.
+    pub fn apply(
+        &self,
+        rv: u64,
+        changes: impl IntoIterator<Item = Change>,
+    ) -> Result<(), OutOfOrder> {
+        self.shared.apply(rv, changes)
+    }
+
+    /// Records that the upstream has no changes up to `rv` (etcd progress notification): readers
+    /// waiting for `rv` proceed and bookmarks may carry it.
+    pub fn progress(&self, rv: u64) {
+        self.shared.progress(rv);
+    }
+
+    /// Starts a resync to the upstream's full state at revision `rv`: the initial sync, or a relist
+    /// after a compaction or an unrecoverable watch break. Feed it page by page, then
+    /// [`finish`](Resync::finish) it.
+    pub fn resync(&self, rv: u64) -> Resync {
+        Resync::new(Arc::clone(&self.shared), rv)
+    }
+
+    /// Marks the cache not ready (reads answer 429 with a Retry-After that grows with the downtime),
+    /// e.g. while its upstream is unavailable. A finished [`Resync`] or [`set_ready`](Cache::set_ready)
+    /// makes it ready again. Has no effect before the initial sync finished.
+    pub fn set_not_ready(&self, why: impl Into<String>) {
+        self.shared.set_not_ready(why.into());
+    }
+
+    /// Marks the cache ready again, after [`set_not_ready`](Cache::set_not_ready), when the upstream
+    /// recovered without a relist.
+    pub fn set_ready(&self) {
+        self.shared.set_ready();
+    }
+
+    /// Waits until the cache is ready (its initial sync finished).
+    ///
+    /// # Errors
+    /// [`Error::NotReady`] when `timeout` passes first.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match self.shared.check_ready() {
+                Ok(()) => return Ok(()),
+                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
+    /// Whether the cache serves reads.
+    pub fn is_ready(&self) -> bool {
+        self.shared.is_ready()
+    }
+
+    // ---- reader side ----
+
+    /// Waits until the cache has reached `rv`, asking the upstream for progress meanwhile.
+    ///
+    /// # Errors
+    /// [`Error::TooLargeResourceVersion`] after [`CacheConfig::too_large_wait`].
+    pub async fn wait_for(&self, rv: u64) -> Result<u64> {
+        let mut rx = self.shared.subscribe();
+        let current = *rx.borrow();
+        if current >= rv {
+            return Ok(current);
+        }
+        let source = self.upstream();
+        let mut tick = tokio::time::interval(self.shared.config.progress_interval);
+        let wait = async {
+            loop {
+                tokio::select! {
+                    r = rx.wait_for(|v| *v >= rv) => return r.map(|v| *v).ok(),
+                    _ = tick.tick() => if let Some(s) = &source { s.request_progress() },
+                }
+            }
+        };
+        match tokio::time::timeout(self.shared.config.too_large_wait, wait).await {
+            Ok(Some(v)) => Ok(v),
+            _ => Err(Error::TooLargeResourceVersion {
+                requested: rv,
+                current: self.resource_version(),
+            }),
+        }
+    }
+
+    /// Waits until the cache is as fresh as the upstream is now: a consistent read's start.
+    async fn fresh(&self) -> Result<u64> {
+        let target = match self.upstream() {
+            Some(s) => s.current_revision().await?,
+            None => self.resource_version(),
+        };
+        self.wait_for(target).await
+    }
+
+    /// Carries out a [`Wait`]; returns the cache revision it reached (for `Nothing`, the current
+    /// one).
+    async fn meet(&self, wait: Wait) -> Result<u64> {
+        match wait {
+            Wait::Nothing => Ok(self.resource_version()),
+            Wait::Fresh => self.fresh().await,
+            Wait::For(n) => self.wait_for(n).await,
+        }
+    }
+
+    /// LIST with the upstream semantics of `resourceVersion`, `resourceVersionMatch`, `limit` and
+    /// `continue` (see `design/semantics.md`). Items are sorted by key.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for invalid combinations or tokens, [`Error::Expired`] /
+    /// [`Error::ContinueExpired`] when the requested revision left the window,
+    /// [`Error::TooLargeResourceVersion`], [`Error::NotReady`].
+    pub async fn list(&self, opts: &ListOptions) -> Result<ObjectList> {
+        self.shared.check_ready()?;
+        let continuing = opts.continue_token.is_some();
+        let upstream = self.upstream_reads();
+        let plan = consistent::plan_list(
+            opts.resource_version,
+            opts.rv_match,
+            opts.continue_token.as_deref(),
+            &self.shared.schema.def.prefix,
+            upstream.is_some(),
+            self.resource_version(),
+        )?;
+        let limit = opts.limit.filter(|l| *l > 0);
+        let pred = Predicate::compile(&self.shared.schema, &opts.selection);
+        let expired = |requested: u64, e: Evicted| {
+            if continuing {
+                Error::ContinueExpired {
+                    requested,
+                    oldest: e.oldest,
+                }
+            } else {
+                Error::Expired {
+                    requested,
+                    oldest: e.oldest,
+                }
+            }
+        };
+        let (rv, page) = match (plan, upstream) {
+            (ListPlan::Upstream { revision, after }, Some(up)) => {
+                return self
+                    .list_from_upstream(&*up, &pred, revision, after, limit)
+                    .await
+                    .map_err(|e| match e {
+                        Error::Expired { requested, oldest } if continuing => {
+                            Error::ContinueExpired { requested, oldest }
+                        }
+                        e => e,
+                    });
+            }
+            (ListPlan::Upstream { .. }, None) => {
+                return Err(Error::Upstream("no upstream to serve the read from".into()));
+            }
+            (ListPlan::Cache { wait, at, after }, _) => {
+                self.meet(wait).await?;
+                self.shared
+                    .page(at, &pred, after.as_deref(), limit)
+                    .map_err(|e| expired(at.unwrap_or_default(), e))?
+            }
+        };
+        Ok(self.object_list(rv, page.items, page.more, page.remaining))
+    }
+
+    fn object_list(
+        &self,
+        rv: u64,
+        items: Vec<Object>,
+        more: bool,
+        remaining_item_count: Option<u64>,
+    ) -> ObjectList {
+        let prefix_len = self.shared.schema.def.prefix.len();
+        let continue_token = items
+            .last()
+            .filter(|_| more)
+            .map(|o| continue_token::encode(rv, &o.key()[prefix_len..]));
+        ObjectList {
+            resource_version: rv,
+            items,
+            continue_token,
+            remaining_item_count,
+        }
+    }
+
+    /// GET one object. `resourceVersion` unset is a consistent read, `0` any, `N` not older than N.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::TooLargeResourceVersion`], [`Error::NotReady`].
+    pub async fn get(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        rv: ResourceVersion,
+    ) -> Result<Object> {
+        self.shared.check_ready()?;
+        let def = &self.shared.schema.def;
+        let key = def.key_for(namespace, name);
+        let not_found = || Error::NotFound {
+            kind: def.plural.clone(),
+            name: name.to_owned(),
+        };
+        let upstream = self.upstream_reads();
+        match (consistent::plan_get(rv, upstream.is_some()), upstream) {
+            (GetPlan::Upstream, Some(up)) => {
+                let page = up.range(None, Some(key.clone()), 1).await?;
+                let kv = page
+                    .kvs
+                    .into_iter()
+                    .find(|kv| kv.key == key)
+                    .ok_or_else(not_found)?;
+                self.decode(&kv.key, &kv.value, kv.mod_revision)
+                    .map_err(|e| {
+                        self.record_decode_error(&e);
+                        Error::Upstream(e.to_string())
+                    })
+            }
+            (GetPlan::Upstream, None) => {
+                Err(Error::Upstream("no upstream to serve the read from".into()))
+            }
+            (GetPlan::Cache(wait), _) => {
+                self.meet(wait).await?;
+                self.shared.get(&key).ok_or_else(not_found)
+            }
+        }
+    }
+
+    /// Reads a LIST page from the upstream instead of the cache: the consistent read on an upstream
+    /// whose progress notifications cannot be trusted, and its continuations. Decodes, filters and
+    /// pages exactly as the cache would.
+    async fn list_from_upstream(
+        &self,
+        up: &dyn Upstream,
+        pred: &Predicate,
+        revision: Option<u64>,
+        after: Option<String>,
+        limit: Option<usize>,
+    ) -> Result<ObjectList> {
+        let mut reader = RangeReader::new(up, revision, after.as_deref(), UPSTREAM_PAGE);
+        let mut items: Vec<Object> = Vec::new();
+        let mut more = false;
+        'pages: while let Some(page) = reader.next_page().await {
+            for kv in page?.kvs {
+                let Some(obj) = self.decode_or_skip(&kv.key, &kv.value, kv.mod_revision) else {
+                    continue;
+                };
+                if !pred.matches(&self.shared.schema, &obj) {
+                    continue;
+                }
+                if limit.is_some_and(|l| items.len() >= l) {
+                    more = true;
+                    break 'pages;
+                }
+                items.push(obj);
+            }
+        }
+        let rv = reader.revision().unwrap_or_default();
+        Ok(self.object_list(rv, items, more, None))
+    }
+
+    /// The current objects whose index `index` has `value`, sorted by key. Index names are field
+    /// paths (`spec.nodeName`, `metadata.namespace`) or `label:KEY`.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] naming the known indexes when `index` is not one.
+    pub fn lookup(&self, index: &str, value: &str) -> Result<Vec<Object>> {
+        self.shared.check_ready()?;
+        let schema = &self.shared.schema;
+        let Some((slot, _)) = schema.index_by_name(index) else {
+            return Err(Error::bad_request(format!(
+                "unknown index \"{index}\" for {}; indexes are: {}",
+                schema.def.plural,
+                schema.index_names().join(", ")
+            )));
+        };
+        Ok(self.shared.lookup(slot, value))
+    }
+
+    /// WATCH: a stream of events, exactly once and in revision order. See [`WatchOptions`] for where
+    /// it starts.
+    ///
+    /// # Errors
+    /// [`Error::Expired`] when a start revision is older than the window,
+    /// [`Error::TooLargeResourceVersion`], [`Error::NotReady`]. Errors after the start arrive as
+    /// the stream's last item.
+    pub async fn watch(&self, opts: WatchOptions) -> Result<WatchStream> {
+        self.shared.check_ready()?;
+        let upstream = self.upstream_reads();
+        let plan = consistent::plan_watch(
+            opts.resource_version,
+            opts.send_initial_events,
+            upstream.is_some(),
+        );
+        let end_bookmark = opts.send_initial_events == Some(true);
+        let pred = Predicate::compile(&self.shared.schema, &opts.selection);
+        let no_upstream = || Error::Upstream("no upstream to serve the read from".into());
+        let (from, preloaded) = match plan {
+            WatchPlan::UpstreamSnapshot => {
+                let up = upstream.ok_or_else(no_upstream)?;
+                let rv = up.current_revision().await?;
+                let state = self
+                    .list_from_upstream(&*up, &pred, Some(rv), None, None)
+                    .await?;
+                (From::After(rv), Some((state.items, rv)))
+            }
+            WatchPlan::AfterUpstream => {
+                let up = upstream.ok_or_else(no_upstream)?;
+                (From::After(up.current_revision().await?), None)
+            }
+            WatchPlan::Snapshot(wait) => {
+                self.meet(wait).await?;
+                (From::Snapshot, None)
+            }
+            WatchPlan::AfterCache(wait) => (From::After(self.meet(wait).await?), None),
+            WatchPlan::After(n) => (From::After(n), None),
+        };
+        let requested = match from {
+            From::After(n) => n,
+            From::Snapshot => self.resource_version(),
+        };
+        let reg = self
+            .shared
+            .register(pred, from)
+            .map_err(|e| Error::Expired {
+                requested,
+                oldest: e.oldest,
+            })?;
+        let initial = match (reg.snapshot_seq, preloaded) {
+            (Some(seq), _) => Some(InitialEvents::Store {
+                seq,
+                rv: reg.start_rv,
+                end_bookmark,
+            }),
+            (None, Some((objects, rv))) => Some(InitialEvents::Preloaded {
+                objects,
+                rv,
+                end_bookmark,
+            }),
+            (None, None) => None,
+        };
+        let bookmarks = opts
+            .allow_bookmarks
+            .then_some(self.shared.config.bookmark_interval);
+        Ok(WatchStream::new(
+            Arc::clone(&self.shared),
+            reg,
+            initial,
+            bookmarks,
+        ))
+    }
+
+    /// A snapshot of sizes and counters.
+    pub fn stats(&self) -> CacheStats {
+        self.shared.stats()
+    }
+
+    /// Whether `obj` passes `selection`, compiled against this resource.
+    pub fn matches(&self, selection: &Selection, obj: &Object) -> bool {
+        Predicate::compile(&self.shared.schema, selection).matches(&self.shared.schema, obj)
+    }
+}

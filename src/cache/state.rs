@@ -1,0 +1,550 @@
+//! The state of one cache behind its one lock, and every operation that takes that lock: the commit
+//! step shared by live ingest and resync, readiness, reads of the store, and watcher registration.
+//! The rest of the cache (the facade, streams, resyncs) goes through these methods only.
+//!
+//! ## Invariants
+//! - Every change up to `State::rv` has been applied to the store and the history and offered to
+//!   every registered watcher.
+//! - `dispatched_rv` equals `State::rv` outside a commit, and is written only after a commit's
+//!   fan-out: a bookmark read under a watcher's queue lock never overtakes an event.
+//! - Registration takes the start position under the same write lock that registers the watcher,
+//!   so no event can fall between them.
+//!
+//! ## Lock order
+//! `state`, then a watcher's queue lock ([`crate::cache::watcher`]). `upstream` is never held with
+//! either. No lock here is held across an `.await` or while waiting for a consumer.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use hashbrown::HashSet;
+use tracing::{debug, info, warn};
+
+use crate::cache::config::CacheConfig;
+use crate::cache::history::{Event, Evicted, History};
+use crate::cache::list::{self, Page, Rollback};
+use crate::cache::registry::{Fanout, Registry};
+use crate::cache::store::Store;
+use crate::cache::upstream::Upstream;
+use crate::cache::watcher::Watcher;
+use crate::error::Error;
+use crate::model::selector::Predicate;
+use crate::model::{DecodeError, Object, Schema};
+use crate::sync::{AtomicU64, RwLock};
+
+/// One change of an applied batch.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// The object was created or updated.
+    Put(Object),
+    /// The object with this key was deleted.
+    Delete(String),
+}
+
+/// An out-of-order batch: revisions must increase.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("revision {rv} is not after the cache's revision {current}")]
+pub struct OutOfOrder {
+    /// The batch's revision.
+    pub rv: u64,
+    /// The cache's revision.
+    pub current: u64,
+}
+
+/// What a finished resync changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ResyncOutcome {
+    /// Objects listed.
+    pub listed: u64,
+    /// Objects that were new to the cache.
+    pub added: u64,
+    /// Objects that differed from the cache.
+    pub modified: u64,
+    /// Cached objects the list no longer had.
+    pub deleted: u64,
+}
+
+/// A point-in-time view of a cache's size and counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheStats {
+    /// The cache's revision.
+    pub resource_version: u64,
+    /// Objects in the store.
+    pub objects: usize,
+    /// Events in the history window.
+    pub history_len: usize,
+    /// The history window's current capacity.
+    pub history_capacity: usize,
+    /// Watchers routed by a trigger.
+    pub routed_watchers: u64,
+    /// Watchers offered every event.
+    pub unrouted_watchers: u64,
+    /// Events applied since start (live changes and resync differences).
+    pub events: u64,
+    /// Event deliveries queued to watchers by fan-out since start.
+    pub delivered: u64,
+    /// Times a watcher was parked because its queue was full.
+    pub parked: u64,
+    /// Watchers ended with 410 Expired.
+    pub expired: u64,
+    /// Stored values skipped because they could not be decoded.
+    pub decode_errors: u64,
+    /// Resyncs after the initial sync.
+    pub resyncs: u64,
+    /// Whether the cache serves requests.
+    pub ready: bool,
+}
+
+/// Whether a cache serves reads.
+#[derive(Debug, Clone)]
+pub(crate) enum Readiness {
+    /// The first resync has not finished.
+    InitialSync { since: Instant },
+    /// Serving.
+    Ready,
+    /// Was ready; the upstream has been unavailable since `since`.
+    Unavailable { since: Instant, why: String },
+}
+
+/// Counters of one cache. Relaxed: they are statistics, and order nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    events: std::sync::atomic::AtomicU64,
+    delivered: std::sync::atomic::AtomicU64,
+    parked: std::sync::atomic::AtomicU64,
+    expired: std::sync::atomic::AtomicU64,
+    decode_errors: std::sync::atomic::AtomicU64,
+    resyncs: std::sync::atomic::AtomicU64,
+}
+
+impl Metrics {
+    fn add(counter: &std::sync::atomic::AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn get(counter: &std::sync::atomic::AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// Where a new watcher starts.
+pub(crate) enum From {
+    /// At the current revision, with the current state sent first as initial events.
+    Snapshot,
+    /// After this revision: every change above it, replayed from history when it is older.
+    After(u64),
+}
+
+/// A registered watcher and where it starts.
+pub(crate) struct Registered {
+    pub watcher: Arc<Watcher>,
+    pub id: u32,
+    /// The revision the stream is at when it starts.
+    pub start_rv: u64,
+    /// For [`From::Snapshot`]: the history sequence number the snapshot is taken before.
+    pub snapshot_seq: Option<u64>,
+}
+
+/// What one commit did.
+#[derive(Debug, Default, Clone, Copy)]
+struct Committed {
+    events: u64,
+    added: u64,
+    modified: u64,
+    deleted: u64,
+    fanout: Fanout,
+}
+
+struct State {
+    store: Store,
+    history: History,
+    registry: Registry,
+    rv: u64,
+    readiness: Readiness,
+}
+
+impl State {
+    /// The one ingest step, shared by live apply and resync: store and indexes, history, fan-out.
+    /// A deletion of a key the store does not hold is ignored.
+    fn commit(
+        &mut self,
+        schema: &Schema,
+        rv: u64,
+        changes: impl IntoIterator<Item = Change>,
+    ) -> Committed {
+        let now = Instant::now();
+        let mut c = Committed::default();
+        for change in changes {
+            let (object, prev) = match change {
+                Change::Put(o) => {
+                    let prev = self.store.upsert(schema, o.clone());
+                    (Some(o), prev)
+                }
+                Change::Delete(key) => match self.store.remove(schema, &key) {
+                    Some(prev) => (None, Some(prev)),
+                    None => {
+                        debug!(%key, rv, "delete of an object the cache does not hold");
+                        continue;
+                    }
+                },
+            };
+            match (&object, &prev) {
+                (Some(_), None) => c.added += 1,
+                (Some(_), Some(_)) => c.modified += 1,
+                (None, _) => c.deleted += 1,
+            }
+            let ev = self
+                .history
+                .push(|seq| Event::new(seq, rv, object, prev, now));
+            c.fanout += self.registry.dispatch(schema, ev);
+            c.events += 1;
+        }
+        c
+    }
+}
+
+/// The shared part of a cache: everything its clones, streams and resyncs point at.
+pub(crate) struct Shared {
+    pub schema: Schema,
+    pub config: CacheConfig,
+    metrics: Metrics,
+    state: RwLock<State>,
+    /// Mirrors `State::rv`, published after a commit's fan-out (see `WatchStream::poll_live`).
+    dispatched_rv: AtomicU64,
+    rv_tx: tokio::sync::watch::Sender<u64>,
+    upstream: RwLock<Option<Arc<dyn Upstream>>>,
+}
+
+impl Shared {
+    pub fn new(schema: Schema, config: CacheConfig) -> Shared {
+        let state = State {
+            store: Store::new(&schema),
+            history: History::new(schema.def.history),
+            registry: Registry::new(&schema),
+            rv: 0,
+            readiness: Readiness::InitialSync {
+                since: Instant::now(),
+            },
+        };
+        Shared {
+            schema,
+            config,
+            metrics: Metrics::default(),
+            state: RwLock::new(state),
+            dispatched_rv: AtomicU64::new(0),
+            rv_tx: tokio::sync::watch::Sender::new(0),
+            upstream: RwLock::new(None),
+        }
+    }
+
+    fn publish(&self, st: &mut State, rv: u64) {
+        st.rv = rv;
+        self.dispatched_rv.store(rv, Ordering::Release);
+        self.rv_tx.send_replace(rv);
+    }
+
+    fn count(&self, c: &Committed) {
+        let m = &self.metrics;
+        Metrics::add(&m.events, c.events);
+        Metrics::add(&m.delivered, c.fanout.queued);
+        Metrics::add(&m.parked, c.fanout.parked);
+    }
+
+    // ---- upstream ----
+
+    pub fn set_upstream(&self, upstream: Arc<dyn Upstream>) {
+        *self.upstream.write() = Some(upstream);
+    }
+
+    pub fn upstream(&self) -> Option<Arc<dyn Upstream>> {
+        self.upstream.read().clone()
+    }
+
+    // ---- writer side ----
+
+    /// Applies the changes of one revision.
+    pub fn apply(
+        &self,
+        rv: u64,
+        changes: impl IntoIterator<Item = Change>,
+    ) -> Result<(), OutOfOrder> {
+        let mut st = self.state.write();
+        if rv <= st.rv {
+            return Err(OutOfOrder { rv, current: st.rv });
+        }
+        let c = st.commit(&self.schema, rv, changes);
+        self.publish(&mut st, rv);
+        drop(st);
+        self.count(&c);
+        Ok(())
+    }
+
+    /// The upstream has no changes up to `rv`.
+    pub fn progress(&self, rv: u64) {
+        let mut st = self.state.write();
+        if rv > st.rv {
+            self.publish(&mut st, rv);
+        }
+    }
+
+    /// Keeps the objects whose revision differs from the cached one's (new or changed).
+    pub fn retain_changed(&self, objects: &mut Vec<Object>) {
+        let st = self.state.read();
+        objects.retain(|o| {
+            st.store
+                .get(o.key())
+                .is_none_or(|cur| cur.resource_version() != o.resource_version())
+        });
+    }
+
+    /// The locked part of a finished resync: `changed` holds every listed object that differed
+    /// from the cache when it was listed, `seen` every listed key.
+    pub fn finish_resync(
+        &self,
+        rv: u64,
+        mut changed: Vec<Object>,
+        seen: &HashSet<Arc<str>>,
+        listed: u64,
+    ) -> ResyncOutcome {
+        let schema = &self.schema;
+        let mut st = self.state.write();
+        let st = &mut *st;
+        let rv = rv.max(st.rv);
+        let deleted: Vec<String> = st
+            .store
+            .iter()
+            .map(Object::key_arc)
+            .filter(|k| !seen.contains(*k))
+            .map(|k| k.to_string())
+            .collect();
+        // The writer is the resync's own feeder, so little can have changed since listing; what
+        // did is re-checked here, under the lock.
+        changed.retain(|o| {
+            st.store
+                .get(o.key())
+                .is_none_or(|cur| cur.resource_version() != o.resource_version())
+        });
+        // Oldest change first, so that object revisions never go backwards in a watcher's stream.
+        changed.sort_by_key(Object::resource_version);
+        let changes = changed
+            .into_iter()
+            .map(Change::Put)
+            .chain(deleted.into_iter().map(Change::Delete));
+        let out = if let Readiness::InitialSync { .. } = st.readiness {
+            // The first load is silent: no watcher can exist before the cache is ready.
+            let mut out = ResyncOutcome::default();
+            for change in changes {
+                match change {
+                    Change::Put(o) => {
+                        st.store.upsert(schema, o);
+                        out.added += 1;
+                    }
+                    Change::Delete(key) => {
+                        st.store.remove(schema, &key);
+                        out.deleted += 1;
+                    }
+                }
+            }
+            st.history.reset(rv);
+            info!(resource = %schema.def.plural, objects = out.added, rv, "initial sync finished");
+            out
+        } else {
+            let c = st.commit(schema, rv, changes);
+            st.history.raise_floor(rv);
+            self.count(&c);
+            Metrics::add(&self.metrics.resyncs, 1);
+            info!(resource = %schema.def.plural, rv, added = c.added, modified = c.modified, deleted = c.deleted, "resync finished");
+            ResyncOutcome {
+                listed: 0,
+                added: c.added,
+                modified: c.modified,
+                deleted: c.deleted,
+            }
+        };
+        st.readiness = Readiness::Ready;
+        self.publish(st, rv);
+        ResyncOutcome { listed, ..out }
+    }
+
+    pub fn record_decode_error(&self, err: &DecodeError) {
+        Metrics::add(&self.metrics.decode_errors, 1);
+        warn!(resource = %self.schema.def.plural, key = %err.key, reason = %err.reason, "skipping malformed object");
+    }
+
+    pub fn record_expired(&self) {
+        Metrics::add(&self.metrics.expired, 1);
+    }
+
+    // ---- readiness ----
+
+    pub fn set_not_ready(&self, why: String) {
+        let mut st = self.state.write();
+        if let Readiness::Ready = st.readiness {
+            st.readiness = Readiness::Unavailable {
+                since: Instant::now(),
+                why,
+            };
+        }
+    }
+
+    pub fn set_ready(&self) {
+        let mut st = self.state.write();
+        if let Readiness::Unavailable { .. } = st.readiness {
+            st.readiness = Readiness::Ready;
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        matches!(self.state.read().readiness, Readiness::Ready)
+    }
+
+    /// `Ok` when the cache serves reads, else [`Error::NotReady`] with upstream's Retry-After.
+    pub fn check_ready(&self) -> Result<(), Error> {
+        let (since, why) = match &self.state.read().readiness {
+            Readiness::Ready => return Ok(()),
+            Readiness::InitialSync { since } => (*since, "initial sync has not finished".into()),
+            Readiness::Unavailable { since, why } => (*since, why.clone()),
+        };
+        // Upstream's Retry-After for an unready cache: clamp(e^(0.06 * downtime in s), 1, 30).
+        let secs = (0.06 * since.elapsed().as_secs_f64())
+            .exp()
+            .clamp(1.0, 30.0);
+        Err(Error::NotReady {
+            resource: self.schema.def.plural.clone(),
+            why,
+            retry_after: Duration::from_secs(secs.round() as u64),
+        })
+    }
+
+    // ---- reader side ----
+
+    /// The cache's revision: every change up to it has been applied and dispatched.
+    pub fn resource_version(&self) -> u64 {
+        self.dispatched_rv.load(Ordering::Acquire)
+    }
+
+    /// Follows the cache's revision.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.rv_tx.subscribe()
+    }
+
+    pub fn get(&self, key: &str) -> Option<Object> {
+        self.state.read().store.get(key).cloned()
+    }
+
+    pub fn lookup(&self, slot: usize, value: &str) -> Vec<Object> {
+        self.state.read().store.lookup(slot, value)
+    }
+
+    /// One LIST page: of the current state (`at` = `None`), or of the state at revision `at`.
+    /// Returns the page's revision with it.
+    pub fn page(
+        &self,
+        at: Option<u64>,
+        pred: &Predicate,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<(u64, Page), Evicted> {
+        let st = self.state.read();
+        let (rv, rollback) = match at {
+            None => (st.rv, Rollback::default()),
+            Some(n) => {
+                let seq = st.history.seq_after_rv(n)?;
+                (n, Rollback::since(&st.history, seq)?)
+            }
+        };
+        let page = list::page(&self.schema, &st.store, &rollback, pred, after, limit);
+        Ok((rv, page))
+    }
+
+    /// One page of initial events: the state before history sequence number `seq`.
+    pub fn snapshot_page(
+        &self,
+        seq: u64,
+        pred: &Predicate,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page, Evicted> {
+        let st = self.state.read();
+        let rollback = Rollback::since(&st.history, seq)?;
+        Ok(list::page(
+            &self.schema,
+            &st.store,
+            &rollback,
+            pred,
+            after,
+            Some(limit),
+        ))
+    }
+
+    /// Registers a watcher with this predicate, starting as `from` says.
+    ///
+    /// # Errors
+    /// [`Evicted`] when [`From::After`] names a revision older than the window.
+    pub fn register(&self, pred: Predicate, from: From) -> Result<Registered, Evicted> {
+        let mut st = self.state.write();
+        let capacity = match pred.route() {
+            Some(_) => self.config.routed_buffer,
+            None => {
+                let (lo, hi) = self.config.unrouted_buffer;
+                let per_sec = st.history.capacity() as f64
+                    / self.schema.def.history.window.as_secs_f64().max(1.0);
+                (per_sec.ceil() as usize).clamp(lo, hi)
+            }
+        };
+        let (watcher, start_rv, snapshot_seq) = match from {
+            From::Snapshot => (
+                Watcher::new(pred, st.rv, capacity, None),
+                st.rv,
+                Some(st.history.end_seq()),
+            ),
+            From::After(n) if n <= st.rv => {
+                let seq = st.history.seq_after_rv(n)?;
+                let parked = (seq < st.history.end_seq()).then_some(seq);
+                (Watcher::new(pred, n, capacity, parked), n, None)
+            }
+            // A revision the cache has not reached: the watcher waits in its queue.
+            From::After(n) => (Watcher::new(pred, n, capacity, None), n, None),
+        };
+        let watcher = Arc::new(watcher);
+        let id = st.registry.add(Arc::clone(&watcher));
+        Ok(Registered {
+            watcher,
+            id,
+            start_rv,
+            snapshot_seq,
+        })
+    }
+
+    pub fn unregister(&self, id: u32) {
+        self.state.write().registry.remove(id);
+    }
+
+    /// Refills a parked watcher's queue from history (see [`Watcher::catch_up`]).
+    pub fn catch_up(&self, watcher: &Watcher) -> Result<(), Evicted> {
+        let st = self.state.read();
+        watcher.catch_up(&self.schema, &st.history)
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let st = self.state.read();
+        let (routed, unrouted) = st.registry.counts();
+        let m = &self.metrics;
+        CacheStats {
+            resource_version: st.rv,
+            objects: st.store.len(),
+            history_len: st.history.len(),
+            history_capacity: st.history.capacity(),
+            routed_watchers: routed,
+            unrouted_watchers: unrouted,
+            events: Metrics::get(&m.events),
+            delivered: Metrics::get(&m.delivered),
+            parked: Metrics::get(&m.parked),
+            expired: Metrics::get(&m.expired),
+            decode_errors: Metrics::get(&m.decode_errors),
+            resyncs: Metrics::get(&m.resyncs),
+            ready: matches!(st.readiness, Readiness::Ready),
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! WATCH as a [`Stream`] of typed events.
+//!
+//! A stream goes through up to two phases:
+//! 1. **Initial events** (`sendInitialEvents`, or a legacy watch from resourceVersion unset or `"0"`):
+//!    synthetic ADDED events for every matching object of the state at the start revision, read page
+//!    by page from the store and its indexes (no O(N) copy per watcher), then for WatchList a BOOKMARK
+//!    annotated `k8s.io/initial-events-end: "true"`.
+//! 2. **Live**: events from the watcher's queue, history catch-up when it was parked, and periodic
+//!    bookmarks when asked for.
+//!
+//! Events that happen during phase 1 wait in the queue (or, once it is full, in the history window),
+//! so nothing is lost or duplicated at the seam.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_core::Stream;
+use tokio::time::Sleep;
+
+use crate::cache::state::{Registered, Shared};
+use crate::cache::watcher::{Delivery, Watcher};
+use crate::cache::wire::{self, Frame};
+use crate::error::Error;
+use crate::model::{EventType, Object, ResourceVersion, Selection};
+
+/// Objects per page while streaming initial events.
+const INITIAL_PAGE: usize = 256;
+
+/// Options of a WATCH.
+#[derive(Debug, Clone, Default)]
+pub struct WatchOptions {
+    /// Which objects.
+    pub selection: Selection,
+    /// Where to start: unset (consistent, current), `0` (any), or after revision N.
+    pub resource_version: ResourceVersion,
+    /// `sendInitialEvents`: `Some(true)` streams the current state first and ends it with an
+    /// initial-events-end bookmark; `Some(false)` never does; `None` keeps the legacy behaviour
+    /// (initial ADDED events for resourceVersion unset or `"0"`, none for N).
+    pub send_initial_events: Option<bool>,
+    /// `allowWatchBookmarks`: periodic BOOKMARK events.
+    pub allow_bookmarks: bool,
+}
+
+impl WatchOptions {
+    /// Watches `selection` from `rv`.
+    pub fn new(selection: Selection, rv: ResourceVersion) -> Self {
+        WatchOptions {
+            selection,
+            resource_version: rv,
+            ..Self::default()
+        }
+    }
+
+    /// Asks for periodic bookmarks.
+    #[must_use]
+    pub fn with_bookmarks(mut self) -> Self {
+        self.allow_bookmarks = true;
+        self
+    }
+
+    /// Sets `sendInitialEvents`.
+    #[must_use]
+    pub fn send_initial_events(mut self, send: bool) -> Self {
+        self.send_initial_events = Some(send);
+        self
+    }
+}
+
+/// One event of a watch.
+#[derive(Debug, Clone)]
+pub struct WatchEvent {
+    kind: EventType,
+    rv: u64,
+    object: Option<Object>,
+    json: Bytes,
+    initial_events_end: bool,
+}
+
+impl WatchEvent {
+    fn change(d: &Delivery) -> WatchEvent {
+        let ev = &d.event;
+        let (object, json) = match d.kind {
+            EventType::Deleted => (ev.prev.clone(), ev.deleted_json().clone()),
+            _ => {
+                let o = ev
+                    .object
+                    .clone()
+                    .unwrap_or_else(|| unreachable!("ADDED/MODIFIED carry an object"));
+                let json = o.json().clone();
+                (Some(o), json)
+            }
+        };
+        WatchEvent {
+            kind: d.kind,
+            rv: ev.rv,
+            object,
+            json,
+            initial_events_end: false,
+        }
+    }
+
+    fn initial(o: Object) -> WatchEvent {
+        WatchEvent {
+            kind: EventType::Added,
+            rv: o.resource_version(),
+            json: o.json().clone(),
+            object: Some(o),
+            initial_events_end: false,
+        }
+    }
+
+    /// ADDED, MODIFIED, DELETED or BOOKMARK.
+    pub fn kind(&self) -> EventType {
+        self.kind
+    }
+
+    /// The event's revision. For a DELETED event this is the deletion's revision, which is also the
+    /// `metadata.resourceVersion` in [`WatchEvent::json`].
+    pub fn resource_version(&self) -> u64 {
+        self.rv
+    }
+
+    /// The object: the new state, or for DELETED the last state that matched (whose own
+    /// [`Object::resource_version`] is the revision it was written at). `None` for bookmarks.
+    pub fn object(&self) -> Option<&Object> {
+        self.object.as_ref()
+    }
+
+    /// The event object's JSON as it goes on the wire (shared bytes).
+    pub fn json(&self) -> &Bytes {
+        &self.json
+    }
+
+    /// Whether this bookmark ends the initial events of a WatchList.
+    pub fn is_initial_events_end(&self) -> bool {
+        self.initial_events_end
+    }
+
+    /// The wire frame: `{"type":...,"object":...}\n`, sharing the object's bytes.
+    pub fn frame(&self) -> Frame {
+        Frame::new(self.kind, self.json.clone())
+    }
+}
+
+/// Where a stream is.
+enum Phase {
+    /// Sending the state at the start revision as ADDED events.
+    Initial(Initial),
+    /// Sending changes.
+    Live,
+    /// The next item is this error; then the stream ends.
+    Failed(Error),
+    Done,
+}
+
+/// Where a watch's initial events come from.
+pub(crate) enum InitialEvents {
+    /// The store as of history sequence number `seq` (revision `rv`), read page by page.
+    Store {
+        seq: u64,
+        rv: u64,
+        end_bookmark: bool,
+    },
+    /// Objects already read (from the upstream) at revision `rv`.
+    Preloaded {
+        objects: Vec<Object>,
+        rv: u64,
+        end_bookmark: bool,
+    },
+}
+
+struct Initial {
+    /// The snapshot point: the state before this history sequence number.
+    seq: u64,
+    rv: u64,
+    after: Option<Arc<str>>,
+    page: VecDeque<Object>,
+    exhausted: bool,
+    end_bookmark: bool,
+}
+
+/// A watch: a [`Stream`] of [`WatchEvent`]s, ending after an error (for example 410 Expired).
+/// Dropping it unregisters the watcher.
+pub struct WatchStream {
+    shared: Arc<Shared>,
+    watcher: Arc<Watcher>,
+    id: u32,
+    phase: Phase,
+    last_rv: u64,
+    bookmarks: Option<(Pin<Box<Sleep>>, Duration)>,
+}
+
+impl WatchStream {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        registered: Registered,
+        initial: Option<InitialEvents>,
+        bookmark_every: Option<Duration>,
+    ) -> WatchStream {
+        let Registered {
+            watcher,
+            id,
+            start_rv,
+            ..
+        } = registered;
+        let phase = match initial {
+            Some(InitialEvents::Store {
+                seq,
+                rv,
+                end_bookmark,
+            }) => Phase::Initial(Initial {
+                seq,
+                rv,
+                after: None,
+                page: VecDeque::new(),
+                exhausted: false,
+                end_bookmark,
+            }),
+            Some(InitialEvents::Preloaded {
+                objects,
+                rv,
+                end_bookmark,
+            }) => Phase::Initial(Initial {
+                seq: 0,
+                rv,
+                after: None,
+                page: objects.into(),
+                exhausted: true,
+                end_bookmark,
+            }),
+            None => Phase::Live,
+        };
+        let bookmarks = bookmark_every.map(|d| (Box::pin(tokio::time::sleep(d)), d));
+        WatchStream {
+            shared,
+            watcher,
+            id,
+            phase,
+            last_rv: start_rv,
+            bookmarks,
+        }
+    }
+
+    /// Schedules a bookmark 2 s before `deadline` (when bookmarks were asked for), as upstream does
+    /// for a watch that the server will end at its timeout: the client can then resume from a recent
+    /// revision instead of relisting.
+    pub fn bookmark_before(&mut self, deadline: tokio::time::Instant) {
+        if let Some((timer, _)) = &mut self.bookmarks {
+            let at = deadline
+                .checked_sub(Duration::from_secs(2))
+                .unwrap_or(deadline);
+            if at < timer.deadline() {
+                timer.as_mut().reset(at);
+            }
+        }
+    }
+
+    fn bookmark(&self, rv: u64, end: bool) -> WatchEvent {
+        WatchEvent {
+            kind: EventType::Bookmark,
+            rv,
+            object: None,
+            json: wire::bookmark_object(&self.shared.schema.def, rv, end),
+            initial_events_end: end,
+        }
+    }
+
+    fn next_initial_page(&mut self) -> Result<(), Error> {
+        let Phase::Initial(init) = &mut self.phase else {
+            return Ok(());
+        };
+        let page = self
+            .shared
+            .snapshot_page(
+                init.seq,
+                &self.watcher.predicate,
+                init.after.as_deref(),
+                INITIAL_PAGE,
+            )
+            .map_err(|e| Error::Expired {
+                requested: init.rv,
+                oldest: e.oldest,
+            })?;
+        init.exhausted = !page.more;
+        init.after = page.items.last().map(|o| o.key_arc().clone());
+        init.page.extend(page.items);
+        Ok(())
+    }
+
+    fn poll_live(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<WatchEvent, Error>>> {
+        loop {
+            let bookmark_rv;
+            {
+                let mut q = self.watcher.queue.lock();
+                if let Some(d) = q.items.pop_front() {
+                    drop(q);
+                    let ev = WatchEvent::change(&d);
+                    self.last_rv = ev.rv;
+                    return Poll::Ready(Some(Ok(ev)));
+                }
+                if q.parked_at.is_none() {
+                    q.waker = Some(cx.waker().clone());
+                    // Read under the queue lock: the dispatcher publishes a revision only after it
+                    // queued that revision's events, so an empty queue here means all of them are out.
+                    bookmark_rv = self.shared.resource_version();
+                } else {
+                    drop(q);
+                    if let Err(e) = self.shared.catch_up(&self.watcher) {
+                        self.shared.record_expired();
+                        self.phase = Phase::Done;
+                        return Poll::Ready(Some(Err(Error::Expired {
+                            requested: self.last_rv,
+                            oldest: e.oldest,
+                        })));
+                    }
+                    continue;
+                }
+            }
+            if let Some((timer, every)) = &mut self.bookmarks
+                && timer.as_mut().poll(cx).is_ready()
+            {
+                let every = *every;
+                timer.as_mut().reset(tokio::time::Instant::now() + every);
+                if bookmark_rv >= self.last_rv {
+                    self.last_rv = bookmark_rv;
+                    return Poll::Ready(Some(Ok(self.bookmark(bookmark_rv, false))));
+                }
+            }
+            return Poll::Pending;
+        }
+    }
+}
+
+impl Stream for WatchStream {
+    type Item = Result<WatchEvent, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            match &mut this.phase {
+                Phase::Done => return Poll::Ready(None),
+                Phase::Failed(_) => {
+                    let Phase::Failed(e) = std::mem::replace(&mut this.phase, Phase::Done) else {
+                        unreachable!()
+                    };
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Phase::Live => return this.poll_live(cx),
+                Phase::Initial(init) => {
+                    if let Some(o) = init.page.pop_front() {
+                        return Poll::Ready(Some(Ok(WatchEvent::initial(o))));
+                    }
+                    if init.exhausted {
+                        let (rv, end) = (init.rv, init.end_bookmark);
+                        this.phase = Phase::Live;
+                        this.last_rv = this.last_rv.max(rv);
+                        if end {
+                            return Poll::Ready(Some(Ok(this.bookmark(rv, true))));
+                        }
+                        continue;
+                    }
+                    if let Err(e) = this.next_initial_page() {
+                        this.shared.record_expired();
+                        this.phase = Phase::Failed(e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for WatchStream {
+    fn drop(&mut self) {
+        self.shared.unregister(self.id);
+    }
+}
+
+impl std::fmt::Debug for WatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchStream")
+            .field("id", &self.id)
+            .field("last_rv", &self.last_rv)
+            .finish()
+    }
+}

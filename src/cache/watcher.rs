@@ -1,0 +1,251 @@
+//! The part of a watcher the dispatcher sees: its compiled filter and a small bounded queue.
+//!
+//! ## Slow watchers
+//! The dispatcher never waits for a watcher. When a watcher's queue is full, the watcher is *parked*:
+//! it records the sequence number of the first event it did not take and the dispatcher skips it from
+//! then on. Its consumer drains the queue, then catches up from the history window at its own pace
+//! ([`Watcher::catch_up`]), and rejoins live dispatch when it reaches the head. A parked watcher
+//! costs one integer; it ends with 410 Expired only if its position falls out of the window.
+//! Upstream instead force-closes a watcher whose buffer stays full for 100 ms (kubernetes#125123).
+//!
+//! ## Invariants
+//! - A watcher is in exactly one of two states, [`Queue::parked_at`] `None` (live: the dispatcher
+//!   queues its events) or `Some(seq)` (parked: every event from `seq` on that is for it is still
+//!   to be read from history). Events before the queue's tail are never read twice.
+//! - Only the dispatcher parks (under the state write lock); only `catch_up` unparks (under the
+//!   state read lock). So a watcher rejoins live dispatch between two events' fan-outs, never in
+//!   the middle of one: nothing is lost or duplicated at the seam (`tests/loom.rs`).
+//!
+//! ## Lock order
+//! The cache state lock, then a watcher's queue lock. The queue lock alone is taken by the consumer
+//! to pop.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::task::Waker;
+
+use crate::cache::history::{Event, Evicted, History};
+use crate::model::selector::Predicate;
+use crate::model::{EventType, Schema};
+use crate::sync::Mutex;
+
+/// How many history events a catch-up examines per lock hold, so that ingest is never blocked long.
+const CATCH_UP_SCAN: usize = 4096;
+
+/// One event as delivered to one watcher: the shared event and the watcher's own transition.
+pub(crate) struct Delivery {
+    pub event: Arc<Event>,
+    pub kind: EventType,
+}
+
+pub(crate) struct Queue {
+    pub items: VecDeque<Delivery>,
+    /// Set while parked: the next history sequence number to examine.
+    pub parked_at: Option<u64>,
+    pub waker: Option<Waker>,
+}
+
+/// A registered watcher, shared by the registry (which offers it events) and its stream (which
+/// consumes them).
+pub(crate) struct Watcher {
+    pub predicate: Predicate,
+    /// Events at or below this revision are not for this watcher (it asked to start after them).
+    pub start_rv: u64,
+    pub capacity: usize,
+    pub queue: Mutex<Queue>,
+}
+
+/// What offering an event to a watcher did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offer {
+    /// Not for this watcher, or the watcher is parked and will read it from history.
+    Skipped,
+    Queued,
+    /// The queue was full: the watcher is now parked at this event.
+    Parked,
+}
+
+impl Watcher {
+    pub fn new(
+        predicate: Predicate,
+        start_rv: u64,
+        capacity: usize,
+        parked_at: Option<u64>,
+    ) -> Watcher {
+        Watcher {
+            predicate,
+            start_rv,
+            capacity,
+            queue: Mutex::new(Queue {
+                items: VecDeque::new(),
+                parked_at,
+                waker: None,
+            }),
+        }
+    }
+
+    /// The transition this event is for this watcher, if any (upstream's `convertToWatchEvent`).
+    pub fn transition(&self, schema: &Schema, ev: &Event) -> Option<EventType> {
+        if ev.rv <= self.start_rv {
+            return None;
+        }
+        let cur = ev
+            .object
+            .as_ref()
+            .is_some_and(|o| self.predicate.matches(schema, o));
+        let old = ev
+            .prev
+            .as_ref()
+            .is_some_and(|o| self.predicate.matches(schema, o));
+        match (cur, old) {
+            (true, false) => Some(EventType::Added),
+            (true, true) => Some(EventType::Modified),
+            (false, true) => Some(EventType::Deleted),
+            (false, false) => None,
+        }
+    }
+
+    /// Called by the dispatcher, under the state write lock. Never blocks on the consumer.
+    pub fn offer(&self, schema: &Schema, ev: &Arc<Event>) -> Offer {
+        let Some(kind) = self.transition(schema, ev) else {
+            return Offer::Skipped;
+        };
+        let mut q = self.queue.lock();
+        if q.parked_at.is_some() {
+            return Offer::Skipped;
+        }
+        if q.items.len() >= self.capacity {
+            q.parked_at = Some(ev.seq);
+            return Offer::Parked;
+        }
+        q.items.push_back(Delivery {
+            event: Arc::clone(ev),
+            kind,
+        });
+        let waker = q.waker.take();
+        drop(q);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        Offer::Queued
+    }
+
+    /// Refills the queue from history for a parked watcher, and rejoins live dispatch when the head is
+    /// reached. Must be called with the state read lock held (it is `history`).
+    ///
+    /// # Errors
+    /// [`Evicted`] when the watcher's position fell out of the window.
+    pub fn catch_up(&self, schema: &Schema, history: &History) -> Result<(), Evicted> {
+        let mut q = self.queue.lock();
+        let Some(mut seq) = q.parked_at else {
+            return Ok(());
+        };
+        history.check_seq(seq)?;
+        let end = history.end_seq();
+        for ev in history.since(seq).take(CATCH_UP_SCAN) {
+            if q.items.len() >= self.capacity {
+                break;
+            }
+            if let Some(kind) = self.transition(schema, ev) {
+                q.items.push_back(Delivery {
+                    event: Arc::clone(ev),
+                    kind,
+                });
+            }
+            seq += 1;
+        }
+        q.parked_at = (seq < end).then_some(seq);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::testing::{Fixture, on_node};
+
+    fn kinds(w: &Watcher) -> Vec<(EventType, u64)> {
+        w.queue
+            .lock()
+            .items
+            .iter()
+            .map(|d| (d.kind, d.event.rv))
+            .collect()
+    }
+
+    #[test]
+    fn transitions_follow_the_filter_before_and_after() {
+        let mut f = Fixture::new();
+        let w = Watcher::new(f.predicate(&on_node("n1")), 0, 8, None);
+        let add = f.put("a", "n1");
+        let modify = f.put("a", "n1");
+        let leave = f.put("a", "n2");
+        let elsewhere = f.put("a", "n3");
+        let back = f.put("a", "n1");
+        let delete = f.delete("a");
+        let got: Vec<_> = [add, modify, leave, elsewhere, back, delete]
+            .iter()
+            .map(|e| w.transition(&f.schema, e))
+            .collect();
+        use EventType::*;
+        assert_eq!(
+            got,
+            [
+                Some(Added),
+                Some(Modified),
+                Some(Deleted),
+                None,
+                Some(Added),
+                Some(Deleted)
+            ]
+        );
+        let late = Watcher::new(f.predicate(&on_node("n1")), 5, 8, None);
+        assert_eq!(late.transition(&f.schema, &f.history_event(4)), None);
+    }
+
+    #[test]
+    fn a_full_queue_parks_and_catch_up_rejoins_at_the_head() {
+        let mut f = Fixture::new();
+        let w = Watcher::new(f.predicate(&on_node("n1")), 0, 2, None);
+        let mut offers = Vec::new();
+        for _ in 0..5 {
+            let e = f.put("a", "n1");
+            offers.push(w.offer(&f.schema, &e));
+        }
+        use Offer::*;
+        assert_eq!(offers, [Queued, Queued, Parked, Skipped, Skipped]);
+        assert_eq!(w.queue.lock().parked_at, Some(2));
+        w.queue.lock().items.clear();
+        w.catch_up(&f.schema, &f.history).unwrap();
+        assert_eq!(
+            kinds(&w),
+            [(EventType::Modified, 3), (EventType::Modified, 4)]
+        );
+        assert_eq!(w.queue.lock().parked_at, Some(4), "queue full again");
+        w.queue.lock().items.clear();
+        w.catch_up(&f.schema, &f.history).unwrap();
+        assert_eq!(kinds(&w), [(EventType::Modified, 5)]);
+        assert_eq!(w.queue.lock().parked_at, None, "rejoined at the head");
+        let e = f.put("a", "n1");
+        assert_eq!(w.offer(&f.schema, &e), Queued);
+    }
+
+    #[test]
+    fn catch_up_from_an_evicted_position_is_an_error() {
+        let mut f = Fixture::with_history(crate::model::HistoryConfig {
+            min_events: 2,
+            max_events: 2,
+            window: std::time::Duration::ZERO,
+        });
+        let w = Watcher::new(f.predicate(&on_node("n1")), 0, 1, None);
+        for _ in 0..5 {
+            let e = f.put("a", "n1");
+            w.offer(&f.schema, &e);
+        }
+        w.queue.lock().items.clear();
+        assert_eq!(
+            w.catch_up(&f.schema, &f.history),
+            Err(Evicted { oldest: 3 })
+        );
+    }
+}

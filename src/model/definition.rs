@@ -1,0 +1,483 @@
+//! Resource definitions: the declarative files in `indexers/` that say where a resource lives in etcd,
+//! what it is called on the wire, and which fields and labels are indexed and used as watch triggers.
+//!
+//! Built-in definitions are compiled in ([`ResourceDef::builtins`]); users can load a directory of their
+//! own ([`ResourceDef::load_dir`]). Any resource, custom ones included, may declare several indexes and
+//! several triggers. Upstream allows one trigger per resource, and has no label index.
+//!
+//! # Examples
+//! ```
+//! use watchcache::ResourceDef;
+//!
+//! let def = ResourceDef::parse("mine.toml", r#"
+//!     kind = "Gadget"
+//!     plural = "gadgets"
+//!     group = "example.com"
+//!     version = "v1"
+//!     prefix = "/registry/example.com/gadgets/"
+//!     namespaced = true
+//!
+//!     [[index]]
+//!     field = "spec.owner"
+//!     trigger = true
+//! "#).unwrap();
+//! assert_eq!(def.api_version(), "example.com/v1");
+//! ```
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::model::FieldPath;
+use crate::model::labels::validate_key as validate_label_key;
+
+/// Sizing of a resource's history window. Defaults follow upstream: start at 100 events and double
+/// or halve between 100 and 102 400 so that at least 75 s of events are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryConfig {
+    /// The smallest capacity, and the initial one.
+    pub min_events: usize,
+    /// The largest capacity.
+    pub max_events: usize,
+    /// Keep at least this much time of events, when the capacity allows.
+    pub window: Duration,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            min_events: 100,
+            max_events: 100 * 1024,
+            window: Duration::from_secs(75),
+        }
+    }
+}
+
+/// What an index is keyed by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum IndexKey {
+    /// A field's value, e.g. `spec.nodeName`.
+    Field(FieldPath),
+    /// A label's value, e.g. `app`.
+    Label(String),
+}
+
+impl IndexKey {
+    /// Parses an index name: a field path, or `label:KEY` for a label index.
+    ///
+    /// # Errors
+    /// A message saying what is wrong.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name.strip_prefix("label:") {
+            Some(key) => validate_label_key(key).map(|()| IndexKey::Label(key.to_owned())),
+            None => FieldPath::parse(name).map(IndexKey::Field),
+        }
+    }
+}
+
+impl std::fmt::Display for IndexKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IndexKey::Field(p) => write!(f, "{p}"),
+            IndexKey::Label(k) => write!(f, "label:{k}"),
+        }
+    }
+}
+
+/// One declared index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexDef {
+    /// What it is keyed by.
+    pub key: IndexKey,
+    /// Whether watchers pinning this index to a value are routed by it.
+    pub trigger: bool,
+}
+
+/// A resource definition, from one file of `indexers/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceDef {
+    /// The API group; empty for the core group.
+    pub group: String,
+    /// The API version, e.g. `v1`.
+    pub version: String,
+    /// The kind, e.g. `Pod`.
+    pub kind: String,
+    /// The plural resource name used in URLs, e.g. `pods`.
+    pub plural: String,
+    /// The etcd key prefix, ending in `/`, e.g. `/registry/pods/`.
+    pub prefix: String,
+    /// Whether objects live in namespaces (keys are `prefix/ns/name`) or not (`prefix/name`).
+    pub namespaced: bool,
+    /// Declared indexes. The namespace index is implicit for namespaced resources.
+    pub indexes: Vec<IndexDef>,
+    /// History window sizing.
+    pub history: HistoryConfig,
+}
+
+/// A definition file that could not be used: the file and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("resource definition {file}: {message}")]
+pub struct DefinitionError {
+    /// The file, as given.
+    pub file: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDef {
+    kind: String,
+    plural: String,
+    #[serde(default)]
+    group: String,
+    version: String,
+    prefix: String,
+    namespaced: bool,
+    #[serde(default)]
+    history: Option<RawHistory>,
+    #[serde(default, rename = "index")]
+    indexes: Vec<RawIndex>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHistory {
+    min_events: Option<usize>,
+    max_events: Option<usize>,
+    window_seconds: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIndex {
+    field: Option<String>,
+    label: Option<String>,
+    #[serde(default)]
+    trigger: bool,
+}
+
+const BUILTINS: &[(&str, &str)] = &[
+    ("pods.toml", include_str!("../../indexers/pods.toml")),
+    ("nodes.toml", include_str!("../../indexers/nodes.toml")),
+    (
+        "namespaces.toml",
+        include_str!("../../indexers/namespaces.toml"),
+    ),
+    (
+        "services.toml",
+        include_str!("../../indexers/services.toml"),
+    ),
+    (
+        "endpointslices.toml",
+        include_str!("../../indexers/endpointslices.toml"),
+    ),
+    (
+        "configmaps.toml",
+        include_str!("../../indexers/configmaps.toml"),
+    ),
+    ("secrets.toml", include_str!("../../indexers/secrets.toml")),
+    ("leases.toml", include_str!("../../indexers/leases.toml")),
+    ("events.toml", include_str!("../../indexers/events.toml")),
+    (
+        "widgets.example.com.toml",
+        include_str!("../../indexers/widgets.example.com.toml"),
+    ),
+];
+
+/// Most indexes one resource may declare; each costs memory per object and work per event.
+pub const MAX_INDEXES: usize = 32;
+
+impl ResourceDef {
+    /// The definitions compiled into the binary: pods, nodes, namespaces, services, endpointslices,
+    /// configmaps, secrets, leases, events and the example custom resource `widgets.example.com`.
+    pub fn builtins() -> Vec<ResourceDef> {
+        BUILTINS
+            .iter()
+            .map(|(file, text)| {
+                Self::parse(file, text).unwrap_or_else(|e| unreachable!("built-in definition: {e}"))
+            })
+            .collect()
+    }
+
+    /// The built-in definition for a plural name, e.g. `pods`.
+    pub fn builtin(plural: &str) -> Option<ResourceDef> {
+        Self::builtins().into_iter().find(|d| d.plural == plural)
+    }
+
+    /// Loads every `*.toml` file of a directory, sorted by file name.
+    ///
+    /// # Errors
+    /// A [`DefinitionError`] naming the first file that cannot be read or is invalid, or two files that
+    /// define the same resource.
+    pub fn load_dir(dir: &Path) -> Result<Vec<ResourceDef>, DefinitionError> {
+        let err = |file: &Path, message: String| DefinitionError {
+            file: file.display().to_string(),
+            message,
+        };
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|e| err(dir, format!("cannot read directory: {e}")))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        files.sort();
+        let mut defs: Vec<ResourceDef> = Vec::with_capacity(files.len());
+        for file in files {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| err(&file, format!("cannot read: {e}")))?;
+            let def = Self::parse(&file.display().to_string(), &text)?;
+            if let Some(other) = defs
+                .iter()
+                .find(|d| d.group == def.group && d.plural == def.plural)
+            {
+                return Err(err(
+                    &file,
+                    format!(
+                        "defines {} again (already defined as kind {})",
+                        def.plural, other.kind
+                    ),
+                ));
+            }
+            defs.push(def);
+        }
+        Ok(defs)
+    }
+
+    /// Parses and validates one definition. `file` names it in errors.
+    ///
+    /// # Errors
+    /// A [`DefinitionError`] naming the file and what is wrong.
+    pub fn parse(file: &str, text: &str) -> Result<ResourceDef, DefinitionError> {
+        let err = |message: String| DefinitionError {
+            file: file.to_owned(),
+            message,
+        };
+        let raw: RawDef =
+            toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_owned()))?;
+        if raw.kind.is_empty()
+            || !raw
+                .kind
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_uppercase())
+        {
+            return Err(err(format!(
+                "kind \"{}\" must start with an uppercase letter",
+                raw.kind
+            )));
+        }
+        if !is_dns_label(&raw.plural) {
+            return Err(err(format!(
+                "plural \"{}\" must be a lowercase DNS label",
+                raw.plural
+            )));
+        }
+        if !raw.group.is_empty() && !raw.group.split('.').all(is_dns_label) {
+            return Err(err(format!(
+                "group \"{}\" must be empty or a lowercase DNS subdomain",
+                raw.group
+            )));
+        }
+        if !is_dns_label(&raw.version) {
+            return Err(err(format!(
+                "version \"{}\" must be a lowercase DNS label such as v1",
+                raw.version
+            )));
+        }
+        if !raw.prefix.starts_with('/') || !raw.prefix.ends_with('/') || raw.prefix.len() < 3 {
+            return Err(err(format!(
+                "prefix \"{}\" must start and end with '/'",
+                raw.prefix
+            )));
+        }
+        let mut history = HistoryConfig::default();
+        if let Some(h) = raw.history {
+            history.min_events = h.min_events.unwrap_or(history.min_events);
+            history.max_events = h
+                .max_events
+                .unwrap_or(history.max_events.max(history.min_events));
+            if let Some(s) = h.window_seconds {
+                history.window = Duration::from_secs(s);
+            }
+            if history.min_events == 0 || history.min_events > history.max_events {
+                return Err(err(format!(
+                    "history: need 0 < min_events <= max_events, got {} and {}",
+                    history.min_events, history.max_events
+                )));
+            }
+        }
+        if raw.indexes.len() > MAX_INDEXES {
+            return Err(err(format!(
+                "{} indexes declared; at most {MAX_INDEXES} are allowed",
+                raw.indexes.len()
+            )));
+        }
+        let mut indexes: Vec<IndexDef> = Vec::with_capacity(raw.indexes.len());
+        for (i, ix) in raw.indexes.into_iter().enumerate() {
+            let at = format!("index {}", i + 1);
+            let key = match (ix.field, ix.label) {
+                (Some(f), None) => {
+                    let path = FieldPath::parse(&f).map_err(|m| err(format!("{at}: {m}")))?;
+                    if matches!(path.as_str(), "metadata.namespace" | "metadata.name") {
+                        return Err(err(format!(
+                            "{at}: {path} is built in (namespace is always indexed, and both are always triggers)"
+                        )));
+                    }
+                    IndexKey::Field(path)
+                }
+                (None, Some(l)) => {
+                    validate_label_key(&l).map_err(|m| err(format!("{at}: {m}")))?;
+                    IndexKey::Label(l)
+                }
+                (Some(_), Some(_)) => {
+                    return Err(err(format!(
+                        "{at}: set either `field` or `label`, not both"
+                    )));
+                }
+                (None, None) => return Err(err(format!("{at}: set `field` or `label`"))),
+            };
+            if indexes.iter().any(|d| d.key == key) {
+                return Err(err(format!("{at}: {key} is declared twice")));
+            }
+            indexes.push(IndexDef {
+                key,
+                trigger: ix.trigger,
+            });
+        }
+        Ok(ResourceDef {
+            group: raw.group,
+            version: raw.version,
+            kind: raw.kind,
+            plural: raw.plural,
+            prefix: raw.prefix,
+            namespaced: raw.namespaced,
+            indexes,
+            history,
+        })
+    }
+
+    /// `group/version`, or just `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The etcd key of an object.
+    pub fn key_for(&self, namespace: Option<&str>, name: &str) -> String {
+        match (self.namespaced, namespace) {
+            (true, Some(ns)) => format!("{}{ns}/{name}", self.prefix),
+            _ => format!("{}{name}", self.prefix),
+        }
+    }
+
+    /// The same definition with every trigger removed: the "scan" baseline, where each watcher's filter
+    /// is evaluated for every event.
+    #[must_use]
+    pub fn without_triggers(mut self) -> Self {
+        for ix in &mut self.indexes {
+            ix.trigger = false;
+        }
+        self
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_parse_and_cover_the_promised_resources() {
+        let defs = ResourceDef::builtins();
+        let names: Vec<_> = defs.iter().map(|d| d.plural.as_str()).collect();
+        for want in [
+            "pods",
+            "nodes",
+            "namespaces",
+            "services",
+            "endpointslices",
+            "configmaps",
+            "secrets",
+            "leases",
+            "events",
+            "widgets",
+        ] {
+            assert!(names.contains(&want), "{want} missing from {names:?}");
+        }
+        let pods = ResourceDef::builtin("pods").unwrap();
+        assert_eq!(pods.api_version(), "v1");
+        assert!(pods.indexes.iter().filter(|i| i.trigger).count() >= 2);
+        assert_eq!(
+            ResourceDef::builtin("widgets").unwrap().api_version(),
+            "example.com/v1alpha1"
+        );
+    }
+
+    fn bad(text: &str) -> String {
+        ResourceDef::parse("x.toml", text).unwrap_err().to_string()
+    }
+
+    const HEAD: &str = "kind=\"Pod\"\nplural=\"pods\"\nversion=\"v1\"\nprefix=\"/registry/pods/\"\nnamespaced=true\n";
+
+    #[test]
+    fn errors_name_the_file_and_the_problem() {
+        assert!(bad("kind = ").starts_with("resource definition x.toml: "));
+        assert!(bad(&HEAD.replace("\"Pod\"", "\"pod\"")).contains("uppercase"));
+        assert!(bad(&HEAD.replace("/registry/pods/", "registry")).contains("prefix"));
+        assert!(
+            bad(&format!("{HEAD}[[index]]\nfield=\"a..b\"\n"))
+                .contains("index 1: field path \"a..b\"")
+        );
+        assert!(bad(&format!("{HEAD}[[index]]\nlabel=\"-x\"\n")).contains("invalid label key"));
+        assert!(bad(&format!("{HEAD}[[index]]\nfield=\"a\"\nlabel=\"b\"\n")).contains("not both"));
+        assert!(
+            bad(&format!("{HEAD}[[index]]\ntrigger=true\n")).contains("set `field` or `label`")
+        );
+        assert!(
+            bad(&format!(
+                "{HEAD}[[index]]\nfield=\"a\"\n[[index]]\nfield=\"a\"\n"
+            ))
+            .contains("declared twice")
+        );
+        assert!(
+            bad(&format!("{HEAD}[[index]]\nfield=\"metadata.namespace\"\n")).contains("built in")
+        );
+        assert!(bad(&format!("{HEAD}color=\"red\"\n")).contains("unknown field"));
+        assert!(bad(&format!("{HEAD}[history]\nmin_events=0\n")).contains("min_events"));
+    }
+
+    #[test]
+    fn load_dir_reports_duplicates_and_bad_files() {
+        let dir = std::env::temp_dir().join(format!("wc-defs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.toml"), HEAD).unwrap();
+        assert_eq!(ResourceDef::load_dir(&dir).unwrap().len(), 1);
+        std::fs::write(dir.join("b.toml"), HEAD).unwrap();
+        let e = ResourceDef::load_dir(&dir).unwrap_err();
+        assert!(
+            e.file.ends_with("b.toml") && e.message.contains("again"),
+            "{e}"
+        );
+        std::fs::write(dir.join("b.toml"), "nonsense").unwrap();
+        assert!(
+            ResourceDef::load_dir(&dir)
+                .unwrap_err()
+                .file
+                .ends_with("b.toml")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

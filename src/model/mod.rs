@@ -1,0 +1,24 @@
+//! The model layer: what a resource and its objects are, independent of caching, storage and
+//! serving. Resource definitions and their compiled schema, decoded objects, field paths, label
+//! syntax, selectors, resourceVersions and event types. Pure code: no I/O, no locks, no tasks.
+//!
+//! ## Dependencies
+//! This layer depends on nothing else in the crate but [`crate::error`]; every other layer depends
+//! on it.
+
+pub mod definition;
+mod event_type;
+pub(crate) mod field_path;
+pub(crate) mod labels;
+mod object;
+mod resource_version;
+pub(crate) mod schema;
+pub mod selector;
+
+pub use definition::{DefinitionError, HistoryConfig, IndexDef, IndexKey, ResourceDef};
+pub use event_type::EventType;
+pub use field_path::FieldPath;
+pub use object::{DecodeError, Object};
+pub use resource_version::{ResourceVersion, RvMatch};
+pub(crate) use schema::{Attr, Schema};
+pub use selector::{FieldSelector, LabelSelector, Selection, SelectorError};

@@ -1,0 +1,523 @@
+//! Cached objects: decoded once on ingest, with the attributes that indexes and selectors need
+//! extracted once, and their JSON encoding produced once.
+//!
+//! ## Invariants
+//! - `json` is compact (no newlines, so a watch stream can frame one event per line) and carries
+//!   `metadata.resourceVersion` = `rv` at `json[rv_at..rv_at + rv_len]`. The stored bytes' own
+//!   resourceVersion is never trusted: it is dropped on ingest.
+//! - `namespace` and `name` agree with the key: `prefix + ns + "/" + name`, or `prefix + name`.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::de::{self, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::model::field_path::{self, FieldPath};
+use crate::model::{Attr, Schema};
+
+/// One cached object: cheap to clone (an `Arc`), immutable, `Send + Sync`.
+#[derive(Clone)]
+pub struct Object(Arc<Inner>);
+
+struct Inner {
+    key: Arc<str>,
+    /// Byte range of the namespace inside `key` (empty for cluster-scoped objects).
+    ns: (u32, u32),
+    /// Byte offset of the name inside `key`; it runs to the end.
+    name_at: u32,
+    rv: u64,
+    json: Bytes,
+    rv_at: u32,
+    rv_len: u8,
+    /// Sorted by key.
+    labels: Box<[(Box<str>, Box<str>)]>,
+    /// Values of the schema's declared fields, by slot.
+    fields: Box<[Box<str>]>,
+}
+
+/// Why a stored value could not be cached.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("object {key}: {reason}")]
+pub struct DecodeError {
+    /// The etcd key.
+    pub key: String,
+    /// What is wrong with the value.
+    pub reason: String,
+}
+
+impl Object {
+    pub(crate) fn decode(
+        schema: &Schema,
+        key: &str,
+        value: &[u8],
+        rv: u64,
+    ) -> Result<Object, DecodeError> {
+        let fail = |reason: String| DecodeError {
+            key: key.to_owned(),
+            reason,
+        };
+        let text = std::str::from_utf8(value).map_err(|e| fail(format!("not UTF-8: {e}")))?;
+        let top = members(text).map_err(|e| fail(format!("not a JSON object: {e}")))?;
+        let meta_raw = find(&top, "metadata").ok_or_else(|| fail("no metadata".into()))?;
+        let meta =
+            members(meta_raw.get()).map_err(|e| fail(format!("metadata is not an object: {e}")))?;
+        let name = string_member(&meta, "name")
+            .map_err(&fail)?
+            .unwrap_or_default();
+        if name.is_empty() {
+            return Err(fail("metadata.name is missing or empty".into()));
+        }
+        let namespace = string_member(&meta, "namespace")
+            .map_err(&fail)?
+            .unwrap_or_default();
+        let def = &schema.def;
+        let rest = key
+            .strip_prefix(def.prefix.as_str())
+            .ok_or_else(|| fail(format!("key is not under {}", def.prefix)))?;
+        let expected = if def.namespaced {
+            if namespace.is_empty() {
+                return Err(fail(
+                    "metadata.namespace is missing for a namespaced resource".into(),
+                ));
+            }
+            format!("{namespace}/{name}")
+        } else {
+            if !namespace.is_empty() {
+                return Err(fail(format!(
+                    "metadata.namespace \"{namespace}\" set on a cluster-scoped resource"
+                )));
+            }
+            name.to_string()
+        };
+        if rest != expected {
+            return Err(fail(format!(
+                "key does not match metadata (expected {}{expected})",
+                def.prefix
+            )));
+        }
+        let labels =
+            match find(&meta, "labels") {
+                None => Vec::new(),
+                Some(raw) => serde_json::from_str::<
+                    Option<std::collections::BTreeMap<String, String>>,
+                >(raw.get())
+                .map_err(|e| fail(format!("metadata.labels must map strings to strings: {e}")))?
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+                .collect(),
+            };
+        let fields = schema
+            .fields
+            .iter()
+            .map(|p| {
+                field_in_members(&top, p)
+                    .unwrap_or_default()
+                    .into_boxed_str()
+            })
+            .collect();
+
+        let (json, rv_at, rv_len) = encode(&top, &meta, rv);
+        let prefix_len = def.prefix.len() as u32;
+        let (ns, name_at) = if def.namespaced {
+            let ns_end = prefix_len + namespace.len() as u32;
+            ((prefix_len, ns_end), ns_end + 1)
+        } else {
+            ((prefix_len, prefix_len), prefix_len)
+        };
+        Ok(Object(Arc::new(Inner {
+            key: key.into(),
+            ns,
+            name_at,
+            rv,
+            json,
+            rv_at,
+            rv_len,
+            labels: labels.into_boxed_slice(),
+            fields,
+        })))
+    }
+
+    /// The etcd key.
+    pub fn key(&self) -> &str {
+        &self.0.key
+    }
+
+    pub(crate) fn key_arc(&self) -> &Arc<str> {
+        &self.0.key
+    }
+
+    /// The namespace, `None` for cluster-scoped objects.
+    pub fn namespace(&self) -> Option<&str> {
+        let (a, b) = self.0.ns;
+        (a != b).then(|| &self.0.key[a as usize..b as usize])
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        &self.0.key[self.0.name_at as usize..]
+    }
+
+    /// The revision at which this state was written (its `metadata.resourceVersion`).
+    pub fn resource_version(&self) -> u64 {
+        self.0.rv
+    }
+
+    /// The object's JSON, compact, with `metadata.resourceVersion` set. Shared, never copied.
+    pub fn json(&self) -> &Bytes {
+        &self.0.json
+    }
+
+    /// The JSON with `metadata.resourceVersion` replaced, as a DELETED event carries the last state
+    /// at the deletion's revision. Splices bytes; never re-encodes.
+    pub fn json_at(&self, rv: u64) -> Bytes {
+        if rv == self.0.rv {
+            return self.0.json.clone();
+        }
+        let j = &self.0.json;
+        let (a, b) = (
+            self.0.rv_at as usize,
+            self.0.rv_at as usize + self.0.rv_len as usize,
+        );
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(rv).as_bytes();
+        let mut out = BytesMut::with_capacity(j.len() + digits.len());
+        out.put_slice(&j[..a]);
+        out.put_slice(digits);
+        out.put_slice(&j[b..]);
+        out.freeze()
+    }
+
+    /// A label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        let labels = &self.0.labels;
+        labels
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*labels[i].1)
+    }
+
+    /// All labels, sorted by key.
+    pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.labels.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// A field's value as a field selector sees it (see [`FieldPath`]): missing fields read as "".
+    /// Pre-extracted attributes are free; other paths are read from the JSON.
+    pub fn field(&self, path: &FieldPath) -> Option<Cow<'_, str>> {
+        match path.as_str() {
+            "metadata.name" => Some(Cow::Borrowed(self.name())),
+            "metadata.namespace" => Some(Cow::Borrowed(self.namespace().unwrap_or(""))),
+            _ => {
+                let raw: &RawValue = serde_json::from_slice(&self.0.json).ok()?;
+                field_path::extract(raw, path).map(Cow::Owned)
+            }
+        }
+    }
+
+    /// The JSON parsed into a [`serde_json::Value`], for callers that want a DOM.
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.0.json).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Deserializes the JSON into a typed value (for example a `k8s-openapi` type).
+    ///
+    /// # Errors
+    /// The deserialization error.
+    pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.0.json)
+    }
+
+    pub(crate) fn attr(&self, a: Attr) -> Option<&str> {
+        match a {
+            Attr::Namespace => self.namespace(),
+            Attr::Name => Some(self.name()),
+            Attr::Field(i) => Some(&self.0.fields[i as usize]),
+            Attr::Label(_) => None,
+        }
+    }
+
+    /// An attribute, with declared labels resolved through the schema.
+    pub(crate) fn attr_in(&self, schema: &Schema, a: Attr) -> Option<&str> {
+        match a {
+            Attr::Label(i) => self.label(&schema.labels[i as usize]),
+            _ => self.attr(a),
+        }
+    }
+
+    /// Heap bytes this object holds beyond its JSON, for memory accounting.
+    pub fn overhead_bytes(&self) -> usize {
+        let i = &self.0;
+        std::mem::size_of::<Inner>()
+            + 16 // Arc counts
+            + i.key.len()
+            + 16
+            + i.labels.iter().map(|(k, v)| 32 + k.len() + v.len()).sum::<usize>()
+            + i.fields.iter().map(|f| 16 + f.len()).sum::<usize>()
+    }
+}
+
+impl fmt::Debug for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Object")
+            .field("key", &self.key())
+            .field("rv", &self.0.rv)
+            .finish()
+    }
+}
+
+impl PartialEq for Object {
+    /// Same key, revision and bytes.
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key == other.0.key && self.0.rv == other.0.rv && self.0.json == other.0.json
+    }
+}
+
+type Members<'a> = Vec<(Cow<'a, str>, &'a RawValue)>;
+
+fn find<'a>(m: &Members<'a>, key: &str) -> Option<&'a RawValue> {
+    m.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
+}
+
+fn string_member<'a>(m: &Members<'a>, key: &str) -> Result<Option<String>, String> {
+    match find(m, key) {
+        None => Ok(None),
+        Some(raw) => serde_json::from_str::<Option<String>>(raw.get())
+            .map_err(|_| format!("metadata.{key} must be a string")),
+    }
+}
+
+fn field_in_members(top: &Members<'_>, path: &FieldPath) -> Option<String> {
+    let mut segs = path.segments();
+    let first = segs.next()?;
+    let Some(mut cur) = find(top, first) else {
+        return Some(String::new());
+    };
+    for seg in segs {
+        match field_path::child(cur, seg) {
+            Some(next) => cur = next,
+            None => return Some(String::new()),
+        }
+    }
+    field_path::scalar_text(cur)
+}
+
+/// The members of a JSON object, in order, values left raw. Later duplicates replace earlier ones.
+fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Members<'de>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out: Members<'de> = Vec::new();
+            while let Some(k) = map.next_key::<Cow<'de, str>>()? {
+                let v: &'de RawValue = map.next_value()?;
+                out.retain(|(x, _)| *x != k);
+                out.push((k, v));
+            }
+            Ok(out)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let m = de::Deserializer::deserialize_map(&mut de, V)?;
+    de.end()?;
+    Ok(m)
+}
+
+/// Writes the object compactly with `metadata.resourceVersion` = `rv` as the last metadata member.
+/// Returns the bytes and where the revision's digits are.
+fn encode(top: &Members<'_>, meta: &Members<'_>, rv: u64) -> (Bytes, u32, u8) {
+    let size: usize = top
+        .iter()
+        .map(|(k, v)| k.len() + v.get().len() + 4)
+        .sum::<usize>()
+        + 48;
+    let mut out = Vec::with_capacity(size);
+    let mut rv_at = 0;
+    let mut rv_len = 0;
+    out.push(b'{');
+    for (i, (k, v)) in top.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_key(&mut out, k);
+        if k == "metadata" {
+            out.push(b'{');
+            let mut first = true;
+            for (mk, mv) in meta.iter().filter(|(mk, _)| mk != "resourceVersion") {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                write_key(&mut out, mk);
+                write_compact(&mut out, mv.get());
+            }
+            if !first {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"resourceVersion\":\"");
+            rv_at = out.len() as u32;
+            let mut digits = itoa::Buffer::new();
+            let d = digits.format(rv);
+            rv_len = d.len() as u8;
+            out.extend_from_slice(d.as_bytes());
+            out.extend_from_slice(b"\"}");
+        } else {
+            write_compact(&mut out, v.get());
+        }
+    }
+    out.push(b'}');
+    (Bytes::from(out), rv_at, rv_len)
+}
+
+fn write_key(out: &mut Vec<u8>, k: &str) {
+    // Keys are tiny; serde_json's escaping is the reference for what needs escaping.
+    serde_json::to_writer(&mut *out, k)
+        .unwrap_or_else(|_| unreachable!("writing a str to a Vec cannot fail"));
+    out.push(b':');
+}
+
+/// Copies a raw JSON value without its insignificant whitespace. Inside valid JSON strings no raw
+/// control characters can occur, so every newline, tab or carriage return is whitespace; spaces are
+/// only dropped outside strings.
+fn write_compact(out: &mut Vec<u8>, raw: &str) {
+    let b = raw.as_bytes();
+    if !b.iter().any(|c| matches!(c, b' ' | b'\n' | b'\r' | b'\t')) {
+        out.extend_from_slice(b);
+        return;
+    }
+    let mut in_str = false;
+    let mut escaped = false;
+    for &c in b {
+        if in_str {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                in_str = false;
+            }
+        } else if !matches!(c, b' ' | b'\n' | b'\r' | b'\t') {
+            out.push(c);
+            in_str = c == b'"';
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::definition::ResourceDef;
+
+    fn pods() -> Schema {
+        Schema::new(ResourceDef::builtin("pods").unwrap())
+    }
+
+    #[test]
+    fn decodes_and_rewrites_the_resource_version() {
+        let s = pods();
+        let v = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"ns","resourceVersion":"999","labels":{"app":"web"}},
+            "spec":{"nodeName":"n1", "containers":[ {"name":"c"} ]},"status":{"phase":"Running"}}"#;
+        let o = Object::decode(&s, "/registry/pods/ns/a", v, 42).unwrap();
+        assert_eq!(
+            (o.namespace(), o.name(), o.resource_version()),
+            (Some("ns"), "a", 42)
+        );
+        let json = std::str::from_utf8(o.json()).unwrap();
+        assert!(!json.contains('\n') && !json.contains("999"), "{json}");
+        let val = o.to_value();
+        assert_eq!(val["metadata"]["resourceVersion"], "42");
+        assert_eq!(val["spec"]["containers"][0]["name"], "c");
+        assert_eq!(o.label("app"), Some("web"));
+        assert_eq!(o.attr(Attr::Field(0)), Some("n1"));
+        assert_eq!(o.attr(Attr::Field(1)), Some("Running"));
+        let moved: serde_json::Value = serde_json::from_slice(&o.json_at(1234567)).unwrap();
+        assert_eq!(moved["metadata"]["resourceVersion"], "1234567");
+        assert_eq!(moved["spec"], val["spec"]);
+        assert_eq!(o.field(&FieldPath::parse("spec.containers").unwrap()), None);
+        assert_eq!(
+            o.field(&FieldPath::parse("status.phase").unwrap()).unwrap(),
+            "Running"
+        );
+    }
+
+    #[test]
+    fn malformed_values_are_typed_errors() {
+        let s = pods();
+        let k = "/registry/pods/ns/a";
+        let cases: &[(&[u8], &str)] = &[
+            (b"not json", "not a JSON object"),
+            (b"[1,2]", "not a JSON object"),
+            (
+                b"{\"metadata\":{\"name\":\"a\",\"namespace\":\"ns\"}} trailing",
+                "not a JSON object",
+            ),
+            (b"{}", "no metadata"),
+            (b"{\"metadata\":7}", "metadata is not an object"),
+            (
+                b"{\"metadata\":{\"namespace\":\"ns\"}}",
+                "metadata.name is missing",
+            ),
+            (
+                b"{\"metadata\":{\"name\":5,\"namespace\":\"ns\"}}",
+                "metadata.name must be a string",
+            ),
+            (
+                b"{\"metadata\":{\"name\":\"a\"}}",
+                "metadata.namespace is missing",
+            ),
+            (
+                b"{\"metadata\":{\"name\":\"b\",\"namespace\":\"ns\"}}",
+                "key does not match",
+            ),
+            (
+                b"{\"metadata\":{\"name\":\"a\",\"namespace\":\"ns\",\"labels\":{\"x\":1}}}",
+                "labels must map",
+            ),
+            (b"\xff\xfe", "not UTF-8"),
+        ];
+        for (value, want) in cases {
+            let e = Object::decode(&s, k, value, 1).unwrap_err();
+            assert!(
+                e.reason.contains(want),
+                "{:?}: {e}",
+                String::from_utf8_lossy(value)
+            );
+            assert_eq!(e.key, k);
+        }
+        assert!(
+            Object::decode(
+                &s,
+                "/other/ns/a",
+                b"{\"metadata\":{\"name\":\"a\",\"namespace\":\"ns\"}}",
+                1
+            )
+            .unwrap_err()
+            .reason
+            .contains("not under")
+        );
+    }
+
+    #[test]
+    fn cluster_scoped_objects_have_no_namespace() {
+        let s = Schema::new(ResourceDef::builtin("nodes").unwrap());
+        let o = Object::decode(
+            &s,
+            "/registry/minions/n1",
+            br#"{"metadata":{"name":"n1"}}"#,
+            3,
+        )
+        .unwrap();
+        assert_eq!((o.namespace(), o.name()), (None, "n1"));
+        assert_eq!(
+            std::str::from_utf8(o.json()).unwrap(),
+            r#"{"metadata":{"name":"n1","resourceVersion":"3"}}"#
+        );
+    }
+}

@@ -1,0 +1,127 @@
+//! A resource definition compiled for the hot path: which attributes each object carries pre-extracted,
+//! which of them are indexed, and which route watchers.
+
+use crate::model::FieldPath;
+use crate::model::definition::{IndexKey, ResourceDef};
+
+/// One pre-extracted attribute of an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Attr {
+    /// `metadata.namespace` (absent for cluster-scoped objects).
+    Namespace,
+    /// `metadata.name`.
+    Name,
+    /// The declared field at this slot of [`Schema::fields`].
+    Field(u16),
+    /// The declared label at this slot of [`Schema::labels`] (absent when the object lacks the label).
+    Label(u16),
+}
+
+/// The compiled form of a [`ResourceDef`].
+#[derive(Debug)]
+pub(crate) struct Schema {
+    pub def: ResourceDef,
+    /// Declared field indexes, in slot order; every object carries their values.
+    pub fields: Vec<FieldPath>,
+    /// Declared label indexes, in slot order.
+    pub labels: Vec<String>,
+    /// Attributes with a store index (bitmap per value), in store index order.
+    pub indexed: Vec<Attr>,
+    /// Attributes that route watchers, in order of preference (most selective first).
+    pub triggers: Vec<Attr>,
+}
+
+impl Schema {
+    pub fn new(def: ResourceDef) -> Schema {
+        let mut fields = Vec::new();
+        let mut labels = Vec::new();
+        let mut indexed = Vec::new();
+        let mut field_triggers = Vec::new();
+        let mut label_triggers = Vec::new();
+        if def.namespaced {
+            indexed.push(Attr::Namespace);
+        }
+        for ix in &def.indexes {
+            let attr = match &ix.key {
+                IndexKey::Field(p) => {
+                    fields.push(p.clone());
+                    Attr::Field((fields.len() - 1) as u16)
+                }
+                IndexKey::Label(k) => {
+                    labels.push(k.clone());
+                    Attr::Label((labels.len() - 1) as u16)
+                }
+            };
+            indexed.push(attr);
+            if ix.trigger {
+                match attr {
+                    Attr::Label(_) => label_triggers.push(attr),
+                    _ => field_triggers.push(attr),
+                }
+            }
+        }
+        // A name pins one object; declared fields usually partition more finely than labels; the
+        // namespace is the coarsest.
+        let mut triggers = vec![Attr::Name];
+        triggers.extend(field_triggers);
+        triggers.extend(label_triggers);
+        if def.namespaced {
+            triggers.push(Attr::Namespace);
+        }
+        Schema {
+            def,
+            fields,
+            labels,
+            indexed,
+            triggers,
+        }
+    }
+
+    /// The attribute that answers a field path, if the object carries it pre-extracted.
+    pub fn field_attr(&self, path: &str) -> Option<Attr> {
+        match path {
+            "metadata.name" => Some(Attr::Name),
+            "metadata.namespace" => Some(Attr::Namespace),
+            _ => self
+                .fields
+                .iter()
+                .position(|f| f.as_str() == path)
+                .map(|i| Attr::Field(i as u16)),
+        }
+    }
+
+    /// The attribute of a declared label index.
+    pub fn label_attr(&self, key: &str) -> Option<Attr> {
+        self.labels
+            .iter()
+            .position(|l| l == key)
+            .map(|i| Attr::Label(i as u16))
+    }
+
+    /// The store index slot of an attribute, if it is indexed.
+    pub fn index_slot(&self, attr: Attr) -> Option<usize> {
+        self.indexed.iter().position(|a| *a == attr)
+    }
+
+    /// The store index slot for an index name (`spec.nodeName`, `label:app`, `metadata.namespace`).
+    pub fn index_by_name(&self, name: &str) -> Option<(usize, Attr)> {
+        let attr = match IndexKey::parse(name).ok()? {
+            IndexKey::Field(p) => self.field_attr(p.as_str())?,
+            IndexKey::Label(k) => self.label_attr(&k)?,
+        };
+        self.index_slot(attr).map(|slot| (slot, attr))
+    }
+
+    /// Names of every index, for error messages.
+    pub fn index_names(&self) -> Vec<String> {
+        self.indexed
+            .iter()
+            .map(|a| match a {
+                Attr::Namespace => "metadata.namespace".to_owned(),
+                Attr::Name => "metadata.name".to_owned(),
+                Attr::Field(i) => self.fields[*i as usize].to_string(),
+                Attr::Label(i) => format!("label:{}", self.labels[*i as usize]),
+            })
+            .collect()
+    }
+}

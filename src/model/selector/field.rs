@@ -1,0 +1,209 @@
+//! Field selectors in the Kubernetes syntax: `a=b`, `a==b`, `a!=b`, comma for AND, and `\` escaping of
+//! `\`, `,` and `=` in values, as in `k8s.io/apimachinery/pkg/fields/selector.go`.
+//!
+//! Unlike upstream, any field path is accepted: indexed paths are answered by index, the others by
+//! evaluation on the candidates.
+
+use std::fmt;
+
+use super::SelectorError;
+use crate::model::FieldPath;
+
+/// The operator of one field requirement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FieldOp {
+    /// `a=b`.
+    Equals,
+    /// `a==b`.
+    DoubleEquals,
+    /// `a!=b`.
+    NotEquals,
+}
+
+/// One `path op value` term.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FieldRequirement {
+    path: FieldPath,
+    op: FieldOp,
+    value: String,
+}
+
+impl FieldRequirement {
+    /// The field path.
+    pub fn path(&self) -> &FieldPath {
+        &self.path
+    }
+
+    /// The operator.
+    pub fn op(&self) -> FieldOp {
+        self.op
+    }
+
+    /// The value, unescaped.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// Whether the term requires equality (and so can be answered by an index).
+    pub fn is_equality(&self) -> bool {
+        self.op != FieldOp::NotEquals
+    }
+
+    /// Whether a field value satisfies this term.
+    pub fn matches(&self, field_value: &str) -> bool {
+        (field_value == self.value) == self.is_equality()
+    }
+}
+
+impl fmt::Display for FieldRequirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let op = match self.op {
+            FieldOp::Equals => "=",
+            FieldOp::DoubleEquals => "==",
+            FieldOp::NotEquals => "!=",
+        };
+        write!(f, "{}{}{}", self.path, op, escape(&self.value))
+    }
+}
+
+/// A parsed field selector: the AND of its terms. The empty selector matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct FieldSelector {
+    requirements: Vec<FieldRequirement>,
+}
+
+impl FieldSelector {
+    /// Parses the Kubernetes field selector syntax.
+    ///
+    /// # Errors
+    /// [`SelectorError`] naming the byte position and what was expected.
+    pub fn parse(text: &str) -> Result<Self, SelectorError> {
+        let mut requirements = Vec::new();
+        for (start, term) in split_terms(text) {
+            if term.is_empty() {
+                continue;
+            }
+            let Some((op_at, op, op_len)) = find_operator(term) else {
+                return Err(SelectorError::field(
+                    text,
+                    start,
+                    format!("can't understand '{term}': expected an operator '=', '==' or '!='"),
+                ));
+            };
+            let lhs = &term[..op_at];
+            let path = FieldPath::parse(lhs).map_err(|m| SelectorError::field(text, start, m))?;
+            let rhs_at = start + op_at + op_len;
+            let value = unescape(&term[op_at + op_len..])
+                .map_err(|(off, m)| SelectorError::field(text, rhs_at + off, m))?;
+            requirements.push(FieldRequirement { path, op, value });
+        }
+        // Upstream sorts terms for a deterministic form.
+        requirements.sort_by_key(ToString::to_string);
+        Ok(FieldSelector { requirements })
+    }
+
+    /// The terms.
+    pub fn requirements(&self) -> &[FieldRequirement] {
+        &self.requirements
+    }
+
+    /// Whether the selector matches everything.
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// The value this selector requires `path` to equal, if any term pins it.
+    pub fn required_value(&self, path: &str) -> Option<&str> {
+        self.requirements
+            .iter()
+            .find(|r| r.is_equality() && r.path.as_str() == path)
+            .map(|r| r.value.as_str())
+    }
+}
+
+impl fmt::Display for FieldSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.requirements.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{r}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for FieldSelector {
+    type Err = SelectorError;
+    fn from_str(s: &str) -> Result<Self, SelectorError> {
+        Self::parse(s)
+    }
+}
+
+/// Splits on commas not preceded by an escaping backslash, keeping each term's byte offset.
+fn split_terms(s: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut escaped = false;
+    for (i, b) in s.bytes().enumerate() {
+        if escaped {
+            escaped = false;
+        } else if b == b'\\' {
+            escaped = true;
+        } else if b == b',' {
+            out.push((start, &s[start..i]));
+            start = i + 1;
+        }
+    }
+    out.push((start, &s[start..]));
+    out
+}
+
+/// The first position at which `!=`, `==` or `=` starts, trying them in that order at each position.
+fn find_operator(term: &str) -> Option<(usize, FieldOp, usize)> {
+    let b = term.as_bytes();
+    (0..b.len()).find_map(|i| {
+        if b[i..].starts_with(b"!=") {
+            Some((i, FieldOp::NotEquals, 2))
+        } else if b[i..].starts_with(b"==") {
+            Some((i, FieldOp::DoubleEquals, 2))
+        } else if b[i] == b'=' {
+            Some((i, FieldOp::Equals, 1))
+        } else {
+            None
+        }
+    })
+}
+
+fn unescape(s: &str) -> Result<String, (usize, String)> {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some((_, e @ ('\\' | ',' | '='))) => out.push(e),
+                Some((_, e)) => {
+                    return Err((
+                        i,
+                        format!("invalid escape sequence '\\{e}': expected '\\\\', '\\,' or '\\='"),
+                    ));
+                }
+                None => return Err((i, "invalid escape sequence: trailing '\\'".into())),
+            },
+            ',' | '=' => return Err((i, format!("unescaped '{c}' in value: write it as '\\{c}'"))),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '\\' | ',' | '=') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}

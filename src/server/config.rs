@@ -1,0 +1,27 @@
+//! Limits and defaults of the server.
+
+use std::time::Duration;
+
+/// Limits and defaults of the server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Largest accepted request body (Kubernetes: 3 MiB).
+    pub max_body_bytes: usize,
+    /// Longest accepted field or label selector.
+    pub max_selector_len: usize,
+    /// Most concurrent watches; more get 429.
+    pub max_watchers: usize,
+    /// A watch without `timeoutSeconds` ends after a random time in this range (upstream: 30–60 min).
+    pub default_watch_timeout: (Duration, Duration),
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_body_bytes: 3 * 1024 * 1024,
+            max_selector_len: 4096,
+            max_watchers: 200_000,
+            default_watch_timeout: (Duration::from_secs(1800), Duration::from_secs(3600)),
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! What every request handler shares: the served resources, the configuration, the watch count,
+//! the metrics and the shutdown signal; and the resolution of a path to the resource it names.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use tokio::sync::watch;
+
+use crate::cache::Cache;
+use crate::server::config::ServerConfig;
+use crate::server::metrics::ServerMetrics;
+use crate::upstream::Writes;
+
+/// One resource a server serves: its cache, and where writes to it go.
+#[derive(Clone)]
+pub struct Served {
+    /// The cache reads and watches are answered from.
+    pub cache: Cache,
+    /// Where creates, updates and deletes go; `None` serves the resource read-only (writes get
+    /// 405 MethodNotAllowed).
+    pub writes: Option<Arc<dyn Writes>>,
+}
+
+impl Served {
+    /// A resource whose writes go to `writes`.
+    pub fn new(cache: Cache, writes: Arc<dyn Writes>) -> Served {
+        Served {
+            cache,
+            writes: Some(writes),
+        }
+    }
+
+    /// A read-only resource.
+    pub fn read_only(cache: Cache) -> Served {
+        Served {
+            cache,
+            writes: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Served {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Served")
+            .field("cache", &self.cache)
+            .field("writes", &self.writes.is_some())
+            .finish()
+    }
+}
+
+pub(crate) struct AppState {
+    pub served: Vec<Served>,
+    pub config: ServerConfig,
+    pub watchers: Arc<AtomicUsize>,
+    pub metrics: ServerMetrics,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// What a resource path names.
+pub(crate) struct Target<'a> {
+    pub served: &'a Served,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+}
+
+impl AppState {
+    pub fn caches(&self) -> impl Iterator<Item = &Cache> {
+        self.served.iter().map(|s| &s.cache)
+    }
+
+    /// The resource a path under `/api/{v}/` or `/apis/{g}/{v}/` names (`segs` are the path's
+    /// segments).
+    pub fn resolve(&self, segs: &[&str]) -> Option<Target<'_>> {
+        let (group, version, rest) = match segs {
+            ["api", v, rest @ ..] => ("", *v, rest),
+            ["apis", g, v, rest @ ..] => (*g, *v, rest),
+            _ => return None,
+        };
+        let (plural, namespace, name) = match rest {
+            [r] => (*r, None, None),
+            [r, n] => (*r, None, Some(*n)),
+            ["namespaces", ns, r] => (*r, Some(*ns), None),
+            ["namespaces", ns, r, n] => (*r, Some(*ns), Some(*n)),
+            _ => return None,
+        };
+        let served = self.served.iter().find(|s| {
+            let d = s.cache.definition();
+            d.group == group && d.version == version && d.plural == plural
+        })?;
+        let namespaced = served.cache.definition().namespaced;
+        // A namespaced object is named within its namespace; a cluster-scoped one has none.
+        if (namespaced && name.is_some() && namespace.is_none())
+            || (!namespaced && namespace.is_some())
+        {
+            return None;
+        }
+        Some(Target {
+            served,
+            namespace: namespace.map(str::to_owned),
+            name: name.map(str::to_owned),
+        })
+    }
+}
+
+/// The segments of a request path, without its trailing slash.
+pub(crate) fn segments(path: &str) -> Vec<&str> {
+    path.trim_end_matches('/').split('/').skip(1).collect()
+}

@@ -1,0 +1,332 @@
+//! The watch fast path: a connection whose first request is a WATCH is served here, straight from
+//! the socket, and every other connection goes to hyper.
+//!
+//! Why: an idle kubelet watch is the common case by far, and hyper keeps an 8 KiB read buffer and an
+//! 8 KiB header buffer for each connection for its whole life, twice the whole cost of an idle
+//! watcher here (design/performance.md). This path parses the request head with `httparse` (hyper's
+//! parser), frees the head buffer, and writes the chunked response with vectored writes of the
+//! cache's shared frame bytes: an idle watch costs its task and its watcher, and an event costs no
+//! copy. When the watch ends (timeout, error, shutdown) and the client keeps the connection alive,
+//! the connection, with any bytes the client sent meanwhile, continues in hyper.
+
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tracing::debug;
+
+use crate::server::params::ReadParams;
+use crate::server::response::wants_gzip_value;
+use crate::server::state::{AppState, segments};
+use crate::server::status::ApiError;
+use crate::server::watch;
+
+/// Largest request head the fast path reads before giving the connection to hyper.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// What the first request of a connection turned out to be.
+pub(crate) enum FirstRequest {
+    /// Served here; hyper takes over with these bytes already read (empty when closing).
+    Served { rest: Vec<u8>, keep_alive: bool },
+    /// Not a watch: hyper serves it, starting with these bytes.
+    NotAWatch(Vec<u8>),
+    /// No request came (the server is shutting down, or the head took too long): close.
+    Close,
+}
+
+/// How long a connection may take to send its first request head (hyper's header_read_timeout).
+const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A parsed WATCH request head.
+struct WatchRequest {
+    path: String,
+    query: String,
+    keep_alive: bool,
+    gzip: bool,
+    head_len: usize,
+}
+
+enum Head {
+    Incomplete,
+    NotAWatch,
+    Watch(WatchRequest),
+}
+
+/// Parses a request head (synchronously, so the header array never lives in a task's state).
+fn parse_head(buf: &[u8]) -> Head {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut headers);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Head::Incomplete,
+        Err(_) => return Head::NotAWatch,
+    };
+    let header = |name: &str| {
+        req.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    };
+    let has_body = header("transfer-encoding").is_some()
+        || header("content-length").is_some_and(|v| v != b"0");
+    let Some(target) = req
+        .path
+        .filter(|_| req.method == Some("GET") && !has_body && req.version == Some(1))
+    else {
+        return Head::NotAWatch;
+    };
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let is_watch = form_urlencoded::parse(query.as_bytes())
+        .any(|(k, v)| k == "watch" && matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"));
+    if !is_watch {
+        return Head::NotAWatch;
+    }
+    Head::Watch(WatchRequest {
+        path: path.to_owned(),
+        query: query.to_owned(),
+        keep_alive: !header("connection").is_some_and(|v| v.eq_ignore_ascii_case(b"close")),
+        gzip: header("accept-encoding").is_some_and(wants_gzip_value),
+        head_len,
+    })
+}
+
+/// Reads the first request head and serves it if it is a WATCH.
+pub(crate) async fn first_request(
+    tcp: &mut TcpStream,
+    st: &Arc<AppState>,
+) -> std::io::Result<FirstRequest> {
+    let mut buf = Vec::with_capacity(1024);
+    let req = loop {
+        if buf.len() >= MAX_HEAD {
+            return Ok(FirstRequest::NotAWatch(buf));
+        }
+        let at = buf.len();
+        buf.resize(at + 1024, 0);
+        // An idle kept-alive connection must not hold up shutdown (graceful shutdown waits for
+        // every connection task) nor a task forever.
+        let mut shutdown = st.shutdown.clone();
+        let n = tokio::select! {
+            n = tcp.read(&mut buf[at..]) => n?,
+            _ = shutdown.wait_for(|s| *s).map(|_| ()) => return Ok(FirstRequest::Close),
+            _ = tokio::time::sleep(HEAD_TIMEOUT) => return Ok(FirstRequest::Close),
+        };
+        buf.truncate(at + n);
+        if n == 0 {
+            return Ok(FirstRequest::NotAWatch(buf));
+        }
+        match parse_head(&buf) {
+            Head::Incomplete => continue,
+            Head::NotAWatch => return Ok(FirstRequest::NotAWatch(buf)),
+            Head::Watch(req) => break req,
+        }
+    };
+    let mut rest = buf.split_off(req.head_len);
+    drop(buf);
+    rest.shrink_to_fit();
+    let outcome = serve_watch(tcp, st, &req.path, &req.query, req.gzip).await?;
+    rest.extend(outcome.received);
+    Ok(FirstRequest::Served {
+        rest,
+        keep_alive: req.keep_alive && outcome.clean,
+    })
+}
+
+struct Outcome {
+    /// Whether the response ended properly (the connection can carry another request).
+    clean: bool,
+    /// Bytes the client sent while the watch ran (a pipelined request).
+    received: Vec<u8>,
+}
+
+async fn serve_watch(
+    tcp: &mut TcpStream,
+    st: &Arc<AppState>,
+    path: &str,
+    query: &str,
+    gzip: bool,
+) -> std::io::Result<Outcome> {
+    let done = |clean, received| Ok(Outcome { clean, received });
+    let Some(target) = st.resolve(&segments(path)) else {
+        write_error(tcp, &ApiError::no_route(path)).await?;
+        return done(true, Vec::new());
+    };
+    let started = async {
+        let mut params = ReadParams::parse(Some(query), st.config.max_selector_len)?;
+        if let Some(n) = &target.name {
+            params.watch_one(n);
+        }
+        watch::start(
+            st,
+            &target.served.cache,
+            target.namespace.as_deref(),
+            &params,
+            gzip,
+        )
+        .await
+    };
+    // Boxed: starting a watch (which may read etcd) is a large future needed once; the task of an
+    // idle watch then only holds the streaming state.
+    let mut pump = match Box::pin(started).await {
+        Ok(pump) => pump,
+        Err(e) => {
+            write_error(tcp, &e).await?;
+            return done(true, Vec::new());
+        }
+    };
+    write_head(tcp, gzip).await?;
+    let mut received = Vec::new();
+    let mut probe = [0u8; 256];
+    loop {
+        tokio::select! {
+            chunks = pump.next() => match chunks {
+                Some(chunks) => write_chunk(tcp, &chunks).await?,
+                None => break,
+            },
+            // The client going away must end the watch even when no event comes.
+            n = tcp.read(&mut probe) => match n {
+                Ok(0) | Err(_) => return done(false, received),
+                Ok(n) if received.len() + n <= MAX_HEAD => received.extend_from_slice(&probe[..n]),
+                Ok(_) => return done(false, Vec::new()),
+            },
+        }
+    }
+    tcp.write_all(b"0\r\n\r\n").await?;
+    done(!pump.shutting_down(), received)
+}
+
+async fn write_head(tcp: &mut TcpStream, gzip: bool) -> std::io::Result<()> {
+    let enc = if gzip {
+        "Content-Encoding: gzip\r\n"
+    } else {
+        ""
+    };
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{enc}Transfer-Encoding: chunked\r\n\r\n"
+    );
+    tcp.write_all(head.as_bytes()).await
+}
+
+/// Writes one HTTP chunk made of `parts`, vectored: the shared bytes are never copied.
+async fn write_chunk(tcp: &mut TcpStream, parts: &[Bytes]) -> std::io::Result<()> {
+    let len: usize = parts.iter().map(Bytes::len).sum();
+    if len == 0 {
+        return Ok(());
+    }
+    let size = format!("{len:x}\r\n");
+    let mut slices: Vec<&[u8]> = Vec::with_capacity(parts.len() + 2);
+    slices.push(size.as_bytes());
+    slices.extend(parts.iter().map(|p| &p[..]));
+    slices.push(b"\r\n");
+    write_all_vectored(tcp, &mut slices).await
+}
+
+async fn write_all_vectored(tcp: &mut TcpStream, slices: &mut [&[u8]]) -> std::io::Result<()> {
+    let mut first = 0;
+    while first < slices.len() {
+        let io: Vec<IoSlice<'_>> = slices[first..].iter().map(|s| IoSlice::new(s)).collect();
+        let mut n = tcp.write_vectored(&io).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while first < slices.len() && n >= slices[first].len() {
+            n -= slices[first].len();
+            first += 1;
+        }
+        if first < slices.len() {
+            slices[first] = &slices[first][n..];
+        }
+    }
+    Ok(())
+}
+
+async fn write_error(tcp: &mut TcpStream, e: &ApiError) -> std::io::Result<()> {
+    let body = e.status_json();
+    let retry = e
+        .retry_after()
+        .map(|s| format!("Retry-After: {s}\r\n"))
+        .unwrap_or_default();
+    let reason = axum::http::StatusCode::from_u16(e.code())
+        .ok()
+        .and_then(|c| c.canonical_reason())
+        .unwrap_or("Error");
+    let head = format!(
+        "HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{retry}\r\n",
+        e.code(),
+        body.len()
+    );
+    write_all_vectored(tcp, &mut [head.as_bytes(), &body]).await
+}
+
+/// A connection whose first bytes were already read: replays them, then reads the socket.
+pub(crate) struct Rewind {
+    prefix: Vec<u8>,
+    pos: usize,
+    inner: TcpStream,
+}
+
+impl Rewind {
+    pub fn new(prefix: Vec<u8>, inner: TcpStream) -> Rewind {
+        Rewind {
+            prefix,
+            pos: 0,
+            inner,
+        }
+    }
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.pos < self.prefix.len() {
+            let n = (self.prefix.len() - self.pos).min(buf.remaining());
+            let start = self.pos;
+            buf.put_slice(&self.prefix[start..start + n]);
+            self.pos += n;
+            if self.pos == self.prefix.len() {
+                self.prefix = Vec::new();
+                self.pos = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Logs why a fast-path connection ended early.
+pub(crate) fn log_io(e: &std::io::Error) {
+    debug!(error = %e, "watch connection ended");
+}

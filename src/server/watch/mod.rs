@@ -1,0 +1,89 @@
+//! Watch responses. A watch is started here (the concurrent-watch limit, its deadline, the cache's
+//! stream) and then run by one [`WatchPump`](pump::WatchPump), which both transports use:
+//!
+//! - `fast_path.rs`: a connection whose first request is a WATCH is served straight from the
+//!   socket (an idle watch then costs about 3 KB instead of hyper's 32 KB);
+//! - `body.rs`: any other watch, as a hyper response body.
+//!
+//! `frames.rs` turns events into chunks (shared bytes, or gzip).
+
+pub(crate) mod body;
+pub(crate) mod fast_path;
+mod frames;
+pub(crate) mod pump;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::time::Instant;
+
+use crate::cache::{Cache, Frame, WatchStream};
+use crate::error::Error;
+use crate::server::params::ReadParams;
+use crate::server::state::AppState;
+use crate::server::status::ApiError;
+use pump::WatchPump;
+
+/// Holds one slot of the concurrent-watch limit for as long as the watch lives.
+pub(crate) struct WatcherSlot(Arc<AtomicUsize>);
+
+impl Drop for WatcherSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A started watch: its events, when it must end, and its slot.
+pub(crate) struct StartedWatch {
+    pub stream: WatchStream,
+    pub deadline: Instant,
+    /// Held for its `Drop`: the watch counts against the limit while it lives.
+    _slot: WatcherSlot,
+}
+
+/// Starts a watch and returns the pump that runs its response. A start older than the window is
+/// a 200 response holding one ERROR event with the 410 `Status`, as upstream sends it; other start
+/// errors are HTTP errors.
+///
+/// # Errors
+/// 429 over the watch limit, and the cache's start errors (400, 429, 504).
+pub(crate) async fn start(
+    st: &AppState,
+    cache: &Cache,
+    ns: Option<&str>,
+    params: &ReadParams,
+    gzip: bool,
+) -> Result<WatchPump, ApiError> {
+    let limit = st.config.max_watchers;
+    if st.watchers.fetch_add(1, Ordering::Relaxed) >= limit {
+        st.watchers.fetch_sub(1, Ordering::Relaxed);
+        return Err(ApiError::too_many(
+            format!("too many watches: the limit is {limit}"),
+            1,
+        ));
+    }
+    let slot = WatcherSlot(Arc::clone(&st.watchers));
+    let timeout = params.timeout.unwrap_or_else(|| {
+        let (lo, hi) = st.config.default_watch_timeout;
+        lo + (hi.saturating_sub(lo)).mul_f64(fastrand::f64())
+    });
+    let deadline = Instant::now() + timeout;
+    let shutdown = st.shutdown.clone();
+    match cache.watch(params.watch_options(ns)?).await {
+        Ok(mut stream) => {
+            stream.bookmark_before(deadline);
+            let w = StartedWatch {
+                stream,
+                deadline,
+                _slot: slot,
+            };
+            Ok(WatchPump::events(w, shutdown, gzip))
+        }
+        Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => Ok(WatchPump::single(
+            Frame::error(ApiError::from(e).status_json()),
+            shutdown,
+            gzip,
+        )),
+        Err(e) => Err(e.into()),
+    }
+}

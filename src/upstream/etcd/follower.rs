@@ -1,0 +1,281 @@
+//! One resource's follower: the single etcd watch behind a cache.
+//!
+//! It lists the prefix in pages at one revision, then watches from the next revision with
+//! `prev_kv` and progress notifications. A break it can resume (connection lost, etcd restarted,
+//! leader lost) is resumed from the last applied revision with no relist; a compaction that
+//! cancels the watch triggers a resync, whose difference reaches watchers as ordinary events.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client, EventType as EtcdEventType, GetOptions, WatchOptions as EtcdWatchOptions, WatchResponse,
+};
+use tokio::sync::{Notify, watch};
+use tracing::{debug, info, warn};
+
+use super::EtcdConfig;
+use super::backoff::Backoff;
+use super::range::{EtcdUpstream, MAX_RESPONSE_BYTES, REQUEST_TIMEOUT};
+use crate::cache::{Cache, Change, RangeReader};
+
+/// Why a watch ended.
+enum Broken {
+    /// etcd compacted past our position: relist.
+    Compacted(u64),
+    /// A resumable failure.
+    Failed(String),
+    Shutdown,
+}
+
+pub(crate) struct Follower {
+    pub cache: Cache,
+    /// Range reads of the resource, shared with the cache's consistent reads.
+    pub upstream: Arc<EtcdUpstream>,
+    pub client: Client,
+    pub config: EtcdConfig,
+    pub progress: Arc<Notify>,
+    pub reliable: bool,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl Follower {
+    fn prefix(&self) -> &str {
+        &self.cache.definition().prefix
+    }
+
+    pub async fn run(mut self) {
+        let mut backoff = Backoff::new(self.config.backoff_initial, self.config.backoff_max);
+        let mut applied: Option<u64> = None;
+        let mut down_since: Option<Instant> = None;
+        loop {
+            if *self.shutdown.borrow() {
+                return;
+            }
+            let rev = match applied {
+                Some(r) => r,
+                None => match self.sync().await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.failed(&mut down_since, &e);
+                        if self.pause(backoff.next_delay(), down_since).await {
+                            return;
+                        }
+                        continue;
+                    }
+                },
+            };
+            applied = Some(rev);
+            match self
+                .follow(&mut applied, &mut down_since, &mut backoff)
+                .await
+            {
+                Broken::Shutdown => return,
+                Broken::Compacted(at) => {
+                    warn!(resource = %self.cache.definition().plural, compacted = at, from = rev, "watch position compacted; resyncing");
+                    applied = None;
+                }
+                Broken::Failed(e) => {
+                    self.failed(&mut down_since, &e);
+                    if self.pause(backoff.next_delay(), down_since).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn failed(&self, down_since: &mut Option<Instant>, why: &str) {
+        let since = *down_since.get_or_insert_with(Instant::now);
+        warn!(resource = %self.cache.definition().plural, error = %why, down_for = ?since.elapsed(), "etcd unavailable; retrying");
+        self.check_grace(since, why);
+    }
+
+    fn check_grace(&self, since: Instant, why: &str) {
+        if since.elapsed() >= self.config.unavailable_grace && self.cache.is_ready() {
+            warn!(resource = %self.cache.definition().plural, grace = ?self.config.unavailable_grace, "etcd unavailable past the grace period; not ready");
+            self.cache
+                .set_not_ready(format!("etcd unavailable for {:?}: {why}", since.elapsed()));
+        }
+    }
+
+    fn recovered(&self, down_since: &mut Option<Instant>, backoff: &mut Backoff) {
+        if let Some(since) = down_since.take() {
+            info!(resource = %self.cache.definition().plural, after = ?since.elapsed(), "etcd watch resumed");
+        }
+        backoff.reset();
+        if !self.cache.is_ready() {
+            self.cache.set_ready();
+        }
+    }
+
+    /// Sleeps, marking the cache not ready if the grace period runs out meanwhile. Returns whether
+    /// shutdown was requested.
+    async fn pause(&mut self, delay: Duration, down_since: Option<Instant>) -> bool {
+        let until = tokio::time::Instant::now() + delay;
+        loop {
+            let tick = tokio::time::sleep_until(
+                until.min(tokio::time::Instant::now() + Duration::from_millis(500)),
+            );
+            tokio::select! {
+                _ = self.shutdown.changed() => return true,
+                _ = tick => {}
+            }
+            if let Some(since) = down_since {
+                self.check_grace(since, "no connection");
+            }
+            if tokio::time::Instant::now() >= until {
+                return *self.shutdown.borrow();
+            }
+        }
+    }
+
+    /// Lists the prefix page by page at one revision into a resync of the cache.
+    async fn sync(&mut self) -> Result<u64, String> {
+        let started = Instant::now();
+        let plural = self.cache.definition().plural.clone();
+        let mut reader = RangeReader::new(&*self.upstream, None, None, self.config.page_size);
+        let mut resync = None;
+        while let Some(page) = reader.next_page().await {
+            let page = page.map_err(|e| e.to_string())?;
+            let resync = resync.get_or_insert_with(|| self.cache.resync(page.revision));
+            resync.add_page(page.kvs.iter().filter_map(|kv| {
+                self.cache
+                    .decode_or_skip(&kv.key, &kv.value, kv.mod_revision)
+            }));
+            let secs = started.elapsed().as_secs_f64().max(1e-3);
+            info!(resource = %plural, objects = resync.listed(), rate = (resync.listed() as f64 / secs).round(), revision = page.revision, "syncing");
+        }
+        let (Some(resync), Some(rev)) = (resync, reader.revision()) else {
+            return Err("the range read returned no page".into());
+        };
+        let out = resync.finish();
+        info!(resource = %plural, listed = out.listed, added = out.added, modified = out.modified, deleted = out.deleted, revision = rev, took = ?started.elapsed(), "synced");
+        Ok(rev)
+    }
+
+    /// Runs the watch from `applied + 1` until it breaks.
+    async fn follow(
+        &mut self,
+        applied: &mut Option<u64>,
+        down_since: &mut Option<Instant>,
+        backoff: &mut Backoff,
+    ) -> Broken {
+        let Some(from) = *applied else {
+            return Broken::Failed("not synced".into());
+        };
+        let opts = EtcdWatchOptions::new()
+            .with_prefix()
+            .with_prev_key()
+            .with_progress_notify()
+            .with_start_revision(from as i64 + 1);
+        let mut watcher = self
+            .client
+            .watch_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES);
+        let mut stream = match tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            watcher.watch(self.prefix().to_owned(), Some(opts)),
+        )
+        .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Broken::Failed(format!("watch: {e}")),
+            Err(_) => return Broken::Failed("watch: timed out".into()),
+        };
+        let mut last_message = tokio::time::Instant::now();
+        loop {
+            let probe_at = last_message + self.config.idle_probe;
+            tokio::select! {
+                _ = self.shutdown.changed() => return Broken::Shutdown,
+                _ = self.progress.notified() => {
+                    if let Err(e) = stream.request_progress().await {
+                        return Broken::Failed(format!("progress request: {e}"));
+                    }
+                }
+                _ = tokio::time::sleep_until(probe_at) => {
+                    // A silent watch may be a dead connection or a cluster without a leader: ask.
+                    let mut kv = self.client.kv_client();
+                    let probe = kv.get(self.prefix().to_owned(), Some(GetOptions::new().with_count_only()));
+                    match tokio::time::timeout(REQUEST_TIMEOUT, probe).await {
+                        Ok(Ok(_)) => last_message = tokio::time::Instant::now(),
+                        Ok(Err(e)) => return Broken::Failed(format!("probe: {e}")),
+                        Err(_) => return Broken::Failed("probe: timed out".into()),
+                    }
+                }
+                msg = stream.message() => {
+                    last_message = tokio::time::Instant::now();
+                    let resp = match msg {
+                        Ok(Some(r)) => r,
+                        Ok(None) => return Broken::Failed("watch stream closed by etcd".into()),
+                        Err(e) => return Broken::Failed(format!("watch: {e}")),
+                    };
+                    if resp.canceled() {
+                        if resp.compact_revision() > 0 {
+                            return Broken::Compacted(resp.compact_revision() as u64);
+                        }
+                        return Broken::Failed(format!("watch canceled: {}", resp.cancel_reason()));
+                    }
+                    if resp.created() {
+                        debug!(resource = %self.cache.definition().plural, from = from + 1, "etcd watch created");
+                        self.recovered(down_since, backoff);
+                        continue;
+                    }
+                    self.apply(&resp, applied);
+                }
+            }
+        }
+    }
+
+    /// Applies one watch response: its events grouped by revision, or a progress notification.
+    fn apply(&self, resp: &WatchResponse, applied: &mut Option<u64>) {
+        let events = resp.events();
+        if events.is_empty() {
+            // Progress. Only trusted on etcd versions that order it after pending events.
+            if self.reliable
+                && let Some(h) = resp.header()
+            {
+                let rev = h.revision() as u64;
+                self.cache.progress(rev);
+                *applied = Some(applied.map_or(rev, |a| a.max(rev)));
+            }
+            return;
+        }
+        let mut i = 0;
+        while i < events.len() {
+            let rev = events[i].kv().map_or(0, |kv| kv.mod_revision() as u64);
+            let mut changes = Vec::new();
+            while i < events.len() && events[i].kv().map_or(0, |kv| kv.mod_revision() as u64) == rev
+            {
+                if let Some(change) = self.change(&events[i], rev) {
+                    changes.push(change);
+                }
+                i += 1;
+            }
+            if applied.is_some_and(|a| rev <= a) {
+                debug!(rev, "skipping an already applied revision");
+                continue;
+            }
+            if let Err(e) = self.cache.apply(rev, changes) {
+                warn!(error = %e, "out-of-order event from etcd; skipped");
+                continue;
+            }
+            *applied = Some(rev);
+        }
+    }
+
+    fn change(&self, ev: &etcd_client::Event, rev: u64) -> Option<Change> {
+        let kv = ev.kv()?;
+        let Ok(key) = std::str::from_utf8(kv.key()) else {
+            warn!(key = ?kv.key(), "skipping a key that is not UTF-8");
+            return None;
+        };
+        match ev.event_type() {
+            EtcdEventType::Delete => Some(Change::Delete(key.to_owned())),
+            EtcdEventType::Put => self
+                .cache
+                .decode_or_skip(key, kv.value(), rev)
+                .map(Change::Put),
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! The etcd upstream: exactly one etcd watch per cached resource, however many clients watch it.
+//!
+//! [`EtcdCaches::connect`] builds one [`Cache`] per resource definition and one follower task per
+//! cache. Each follower lists the resource prefix in pages of 10 000 at one revision, then watches
+//! from the next revision with `prev_kv` and progress notifications; it reconnects with capped
+//! exponential backoff and jitter, resumes from the last applied revision, resyncs after a
+//! compaction, and marks the cache not ready after a grace period without etcd.
+//!
+//! # Examples
+//! ```no_run
+//! use watchcache::etcd::{EtcdCaches, EtcdConfig};
+//! use watchcache::{CacheConfig, ListOptions, ResourceDef};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let caches = EtcdCaches::connect(
+//!     EtcdConfig::new(["http://127.0.0.1:2379"]),
+//!     vec![ResourceDef::builtin("pods").unwrap()],
+//!     CacheConfig::default(),
+//! ).await?;
+//! let pods = caches.cache("pods").unwrap();
+//! pods.wait_ready(std::time::Duration::from_secs(60)).await?;
+//! let all = pods.list(&ListOptions::all()).await?;
+//! # Ok(()) }
+//! ```
+
+mod backoff;
+mod follower;
+mod local;
+mod range;
+mod version;
+mod writes;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+pub use backoff::Backoff;
+pub use local::{LocalEtcd, LocalEtcdError, free_port};
+pub use version::progress_is_reliable;
+pub use writes::EtcdWrites;
+
+use crate::cache::{Cache, CacheConfig};
+use crate::model::ResourceDef;
+use follower::Follower;
+use range::EtcdUpstream;
+
+/// How consistent reads (resourceVersion unset) are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConsistentReads {
+    /// From the cache on etcd versions whose progress notifications are ordered (3.4.31+, 3.5.13+),
+    /// otherwise from an etcd range read at the current revision (as Kubernetes does).
+    #[default]
+    Auto,
+    /// Always from the cache, after waiting for it to reach etcd's current revision.
+    FromCache,
+    /// Always from an etcd range read.
+    FromEtcd,
+}
+
+impl ConsistentReads {
+    /// The names [`FromStr`](std::str::FromStr) accepts, as the CLI spells them.
+    pub const NAMES: [&'static str; 3] = ["auto", "cache", "etcd"];
+}
+
+impl std::str::FromStr for ConsistentReads {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(ConsistentReads::Auto),
+            "cache" => Ok(ConsistentReads::FromCache),
+            "etcd" => Ok(ConsistentReads::FromEtcd),
+            other => Err(format!(
+                "unknown consistent-read mode \"{other}\": expected one of {}",
+                Self::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// Configuration of the etcd upstream.
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    /// Client URLs of the etcd members, e.g. `http://127.0.0.1:2379`.
+    pub endpoints: Vec<String>,
+    /// Keys per list page during a (re)sync (upstream: 10 000).
+    pub page_size: usize,
+    /// How long etcd may be unavailable (down, or without a leader) before caches are marked not
+    /// ready (upstream tolerates 30 s).
+    pub unavailable_grace: Duration,
+    /// First reconnect delay.
+    pub backoff_initial: Duration,
+    /// Largest reconnect delay.
+    pub backoff_max: Duration,
+    /// After this long without any watch message, probe etcd with a linearizable read.
+    pub idle_probe: Duration,
+    /// How consistent reads are served.
+    pub consistent_reads: ConsistentReads,
+}
+
+impl EtcdConfig {
+    /// Defaults for these endpoints.
+    pub fn new<S: Into<String>>(endpoints: impl IntoIterator<Item = S>) -> EtcdConfig {
+        EtcdConfig {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            page_size: 10_000,
+            unavailable_grace: Duration::from_secs(30),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            idle_probe: Duration::from_secs(5),
+            consistent_reads: ConsistentReads::Auto,
+        }
+    }
+}
+
+/// Why the upstream could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// No endpoints were given.
+    #[error("no etcd endpoints given")]
+    NoEndpoints,
+    /// Two definitions have the same prefix or plural name.
+    #[error("resource {0} is defined twice")]
+    Duplicate(String),
+    /// The client could not be built.
+    #[error("cannot connect to etcd at {endpoints}: {source}")]
+    Connect {
+        /// The endpoints tried.
+        endpoints: String,
+        /// The client error.
+        #[source]
+        source: etcd_client::Error,
+    },
+}
+
+/// Caches fed from etcd, one per resource, each with its own single etcd watch.
+pub struct EtcdCaches {
+    client: Client,
+    caches: BTreeMap<String, Cache>,
+    tasks: Vec<JoinHandle<()>>,
+    shutdown: watch::Sender<bool>,
+    reliable_progress: bool,
+}
+
+impl EtcdCaches {
+    /// Connects to etcd and starts following every resource. Returns at once; each cache becomes
+    /// ready when its initial sync finishes (see [`Cache::wait_ready`]).
+    ///
+    /// # Errors
+    /// [`EtcdError`] for no endpoints, duplicate definitions, or a client that cannot be built.
+    pub async fn connect(
+        config: EtcdConfig,
+        defs: Vec<ResourceDef>,
+        cache_config: CacheConfig,
+    ) -> Result<EtcdCaches, EtcdError> {
+        if config.endpoints.is_empty() {
+            return Err(EtcdError::NoEndpoints);
+        }
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(3))
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(3))
+            .with_keep_alive_while_idle(true)
+            // Watches are canceled when their member loses the leader, instead of going silent.
+            .with_require_leader(true);
+        let client = Client::connect(&config.endpoints, Some(opts))
+            .await
+            .map_err(|source| EtcdError::Connect {
+                endpoints: config.endpoints.join(","),
+                source,
+            })?;
+        let reliable = match config.consistent_reads {
+            ConsistentReads::FromCache => true,
+            ConsistentReads::FromEtcd => false,
+            ConsistentReads::Auto => detect_reliable_progress(&config.endpoints).await,
+        };
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut caches = BTreeMap::new();
+        let mut tasks = Vec::new();
+        for def in defs {
+            let name = def.plural.clone();
+            if caches.contains_key(&name) {
+                return Err(EtcdError::Duplicate(name));
+            }
+            let cache = Cache::new(def, cache_config.clone());
+            let progress = Arc::new(Notify::new());
+            let upstream = Arc::new(EtcdUpstream {
+                kv: client
+                    .kv_client()
+                    .max_decoding_message_size(range::MAX_RESPONSE_BYTES),
+                prefix: cache.definition().prefix.clone(),
+                progress: Arc::clone(&progress),
+                reliable,
+            });
+            cache.set_upstream(upstream.clone());
+            let follower = Follower {
+                cache: cache.clone(),
+                upstream,
+                client: client.clone(),
+                config: config.clone(),
+                progress,
+                reliable,
+                shutdown: shutdown_rx.clone(),
+            };
+            tasks.push(tokio::spawn(follower.run()));
+            caches.insert(name, cache);
+        }
+        info!(resources = caches.len(), endpoints = %config.endpoints.join(","), reliable_progress = reliable, "following etcd");
+        Ok(EtcdCaches {
+            client,
+            caches,
+            tasks,
+            shutdown,
+            reliable_progress: reliable,
+        })
+    }
+
+    /// The cache of a resource, by plural name.
+    pub fn cache(&self, plural: &str) -> Option<&Cache> {
+        self.caches.get(plural)
+    }
+
+    /// Every cache, by plural name.
+    pub fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
+        self.caches.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// The etcd client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Writes through to this etcd, for every cached resource (keys carry the resource prefix).
+    pub fn writes(&self) -> Arc<EtcdWrites> {
+        Arc::new(EtcdWrites::new(self.client.kv_client()))
+    }
+
+    /// Whether consistent reads are served from the caches (etcd's progress notifications are
+    /// trusted) rather than from etcd range reads.
+    pub fn reads_from_cache(&self) -> bool {
+        self.reliable_progress
+    }
+
+    /// Stops every follower and waits for them.
+    pub async fn shutdown(self) {
+        if self.shutdown.send(true).is_err() {
+            warn!("followers already gone");
+        }
+        for t in self.tasks {
+            if let Err(e) = t.await {
+                warn!(error = %e, "follower task failed");
+            }
+        }
+    }
+}
+
+/// Asks every endpoint for its version; progress is reliable only if all that answer are fixed
+/// versions (and at least one answers).
+async fn detect_reliable_progress(endpoints: &[String]) -> bool {
+    let mut versions = Vec::new();
+    for ep in endpoints {
+        let status = async {
+            let mut c = Client::connect([ep.as_str()], None).await.ok()?;
+            c.status().await.ok().map(|s| s.version().to_owned())
+        };
+        match tokio::time::timeout(Duration::from_secs(3), status)
+            .await
+            .ok()
+            .flatten()
+        {
+            Some(v) => versions.push(v),
+            None => warn!(endpoint = %ep, "could not read the etcd version"),
+        }
+    }
+    let reliable = !versions.is_empty() && versions.iter().all(|v| progress_is_reliable(v));
+    if !reliable {
+        warn!(
+            ?versions,
+            "etcd predates ordered progress notifications (3.4.31 / 3.5.13): consistent reads go to etcd range reads"
+        );
+    }
+    reliable
+}

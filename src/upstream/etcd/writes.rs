@@ -1,0 +1,129 @@
+//! [`Writes`] on etcd: each write is one transaction whose compare is the precondition, so a write
+//! never lands on a state its caller did not see.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use etcd_client::{Compare, CompareOp, DeleteOptions, KvClient, Txn, TxnOp, TxnOpResponse};
+
+use crate::cache::BoxFuture;
+use crate::upstream::{Stored, WriteError, Writes};
+
+/// How long one etcd request of a write may take.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Writes through to etcd (see [`EtcdCaches::writes`](super::EtcdCaches::writes)).
+#[derive(Clone)]
+pub struct EtcdWrites {
+    kv: KvClient,
+}
+
+impl EtcdWrites {
+    pub(crate) fn new(kv: KvClient) -> EtcdWrites {
+        EtcdWrites { kv }
+    }
+
+    async fn txn(&self, t: Txn) -> Result<etcd_client::TxnResponse, WriteError> {
+        let mut kv = self.kv.clone();
+        tokio::time::timeout(WRITE_TIMEOUT, kv.txn(t))
+            .await
+            .map_err(|_| WriteError::Timeout)?
+            .map_err(|e| WriteError::Upstream(format!("etcd: {e}")))
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<Stored>, WriteError> {
+        let mut kv = self.kv.clone();
+        let resp = tokio::time::timeout(WRITE_TIMEOUT, kv.get(key, None))
+            .await
+            .map_err(|_| WriteError::Timeout)?
+            .map_err(|e| WriteError::Upstream(format!("etcd: {e}")))?;
+        Ok(resp.kvs().first().map(|kv| Stored {
+            value: Bytes::copy_from_slice(kv.value()),
+            mod_revision: kv.mod_revision() as u64,
+        }))
+    }
+
+    /// Why a transaction's compare failed: the key is gone, or it changed.
+    async fn failed_precondition(&self, key: &str) -> WriteError {
+        match self.read(key).await {
+            Ok(None) => WriteError::NotFound,
+            Ok(Some(_)) => WriteError::Conflict,
+            Err(e) => e,
+        }
+    }
+}
+
+fn revision(resp: &etcd_client::TxnResponse) -> u64 {
+    resp.header().map_or(0, |h| h.revision() as u64)
+}
+
+impl Writes for EtcdWrites {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Stored>, WriteError>> {
+        Box::pin(self.read(key))
+    }
+
+    fn create<'a>(&'a self, key: &'a str, value: Bytes) -> BoxFuture<'a, Result<u64, WriteError>> {
+        Box::pin(async move {
+            let t = Txn::new()
+                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key, value.to_vec(), None)]);
+            let resp = self.txn(t).await?;
+            if !resp.succeeded() {
+                return Err(WriteError::AlreadyExists);
+            }
+            Ok(revision(&resp))
+        })
+    }
+
+    fn replace<'a>(
+        &'a self,
+        key: &'a str,
+        value: Bytes,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<u64, WriteError>> {
+        Box::pin(async move {
+            let t = Txn::new()
+                .when([Compare::mod_revision(
+                    key,
+                    CompareOp::Equal,
+                    expected as i64,
+                )])
+                .and_then([TxnOp::put(key, value.to_vec(), None)]);
+            let resp = self.txn(t).await?;
+            if !resp.succeeded() {
+                return Err(self.failed_precondition(key).await);
+            }
+            Ok(revision(&resp))
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<u64>,
+    ) -> BoxFuture<'a, Result<(u64, Bytes), WriteError>> {
+        Box::pin(async move {
+            let mut compares = vec![Compare::create_revision(key, CompareOp::Greater, 0)];
+            if let Some(rv) = expected {
+                compares.push(Compare::mod_revision(key, CompareOp::Equal, rv as i64));
+            }
+            let t = Txn::new().when(compares).and_then([TxnOp::delete(
+                key,
+                Some(DeleteOptions::new().with_prev_key()),
+            )]);
+            let resp = self.txn(t).await?;
+            if !resp.succeeded() {
+                return Err(self.failed_precondition(key).await);
+            }
+            let rev = revision(&resp);
+            let prev = resp.op_responses().into_iter().find_map(|r| match r {
+                TxnOpResponse::Delete(d) => d
+                    .prev_kvs()
+                    .first()
+                    .map(|kv| Bytes::copy_from_slice(kv.value())),
+                _ => None,
+            });
+            prev.map(|p| (rev, p)).ok_or(WriteError::NotFound)
+        })
+    }
+}

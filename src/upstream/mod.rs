@@ -1,0 +1,83 @@
+//! The upstreams layer: sources that feed caches, and the contract for writes that go through to
+//! them. [`memory::MemorySource`] is an in-process source; `etcd` (feature `etcd`) follows etcd.
+//!
+//! A source feeds its cache through the cache's writer API ([`Cache::resync`](crate::Cache::resync),
+//! [`Cache::apply`](crate::Cache::apply), [`Cache::progress`](crate::Cache::progress)) and
+//! answers the cache's reads through [`Upstream`](crate::Upstream). Writes arrive from clients
+//! (the HTTP server) through [`Writes`], and reach the cache the way every other change does: as an
+//! event from the source.
+//!
+//! ## Dependencies
+//! This layer depends on the model and cache layers, never on the server.
+
+#[cfg(feature = "etcd")]
+pub mod etcd;
+pub mod memory;
+
+use bytes::Bytes;
+
+use crate::cache::BoxFuture;
+
+/// A stored value and the revision it was last written at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// The stored bytes.
+    pub value: Bytes,
+    /// The revision of its last write (etcd's mod revision).
+    pub mod_revision: u64,
+}
+
+/// Why a write did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// A create found the key present.
+    #[error("the key already exists")]
+    AlreadyExists,
+    /// An update or delete found no such key.
+    #[error("the key does not exist")]
+    NotFound,
+    /// An update or delete found the key at another revision than expected.
+    #[error("the key was modified since the expected revision")]
+    Conflict,
+    /// The upstream did not answer in time; the write may or may not have happened.
+    #[error("the upstream did not answer in time")]
+    Timeout,
+    /// The upstream failed.
+    #[error("upstream error: {0}")]
+    Upstream(String),
+}
+
+/// Writes through to a source, with the preconditions Kubernetes writes need. Keys are full keys
+/// (`/registry/pods/ns/name`); values are stored exactly as given.
+pub trait Writes: Send + Sync + 'static {
+    /// The current value of `key`, if any, read linearizably.
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Stored>, WriteError>>;
+
+    /// Stores `value` at `key` if the key does not exist. Returns the write's revision.
+    ///
+    /// # Errors
+    /// [`WriteError::AlreadyExists`], or the upstream's failure.
+    fn create<'a>(&'a self, key: &'a str, value: Bytes) -> BoxFuture<'a, Result<u64, WriteError>>;
+
+    /// Replaces the value at `key` if its revision is still `expected`. Returns the write's revision.
+    ///
+    /// # Errors
+    /// [`WriteError::NotFound`] or [`WriteError::Conflict`] when the key is gone or changed.
+    fn replace<'a>(
+        &'a self,
+        key: &'a str,
+        value: Bytes,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<u64, WriteError>>;
+
+    /// Deletes `key`, if its revision is `expected` when one is given. Returns the deletion's
+    /// revision and the last value.
+    ///
+    /// # Errors
+    /// [`WriteError::NotFound`] or [`WriteError::Conflict`].
+    fn delete<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<u64>,
+    ) -> BoxFuture<'a, Result<(u64, Bytes), WriteError>>;
+}
