@@ -23,6 +23,8 @@ mod consistent;
 mod continue_token;
 mod history;
 mod list;
+#[cfg(all(test, watchcache_loom))]
+mod loom;
 mod registry;
 mod resync;
 mod router;
@@ -502,5 +504,143 @@ impl Cache {
     /// Whether `obj` passes `selection`, compiled against this resource.
     pub fn matches(&self, selection: &Selection, obj: &Object) -> bool {
         Predicate::compile(&self.shared.schema, selection).matches(&self.shared.schema, obj)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::testing::on_node;
+    use crate::model::EventType;
+    use futures_util::StreamExt;
+
+    fn pod(name: &str, node: &str) -> String {
+        format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"nodeName":"{node}"}}}}"#
+        )
+    }
+
+    fn key(name: &str) -> String {
+        format!("/registry/pods/ns/{name}")
+    }
+
+    fn ready() -> (Cache, crate::MemorySource) {
+        let cache = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let src = crate::MemorySource::new(cache.clone(), 1, []);
+        (cache, src)
+    }
+
+    #[tokio::test]
+    async fn readiness_moves_through_its_states() {
+        let cache = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let err = cache.list(&ListOptions::all()).await.unwrap_err();
+        assert_eq!(err.code(), 429);
+        assert!(err.to_string().contains("initial sync"), "{err}");
+        cache.set_not_ready("ignored before the first sync");
+        cache.set_ready();
+        assert!(
+            !cache.is_ready(),
+            "only a finished resync ends the initial sync"
+        );
+        cache.resync(5).finish();
+        assert!(cache.is_ready());
+        cache.set_not_ready("etcd is gone");
+        let err = cache
+            .get(Some("ns"), "a", ResourceVersion::Any)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("etcd is gone"), "{err}");
+        assert_eq!(err.retry_after(), Some(Duration::from_secs(1)));
+        cache.set_ready();
+        assert!(cache.is_ready());
+    }
+
+    #[tokio::test]
+    async fn out_of_order_batches_and_malformed_values_change_nothing() {
+        let (cache, src) = ready();
+        src.put(&key("a"), pod("a", "n1")).unwrap();
+        assert_eq!(
+            cache.apply(2, []).unwrap_err(),
+            OutOfOrder { rv: 2, current: 2 }
+        );
+        assert!(cache.decode_or_skip(&key("b"), b"{", 3).is_none());
+        assert_eq!(cache.stats().decode_errors, 1);
+        assert_eq!(cache.stats().objects, 1);
+        let err = cache.lookup("spec.bogus", "x").unwrap_err();
+        assert!(err.to_string().contains("spec.nodeName"), "{err}");
+        assert_eq!(cache.lookup("spec.nodeName", "n1").unwrap()[0].name(), "a");
+    }
+
+    #[tokio::test]
+    async fn exact_lists_and_continuations_read_the_past() {
+        let (cache, src) = ready();
+        for name in ["a", "b", "c"] {
+            src.put(&key(name), pod(name, "n1")).unwrap();
+        }
+        let at = src.revision();
+        src.delete(&key("b"));
+        src.put(&key("d"), pod("d", "n1")).unwrap();
+        let names = |l: &ObjectList| {
+            l.items
+                .iter()
+                .map(|o| o.name().to_owned())
+                .collect::<Vec<_>>()
+        };
+        let exact = cache
+            .list(&ListOptions::all().at(ResourceVersion::At(at), Some(crate::RvMatch::Exact)))
+            .await
+            .unwrap();
+        assert_eq!(
+            (exact.resource_version, names(&exact)),
+            (at, vec!["a".into(), "b".into(), "c".into()])
+        );
+        let first = cache
+            .list(
+                &ListOptions::all()
+                    .at(ResourceVersion::At(at), Some(crate::RvMatch::Exact))
+                    .limit(2),
+            )
+            .await
+            .unwrap();
+        let rest = cache
+            .list(&ListOptions::all().continue_from(first.continue_token.unwrap()))
+            .await
+            .unwrap();
+        assert_eq!(
+            names(&rest),
+            ["c"],
+            "continued at the first page's revision"
+        );
+        let now = cache
+            .list(&ListOptions::all().select(on_node("n1")))
+            .await
+            .unwrap();
+        assert_eq!(names(&now), ["a", "c", "d"]);
+    }
+
+    #[tokio::test]
+    async fn watches_start_where_their_plan_says() {
+        let (cache, src) = ready();
+        src.put(&key("a"), pod("a", "n1")).unwrap();
+        let from_zero = cache.watch(WatchOptions::new(Selection::all(), ResourceVersion::Any));
+        let mut from_zero = from_zero.await.unwrap();
+        let ev = from_zero.next().await.unwrap().unwrap();
+        assert_eq!((ev.kind(), ev.resource_version()), (EventType::Added, 2));
+        let mut from_now = cache
+            .watch(
+                WatchOptions::new(Selection::all(), ResourceVersion::Unset)
+                    .send_initial_events(false),
+            )
+            .await
+            .unwrap();
+        src.put(&key("a"), pod("a", "n2")).unwrap();
+        let ev = from_now.next().await.unwrap().unwrap();
+        assert_eq!((ev.kind(), ev.resource_version()), (EventType::Modified, 3));
     }
 }

@@ -548,3 +548,82 @@ impl Shared {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::testing::{Fixture, on_node};
+
+    fn shared() -> (Shared, Fixture) {
+        let f = Fixture::new();
+        let shared = Shared::new(
+            Schema::new(ResourceDef::builtin("pods").unwrap()),
+            CacheConfig::default(),
+        );
+        (shared, f)
+    }
+
+    use crate::model::ResourceDef;
+
+    #[test]
+    fn live_apply_and_resync_commit_the_same_way() {
+        let (s, f) = shared();
+        let seen = |names: &[&str]| -> HashSet<Arc<str>> {
+            names
+                .iter()
+                .map(|n| Arc::from(format!("/registry/pods/ns/{n}")))
+                .collect()
+        };
+        let out = s.finish_resync(
+            1,
+            vec![f.pod("a", "n1", 1), f.pod("b", "n1", 1)],
+            &seen(&["a", "b"]),
+            2,
+        );
+        assert_eq!((out.listed, out.added), (2, 2));
+        assert_eq!(s.stats().events, 0, "the first sync is silent");
+        let r = s
+            .register(
+                Predicate::compile(&s.schema, &on_node("n1")),
+                From::After(1),
+            )
+            .unwrap();
+        s.apply(2, [Change::Put(f.pod("a", "n1", 2))]).unwrap();
+        // A relist at 5 that no longer has b and has a changed, c new.
+        let out = s.finish_resync(
+            5,
+            vec![f.pod("a", "n2", 4), f.pod("c", "n1", 3)],
+            &seen(&["a", "c"]),
+            2,
+        );
+        assert_eq!((out.added, out.modified, out.deleted), (1, 1, 1));
+        let stats = s.stats();
+        assert_eq!(
+            (stats.events, stats.resyncs, stats.resource_version),
+            (4, 1, 5)
+        );
+        assert_eq!(
+            stats.delivered, 4,
+            "live and resync deliveries are both counted"
+        );
+        let q: Vec<_> = r
+            .watcher
+            .queue
+            .lock()
+            .items
+            .iter()
+            .map(|d| (d.kind, d.event.rv))
+            .collect();
+        use crate::model::EventType::*;
+        assert_eq!(q, [(Modified, 2), (Added, 5), (Deleted, 5), (Deleted, 5)]);
+        assert_eq!(
+            s.register(
+                Predicate::compile(&s.schema, &on_node("n1")),
+                From::After(4)
+            )
+            .err(),
+            Some(Evicted { oldest: 5 }),
+            "positions before the resync are gone"
+        );
+    }
+}

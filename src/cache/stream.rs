@@ -259,6 +259,18 @@ impl WatchStream {
         }
     }
 
+    /// Whether the watcher is parked (reading from history instead of its queue).
+    #[cfg(test)]
+    pub(crate) fn is_parked(&self) -> bool {
+        self.watcher.queue.lock().parked_at.is_some()
+    }
+
+    /// Deliveries waiting in the watcher's queue.
+    #[cfg(all(test, watchcache_loom))]
+    pub(crate) fn queued(&self) -> usize {
+        self.watcher.queue.lock().items.len()
+    }
+
     fn bookmark(&self, rv: u64, end: bool) -> WatchEvent {
         WatchEvent {
             kind: EventType::Bookmark,
@@ -385,5 +397,80 @@ impl std::fmt::Debug for WatchStream {
             .field("id", &self.id)
             .field("last_rv", &self.last_rv)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+
+    use super::*;
+    use crate::cache::{Cache, CacheConfig, WatchOptions};
+    use crate::model::{ResourceDef, ResourceVersion};
+
+    fn pod(name: &str, node: &str) -> String {
+        format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"nodeName":"{node}"}}}}"#
+        )
+    }
+
+    #[tokio::test]
+    async fn a_parked_stream_catches_up_in_order_and_rejoins() {
+        let cache = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default().routed_buffer(2),
+        );
+        let src = crate::MemorySource::new(cache.clone(), 1, []);
+        let sel = Selection::all().with_fields("spec.nodeName=n1").unwrap();
+        let mut s = cache
+            .watch(WatchOptions::new(sel, ResourceVersion::At(1)))
+            .await
+            .unwrap();
+        for _ in 0..10 {
+            src.put("/registry/pods/ns/a", pod("a", "n1")).unwrap();
+        }
+        assert!(s.is_parked());
+        let mut rvs = Vec::new();
+        for _ in 0..10 {
+            rvs.push(s.next().await.unwrap().unwrap().resource_version());
+        }
+        assert_eq!(rvs, (2..=11).collect::<Vec<_>>());
+        assert!(!s.is_parked());
+        assert_eq!(cache.stats().parked, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bookmark_comes_two_seconds_before_the_deadline() {
+        let cache = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let _src = crate::MemorySource::new(cache.clone(), 7, []);
+        let mut s = cache
+            .watch(WatchOptions::new(Selection::all(), ResourceVersion::At(7)).with_bookmarks())
+            .await
+            .unwrap();
+        let start = tokio::time::Instant::now();
+        s.bookmark_before(start + Duration::from_secs(10));
+        let ev = s.next().await.unwrap().unwrap();
+        assert_eq!((ev.kind(), ev.resource_version()), (EventType::Bookmark, 7));
+        assert_eq!(start.elapsed(), Duration::from_secs(8));
+        assert!(!ev.is_initial_events_end());
+    }
+
+    #[tokio::test]
+    async fn dropping_a_stream_unregisters_its_watcher() {
+        let cache = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let _src = crate::MemorySource::new(cache.clone(), 1, []);
+        let s = cache
+            .watch(WatchOptions::new(Selection::all(), ResourceVersion::At(1)))
+            .await
+            .unwrap();
+        assert_eq!(cache.stats().unrouted_watchers, 1);
+        drop(s);
+        assert_eq!(cache.stats().unrouted_watchers, 0);
     }
 }

@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::server::state::AppState;
+use crate::cache::Cache;
 
 /// Labels naming one resource.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -59,8 +59,8 @@ impl ServerMetrics {
 /// Renders every metric. The lag gauge compares each cache with its upstream's current revision,
 /// read (for all caches at once) with a 1 s timeout; a cache whose upstream does not answer has no
 /// lag sample.
-pub(crate) async fn render(st: &AppState) -> String {
-    let upstream_revs = futures_util::future::join_all(st.caches().map(|c| async move {
+pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String {
+    let upstream_revs = futures_util::future::join_all(caches.iter().map(|c| async move {
         let up = c.upstream()?;
         tokio::time::timeout(Duration::from_secs(1), up.current_revision())
             .await
@@ -68,7 +68,6 @@ pub(crate) async fn render(st: &AppState) -> String {
             .ok()
     }))
     .await;
-    let server = &st.metrics;
     let mut reg = Registry::with_prefix("watchcache");
     let watchers = Family::<WatcherLabels, Gauge>::default();
     let gauge = |name: &str, help: &str, reg: &mut Registry| {
@@ -131,7 +130,7 @@ pub(crate) async fn render(st: &AppState) -> String {
         "LIST latency",
         server.list_seconds.clone(),
     );
-    for (cache, upstream_rev) in st.caches().zip(upstream_revs) {
+    for (cache, upstream_rev) in caches.iter().zip(upstream_revs) {
         let s = cache.stats();
         let l = ResourceLabel {
             resource: cache.definition().plural.clone(),

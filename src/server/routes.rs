@@ -36,7 +36,8 @@ pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
 }
 
 pub(crate) async fn metrics_handler(State(st): State<Arc<AppState>>) -> Response {
-    let text = metrics::render(&st).await;
+    let caches: Vec<&Cache> = st.caches().collect();
+    let text = metrics::render(&caches, &st.metrics).await;
     (
         [(
             header::CONTENT_TYPE,

@@ -62,5 +62,7 @@ pub fn summary(evs: &[Result<WatchEvent, Error>]) -> Vec<(EventType, String, u64
         })
         .collect()
 }
+#[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(all(feature = "etcd", feature = "server"))]
 pub mod server;

@@ -6,8 +6,8 @@
 
 use std::fmt;
 
-use super::SelectorError;
 use crate::model::FieldPath;
+use crate::model::selector::SelectorError;
 
 /// The operator of one field requirement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -5,8 +5,8 @@
 
 use std::fmt;
 
-use super::SelectorError;
 use crate::model::labels::{validate_key, validate_value};
+use crate::model::selector::SelectorError;
 
 /// The operator of one label requirement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,9 +1,9 @@
 //! A [`Selection`](super::Selection) compiled against one resource's schema: each field term is bound to
 //! a pre-extracted attribute when there is one, so evaluation on the hot path reads no JSON.
 
-use super::{FieldRequirement, LabelSelector, Selection};
 use crate::model::FieldPath;
 use crate::model::Object;
+use crate::model::selector::{FieldRequirement, LabelSelector, Selection};
 use crate::model::{Attr, Schema};
 
 #[derive(Debug, Clone)]

@@ -14,10 +14,10 @@ use etcd_client::{
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
-use super::EtcdConfig;
-use super::backoff::Backoff;
-use super::range::{EtcdUpstream, MAX_RESPONSE_BYTES, REQUEST_TIMEOUT};
 use crate::cache::{Cache, Change, RangeReader};
+use crate::upstream::etcd::EtcdConfig;
+use crate::upstream::etcd::backoff::Backoff;
+use crate::upstream::etcd::range::{EtcdUpstream, MAX_RESPONSE_BYTES, REQUEST_TIMEOUT};
 
 /// Why a watch ended.
 enum Broken {

@@ -1,0 +1,154 @@
+//! loom models of the watcher protocol: dispatch (the writer, under the state write lock) racing
+//! with a consumer that drains its queue, gets parked when the queue is full, catches up from
+//! history (under the read lock) and rejoins live dispatch. loom runs every interleaving of the
+//! lock and atomic operations (up to a preemption bound) and each must deliver every change
+//! exactly once, in order, and leave no watcher parked at the head.
+//!
+//! Run: `RUSTFLAGS="--cfg watchcache_loom" cargo test --release --lib --no-default-features loom`
+//! (`scripts/test` does, with its own target directory).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_core::Stream;
+use futures_util::FutureExt;
+use futures_util::task::noop_waker_ref;
+
+use crate::cache::{Cache, CacheConfig, Change, WatchOptions, WatchStream};
+use crate::model::{EventType, ResourceDef, ResourceVersion, Selection};
+
+fn pod(cache: &Cache, name: &str, node: &str, rv: u64) -> Change {
+    let json = format!(
+        r#"{{"metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"nodeName":"{node}"}}}}"#
+    );
+    Change::Put(
+        cache
+            .decode(&format!("/registry/pods/ns/{name}"), json.as_bytes(), rv)
+            .unwrap(),
+    )
+}
+
+/// Polls until `n` items arrived, yielding to the writer while the stream is pending. A stream
+/// still short after many polls lost an event (the writer has long finished by then).
+fn take(stream: &mut WatchStream, n: usize) -> Vec<(EventType, String, u64)> {
+    let mut cx = Context::from_waker(noop_waker_ref());
+    let mut out = Vec::new();
+    for _ in 0..64 {
+        if out.len() == n {
+            return out;
+        }
+        match Pin::new(&mut *stream).poll_next(&mut cx) {
+            Poll::Ready(Some(Ok(ev))) => out.push((
+                ev.kind(),
+                ev.object().map(|o| o.name().to_owned()).unwrap_or_default(),
+                ev.resource_version(),
+            )),
+            Poll::Ready(other) => panic!("the stream ended: {other:?}"),
+            Poll::Pending => loom::thread::yield_now(),
+        }
+    }
+    assert_eq!(out.len(), n, "events lost: only these arrived: {out:?}");
+    out
+}
+
+/// Runs `f` under every interleaving loom explores; returns how many it ran.
+fn model(f: impl Fn(ResourceDef) + Sync + Send + 'static) -> usize {
+    let def = ResourceDef::builtin("pods").unwrap();
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = runs.clone();
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f(def.clone())
+    });
+    runs.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn cache(def: ResourceDef) -> Cache {
+    let cache = Cache::new(def, CacheConfig::default().routed_buffer(1));
+    cache.resync(1).finish();
+    cache
+}
+
+#[test]
+fn loom_park_catch_up_and_rejoin_race_with_dispatch() {
+    let runs = model(|def| {
+        let cache = cache(def);
+        let sel = Selection::all().with_fields("spec.nodeName=n1").unwrap();
+        let mut stream = cache
+            .watch(WatchOptions::new(sel, ResourceVersion::At(1)))
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        let writer = {
+            let cache = cache.clone();
+            loom::thread::spawn(move || {
+                for rv in 2..=4 {
+                    let change = pod(&cache, "a", "n1", rv);
+                    cache.apply(rv, [change]).unwrap();
+                }
+            })
+        };
+        let got = take(&mut stream, 3);
+        writer.join().unwrap();
+        use EventType::*;
+        assert_eq!(
+            got,
+            [
+                (Added, "a".into(), 2),
+                (Modified, "a".into(), 3),
+                (Modified, "a".into(), 4)
+            ]
+        );
+        // Nothing more, and not parked at the head: the next event is queued by dispatch itself.
+        let mut cx = Context::from_waker(noop_waker_ref());
+        assert!(Pin::new(&mut stream).poll_next(&mut cx).is_pending());
+        assert!(!stream.is_parked(), "left parked at the head");
+        let change = pod(&cache, "a", "n2", 5);
+        cache.apply(5, [change]).unwrap();
+        assert_eq!(stream.queued(), 1, "DELETED queued by dispatch");
+    });
+    eprintln!("park/catch-up/rejoin: {runs} interleavings");
+    assert!(runs > 100, "loom explored {runs} interleavings");
+}
+
+#[test]
+fn loom_initial_events_and_concurrent_changes_meet_without_gap_or_duplicate() {
+    let runs = model(|def| {
+        let cache = cache(def);
+        let change = pod(&cache, "x", "n1", 2);
+        cache.apply(2, [change]).unwrap();
+        let mut stream = cache
+            .watch(
+                // (no periodic bookmarks: they need a tokio timer; the initial-events-end one is
+                // sent regardless)
+                WatchOptions::new(Selection::all(), ResourceVersion::Any).send_initial_events(true),
+            )
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        let writer = {
+            let cache = cache.clone();
+            loom::thread::spawn(move || {
+                let (moved, created) = (pod(&cache, "x", "n2", 3), pod(&cache, "y", "n1", 4));
+                cache.apply(3, [moved]).unwrap();
+                cache.apply(4, [created]).unwrap();
+            })
+        };
+        let got = take(&mut stream, 4);
+        writer.join().unwrap();
+        use EventType::*;
+        assert_eq!(
+            got,
+            [
+                (Added, "x".into(), 2),
+                (Bookmark, String::new(), 2),
+                (Modified, "x".into(), 3),
+                (Added, "y".into(), 4)
+            ]
+        );
+    });
+    eprintln!("initial events: {runs} interleavings");
+    assert!(runs > 10, "loom explored {runs} interleavings");
+}
