@@ -626,3 +626,69 @@ async fn sync_pages_larger_than_grpcs_default_message_limit() {
     assert_eq!(list.items.len(), 2500);
     caches.shutdown().await;
 }
+
+/// The rule for undecodable values (design/semantics.md): the cache holds exactly the decodable
+/// objects in etcd, so a key overwritten with garbage leaves the cache as a DELETED event, and
+/// cached and consistent reads agree that it is gone.
+async fn garbage_overwrite_is_a_delete(mode: ConsistentReads) {
+    let e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    c.put(key("ns", "a"), pod("ns", "a", "n1", &[]), None)
+        .await
+        .unwrap();
+    let mut cfg = config(&eps);
+    cfg.consistent_reads = mode;
+    let caches = pods_from(cfg).await;
+    let cache = caches.cache("pods").unwrap();
+    let mut w = cache
+        .watch(WatchOptions::new(
+            Selection::all(),
+            ResourceVersion::At(cache.resource_version()),
+        ))
+        .await
+        .unwrap();
+    let r = c
+        .put(key("ns", "a"), "{\"garbage", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision() as u64;
+    let got = collect_until(&mut w, r).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].kind(), EventType::Deleted);
+    assert_eq!(got[0].object().unwrap().name(), "a");
+    assert_eq!(cache.stats().decode_errors, 1);
+    for rv in [ResourceVersion::Any, ResourceVersion::Unset] {
+        let err = cache.get(Some("ns"), "a", rv).await.unwrap_err();
+        assert_eq!(err.code(), 404, "GET at {rv:?}: {err:?}");
+        let list = cache
+            .list(&ListOptions::all().at(rv, None))
+            .await
+            .unwrap();
+        assert!(list.items.is_empty(), "LIST at {rv:?}");
+    }
+    // A decodable value again is an ADDED.
+    let r = c
+        .put(key("ns", "a"), pod("ns", "a", "n2", &[]), None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision() as u64;
+    let got = collect_until(&mut w, r).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].kind(), EventType::Added);
+    caches.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_overwritten_with_garbage_is_deleted_with_reads_from_etcd() {
+    garbage_overwrite_is_a_delete(ConsistentReads::Auto).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_overwritten_with_garbage_is_deleted_with_reads_from_the_cache() {
+    garbage_overwrite_is_a_delete(ConsistentReads::FromCache).await;
+}

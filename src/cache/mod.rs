@@ -137,6 +137,17 @@ impl Cache {
             .ok()
     }
 
+    /// The change a stored value makes at revision `rv`: a [`Change::Put`] of its object, or, when
+    /// it cannot be decoded, a [`Change::Delete`] of its key (counted and logged). So the cache
+    /// holds exactly the decodable objects of its upstream: a key overwritten with garbage leaves
+    /// the cache and its watchers see DELETED, instead of keeping a stale state forever.
+    pub fn change_for_put(&self, key: &str, value: &[u8], rv: u64) -> Change {
+        match self.decode_or_skip(key, value, rv) {
+            Some(o) => Change::Put(o),
+            None => Change::Delete(key.to_owned()),
+        }
+    }
+
     /// Counts and logs a value that could not be decoded; the stream goes on without it.
     pub fn record_decode_error(&self, err: &DecodeError) {
         self.shared.record_decode_error(err);
@@ -351,16 +362,12 @@ impl Cache {
         match (consistent::plan_get(rv, upstream.is_some()), upstream) {
             (GetPlan::Upstream, Some(up)) => {
                 let page = up.range(None, Some(key.clone()), 1).await?;
-                let kv = page
-                    .kvs
+                // An undecodable value is not an object, as in the cache (see `change_for_put`).
+                page.kvs
                     .into_iter()
                     .find(|kv| kv.key == key)
-                    .ok_or_else(not_found)?;
-                self.decode(&kv.key, &kv.value, kv.mod_revision)
-                    .map_err(|e| {
-                        self.record_decode_error(&e);
-                        Error::Upstream(e.to_string())
-                    })
+                    .and_then(|kv| self.decode_or_skip(&kv.key, &kv.value, kv.mod_revision))
+                    .ok_or_else(not_found)
             }
             (GetPlan::Upstream, None) => {
                 Err(Error::Upstream("no upstream to serve the read from".into()))

@@ -272,10 +272,7 @@ impl Follower {
         };
         match ev.event_type() {
             EtcdEventType::Delete => Some(Change::Delete(key.to_owned())),
-            EtcdEventType::Put => self
-                .cache
-                .decode_or_skip(key, kv.value(), rev)
-                .map(Change::Put),
+            EtcdEventType::Put => Some(self.cache.change_for_put(key, kv.value(), rev)),
         }
     }
 }
