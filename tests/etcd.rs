@@ -663,10 +663,7 @@ async fn garbage_overwrite_is_a_delete(mode: ConsistentReads) {
     for rv in [ResourceVersion::Any, ResourceVersion::Unset] {
         let err = cache.get(Some("ns"), "a", rv).await.unwrap_err();
         assert_eq!(err.code(), 404, "GET at {rv:?}: {err:?}");
-        let list = cache
-            .list(&ListOptions::all().at(rv, None))
-            .await
-            .unwrap();
+        let list = cache.list(&ListOptions::all().at(rv, None)).await.unwrap();
         assert!(list.items.is_empty(), "LIST at {rv:?}");
     }
     // A decodable value again is an ADDED.
@@ -691,4 +688,79 @@ async fn a_key_overwritten_with_garbage_is_deleted_with_reads_from_etcd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_overwritten_with_garbage_is_deleted_with_reads_from_the_cache() {
     garbage_overwrite_is_a_delete(ConsistentReads::FromCache).await;
+}
+
+/// etcd wiped behind the same URL: its revision goes backwards. Every watcher gets 410 Expired
+/// (its position means nothing now), the cache is not ready until it resynced, and then it holds
+/// exactly the new etcd's state at the new, lower revision, and follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_wiped_on_the_same_url_expires_every_watcher_and_resyncs() {
+    let mut e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    for i in 0..30 {
+        let name = format!("old-{i}");
+        c.put(
+            key("ns", &name),
+            pod("ns", &name, &format!("n{}", i % 3), &[]),
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    let caches = pods_from(config(&eps)).await;
+    let cache = caches.cache("pods").unwrap();
+    let old_rv = cache.resource_version();
+    assert!(old_rv >= 31);
+    let mut routed = cache
+        .watch(WatchOptions::new(
+            Selection::all().with_fields("spec.nodeName=n1").unwrap(),
+            ResourceVersion::At(old_rv),
+        ))
+        .await
+        .unwrap();
+    let mut unrouted = cache
+        .watch(WatchOptions::new(
+            Selection::all(),
+            ResourceVersion::At(old_rv),
+        ))
+        .await
+        .unwrap();
+    e.server.restart_empty().await.unwrap();
+    let mut c = client(&eps).await;
+    let mut new_rv = 0;
+    for i in 0..3 {
+        let name = format!("new-{i}");
+        new_rv = put_retry(&mut c, &key("ns", &name), pod("ns", &name, "n1", &[])).await as u64;
+    }
+    assert!(new_rv < old_rv);
+    for w in [&mut routed, &mut unrouted] {
+        let got = tokio::time::timeout(Duration::from_secs(20), w.next())
+            .await
+            .expect("the watcher is ended within 20 s");
+        match got {
+            Some(Err(Error::Expired { .. })) => {}
+            other => panic!("expected 410 Expired, got {other:?}"),
+        }
+        assert!(w.next().await.is_none(), "the stream ends after the 410");
+    }
+    cache.wait_ready(Duration::from_secs(20)).await.unwrap();
+    wait_rv(cache, new_rv).await;
+    let list = cache.list(&ListOptions::all()).await.unwrap();
+    let names: Vec<&str> = list.items.iter().map(|o| o.name()).collect();
+    assert_eq!(names, ["new-0", "new-1", "new-2"]);
+    assert_eq!(list.resource_version, new_rv);
+    // The new history is followed.
+    let mut w = cache
+        .watch(WatchOptions::new(
+            Selection::all(),
+            ResourceVersion::At(new_rv),
+        ))
+        .await
+        .unwrap();
+    let r = put_retry(&mut c, &key("ns", "after"), pod("ns", "after", "n1", &[])).await as u64;
+    let got = collect_until(&mut w, r).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].kind(), EventType::Added);
+    caches.shutdown().await;
 }

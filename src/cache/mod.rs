@@ -186,6 +186,15 @@ impl Cache {
         self.shared.set_not_ready(why.into());
     }
 
+    /// The upstream's history was replaced: its revision went backwards (etcd wiped, or restored
+    /// from a backup, on the same URL). Positions no longer mean anything, so every watcher ends
+    /// with 410 Expired (clients relist), the store and history are emptied, and the cache is not
+    /// ready until the next [`resync`](Cache::resync) finishes, which loads the upstream's state
+    /// at its own, possibly lower, revision.
+    pub fn reset(&self, why: impl Into<String>) {
+        self.shared.reset(why.into());
+    }
+
     /// Marks the cache ready again, after [`set_not_ready`](Cache::set_not_ready), when the upstream
     /// recovered without a relist.
     pub fn set_ready(&self) {

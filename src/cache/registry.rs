@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::cache::history::Event;
+use crate::cache::history::{Event, Evicted};
 use crate::cache::router::Router;
 use crate::cache::watcher::{Offer, Watcher};
 use crate::model::Schema;
@@ -83,6 +83,13 @@ impl Registry {
             }
         });
         f
+    }
+
+    /// Ends every registered watcher with 410 Expired (see [`Watcher::expire`]).
+    pub fn expire_all(&self, evicted: Evicted) {
+        for w in self.watchers.iter().flatten() {
+            w.expire(evicted);
+        }
     }
 
     /// Number of routed and unrouted watchers.

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use hashbrown::HashSet;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::cache::config::CacheConfig;
 use crate::cache::history::{Event, Evicted, History};
@@ -105,6 +105,10 @@ pub(crate) enum Readiness {
     Ready,
     /// Was ready; the upstream has been unavailable since `since`.
     Unavailable { since: Instant, why: String },
+    /// The upstream's history was replaced (its revision went backwards: etcd wiped or restored
+    /// from a backup). Every watcher was ended with 410 Expired and the store emptied; the next
+    /// resync loads the upstream's state silently, at whatever revision it now has, like the first.
+    Diverged { since: Instant, why: String },
 }
 
 /// Counters of one cache. Relaxed: they are statistics, and order nothing.
@@ -310,7 +314,11 @@ impl Shared {
         let schema = &self.schema;
         let mut st = self.state.write();
         let st = &mut *st;
-        let rv = rv.max(st.rv);
+        let rv = match st.readiness {
+            // The only time the revision may go backwards: the upstream's history was replaced.
+            Readiness::Diverged { .. } => rv,
+            _ => rv.max(st.rv),
+        };
         let deleted: Vec<String> = st
             .store
             .iter()
@@ -331,7 +339,7 @@ impl Shared {
             .into_iter()
             .map(Change::Put)
             .chain(deleted.into_iter().map(Change::Delete));
-        let out = if let Readiness::InitialSync { .. } = st.readiness {
+        let out = if let Readiness::InitialSync { .. } | Readiness::Diverged { .. } = st.readiness {
             // The first load is silent: no watcher can exist before the cache is ready.
             let mut out = ResyncOutcome::default();
             for change in changes {
@@ -372,6 +380,21 @@ impl Shared {
         warn!(resource = %self.schema.def.plural, key = %err.key, reason = %err.reason, "skipping malformed object");
     }
 
+    /// The upstream's history was replaced: ends every watcher with 410 Expired, empties the store
+    /// and the history, and marks the cache not ready until the next resync finishes.
+    pub fn reset(&self, why: String) {
+        let mut st = self.state.write();
+        let st = &mut *st;
+        error!(resource = %self.schema.def.plural, rv = st.rv, reason = %why, "the upstream's history was replaced; every watcher gets 410 Expired and the cache resyncs");
+        st.store = Store::new(&self.schema);
+        st.history.reset(st.rv);
+        st.registry.expire_all(st.history.evicted());
+        st.readiness = Readiness::Diverged {
+            since: Instant::now(),
+            why,
+        };
+    }
+
     pub fn record_expired(&self) {
         Metrics::add(&self.metrics.expired, 1);
     }
@@ -404,7 +427,9 @@ impl Shared {
         let (since, why) = match &self.state.read().readiness {
             Readiness::Ready => return Ok(()),
             Readiness::InitialSync { since } => (*since, "initial sync has not finished".into()),
-            Readiness::Unavailable { since, why } => (*since, why.clone()),
+            Readiness::Unavailable { since, why } | Readiness::Diverged { since, why } => {
+                (*since, why.clone())
+            }
         };
         // Upstream's Retry-After for an unready cache: clamp(e^(0.06 * downtime in s), 1, 30).
         let secs = (0.06 * since.elapsed().as_secs_f64())
@@ -484,6 +509,10 @@ impl Shared {
     /// [`Evicted`] when [`From::After`] names a revision older than the window.
     pub fn register(&self, pred: Predicate, from: From) -> Result<Registered, Evicted> {
         let mut st = self.state.write();
+        if let Readiness::Diverged { .. } = st.readiness {
+            // A position taken before the reset means nothing now.
+            return Err(st.history.evicted());
+        }
         let capacity = match pred.route() {
             Some(_) => self.config.routed_buffer,
             None => {
@@ -553,6 +582,7 @@ impl Shared {
 mod tests {
     use super::*;
     use crate::cache::testing::{Fixture, on_node};
+    use crate::model::Selection;
 
     fn shared() -> (Shared, Fixture) {
         let f = Fixture::new();
@@ -625,5 +655,72 @@ mod tests {
             Some(Evicted { oldest: 5 }),
             "positions before the resync are gone"
         );
+    }
+
+    #[test]
+    fn a_reset_expires_every_watcher_and_the_next_resync_may_go_back() {
+        let (s, f) = shared();
+        let keys = |names: &[&str]| -> HashSet<Arc<str>> {
+            names
+                .iter()
+                .map(|n| Arc::from(format!("/registry/pods/ns/{n}")))
+                .collect()
+        };
+        s.finish_resync(10, vec![f.pod("a", "n1", 9)], &keys(&["a"]), 1);
+        let routed = s
+            .register(
+                Predicate::compile(&s.schema, &on_node("n1")),
+                From::After(10),
+            )
+            .unwrap();
+        let all = s
+            .register(
+                Predicate::compile(&s.schema, &Selection::all()),
+                From::After(10),
+            )
+            .unwrap();
+        s.apply(11, [Change::Put(f.pod("b", "n1", 11))]).unwrap();
+        s.reset("etcd went back".into());
+        assert!(!s.is_ready());
+        assert!(
+            s.check_ready()
+                .unwrap_err()
+                .to_string()
+                .contains("etcd went back")
+        );
+        for r in [&routed, &all] {
+            assert!(
+                r.watcher.queue.lock().items.is_empty(),
+                "queued events dropped"
+            );
+            assert!(s.catch_up(&r.watcher).is_err(), "ended with 410");
+        }
+        assert!(
+            s.register(
+                Predicate::compile(&s.schema, &Selection::all()),
+                From::Snapshot
+            )
+            .is_err(),
+            "no new watcher before the resync"
+        );
+        s.set_ready();
+        assert!(!s.is_ready(), "only a resync ends the reset");
+        let out = s.finish_resync(3, vec![f.pod("c", "n2", 2)], &keys(&["c"]), 1);
+        assert_eq!(
+            (out.added, out.deleted),
+            (1, 0),
+            "loaded silently into an empty store"
+        );
+        assert!(s.is_ready());
+        assert_eq!(s.resource_version(), 3, "the revision went back with etcd");
+        assert!(s.get("/registry/pods/ns/a").is_none());
+        assert!(s.get("/registry/pods/ns/c").is_some());
+        assert_eq!(
+            s.stats().events,
+            1,
+            "the reload is silent: only b's live event counted"
+        );
+        s.apply(4, [Change::Put(f.pod("c", "n1", 4))]).unwrap();
+        assert_eq!(s.resource_version(), 4);
     }
 }

@@ -22,7 +22,7 @@ use futures_core::Stream;
 use tokio::time::Sleep;
 
 use crate::cache::state::{Registered, Shared};
-use crate::cache::watcher::{Delivery, Watcher};
+use crate::cache::watcher::{Delivery, Feed, Watcher};
 use crate::cache::wire::{self, Frame};
 use crate::error::Error;
 use crate::model::{EventType, Object, ResourceVersion, Selection};
@@ -262,7 +262,7 @@ impl WatchStream {
     /// Whether the watcher is parked (reading from history instead of its queue).
     #[cfg(test)]
     pub(crate) fn is_parked(&self) -> bool {
-        self.watcher.queue.lock().parked_at.is_some()
+        matches!(self.watcher.queue.lock().feed, Feed::Parked(_))
     }
 
     /// Deliveries waiting in the watcher's queue.
@@ -314,7 +314,7 @@ impl WatchStream {
                     self.last_rv = ev.rv;
                     return Poll::Ready(Some(Ok(ev)));
                 }
-                if q.parked_at.is_none() {
+                if q.feed == Feed::Live {
                     q.waker = Some(cx.waker().clone());
                     // Read under the queue lock: the dispatcher publishes a revision only after it
                     // queued that revision's events, so an empty queue here means all of them are out.
