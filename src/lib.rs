@@ -69,9 +69,9 @@ mod sync;
 pub mod upstream;
 
 pub use cache::{
-    BoxFuture, Cache, CacheConfig, CacheStats, Change, Frame, ListOptions, ObjectList, OutOfOrder,
-    RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream, WatchEvent, WatchOptions,
-    WatchStream, list_parts,
+    BoxFuture, Cache, CacheConfig, CacheStats, Change, Frame, KeyRange, ListOptions, ObjectList,
+    OutOfOrder, RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream,
+    WatchEvent, WatchOptions, WatchStream, list_parts,
 };
 pub use error::{Error, Result};
 pub use model::{

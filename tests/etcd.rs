@@ -764,3 +764,138 @@ async fn etcd_wiped_on_the_same_url_expires_every_watcher_and_resyncs() {
     assert_eq!(got[0].kind(), EventType::Added);
     caches.shutdown().await;
 }
+
+/// The real etcd upstream behind a recorder of how many keys each read fetched.
+struct Recording {
+    inner: std::sync::Arc<dyn watchcache::Upstream>,
+    keys: std::sync::Mutex<Vec<usize>>,
+}
+
+impl Recording {
+    fn take(&self) -> Vec<usize> {
+        std::mem::take(&mut *self.keys.lock().unwrap())
+    }
+}
+
+impl watchcache::Upstream for Recording {
+    fn current_revision(&self) -> watchcache::BoxFuture<'_, watchcache::Result<u64>> {
+        self.inner.current_revision()
+    }
+    fn request_progress(&self) {
+        self.inner.request_progress();
+    }
+    fn progress_is_reliable(&self) -> bool {
+        self.inner.progress_is_reliable()
+    }
+    fn range(
+        &self,
+        revision: Option<u64>,
+        keys: watchcache::KeyRange,
+        limit: usize,
+    ) -> watchcache::BoxFuture<'_, watchcache::Result<watchcache::RangePage>> {
+        Box::pin(async move {
+            let page = self.inner.range(revision, keys, limit).await?;
+            self.keys.lock().unwrap().push(page.kvs.len());
+            Ok(page)
+        })
+    }
+}
+
+/// Consistent reads served by etcd (3.4.23, whose progress notifications cannot be trusted) read
+/// only the keys their selection can match, and only so many run at once: beyond the bound they
+/// are answered 429 with a Retry-After.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consistent_reads_from_etcd_read_only_what_they_can_match_and_are_bounded() {
+    let e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    for (ns, n) in [("big", 300), ("small", 3)] {
+        // etcd takes at most 128 operations per transaction.
+        for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+            let ops: Vec<etcd_client::TxnOp> = chunk
+                .iter()
+                .map(|i| {
+                    let name = format!("pod-{i:05}");
+                    etcd_client::TxnOp::put(key(ns, &name), pod(ns, &name, "n1", &[]), None)
+                })
+                .collect();
+            c.txn(etcd_client::Txn::new().and_then(ops)).await.unwrap();
+        }
+    }
+    let caches = watchcache::etcd::EtcdCaches::connect(
+        config(&eps),
+        vec![watchcache::ResourceDef::builtin("pods").unwrap()],
+        watchcache::CacheConfig::default().max_upstream_reads(2),
+    )
+    .await
+    .unwrap();
+    assert!(
+        !caches.reads_from_cache(),
+        "etcd 3.4.23 serves consistent reads"
+    );
+    let cache = caches.cache("pods").unwrap();
+    cache.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let rec = std::sync::Arc::new(Recording {
+        inner: cache.upstream().unwrap(),
+        keys: Default::default(),
+    });
+    cache.set_upstream(rec.clone());
+
+    let small = Selection::all().in_namespace("small");
+    let list = cache
+        .list(&ListOptions::all().select(small.clone()))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 3);
+    assert_eq!(
+        rec.take(),
+        [3],
+        "a namespace's LIST reads that namespace only"
+    );
+    let got = cache
+        .get(Some("big"), "pod-00007", ResourceVersion::Unset)
+        .await
+        .unwrap();
+    assert_eq!(got.name(), "pod-00007");
+    assert_eq!(rec.take(), [1], "a GET reads one key");
+    let by_name = Selection::all()
+        .in_namespace("big")
+        .with_fields("metadata.name=pod-00009")
+        .unwrap();
+    let opts = |sel: Selection| {
+        WatchOptions::new(sel, ResourceVersion::Unset)
+            .send_initial_events(true)
+            .with_bookmarks()
+    };
+    let mut w = cache.watch(opts(by_name)).await.unwrap();
+    let first = w.next().await.unwrap().unwrap();
+    assert_eq!(first.object().unwrap().name(), "pod-00009");
+    assert!(w.next().await.unwrap().unwrap().is_initial_events_end());
+    assert_eq!(rec.take(), [1], "a watch by name reads one key");
+
+    // Two consistent watches whose initial events are not read yet hold both places.
+    let held1 = cache.watch(opts(Selection::all())).await.unwrap();
+    let mut held2 = cache.watch(opts(small.clone())).await.unwrap();
+    let err = cache.watch(opts(small.clone())).await.unwrap_err();
+    assert_eq!((err.code(), err.reason()), (429, "TooManyRequests"));
+    assert!(err.retry_after().is_some());
+    let err = cache
+        .list(&ListOptions::all().select(small.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 429);
+    // The places come back when a stream's initial events are done, or it is dropped.
+    drop(held1);
+    for _ in 0..3 {
+        held2.next().await.unwrap().unwrap();
+    }
+    assert!(held2.next().await.unwrap().unwrap().is_initial_events_end());
+    let a = cache
+        .list(&ListOptions::all().select(small.clone()))
+        .await
+        .unwrap();
+    let b = cache.watch(opts(small)).await.unwrap();
+    assert_eq!(a.items.len(), 3);
+    drop(b);
+    caches.shutdown().await;
+}

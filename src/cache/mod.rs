@@ -45,7 +45,7 @@ pub use list::{ListOptions, ObjectList};
 pub use resync::Resync;
 pub use state::{CacheStats, Change, OutOfOrder, ResyncOutcome};
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
-pub use upstream::{BoxFuture, RangePage, RangeReader, RawKv, Upstream};
+pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
 pub use wire::{Frame, list_parts};
 
 use crate::error::{Error, Result};
@@ -56,8 +56,9 @@ use history::Evicted;
 use state::{From, Shared};
 use stream::InitialEvents;
 
-/// Keys per range request when reading from the upstream (upstream's reflector uses 10 000).
-const UPSTREAM_PAGE: usize = 10_000;
+/// Keys per range request when a read is served by the upstream: small enough that a page of ~2 KB
+/// objects stays a few MB per read in flight (the resync's pages are the follower's own).
+const UPSTREAM_PAGE: usize = 1_000;
 
 /// One resource's watch cache. Cheap to clone; every clone is the same cache. `Send + Sync`.
 ///
@@ -126,15 +127,13 @@ impl Cache {
     /// # Errors
     /// [`DecodeError`] when the value is not a JSON object with `metadata.name` agreeing with the key.
     pub fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
-        Object::decode(&self.shared.schema, key, value, rv)
+        self.shared.decode(key, value, rv)
     }
 
     /// Decodes a stored value, or counts and logs it as malformed and returns `None`: what a feeder
     /// does with each value it reads, so that one bad value never stops a stream.
     pub fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
-        self.decode(key, value, rv)
-            .map_err(|e| self.record_decode_error(&e))
-            .ok()
+        self.shared.decode_or_skip(key, value, rv)
     }
 
     /// The change a stored value makes at revision `rv`: a [`Change::Put`] of its object, or, when
@@ -370,7 +369,8 @@ impl Cache {
         let upstream = self.upstream_reads();
         match (consistent::plan_get(rv, upstream.is_some()), upstream) {
             (GetPlan::Upstream, Some(up)) => {
-                let page = up.range(None, Some(key.clone()), 1).await?;
+                let _permit = self.shared.upstream_read_permit()?;
+                let page = up.range(None, KeyRange::one(&key), 1).await?;
                 // An undecodable value is not an object, as in the cache (see `change_for_put`).
                 page.kvs
                     .into_iter()
@@ -399,7 +399,9 @@ impl Cache {
         after: Option<String>,
         limit: Option<usize>,
     ) -> Result<ObjectList> {
-        let mut reader = RangeReader::new(up, revision, after.as_deref(), UPSTREAM_PAGE);
+        let _permit = self.shared.upstream_read_permit()?;
+        let keys = self.key_range(pred);
+        let mut reader = RangeReader::within(up, revision, keys, after.as_deref(), UPSTREAM_PAGE);
         let mut items: Vec<Object> = Vec::new();
         let mut more = false;
         'pages: while let Some(page) = reader.next_page().await {
@@ -419,6 +421,19 @@ impl Cache {
         }
         let rv = reader.revision().unwrap_or_default();
         Ok(self.object_list(rv, items, more, None))
+    }
+
+    /// The narrowest range of keys that can hold a match of `pred`: one key when the selection
+    /// pins a name (and, for a namespaced resource, a namespace), one namespace's keys when it pins
+    /// a namespace, else the whole resource.
+    fn key_range(&self, pred: &Predicate) -> KeyRange {
+        let def = &self.shared.schema.def;
+        match (def.namespaced, pred.pinned_namespace(), pred.pinned_name()) {
+            (true, Some(ns), Some(name)) => KeyRange::one(&def.key_for(Some(ns), name)),
+            (true, Some(ns), None) => KeyRange::prefixed(&format!("{}{ns}/", def.prefix)),
+            (false, _, Some(name)) => KeyRange::one(&def.key_for(None, name)),
+            _ => KeyRange::all(),
+        }
     }
 
     /// The current objects whose index `index` has `value`, sorted by key. Index names are field
@@ -460,11 +475,10 @@ impl Cache {
         let (from, preloaded) = match plan {
             WatchPlan::UpstreamSnapshot => {
                 let up = upstream.ok_or_else(no_upstream)?;
+                let permit = self.shared.upstream_read_permit()?;
                 let rv = up.current_revision().await?;
-                let state = self
-                    .list_from_upstream(&*up, &pred, Some(rv), None, None)
-                    .await?;
-                (From::After(rv), Some((state.items, rv)))
+                let cursor = RangeCursor::new(Some(rv), self.key_range(&pred), None, UPSTREAM_PAGE);
+                (From::After(rv), Some((up, cursor, permit, rv)))
             }
             WatchPlan::AfterUpstream => {
                 let up = upstream.ok_or_else(no_upstream)?;
@@ -494,8 +508,10 @@ impl Cache {
                 rv: reg.start_rv,
                 end_bookmark,
             }),
-            (None, Some((objects, rv))) => Some(InitialEvents::Preloaded {
-                objects,
+            (None, Some((upstream, cursor, permit, rv))) => Some(InitialEvents::Upstream {
+                upstream,
+                cursor,
+                permit,
                 rv,
                 end_bookmark,
             }),

@@ -218,10 +218,13 @@ pub(crate) struct Shared {
     dispatched_rv: AtomicU64,
     rv_tx: tokio::sync::watch::Sender<u64>,
     upstream: RwLock<Option<Arc<dyn Upstream>>>,
+    /// Bounds the reads served by the upstream itself ([`CacheConfig::max_upstream_reads`]).
+    upstream_reads: Arc<tokio::sync::Semaphore>,
 }
 
 impl Shared {
     pub fn new(schema: Schema, config: CacheConfig) -> Shared {
+        let upstream_reads = Arc::new(tokio::sync::Semaphore::new(config.max_upstream_reads));
         let state = State {
             store: Store::new(&schema),
             history: History::new(schema.def.history),
@@ -239,6 +242,7 @@ impl Shared {
             dispatched_rv: AtomicU64::new(0),
             rv_tx: tokio::sync::watch::Sender::new(0),
             upstream: RwLock::new(None),
+            upstream_reads,
         }
     }
 
@@ -263,6 +267,22 @@ impl Shared {
 
     pub fn upstream(&self) -> Option<Arc<dyn Upstream>> {
         self.upstream.read().clone()
+    }
+
+    /// A place among the reads served by the upstream, held until the read is done.
+    ///
+    /// # Errors
+    /// [`Error::TooManyRequests`] when all are taken.
+    pub fn upstream_read_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
+        Arc::clone(&self.upstream_reads)
+            .try_acquire_owned()
+            .map_err(|_| Error::TooManyRequests {
+                why: format!(
+                    "{} consistent reads of {} served by the upstream are in flight",
+                    self.config.max_upstream_reads, self.schema.def.plural
+                ),
+                retry_after: Duration::from_secs(1),
+            })
     }
 
     // ---- writer side ----
@@ -373,6 +393,19 @@ impl Shared {
         st.readiness = Readiness::Ready;
         self.publish(st, rv);
         ResyncOutcome { listed, ..out }
+    }
+
+    /// Decodes a stored value into an [`Object`] at revision `rv`: the one decode every feeder
+    /// and upstream read goes through.
+    pub fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
+        Object::decode(&self.schema, key, value, rv)
+    }
+
+    /// Decodes a stored value, or counts and logs it and returns `None`.
+    pub fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
+        self.decode(key, value, rv)
+            .map_err(|e| self.record_decode_error(&e))
+            .ok()
     }
 
     pub fn record_decode_error(&self, err: &DecodeError) {

@@ -92,6 +92,26 @@ impl Predicate {
         self.index_terms.iter().map(|(slot, _, v)| (*slot, &v[..]))
     }
 
+    /// The one namespace every match is in, when the selection pins it (by path or by an
+    /// equality on `metadata.namespace`).
+    pub fn pinned_namespace(&self) -> Option<&str> {
+        self.namespace
+            .as_deref()
+            .or_else(|| self.pinned(Attr::Namespace))
+    }
+
+    /// The one name every match has, when an equality on `metadata.name` pins it.
+    pub fn pinned_name(&self) -> Option<&str> {
+        self.pinned(Attr::Name)
+    }
+
+    fn pinned(&self, attr: Attr) -> Option<&str> {
+        self.fields.iter().find_map(|(src, r)| match src {
+            FieldSource::Attr(a) if *a == attr && r.is_equality() => Some(r.value()),
+            _ => None,
+        })
+    }
+
     /// The (trigger, value) a watcher with this predicate is routed by, if any.
     pub fn route(&self) -> Option<&(Attr, String)> {
         self.route.as_ref()
