@@ -675,4 +675,47 @@ mod tests {
         let ev = from_now.next().await.unwrap().unwrap();
         assert_eq!((ev.kind(), ev.resource_version()), (EventType::Modified, 3));
     }
+
+    #[tokio::test]
+    async fn undeclared_field_paths_are_read_once_per_object_outside_the_lock() {
+        use crate::model::field_memo::READS;
+        let reads = || READS.with(std::cell::Cell::get);
+        let (cache, src) = ready();
+        let with = |name: &str, node: &str, scheduler: &str| {
+            format!(
+                r#"{{"metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"nodeName":"{node}","schedulerName":"{scheduler}"}}}}"#
+            )
+        };
+        src.put(&key("a"), with("a", "n1", "x")).unwrap();
+        let sel = Selection::all()
+            .with_fields("spec.schedulerName=y")
+            .unwrap();
+        let mut watchers = Vec::new();
+        for _ in 0..100 {
+            let opts = WatchOptions::new(sel.clone(), ResourceVersion::At(src.revision()));
+            watchers.push(cache.watch(opts).await.unwrap());
+        }
+        let before = reads();
+        src.put(&key("a"), with("a", "n1", "y")).unwrap();
+        assert_eq!(
+            reads() - before,
+            2,
+            "the new state at decode, the old one (decoded before the path was used) once"
+        );
+        let before = reads();
+        src.put(&key("a"), with("a", "n2", "y")).unwrap();
+        assert_eq!(reads() - before, 1, "only the decode, for 100 watchers");
+        for w in &mut watchers {
+            let kinds: Vec<EventType> = crate::cache::testing::drain(w);
+            assert_eq!(kinds, [EventType::Added, EventType::Modified]);
+        }
+        drop(watchers);
+        let before = reads();
+        src.put(&key("a"), with("a", "n3", "y")).unwrap();
+        assert_eq!(
+            reads() - before,
+            0,
+            "no path is read once no selector uses it"
+        );
+    }
 }

@@ -62,11 +62,12 @@ impl Registry {
         id
     }
 
-    pub fn remove(&mut self, id: u32) {
-        if let Some(w) = self.watchers.get_mut(id as usize).and_then(Option::take) {
-            self.router.remove(id, w.predicate.route());
-            self.free.push(id);
-        }
+    /// Unregisters a watcher; returns it.
+    pub fn remove(&mut self, id: u32) -> Option<Arc<Watcher>> {
+        let w = self.watchers.get_mut(id as usize).and_then(Option::take)?;
+        self.router.remove(id, w.predicate.route());
+        self.free.push(id);
+        Some(w)
     }
 
     /// Offers the event to every candidate watcher.

@@ -12,7 +12,8 @@
 //!
 //! ## Lock order
 //! `state`, then a watcher's queue lock ([`crate::cache::watcher`]). `upstream` is never held with
-//! either. No lock here is held across an `.await` or while waiting for a consumer.
+//! either. `json_paths` is a leaf, written under `state` and read by decode without it; an object's
+//! field memo (`model/field_memo.rs`) is a leaf too. No lock here is held across an `.await` or while waiting for a consumer.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -30,7 +31,7 @@ use crate::cache::upstream::Upstream;
 use crate::cache::watcher::Watcher;
 use crate::error::Error;
 use crate::model::selector::Predicate;
-use crate::model::{DecodeError, Object, Schema};
+use crate::model::{DecodeError, FieldPath, Object, Schema};
 use crate::sync::{AtomicU64, RwLock};
 
 /// One change of an applied batch.
@@ -166,6 +167,36 @@ struct State {
     registry: Registry,
     rv: u64,
     readiness: Readiness,
+    /// Undeclared field paths that registered watchers' selectors read, with how many use each.
+    json_paths: hashbrown::HashMap<FieldPath, u32>,
+}
+
+impl State {
+    /// Counts a registered watcher's undeclared paths; whether the set of paths changed.
+    fn use_paths(&mut self, pred: &Predicate) -> bool {
+        let mut changed = false;
+        for p in pred.json_paths() {
+            let n = self.json_paths.entry(p.clone()).or_insert(0);
+            changed |= *n == 0;
+            *n += 1;
+        }
+        changed
+    }
+
+    /// Uncounts an unregistered watcher's paths; whether the set of paths changed.
+    fn release_paths(&mut self, pred: &Predicate) -> bool {
+        let mut changed = false;
+        for p in pred.json_paths() {
+            if let Some(n) = self.json_paths.get_mut(p) {
+                *n -= 1;
+                if *n == 0 {
+                    self.json_paths.remove(p);
+                    changed = true;
+                }
+            }
+        }
+        changed
+    }
 }
 
 impl State {
@@ -220,6 +251,8 @@ pub(crate) struct Shared {
     upstream: RwLock<Option<Arc<dyn Upstream>>>,
     /// Bounds the reads served by the upstream itself ([`CacheConfig::max_upstream_reads`]).
     upstream_reads: Arc<tokio::sync::Semaphore>,
+    /// The keys of `State::json_paths`, read by decode outside the state lock.
+    json_paths: RwLock<Arc<[FieldPath]>>,
 }
 
 impl Shared {
@@ -233,6 +266,7 @@ impl Shared {
             readiness: Readiness::InitialSync {
                 since: Instant::now(),
             },
+            json_paths: hashbrown::HashMap::new(),
         };
         Shared {
             schema,
@@ -243,6 +277,7 @@ impl Shared {
             rv_tx: tokio::sync::watch::Sender::new(0),
             upstream: RwLock::new(None),
             upstream_reads,
+            json_paths: RwLock::new(Arc::from([])),
         }
     }
 
@@ -397,8 +432,18 @@ impl Shared {
 
     /// Decodes a stored value into an [`Object`] at revision `rv`: the one decode every feeder
     /// and upstream read goes through.
+    /// The undeclared field paths live selectors use are read here, once, outside any lock.
     pub fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
-        Object::decode(&self.schema, key, value, rv)
+        let obj = Object::decode(&self.schema, key, value, rv)?;
+        let paths = Arc::clone(&self.json_paths.read());
+        obj.extract_fields(&paths);
+        Ok(obj)
+    }
+
+    /// Publishes the set of undeclared paths after it changed (under the state write lock, so
+    /// that publications are ordered).
+    fn publish_paths(&self, st: &State) {
+        *self.json_paths.write() = st.json_paths.keys().cloned().collect();
     }
 
     /// Decodes a stored value, or counts and logs it and returns `None`.
@@ -569,6 +614,9 @@ impl Shared {
             // A revision the cache has not reached: the watcher waits in its queue.
             From::After(n) => (Watcher::new(pred, n, capacity, None), n, None),
         };
+        if st.use_paths(&watcher.predicate) {
+            self.publish_paths(&st);
+        }
         let watcher = Arc::new(watcher);
         let id = st.registry.add(Arc::clone(&watcher));
         Ok(Registered {
@@ -580,7 +628,12 @@ impl Shared {
     }
 
     pub fn unregister(&self, id: u32) {
-        self.state.write().registry.remove(id);
+        let mut st = self.state.write();
+        if let Some(w) = st.registry.remove(id)
+            && st.release_paths(&w.predicate)
+        {
+            self.publish_paths(&st);
+        }
     }
 
     /// Refills a parked watcher's queue from history (see [`Watcher::catch_up`]).

@@ -104,11 +104,11 @@ impl Watcher {
         let cur = ev
             .object
             .as_ref()
-            .is_some_and(|o| self.predicate.matches(schema, o));
+            .is_some_and(|o| self.predicate.matches_live(schema, o));
         let old = ev
             .prev
             .as_ref()
-            .is_some_and(|o| self.predicate.matches(schema, o));
+            .is_some_and(|o| self.predicate.matches_live(schema, o));
         match (cur, old) {
             (true, false) => Some(EventType::Added),
             (true, true) => Some(EventType::Modified),
