@@ -20,9 +20,12 @@ use serde_json::value::RawValue;
 
 use crate::model::field_path::{self, FieldPath};
 
+/// Values read so far: (path, value; `None` when the object has no value there).
+type Values = Vec<(FieldPath, Option<Arc<str>>)>;
+
 /// The memo of one object: 16 bytes, and no allocation until a path is kept.
 #[derive(Default)]
-pub(crate) struct FieldMemo(Mutex<Option<Box<Vec<(FieldPath, Option<Arc<str>>)>>>>);
+pub(crate) struct FieldMemo(Mutex<Option<Box<Values>>>);
 
 impl FieldMemo {
     /// The value at `path` in `json`: from the memo, or read (and kept in the memo when `keep`).
