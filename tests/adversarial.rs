@@ -43,7 +43,11 @@ async fn first_request(s: &TestServer, head: &str) -> TcpStream {
 async fn hyper_connection(s: &TestServer) -> TcpStream {
     let mut sock = first_request(s, "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n").await;
     let r = read_until(&mut sock, b"ok", Duration::from_secs(10)).await;
-    assert!(r.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&r));
+    assert!(
+        r.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&r)
+    );
     sock
 }
 
@@ -108,4 +112,249 @@ async fn a_huge_limit_lists_everything() {
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["items"].as_array().map(Vec::len), Some(2), "{q}: {v}");
     }
+}
+
+async fn etcd_client(s: &TestServer) -> etcd_client::Client {
+    support::etcd::client(&[s.etcd.server.url()]).await
+}
+
+/// Whether etcd holds a key.
+async fn in_etcd(s: &TestServer, key: &str) -> bool {
+    let r = etcd_client(s).await.get(key, None).await.unwrap();
+    !r.kvs().is_empty()
+}
+
+fn cause_fields(v: &Value) -> Vec<&str> {
+    v["details"]["causes"]
+        .as_array()
+        .map(|cs| cs.iter().filter_map(|c| c["field"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+/// Issue 9, item 5: writes the cache would refuse were stored, then answered 500. Item 9: names,
+/// namespaces and labels follow upstream's rules (422 Invalid, a cause per field).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_the_cache_would_refuse_are_never_stored() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let c = reqwest::Client::new();
+    let base = &s.url;
+    // Non-string label values: a malformed body, refused before etcd.
+    let r = create(
+        &c,
+        base,
+        "ns",
+        &json!({"metadata": {"name": "l", "labels": {"a": 1}}}),
+    )
+    .await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["reason"], "BadRequest", "{v}");
+    assert!(!in_etcd(&s, "/registry/pods/ns/l").await);
+    // Nesting the cache refuses (serde_json alone would take it) and a lone surrogate.
+    let deep = format!(
+        r#"{{"metadata":{{"name":"d"}},"x":{}0{}}}"#,
+        "[".repeat(110),
+        "]".repeat(110)
+    );
+    for body in [deep.as_str(), r#"{"metadata":{"name":"d"},"x":"\ud800zz"}"#] {
+        let r = c
+            .post(format!("{base}/api/v1/namespaces/ns/pods"))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{body:.40}");
+        assert!(!in_etcd(&s, "/registry/pods/ns/d").await);
+    }
+    // An empty namespace segment names nothing.
+    let r = c
+        .post(format!("{base}/api/v1/namespaces//pods"))
+        .json(&json!({"metadata": {"name": "x"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let all = etcd_client(&s)
+        .await
+        .get(
+            "/registry/pods/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert!(all.kvs().is_empty(), "nothing was stored");
+    // Names and labels: 422 Invalid, each broken rule a cause naming its field.
+    for (body, fields) in [
+        (json!({"metadata": {"name": "a b"}}), vec!["metadata.name"]),
+        (
+            json!({"metadata": {"name": "héllo☃"}}),
+            vec!["metadata.name"],
+        ),
+        (
+            json!({"metadata": {"name": "UPPER"}}),
+            vec!["metadata.name"],
+        ),
+        (json!({"metadata": {}}), vec!["metadata.name"]),
+        (
+            json!({"metadata": {"name": "ok", "labels": {"bad key!": "v", "k": "bad value"}}}),
+            vec!["metadata.labels", "metadata.labels[\"k\"]"],
+        ),
+        (
+            json!({"metadata": {"name": "Bad", "labels": {"k": "-"}}}),
+            vec!["metadata.name", "metadata.labels[\"k\"]"],
+        ),
+    ] {
+        let r = create(&c, base, "ns", &body).await;
+        assert_eq!(r.status(), 422, "{body}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["reason"], "Invalid", "{v}");
+        assert_eq!(v["details"]["kind"], "Pod", "{v}");
+        assert_eq!(cause_fields(&v), fields, "{v}");
+    }
+    let r = c
+        .post(format!("{base}/api/v1/namespaces/Bad_NS/pods"))
+        .json(&json!({"metadata": {"name": "x"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(cause_fields(&v), ["metadata.namespace"], "{v}");
+    // The first refused create stored nothing: the name is still free.
+    let r = create(
+        &c,
+        base,
+        "ns",
+        &json!({"metadata": {"name": "l", "labels": {"a": "1"}}}),
+    )
+    .await;
+    assert_eq!(r.status(), 201);
+    // PUT runs the same checks.
+    let r = c
+        .put(format!("{base}/api/v1/namespaces/ns/pods/l"))
+        .json(&json!({"metadata": {"name": "l", "labels": {"a": 2}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // Deleting a stored value the cache could not decode succeeds (it is how it gets cleaned up).
+    let mut etcd = etcd_client(&s).await;
+    etcd.put("/registry/pods/ns/junk", "not json", None)
+        .await
+        .unwrap();
+    let r = c
+        .delete(format!("{base}/api/v1/namespaces/ns/pods/junk"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        (v["kind"].as_str(), v["status"].as_str()),
+        (Some("Status"), Some("Success"))
+    );
+    assert!(!in_etcd(&s, "/registry/pods/ns/junk").await);
+}
+
+/// Item 9: path segments are percent-decoded, and a watch by name pins the name exactly instead
+/// of splicing it into selector text (`=` and `,` in a name gave 400), on both transports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_in_paths_are_decoded_and_watched_exactly() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let c = reqwest::Client::new();
+    let r = create(&c, &s.url, "ns", &json!({"metadata": {"name": "a-b.c"}})).await;
+    assert_eq!(r.status(), 201);
+    let r = c
+        .get(format!("{}/api/v1/namespaces/n%73/pods/a%2Db%2Ec", s.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["metadata"]["name"], "a-b.c");
+    let watch = |name: &str| {
+        format!(
+            "GET /api/v1/namespaces/ns/pods/{name}?watch=1&resourceVersion=0&timeoutSeconds=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+    };
+    for name in [
+        "a-b.c",
+        "a%2Db.c",
+        "x%3Dy%2Cz",
+        "a-b.c,metadata.name!%3Da-b.c",
+    ] {
+        let mut fast = first_request(&s, &watch(name)).await;
+        let mut slow = hyper_connection(&s).await;
+        slow.write_all(watch(name).as_bytes()).await.unwrap();
+        for (path, sock) in [("fast path", &mut fast), ("hyper", &mut slow)] {
+            let got = read_until(sock, b"\r\n0\r\n\r\n", Duration::from_secs(10)).await;
+            let text = String::from_utf8_lossy(&got);
+            assert!(text.starts_with("HTTP/1.1 200 OK"), "{path} {name}: {text}");
+            let added = text.contains(r#""name":"a-b.c""#);
+            assert_eq!(
+                added,
+                !name.starts_with('x') && !name.contains(','),
+                "{path} {name}: {text}"
+            );
+        }
+    }
+}
+
+/// Item 10: values in etcd that strict clients could not read (a lone surrogate, nesting 5 000
+/// deep) are decode errors, counted and never served; every served body parses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_strict_clients_cannot_read_are_never_served() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let c = reqwest::Client::new();
+    let mut etcd = etcd_client(&s).await;
+    let good = r#"{"metadata":{"name":"good","namespace":"ns"}}"#;
+    let surrogate = r#"{"metadata":{"name":"sur","namespace":"ns"},"x":"\ud800zz"}"#;
+    let deep = format!(
+        r#"{{"metadata":{{"name":"deep","namespace":"ns"}},"x":{}0{}}}"#,
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    for (k, v) in [
+        ("sur", surrogate.to_owned()),
+        ("deep", deep),
+        ("good", good.to_owned()),
+    ] {
+        etcd.put(format!("/registry/pods/ns/{k}"), v, None)
+            .await
+            .unwrap();
+    }
+    // A consistent LIST waits for the cache to reach etcd's revision.
+    let body = c
+        .get(format!("{}/api/v1/namespaces/ns/pods", s.url))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let list: Value = serde_json::from_slice(&body).unwrap();
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["good"]);
+    let metrics = c
+        .get(format!("{}/metrics", s.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let errors: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("watchcache_decode_errors_total{resource=\"pods\""))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    // Each read that meets them counts them: the follower's watch, and here (etcd 3.4) the
+    // consistent LIST's range read too.
+    assert!(errors >= 2, "{metrics}");
 }

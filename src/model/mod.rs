@@ -10,6 +10,7 @@ pub mod definition;
 mod event_type;
 pub(crate) mod field_path;
 pub(crate) mod labels;
+pub mod names;
 mod object;
 mod resource_version;
 pub(crate) mod schema;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::cache::{ListOptions, WatchOptions};
-use crate::model::{ResourceVersion, RvMatch, Selection};
+use crate::model::{FieldPath, ResourceVersion, RvMatch, Selection};
 use crate::server::status::ApiError;
 
 /// Parsed query of a read request.
@@ -19,6 +19,8 @@ pub struct ReadParams {
     pub timeout: Option<Duration>,
     pub limit: Option<usize>,
     pub continue_token: Option<String>,
+    /// The object a watch on its own path is restricted to.
+    pub name: Option<String>,
 }
 
 /// Booleans as Go's strconv.ParseBool reads them (the Python client sends `True`).
@@ -107,22 +109,19 @@ impl ReadParams {
     }
 
     /// Restricts a watch to one object, as a watch on an object's own path is: the collection with
-    /// a `metadata.name` term added to the field selector.
+    /// an exact `metadata.name` term added to the field selector (a term, not selector text, so
+    /// any name works, `=` and `,` included).
     pub fn watch_one(&mut self, name: &str) {
-        let sep = if self.field_selector.is_empty() {
-            ""
-        } else {
-            ","
-        };
-        self.field_selector = format!("metadata.name={name}{sep}{}", self.field_selector);
+        self.name = Some(name.to_owned());
     }
 
     fn selection(&self, namespace: Option<&str>) -> Result<Selection, ApiError> {
-        Ok(Selection::parse(
-            namespace,
-            &self.field_selector,
-            &self.label_selector,
-        )?)
+        let mut s = Selection::parse(namespace, &self.field_selector, &self.label_selector)?;
+        if let Some(name) = &self.name {
+            let path = FieldPath::parse("metadata.name").map_err(ApiError::bad_request)?;
+            s.fields = s.fields.and_equals(path, name.clone());
+        }
+        Ok(s)
     }
 
     /// The LIST options.

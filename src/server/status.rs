@@ -18,8 +18,16 @@ struct Inner {
     reason: &'static str,
     message: String,
     retry_after: Option<u64>,
-    causes: Vec<(String, String)>,
+    causes: Vec<Cause>,
     details: Option<(String, String)>,
+}
+
+/// One entry of `details.causes`: why, what, and which field (when one is at fault).
+#[derive(Debug, Clone)]
+struct Cause {
+    reason: &'static str,
+    message: String,
+    field: Option<String>,
 }
 
 impl ApiError {
@@ -38,6 +46,45 @@ impl ApiError {
     /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(400, "BadRequest", message)
+    }
+
+    /// 422 Invalid: the object breaks validation rules, each cause naming its field
+    /// (`(field, message)`), as upstream's `NewInvalid` reports `FieldValueInvalid` errors.
+    pub fn invalid(kind: &str, name: &str, causes: Vec<(String, String)>) -> ApiError {
+        let summary: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+        let message = match summary.as_slice() {
+            [one] => format!("{kind} \"{name}\" is invalid: {one}"),
+            many => format!("{kind} \"{name}\" is invalid: [{}]", many.join(", ")),
+        };
+        let mut e = ApiError::new(422, "Invalid", message);
+        e.0.details = Some((kind.to_owned(), name.to_owned()));
+        e.0.causes = causes
+            .into_iter()
+            .map(|(field, message)| Cause {
+                reason: "FieldValueInvalid",
+                message,
+                field: Some(field),
+            })
+            .collect();
+        e
+    }
+
+    /// 422 Invalid for request options that cannot be combined or are out of range (upstream
+    /// validates ListOptions and DeleteOptions into this).
+    pub fn invalid_options(message: impl Into<String>) -> ApiError {
+        ApiError::new(422, "Invalid", message)
+    }
+
+    /// 415 UnsupportedMediaType for a write body that is not JSON.
+    pub fn unsupported_media_type(content_type: &str) -> ApiError {
+        ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: \
+                 application/json (got \"{content_type}\")"
+            ),
+        )
     }
 
     /// 404 NotFound for a path that names no resource.
@@ -121,7 +168,10 @@ impl ApiError {
             let causes: Vec<_> = this
                 .causes
                 .iter()
-                .map(|(r, m)| json!({"reason": r, "message": m}))
+                .map(|c| match &c.field {
+                    Some(f) => json!({"reason": c.reason, "message": c.message, "field": f}),
+                    None => json!({"reason": c.reason, "message": c.message}),
+                })
                 .collect();
             details.insert("causes".into(), json!(causes));
         }
@@ -149,10 +199,11 @@ impl From<Error> for ApiError {
         let mut out = ApiError::new(e.code(), e.reason(), e.to_string());
         out.0.retry_after = e.retry_after().map(|d| d.as_secs().max(1));
         if let Error::TooLargeResourceVersion { .. } = e {
-            out.0.causes.push((
-                "ResourceVersionTooLarge".into(),
-                "Too large resource version".into(),
-            ));
+            out.0.causes.push(Cause {
+                reason: "ResourceVersionTooLarge",
+                message: "Too large resource version".into(),
+                field: None,
+            });
         }
         if let Error::NotFound { kind, name } = &e {
             out.0.details = Some((kind.clone(), name.clone()));
