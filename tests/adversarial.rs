@@ -358,3 +358,76 @@ async fn values_strict_clients_cannot_read_are_never_served() {
     // consistent LIST's range read too.
     assert!(errors >= 2, "{metrics}");
 }
+
+/// Item 13: upstream's conventions. Option combinations upstream refuses are 422 Invalid; a
+/// continue token at a revision etcd has not reached is a 504 `Status` with Retry-After (what a
+/// resourceVersion the cache has not reached gets), never 500 with etcd's text; write bodies that
+/// are not JSON are 415 and not stored; uids are RFC 4122 version 4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conventions_follow_upstream() {
+    use base64::Engine;
+    let s = TestServer::start(ServerConfig::default()).await;
+    let c = reqwest::Client::new();
+    let base = &s.url;
+    for q in [
+        "continue=abc&resourceVersionMatch=NotOlderThan&resourceVersion=1",
+        "resourceVersionMatch=Exact",
+        "watch=1&resourceVersionMatch=NotOlderThan",
+    ] {
+        let r = c
+            .get(format!("{base}/api/v1/pods?{q}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 422, "{q}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["reason"], "Invalid", "{q}: {v}");
+        assert_eq!(
+            v["details"]["causes"][0]["field"], "resourceVersionMatch",
+            "{v}"
+        );
+    }
+    let r = create(&c, base, "ns", &json!({"metadata": {"name": "a"}})).await;
+    assert_eq!(r.status(), 201);
+    let created: Value = r.json().await.unwrap();
+    let uid = created["metadata"]["uid"].as_str().unwrap();
+    let nibbles: Vec<char> = uid.chars().collect();
+    assert_eq!((nibbles[14], uid.len()), ('4', 36), "{uid}");
+    assert!(matches!(nibbles[19], '8' | '9' | 'a' | 'b'), "{uid}");
+    let future = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(r#"{"v":"meta.k8s.io/v1","rv":999999999,"start":"ns/a\u0000"}"#);
+    let r = c
+        .get(format!("{base}/api/v1/pods?limit=1&continue={future}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 504);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        (
+            v["reason"].as_str(),
+            v["details"]["causes"][0]["reason"].as_str()
+        ),
+        (Some("Timeout"), Some("ResourceVersionTooLarge")),
+        "{v}"
+    );
+    assert!(!v["message"].as_str().unwrap().contains("etcd"), "{v}");
+    for ct in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "application/yaml",
+    ] {
+        let r = c
+            .post(format!("{base}/api/v1/namespaces/ns/pods"))
+            .header("content-type", ct)
+            .body(r#"{"metadata":{"name":"csrf"}}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 415, "{ct}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["reason"], "UnsupportedMediaType", "{v}");
+    }
+    assert!(!in_etcd(&s, "/registry/pods/ns/csrf").await);
+}

@@ -193,20 +193,20 @@ async fn errors_are_statuses_with_the_right_codes() {
         ("/api/v1/pods?watch=perhaps", 400, "BadRequest", "for watch"),
         (
             "/api/v1/pods?resourceVersionMatch=Exact",
-            400,
-            "BadRequest",
+            422,
+            "Invalid",
             "forbidden unless resourceVersion",
         ),
         (
             "/api/v1/pods?resourceVersion=0&resourceVersionMatch=Exact",
-            400,
-            "BadRequest",
+            422,
+            "Invalid",
             "forbidden for resourceVersion",
         ),
         (
             "/api/v1/pods?resourceVersionMatch=Sometimes&resourceVersion=1",
-            400,
-            "BadRequest",
+            422,
+            "Invalid",
             "NotOlderThan or Exact",
         ),
         (
@@ -217,8 +217,8 @@ async fn errors_are_statuses_with_the_right_codes() {
         ),
         (
             "/api/v1/pods?sendInitialEvents=true",
-            400,
-            "BadRequest",
+            422,
+            "Invalid",
             "forbidden for list",
         ),
         (

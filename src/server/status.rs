@@ -48,10 +48,15 @@ impl ApiError {
         ApiError::new(400, "BadRequest", message)
     }
 
-    /// 422 Invalid: the object breaks validation rules, each cause naming its field
-    /// (`(field, message)`), as upstream's `NewInvalid` reports `FieldValueInvalid` errors.
-    pub fn invalid(kind: &str, name: &str, causes: Vec<(String, String)>) -> ApiError {
-        let summary: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+    /// 422 Invalid: the object (or the request's options) breaks validation rules, each cause
+    /// `(reason, field, message)` naming its field, as upstream's `NewInvalid` reports them
+    /// (`FieldValueInvalid`, `FieldValueForbidden`, `FieldValueNotSupported`).
+    pub fn invalid(
+        kind: &str,
+        name: &str,
+        causes: Vec<(&'static str, String, String)>,
+    ) -> ApiError {
+        let summary: Vec<String> = causes.iter().map(|(_, f, m)| format!("{f}: {m}")).collect();
         let message = match summary.as_slice() {
             [one] => format!("{kind} \"{name}\" is invalid: {one}"),
             many => format!("{kind} \"{name}\" is invalid: [{}]", many.join(", ")),
@@ -60,19 +65,13 @@ impl ApiError {
         e.0.details = Some((kind.to_owned(), name.to_owned()));
         e.0.causes = causes
             .into_iter()
-            .map(|(field, message)| Cause {
-                reason: "FieldValueInvalid",
+            .map(|(reason, field, message)| Cause {
+                reason,
                 message,
                 field: Some(field),
             })
             .collect();
         e
-    }
-
-    /// 422 Invalid for request options that cannot be combined or are out of range (upstream
-    /// validates ListOptions and DeleteOptions into this).
-    pub fn invalid_options(message: impl Into<String>) -> ApiError {
-        ApiError::new(422, "Invalid", message)
     }
 
     /// 415 UnsupportedMediaType for a write body that is not JSON.

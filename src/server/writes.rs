@@ -108,11 +108,13 @@ fn validate_meta(def: &ResourceDef, obj: &Map<String, Value>) -> Result<(), ApiE
         return Err(ApiError::bad_request("metadata must be an object"));
     };
     let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
+    const INVALID: &str = "FieldValueInvalid";
     let mut causes = Vec::new();
     let quoted = |v: &str| serde_json::to_string(v).unwrap_or_default();
     if let Err(errs) = NameRule::for_resource(&def.group, &def.plural).validate(name) {
         for e in errs {
             causes.push((
+                INVALID,
                 "metadata.name".to_owned(),
                 format!("Invalid value: {}: {e}", quoted(name)),
             ));
@@ -123,6 +125,7 @@ fn validate_meta(def: &ResourceDef, obj: &Map<String, Value>) -> Result<(), ApiE
     {
         for e in errs {
             causes.push((
+                INVALID,
                 "metadata.namespace".to_owned(),
                 format!("Invalid value: {}: {e}", quoted(ns)),
             ));
@@ -139,10 +142,11 @@ fn validate_meta(def: &ResourceDef, obj: &Map<String, Value>) -> Result<(), ApiE
                     )));
                 };
                 if let Err(e) = labels::validate_key(k) {
-                    causes.push(("metadata.labels".to_owned(), e));
+                    causes.push((INVALID, "metadata.labels".to_owned(), e));
                 }
                 if let Err(e) = labels::validate_value(v) {
                     causes.push((
+                        INVALID,
                         format!("metadata.labels[{}]", quoted(k)),
                         format!("Invalid value: {}: {e}", quoted(v)),
                     ));
@@ -338,12 +342,42 @@ pub async fn delete(
     }
 }
 
-/// A random UUID (version 4 layout), as the API server assigns to new objects.
+/// A random RFC 4122 version 4 UUID, as the API server assigns to new objects: 122 random bits,
+/// the version nibble 4 and the variant bits `10`.
 fn new_uid() -> String {
-    let hex = |n: usize| {
-        (0..n)
-            .map(|_| char::from_digit(fastrand::u32(0..16), 16).unwrap_or('0'))
-            .collect::<String>()
-    };
-    format!("{}-{}-4{}-{}-{}", hex(8), hex(4), hex(3), hex(4), hex(12))
+    let r = fastrand::u128(..);
+    let v = (r & !(0xf << 76) & !(0b11 << 62)) | (0x4 << 76) | (0b10 << 62);
+    let h = format!("{v:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uids_are_rfc_4122_version_4() {
+        for _ in 0..1000 {
+            let u = new_uid();
+            let parts: Vec<&str> = u.split('-').collect();
+            assert_eq!(
+                parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+                [8, 4, 4, 4, 12],
+                "{u}"
+            );
+            assert!(u.chars().all(|c| c == '-' || c.is_ascii_hexdigit()), "{u}");
+            assert!(parts[2].starts_with('4'), "version 4: {u}");
+            assert!(
+                matches!(parts[3].chars().next(), Some('8' | '9' | 'a' | 'b')),
+                "variant 10: {u}"
+            );
+        }
+    }
 }
