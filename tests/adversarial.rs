@@ -431,3 +431,116 @@ async fn conventions_follow_upstream() {
     }
     assert!(!in_etcd(&s, "/registry/pods/ns/csrf").await);
 }
+
+/// Sends `bytes` one at a time, `every` apart, until the server closes the connection; returns
+/// how long the connection lived (or `None` if it outlived `within`).
+async fn trickle(
+    sock: &mut TcpStream,
+    bytes: &[u8],
+    every: Duration,
+    within: Duration,
+) -> Option<Duration> {
+    let started = tokio::time::Instant::now();
+    for b in bytes.iter().cycle() {
+        if started.elapsed() > within {
+            return None;
+        }
+        if sock.write_all(&[*b]).await.is_err() {
+            return Some(started.elapsed());
+        }
+        let mut buf = [0u8; 1024];
+        match tokio::time::timeout(every, sock.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Item 7: the request head has one absolute deadline (a byte every 200 ms used to re-arm it
+/// forever), on a connection's first request and on a later one (hyper's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_request_head_is_cut_at_its_deadline() {
+    let s = TestServer::start(ServerConfig {
+        header_read_timeout: Duration::from_secs(1),
+        ..ServerConfig::default()
+    })
+    .await;
+    // The whole head of a request that would be valid, never finished: "X-A: aaaa…".
+    let head = b"GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: x\r\nX-A: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let mut first = TcpStream::connect(addr(&s)).await.unwrap();
+    let lived = trickle(
+        &mut first,
+        head,
+        Duration::from_millis(200),
+        Duration::from_secs(8),
+    )
+    .await;
+    assert!(
+        lived.is_some_and(|d| d < Duration::from_secs(3)),
+        "first request: {lived:?}"
+    );
+    let mut later = hyper_connection(&s).await;
+    let lived = trickle(
+        &mut later,
+        head,
+        Duration::from_millis(200),
+        Duration::from_secs(8),
+    )
+    .await;
+    assert!(
+        lived.is_some_and(|d| d < Duration::from_secs(3)),
+        "later request: {lived:?}"
+    );
+}
+
+/// Item 7: beyond `max_connections`, a connection is answered 503 with a `Status` and Retry-After
+/// and closed; a slot freed is usable again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_are_refused_cleanly() {
+    let s = TestServer::start(ServerConfig {
+        max_connections: 3,
+        ..ServerConfig::default()
+    })
+    .await;
+    let watch = "GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut w1 = first_request(&s, watch).await;
+    let mut w2 = first_request(&s, watch).await;
+    for w in [&mut w1, &mut w2] {
+        let r = read_until(w, b"chunked\r\n\r\n", Duration::from_secs(10)).await;
+        assert!(
+            r.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&r)
+        );
+    }
+    let idle = TcpStream::connect(addr(&s)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut over = first_request(&s, "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let r = read_until(&mut over, b"\0never", Duration::from_secs(5)).await;
+    let text = String::from_utf8_lossy(&r);
+    assert!(
+        text.starts_with("HTTP/1.1 503 Service Unavailable\r\n")
+            && text.contains("Retry-After: 1\r\n")
+            && text.contains(r#""reason":"ServiceUnavailable""#)
+            && text.contains(r#""code":503"#),
+        "{text}"
+    );
+    // read_until returned because the server closed the connection.
+    let mut buf = [0u8; 16];
+    assert_eq!(over.read(&mut buf).await.unwrap_or(0), 0);
+    drop(idle);
+    let mut ok = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut sock = first_request(&s, "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        if read_until(&mut sock, b"ok", Duration::from_secs(5))
+            .await
+            .starts_with(b"HTTP/1.1 200")
+        {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "a freed slot is usable again");
+}

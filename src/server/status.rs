@@ -145,6 +145,13 @@ impl ApiError {
         )
     }
 
+    /// The same error with a Retry-After (seconds).
+    #[must_use]
+    pub fn with_retry_after(mut self, seconds: u64) -> ApiError {
+        self.0.retry_after = Some(seconds);
+        self
+    }
+
     /// Seconds a client should wait before retrying, when the error says so.
     pub fn retry_after(&self) -> Option<u64> {
         self.0.retry_after
