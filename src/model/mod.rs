@@ -12,6 +12,7 @@ mod event_type;
 pub(crate) mod field_memo;
 pub(crate) mod field_path;
 pub(crate) mod labels;
+pub mod names;
 mod object;
 mod resource_version;
 pub(crate) mod schema;
