@@ -74,6 +74,10 @@ pub use cache::{
     WatchEvent, WatchOptions, WatchStream, list_parts,
 };
 pub use error::{Error, Result};
+
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzz;
 pub use model::{
     DecodeError, DefinitionError, EventType, FieldPath, FieldSelector, HistoryConfig, IndexDef,
     IndexKey, LabelSelector, Object, ResourceDef, ResourceVersion, RvMatch, Selection,

@@ -20,7 +20,7 @@
 
 mod config;
 mod consistent;
-mod continue_token;
+pub(crate) mod continue_token;
 mod history;
 mod list;
 #[cfg(all(test, watchcache_loom))]

@@ -40,7 +40,7 @@ pub(crate) enum FirstRequest {
 }
 
 /// A parsed WATCH request head.
-struct WatchRequest {
+pub(crate) struct WatchRequest {
     path: String,
     query: String,
     keep_alive: bool,
@@ -48,14 +48,14 @@ struct WatchRequest {
     head_len: usize,
 }
 
-enum Head {
+pub(crate) enum Head {
     Incomplete,
     NotAWatch,
     Watch(WatchRequest),
 }
 
 /// Parses a request head (synchronously, so the header array never lives in a task's state).
-fn parse_head(buf: &[u8]) -> Head {
+pub(crate) fn parse_head(buf: &[u8]) -> Head {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(buf) {
