@@ -79,9 +79,9 @@ pub use error::{Error, Result};
 #[doc(hidden)]
 pub mod fuzz;
 pub use model::{
-    DecodeError, DefinitionError, EventType, FieldPath, FieldSelector, HistoryConfig, IndexDef,
-    IndexKey, LabelSelector, Object, ResourceDef, ResourceVersion, RvMatch, Selection,
-    SelectorError, definition, selector,
+    Computed, DecodeError, DefinitionError, EventType, FieldPath, FieldSelector, HistoryConfig,
+    IndexDef, IndexKey, LabelSelector, Object, PrinterColumn, ResourceDef, ResourceVersion,
+    RvMatch, Selection, SelectorError, columns, definition, selector,
 };
 #[cfg(feature = "etcd")]
 pub use upstream::etcd;

@@ -30,6 +30,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::model::FieldPath;
+use crate::model::columns::{Computed, PrinterColumn, RawColumn};
 use crate::model::labels::validate_key as validate_label_key;
 
 /// Sizing of a resource's history window. Defaults follow upstream: start at 100 events and double
@@ -113,6 +114,15 @@ pub struct ResourceDef {
     pub indexes: Vec<IndexDef>,
     /// History window sizing.
     pub history: HistoryConfig,
+    /// The singular name discovery advertises (`pod`); by default the kind in lowercase.
+    pub singular: String,
+    /// Short names kubectl accepts for the resource (`po`).
+    pub short_names: Vec<String>,
+    /// Categories the resource belongs to (`all`, so that `kubectl get all` lists it).
+    pub categories: Vec<String>,
+    /// Table columns after NAME, in order (priority 0 by default, 1 for `-o wide`). A definition that
+    /// declares none gets AGE, as upstream gives a CRD without printer columns.
+    pub columns: Vec<PrinterColumn>,
 }
 
 /// A definition file that could not be used: the file and what is wrong with it.
@@ -139,6 +149,14 @@ struct RawDef {
     history: Option<RawHistory>,
     #[serde(default, rename = "index")]
     indexes: Vec<RawIndex>,
+    #[serde(default)]
+    singular: Option<String>,
+    #[serde(default)]
+    short_names: Vec<String>,
+    #[serde(default)]
+    categories: Vec<String>,
+    #[serde(default, rename = "column")]
+    columns: Vec<RawColumn>,
 }
 
 #[derive(Deserialize)]
@@ -345,7 +363,37 @@ impl ResourceDef {
                 trigger: ix.trigger,
             });
         }
+        let singular = raw.singular.unwrap_or_else(|| raw.kind.to_lowercase());
+        for name in std::iter::once(&singular)
+            .chain(&raw.short_names)
+            .chain(&raw.categories)
+        {
+            if !is_dns_label(name) {
+                return Err(err(format!(
+                    "\"{name}\": singular names, short names and categories must be lowercase DNS labels"
+                )));
+            }
+        }
+        let mut columns = Vec::with_capacity(raw.columns.len().max(1));
+        for c in raw.columns {
+            columns.push(c.compile().map_err(err)?);
+        }
+        if columns.is_empty() {
+            columns.push(PrinterColumn {
+                name: "AGE".into(),
+                type_: "date".into(),
+                format: String::new(),
+                description: "Time since the object was created".into(),
+                priority: 0,
+                json_path: Vec::new(),
+                computed: Some(Computed::Age),
+            });
+        }
         Ok(ResourceDef {
+            singular,
+            short_names: raw.short_names,
+            categories: raw.categories,
+            columns,
             group: raw.group,
             version: raw.version,
             kind: raw.kind,

@@ -7,6 +7,7 @@
 //! This layer depends on nothing else in the crate but [`crate::error`]; every other layer depends
 //! on it.
 
+pub mod columns;
 pub mod definition;
 mod event_type;
 pub(crate) mod field_memo;
@@ -18,6 +19,7 @@ mod resource_version;
 pub(crate) mod schema;
 pub mod selector;
 
+pub use columns::{Computed, PrinterColumn};
 pub use definition::{DefinitionError, HistoryConfig, IndexDef, IndexKey, ResourceDef};
 pub use event_type::EventType;
 pub use field_path::FieldPath;

@@ -1,4 +1,9 @@
-//! Discovery documents: `/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`.
+//! Discovery documents: `/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`, aggregated discovery
+//! (`apidiscovery.k8s.io/v2`, which kubectl asks for first) and `/version`.
+//!
+//! Each resource advertises what its definition declares (singular name, short names, categories)
+//! and the verbs that are actually served: reads always, writes only when the resource has an
+//! upstream to write to.
 
 use std::collections::BTreeMap;
 
@@ -6,41 +11,72 @@ use serde_json::{Value, json};
 
 use crate::model::ResourceDef;
 
-fn resource(def: &ResourceDef) -> Value {
-    json!({
-        "name": def.plural,
-        "singularName": def.kind.to_lowercase(),
-        "namespaced": def.namespaced,
-        "kind": def.kind,
-        "verbs": ["create", "delete", "get", "list", "update", "watch"],
-    })
+/// A served resource as discovery sees it.
+#[derive(Clone, Copy)]
+pub(crate) struct Entry<'a> {
+    pub def: &'a ResourceDef,
+    /// Whether writes are served (the resource has an upstream to write to).
+    pub writable: bool,
+}
+
+/// The Kubernetes version this server reports on `/version`: the one whose wire format and
+/// semantics it follows (the test vectors in testdata come from 1.35).
+pub(crate) const KUBERNETES_MINOR: &str = "35";
+
+/// The verbs served for a resource, sorted as upstream lists them.
+fn verbs(writable: bool) -> Vec<&'static str> {
+    if writable {
+        vec!["create", "delete", "get", "list", "update", "watch"]
+    } else {
+        vec!["get", "list", "watch"]
+    }
+}
+
+fn resource(e: Entry<'_>) -> Value {
+    let d = e.def;
+    let mut r = json!({
+        "name": d.plural,
+        "singularName": d.singular,
+        "namespaced": d.namespaced,
+        "kind": d.kind,
+        "verbs": verbs(e.writable),
+    });
+    if !d.short_names.is_empty() {
+        r["shortNames"] = json!(d.short_names);
+    }
+    if !d.categories.is_empty() {
+        r["categories"] = json!(d.categories);
+    }
+    r
 }
 
 /// `/api`: the core group's versions.
-pub fn core_versions(defs: &[&ResourceDef]) -> Value {
-    let versions: Vec<&str> = {
-        let mut v: Vec<&str> = defs
-            .iter()
-            .filter(|d| d.group.is_empty())
-            .map(|d| d.version.as_str())
-            .collect();
-        v.sort();
-        v.dedup();
-        v
-    };
-    json!({"kind": "APIVersions", "versions": versions, "serverAddressByClientCIDRs": []})
+pub fn core_versions(entries: &[Entry<'_>]) -> Value {
+    let mut v: Vec<&str> = entries
+        .iter()
+        .filter(|e| e.def.group.is_empty())
+        .map(|e| e.def.version.as_str())
+        .collect();
+    v.sort();
+    v.dedup();
+    json!({"kind": "APIVersions", "versions": v, "serverAddressByClientCIDRs": []})
+}
+
+/// Versions of each named group, in first-seen order.
+fn named_groups<'a>(entries: &[Entry<'a>]) -> BTreeMap<&'a str, Vec<&'a str>> {
+    let mut by_group: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for e in entries.iter().filter(|e| !e.def.group.is_empty()) {
+        let v = by_group.entry(&e.def.group).or_default();
+        if !v.contains(&e.def.version.as_str()) {
+            v.push(&e.def.version);
+        }
+    }
+    by_group
 }
 
 /// `/apis`: the named groups.
-pub fn groups(defs: &[&ResourceDef]) -> Value {
-    let mut by_group: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for d in defs.iter().filter(|d| !d.group.is_empty()) {
-        let v = by_group.entry(&d.group).or_default();
-        if !v.contains(&d.version.as_str()) {
-            v.push(&d.version);
-        }
-    }
-    let groups: Vec<Value> = by_group
+pub fn groups(entries: &[Entry<'_>]) -> Value {
+    let groups: Vec<Value> = named_groups(entries)
         .into_iter()
         .map(|(g, versions)| {
             let vs: Vec<Value> = versions
@@ -54,12 +90,14 @@ pub fn groups(defs: &[&ResourceDef]) -> Value {
 }
 
 /// `/api/v1` or `/apis/{group}/{version}`: the resources of one group version, if it has any.
-pub fn resources(defs: &[&ResourceDef], group: &str, version: &str) -> Option<Value> {
-    let list: Vec<Value> = defs
+pub fn resources(entries: &[Entry<'_>], group: &str, version: &str) -> Option<Value> {
+    let mut list: Vec<Value> = Vec::new();
+    for e in entries
         .iter()
-        .filter(|d| d.group == group && d.version == version)
-        .map(|d| resource(d))
-        .collect();
+        .filter(|e| e.def.group == group && e.def.version == version)
+    {
+        list.push(resource(*e));
+    }
     if list.is_empty() {
         return None;
     }
@@ -71,4 +109,135 @@ pub fn resources(defs: &[&ResourceDef], group: &str, version: &str) -> Option<Va
     Some(
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
     )
+}
+
+fn aggregated_resource(e: Entry<'_>) -> Value {
+    let d = e.def;
+    let kind = json!({"group": d.group, "version": d.version, "kind": d.kind});
+    let mut r = json!({
+        "resource": d.plural,
+        "responseKind": kind,
+        "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": d.singular,
+        "verbs": verbs(e.writable),
+    });
+    if !d.short_names.is_empty() {
+        r["shortNames"] = json!(d.short_names);
+    }
+    if !d.categories.is_empty() {
+        r["categories"] = json!(d.categories);
+    }
+    r
+}
+
+fn aggregated_group(entries: &[Entry<'_>], group: &str, versions: &[&str]) -> Value {
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| {
+            let rs: Vec<Value> = entries
+                .iter()
+                .filter(|e| e.def.group == group && e.def.version == *v)
+                .map(|e| aggregated_resource(*e))
+                .collect();
+            json!({"version": v, "resources": rs, "freshness": "Current"})
+        })
+        .collect();
+    json!({"metadata": {"name": group, "creationTimestamp": null}, "versions": vs})
+}
+
+/// Aggregated discovery (`APIGroupDiscoveryList`, `apidiscovery.k8s.io/v2`): on `/api`, the core
+/// group; on `/apis`, the named groups.
+pub fn aggregated(entries: &[Entry<'_>], core: bool) -> Value {
+    let items: Vec<Value> = if core {
+        let mut v: Vec<&str> = entries
+            .iter()
+            .filter(|e| e.def.group.is_empty())
+            .map(|e| e.def.version.as_str())
+            .collect();
+        v.sort();
+        v.dedup();
+        if v.is_empty() {
+            Vec::new()
+        } else {
+            vec![aggregated_group(entries, "", &v)]
+        }
+    } else {
+        named_groups(entries)
+            .iter()
+            .map(|(g, vs)| aggregated_group(entries, g, vs))
+            .collect()
+    };
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    })
+}
+
+/// `/version`: the Kubernetes version whose API this server follows, and this server's own.
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": KUBERNETES_MINOR,
+        "gitVersion": format!("v1.{KUBERNETES_MINOR}.0-watchcache.{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_advertise_names_categories_and_served_verbs() {
+        let defs = ResourceDef::builtins();
+        let entries: Vec<Entry<'_>> = defs
+            .iter()
+            .map(|def| Entry {
+                def,
+                writable: def.plural != "nodes",
+            })
+            .collect();
+        let core = resources(&entries, "", "v1").unwrap();
+        let find = |name: &str| {
+            core["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == name)
+                .cloned()
+                .unwrap()
+        };
+        let pods = find("pods");
+        assert_eq!(pods["shortNames"], json!(["po"]));
+        assert_eq!(pods["singularName"], "pod");
+        assert_eq!(pods["categories"], json!(["all"]));
+        assert_eq!(
+            pods["verbs"],
+            json!(["create", "delete", "get", "list", "update", "watch"])
+        );
+        assert_eq!(find("nodes")["verbs"], json!(["get", "list", "watch"]));
+        let agg = aggregated(&entries, true);
+        assert_eq!(agg["items"][0]["metadata"]["name"], "");
+        let rs = agg["items"][0]["versions"][0]["resources"]
+            .as_array()
+            .unwrap();
+        let cm = rs.iter().find(|r| r["resource"] == "configmaps").unwrap();
+        assert_eq!(cm["shortNames"], json!(["cm"]));
+        assert_eq!(cm["scope"], "Namespaced");
+        let named = aggregated(&entries, false);
+        assert!(
+            named["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|g| g["metadata"]["name"] != "")
+        );
+    }
 }

@@ -18,7 +18,8 @@
 //! | `routes.rs` | requests hyper serves |
 //! | `watch/` | watch responses: start, the one pump loop, frames, the fast path, hyper's body |
 //! | `params.rs`, `writes.rs`, `response.rs`, `status.rs` | query parsing, write bodies, response bodies, `Status` errors |
-//! | `discovery.rs`, `metrics.rs` | discovery documents, `/metrics` |
+//! | `discovery.rs`, `metrics.rs` | discovery documents (legacy, aggregated v2, `/version`), `/metrics` |
+//! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
 //!
 //! # Examples
 //! A cache fed in process, served over HTTP with writes:
@@ -37,8 +38,10 @@
 //! ```
 
 mod config;
+mod convert;
 mod discovery;
 mod metrics;
+mod negotiate;
 pub(crate) mod params;
 mod response;
 mod routes;

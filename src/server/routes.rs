@@ -9,8 +9,10 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::cache::{Cache, list_parts};
-use crate::server::discovery;
+use crate::server::convert::{self, IncludeObject, WatchConverter};
+use crate::server::discovery::{self, Entry};
 use crate::server::metrics;
+use crate::server::negotiate::{Answer, Format};
 use crate::server::params::ReadParams;
 use crate::server::response::{body_of, gzip_encoded, json_response, wants_gzip};
 use crate::server::state::{AppState, segments};
@@ -59,18 +61,40 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().trim_end_matches('/').to_owned();
     let segs = segments(&path);
-    let defs: Vec<_> = st.caches().map(Cache::definition).collect();
+    let entries: Vec<Entry<'_>> = st
+        .served
+        .iter()
+        .map(|s| Entry {
+            def: s.cache.definition(),
+            writable: s.writes.is_some(),
+        })
+        .collect();
     let ok_json =
         |v: serde_json::Value| Ok(json_response(StatusCode::OK, Body::from(v.to_string())));
+    let discovery_format = || Format::negotiate(&parts.headers, Answer::Discovery);
     match segs.as_slice() {
-        ["api"] => return ok_json(discovery::core_versions(&defs)),
-        ["apis"] => return ok_json(discovery::groups(&defs)),
+        ["version"] => return ok_json(discovery::version()),
+        [root @ ("api" | "apis")] => {
+            let core = *root == "api";
+            return Ok(match discovery_format()? {
+                Format::AggregatedDiscovery => typed_response(
+                    StatusCode::OK,
+                    Format::AggregatedDiscovery,
+                    Answer::Discovery,
+                    Body::from(discovery::aggregated(&entries, core).to_string()),
+                ),
+                _ if core => ok_json(discovery::core_versions(&entries))?,
+                _ => ok_json(discovery::groups(&entries))?,
+            });
+        }
         ["api", v] => {
-            return discovery::resources(&defs, "", v)
+            discovery_format()?;
+            return discovery::resources(&entries, "", v)
                 .map_or_else(|| Err(ApiError::no_route(&path)), ok_json);
         }
         ["apis", g, v] => {
-            return discovery::resources(&defs, g, v)
+            discovery_format()?;
+            return discovery::resources(&entries, g, v)
                 .map_or_else(|| Err(ApiError::no_route(&path)), ok_json);
         }
         _ => {}
@@ -86,8 +110,11 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     );
     let cache = &served.cache;
     if method == Method::GET {
-        return read(st, cache, ns, name, query, gzip).await;
+        return read(st, cache, &parts.headers, ns, name, query, gzip).await;
     }
+    // Writes answer the object in JSON; a client that accepts nothing JSON-like gets 406 before
+    // anything is written.
+    Format::negotiate(&parts.headers, Answer::Plain)?;
     let writes = match (&method, name, &served.writes) {
         (&Method::POST, None, Some(w)) | (&Method::PUT | &Method::DELETE, Some(_), Some(w)) => w,
         _ => return Err(ApiError::method_not_allowed(method.as_str(), &path)),
@@ -119,33 +146,62 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
 async fn read(
     st: &Arc<AppState>,
     cache: &Cache,
+    headers: &axum::http::HeaderMap,
     ns: Option<&str>,
     name: Option<&str>,
     query: Option<&str>,
     gzip: bool,
 ) -> Result<Response, ApiError> {
     let mut params = ReadParams::parse(query, st.config.max_selector_len)?;
+    let answer = if params.watch || name.is_some() {
+        Answer::Object
+    } else {
+        Answer::List
+    };
+    let format = Format::negotiate(headers, answer)?;
+    let include = IncludeObject::from_query(query)?;
+    let def = cache.definition();
+    let typed = |r: Response| retype(r, format, answer);
     if params.watch {
         if let Some(n) = name {
             params.watch_one(n);
         }
-        let pump = watch::start(st, cache, ns, &params, gzip).await?;
+        let convert = WatchConverter::new(def, format, include);
+        let pump = watch::start(st, cache, ns, &params, gzip, convert).await?;
         let resp = json_response(StatusCode::OK, Body::from_stream(watch::body::body(pump)));
-        return Ok(if gzip { gzip_encoded(resp) } else { resp });
+        return Ok(typed(if gzip { gzip_encoded(resp) } else { resp }));
     }
     if let Some(n) = name {
         let obj = cache.get(ns, n, params.resource_version).await?;
-        return Ok(body_of(vec![obj.json().clone()], gzip, StatusCode::OK));
+        let body = match format {
+            Format::Json => obj.json().clone(),
+            _ => convert::object(def, obj.json(), format, include)?,
+        };
+        return Ok(typed(body_of(vec![body], gzip, StatusCode::OK)));
     }
     let started = Instant::now();
     let list = cache.list(&params.list_options(ns)?).await?;
-    st.metrics
-        .observe_list(&cache.definition().plural, started.elapsed());
-    Ok(body_of(
-        list_parts(cache.definition(), &list),
-        gzip,
-        StatusCode::OK,
-    ))
+    st.metrics.observe_list(&def.plural, started.elapsed());
+    let parts = match format {
+        Format::Json => list_parts(def, &list),
+        _ => vec![convert::list(def, &list, format, include)?],
+    };
+    Ok(typed(body_of(parts, gzip, StatusCode::OK)))
+}
+
+/// A response labelled with its format's Content-Type.
+fn typed_response(code: StatusCode, format: Format, answer: Answer, body: Body) -> Response {
+    retype(json_response(code, body), format, answer)
+}
+
+/// Sets the Content-Type of a JSON response to the negotiated format's.
+fn retype(mut r: Response, format: Format, answer: Answer) -> Response {
+    if format != Format::Json
+        && let Ok(v) = header::HeaderValue::from_str(&format.content_type(answer))
+    {
+        r.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    r
 }
 
 /// A write body must be JSON: `application/json` (any parameters), or no Content-Type at all, which

@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tracing::debug;
 
+use crate::server::negotiate::Format;
 use crate::server::params::ReadParams;
 use crate::server::response::wants_gzip_value;
 use crate::server::state::{AppState, segments};
@@ -80,7 +81,12 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let is_watch = form_urlencoded::parse(query.as_bytes())
         .any(|(k, v)| k == "watch" && matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"));
-    if !is_watch {
+    // A watch that asks for anything but plain JSON (Table, PartialObjectMetadata, or nothing
+    // servable) is hyper's: it negotiates, converts or answers 406.
+    if !is_watch
+        || header("accept")
+            .is_some_and(|a| !std::str::from_utf8(a).is_ok_and(Format::is_plain_json))
+    {
         return Head::NotAWatch;
     }
     Head::Watch(WatchRequest {
@@ -166,6 +172,7 @@ async fn serve_watch(
             target.namespace.as_deref(),
             &params,
             gzip,
+            None,
         )
         .await
     };

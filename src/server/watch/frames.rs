@@ -10,17 +10,22 @@ use flate2::write::GzEncoder;
 
 use crate::cache::{Frame, WatchEvent};
 use crate::error::Error;
+use crate::server::convert::WatchConverter;
 use crate::server::status::ApiError;
 
 /// Turns frames into response chunks: the shared pieces, or gzip-compressed and flushed.
 pub(crate) struct FrameEncoder {
     gzip: Option<GzEncoder<Vec<u8>>>,
+    /// Set when the watch is answered as Table or PartialObjectMetadata: each event is converted
+    /// for this watcher. Boxed: plain JSON watches (nearly all) carry one pointer, not the state.
+    convert: Option<Box<WatchConverter>>,
 }
 
 impl FrameEncoder {
-    pub fn new(gzip: bool) -> FrameEncoder {
+    pub fn new(gzip: bool, convert: Option<WatchConverter>) -> FrameEncoder {
         FrameEncoder {
             gzip: gzip.then(|| GzEncoder::new(Vec::new(), Compression::fast())),
+            convert: convert.map(Box::new),
         }
     }
 
@@ -43,7 +48,13 @@ impl FrameEncoder {
     /// goes out as an ERROR event and ends it, and the end of the stream closes the gzip stream.
     pub fn item(&mut self, item: Option<Result<WatchEvent, Error>>) -> (Vec<Bytes>, bool) {
         match item {
-            Some(Ok(ev)) => (self.chunks(&ev.frame()), false),
+            Some(Ok(ev)) => {
+                let frame = match &mut self.convert {
+                    None => ev.frame(),
+                    Some(c) => c.frame(&ev),
+                };
+                (self.chunks(&frame), false)
+            }
             Some(Err(e)) => (
                 self.last(&Frame::error(ApiError::from(e).status_json())),
                 true,

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::cache::{Cache, Frame, WatchStream};
 use crate::error::Error;
+use crate::server::convert::WatchConverter;
 use crate::server::params::ReadParams;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
@@ -56,6 +57,7 @@ pub(crate) async fn start(
     ns: Option<&str>,
     params: &ReadParams,
     gzip: bool,
+    convert: Option<WatchConverter>,
 ) -> Result<WatchPump, ApiError> {
     let limit = st.config.max_watchers;
     if st.watchers.fetch_add(1, Ordering::Relaxed) >= limit {
@@ -82,7 +84,7 @@ pub(crate) async fn start(
                 deadline,
                 _slot: slot,
             };
-            Ok(WatchPump::events(w, shutdown, gzip))
+            Ok(WatchPump::events(w, shutdown, gzip, convert))
         }
         Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => Ok(WatchPump::single(
             Frame::error(ApiError::from(e).status_json()),

@@ -7,6 +7,7 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::sync::watch;
 
 use crate::cache::Frame;
+use crate::server::convert::WatchConverter;
 use crate::server::watch::StartedWatch;
 use crate::server::watch::frames::FrameEncoder;
 
@@ -27,11 +28,17 @@ enum Phase {
 
 impl WatchPump {
     /// Streams a started watch until its deadline, server shutdown, an error, or its end.
-    pub fn events(w: StartedWatch, shutdown: watch::Receiver<bool>, gzip: bool) -> WatchPump {
+    /// `convert` answers the events as Table or PartialObjectMetadata.
+    pub fn events(
+        w: StartedWatch,
+        shutdown: watch::Receiver<bool>,
+        gzip: bool,
+        convert: Option<WatchConverter>,
+    ) -> WatchPump {
         WatchPump {
             phase: Phase::Streaming(w),
             shutdown,
-            encoder: FrameEncoder::new(gzip),
+            encoder: FrameEncoder::new(gzip, convert),
         }
     }
 
@@ -40,7 +47,7 @@ impl WatchPump {
         WatchPump {
             phase: Phase::Single(frame),
             shutdown,
-            encoder: FrameEncoder::new(gzip),
+            encoder: FrameEncoder::new(gzip, None),
         }
     }
 

