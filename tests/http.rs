@@ -300,8 +300,20 @@ async fn errors_are_statuses_with_the_right_codes() {
     let v: Value = r.json().await.unwrap();
     assert_status(&v, 422, "Invalid");
     assert_eq!(v["details"]["causes"][0]["field"], "metadata.name", "{v}");
+    // PATCH is served (issue 12): without a patch Content-Type it is 415, as upstream; on a
+    // collection it is still 405.
     let r = c
         .patch(format!("{base}/api/v1/namespaces/a/pods/x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 415);
+    let v: Value = r.json().await.unwrap();
+    assert_status(&v, 415, "UnsupportedMediaType");
+    let r = c
+        .patch(format!("{base}/api/v1/namespaces/a/pods"))
+        .header("content-type", "application/merge-patch+json")
+        .body("{}")
         .send()
         .await
         .unwrap();

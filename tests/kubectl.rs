@@ -431,3 +431,217 @@ async fn metadata_clients_get_partial_metadata_or_406() {
             .any(|g| g["metadata"]["name"] == "example.com")
     );
 }
+
+/// Runs a kubectl command with a document on stdin.
+async fn with_stdin(k: &Kubectl, args: &[&str], doc: &str) -> Output {
+    let mut c = k.command(args);
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let doc = doc.to_owned();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = c.spawn().expect("spawn kubectl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(doc.as_bytes())
+            .unwrap();
+        child.wait_with_output()
+    })
+    .await
+    .unwrap()
+    .expect("run kubectl")
+}
+
+fn must(out: &Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed:\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn get_json(k: &Kubectl, args: &[&str]) -> Value {
+    let mut a = vec!["get"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["-o", "json"]);
+    serde_json::from_str(&k.ok(&a).await).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_label_annotate_apply_edit_and_set_image_patch() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let k = Kubectl::new(&s.url);
+    must(
+        &k.create(&pod("p", "n1", "10.0.0.1"), &["--validate=false"])
+            .await,
+        "create",
+    );
+    let created = get_json(&k, &["pod", "p"]).await;
+    assert_eq!(created["metadata"]["generation"], 1);
+    // label and annotate: merge patches.
+    k.ok(&["label", "pod", "p", "tier=front"]).await;
+    k.ok(&["annotate", "pod", "p", "note=hello"]).await;
+    let p = get_json(&k, &["pod", "p"]).await;
+    assert_eq!(
+        p["metadata"]["labels"],
+        json!({"app": "web", "tier": "front"})
+    );
+    assert_eq!(p["metadata"]["annotations"]["note"], "hello");
+    // Removing a label.
+    k.ok(&["label", "pod", "p", "tier-"]).await;
+    let p = get_json(&k, &["pod", "p"]).await;
+    assert_eq!(p["metadata"]["labels"], json!({"app": "web"}));
+    // `--resource-version` on label is a precondition: a stale one is 409.
+    let out = k
+        .run(&["label", "pod", "p", "x=y", "--resource-version=1"])
+        .await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Conflict") || err.contains("modified"),
+        "{err}"
+    );
+    // set image: a strategic merge patch merging containers by name. b keeps its image.
+    k.ok(&["set", "image", "pod/p", "a=nginx:2"]).await;
+    let p = get_json(&k, &["pod", "p"]).await;
+    assert_eq!(p["spec"]["containers"][0]["image"], "nginx:2");
+    assert_eq!(p["spec"]["containers"][1]["image"], "busybox:1");
+    assert_eq!(
+        p["metadata"]["generation"], 2,
+        "a spec change bumps generation"
+    );
+    assert_eq!(p["status"]["podIP"], "10.0.0.1", "status is kept");
+    // edit: kubectl's editor is a script that changes an image.
+    let editor = k.home.join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i 's/busybox:1/busybox:2/' \"$1\"\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut c = k.command(&["edit", "pod", "p", "--validate=false"]);
+    c.env("KUBE_EDITOR", &editor);
+    let out = tokio::task::spawn_blocking(move || c.output())
+        .await
+        .unwrap()
+        .unwrap();
+    must(&out, "edit");
+    let p = get_json(&k, &["pod", "p"]).await;
+    assert_eq!(p["spec"]["containers"][1]["image"], "busybox:2");
+    // dry run: answered, not written.
+    let out = k
+        .run(&[
+            "label",
+            "pod",
+            "p",
+            "dry=run",
+            "--dry-run=server",
+            "-o",
+            "json",
+        ])
+        .await;
+    let answered: Value = serde_json::from_str(&must(&out, "label --dry-run=server")).unwrap();
+    assert_eq!(answered["metadata"]["labels"]["dry"], "run");
+    let p = get_json(&k, &["pod", "p"]).await;
+    assert!(p["metadata"]["labels"].get("dry").is_none());
+    // The status subresource: only the status changes.
+    k.ok(&[
+        "patch",
+        "pod",
+        "p",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"podIP":"10.9.9.9"},"spec":{"nodeName":"elsewhere"}}"#,
+    ])
+    .await;
+    let p = get_json(&k, &["pod", "p"]).await;
+    assert_eq!(p["status"]["podIP"], "10.9.9.9");
+    assert_eq!(p["spec"]["nodeName"], "n1");
+    // A JSON patch.
+    k.ok(&[
+        "patch",
+        "pod",
+        "p",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/metadata/labels/j","value":"1"}]"#,
+    ])
+    .await;
+    assert_eq!(
+        get_json(&k, &["pod", "p"]).await["metadata"]["labels"]["j"],
+        "1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_twice_and_the_errors_an_operator_sees() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let k = Kubectl::new(&s.url);
+    let cm = |v: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "default"}, "data": {"mode": v}})
+        .to_string()
+    };
+    let out = with_stdin(&k, &["apply", "-f", "-", "--validate=false"], &cm("a")).await;
+    assert!(must(&out, "apply 1").contains("created"));
+    let out = with_stdin(&k, &["apply", "-f", "-", "--validate=false"], &cm("b")).await;
+    assert!(must(&out, "apply 2").contains("configured"));
+    let got = get_json(&k, &["cm", "settings"]).await;
+    assert_eq!(got["data"]["mode"], "b");
+    assert!(
+        got["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .unwrap()
+            .contains("\"b\"")
+    );
+    // A custom resource takes merge patches (apply uses one for it), not strategic ones.
+    let w = |o: &str| {
+        json!({"apiVersion": "example.com/v1alpha1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "default"}, "spec": {"owner": o}})
+        .to_string()
+    };
+    must(
+        &with_stdin(&k, &["apply", "-f", "-", "--validate=false"], &w("x")).await,
+        "apply widget",
+    );
+    must(
+        &with_stdin(&k, &["apply", "-f", "-", "--validate=false"], &w("y")).await,
+        "apply widget again",
+    );
+    assert_eq!(get_json(&k, &["widgets", "w"]).await["spec"]["owner"], "y");
+    let out = k
+        .run(&[
+            "patch",
+            "widget",
+            "w",
+            "--type=strategic",
+            "-p",
+            r#"{"spec":{"owner":"z"}}"#,
+        ])
+        .await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("strategic merge patch is not supported"),
+        "{err}"
+    );
+    // Server-side apply is refused with a message saying what to use instead.
+    let out = with_stdin(
+        &k,
+        &["apply", "--server-side", "-f", "-", "--validate=false"],
+        &cm("c"),
+    )
+    .await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("server-side apply"), "{err}");
+}

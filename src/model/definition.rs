@@ -95,6 +95,19 @@ pub struct IndexDef {
     pub trigger: bool,
 }
 
+/// A list that a strategic merge patch merges element by element instead of replacing
+/// (upstream's `patchStrategy:"merge"` with its `patchMergeKey`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeList {
+    /// The list's dotted path; list elements are transparent (`spec.containers.ports` is the ports
+    /// of every container).
+    pub path: String,
+    /// The field elements are matched on (`name`); none for a list of primitives, merged as a set.
+    #[serde(default)]
+    pub key: Option<String>,
+}
+
 /// A resource definition, from one file of `indexers/`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceDef {
@@ -123,6 +136,12 @@ pub struct ResourceDef {
     /// Table columns after NAME, in order (priority 0 by default, 1 for `-o wide`). A definition that
     /// declares none gets AGE, as upstream gives a CRD without printer columns.
     pub columns: Vec<PrinterColumn>,
+    /// Whether PATCH accepts `application/strategic-merge-patch+json` (built-ins; upstream refuses
+    /// it for custom resources with 415).
+    pub strategic_merge_patch: bool,
+    /// Lists a strategic merge patch merges by key; `metadata.finalizers` and
+    /// `metadata.ownerReferences` (by uid) are always included when strategic merge is on.
+    pub merge_lists: Vec<MergeList>,
 }
 
 /// A definition file that could not be used: the file and what is wrong with it.
@@ -157,6 +176,10 @@ struct RawDef {
     categories: Vec<String>,
     #[serde(default, rename = "column")]
     columns: Vec<RawColumn>,
+    #[serde(default)]
+    strategic_merge_patch: bool,
+    #[serde(default, rename = "merge_list")]
+    merge_lists: Vec<MergeList>,
 }
 
 #[derive(Deserialize)]
@@ -389,7 +412,31 @@ impl ResourceDef {
                 computed: Some(Computed::Age),
             });
         }
+        let mut merge_lists = raw.merge_lists;
+        if !raw.strategic_merge_patch && !merge_lists.is_empty() {
+            return Err(err(
+                "merge_list needs strategic_merge_patch = true (custom resources get merge patches only)".into(),
+            ));
+        }
+        for l in &merge_lists {
+            FieldPath::parse(&l.path).map_err(|m| err(format!("merge_list: {m}")))?;
+        }
+        if raw.strategic_merge_patch {
+            for (path, key) in [
+                ("metadata.finalizers", None),
+                ("metadata.ownerReferences", Some("uid")),
+            ] {
+                if !merge_lists.iter().any(|l| l.path == path) {
+                    merge_lists.push(MergeList {
+                        path: path.into(),
+                        key: key.map(str::to_owned),
+                    });
+                }
+            }
+        }
         Ok(ResourceDef {
+            strategic_merge_patch: raw.strategic_merge_patch,
+            merge_lists,
             singular,
             short_names: raw.short_names,
             categories: raw.categories,

@@ -26,10 +26,31 @@ pub(crate) const KUBERNETES_MINOR: &str = "35";
 /// The verbs served for a resource, sorted as upstream lists them.
 fn verbs(writable: bool) -> Vec<&'static str> {
     if writable {
-        vec!["create", "delete", "get", "list", "update", "watch"]
+        vec![
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ]
     } else {
         vec!["get", "list", "watch"]
     }
+}
+
+/// Verbs of the `/status` subresource served beside every resource.
+fn status_verbs(writable: bool) -> Vec<&'static str> {
+    if writable {
+        vec!["get", "patch", "update"]
+    } else {
+        vec!["get"]
+    }
+}
+
+fn status_resource(e: Entry<'_>) -> Value {
+    json!({
+        "name": format!("{}/status", e.def.plural),
+        "singularName": "",
+        "namespaced": e.def.namespaced,
+        "kind": e.def.kind,
+        "verbs": status_verbs(e.writable),
+    })
 }
 
 fn resource(e: Entry<'_>) -> Value {
@@ -97,6 +118,7 @@ pub fn resources(entries: &[Entry<'_>], group: &str, version: &str) -> Option<Va
         .filter(|e| e.def.group == group && e.def.version == version)
     {
         list.push(resource(*e));
+        list.push(status_resource(*e));
     }
     if list.is_empty() {
         return None;
@@ -120,6 +142,11 @@ fn aggregated_resource(e: Entry<'_>) -> Value {
         "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": d.singular,
         "verbs": verbs(e.writable),
+        "subresources": [{
+            "subresource": "status",
+            "responseKind": kind,
+            "verbs": status_verbs(e.writable),
+        }],
     });
     if !d.short_names.is_empty() {
         r["shortNames"] = json!(d.short_names);
@@ -220,9 +247,15 @@ mod tests {
         assert_eq!(pods["categories"], json!(["all"]));
         assert_eq!(
             pods["verbs"],
-            json!(["create", "delete", "get", "list", "update", "watch"])
+            json!([
+                "create", "delete", "get", "list", "patch", "update", "watch"
+            ])
         );
         assert_eq!(find("nodes")["verbs"], json!(["get", "list", "watch"]));
+        assert_eq!(
+            find("pods/status")["verbs"],
+            json!(["get", "patch", "update"])
+        );
         let agg = aggregated(&entries, true);
         assert_eq!(agg["items"][0]["metadata"]["name"], "");
         let rs = agg["items"][0]["versions"][0]["resources"]

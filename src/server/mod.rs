@@ -6,8 +6,8 @@
 //!
 //! - `GET /api/v1/{resource}`, `/api/v1/namespaces/{ns}/{resource}`, `.../{name}`, and the same
 //!   under `/apis/{group}/{version}`: LIST, GET and WATCH (`?watch=true`) from the cache.
-//! - `POST`, `PUT`, `DELETE` on the same paths: writes through to the resource's upstream with
-//!   preconditions.
+//! - `POST`, `PUT`, `PATCH`, `DELETE` on the same paths (`PUT` and `PATCH` on `/status` too):
+//!   writes through to the resource's upstream with preconditions.
 //! - `/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`: discovery.
 //! - `/metrics`, `/readyz`, `/livez`.
 //!
@@ -18,6 +18,7 @@
 //! | `routes.rs` | requests hyper serves |
 //! | `watch/` | watch responses: start, the one pump loop, frames, the fast path, hyper's body |
 //! | `params.rs`, `writes.rs`, `response.rs`, `status.rs` | query parsing, write bodies, response bodies, `Status` errors |
+//! | `patch.rs` | PATCH: json-patch, merge-patch, strategic merge patch with declared merge keys |
 //! | `discovery.rs`, `metrics.rs` | discovery documents (legacy, aggregated v2, `/version`), `/metrics` |
 //! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
 //!
@@ -43,6 +44,7 @@ mod discovery;
 mod metrics;
 mod negotiate;
 pub(crate) mod params;
+mod patch;
 mod response;
 mod routes;
 mod state;

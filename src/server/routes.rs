@@ -13,7 +13,8 @@ use crate::server::convert::{self, IncludeObject, WatchConverter};
 use crate::server::discovery::{self, Entry};
 use crate::server::metrics;
 use crate::server::negotiate::{Answer, Format};
-use crate::server::params::ReadParams;
+use crate::server::params::{ReadParams, WriteParams};
+use crate::server::patch::PatchKind;
 use crate::server::response::{body_of, gzip_encoded, json_response, wants_gzip};
 use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
@@ -109,40 +110,69 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         target.name.as_deref(),
     );
     let cache = &served.cache;
-    if method == Method::GET {
-        return read(st, cache, &parts.headers, ns, name, query, gzip).await;
+    // HEAD is a GET whose body hyper leaves out.
+    if method == Method::GET || method == Method::HEAD {
+        return read(
+            st,
+            cache,
+            &parts.headers,
+            ns,
+            name,
+            query,
+            gzip,
+            target.status,
+        )
+        .await;
     }
     // Writes answer the object in JSON; a client that accepts nothing JSON-like gets 406 before
     // anything is written.
     Format::negotiate(&parts.headers, Answer::Plain)?;
-    let writes = match (&method, name, &served.writes) {
-        (&Method::POST, None, Some(w)) | (&Method::PUT | &Method::DELETE, Some(_), Some(w)) => w,
+    let status = target.status;
+    let writes = match (&method, name, &served.writes, status) {
+        (&Method::POST, None, Some(w), false)
+        | (&Method::PUT | &Method::PATCH, Some(_), Some(w), _)
+        | (&Method::DELETE, Some(_), Some(w), false) => w,
         _ => return Err(ApiError::method_not_allowed(method.as_str(), &path)),
     };
-    if method != Method::DELETE {
-        check_content_type(&parts.headers)?;
-    }
+    let ct = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("(not text)"));
+    let patch_kind = if method == Method::PATCH {
+        Some(PatchKind::from_content_type(ct, cache.definition())?)
+    } else {
+        if method != Method::DELETE {
+            check_content_type(&parts.headers)?;
+        }
+        None
+    };
+    let params = WriteParams::parse(query)?;
     let body = axum::body::to_bytes(body, st.config.max_body_bytes)
         .await
         .map_err(|_| ApiError::too_large("the request body", st.config.max_body_bytes))?;
-    let (code, obj) = match (&method, name) {
-        (&Method::POST, _) => (
+    let (code, obj) = match (&method, name, patch_kind) {
+        (&Method::POST, _, _) => (
             StatusCode::CREATED,
-            writes::create(cache, &**writes, ns, &body).await?,
+            writes::create(cache, &**writes, ns, &body, &params).await?,
         ),
-        (&Method::PUT, Some(n)) => (
+        (&Method::PUT, Some(n), _) => (
             StatusCode::OK,
-            writes::update(cache, &**writes, ns, n, &body).await?,
+            writes::update(cache, &**writes, ns, n, &body, status, &params).await?,
         ),
-        (_, Some(n)) => (
+        (&Method::PATCH, Some(n), Some(kind)) => (
+            StatusCode::OK,
+            writes::patch(cache, &**writes, ns, n, kind, &body, status, &params).await?,
+        ),
+        (&Method::DELETE, Some(n), _) => (
             StatusCode::OK,
             writes::delete(cache, &**writes, ns, n, &body).await?,
         ),
-        (_, None) => return Err(ApiError::method_not_allowed(method.as_str(), &path)),
+        _ => return Err(ApiError::method_not_allowed(method.as_str(), &path)),
     };
     Ok(json_response(code, Body::from(obj)))
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn read(
     st: &Arc<AppState>,
     cache: &Cache,
@@ -151,8 +181,15 @@ async fn read(
     name: Option<&str>,
     query: Option<&str>,
     gzip: bool,
+    status: bool,
 ) -> Result<Response, ApiError> {
     let mut params = ReadParams::parse(query, st.config.max_selector_len)?;
+    if status && params.watch {
+        return Err(ApiError::method_not_allowed(
+            "WATCH",
+            "a /status subresource",
+        ));
+    }
     let answer = if params.watch || name.is_some() {
         Answer::Object
     } else {

@@ -61,6 +61,8 @@ pub(crate) struct Target<'a> {
     pub served: &'a Served,
     pub namespace: Option<String>,
     pub name: Option<String>,
+    /// The path names the object's `/status` subresource.
+    pub status: bool,
 }
 
 impl AppState {
@@ -76,11 +78,13 @@ impl AppState {
             ["apis", g, v, rest @ ..] => (*g, *v, rest),
             _ => return None,
         };
-        let (plural, namespace, name) = match rest {
-            [r] => (*r, None, None),
-            [r, n] => (*r, None, Some(*n)),
-            ["namespaces", ns, r] => (*r, Some(*ns), None),
-            ["namespaces", ns, r, n] => (*r, Some(*ns), Some(*n)),
+        let (plural, namespace, name, status) = match rest {
+            [r] => (*r, None, None, false),
+            [r, n] => (*r, None, Some(*n), false),
+            [r, n, "status"] => (*r, None, Some(*n), true),
+            ["namespaces", ns, r] => (*r, Some(*ns), None, false),
+            ["namespaces", ns, r, n] => (*r, Some(*ns), Some(*n), false),
+            ["namespaces", ns, r, n, "status"] => (*r, Some(*ns), Some(*n), true),
             _ => return None,
         };
         let served = self.served.iter().find(|s| {
@@ -102,6 +106,7 @@ impl AppState {
             served,
             namespace: decoded(namespace)?,
             name: decoded(name)?,
+            status,
         })
     }
 }

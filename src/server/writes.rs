@@ -12,8 +12,14 @@ use crate::cache::Cache;
 use crate::model::ResourceDef;
 use crate::model::labels;
 use crate::model::names::{self, NameRule};
+use crate::server::params::WriteParams;
+use crate::server::patch::PatchKind;
 use crate::server::status::ApiError;
-use crate::upstream::{WriteError, Writes};
+use crate::upstream::{Stored, WriteError, Writes};
+
+/// How many times a PATCH without a resourceVersion precondition is retried when the object
+/// changes between its read and its write (upstream retries too: a patch applies to the latest).
+const PATCH_ATTEMPTS: usize = 5;
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(500, "InternalError", e.to_string())
@@ -213,12 +219,14 @@ fn respond(cache: &Cache, key: &str, stored: &[u8], rev: u64) -> Result<Bytes, A
         .map_err(internal)
 }
 
-/// POST: create; 409 AlreadyExists if the key exists.
+/// POST: create; 409 AlreadyExists if the key exists. With `dryRun=All`, checked and answered,
+/// not written.
 pub async fn create(
     cache: &Cache,
     writes: &dyn Writes,
     namespace: Option<&str>,
     body: &[u8],
+    params: &WriteParams,
 ) -> Result<Bytes, ApiError> {
     let def = cache.definition();
     let mut obj = parse_object(def, body, namespace, None)?;
@@ -231,8 +239,13 @@ pub async fn create(
     meta.entry("creationTimestamp").or_insert_with(|| {
         Value::String(humantime::format_rfc3339_seconds(SystemTime::now()).to_string())
     });
+    // Upstream starts generation at 1 for every object whose strategy tracks it.
+    meta.insert("generation".into(), Value::from(1));
     let key = def.key_for(namespace, &name);
     let stored = encode_checked(cache, &key, &obj)?;
+    if params.dry_run {
+        return respond(cache, &key, &stored, 0);
+    }
     let rev = writes
         .create(&key, stored.clone())
         .await
@@ -248,13 +261,16 @@ fn not_found(def: &ResourceDef, name: &str) -> ApiError {
 }
 
 /// PUT: update an existing object; `metadata.resourceVersion`, when given, must equal the stored
-/// mod revision (409 Conflict otherwise).
+/// mod revision (409 Conflict otherwise). On `/status` (`status`), only the body's `status` is
+/// taken; everything else stays as stored.
 pub async fn update(
     cache: &Cache,
     writes: &dyn Writes,
     namespace: Option<&str>,
     name: &str,
     body: &[u8],
+    status: bool,
+    params: &WriteParams,
 ) -> Result<Bytes, ApiError> {
     let def = cache.definition();
     let mut obj = parse_object(def, body, namespace, Some(name))?;
@@ -269,24 +285,126 @@ pub async fn update(
     if precondition.is_some_and(|p| p != current.mod_revision) {
         return Err(ApiError::conflict(&def.plural, name));
     }
-    // Identity fields the client left out are kept from the stored object.
-    if let Ok(Value::Object(old)) = serde_json::from_slice::<Value>(&current.value)
-        && let Some(Value::Object(old_meta)) = old.get("metadata")
-    {
-        let meta = meta_mut(&mut obj);
-        for field in ["uid", "creationTimestamp"] {
-            if let (false, Some(v)) = (meta.contains_key(field), old_meta.get(field)) {
-                meta.insert(field.into(), v.clone());
-            }
-        }
-    }
+    let old = stored_object(&current)?;
+    let obj = merge_with_stored(obj, &old, status);
     let stored = encode_checked(cache, &key, &obj)?;
+    if params.dry_run {
+        return respond(cache, &key, &stored, current.mod_revision);
+    }
     // Changed between the read and the write: deleted (404) or modified (409).
     let rev = writes
         .replace(&key, stored.clone(), current.mod_revision)
         .await
         .map_err(|e| write_failed(e, def, name))?;
     respond(cache, &key, &stored, rev)
+}
+
+/// The stored object as a JSON map.
+fn stored_object(current: &Stored) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(&current.value) {
+        Ok(Value::Object(m)) => Ok(m),
+        _ => Err(internal("the stored object is not a JSON object")),
+    }
+}
+
+/// What an update stores given the stored object: on `/status`, the stored object with the new
+/// status; otherwise the new object, with the identity fields the client left out (uid,
+/// creationTimestamp) kept, and `metadata.generation` bumped when the spec changed.
+fn merge_with_stored(
+    mut obj: Map<String, Value>,
+    old: &Map<String, Value>,
+    status: bool,
+) -> Map<String, Value> {
+    if status {
+        let mut out = old.clone();
+        match obj.remove("status") {
+            Some(s) => out.insert("status".into(), s),
+            None => out.remove("status"),
+        };
+        if let Some(Value::Object(m)) = out.get_mut("metadata") {
+            m.remove("resourceVersion");
+        }
+        return out;
+    }
+    let old_meta = match old.get("metadata") {
+        Some(Value::Object(m)) => m.clone(),
+        _ => Map::new(),
+    };
+    let spec_changed = obj.get("spec") != old.get("spec");
+    let meta = meta_mut(&mut obj);
+    for field in ["uid", "creationTimestamp", "generation"] {
+        if let (false, Some(v)) = (meta.contains_key(field), old_meta.get(field)) {
+            meta.insert(field.into(), v.clone());
+        }
+    }
+    if spec_changed {
+        let g = old_meta
+            .get("generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        meta.insert("generation".into(), Value::from(g + 1));
+    }
+    obj
+}
+
+/// PATCH: applies a JSON, merge or strategic merge patch to the stored object (or, on `/status`,
+/// takes only the patched status) and writes the result with the stored revision as precondition.
+/// A `metadata.resourceVersion` the patch sets is a precondition (409 if it differs); without one,
+/// a concurrent change is retried against the new state, as upstream does.
+#[allow(clippy::too_many_arguments)]
+pub async fn patch(
+    cache: &Cache,
+    writes: &dyn Writes,
+    namespace: Option<&str>,
+    name: &str,
+    kind: PatchKind,
+    body: &[u8],
+    status: bool,
+    params: &WriteParams,
+) -> Result<Bytes, ApiError> {
+    let def = cache.definition();
+    let key = def.key_for(namespace, name);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let current = writes
+            .get(&key)
+            .await
+            .map_err(|e| write_failed(e, def, name))?
+            .ok_or_else(|| not_found(def, name))?;
+        let old = stored_object(&current)?;
+        // The patch sees the object as clients do: with its resourceVersion.
+        let mut target = Value::Object(old.clone());
+        if let Some(Value::Object(m)) = target.get_mut("metadata") {
+            m.insert(
+                "resourceVersion".into(),
+                Value::String(current.mod_revision.to_string()),
+            );
+        }
+        kind.apply(def, &mut target, body)?;
+        let patched = serde_json::to_vec(&target).map_err(internal)?;
+        let mut obj = parse_object(def, &patched, namespace, Some(name))?;
+        let precondition = take_precondition(&mut obj)?;
+        if precondition.is_some_and(|p| p != current.mod_revision) {
+            return Err(ApiError::conflict(&def.plural, name));
+        }
+        validate_meta(def, &obj)?;
+        let obj = merge_with_stored(obj, &old, status);
+        let stored = encode_checked(cache, &key, &obj)?;
+        if params.dry_run {
+            return respond(cache, &key, &stored, current.mod_revision);
+        }
+        match writes
+            .replace(&key, stored.clone(), current.mod_revision)
+            .await
+        {
+            Ok(rev) => return respond(cache, &key, &stored, rev),
+            Err(WriteError::Conflict) if precondition.is_none() && attempt < PATCH_ATTEMPTS => {
+                tracing::debug!(key, attempt, "patch raced another write: retrying");
+            }
+            Err(e) => return Err(write_failed(e, def, name)),
+        }
+    }
 }
 
 /// DELETE: remove an object, with an optional `preconditions.resourceVersion` in the body's

@@ -157,7 +157,8 @@ async fn serve_watch(
     gzip: bool,
 ) -> std::io::Result<Outcome> {
     let done = |clean, received| Ok(Outcome { clean, received });
-    let Some(target) = st.resolve(&segments(path)) else {
+    // A subresource (`/status`) is not watchable: 404, as for any path naming nothing.
+    let Some(target) = st.resolve(&segments(path)).filter(|t| !t.status) else {
         write_error(tcp, &ApiError::no_route(path)).await?;
         return done(true, Vec::new());
     };
