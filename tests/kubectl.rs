@@ -645,3 +645,40 @@ async fn kubectl_apply_twice_and_the_errors_an_operator_sees() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("server-side apply"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_and_apply_validate_and_explain_with_openapi_v3() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let k = Kubectl::new(&s.url);
+    // Default validation (strict): kubectl reads /openapi/v3, sees fieldValidation on PATCH, and
+    // lets the server validate.
+    let out = k.create(&pod("v", "n1", "10.0.0.1"), &[]).await;
+    must(&out, "create -f with default validation");
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "default"}, "data": {"k": "v"}})
+    .to_string();
+    assert!(must(&with_stdin(&k, &["apply", "-f", "-"], &cm).await, "apply").contains("created"));
+    assert!(
+        must(
+            &with_stdin(&k, &["apply", "-f", "-"], &cm).await,
+            "apply again"
+        )
+        .contains("unchanged")
+    );
+    let explained = k.ok(&["explain", "pods"]).await;
+    assert!(
+        explained.contains("KIND:") && explained.contains("Pod"),
+        "{explained}"
+    );
+    assert!(explained.contains("spec"), "{explained}");
+    let explained = k.ok(&["explain", "widgets"]).await;
+    assert!(explained.contains("Widget"), "{explained}");
+    // delete, and the object is gone.
+    k.ok(&["delete", "pod", "v"]).await;
+    let out = k.run(&["get", "pod", "v"]).await;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("NotFound")
+            || String::from_utf8_lossy(&out.stderr).contains("not found")
+    );
+}

@@ -20,6 +20,7 @@
 //! | `params.rs`, `writes.rs`, `response.rs`, `status.rs` | query parsing, write bodies, response bodies, `Status` errors |
 //! | `patch.rs` | PATCH: json-patch, merge-patch, strategic merge patch with declared merge keys |
 //! | `discovery.rs`, `metrics.rs` | discovery documents (legacy, aggregated v2, `/version`), `/metrics` |
+//! | `openapi.rs` | `/openapi/v3` and its group-version documents (permissive schemas) |
 //! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
 //!
 //! # Examples
@@ -43,6 +44,7 @@ mod convert;
 mod discovery;
 mod metrics;
 mod negotiate;
+mod openapi;
 pub(crate) mod params;
 mod patch;
 mod response;

@@ -13,6 +13,7 @@ use crate::server::convert::{self, IncludeObject, WatchConverter};
 use crate::server::discovery::{self, Entry};
 use crate::server::metrics;
 use crate::server::negotiate::{Answer, Format};
+use crate::server::openapi;
 use crate::server::params::{ReadParams, WriteParams};
 use crate::server::patch::PatchKind;
 use crate::server::response::{body_of, gzip_encoded, json_response, wants_gzip};
@@ -75,6 +76,15 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let discovery_format = || Format::negotiate(&parts.headers, Answer::Discovery);
     match segs.as_slice() {
         ["version"] => return ok_json(discovery::version()),
+        ["openapi", "v3"] => return ok_json(openapi::index(&entries)),
+        ["openapi", "v3", "api", v] => {
+            return openapi::group_version(&entries, "", v)
+                .map_or_else(|| Err(ApiError::no_route(&path)), ok_json);
+        }
+        ["openapi", "v3", "apis", g, v] => {
+            return openapi::group_version(&entries, g, v)
+                .map_or_else(|| Err(ApiError::no_route(&path)), ok_json);
+        }
         [root @ ("api" | "apis")] => {
             let core = *root == "api";
             return Ok(match discovery_format()? {
