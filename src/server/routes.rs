@@ -141,7 +141,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let writes = match (&method, name, &served.writes, status) {
         (&Method::POST, None, Some(w), false)
         | (&Method::PUT | &Method::PATCH, Some(_), Some(w), _)
-        | (&Method::DELETE, Some(_), Some(w), false) => w,
+        | (&Method::DELETE, _, Some(w), false) => w,
         _ => return Err(ApiError::method_not_allowed(method.as_str(), &path)),
     };
     let ct = parts
@@ -175,8 +175,16 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         ),
         (&Method::DELETE, Some(n), _) => (
             StatusCode::OK,
-            writes::delete(cache, &**writes, ns, n, &body).await?,
+            writes::delete(cache, &**writes, ns, n, &body, &params).await?,
         ),
+        (&Method::DELETE, None, _) => {
+            let read = ReadParams::parse(query, st.config.max_selector_len)?;
+            (
+                StatusCode::OK,
+                writes::delete_collection(cache, &**writes, &read.list_options(ns)?, &params)
+                    .await?,
+            )
+        }
         _ => return Err(ApiError::method_not_allowed(method.as_str(), &path)),
     };
     Ok(json_response(code, Body::from(obj)))

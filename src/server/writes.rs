@@ -231,6 +231,7 @@ pub async fn create(
     let def = cache.definition();
     let mut obj = parse_object(def, body, namespace, None)?;
     take_precondition(&mut obj)?;
+    generate_name(&mut obj);
     validate_meta(def, &obj)?;
     let name = name_of(&obj);
     let meta = meta_mut(&mut obj);
@@ -407,14 +408,61 @@ pub async fn patch(
     }
 }
 
+/// DELETE on a collection (deletecollection): deletes every object the query's selectors match in
+/// the cache's current state (each as a DELETE without precondition; one deleted meanwhile is
+/// skipped), and answers the `{Kind}List` of the deleted objects' last states. With `dryRun=All`,
+/// answers the list of what would be deleted.
+pub async fn delete_collection(
+    cache: &Cache,
+    writes: &dyn Writes,
+    opts: &crate::cache::ListOptions,
+    params: &WriteParams,
+) -> Result<Bytes, ApiError> {
+    let def = cache.definition();
+    let list = cache.list(opts).await?;
+    let mut items: Vec<Bytes> = Vec::with_capacity(list.items.len());
+    let mut rv = list.resource_version;
+    for o in &list.items {
+        if params.dry_run {
+            items.push(o.json().clone());
+            continue;
+        }
+        match writes.delete(o.key(), None).await {
+            Ok((rev, prev)) => {
+                rv = rv.max(rev);
+                items.push(respond(cache, o.key(), &prev, rev)?);
+            }
+            Err(WriteError::NotFound) => {}
+            Err(e) => return Err(write_failed(e, def, o.name())),
+        }
+    }
+    let mut out = format!(
+        r#"{{"kind":"{}List","apiVersion":"{}","metadata":{{"resourceVersion":"{rv}"}},"items":["#,
+        def.kind,
+        def.api_version()
+    )
+    .into_bytes();
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(item);
+    }
+    out.extend_from_slice(b"]}");
+    Ok(Bytes::from(out))
+}
+
 /// DELETE: remove an object, with an optional `preconditions.resourceVersion` in the body's
-/// DeleteOptions. Answers the last state at the deletion's revision.
+/// DeleteOptions (`propagationPolicy` and the rest are accepted: there are no dependents to
+/// collect here). Answers the last state at the deletion's revision; with `dryRun=All`, the
+/// current state, not deleted.
 pub async fn delete(
     cache: &Cache,
     writes: &dyn Writes,
     namespace: Option<&str>,
     name: &str,
     body: &[u8],
+    params: &WriteParams,
 ) -> Result<Bytes, ApiError> {
     let def = cache.definition();
     let precondition = if body.iter().all(u8::is_ascii_whitespace) {
@@ -436,6 +484,17 @@ pub async fn delete(
         }
     };
     let key = def.key_for(namespace, name);
+    if params.dry_run {
+        let current = writes
+            .get(&key)
+            .await
+            .map_err(|e| write_failed(e, def, name))?
+            .ok_or_else(|| not_found(def, name))?;
+        if precondition.is_some_and(|p| p != current.mod_revision) {
+            return Err(ApiError::conflict(&def.plural, name));
+        }
+        return respond(cache, &key, &current.value, current.mod_revision);
+    }
     let (rev, prev) = writes
         .delete(&key, precondition)
         .await
@@ -462,6 +521,29 @@ pub async fn delete(
 
 /// A random RFC 4122 version 4 UUID, as the API server assigns to new objects: 122 random bits,
 /// the version nibble 4 and the variant bits `10`.
+/// `metadata.generateName` without a name: the prefix and 5 random characters from upstream's
+/// alphabet (`names.SimpleNameGenerator`: no vowels, no confusable digits). The prefix is cut so
+/// the name fits 63 characters, as upstream; the result is validated like any name.
+fn generate_name(obj: &mut Map<String, Value>) {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let meta = meta_mut(obj);
+    let has_name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let Some(prefix) = meta.get("generateName").and_then(Value::as_str) else {
+        return;
+    };
+    if has_name {
+        return;
+    }
+    let mut name: String = prefix.chars().take(58).collect();
+    for _ in 0..5 {
+        name.push(char::from(ALPHABET[fastrand::usize(..ALPHABET.len())]));
+    }
+    meta.insert("name".into(), Value::String(name));
+}
+
 fn new_uid() -> String {
     let r = fastrand::u128(..);
     let v = (r & !(0xf << 76) & !(0b11 << 62)) | (0x4 << 76) | (0b10 << 62);
@@ -479,6 +561,25 @@ fn new_uid() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generated_names_take_the_prefix_and_five_characters() {
+        let mut obj: Map<String, Value> =
+            serde_json::from_str(r#"{"metadata":{"generateName":"web-"}}"#).unwrap();
+        generate_name(&mut obj);
+        let name = name_of(&obj);
+        assert!(name.starts_with("web-") && name.len() == 9, "{name}");
+        let mut named: Map<String, Value> =
+            serde_json::from_str(r#"{"metadata":{"name":"x","generateName":"web-"}}"#).unwrap();
+        generate_name(&mut named);
+        assert_eq!(name_of(&named), "x");
+        let long = "a".repeat(80);
+        let mut obj: Map<String, Value> =
+            serde_json::from_str(&format!(r#"{{"metadata":{{"generateName":"{long}"}}}}"#))
+                .unwrap();
+        generate_name(&mut obj);
+        assert_eq!(name_of(&obj).len(), 63);
+    }
 
     #[test]
     fn uids_are_rfc_4122_version_4() {
