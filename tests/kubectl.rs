@@ -199,8 +199,10 @@ async fn kubectl_discovers_short_names_categories_and_the_version() {
     let pods = rows(&res).into_iter().find(|r| r[0] == "pods").unwrap();
     assert_eq!(pods[1], "po", "{res}");
     assert!(
-        pods.iter()
-            .any(|c| c.contains("create") && c.contains("watch")),
+        pods.iter().any(|c| c.contains("create")
+            && c.contains("deletecollection")
+            && c.contains("patch")
+            && c.contains("watch")),
         "{pods:?}"
     );
     assert!(pods.iter().any(|c| c == "all"), "{pods:?}");

@@ -27,7 +27,14 @@ pub(crate) const KUBERNETES_MINOR: &str = "35";
 fn verbs(writable: bool) -> Vec<&'static str> {
     if writable {
         vec![
-            "create", "delete", "get", "list", "patch", "update", "watch",
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
         ]
     } else {
         vec!["get", "list", "watch"]
@@ -248,7 +255,14 @@ mod tests {
         assert_eq!(
             pods["verbs"],
             json!([
-                "create", "delete", "get", "list", "patch", "update", "watch"
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch"
             ])
         );
         assert_eq!(find("nodes")["verbs"], json!(["get", "list", "watch"]));
