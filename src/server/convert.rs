@@ -1,11 +1,20 @@
 //! Conversions a client can ask for instead of the object itself (see `negotiate.rs`): a
 //! `meta.k8s.io` Table built from the definition's printer columns, and `PartialObjectMetadata`.
 //!
-//! These run on kubectl's and metadata clients' requests, from the object's JSON DOM. A watch in one
-//! of these formats converts each event for its own watcher (see design/performance.md: the
-//! serialize-once rule holds for the JSON format, which every other watcher uses).
+//! These run on kubectl's and metadata clients' requests, from the object's JSON DOM. A watch
+//! event is converted once per format and shared by every watcher asking for that format (the
+//! [`Memo`]); only a Table watch's first event, which carries the column definitions, is made for
+//! its own watcher.
+//!
+//! # Lock order
+//! The memo's mutex is a leaf: held for a lookup or an insert, never across a conversion or an
+//! await.
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::LazyLock;
 use std::time::SystemTime;
+
+use parking_lot::Mutex;
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -16,7 +25,7 @@ use crate::server::negotiate::{Format, MetaVersion};
 use crate::server::status::ApiError;
 
 /// What a Table row's `object` holds (`includeObject`); upstream's default is `Metadata`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub(crate) enum IncludeObject {
     /// No object.
     None,
@@ -226,8 +235,24 @@ impl WatchConverter {
         })
     }
 
-    /// The event's frame in this watcher's format.
+    /// The event's frame in this watcher's format: converted once per event and format, and
+    /// shared (except a Table's first event, which carries this watch's column definitions).
     pub fn frame(&mut self, ev: &WatchEvent) -> Frame {
+        let shared = ev.kind() != EventType::Bookmark
+            && (self.columns_sent || !matches!(self.format, Format::Table(_)));
+        if !shared {
+            return self.convert(ev);
+        }
+        let key = (self.format, self.include);
+        if let Some(body) = MEMO.get(ev.json(), key) {
+            return Frame::new(ev.kind(), body);
+        }
+        let frame = self.convert(ev);
+        MEMO.put(ev.json(), key, frame.body().clone());
+        frame
+    }
+
+    fn convert(&mut self, ev: &WatchEvent) -> Frame {
         let obj = match serde_json::from_slice::<Value>(ev.json()) {
             Ok(v) => v,
             // Never expected (stored objects are valid JSON); the event goes out unconverted
@@ -258,9 +283,91 @@ impl WatchConverter {
     }
 }
 
+/// How many converted event bodies the memo keeps: enough for every watcher of a burst of events
+/// to find the conversion the first one made; each entry also keeps its source bytes alive.
+const MEMO_ENTRIES: usize = 1024;
+
+type MemoKey = (usize, usize, Format, IncludeObject);
+
+/// Converted event bodies, keyed by the identity of the event's shared JSON bytes (pointer and
+/// length) and the format. The entry holds a clone of those bytes, so the allocation cannot be
+/// freed and its address reused while the entry lives: a key never names other bytes.
+pub(crate) struct Memo {
+    inner: Mutex<MemoInner>,
+}
+
+#[derive(Default)]
+struct MemoInner {
+    map: HashMap<MemoKey, (Bytes, Bytes)>,
+    order: VecDeque<MemoKey>,
+}
+
+static MEMO: LazyLock<Memo> = LazyLock::new(|| Memo {
+    inner: Mutex::new(MemoInner::default()),
+});
+
+impl Memo {
+    fn key(source: &Bytes, k: (Format, IncludeObject)) -> MemoKey {
+        (source.as_ptr() as usize, source.len(), k.0, k.1)
+    }
+
+    fn get(&self, source: &Bytes, k: (Format, IncludeObject)) -> Option<Bytes> {
+        let key = Self::key(source, k);
+        let inner = self.inner.lock();
+        inner
+            .map
+            .get(&key)
+            .filter(|(src, _)| src.as_ptr() == source.as_ptr())
+            .map(|(_, body)| body.clone())
+    }
+
+    fn put(&self, source: &Bytes, k: (Format, IncludeObject), body: Bytes) {
+        let key = Self::key(source, k);
+        let mut inner = self.inner.lock();
+        if inner.map.insert(key, (source.clone(), body)).is_none() {
+            inner.order.push_back(key);
+        }
+        while inner.order.len() > MEMO_ENTRIES {
+            if let Some(old) = inner.order.pop_front() {
+                inner.map.remove(&old);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_memo_shares_one_conversion_and_forgets_the_oldest() {
+        let k = (Format::Metadata(MetaVersion::V1), IncludeObject::Metadata);
+        // Heap bytes: equal static literals may share one address (and then equal content, so
+        // sharing their conversion is right).
+        let a = Bytes::from(r#"{"metadata":{"name":"a"}}"#.to_owned());
+        let same_text = Bytes::from(r#"{"metadata":{"name":"a"}}"#.to_owned());
+        assert!(MEMO.get(&a, k).is_none());
+        MEMO.put(&a, k, Bytes::from_static(b"converted"));
+        assert_eq!(MEMO.get(&a.clone(), k).unwrap(), "converted");
+        // Other bytes (even equal ones) and other formats are other entries.
+        assert!(MEMO.get(&same_text, k).is_none());
+        assert!(
+            MEMO.get(
+                &a,
+                (Format::Table(MetaVersion::V1), IncludeObject::Metadata)
+            )
+            .is_none()
+        );
+        let keep: Vec<Bytes> = (0..MEMO_ENTRIES + 1)
+            .map(|i| {
+                let b = Bytes::from(format!("{i}"));
+                MEMO.put(&b, k, b.clone());
+                b
+            })
+            .collect();
+        assert!(MEMO.get(&a, k).is_none(), "the oldest entry is evicted");
+        assert!(MEMO.get(&keep[MEMO_ENTRIES], k).is_some());
+    }
 
     #[test]
     fn include_object_values() {

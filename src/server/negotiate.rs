@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, header};
 use crate::server::status::ApiError;
 
 /// What a request is answered with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Format {
     /// The resource's own JSON (`application/json`).
     Json,
@@ -29,7 +29,7 @@ pub(crate) enum Format {
 }
 
 /// The `meta.k8s.io` version a Table or PartialObjectMetadata is asked in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum MetaVersion {
     V1,
     V1beta1,
