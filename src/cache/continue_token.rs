@@ -1,5 +1,15 @@
 //! Continue tokens, in upstream's form: URL-safe base64 (no padding) of
 //! `{"v":"meta.k8s.io/v1","rv":R,"start":"<key after the prefix>\u0000"}`.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
