@@ -77,7 +77,7 @@ pub use error::{Error, Result};
 pub use model::{
     DecodeError, DefinitionError, EventType, FieldPath, FieldSelector, HistoryConfig, IndexDef,
     IndexKey, LabelSelector, Object, ResourceDef, ResourceVersion, RvMatch, Selection,
-    SelectorError, definition, selector,
+    SelectorError, definition, names, selector,
 };
 #[cfg(feature = "etcd")]
 pub use upstream::etcd;
