@@ -71,4 +71,23 @@ mod tests {
             );
         }
     }
+
+    // Fuzzing target (tests/fuzz.rs has the others): tokens come from clients.
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
+
+        #[test]
+        fn tokens_decode_without_panicking_and_round_trip(
+            garbage in "\\PC{0,80}",
+            json in "\\{\"v\":\"meta.k8s.io/v1\",\"rv\":-?[0-9]{1,20},\"start\":\"\\PC{0,10}\"\\}",
+            rv in 1u64..=i64::MAX as u64,
+            last in "\\PC{1,30}",
+        ) {
+            let _ = decode(&garbage);
+            if let Ok((at, _)) = decode(&URL_SAFE_NO_PAD.encode(&json)) {
+                proptest::prop_assert!(at >= 1 && at <= i64::MAX as u64);
+            }
+            proptest::prop_assert_eq!(decode(&encode(rv, &last)).unwrap(), (rv, last));
+        }
+    }
 }

@@ -276,6 +276,46 @@ mod tests {
         assert!(text("labelSelector=aaaaaaaaaaaaaaa").contains("the limit is 10"));
     }
 
+    // Fuzzing target (tests/fuzz.rs has the others): every query string comes from a client.
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
+
+        #[test]
+        fn any_query_parses_or_is_a_status(
+            raw in "\\PC{0,80}",
+            pairs in proptest::collection::vec((
+                "watch|resourceVersion|resourceVersionMatch|fieldSelector|labelSelector|allowWatchBookmarks|sendInitialEvents|timeoutSeconds|limit|continue|x",
+                "[-0-9a-zA-Z=!,()%. ]{0,25}|[0-9]{15,25}",
+            ), 0..6),
+        ) {
+            let structured: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            for q in [raw, structured.join("&")] {
+                match ReadParams::parse(Some(&q), 4096) {
+                    Ok(mut p) => {
+                        p.watch_one("a=b,c");
+                        let _ = p.list_options(Some("ns"));
+                        let _ = p.watch_options(None);
+                    }
+                    Err(e) => {
+                        proptest::prop_assert!(matches!(e.code(), 400 | 422), "{q}: {}", e.code());
+                        serde_json::from_slice::<serde_json::Value>(&e.status_json()).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn query_corpus() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-corpus/query");
+        for f in std::fs::read_dir(dir).unwrap() {
+            let q = std::fs::read_to_string(f.unwrap().path()).unwrap();
+            if let Err(e) = ReadParams::parse(Some(&q), 4096) {
+                assert!(matches!(e.code(), 400 | 422), "{q}");
+            }
+        }
+    }
+
     #[test]
     fn invalid_option_combinations_are_422_naming_the_parameter() {
         let invalid = |q: &str| {
