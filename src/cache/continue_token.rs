@@ -1,6 +1,17 @@
 //! Continue tokens, in upstream's form: URL-safe base64 (no padding) of
 //! `{"v":"meta.k8s.io/v1","rv":R,"start":"<key after the prefix>\u0000"}`.
 
+// Reads outside input (request or etcd data): it must not panic on any of it.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};

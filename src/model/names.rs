@@ -3,6 +3,17 @@
 //! services with a DNS-1035 label. A name that passes is also a safe etcd key segment and path
 //! segment (no `/`, `%`, space, `.` or `..`).
 
+// Reads outside input (request or etcd data): it must not panic on any of it.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
 /// Which syntax a resource's object names follow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NameRule {

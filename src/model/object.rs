@@ -7,6 +7,13 @@
 //!   resourceVersion is never trusted: it is dropped on ingest.
 //! - `namespace` and `name` agree with the key: `prefix + ns + "/" + name`, or `prefix + name`.
 
+// Reads outside input (request or etcd data): it must not panic on any of it. (Indexing is
+// still reviewed by hand here: each index is bounded by a check just before it.)
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;

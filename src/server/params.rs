@@ -1,5 +1,16 @@
 //! Query parameters of LIST, GET and WATCH, parsed into typed options with upstream's validation.
 
+// Reads outside input (request or etcd data): it must not panic on any of it.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
 use std::time::Duration;
 
 use crate::cache::{ListOptions, WatchOptions};

@@ -3,6 +3,13 @@
 //! The grammar, tokens and validation follow `k8s.io/apimachinery/pkg/labels/selector.go`. Errors name
 //! the byte position and what was expected there.
 
+// Reads outside input (request or etcd data): it must not panic on any of it. (Indexing is
+// still reviewed by hand here: each index is bounded by a check just before it.)
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 use std::fmt;
 
 use crate::model::labels::{validate_key, validate_value};

@@ -9,6 +9,13 @@
 //! copy. When the watch ends (timeout, error, shutdown) and the client keeps the connection alive,
 //! the connection, with any bytes the client sent meanwhile, continues in hyper.
 
+// Reads outside input (request or etcd data): it must not panic on any of it. (Indexing is
+// still reviewed by hand here: each index is bounded by a check just before it.)
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::Arc;
