@@ -82,7 +82,7 @@ pub mod fuzz;
 pub use model::{
     DecodeError, DefinitionError, EventType, FieldPath, FieldSelector, HistoryConfig, IndexDef,
     IndexKey, LabelSelector, Object, ResourceDef, ResourceVersion, RvMatch, Selection,
-    SelectorError, definition, selector,
+    SelectorError, definition, names, selector,
 };
 #[cfg(feature = "etcd")]
 pub use upstream::etcd;

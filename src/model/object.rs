@@ -6,14 +6,16 @@
 //!   `metadata.resourceVersion` = `rv` at `json[rv_at..rv_at + rv_len]`. The stored bytes' own
 //!   resourceVersion is never trusted: it is dropped on ingest.
 //! - `namespace` and `name` agree with the key: `prefix + ns + "/" + name`, or `prefix + name`.
-// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
 #![cfg_attr(
     not(test),
     deny(
         clippy::unwrap_used,
         clippy::expect_used,
         clippy::indexing_slicing,
-        clippy::string_slice
+        clippy::string_slice,
+        clippy::panic
     )
 )]
 

@@ -3,14 +3,16 @@
 //!
 //! Unlike upstream, any field path is accepted: indexed paths are answered by index, the others by
 //! evaluation on the candidates.
-// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
 #![cfg_attr(
     not(test),
     deny(
         clippy::unwrap_used,
         clippy::expect_used,
         clippy::indexing_slicing,
-        clippy::string_slice
+        clippy::string_slice,
+        clippy::panic
     )
 )]
 

@@ -2,14 +2,16 @@
 //!
 //! The grammar, tokens and validation follow `k8s.io/apimachinery/pkg/labels/selector.go`. Errors name
 //! the byte position and what was expected there.
-// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
 #![cfg_attr(
     not(test),
     deny(
         clippy::unwrap_used,
         clippy::expect_used,
         clippy::indexing_slicing,
-        clippy::string_slice
+        clippy::string_slice,
+        clippy::panic
     )
 )]
 
