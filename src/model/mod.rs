@@ -11,6 +11,7 @@ mod event_type;
 pub(crate) mod field_path;
 pub(crate) mod labels;
 mod object;
+pub(crate) mod protobuf;
 mod resource_version;
 pub(crate) mod schema;
 pub mod selector;
