@@ -200,7 +200,7 @@ impl Object {
         let fields = schema
             .fields
             .iter()
-            .map(|p| env.field(p).map(String::into_boxed_str))
+            .map(|p| env.field(p).map(|v| v.unwrap_or_default().into_boxed_str()))
             .collect::<Result<_, _>>()
             .map_err(&fail)?;
         env.validate().map_err(&fail)?;
@@ -339,6 +339,14 @@ impl Object {
             "metadata.name" => Some(Cow::Borrowed(self.name())),
             "metadata.namespace" => Some(Cow::Borrowed(self.namespace().unwrap_or(""))),
             _ => {
+                // Read from the protobuf bytes while the JSON is not made: a predicate may ask under
+                // the cache's lock, where the JSON encoding should not be made.
+                if let Body::Protobuf { value, json } = &self.0.body
+                    && json.get().is_none()
+                {
+                    let env = crate::model::protobuf::Envelope::parse(value).ok()?;
+                    return env.field(path).ok().flatten().map(Cow::Owned);
+                }
                 let raw: &RawValue = serde_json::from_slice(self.json()).ok()?;
                 field_path::extract(raw, path).map(Cow::Owned)
             }

@@ -151,22 +151,22 @@ impl<'a> Envelope<'a> {
     }
 
     /// A field's value as a field selector sees it in the JSON encoding: strings as they are,
-    /// numbers and booleans in their JSON text, and a missing, left-out or `null` field, or an
-    /// object or array, as "". Paths through maps or lists read the JSON encoding.
+    /// numbers and booleans in their JSON text, a missing, left-out or `null` field as "", and
+    /// `None` for objects and arrays. Paths through maps or lists read the JSON encoding.
     ///
     /// # Errors
     /// Malformed protobuf along the path.
-    pub fn field(&self, path: &FieldPath) -> Result<String, String> {
+    pub fn field(&self, path: &FieldPath) -> Result<Option<String>, String> {
         let mut msg = self.msg;
         let mut bytes = self.raw;
         let mut segs = path.segments().peekable();
         while let Some(seg) = segs.next() {
             let Some((f, via)) = msg.json_field(seg) else {
-                return Ok(String::new());
+                return Ok(Some(String::new()));
             };
             if let Some(inline) = via {
                 let Kind::Msg(m) = inline.kind else {
-                    return Ok(String::new());
+                    return Ok(Some(String::new()));
                 };
                 bytes = last_len(msg, bytes, inline.num)?.unwrap_or_default();
                 msg = message(m);
@@ -182,7 +182,7 @@ impl<'a> Envelope<'a> {
                         // gives what the JSON encoding shows.
                         None if f.card == Card::One => &[],
                         // A nil pointer is left out or null.
-                        None => return Ok(String::new()),
+                        None => return Ok(Some(String::new())),
                     };
                     msg = message(m);
                 }
@@ -191,11 +191,11 @@ impl<'a> Envelope<'a> {
                     let (json, _, _) = self.encode_json(0)?;
                     let raw: &serde_json::value::RawValue =
                         serde_json::from_slice(&json).map_err(|e| format!("{e}"))?;
-                    return Ok(crate::model::field_path::extract(raw, path).unwrap_or_default());
+                    return Ok(crate::model::field_path::extract(raw, path));
                 }
             }
         }
-        Ok(String::new())
+        Ok(Some(String::new()))
     }
 
     /// Checks that [`encode_json`](Envelope::encode_json) will succeed: every message the JSON encoding
@@ -248,15 +248,19 @@ fn last_value<'a>(msg: &Message, bytes: &'a [u8], num: u32) -> Result<Option<Val
 
 /// A field's value as the JSON encoding shows it to a field selector: left out, `null`, objects
 /// and arrays are "".
-fn leaf_text(msg: &'static Message, f: &schema::Field, bytes: &[u8]) -> Result<String, String> {
+fn leaf_text(
+    msg: &'static Message,
+    f: &schema::Field,
+    bytes: &[u8],
+) -> Result<Option<String>, String> {
     let wire = || format!("{}: field {} has the wrong wire type", msg.name, f.num);
     match (f.kind, f.card, last_value(msg, bytes, f.num)?) {
         // An empty string reads as "" whether it is written or left out.
-        (Kind::Str, Card::One | Card::Ptr, None) => Ok(String::new()),
+        (Kind::Str, Card::One | Card::Ptr, None) => Ok(Some(String::new())),
         (Kind::Str, Card::One | Card::Ptr, Some(Value::Len(b))) => {
-            Ok(String::from_utf8_lossy(b).into_owned())
+            Ok(Some(String::from_utf8_lossy(b).into_owned()))
         }
-        (Kind::Bool | Kind::I32 | Kind::I64, Card::Ptr, None) => Ok(String::new()),
+        (Kind::Bool | Kind::I32 | Kind::I64, Card::Ptr, None) => Ok(Some(String::new())),
         (Kind::Bool | Kind::I32 | Kind::I64, card @ (Card::One | Card::Ptr), v) => {
             let x = match v {
                 None => 0,
@@ -269,24 +273,24 @@ fn leaf_text(msg: &'static Message, f: &schema::Field, bytes: &[u8]) -> Result<S
                 x == 0
             };
             if card == Card::One && zero && f.omit != schema::Omit::Never {
-                return Ok(String::new());
+                return Ok(Some(String::new()));
             }
-            Ok(match f.kind {
+            Ok(Some(match f.kind {
                 Kind::Bool => (if x != 0 { "true" } else { "false" }).to_owned(),
                 Kind::I32 => (x as i32).to_string(),
                 _ => (x as i64).to_string(),
-            })
+            }))
         }
         _ => {
             let mut out = Vec::new();
             json::write_one_field(&mut out, msg, f, bytes)?;
             // `"name":` then the value.
             let Some(value) = out.get(f.json.len() + 3..) else {
-                return Ok(String::new());
+                return Ok(Some(String::new()));
             };
             let raw: &serde_json::value::RawValue = serde_json::from_slice(value)
                 .map_err(|e| format!("{}.{}: {e}", msg.name, f.json))?;
-            Ok(crate::model::field_path::scalar_text(raw).unwrap_or_default())
+            Ok(crate::model::field_path::scalar_text(raw))
         }
     }
 }
