@@ -120,13 +120,24 @@ impl Cache {
 
     // ---- writer side ----
 
-    /// Decodes a stored value into an [`Object`] at revision `rv`. Pure: call it outside any lock,
-    /// possibly on several threads.
+    /// Decodes a stored value into an [`Object`] at revision `rv`: JSON, or kube-apiserver's
+    /// protobuf, after the upstream's [`read_stored`](Upstream::read_stored) (decryption). Pure:
+    /// call it outside any lock, possibly on several threads.
     ///
     /// # Errors
-    /// [`DecodeError`] when the value is not a JSON object with `metadata.name` agreeing with the key.
+    /// [`DecodeError`] when the value cannot be read (e.g. decrypted), is not a JSON object or a
+    /// protobuf built-in, or its `metadata.name` does not agree with the key.
     pub fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
-        Object::decode(&self.shared.schema, key, value, rv)
+        match self.shared.upstream() {
+            Some(up) => {
+                let plain = up.read_stored(key, value).map_err(|reason| DecodeError {
+                    key: key.to_owned(),
+                    reason,
+                })?;
+                Object::decode(&self.shared.schema, key, &plain, rv)
+            }
+            None => Object::decode(&self.shared.schema, key, value, rv),
+        }
     }
 
     /// Decodes a stored value, or counts and logs it as malformed and returns `None`: what a feeder

@@ -204,7 +204,15 @@ fn objects_from_protobuf_match_objects_from_upstreams_json() {
         let js = Object::decode(&schema, key, &vector(&format!("{name}.json")), 12345).unwrap();
         // Field selectors on undeclared fields: from the bytes before the JSON exists, then from
         // the JSON.
-        for path in ["spec.nodeName", "spec", "type", "spec.ports", "reason", "data", "count"] {
+        for path in [
+            "spec.nodeName",
+            "spec",
+            "type",
+            "spec.ports",
+            "reason",
+            "data",
+            "count",
+        ] {
             let p = FieldPath::parse(path).unwrap();
             assert_eq!(pb.field(&p), js.field(&p), "{name} {path}");
         }

@@ -24,6 +24,7 @@
 //! ```
 
 mod backoff;
+mod encryption;
 mod follower;
 mod local;
 mod range;
@@ -40,6 +41,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 pub use backoff::Backoff;
+pub use encryption::{Encryption, EncryptionError, Transformer};
 pub use local::{LocalEtcd, LocalEtcdError, free_port};
 pub use version::progress_is_reliable;
 pub use writes::EtcdWrites;
@@ -101,6 +103,9 @@ pub struct EtcdConfig {
     pub idle_probe: Duration,
     /// How consistent reads are served.
     pub consistent_reads: ConsistentReads,
+    /// Encryption at rest (kube-apiserver's `--encryption-provider-config`): values are decrypted
+    /// before decoding, and writes are encrypted with each resource's first provider.
+    pub encryption: Option<Arc<Encryption>>,
 }
 
 impl EtcdConfig {
@@ -114,6 +119,7 @@ impl EtcdConfig {
             backoff_max: Duration::from_secs(5),
             idle_probe: Duration::from_secs(5),
             consistent_reads: ConsistentReads::Auto,
+            encryption: None,
         }
     }
 }
@@ -145,6 +151,8 @@ pub struct EtcdCaches {
     tasks: Vec<JoinHandle<()>>,
     shutdown: watch::Sender<bool>,
     reliable_progress: bool,
+    /// Encryption at rest by resource prefix, for writes.
+    transformers: Arc<[(String, Arc<Transformer>)]>,
 }
 
 impl EtcdCaches {
@@ -181,6 +189,7 @@ impl EtcdCaches {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut caches = BTreeMap::new();
         let mut tasks = Vec::new();
+        let mut transformers = Vec::new();
         for def in defs {
             let name = def.plural.clone();
             if caches.contains_key(&name) {
@@ -195,7 +204,14 @@ impl EtcdCaches {
                 prefix: cache.definition().prefix.clone(),
                 progress: Arc::clone(&progress),
                 reliable,
+                transformer: config
+                    .encryption
+                    .as_ref()
+                    .and_then(|e| e.for_resource(cache.definition())),
             });
+            if let Some(t) = &upstream.transformer {
+                transformers.push((cache.definition().prefix.clone(), Arc::clone(t)));
+            }
             cache.set_upstream(upstream.clone());
             let follower = Follower {
                 cache: cache.clone(),
@@ -216,6 +232,7 @@ impl EtcdCaches {
             tasks,
             shutdown,
             reliable_progress: reliable,
+            transformers: transformers.into(),
         })
     }
 
@@ -236,7 +253,10 @@ impl EtcdCaches {
 
     /// Writes through to this etcd, for every cached resource (keys carry the resource prefix).
     pub fn writes(&self) -> Arc<EtcdWrites> {
-        Arc::new(EtcdWrites::new(self.client.kv_client()))
+        Arc::new(EtcdWrites::new(
+            self.client.kv_client(),
+            Arc::clone(&self.transformers),
+        ))
     }
 
     /// Whether consistent reads are served from the caches (etcd's progress notifications are
