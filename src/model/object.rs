@@ -44,6 +44,8 @@ struct JsonForm {
     json: Bytes,
     rv_at: u32,
     rv_len: u8,
+    /// Where the members after `kind` and `apiVersion` start (0: the object is listed as it is).
+    item_at: u32,
 }
 
 /// What an object was decoded from.
@@ -159,6 +161,7 @@ impl Object {
                 json,
                 rv_at,
                 rv_len,
+                item_at: 0,
             }),
             labels: labels.into_boxed_slice(),
             fields,
@@ -224,10 +227,11 @@ impl Object {
             Body::Json(f) => f,
             Body::Protobuf { value, json } => json.get_or_init(|| {
                 match crate::model::protobuf::Envelope::parse(value).and_then(|e| e.encode_json(self.0.rv)) {
-                    Ok((json, rv_at, rv_len)) => JsonForm {
+                    Ok((json, rv_at, rv_len, item_at)) => JsonForm {
                         json: Bytes::from(json),
                         rv_at,
                         rv_len,
+                        item_at,
                     },
                     Err(e) => {
                         // Unreachable: ingest validated everything the encoding reads. Should it
@@ -251,6 +255,7 @@ impl Object {
                             json: Bytes::from(out),
                             rv_at,
                             rv_len: d.len() as u8,
+                            item_at: 0,
                         }
                     }
                 }
@@ -287,6 +292,14 @@ impl Object {
     /// For an object stored as protobuf it is made on the first call (once).
     pub fn json(&self) -> &Bytes {
         &self.form().json
+    }
+
+    /// The JSON of this object as an item of a list: built-ins decoded from protobuf leave `kind`
+    /// and `apiVersion` out there, as upstream's typed lists do; the item is `{` followed by the
+    /// returned bytes (shared, never copied). `None`: the item is [`json`](Object::json) itself.
+    pub fn list_item_tail(&self) -> Option<Bytes> {
+        let f = self.form();
+        (f.item_at > 0).then(|| f.json.slice(f.item_at as usize..))
     }
 
     /// The stored protobuf value (`k8s\0` + envelope), for objects stored as protobuf.

@@ -43,7 +43,7 @@ fn range_of(es: &[(u32, Value<'_>)], num: u32) -> std::ops::Range<usize> {
 
 /// Writes the top-level object: `kind` and `apiVersion` from the envelope, then the message's
 /// fields, with `metadata.resourceVersion` = `rv` in its place. Returns where the revision's
-/// digits are.
+/// digits are, and where the fields after `kind` and `apiVersion` start.
 pub(crate) fn write_object(
     out: &mut Vec<u8>,
     api_version: &str,
@@ -51,11 +51,13 @@ pub(crate) fn write_object(
     msg: &'static Message,
     bytes: &[u8],
     rv: u64,
-) -> Result<(u32, u8), String> {
+) -> Result<(u32, u8, u32), String> {
     out.extend_from_slice(b"{\"kind\":");
     write_str(out, kind);
     out.extend_from_slice(b",\"apiVersion\":");
     write_str(out, api_version);
+    // Every built-in has metadata, always written: the next byte is its separator.
+    let fields_at = out.len() as u32 + 1;
     let mut w = Writer {
         out,
         stack: Vec::with_capacity(64),
@@ -65,7 +67,10 @@ pub(crate) fn write_object(
     let mut first = false;
     w.fields(msg, bytes, &mut first, 0)?;
     w.out.push(b'}');
-    w.rv_pos.ok_or_else(|| format!("{}: no metadata", msg.name))
+    let (at, len) = w
+        .rv_pos
+        .ok_or_else(|| format!("{}: no metadata", msg.name))?;
+    Ok((at, len, fields_at))
 }
 
 /// Writes one field of a message alone, as `"name":value`, or nothing when Go leaves it out.

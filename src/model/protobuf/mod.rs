@@ -188,7 +188,7 @@ impl<'a> Envelope<'a> {
                 }
                 _ => {
                     // Into a map or list: read it from the JSON encoding.
-                    let (json, _, _) = self.encode_json(0)?;
+                    let (json, _, _, _) = self.encode_json(0)?;
                     let raw: &serde_json::value::RawValue =
                         serde_json::from_slice(&json).map_err(|e| format!("{e}"))?;
                     return Ok(crate::model::field_path::extract(raw, path));
@@ -207,14 +207,15 @@ impl<'a> Envelope<'a> {
         json::validate(self.msg, self.raw, 0)
     }
 
-    /// The JSON encoding with `metadata.resourceVersion` = `rv`: the bytes and where the revision's
-    /// digits are in them.
+    /// The JSON encoding with `metadata.resourceVersion` = `rv`: the bytes, where the revision's
+    /// digits are in them, and where the fields after `kind` and `apiVersion` start (a list item
+    /// is `{` + the bytes from there, as upstream's typed lists leave items' type out).
     ///
     /// # Errors
     /// Malformed protobuf anywhere in the object, or embedded JSON that is not JSON.
-    pub fn encode_json(&self, rv: u64) -> Result<(Vec<u8>, u32, u8), String> {
+    pub fn encode_json(&self, rv: u64) -> Result<(Vec<u8>, u32, u8, u32), String> {
         let mut out = Vec::with_capacity(self.raw.len() * 2 + 64);
-        let (at, len) = json::write_object(
+        let (at, len, fields_at) = json::write_object(
             &mut out,
             self.api_version,
             self.kind,
@@ -222,7 +223,7 @@ impl<'a> Envelope<'a> {
             self.raw,
             rv,
         )?;
-        Ok((out, at, len))
+        Ok((out, at, len, fields_at))
     }
 }
 

@@ -29,9 +29,17 @@ fn every_vector_transcodes_to_upstreams_json() {
     for name in VECTORS {
         let value = vector(&format!("{name}.etcd.bin"));
         let env = Envelope::parse(&value).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let (json, at, len) = env
+        let (json, at, len, fields_at) = env
             .encode_json(12345)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // The list item form: no kind and apiVersion.
+        let mut item = b"{".to_vec();
+        item.extend_from_slice(&json[fields_at as usize..]);
+        let item: serde_json::Value = serde_json::from_slice(&item).unwrap();
+        assert!(
+            item.get("kind").is_none() && item.get("metadata").is_some(),
+            "{name}"
+        );
         assert_eq!(&json[at as usize..at as usize + len as usize], b"12345");
         assert!(!json.contains(&b'\n'), "{name}: not compact");
         let got: serde_json::Value = serde_json::from_slice(&json).unwrap();
@@ -131,7 +139,7 @@ fn bad_values_are_errors_not_panics() {
                 };
                 if env.meta().is_ok() && env.validate().is_ok() {
                     checked += 1;
-                    let (json, _, _) = env
+                    let (json, _, _, _) = env
                         .encode_json(1)
                         .unwrap_or_else(|e| panic!("{name} at {n}: validated but {e}"));
                     serde_json::from_slice::<serde_json::Value>(&json)
