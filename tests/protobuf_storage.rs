@@ -127,6 +127,10 @@ impl Drop for Serve {
 }
 
 async fn serve(etcd_url: &str, dir: &std::path::Path) -> (Serve, String) {
+    serve_with(etcd_url, dir, &format!("{DATA}encryption-config.yaml")).await
+}
+
+async fn serve_with(etcd_url: &str, dir: &std::path::Path, config: &str) -> (Serve, String) {
     let port = free_port().unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
         .args([
@@ -139,7 +143,7 @@ async fn serve(etcd_url: &str, dir: &std::path::Path) -> (Serve, String) {
         .arg("--data-dir")
         .arg(dir)
         .arg("--encryption-provider-config")
-        .arg(format!("{DATA}encryption-config.yaml"))
+        .arg(config)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -393,6 +397,71 @@ async fn upstream_protobuf_and_encrypted_values_are_served_as_upstreams_json() {
     )
     .await;
     assert_eq!(back["data"]["k"], "dmFsdWU=");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_answer_the_written_object_when_identity_is_not_configured() {
+    // The written body is answered from plain bytes: it must not be taken for a stored value that
+    // the (identity-less) providers then refuse to read (a stored-then-500 before the fix).
+    let etcd = support::etcd::etcd().await;
+    let url = etcd.server.url();
+    let mut kv = support::etcd::client(std::slice::from_ref(&url)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("enc.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n      - secretbox:\n          keys:\n            - name: key3\n              secret: QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl8=\n",
+    )
+    .unwrap();
+    let (_server, base) = serve_with(&url, dir.path(), config.to_str().unwrap()).await;
+    let c = Client::new();
+    let body = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "s", "namespace": "default"},
+        "stringData": {"a": "b"}, "type": "Opaque"
+    });
+    let r = c
+        .post(format!("{base}/api/v1/namespaces/default/secrets"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let created: Value = r.json().await.unwrap();
+    assert_eq!(created["metadata"]["name"], "s");
+    let stored = kv.get("/registry/secrets/default/s", None).await.unwrap();
+    assert!(
+        stored.kvs()[0]
+            .value()
+            .starts_with(b"k8s:enc:secretbox:v1:key3:")
+    );
+    let mut replaced = body.clone();
+    replaced["metadata"]["labels"] = serde_json::json!({"x": "y"});
+    let r = c
+        .put(format!("{base}/api/v1/namespaces/default/secrets/s"))
+        .json(&replaced)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let r = c
+        .delete(format!("{base}/api/v1/namespaces/default/secrets/s"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    // And the upstream's plain secret is refused by these providers: a counted decode error.
+    kv.put(SECRET_KEY, read("secret.etcd.bin"), None)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while decode_errors(&c, &base, "secrets").await == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no decode error counted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[test]

@@ -120,14 +120,24 @@ impl Cache {
 
     // ---- writer side ----
 
-    /// Decodes a stored value into an [`Object`] at revision `rv`: JSON, or kube-apiserver's
-    /// protobuf, after the upstream's [`read_stored`](Upstream::read_stored) (decryption). Pure:
-    /// call it outside any lock, possibly on several threads.
+    /// Decodes a readable value (JSON, or kube-apiserver's protobuf) into an [`Object`] at
+    /// revision `rv`. Pure: call it outside any lock, possibly on several threads. Values as the
+    /// upstream stores them (possibly encrypted) go through
+    /// [`decode_stored`](Cache::decode_stored).
     ///
     /// # Errors
-    /// [`DecodeError`] when the value cannot be read (e.g. decrypted), is not a JSON object or a
-    /// protobuf built-in, or its `metadata.name` does not agree with the key.
+    /// [`DecodeError`] when the value is not a JSON object or a protobuf built-in, or its
+    /// `metadata.name` does not agree with the key.
     pub fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
+        Object::decode(&self.shared.schema, key, value, rv)
+    }
+
+    /// Decodes a value as the upstream stores it: its [`read_stored`](Upstream::read_stored)
+    /// (etcd: decryption) first, then [`decode`](Cache::decode).
+    ///
+    /// # Errors
+    /// As `decode`, and when the upstream cannot read the value (e.g. no key decrypts it).
+    pub fn decode_stored(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
         match self.shared.upstream() {
             Some(up) => {
                 let plain = up.read_stored(key, value).map_err(|reason| DecodeError {
@@ -143,7 +153,7 @@ impl Cache {
     /// Decodes a stored value, or counts and logs it as malformed and returns `None`: what a feeder
     /// does with each value it reads, so that one bad value never stops a stream.
     pub fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
-        self.decode(key, value, rv)
+        self.decode_stored(key, value, rv)
             .map_err(|e| self.record_decode_error(&e))
             .ok()
     }
@@ -367,7 +377,7 @@ impl Cache {
                     .into_iter()
                     .find(|kv| kv.key == key)
                     .ok_or_else(not_found)?;
-                self.decode(&kv.key, &kv.value, kv.mod_revision)
+                self.decode_stored(&kv.key, &kv.value, kv.mod_revision)
                     .map_err(|e| {
                         self.record_decode_error(&e);
                         Error::Upstream(e.to_string())
