@@ -50,19 +50,15 @@ struct GzipStream {
 /// Turns frames into response chunks: the shared pieces, or gzip-compressed and flushed.
 pub(crate) struct FrameEncoder {
     gzip: Option<GzipStream>,
-    /// Set when the watch is answered as Table or PartialObjectMetadata (see `convert.rs`).
-    /// Boxed: plain JSON watches (nearly all) carry one pointer, not the state.
-    convert: Option<Box<WatchConverter>>,
 }
 
 impl FrameEncoder {
-    pub fn new(gzip: bool, convert: Option<WatchConverter>) -> FrameEncoder {
+    pub fn new(gzip: bool) -> FrameEncoder {
         FrameEncoder {
             gzip: gzip.then(|| GzipStream {
                 crc: Crc::new(),
                 started: false,
             }),
-            convert: convert.map(Box::new),
         }
     }
 
@@ -87,10 +83,15 @@ impl FrameEncoder {
 
     /// The chunks for a watch stream's next item, and whether the response ends with them: an error
     /// goes out as an ERROR event and ends it, and the end of the stream closes the gzip stream.
-    pub fn item(&mut self, item: Option<Result<WatchEvent, Error>>) -> (Vec<Bytes>, bool) {
+    /// `convert` answers events as Table or PartialObjectMetadata.
+    pub fn item(
+        &mut self,
+        item: Option<Result<WatchEvent, Error>>,
+        convert: Option<&mut WatchConverter>,
+    ) -> (Vec<Bytes>, bool) {
         match item {
             Some(Ok(ev)) => {
-                let frame = match &mut self.convert {
+                let frame = match convert {
                     None => ev.frame(),
                     Some(c) => c.frame(&ev),
                 };
@@ -205,7 +206,7 @@ mod tests {
 
     #[test]
     fn frames_compressed_apart_make_one_valid_gzip_stream() {
-        let mut enc = FrameEncoder::new(true, None);
+        let mut enc = FrameEncoder::new(true);
         let mut chunks = Vec::new();
         let mut plain = Vec::new();
         let big = format!(r#"{{"pad":"{}"}}"#, "abc".repeat(40_000));
@@ -242,7 +243,7 @@ mod tests {
 
     #[test]
     fn a_response_with_no_frames_and_stored_blocks_are_valid_gzip() {
-        let mut enc = FrameEncoder::new(true, None);
+        let mut enc = FrameEncoder::new(true);
         let end = enc.finish().unwrap();
         assert_eq!(gunzip(&[end]), b"");
         let f = frame(&"xyz".repeat(30_000));
@@ -285,7 +286,7 @@ mod tests {
             out_before += std::mem::take(before.get_mut()).len();
         }
         let per_before = t.elapsed() / n;
-        let mut enc = FrameEncoder::new(true, None);
+        let mut enc = FrameEncoder::new(true);
         let t = std::time::Instant::now();
         let mut out_now = 0;
         for _ in 0..n {
@@ -310,7 +311,7 @@ mod tests {
     #[test]
     fn an_encoder_is_a_few_inline_bytes() {
         assert!(std::mem::size_of::<FrameEncoder>() <= 32);
-        let mut enc = FrameEncoder::new(true, None);
+        let mut enc = FrameEncoder::new(true);
         let chunks = enc.last(&frame(r#"{"type":"ERROR"}"#));
         let mut plain = Vec::new();
         for p in frame(r#"{"type":"ERROR"}"#).parts() {

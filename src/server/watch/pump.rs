@@ -16,6 +16,9 @@ pub(crate) struct WatchPump {
     phase: Phase,
     shutdown: watch::Receiver<bool>,
     encoder: FrameEncoder,
+    /// Set when the watch is answered as Table or PartialObjectMetadata (see `convert.rs`). Boxed:
+    /// a plain JSON watch (nearly all) carries one pointer, not the state.
+    convert: Option<Box<WatchConverter>>,
 }
 
 enum Phase {
@@ -38,7 +41,8 @@ impl WatchPump {
         WatchPump {
             phase: Phase::Streaming(w),
             shutdown,
-            encoder: FrameEncoder::new(gzip, convert),
+            encoder: FrameEncoder::new(gzip),
+            convert: convert.map(Box::new),
         }
     }
 
@@ -47,7 +51,8 @@ impl WatchPump {
         WatchPump {
             phase: Phase::Single(frame),
             shutdown,
-            encoder: FrameEncoder::new(gzip, None),
+            encoder: FrameEncoder::new(gzip),
+            convert: None,
         }
     }
 
@@ -73,7 +78,7 @@ impl WatchPump {
             _ = self.shutdown.wait_for(|stop| *stop).map(|_| ()) => None,
         };
         let (chunks, done) = match item {
-            Some(ev) => self.encoder.item(ev),
+            Some(ev) => self.encoder.item(ev, self.convert.as_deref_mut()),
             None => (self.encoder.finish().into_iter().collect(), true),
         };
         if done {
