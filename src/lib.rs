@@ -79,6 +79,8 @@ pub use model::{
     IndexKey, LabelSelector, Object, ResourceDef, ResourceVersion, RvMatch, Selection,
     SelectorError, definition, selector,
 };
+#[cfg(feature = "apiserver")]
+pub use upstream::apiserver;
 #[cfg(feature = "etcd")]
 pub use upstream::etcd;
 pub use upstream::memory::MemorySource;

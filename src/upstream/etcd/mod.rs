@@ -23,7 +23,6 @@
 //! # Ok(()) }
 //! ```
 
-mod backoff;
 mod follower;
 mod local;
 mod range;
@@ -39,7 +38,9 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-pub use backoff::Backoff;
+// The backoff is shared with the API server upstream; `etcd::backoff::Backoff` keeps its old path.
+pub(crate) use crate::upstream::backoff;
+pub use crate::upstream::backoff::Backoff;
 pub use local::{LocalEtcd, LocalEtcdError, free_port};
 pub use version::progress_is_reliable;
 pub use writes::EtcdWrites;
