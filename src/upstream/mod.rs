@@ -14,7 +14,7 @@
 #[cfg(feature = "apiserver")]
 pub mod apiserver;
 #[cfg(any(feature = "etcd", feature = "apiserver"))]
-mod backoff;
+pub(crate) mod backoff;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;

@@ -7,6 +7,9 @@ use std::process::ExitCode;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 use tracing::{error, info};
+use watchcache::apiserver::{
+    ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig,
+};
 use watchcache::etcd::{ConsistentReads, EtcdCaches, EtcdConfig, LocalEtcd};
 use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{CacheConfig, ResourceDef};
@@ -28,7 +31,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the Kubernetes list/watch API for the defined resources, cached from etcd.
+    /// Serve the Kubernetes list/watch API for the defined resources, cached from etcd or from a
+    /// Kubernetes API server (--upstream-kubeconfig).
     ///
     /// Logging is filtered by RUST_LOG (default: info), e.g. RUST_LOG=watchcache=debug.
     Serve(ServeArgs),
@@ -111,6 +115,76 @@ struct ServeArgs {
     /// Serve only these resources (plural names, comma-separated); default: every definition.
     #[arg(long, value_delimiter = ',', value_name = "PLURAL")]
     resources: Vec<String>,
+    /// Follow a Kubernetes API server (or another watchcache) described by this kubeconfig
+    /// instead of etcd: one watch per resource on it; writes are forwarded to it.
+    #[arg(long, value_name = "FILE", conflicts_with = "etcd")]
+    upstream_kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, value_name = "CTX", requires = "upstream_kubeconfig")]
+    upstream_context: Option<String>,
+    /// How the upstream API server's full state is read: WatchList when it does it, else a
+    /// paginated LIST (auto), WatchList only (watchlist), or LIST then watch (list).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "watchlist", "list"],
+          requires = "upstream_kubeconfig")]
+    upstream_initial_list: String,
+}
+
+/// The caches a server serves, and where they come from.
+enum Caches {
+    Etcd(EtcdCaches, Option<LocalEtcd>),
+    ApiServer(ApiServerCaches),
+}
+
+impl Caches {
+    fn served(&self) -> Vec<Served> {
+        match self {
+            Caches::Etcd(c, _) => {
+                let writes = c.writes();
+                c.caches()
+                    .map(|(_, cache)| Served::new(cache.clone(), writes.clone()))
+                    .collect()
+            }
+            Caches::ApiServer(c) => {
+                let writes = c.writes();
+                c.caches()
+                    .map(|(_, cache)| Served::new(cache.clone(), writes.clone()))
+                    .collect()
+            }
+        }
+    }
+
+    async fn shutdown(self) {
+        match self {
+            Caches::Etcd(c, local) => {
+                c.shutdown().await;
+                drop(local);
+            }
+            Caches::ApiServer(c) => c.shutdown().await,
+        }
+    }
+}
+
+async fn follow_api_server(
+    args: &ServeArgs,
+    kubeconfig: &std::path::Path,
+    defs: Vec<ResourceDef>,
+) -> Result<Caches, Box<dyn std::error::Error>> {
+    let client = client_from_kubeconfig(kubeconfig, args.upstream_context.as_deref()).await?;
+    let config = ApiServerConfig {
+        initial_list: match args.upstream_initial_list.as_str() {
+            "watchlist" => InitialList::WatchList,
+            "list" => InitialList::List,
+            _ => InitialList::Auto,
+        },
+        ..ApiServerConfig::default()
+    };
+    info!(kubeconfig = %kubeconfig.display(), context = ?args.upstream_context, "following an API server");
+    Ok(Caches::ApiServer(ApiServerCaches::connect(
+        client,
+        config,
+        defs,
+        CacheConfig::default(),
+    )?))
 }
 
 fn definitions(dir: Option<&PathBuf>) -> Result<Vec<ResourceDef>, watchcache::DefinitionError> {
@@ -136,23 +210,31 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
         defs.retain(|d| args.resources.contains(&d.plural));
     }
-    let mut local = None;
-    let endpoints = if args.etcd.is_empty() {
-        let e = LocalEtcd::start_on(
-            &args.data_dir,
-            args.local_etcd_port,
-            args.local_etcd_port + 10,
-        )
-        .await?;
-        let url = e.url();
-        local = Some(e);
-        vec![url]
-    } else {
-        args.etcd.clone()
+    let caches = match &args.upstream_kubeconfig {
+        Some(kubeconfig) => follow_api_server(&args, kubeconfig, defs).await?,
+        None => {
+            let mut local = None;
+            let endpoints = if args.etcd.is_empty() {
+                let e = LocalEtcd::start_on(
+                    &args.data_dir,
+                    args.local_etcd_port,
+                    args.local_etcd_port + 10,
+                )
+                .await?;
+                let url = e.url();
+                local = Some(e);
+                vec![url]
+            } else {
+                args.etcd.clone()
+            };
+            let mut etcd = EtcdConfig::new(endpoints);
+            etcd.consistent_reads = args.consistent_reads;
+            Caches::Etcd(
+                EtcdCaches::connect(etcd, defs, CacheConfig::default()).await?,
+                local,
+            )
+        }
     };
-    let mut etcd = EtcdConfig::new(endpoints);
-    etcd.consistent_reads = args.consistent_reads;
-    let caches = EtcdCaches::connect(etcd, defs, CacheConfig::default()).await?;
     let config = ServerConfig {
         max_body_bytes: args.max_body_bytes,
         max_selector_len: args.max_selector_len,
@@ -161,15 +243,10 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     info!(listen = %args.listen, "watchcache listening");
-    let writes = caches.writes();
-    let served = caches
-        .caches()
-        .map(|(_, c)| Served::new(c.clone(), writes.clone()));
-    Server::new(config, served)
+    Server::new(config, caches.served())
         .serve(listener, shutdown_signal())
         .await?;
     caches.shutdown().await;
-    drop(local);
     info!("stopped");
     Ok(())
 }
