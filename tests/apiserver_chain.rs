@@ -1,0 +1,425 @@
+//! A tree of caches as real processes: etcd ← `watchcache serve --etcd` (root) ←
+//! `watchcache serve --upstream-kubeconfig` (leaf, through a generated kubeconfig pointing at the
+//! root's URL) ← clients. Both servers are `kill -9`ed and restarted under load; clients must see
+//! every change exactly once and in order, or a clear 410 followed by a relist that converges.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use etcd_client::Client as EtcdClient;
+use futures_util::StreamExt;
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+use watchcache::etcd::free_port;
+
+/// A `watchcache serve` process, killed with SIGKILL on drop.
+struct Proc {
+    child: Child,
+    url: String,
+}
+
+impl Proc {
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+async fn spawn(args: &[&str], port: u16) -> Proc {
+    let child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+        .arg("serve")
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--resources",
+            "pods",
+        ])
+        .args(args)
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn watchcache");
+    let p = Proc {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let c = Client::new();
+    for _ in 0..300 {
+        if let Ok(r) = c.get(format!("{}/readyz", p.url)).send().await
+            && r.status() == StatusCode::OK
+        {
+            return p;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("watchcache {args:?} never became ready");
+}
+
+async fn root(etcd: &str, port: u16) -> Proc {
+    spawn(&["--etcd", etcd], port).await
+}
+
+fn kubeconfig(dir: &Path, root_url: &str) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: root\n  cluster:\n    server: {root_url}\n\
+             users:\n- name: anonymous\n  user: {{}}\ncontexts:\n- name: root\n  context:\n    cluster: root\n    user: anonymous\n\
+             current-context: root\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+async fn leaf(kubeconfig: &Path, port: u16) -> Proc {
+    spawn(
+        &[
+            "--upstream-kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--upstream-context",
+            "root",
+        ],
+        port,
+    )
+    .await
+}
+
+fn rv(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The number of watchers a server has open on pods, from its metrics.
+async fn pod_watchers(c: &Client, url: &str) -> i64 {
+    let text = c
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("watchcache_watchers{") && l.contains("resource=\"pods\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum()
+}
+
+/// What a client following the leaf saw: every event's (rv, name, type), 410s and relists.
+#[derive(Default, Debug)]
+struct Seen {
+    events: Vec<(u64, String, String)>,
+    expired: usize,
+    relists: usize,
+    /// How many events came before the first 410.
+    before_expired: Option<usize>,
+    /// The resourceVersion of the first list.
+    listed_at: u64,
+    /// The client's view of the state: name → rv.
+    state: std::collections::BTreeMap<String, u64>,
+}
+
+/// A reflector-like client of the leaf: list, then watch from the list's resourceVersion; on a
+/// broken stream resume from the last one; on 410, relist and carry on. Runs until `stop`.
+async fn follow(url: String, stop: tokio::sync::watch::Receiver<bool>) -> Seen {
+    let c = Client::new();
+    let mut seen = Seen::default();
+    let mut from: Option<u64> = None;
+    loop {
+        if *stop.borrow() {
+            return seen;
+        }
+        let start = match from {
+            Some(r) => r,
+            None => match c.get(format!("{url}/api/v1/pods")).send().await {
+                Ok(r) if r.status() == StatusCode::OK => {
+                    let list: Value = r.json().await.unwrap();
+                    seen.relists += 1;
+                    seen.state = list["items"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), rv(i)))
+                        .collect();
+                    let r = rv(&list);
+                    if seen.relists == 1 {
+                        seen.listed_at = r;
+                    }
+                    from = Some(r);
+                    r
+                }
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let resp = match c
+            .get(format!(
+                "{url}/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion={start}&timeoutSeconds=30"
+            ))
+            .send()
+            .await
+        {
+            Ok(r) if r.status() == StatusCode::OK => r,
+            _ => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let mut body = resp.bytes_stream();
+        let mut buf = Vec::new();
+        let mut stop_rx = stop.clone();
+        'stream: loop {
+            let chunk = tokio::select! {
+                _ = stop_rx.changed() => return seen,
+                c = body.next() => c,
+            };
+            let Some(Ok(chunk)) = chunk else { break };
+            buf.extend_from_slice(&chunk);
+            while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=i).collect();
+                let f: Value = serde_json::from_slice(&line).unwrap();
+                let t = f["type"].as_str().unwrap().to_owned();
+                let o = &f["object"];
+                match t.as_str() {
+                    "BOOKMARK" => from = Some(rv(o)),
+                    "ERROR" => {
+                        assert_eq!(o["code"], 410, "{o}");
+                        seen.expired += 1;
+                        seen.before_expired.get_or_insert(seen.events.len());
+                        from = None;
+                        break 'stream;
+                    }
+                    _ => {
+                        let name = o["metadata"]["name"].as_str().unwrap().to_owned();
+                        let r = rv(o);
+                        if t == "DELETED" {
+                            seen.state.remove(&name);
+                        } else {
+                            seen.state.insert(name.clone(), r);
+                        }
+                        seen.events.push((r, name, t));
+                        from = Some(r);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes through the root, retrying while it is down; a retried create that already happened
+/// is a 409 AlreadyExists, counted as done.
+async fn write(c: &Client, root: &str, i: usize) {
+    let name = format!("p{i:03}");
+    let body = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"nodeName": format!("node-{}", i % 4)}});
+    for _ in 0..600 {
+        match c
+            .post(format!("{root}/api/v1/namespaces/ns/pods"))
+            .json(&body)
+            .send()
+            .await
+        {
+            Ok(r) if r.status() == StatusCode::CREATED || r.status() == StatusCode::CONFLICT => {
+                return;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    panic!("the write of {name} never went through");
+}
+
+/// etcd's history of the pods prefix after `from`: (revision, name).
+async fn etcd_history(etcd: &str, from: u64) -> Vec<(u64, String)> {
+    let mut e = EtcdClient::connect([etcd], None).await.unwrap();
+    let now = e.get("/", None).await.unwrap().header().unwrap().revision();
+    support::etcd::history(&mut e, "/registry/pods/", from as i64 + 1, now)
+        .await
+        .into_iter()
+        .filter(|(r, _, _)| *r > from)
+        .map(|(r, k, _)| (r, k.rsplit('/').next().unwrap().to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_of_processes_keeps_every_client_stream_exactly_once_through_kill_9() {
+    let etcd = support::etcd::etcd().await;
+    let etcd_url = etcd.server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (root_port, leaf_port) = (free_port().unwrap(), free_port().unwrap());
+    let mut root_proc = root(&etcd_url, root_port).await;
+    let root_url = root_proc.url.clone();
+    let config = kubeconfig(dir.path(), &root_url);
+    let mut leaf_proc = leaf(&config, leaf_port).await;
+    let leaf_url = leaf_proc.url.clone();
+    let c = Client::new();
+
+    // The official Python client runs against the leaf: lists, watches, writes, conflicts.
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = manifest.join("target/pyvenv");
+    let status = Command::new(manifest.join("scripts/python-venv"))
+        .arg(&venv)
+        .status()
+        .expect("run scripts/python-venv");
+    assert!(status.success());
+    let (script, url) = (
+        manifest.join("tests/python/client_test.py"),
+        leaf_url.clone(),
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(venv.join("bin/python"))
+            .arg(script)
+            .arg(url)
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "python client against the leaf:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A client resumes on the leaf from a resourceVersion the root gave it: no relist.
+    let list: Value = c
+        .get(format!("{root_url}/api/v1/pods"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let from = rv(&list);
+    write(&c, &root_url, 0).await;
+    let r = c
+        .get(format!(
+            "{leaf_url}/api/v1/pods?watch=1&resourceVersion={from}&timeoutSeconds=1"
+        ))
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["type"], "ADDED", "{text}");
+    assert_eq!(first["object"]["metadata"]["name"], "p000");
+
+    // Clients follow the leaf while writes go through the root, and the root, then the leaf,
+    // is killed with SIGKILL and restarted.
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let followers: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(follow(leaf_url.clone(), stop_rx.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Many clients of the leaf, one watch on the root.
+    assert_eq!(pod_watchers(&c, &root_url).await, 1);
+    assert!(pod_watchers(&c, &leaf_url).await >= 4);
+    let writer = {
+        let (c, root_url) = (c.clone(), root_url.clone());
+        tokio::spawn(async move {
+            for i in 1..=150 {
+                write(&c, &root_url, i).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    root_proc.kill9();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    root_proc = root(&etcd_url, root_port).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    leaf_proc.kill9();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    leaf_proc = leaf(&config, leaf_port).await;
+    writer.await.unwrap();
+    // The leaf catches up with the root; then the clients stop.
+    let root_rv = {
+        let l: Value = c
+            .get(format!("{root_url}/api/v1/pods"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        rv(&l)
+    };
+    let l: Value = c
+        .get(format!("{leaf_url}/api/v1/pods"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(rv(&l) >= root_rv);
+    let final_state: std::collections::BTreeMap<String, u64> = l["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), rv(i)))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.send(true).unwrap();
+    let history = etcd_history(&etcd_url, from).await;
+    for f in followers {
+        let seen = f.await.unwrap();
+        eprintln!(
+            "client: {} events, {} relists, {} × 410, listed at {}",
+            seen.events.len(),
+            seen.relists,
+            seen.expired,
+            seen.listed_at
+        );
+        assert!(seen.events.len() >= 20, "{seen:?}");
+        // In order, never twice.
+        assert!(
+            seen.events.windows(2).all(|w| w[0].0 < w[1].0),
+            "out of order or duplicated: {:?}",
+            seen.events
+        );
+        // Exactly etcd's history up to the first 410 (the root's kill -9 included: the leaf
+        // relists by difference, and its clients see ordinary events); after it, a relist that
+        // converges.
+        let got: Vec<(u64, String)> = seen
+            .events
+            .iter()
+            .take(seen.before_expired.unwrap_or(usize::MAX))
+            .map(|(r, n, _)| (*r, n.clone()))
+            .collect();
+        let want: Vec<(u64, String)> = history
+            .iter()
+            .filter(|(r, _)| *r > seen.listed_at)
+            .take(got.len())
+            .cloned()
+            .collect();
+        assert_eq!(got, want);
+        if seen.expired == 0 {
+            assert_eq!(
+                got.len(),
+                history.iter().filter(|(r, _)| *r > seen.listed_at).count()
+            );
+        }
+        assert_eq!(seen.state, final_state, "the client converged ({seen:?})");
+    }
+    drop(leaf_proc);
+    drop(root_proc);
+}
