@@ -423,3 +423,159 @@ async fn a_chain_of_processes_keeps_every_client_stream_exactly_once_through_kil
     drop(leaf_proc);
     drop(root_proc);
 }
+
+/// A kube-rs watcher of the leaf's pods, keeping name → resourceVersion and counting inits.
+#[derive(Default, Debug, Clone)]
+struct KubeView {
+    state: std::collections::BTreeMap<String, u64>,
+    inits: usize,
+    errors: usize,
+}
+
+fn kube_watch(
+    leaf_url: &str,
+    config: kube::runtime::watcher::Config,
+) -> (
+    tokio::sync::watch::Receiver<KubeView>,
+    tokio::task::JoinHandle<()>,
+) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::watcher::{Event, watcher};
+    let client = kube::Client::try_from(kube::Config::new(leaf_url.parse().unwrap())).unwrap();
+    let (tx, rx) = tokio::sync::watch::channel(KubeView::default());
+    let task = tokio::spawn(async move {
+        let mut view = KubeView::default();
+        let mut pending = std::collections::BTreeMap::new();
+        let mut stream = std::pin::pin!(watcher(kube::Api::<Pod>::all(client), config));
+        while let Some(ev) = stream.next().await {
+            let key = |p: &Pod| {
+                (
+                    p.metadata.name.clone().unwrap_or_default(),
+                    p.metadata
+                        .resource_version
+                        .as_deref()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0),
+                )
+            };
+            match ev {
+                Ok(Event::Init) => {
+                    view.inits += 1;
+                    pending.clear();
+                }
+                Ok(Event::InitApply(p)) => {
+                    let (n, r) = key(&p);
+                    pending.insert(n, r);
+                }
+                Ok(Event::InitDone) => view.state = std::mem::take(&mut pending),
+                Ok(Event::Apply(p)) => {
+                    let (n, r) = key(&p);
+                    view.state.insert(n, r);
+                }
+                Ok(Event::Delete(p)) => {
+                    view.state.remove(&key(&p).0);
+                }
+                Err(_) => view.errors += 1,
+            }
+            let _ = tx.send(view.clone());
+        }
+    });
+    (rx, task)
+}
+
+async fn pods_of(c: &Client, url: &str) -> std::collections::BTreeMap<String, u64> {
+    let l: Value = c
+        .get(format!("{url}/api/v1/pods"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    l["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), rv(i)))
+        .collect()
+}
+
+/// Waits until the view holds `want`.
+async fn view_reaches(
+    rx: &mut tokio::sync::watch::Receiver<KubeView>,
+    want: &std::collections::BTreeMap<String, u64>,
+) -> KubeView {
+    let reached = tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|v| &v.state == want))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|v| v.clone());
+    reached.unwrap_or_else(|| {
+        panic!(
+            "the kube-rs watcher never reached {want:?}: {:?}",
+            rx.borrow()
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_at_the_root_makes_the_leaf_relist_and_kube_rs_watchers_converge() {
+    let etcd = support::etcd::etcd().await;
+    let etcd_url = etcd.server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (root_port, leaf_port) = (free_port().unwrap(), free_port().unwrap());
+    let mut root_proc = root(&etcd_url, root_port).await;
+    let root_url = root_proc.url.clone();
+    let leaf_proc = leaf(&kubeconfig(dir.path(), &root_url), leaf_port).await;
+    let leaf_url = leaf_proc.url.clone();
+    let c = Client::new();
+    for i in 0..5 {
+        write(&c, &root_url, i).await;
+    }
+    // kube-rs's watcher on the leaf, with streaming lists (WatchList) and with paged LIST.
+    use kube::runtime::watcher::Config as WatcherConfig;
+    let (mut streaming, t1) = kube_watch(&leaf_url, WatcherConfig::default().streaming_lists());
+    let (mut listing, t2) = kube_watch(&leaf_url, WatcherConfig::default().page_size(2));
+    let want = pods_of(&c, &root_url).await;
+    assert_eq!(want.len(), 5);
+    view_reaches(&mut streaming, &want).await;
+    view_reaches(&mut listing, &want).await;
+
+    // The root dies; etcd changes and is compacted; the new root's window starts past the
+    // leaf's position, so the leaf's resume is 410 Expired and it relists by difference.
+    root_proc.kill9();
+    let mut e = EtcdClient::connect([etcd_url.as_str()], None)
+        .await
+        .unwrap();
+    e.delete("/registry/pods/ns/p001", None).await.unwrap();
+    e.put(
+        "/registry/pods/ns/p002",
+        support::pod("ns", "p002", "node-9", &[]),
+        None,
+    )
+    .await
+    .unwrap();
+    let last = e
+        .put(
+            "/registry/pods/ns/p100",
+            support::pod("ns", "p100", "node-1", &[]),
+            None,
+        )
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    e.compact(last, None).await.unwrap();
+    let _root_proc = root(&etcd_url, root_port).await;
+    let want = pods_of(&c, &root_url).await;
+    assert!(want.contains_key("p100") && !want.contains_key("p001"));
+    // The leaf's clients saw ordinary events: no re-initialisation, no errors.
+    for rx in [&mut streaming, &mut listing] {
+        let v = view_reaches(rx, &want).await;
+        assert_eq!((v.inits, v.errors), (1, 0), "{v:?}");
+    }
+    assert_eq!(pods_of(&c, &leaf_url).await, want);
+    t1.abort();
+    t2.abort();
+}
