@@ -2,6 +2,7 @@
 //! `watchcache serve --upstream-kubeconfig` (leaf, through a generated kubeconfig pointing at the
 //! root's URL) ← clients. Both servers are `kill -9`ed and restarted under load; clients must see
 //! every change exactly once and in order, or a clear 410 followed by a relist that converges.
+//! The root serves every built-in resource, the leaf caches pods and proxies the rest to the root.
 
 mod support;
 
@@ -37,12 +38,7 @@ impl Drop for Proc {
 async fn spawn(args: &[&str], port: u16) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
         .arg("serve")
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--resources",
-            "pods",
-        ])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(args)
         .env(
             "RUST_LOG",
@@ -92,6 +88,8 @@ async fn leaf(kubeconfig: &Path, port: u16) -> Proc {
             kubeconfig.to_str().unwrap(),
             "--upstream-context",
             "root",
+            "--resources",
+            "pods",
         ],
         port,
     )
@@ -578,4 +576,132 @@ async fn a_compaction_at_the_root_makes_the_leaf_relist_and_kube_rs_watchers_con
     assert_eq!(pods_of(&c, &leaf_url).await, want);
     t1.abort();
     t2.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_is_down() {
+    let etcd = support::etcd::etcd().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (root_port, leaf_port) = (free_port().unwrap(), free_port().unwrap());
+    let mut root_proc = root(&etcd.server.url(), root_port).await;
+    let root_url = root_proc.url.clone();
+    let leaf_proc = leaf(&kubeconfig(dir.path(), &root_url), leaf_port).await;
+    let leaf_url = leaf_proc.url.clone();
+    let c = Client::new();
+    // Discovery is the root's: configmaps are listed though the leaf caches only pods.
+    let d: Value = c
+        .get(format!("{leaf_url}/api/v1"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        d["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "configmaps"),
+        "{d}"
+    );
+    // Every verb on a resource the leaf does not define goes to the root, watches included.
+    let cms = format!("{leaf_url}/api/v1/namespaces/ns/configmaps");
+    let mut watch = c
+        .get(format!(
+            "{leaf_url}/api/v1/configmaps?watch=1&resourceVersion=0&timeoutSeconds=5"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(watch.status(), StatusCode::OK);
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "1"}});
+    let r = c.post(&cms).json(&cm).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let created: Value = r.json().await.unwrap();
+    let mut first = Vec::new();
+    while !first.contains(&b'\n') {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), watch.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("a watch event");
+        first.extend_from_slice(&chunk);
+    }
+    let ev: Value = serde_json::from_slice(&first).unwrap();
+    assert_eq!(
+        (
+            ev["type"].as_str(),
+            ev["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("c"))
+    );
+    let mut cm2 = created.clone();
+    cm2["data"]["k"] = json!("2");
+    let r = c.put(format!("{cms}/c")).json(&cm2).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // A stale update: the root's 409 comes back unchanged.
+    let r = c
+        .put(format!("{cms}/c"))
+        .json(&created)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let got: Value = c
+        .get(format!("{cms}/c"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["data"]["k"], "2");
+    let at_root: Value = c
+        .get(format!("{root_url}/api/v1/namespaces/ns/configmaps/c"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got, at_root);
+    let r = c.delete(format!("{cms}/c")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = c.get(format!("{cms}/c")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // A subresource is the root's answer, whatever it is.
+    let sub = "/api/v1/namespaces/ns/pods/x/status";
+    let (a, b) = (
+        c.get(format!("{leaf_url}{sub}")).send().await.unwrap(),
+        c.get(format!("{root_url}{sub}")).send().await.unwrap(),
+    );
+    assert_eq!(a.status(), b.status());
+    assert_eq!(a.text().await.unwrap(), b.text().await.unwrap());
+    // The root goes down: proxied requests are 503 ServiceUnavailable; cached reads still work.
+    write(&c, &root_url, 1).await;
+    let l: Value = c
+        .get(format!("{leaf_url}/api/v1/pods"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    root_proc.kill9();
+    let r = c.get(&cms).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        (v["kind"].as_str(), v["reason"].as_str()),
+        (Some("Status"), Some("ServiceUnavailable"))
+    );
+    let r = c
+        .get(format!("{leaf_url}/api/v1/pods?resourceVersion=0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let cached: Value = r.json().await.unwrap();
+    assert_eq!(cached["items"], l["items"]);
 }

@@ -40,6 +40,7 @@ mod config;
 mod discovery;
 mod metrics;
 mod params;
+mod proxy;
 mod response;
 mod routes;
 mod state;
@@ -62,6 +63,7 @@ use tracing::{debug, info, warn};
 
 pub use config::ServerConfig;
 pub use metrics::ServerMetrics;
+pub use proxy::{Proxy, ProxyBody};
 pub use state::Served;
 pub use status::ApiError;
 
@@ -84,11 +86,23 @@ impl Server {
             watchers: Arc::new(AtomicUsize::new(0)),
             metrics: ServerMetrics::default(),
             shutdown: rx,
+            proxy: std::sync::OnceLock::new(),
         };
         Server {
             state: Arc::new(state),
             shutdown,
         }
+    }
+
+    /// Proxy mode: requests for anything but the served resources (other resources,
+    /// subresources, discovery, `/version`) go to `proxy` and stream back unchanged; 503 when it
+    /// cannot be reached.
+    #[must_use]
+    pub fn with_proxy(self, proxy: Arc<dyn Proxy>) -> Server {
+        if self.state.proxy.set(proxy).is_err() {
+            warn!("a proxy was already set; keeping the first");
+        }
+        self
     }
 
     /// The axum router.

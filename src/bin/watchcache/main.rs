@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
@@ -15,6 +16,7 @@ use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{CacheConfig, ResourceDef};
 
 mod bench;
+mod proxy;
 
 // Many small long-lived allocations per watcher: mimalloc keeps their resident cost close to
 // their size (glibc's arenas fragment; measured in design/performance.md).
@@ -243,9 +245,14 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     info!(listen = %args.listen, "watchcache listening");
-    Server::new(config, caches.served())
-        .serve(listener, shutdown_signal())
-        .await?;
+    let mut server = Server::new(config, caches.served());
+    if let Caches::ApiServer(c) = &caches {
+        // Proxy mode: what is not cached here goes to the upstream.
+        server = server.with_proxy(Arc::new(proxy::KubeProxy {
+            client: c.client().clone(),
+        }));
+    }
+    server.serve(listener, shutdown_signal()).await?;
     caches.shutdown().await;
     info!("stopped");
     Ok(())

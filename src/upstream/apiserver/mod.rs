@@ -146,6 +146,7 @@ pub async fn client_from_kubeconfig(
 
 /// Caches fed from an API server, one per resource, each with its own single watch.
 pub struct ApiServerCaches {
+    client: kube::Client,
     caches: BTreeMap<String, Cache>,
     writes: Arc<ApiServerWrites>,
     tasks: Vec<JoinHandle<()>>,
@@ -208,7 +209,7 @@ impl ApiServerCaches {
         }
         let writes = Arc::new(ApiServerWrites::new(
             Rest {
-                client,
+                client: client.clone(),
                 collection: String::new(),
                 timeout: config.request_timeout,
             },
@@ -216,6 +217,7 @@ impl ApiServerCaches {
         ));
         info!(resources = caches.len(), "following an API server");
         Ok(ApiServerCaches {
+            client,
             caches,
             writes,
             tasks,
@@ -231,6 +233,11 @@ impl ApiServerCaches {
     /// Every cache, by plural name.
     pub fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
         self.caches.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// The kube-rs client the caches follow through (e.g. to proxy other requests with).
+    pub fn client(&self) -> &kube::Client {
+        &self.client
     }
 
     /// Writes through to the API server, for every followed resource.
