@@ -10,6 +10,8 @@
 //!   preconditions.
 //! - `/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`: discovery.
 //! - `/metrics`, `/readyz`, `/livez`.
+//! - With [`Server::with_proxy`], everything else (other resources, subresources, discovery) is
+//!   forwarded to an upstream API server and streamed back.
 //!
 //! | file | concept |
 //! |---|---|
@@ -18,6 +20,7 @@
 //! | `routes.rs` | requests hyper serves |
 //! | `watch/` | watch responses: start, the one pump loop, frames, the fast path, hyper's body |
 //! | `params.rs`, `writes.rs`, `response.rs`, `status.rs` | query parsing, write bodies, response bodies, `Status` errors |
+//! | `proxy.rs`, `forward.rs` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
 //! | `discovery.rs`, `metrics.rs` | discovery documents, `/metrics` |
 //!
 //! # Examples
@@ -38,6 +41,7 @@
 
 mod config;
 mod discovery;
+mod forward;
 mod metrics;
 mod params;
 mod proxy;

@@ -133,7 +133,8 @@ struct ServeArgs {
 
 /// The caches a server serves, and where they come from.
 enum Caches {
-    Etcd(EtcdCaches, Option<LocalEtcd>),
+    // Boxed: the etcd client is large, and there is one of these per process.
+    Etcd(Box<EtcdCaches>, Option<LocalEtcd>),
     ApiServer(ApiServerCaches),
 }
 
@@ -232,7 +233,7 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             let mut etcd = EtcdConfig::new(endpoints);
             etcd.consistent_reads = args.consistent_reads;
             Caches::Etcd(
-                EtcdCaches::connect(etcd, defs, CacheConfig::default()).await?,
+                Box::new(EtcdCaches::connect(etcd, defs, CacheConfig::default()).await?),
                 local,
             )
         }

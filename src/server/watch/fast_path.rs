@@ -125,7 +125,7 @@ pub(crate) async fn first_request(
             // Proxy mode: a watch of anything not cached is hyper's to forward.
             Head::Watch(req)
                 if st.proxy.get().is_some()
-                    && !crate::server::proxy::is_local(st, &segments(&req.path)) =>
+                    && !crate::server::forward::is_local(st, &segments(&req.path)) =>
             {
                 return Ok(FirstRequest::NotAWatch(buf));
             }
