@@ -464,3 +464,100 @@ async fn probe_progress(rest: Rest, cache: Cache) {
         cache.progress(rv);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{CacheConfig, ListOptions};
+    use crate::model::ResourceDef;
+
+    fn follower() -> Follower {
+        let cache = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        cache.resync(1).finish();
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let rest = Rest::new(client, cache.definition(), Duration::from_secs(1));
+        let (_tx, shutdown) = watch::channel(false);
+        Follower {
+            cache,
+            rest,
+            config: ApiServerConfig::default(),
+            progress: Arc::new(Notify::new()),
+            shutdown,
+        }
+    }
+
+    fn frame(kind: &str, name: &str, rv: &str) -> Bytes {
+        Bytes::from(format!(
+            r#"{{"type":"{kind}","object":{{"kind":"Pod","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}},"spec":{{"nodeName":"n1"}}}}}}"#
+        ))
+    }
+
+    async fn names(f: &Follower) -> Vec<(String, u64)> {
+        f.cache
+            .list(&ListOptions::all())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|o| (o.name().to_owned(), o.resource_version()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn events_of_one_revision_are_one_batch_and_a_split_one_relists() {
+        let f = follower();
+        let mut applied = Some(1);
+        // A watchcache upstream's resync: two events at revision 5 in one read, then one at 6.
+        let lines = [
+            frame("ADDED", "a", "5"),
+            frame("ADDED", "b", "5"),
+            frame("MODIFIED", "a", "6"),
+        ];
+        f.apply_lines(&lines, &mut applied).unwrap();
+        assert_eq!(applied, Some(6));
+        assert_eq!(f.cache.resource_version(), 6);
+        assert_eq!(names(&f).await, vec![("a".into(), 6), ("b".into(), 5)]);
+        // The rest of revision 6 in a later read: the cache cannot take it, so relist.
+        let late = [frame("ADDED", "c", "6")];
+        assert!(matches!(
+            f.apply_lines(&late, &mut applied),
+            Err(Broken::SplitRevision(6))
+        ));
+        // Deletions, then a bookmark as progress.
+        let lines = [
+            frame("DELETED", "b", "7"),
+            Bytes::from_static(
+                br#"{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"9"}}}"#,
+            ),
+        ];
+        f.apply_lines(&lines, &mut applied).unwrap();
+        assert_eq!((applied, f.cache.resource_version()), (Some(9), 9));
+        assert_eq!(names(&f).await, vec![("a".into(), 6)]);
+    }
+
+    #[tokio::test]
+    async fn expired_errors_and_bad_resource_versions_break_the_watch() {
+        let f = follower();
+        let mut applied = Some(1);
+        let gone = Bytes::from_static(
+            br#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old"}}"#,
+        );
+        assert!(matches!(
+            f.apply_lines(&[gone], &mut applied),
+            Err(Broken::Expired)
+        ));
+        let bad = frame("ADDED", "a", "12abc");
+        match f.apply_lines(&[bad], &mut applied) {
+            Err(Broken::Failed(m)) => assert!(m.contains("\"12abc\""), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // Nothing was applied by either.
+        assert_eq!((applied, f.cache.resource_version()), (Some(1), 1));
+        assert!(names(&f).await.is_empty());
+    }
+}
