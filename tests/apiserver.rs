@@ -502,3 +502,51 @@ async fn the_leaf_is_not_ready_while_the_root_is_down_and_ready_again_after() {
     leaf.stop().await;
     root2.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_cache_reads_typed_objects_by_index_and_routes_watches() {
+    use k8s_openapi::api::core::v1::Pod;
+    use watchcache::kube::{KubeCache, definition_for};
+    use watchcache::{EventType, Selection};
+
+    let (_etcd, mut root, c) = setup().await;
+    for i in 0..6 {
+        create(&c, &root.url, &format!("p{i}"), &format!("node-{}", i % 3)).await;
+    }
+    let client = kube::Client::try_from(kube::Config::new(root.url.parse().unwrap())).unwrap();
+    let def = definition_for::<Pod>(&[("spec.nodeName", true), ("label:app", false)]).unwrap();
+    let pods: KubeCache<Pod> = KubeCache::start(client, def).await.unwrap();
+    let name = |p: &Pod| p.metadata.name.clone().unwrap();
+    let on1: Vec<String> = pods
+        .by_index("spec.nodeName", "node-1")
+        .unwrap()
+        .iter()
+        .map(name)
+        .collect();
+    assert_eq!(on1, ["p1", "p4"]);
+    assert_eq!(pods.by_index("label:app", "web").unwrap().len(), 6);
+    assert!(pods.by_index("spec.nope", "x").is_err());
+    let p0 = pods.get(Some("ns"), "p0").await.unwrap().unwrap();
+    assert_eq!(p0.spec.unwrap().node_name.as_deref(), Some("node-0"));
+    assert!(pods.get(Some("ns"), "nope").await.unwrap().is_none());
+    assert_eq!(pods.state().await.unwrap().len(), 6);
+    // A routed watch on node-1 sees node-1's pod and not node-2's.
+    let mut w = pods
+        .watch(
+            Selection::all()
+                .with_fields("spec.nodeName=node-1")
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    create(&c, &root.url, "elsewhere", "node-2").await;
+    create(&c, &root.url, "here", "node-1").await;
+    let (kind, pod) = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!((kind, name(&pod)), (EventType::Added, "here".to_owned()));
+    pods.shutdown().await;
+    root.stop().await;
+}

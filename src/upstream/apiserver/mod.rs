@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod embedded;
 mod follower;
 mod rest;
 mod upstream;
