@@ -93,6 +93,7 @@ fn leaf_config(initial_list: InitialList) -> ApiServerConfig {
         unavailable_grace: Duration::from_secs(1),
         watch_timeout: Duration::from_secs(30),
         request_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(150),
     }
 }
 

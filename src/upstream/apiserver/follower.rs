@@ -317,10 +317,9 @@ impl Follower {
         let mut silent_since = tokio::time::Instant::now();
         let mut probe: Option<tokio::task::JoinHandle<()>> = None;
         loop {
-            // A watch that says nothing (not even its deadline bookmark) past its timeout plus the
-            // request timeout is a dead connection.
-            let dead_at =
-                silent_since + self.config.watch_timeout * 2 + self.config.request_timeout;
+            // kube-apiserver and watchcache send a bookmark about every minute to a watch that
+            // allows them: a watch silent for longer than `idle_timeout` is a dead connection.
+            let dead_at = silent_since + self.config.idle_timeout;
             let lines = tokio::select! {
                 _ = self.shutdown.changed() => return Broken::Shutdown,
                 _ = tokio::time::sleep_until(dead_at) => return Broken::Failed("the watch went silent".into()),

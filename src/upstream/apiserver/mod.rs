@@ -86,6 +86,9 @@ pub struct ApiServerConfig {
     pub watch_timeout: Duration,
     /// How long one request (a LIST page, a write, opening a watch) may take.
     pub request_timeout: Duration,
+    /// A watch with no frame at all for this long is taken for a dead connection and resumed.
+    /// Servers send a bookmark about every minute to watches that allow them.
+    pub idle_timeout: Duration,
 }
 
 impl Default for ApiServerConfig {
@@ -98,6 +101,7 @@ impl Default for ApiServerConfig {
             backoff_max: Duration::from_secs(5),
             watch_timeout: Duration::from_secs(300),
             request_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(150),
         }
     }
 }
