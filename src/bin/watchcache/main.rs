@@ -108,6 +108,9 @@ struct ServeArgs {
     /// Most concurrent watches; more are answered 429.
     #[arg(long, default_value_t = 200_000)]
     max_watchers: usize,
+    /// Most open client connections; more are answered 503 and closed at once.
+    #[arg(long, default_value_t = 250_000)]
+    max_connections: usize,
     /// How consistent reads (resourceVersion unset) are served: from the cache on etcd
     /// 3.4.31+/3.5.13+ and from etcd range reads on older versions (auto), always from the cache
     /// (cache), or always from etcd (etcd).
@@ -242,6 +245,7 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         max_body_bytes: args.max_body_bytes,
         max_selector_len: args.max_selector_len,
         max_watchers: args.max_watchers,
+        max_connections: args.max_connections,
         ..ServerConfig::default()
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;

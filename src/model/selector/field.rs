@@ -102,6 +102,19 @@ impl FieldSelector {
         Ok(FieldSelector { requirements })
     }
 
+    /// The selector with one more `path=value` term, built without parsing: `value` may hold any
+    /// character (a watch on an object's own path pins its name this way, whatever the name).
+    #[must_use]
+    pub fn and_equals(mut self, path: FieldPath, value: impl Into<String>) -> Self {
+        self.requirements.push(FieldRequirement {
+            path,
+            op: FieldOp::Equals,
+            value: value.into(),
+        });
+        self.requirements.sort_by_key(ToString::to_string);
+        self
+    }
+
     /// The terms.
     pub fn requirements(&self) -> &[FieldRequirement] {
         &self.requirements

@@ -39,11 +39,8 @@ pub(crate) enum FirstRequest {
     Close,
 }
 
-/// How long a connection may take to send its first request head (hyper's header_read_timeout).
-const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// A parsed WATCH request head.
-struct WatchRequest {
+pub(crate) struct WatchRequest {
     path: String,
     query: String,
     keep_alive: bool,
@@ -51,14 +48,14 @@ struct WatchRequest {
     head_len: usize,
 }
 
-enum Head {
+pub(crate) enum Head {
     Incomplete,
     NotAWatch,
     Watch(WatchRequest),
 }
 
 /// Parses a request head (synchronously, so the header array never lives in a task's state).
-fn parse_head(buf: &[u8]) -> Head {
+pub(crate) fn parse_head(buf: &[u8]) -> Head {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(buf) {
@@ -101,6 +98,9 @@ pub(crate) async fn first_request(
     st: &Arc<AppState>,
 ) -> std::io::Result<FirstRequest> {
     let mut buf = Vec::with_capacity(1024);
+    // One deadline for the whole head, not one per read: a client trickling a byte at a time
+    // must not hold the connection open for days (slowloris).
+    let deadline = tokio::time::Instant::now() + st.config.header_read_timeout;
     let req = loop {
         if buf.len() >= MAX_HEAD {
             return Ok(FirstRequest::NotAWatch(buf));
@@ -113,7 +113,7 @@ pub(crate) async fn first_request(
         let n = tokio::select! {
             n = tcp.read(&mut buf[at..]) => n?,
             _ = shutdown.wait_for(|s| *s).map(|_| ()) => return Ok(FirstRequest::Close),
-            _ = tokio::time::sleep(HEAD_TIMEOUT) => return Ok(FirstRequest::Close),
+            _ = tokio::time::sleep_until(deadline) => return Ok(FirstRequest::Close),
         };
         buf.truncate(at + n);
         if n == 0 {

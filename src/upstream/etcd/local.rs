@@ -214,6 +214,21 @@ impl LocalEtcd {
         self.wait_healthy(Duration::from_secs(30)).await
     }
 
+    /// Kills the member, deletes its data and starts it again on the same ports: an etcd wiped (or
+    /// replaced by an empty one) behind the same URL, whose revisions start again from 1.
+    ///
+    /// # Errors
+    /// [`LocalEtcdError`].
+    pub async fn restart_empty(&mut self) -> Result<(), LocalEtcdError> {
+        self.kill9();
+        match std::fs::remove_dir_all(self.data_dir.join("data")) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+        self.spawn()?;
+        self.wait_healthy(Duration::from_secs(30)).await
+    }
+
     /// Stops the process with SIGTERM and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -206,6 +206,7 @@ impl EtcdCaches {
                 progress,
                 reliable,
                 shutdown: shutdown_rx.clone(),
+                cluster: None,
             };
             tasks.push(tokio::spawn(follower.run()));
             caches.insert(name, cache);
