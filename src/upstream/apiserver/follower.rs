@@ -470,7 +470,8 @@ mod tests {
     use crate::cache::{CacheConfig, ListOptions};
     use crate::model::ResourceDef;
 
-    fn follower() -> Follower {
+    /// A follower of a pods cache at revision 1, and the sender that keeps it from shutting down.
+    fn follower() -> (Follower, watch::Sender<bool>) {
         let cache = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
@@ -480,14 +481,15 @@ mod tests {
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
                 .unwrap();
         let rest = Rest::new(client, cache.definition(), Duration::from_secs(1));
-        let (_tx, shutdown) = watch::channel(false);
-        Follower {
+        let (stop, shutdown) = watch::channel(false);
+        let f = Follower {
             cache,
             rest,
             config: ApiServerConfig::default(),
             progress: Arc::new(Notify::new()),
             shutdown,
-        }
+        };
+        (f, stop)
     }
 
     fn frame(kind: &str, name: &str, rv: &str) -> Bytes {
@@ -509,7 +511,7 @@ mod tests {
 
     #[tokio::test]
     async fn events_of_one_revision_are_one_batch_and_a_split_one_relists() {
-        let f = follower();
+        let (f, _stop) = follower();
         let mut applied = Some(1);
         // A watchcache upstream's resync: two events at revision 5 in one read, then one at 6.
         let lines = [
@@ -539,9 +541,48 @@ mod tests {
         assert_eq!(names(&f).await, vec![("a".into(), 6)]);
     }
 
+    /// A peer that answers a watch's head and then says nothing: a connection that died without
+    /// closing (a partition). The watch must break after `idle_timeout`, not hang.
+    #[tokio::test]
+    async fn a_silent_watch_is_broken_after_the_idle_timeout() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let peer = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await.unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+                .await
+                .unwrap();
+            // Hold the connection open and silent.
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(s);
+        });
+        let (mut f, _stop) = follower();
+        f.rest = Rest::new(
+            kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap(),
+            f.cache.definition(),
+            Duration::from_secs(2),
+        );
+        f.config.idle_timeout = Duration::from_millis(300);
+        let stream = f.rest.watch(Some(1), false, 60).await.unwrap();
+        let mut applied = Some(1);
+        let started = Instant::now();
+        let broken = tokio::time::timeout(Duration::from_secs(5), f.follow(stream, &mut applied))
+            .await
+            .expect("the watch breaks by itself");
+        assert!(
+            matches!(&broken, Broken::Failed(m) if m.contains("silent")),
+            "{broken:?}"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        peer.abort();
+    }
+
     #[tokio::test]
     async fn expired_errors_and_bad_resource_versions_break_the_watch() {
-        let f = follower();
+        let (f, _stop) = follower();
         let mut applied = Some(1);
         let gone = Bytes::from_static(
             br#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old"}}"#,
