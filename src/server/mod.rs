@@ -10,6 +10,8 @@
 //!   preconditions.
 //! - `/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`: discovery.
 //! - `/metrics`, `/readyz`, `/livez`.
+//! - With [`Server::with_proxy`], everything else (other resources, subresources, discovery) is
+//!   forwarded to an upstream API server and streamed back.
 //!
 //! | file | concept |
 //! |---|---|
@@ -18,6 +20,7 @@
 //! | `routes.rs` | requests hyper serves |
 //! | `watch/` | watch responses: start, the one pump loop, frames, the fast path, hyper's body |
 //! | `params.rs`, `writes.rs`, `response.rs`, `status.rs` | query parsing, write bodies, response bodies, `Status` errors |
+//! | `proxy.rs`, `forward.rs` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
 //! | `discovery.rs`, `metrics.rs` | discovery documents, `/metrics` |
 //!
 //! # Examples
@@ -38,8 +41,10 @@
 
 mod config;
 mod discovery;
+mod forward;
 mod metrics;
 pub(crate) mod params;
+mod proxy;
 mod response;
 mod routes;
 mod state;
@@ -62,6 +67,7 @@ use tracing::{debug, info, warn};
 
 pub use config::ServerConfig;
 pub use metrics::ServerMetrics;
+pub use proxy::{Proxy, ProxyBody};
 pub use state::Served;
 pub use status::ApiError;
 
@@ -84,11 +90,23 @@ impl Server {
             watchers: Arc::new(AtomicUsize::new(0)),
             metrics: ServerMetrics::default(),
             shutdown: rx,
+            proxy: std::sync::OnceLock::new(),
         };
         Server {
             state: Arc::new(state),
             shutdown,
         }
+    }
+
+    /// Proxy mode: requests for anything but the served resources (other resources,
+    /// subresources, discovery, `/version`) go to `proxy` and stream back unchanged; 503 when it
+    /// cannot be reached.
+    #[must_use]
+    pub fn with_proxy(self, proxy: Arc<dyn Proxy>) -> Server {
+        if self.state.proxy.set(proxy).is_err() {
+            warn!("a proxy was already set; keeping the first");
+        }
+        self
     }
 
     /// The axum router.

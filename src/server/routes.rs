@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::cache::{Cache, list_parts};
 use crate::server::discovery;
+use crate::server::forward;
 use crate::server::metrics;
 use crate::server::params::ReadParams;
 use crate::server::response::{body_of, gzip_encoded, json_response, wants_gzip};
@@ -49,6 +50,11 @@ pub(crate) async fn metrics_handler(State(st): State<Arc<AppState>>) -> Response
 }
 
 pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    if let Some(p) = st.proxy.get()
+        && !forward::is_local(&st, &segments(req.uri().path()))
+    {
+        return forward::forward(&st, &**p, req).await;
+    }
     match route(&st, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),

@@ -129,6 +129,13 @@ pub(crate) async fn first_request(
         match parse_head(&buf) {
             Head::Incomplete => continue,
             Head::NotAWatch => return Ok(FirstRequest::NotAWatch(buf)),
+            // Proxy mode: a watch of anything not cached is hyper's to forward.
+            Head::Watch(req)
+                if st.proxy.get().is_some()
+                    && !crate::server::forward::is_local(st, &segments(&req.path)) =>
+            {
+                return Ok(FirstRequest::NotAWatch(buf));
+            }
             Head::Watch(req) => break req,
         }
     };
