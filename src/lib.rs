@@ -69,11 +69,15 @@ mod sync;
 pub mod upstream;
 
 pub use cache::{
-    BoxFuture, Cache, CacheConfig, CacheStats, Change, Frame, ListOptions, ObjectList, OutOfOrder,
-    RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream, WatchEvent, WatchOptions,
-    WatchStream, list_parts,
+    BoxFuture, Cache, CacheConfig, CacheStats, Change, Frame, KeyRange, ListOptions, ObjectList,
+    OutOfOrder, RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream,
+    WatchEvent, WatchOptions, WatchStream, list_parts,
 };
 pub use error::{Error, Result};
+
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzz;
 pub use model::{
     DecodeError, DefinitionError, EventType, FieldPath, FieldSelector, HistoryConfig, IndexDef,
     IndexKey, LabelSelector, Object, ResourceDef, ResourceVersion, RvMatch, Selection,

@@ -83,7 +83,7 @@ mod tests {
         }
     }
 
-    // Fuzzing target (tests/fuzz.rs has the others): tokens come from clients.
+    // Generated tokens (tests/fuzz.rs fuzzes the decoder by mutation too).
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
 

@@ -22,6 +22,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::de::{self, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use crate::model::field_memo::FieldMemo;
 use crate::model::field_path::{self, FieldPath};
 use crate::model::{Attr, Schema};
 
@@ -43,6 +44,8 @@ struct Inner {
     labels: Box<[(Box<str>, Box<str>)]>,
     /// Values of the schema's declared fields, by slot.
     fields: Box<[Box<str>]>,
+    /// Values of undeclared field paths that selectors use, each read once.
+    memo: FieldMemo,
 }
 
 /// Why a stored value could not be cached.
@@ -146,6 +149,7 @@ impl Object {
             rv_len,
             labels: labels.into_boxed_slice(),
             fields,
+            memo: FieldMemo::default(),
         })))
     }
 
@@ -219,10 +223,34 @@ impl Object {
         match path.as_str() {
             "metadata.name" => Some(Cow::Borrowed(self.name())),
             "metadata.namespace" => Some(Cow::Borrowed(self.namespace().unwrap_or(""))),
-            _ => {
-                let raw: &RawValue = serde_json::from_slice(&self.0.json).ok()?;
-                field_path::extract(raw, path).map(Cow::Owned)
-            }
+            _ => self
+                .0
+                .memo
+                .get(&self.0.json, path, false)
+                .map(|v| Cow::Owned(v.to_string())),
+        }
+    }
+
+    /// [`field`](Object::field) without a copy, for predicates. `keep` (dispatch to live
+    /// watchers) keeps a value read from the JSON in the object's memo for the next watcher.
+    pub(crate) fn with_field<R>(
+        &self,
+        path: &FieldPath,
+        keep: bool,
+        f: impl FnOnce(Option<&str>) -> R,
+    ) -> R {
+        match path.as_str() {
+            "metadata.name" => f(Some(self.name())),
+            "metadata.namespace" => f(Some(self.namespace().unwrap_or(""))),
+            _ => f(self.0.memo.get(&self.0.json, path, keep).as_deref()),
+        }
+    }
+
+    /// Reads the undeclared field paths that selectors use now, so that evaluating them later,
+    /// under the cache's lock, reads no JSON. Called at decode, outside any lock.
+    pub(crate) fn extract_fields(&self, paths: &[FieldPath]) {
+        if !paths.is_empty() {
+            self.0.memo.extract(&self.0.json, paths);
         }
     }
 

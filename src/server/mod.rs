@@ -39,12 +39,12 @@
 mod config;
 mod discovery;
 mod metrics;
-mod params;
+pub(crate) mod params;
 mod response;
 mod routes;
 mod state;
 mod status;
-mod watch;
+pub(crate) mod watch;
 mod writes;
 
 use std::net::SocketAddr;

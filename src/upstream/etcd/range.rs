@@ -8,7 +8,7 @@ use bytes::Bytes;
 use etcd_client::{GetOptions, KvClient};
 use tokio::sync::Notify;
 
-use crate::cache::{BoxFuture, RangePage, RawKv, Upstream};
+use crate::cache::{BoxFuture, KeyRange, RangePage, RawKv, Upstream};
 use crate::error::{Error, Result};
 
 /// The end of the key range `[prefix, end)` holding every key with the prefix.
@@ -59,19 +59,23 @@ async fn current_revision(kv: &mut KvClient, key: &str) -> Result<u64> {
     Ok(resp.header().map_or(0, |h| h.revision() as u64))
 }
 
-/// One page of `[from or prefix, prefix end)` at `revision` (0: current, linearizable).
+/// One page of `keys` (bounded by `[prefix, prefix end)`) at `revision` (0: current,
+/// linearizable).
 pub(crate) async fn read_page(
     kv: &mut KvClient,
     prefix: &str,
     revision: Option<u64>,
-    from: Option<String>,
+    keys: KeyRange,
     limit: usize,
 ) -> Result<RangePage> {
+    let end = keys
+        .end
+        .map_or_else(|| prefix_end(prefix), String::into_bytes);
     let opts = GetOptions::new()
-        .with_range(prefix_end(prefix))
+        .with_range(end)
         .with_limit(limit as i64)
         .with_revision(revision.unwrap_or(0) as i64);
-    let start = from.unwrap_or_else(|| prefix.to_owned());
+    let start = keys.from.unwrap_or_else(|| prefix.to_owned());
     let resp = match tokio::time::timeout(REQUEST_TIMEOUT, kv.get(start, Some(opts)))
         .await
         .map_err(|_| {
@@ -141,11 +145,11 @@ impl Upstream for EtcdUpstream {
     fn range(
         &self,
         revision: Option<u64>,
-        from: Option<String>,
+        keys: KeyRange,
         limit: usize,
     ) -> BoxFuture<'_, Result<RangePage>> {
         let mut kv = self.kv.clone();
-        Box::pin(async move { read_page(&mut kv, &self.prefix, revision, from, limit).await })
+        Box::pin(async move { read_page(&mut kv, &self.prefix, revision, keys, limit).await })
     }
 }
 
