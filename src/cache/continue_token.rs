@@ -1,13 +1,14 @@
 //! Continue tokens, in upstream's form: URL-safe base64 (no padding) of
 //! `{"v":"meta.k8s.io/v1","rv":R,"start":"<key after the prefix>\u0000"}`.
-
-// Reads outside input (request or etcd data): it must not panic on any of it.
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
 #![cfg_attr(
     not(test),
     deny(
         clippy::unwrap_used,
         clippy::expect_used,
         clippy::indexing_slicing,
+        clippy::string_slice,
         clippy::panic
     )
 )]
@@ -83,7 +84,7 @@ mod tests {
         }
     }
 
-    // Generated tokens (tests/fuzz.rs fuzzes the decoder by mutation too).
+    // Fuzzing target (tests/fuzz.rs has the others): tokens come from clients.
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
 

@@ -340,7 +340,7 @@ impl Cache {
         let continue_token = items
             .last()
             .filter(|_| more)
-            .map(|o| continue_token::encode(rv, &o.key()[prefix_len..]));
+            .map(|o| continue_token::encode(rv, o.key().get(prefix_len..).unwrap_or_default()));
         ObjectList {
             resource_version: rv,
             items,

@@ -12,6 +12,16 @@
 //! ## Lock order
 //! The memo's mutex is a leaf: nothing else is locked while it is held, and extraction (parsing
 //! the JSON) runs outside it.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 use std::sync::Arc;
 

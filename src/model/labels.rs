@@ -1,13 +1,14 @@
 //! Label syntax as Kubernetes validates it: keys are qualified names (`[prefix/]name`), values are
 //! short names. Used by label selectors, label index declarations and (on writes) object labels.
-
-// Reads outside input (request or etcd data): it must not panic on any of it.
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
 #![cfg_attr(
     not(test),
     deny(
         clippy::unwrap_used,
         clippy::expect_used,
         clippy::indexing_slicing,
+        clippy::string_slice,
         clippy::panic
     )
 )]

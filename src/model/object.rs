@@ -6,12 +6,17 @@
 //!   `metadata.resourceVersion` = `rv` at `json[rv_at..rv_at + rv_len]`. The stored bytes' own
 //!   resourceVersion is never trusted: it is dropped on ingest.
 //! - `namespace` and `name` agree with the key: `prefix + ns + "/" + name`, or `prefix + name`.
-
-// Reads outside input (request or etcd data): it must not panic on any of it. (Indexing is
-// still reviewed by hand here: each index is bounded by a check just before it.)
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
 #![cfg_attr(
     not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice,
+        clippy::panic
+    )
 )]
 
 use std::borrow::Cow;
@@ -165,12 +170,15 @@ impl Object {
     /// The namespace, `None` for cluster-scoped objects.
     pub fn namespace(&self) -> Option<&str> {
         let (a, b) = self.0.ns;
-        (a != b).then(|| &self.0.key[a as usize..b as usize])
+        (a != b).then(|| self.0.key.get(a as usize..b as usize).unwrap_or_default())
     }
 
     /// `metadata.name`.
     pub fn name(&self) -> &str {
-        &self.0.key[self.0.name_at as usize..]
+        self.0
+            .key
+            .get(self.0.name_at as usize..)
+            .unwrap_or_default()
     }
 
     /// The revision at which this state was written (its `metadata.resourceVersion`).
@@ -197,9 +205,9 @@ impl Object {
         let mut digits = itoa::Buffer::new();
         let digits = digits.format(rv).as_bytes();
         let mut out = BytesMut::with_capacity(j.len() + digits.len());
-        out.put_slice(&j[..a]);
+        out.put_slice(j.get(..a).unwrap_or_default());
         out.put_slice(digits);
-        out.put_slice(&j[b..]);
+        out.put_slice(j.get(b..).unwrap_or_default());
         out.freeze()
     }
 
@@ -209,7 +217,8 @@ impl Object {
         labels
             .binary_search_by(|(k, _)| (**k).cmp(key))
             .ok()
-            .map(|i| &*labels[i].1)
+            .and_then(|i| labels.get(i))
+            .map(|(_, v)| &**v)
     }
 
     /// All labels, sorted by key.
@@ -271,7 +280,7 @@ impl Object {
         match a {
             Attr::Namespace => self.namespace(),
             Attr::Name => Some(self.name()),
-            Attr::Field(i) => Some(&self.0.fields[i as usize]),
+            Attr::Field(i) => self.0.fields.get(i as usize).map(|v| &**v),
             Attr::Label(_) => None,
         }
     }
@@ -279,7 +288,7 @@ impl Object {
     /// An attribute, with declared labels resolved through the schema.
     pub(crate) fn attr_in(&self, schema: &Schema, a: Attr) -> Option<&str> {
         match a {
-            Attr::Label(i) => self.label(&schema.labels[i as usize]),
+            Attr::Label(i) => self.label(schema.labels.get(i as usize)?),
             _ => self.attr(a),
         }
     }
@@ -371,8 +380,9 @@ fn dedup_last_wins(mut m: Members<'_>) -> Members<'_> {
     const SMALL: usize = 16;
     if m.len() <= SMALL {
         let mut i = 0;
-        while i < m.len() {
-            if m[i + 1..].iter().any(|(k, _)| *k == m[i].0) {
+        while let Some((key, _)) = m.get(i) {
+            let replaced = m.iter().skip(i + 1).any(|(k, _)| k == key);
+            if replaced {
                 m.remove(i);
             } else {
                 i += 1;
@@ -408,7 +418,8 @@ fn dedup_last_wins(mut m: Members<'_>) -> Members<'_> {
 pub(crate) const MAX_DEPTH: usize = 100;
 
 /// Checks what serde_json's raw values let through but its own strict parse, and other clients,
-/// refuse: unpaired UTF-16 surrogate escapes (`"\ud800"`), and nesting deeper than [`MAX_DEPTH`].
+/// refuse: unpaired UTF-16 surrogate escapes (`"\ud800"`), nesting deeper than [`MAX_DEPTH`], and
+/// numbers out of range (found by `tests/fuzz.rs`).
 /// `text` is already known to be syntactically valid JSON. One pass; inside strings it jumps from
 /// one quote or backslash to the next.
 fn check_servable(text: &str) -> Result<(), String> {
@@ -429,10 +440,34 @@ fn check_servable(text: &str) -> Result<(), String> {
                 i += 1;
             }
             b'"' => i = skip_string(b, i + 1)?,
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while b
+                    .get(i)
+                    .is_some_and(|c| matches!(c, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))
+                {
+                    i += 1;
+                }
+                check_number(text.get(start..i).unwrap_or_default())?;
+            }
             _ => i += 1,
         }
     }
     Ok(())
+}
+
+/// A number serde_json reads back: one that fits in an `i64`/`u64`, or else is a finite `f64`
+/// (`1e999` is syntactically JSON, but serde_json, so kube-rs, refuses it, and Go's decoder does too).
+fn check_number(num: &str) -> Result<(), String> {
+    let integer = !num.contains(['.', 'e', 'E']);
+    if integer && (num.parse::<i64>().is_ok() || num.parse::<u64>().is_ok()) {
+        return Ok(());
+    }
+    if num.parse::<f64>().is_ok_and(f64::is_finite) {
+        Ok(())
+    } else {
+        Err(format!("the number {num} is out of range"))
+    }
 }
 
 const UNPAIRED: &str = "a string holds an unpaired UTF-16 surrogate escape";
@@ -666,6 +701,28 @@ mod tests {
             .reason
             .contains("not under")
         );
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_decode_errors() {
+        let s = Schema::new(ResourceDef::builtin("pods").unwrap());
+        let k = "/registry/pods/ns/a";
+        let with = |n: &str| format!(r#"{{"metadata":{{"name":"a","namespace":"ns"}},"x":{n}}}"#);
+        for bad in ["1e999", "-11e999", "1".repeat(400).as_str()] {
+            let e = Object::decode(&s, k, with(bad).as_bytes(), 1).unwrap_err();
+            assert!(e.reason.contains("out of range"), "{bad}: {e}");
+        }
+        for good in [
+            "0",
+            "-0",
+            "1e-999",
+            "18446744073709551615",
+            "-9223372036854775808",
+            "2.5e300",
+        ] {
+            let o = Object::decode(&s, k, with(good).as_bytes(), 1).unwrap();
+            serde_json::from_slice::<serde_json::Value>(o.json()).unwrap();
+        }
     }
 
     /// `{"metadata":…,"x":[[…[0]…]]}`, nested `depth` levels in all.

@@ -287,7 +287,7 @@ mod tests {
         assert!(text("labelSelector=aaaaaaaaaaaaaaa").contains("the limit is 10"));
     }
 
-    // Generated queries (tests/fuzz.rs fuzzes the parser by mutation too).
+    // Fuzzing target (tests/fuzz.rs has the others): every query string comes from a client.
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
 

@@ -1,5 +1,15 @@
 //! Range reads of one resource prefix: the paged list of a (re)sync, and the [`Upstream`] that
 //! consistent reads consult.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 use std::sync::Arc;
 use std::time::Duration;
