@@ -87,13 +87,22 @@ fn mutate(rng: &mut Rng, input: &mut Vec<u8>, corpus: &[Vec<u8>], dict: &[&[u8]]
 }
 
 fn run(target: &str, f: fn(&[u8]), dict: &[&[u8]]) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fuzz-corpus")
-        .join(target);
-    let mut corpus: Vec<Vec<u8>> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus {}: {e}", dir.display()))
-        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
-        .collect();
+    run_on(target, &[target], f, dict);
+}
+
+/// Runs `f` over the corpus of several directories of `tests/fuzz-corpus`.
+fn run_on(target: &str, dirs: &[&str], f: fn(&[u8]), dict: &[&[u8]]) {
+    let mut corpus: Vec<Vec<u8>> = Vec::new();
+    for d in dirs {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fuzz-corpus")
+            .join(d);
+        corpus.extend(
+            std::fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("corpus {}: {e}", dir.display()))
+                .map(|e| std::fs::read(e.unwrap().path()).unwrap()),
+        );
+    }
     corpus.sort();
     assert!(!corpus.is_empty(), "empty corpus for {target}");
     let seconds: f64 = std::env::var("FUZZ_SECONDS")
@@ -258,8 +267,10 @@ fn query() {
 
 #[test]
 fn request_head() {
-    run(
-        "head",
+    run_on(
+        "request_head",
+        // Heads that are not watches (also replayed by the fast path's unit tests), and watches.
+        &["head", "head-watch"],
         fuzz::request_head,
         &[
             b"\r\n",

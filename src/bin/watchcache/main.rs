@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 use tracing::{error, info};
-use watchcache::etcd::{ConsistentReads, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd};
+use watchcache::etcd::{ConsistentReads, Encryption, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd};
 use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{CacheConfig, ResourceDef};
 
@@ -111,6 +111,11 @@ struct ServeArgs {
     #[arg(long, default_value = "auto",
           value_parser = PossibleValuesParser::new(ConsistentReads::NAMES).try_map(|s| s.parse::<ConsistentReads>()))]
     consistent_reads: ConsistentReads,
+    /// kube-apiserver's EncryptionConfiguration (apiserver.config.k8s.io/v1): values encrypted at
+    /// rest (identity, aescbc, aesgcm, secretbox) are decrypted, and writes are encrypted with each
+    /// resource's first provider. KMS providers are refused.
+    #[arg(long, value_name = "FILE")]
+    encryption_provider_config: Option<PathBuf>,
     /// Serve only these resources (plural names, comma-separated); default: every definition.
     #[arg(long, value_delimiter = ',', value_name = "PLURAL")]
     resources: Vec<String>,
@@ -148,6 +153,13 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
         defs.retain(|d| args.resources.contains(&d.plural));
     }
+    // Before anything starts: a bad or KMS configuration is a start-up error.
+    let encryption = args
+        .encryption_provider_config
+        .as_deref()
+        .map(Encryption::load)
+        .transpose()?
+        .map(std::sync::Arc::new);
     let mut local = None;
     let endpoints = if args.etcd.is_empty() {
         let e = LocalEtcd::start_on(
@@ -171,6 +183,7 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             key_file: args.etcd_keyfile.clone(),
         });
     }
+    etcd.encryption = encryption;
     let caches = EtcdCaches::connect(etcd, defs, CacheConfig::default()).await?;
     let config = ServerConfig {
         max_body_bytes: args.max_body_bytes,

@@ -24,6 +24,7 @@
 //! ```
 
 mod backoff;
+mod encryption;
 mod follower;
 mod local;
 mod range;
@@ -41,6 +42,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 pub use backoff::Backoff;
+pub use encryption::{Encryption, EncryptionError, Transformer};
 pub use local::{LocalEtcd, LocalEtcdError, LocalEtcdTls, free_port};
 pub use version::progress_is_reliable;
 pub use writes::EtcdWrites;
@@ -104,6 +106,9 @@ pub struct EtcdConfig {
     pub consistent_reads: ConsistentReads,
     /// Client TLS, for `https://` endpoints.
     pub tls: Option<EtcdTls>,
+    /// Encryption at rest (kube-apiserver's `--encryption-provider-config`): values are decrypted
+    /// before decoding, and writes are encrypted with each resource's first provider.
+    pub encryption: Option<Arc<Encryption>>,
 }
 
 /// Client TLS towards etcd, as kube-apiserver's `--etcd-cafile`, `--etcd-certfile` and
@@ -161,6 +166,7 @@ impl EtcdConfig {
             idle_probe: Duration::from_secs(5),
             consistent_reads: ConsistentReads::Auto,
             tls: None,
+            encryption: None,
         }
     }
 
@@ -212,6 +218,8 @@ pub struct EtcdCaches {
     tasks: Vec<JoinHandle<()>>,
     shutdown: watch::Sender<bool>,
     reliable_progress: bool,
+    /// Encryption at rest by resource prefix, for writes.
+    transformers: Arc<[(String, Arc<Transformer>)]>,
 }
 
 impl EtcdCaches {
@@ -243,6 +251,7 @@ impl EtcdCaches {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut caches = BTreeMap::new();
         let mut tasks = Vec::new();
+        let mut transformers = Vec::new();
         for def in defs {
             let name = def.plural.clone();
             if caches.contains_key(&name) {
@@ -257,7 +266,14 @@ impl EtcdCaches {
                 prefix: cache.definition().prefix.clone(),
                 progress: Arc::clone(&progress),
                 reliable,
+                transformer: config
+                    .encryption
+                    .as_ref()
+                    .and_then(|e| e.for_resource(cache.definition())),
             });
+            if let Some(t) = &upstream.transformer {
+                transformers.push((cache.definition().prefix.clone(), Arc::clone(t)));
+            }
             cache.set_upstream(upstream.clone());
             let follower = Follower {
                 cache: cache.clone(),
@@ -279,6 +295,7 @@ impl EtcdCaches {
             tasks,
             shutdown,
             reliable_progress: reliable,
+            transformers: transformers.into(),
         })
     }
 
@@ -299,7 +316,10 @@ impl EtcdCaches {
 
     /// Writes through to this etcd, for every cached resource (keys carry the resource prefix).
     pub fn writes(&self) -> Arc<EtcdWrites> {
-        Arc::new(EtcdWrites::new(self.client.kv_client()))
+        Arc::new(EtcdWrites::new(
+            self.client.kv_client(),
+            Arc::clone(&self.transformers),
+        ))
     }
 
     /// Whether consistent reads are served from the caches (etcd's progress notifications are
