@@ -84,6 +84,11 @@ pub use model::{
     IndexDef, IndexKey, LabelSelector, Object, PrinterColumn, ResourceDef, ResourceVersion,
     RvMatch, Selection, SelectorError, columns, definition, names, selector,
 };
+#[cfg(feature = "apiserver")]
+pub use upstream::apiserver;
+/// The embedded cache for controllers: an indexed, routed cache of one kube-rs resource type.
+#[cfg(feature = "apiserver")]
+pub use upstream::apiserver::embedded as kube;
 #[cfg(feature = "etcd")]
 pub use upstream::etcd;
 pub use upstream::memory::MemorySource;

@@ -204,6 +204,10 @@ async fn writes_the_cache_would_refuse_are_never_stored() {
             json!({"metadata": {"name": "Bad", "labels": {"k": "-"}}}),
             vec!["metadata.name", "metadata.labels[\"k\"]"],
         ),
+        (
+            json!({"metadata": {"name": "ok", "annotations": {"not a key": "v", "ok/fine": "any text ☃"}}}),
+            vec!["metadata.annotations"],
+        ),
     ] {
         let r = create(&c, base, "ns", &body).await;
         assert_eq!(r.status(), 422, "{body}");
@@ -221,12 +225,35 @@ async fn writes_the_cache_would_refuse_are_never_stored() {
     assert_eq!(r.status(), 422);
     let v: Value = r.json().await.unwrap();
     assert_eq!(cause_fields(&v), ["metadata.namespace"], "{v}");
-    // The first refused create stored nothing: the name is still free.
+    // Annotations: at most 256 KiB in all (FieldValueTooLong), string values (400).
     let r = create(
         &c,
         base,
         "ns",
-        &json!({"metadata": {"name": "l", "labels": {"a": "1"}}}),
+        &json!({"metadata": {"name": "big", "annotations": {"a": "x".repeat(300_000)}}}),
+    )
+    .await;
+    assert_eq!(r.status(), 422);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["details"]["causes"][0]["reason"], "FieldValueTooLong",
+        "{v}"
+    );
+    assert_eq!(cause_fields(&v), ["metadata.annotations"], "{v}");
+    let r = create(
+        &c,
+        base,
+        "ns",
+        &json!({"metadata": {"name": "n", "annotations": {"a": 1}}}),
+    )
+    .await;
+    assert_eq!(r.status(), 400);
+    // The first refused create stored nothing: the name is still free; free-text annotations pass.
+    let r = create(
+        &c,
+        base,
+        "ns",
+        &json!({"metadata": {"name": "l", "labels": {"a": "1"}, "annotations": {"example.com/note": "any text ☃, {}"}}}),
     )
     .await;
     assert_eq!(r.status(), 201);

@@ -10,6 +10,8 @@
 //!   writes through to the resource's upstream with preconditions.
 //! - `/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`: discovery.
 //! - `/metrics`, `/readyz`, `/livez`.
+//! - With [`Server::with_proxy`], everything else (other resources, subresources, discovery) is
+//!   forwarded to an upstream API server and streamed back.
 //!
 //! | file | concept |
 //! |---|---|
@@ -22,6 +24,7 @@
 //! | `discovery.rs`, `metrics.rs` | discovery documents (legacy, aggregated v2, `/version`), `/metrics` |
 //! | `openapi.rs` | `/openapi/v3` and its group-version documents (permissive schemas) |
 //! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
+//! | `proxy.rs`, `forward.rs` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
 //!
 //! # Examples
 //! A cache fed in process, served over HTTP with writes:
@@ -42,11 +45,13 @@
 mod config;
 mod convert;
 mod discovery;
+mod forward;
 mod metrics;
 mod negotiate;
 mod openapi;
 pub(crate) mod params;
 mod patch;
+mod proxy;
 mod response;
 mod routes;
 mod state;
@@ -69,6 +74,7 @@ use tracing::{debug, info, warn};
 
 pub use config::ServerConfig;
 pub use metrics::ServerMetrics;
+pub use proxy::{Proxy, ProxyBody};
 pub use state::Served;
 pub use status::ApiError;
 
@@ -91,11 +97,23 @@ impl Server {
             watchers: Arc::new(AtomicUsize::new(0)),
             metrics: ServerMetrics::default(),
             shutdown: rx,
+            proxy: std::sync::OnceLock::new(),
         };
         Server {
             state: Arc::new(state),
             shutdown,
         }
+    }
+
+    /// Proxy mode: requests for anything but the served resources (other resources,
+    /// subresources, discovery, `/version`) go to `proxy` and stream back unchanged; 503 when it
+    /// cannot be reached.
+    #[must_use]
+    pub fn with_proxy(self, proxy: Arc<dyn Proxy>) -> Server {
+        if self.state.proxy.set(proxy).is_err() {
+            warn!("a proxy was already set; keeping the first");
+        }
+        self
     }
 
     /// The axum router.

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use crate::cache::{Cache, list_parts};
 use crate::server::convert::{self, IncludeObject, WatchConverter};
 use crate::server::discovery::{self, Entry};
+use crate::server::forward;
 use crate::server::metrics;
 use crate::server::negotiate::{Answer, Format};
 use crate::server::openapi;
@@ -53,6 +54,11 @@ pub(crate) async fn metrics_handler(State(st): State<Arc<AppState>>) -> Response
 }
 
 pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    if let Some(p) = st.proxy.get()
+        && !forward::is_local(&st, &segments(req.uri().path()))
+    {
+        return forward::forward(&st, &**p, req).await;
+    }
     match route(&st, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),

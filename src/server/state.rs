@@ -65,6 +65,8 @@ pub(crate) struct AppState {
     pub watchers: Arc<AtomicUsize>,
     pub metrics: ServerMetrics,
     pub shutdown: watch::Receiver<bool>,
+    /// Proxy mode: where requests for anything but the cached resources go.
+    pub proxy: std::sync::OnceLock<Arc<dyn crate::server::proxy::Proxy>>,
 }
 
 /// What a resource path names.

@@ -118,7 +118,8 @@ fn parse_object(
 
 /// Upstream's metadata rules, every broken one a cause naming its field (422 Invalid): the name by
 /// the resource's rule, the namespace a DNS label, label keys qualified names and values short
-/// names. Label values that are not strings are a malformed body (400), as upstream's decoder
+/// names, annotation keys qualified names and all annotations at most 256 KiB. Label and
+/// annotation values that are not strings are a malformed body (400), as upstream's decoder
 /// refuses them.
 fn validate_meta(def: &ResourceDef, obj: &Map<String, Value>) -> Result<(), ApiError> {
     let Some(Value::Object(meta)) = obj.get("metadata") else {
@@ -176,12 +177,47 @@ fn validate_meta(def: &ResourceDef, obj: &Map<String, Value>) -> Result<(), ApiE
             )));
         }
     }
+    match meta.get("annotations") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(annotations)) => {
+            let mut total = 0usize;
+            for (k, v) in annotations {
+                let Value::String(v) = v else {
+                    return Err(ApiError::bad_request(format!(
+                        "metadata.annotations[{}] must be a string, not {v}",
+                        quoted(k)
+                    )));
+                };
+                // Annotation keys follow the label key syntax; values are free text.
+                if let Err(e) = labels::validate_key(k) {
+                    causes.push((INVALID, "metadata.annotations".to_owned(), e));
+                }
+                total += k.len() + v.len();
+            }
+            if total > MAX_ANNOTATIONS_BYTES {
+                causes.push((
+                    "FieldValueTooLong",
+                    "metadata.annotations".to_owned(),
+                    format!("Too long: may not be more than {MAX_ANNOTATIONS_BYTES} bytes"),
+                ));
+            }
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "metadata.annotations must be an object, not {other}"
+            )));
+        }
+    }
     if causes.is_empty() {
         Ok(())
     } else {
         Err(ApiError::invalid(&def.kind, name, causes))
     }
 }
+
+/// Upstream's limit on the total size of an object's annotation keys and values
+/// (`TotalAnnotationSizeLimitB`).
+const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 
 /// The bytes to store for `obj`, refused unless the cache would decode them exactly as ingest
 /// will: nothing is stored that the cache would then skip (and the client be answered 500).

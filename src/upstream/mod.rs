@@ -1,5 +1,6 @@
 //! The upstreams layer: sources that feed caches, and the contract for writes that go through to
-//! them. [`memory::MemorySource`] is an in-process source; `etcd` (feature `etcd`) follows etcd.
+//! them. [`memory::MemorySource`] is an in-process source; `etcd` (feature `etcd`) follows etcd;
+//! `apiserver` (feature `apiserver`) follows a Kubernetes API server, or another watchcache.
 //!
 //! A source feeds its cache through the cache's writer API ([`Cache::resync`](crate::Cache::resync),
 //! [`Cache::apply`](crate::Cache::apply), [`Cache::progress`](crate::Cache::progress)) and
@@ -10,6 +11,10 @@
 //! ## Dependencies
 //! This layer depends on the model and cache layers, never on the server.
 
+#[cfg(feature = "apiserver")]
+pub mod apiserver;
+#[cfg(any(feature = "etcd", feature = "apiserver"))]
+pub(crate) mod backoff;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;

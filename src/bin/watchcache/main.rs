@@ -3,15 +3,20 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 use tracing::{error, info};
+use watchcache::apiserver::{
+    ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig,
+};
 use watchcache::etcd::{ConsistentReads, Encryption, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd};
 use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{CacheConfig, ResourceDef};
 
 mod bench;
+mod proxy;
 
 // Many small long-lived allocations per watcher: mimalloc keeps their resident cost close to
 // their size (glibc's arenas fragment; measured in design/performance.md).
@@ -28,7 +33,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the Kubernetes list/watch API for the defined resources, cached from etcd.
+    /// Serve the Kubernetes list/watch API for the defined resources, cached from etcd or from a
+    /// Kubernetes API server (--upstream-kubeconfig).
     ///
     /// Logging is filtered by RUST_LOG (default: info), e.g. RUST_LOG=watchcache=debug.
     Serve(ServeArgs),
@@ -128,6 +134,77 @@ struct ServeArgs {
     /// PEM private key of --etcd-certfile.
     #[arg(long, value_name = "FILE", requires = "etcd_certfile")]
     etcd_keyfile: Option<PathBuf>,
+    /// Follow a Kubernetes API server (or another watchcache) described by this kubeconfig
+    /// instead of etcd: one watch per resource on it; writes are forwarded to it.
+    #[arg(long, value_name = "FILE", conflicts_with = "etcd")]
+    upstream_kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, value_name = "CTX", requires = "upstream_kubeconfig")]
+    upstream_context: Option<String>,
+    /// How the upstream API server's full state is read: WatchList when it does it, else a
+    /// paginated LIST (auto), WatchList only (watchlist), or LIST then watch (list).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "watchlist", "list"],
+          requires = "upstream_kubeconfig")]
+    upstream_initial_list: String,
+}
+
+/// The caches a server serves, and where they come from.
+enum Caches {
+    // Boxed: the etcd client is large, and there is one of these per process.
+    Etcd(Box<EtcdCaches>, Option<LocalEtcd>),
+    ApiServer(ApiServerCaches),
+}
+
+impl Caches {
+    fn served(&self) -> Vec<Served> {
+        match self {
+            Caches::Etcd(c, _) => {
+                let writes = c.writes();
+                c.caches()
+                    .map(|(_, cache)| Served::new(cache.clone(), writes.clone()))
+                    .collect()
+            }
+            Caches::ApiServer(c) => {
+                let writes = c.writes();
+                c.caches()
+                    .map(|(_, cache)| Served::new(cache.clone(), writes.clone()))
+                    .collect()
+            }
+        }
+    }
+
+    async fn shutdown(self) {
+        match self {
+            Caches::Etcd(c, local) => {
+                c.shutdown().await;
+                drop(local);
+            }
+            Caches::ApiServer(c) => c.shutdown().await,
+        }
+    }
+}
+
+async fn follow_api_server(
+    args: &ServeArgs,
+    kubeconfig: &std::path::Path,
+    defs: Vec<ResourceDef>,
+) -> Result<Caches, Box<dyn std::error::Error>> {
+    let client = client_from_kubeconfig(kubeconfig, args.upstream_context.as_deref()).await?;
+    let config = ApiServerConfig {
+        initial_list: match args.upstream_initial_list.as_str() {
+            "watchlist" => InitialList::WatchList,
+            "list" => InitialList::List,
+            _ => InitialList::Auto,
+        },
+        ..ApiServerConfig::default()
+    };
+    info!(kubeconfig = %kubeconfig.display(), context = ?args.upstream_context, "following an API server");
+    Ok(Caches::ApiServer(ApiServerCaches::connect(
+        client,
+        config,
+        defs,
+        CacheConfig::default(),
+    )?))
 }
 
 fn definitions(dir: Option<&PathBuf>) -> Result<Vec<ResourceDef>, watchcache::DefinitionError> {
@@ -160,31 +237,39 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .map(Encryption::load)
         .transpose()?
         .map(std::sync::Arc::new);
-    let mut local = None;
-    let endpoints = if args.etcd.is_empty() {
-        let e = LocalEtcd::start_on(
-            &args.data_dir,
-            args.local_etcd_port,
-            args.local_etcd_port + 10,
-        )
-        .await?;
-        let url = e.url();
-        local = Some(e);
-        vec![url]
-    } else {
-        args.etcd.clone()
+    let caches = match &args.upstream_kubeconfig {
+        Some(kubeconfig) => follow_api_server(&args, kubeconfig, defs).await?,
+        None => {
+            let mut local = None;
+            let endpoints = if args.etcd.is_empty() {
+                let e = LocalEtcd::start_on(
+                    &args.data_dir,
+                    args.local_etcd_port,
+                    args.local_etcd_port + 10,
+                )
+                .await?;
+                let url = e.url();
+                local = Some(e);
+                vec![url]
+            } else {
+                args.etcd.clone()
+            };
+            let mut etcd = EtcdConfig::new(endpoints);
+            etcd.consistent_reads = args.consistent_reads;
+            if args.etcd_cafile.is_some() || args.etcd_certfile.is_some() {
+                etcd.tls = Some(EtcdTls {
+                    ca_file: args.etcd_cafile.clone(),
+                    cert_file: args.etcd_certfile.clone(),
+                    key_file: args.etcd_keyfile.clone(),
+                });
+            }
+            etcd.encryption = encryption;
+            Caches::Etcd(
+                Box::new(EtcdCaches::connect(etcd, defs, CacheConfig::default()).await?),
+                local,
+            )
+        }
     };
-    let mut etcd = EtcdConfig::new(endpoints);
-    etcd.consistent_reads = args.consistent_reads;
-    if args.etcd_cafile.is_some() || args.etcd_certfile.is_some() {
-        etcd.tls = Some(EtcdTls {
-            ca_file: args.etcd_cafile.clone(),
-            cert_file: args.etcd_certfile.clone(),
-            key_file: args.etcd_keyfile.clone(),
-        });
-    }
-    etcd.encryption = encryption;
-    let caches = EtcdCaches::connect(etcd, defs, CacheConfig::default()).await?;
     let config = ServerConfig {
         max_body_bytes: args.max_body_bytes,
         max_selector_len: args.max_selector_len,
@@ -194,15 +279,15 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     info!(listen = %args.listen, "watchcache listening");
-    let writes = caches.writes();
-    let served = caches
-        .caches()
-        .map(|(_, c)| Served::new(c.clone(), writes.clone()));
-    Server::new(config, served)
-        .serve(listener, shutdown_signal())
-        .await?;
+    let mut server = Server::new(config, caches.served());
+    if let Caches::ApiServer(c) = &caches {
+        // Proxy mode: what is not cached here goes to the upstream.
+        server = server.with_proxy(Arc::new(proxy::KubeProxy {
+            client: c.client().clone(),
+        }));
+    }
+    server.serve(listener, shutdown_signal()).await?;
     caches.shutdown().await;
-    drop(local);
     info!("stopped");
     Ok(())
 }

@@ -11,7 +11,9 @@
 //! never marked final. Such block runs concatenate into one valid deflate stream, so the response
 //! is still one gzip member: a header, the frames' blocks, an empty final block, the trailer.
 //! The price is that a frame cannot refer to earlier frames (each event is a whole object, which
-//! is where nearly all of its redundancy is).
+//! is where nearly all of its redundancy is). The gain beyond memory: a frame's blocks do not
+//! depend on the watch, so a thread compresses an event once for all the gzip watches it sends
+//! it to (the last 16 frames are kept).
 //!
 //! ## Invariants
 //! - The thread's compressor is only used inside one synchronous call (no `.await`), so no other
@@ -20,6 +22,7 @@
 //!   `finish`, which returns the final block and trailer once.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 use flate2::{Compress, Compression, Crc, FlushCompress};
@@ -35,8 +38,28 @@ const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
 const FINAL_EMPTY_BLOCK: [u8; 2] = [0x03, 0x00];
 
 thread_local! {
-    /// This worker thread's compressor, shared by every gzip watch the thread serves.
-    static DEFLATE: RefCell<Option<Compress>> = const { RefCell::new(None) };
+    /// This worker thread's compressor, and the frames it compressed last, shared by every gzip
+    /// watch the thread serves.
+    static DEFLATE: RefCell<Deflater> = const {
+        RefCell::new(Deflater { compress: None, recent: VecDeque::new() })
+    };
+}
+
+/// How many compressed frames a thread keeps for the next watches that send the same frame.
+const RECENT_FRAMES: usize = 16;
+/// Larger frames are compressed for each watch, not kept (the cache stays small).
+const MAX_SHARED_FRAME: usize = 64 * 1024;
+
+struct Deflater {
+    compress: Option<Compress>,
+    /// The frames compressed last, newest at the back. A frame is the same frame when its three
+    /// pieces are the same bytes: the entry holds the pieces, so their memory cannot be freed and
+    /// reused by other bytes while the entry lives, and pointer and length identify them.
+    recent: VecDeque<([Bytes; 3], Bytes)>,
+}
+
+fn same_bytes(a: &Bytes, b: &Bytes) -> bool {
+    a.as_ptr() == b.as_ptr() && a.len() == b.len()
 }
 
 /// The per-watch state of a gzip response: what the trailer needs.
@@ -66,17 +89,16 @@ impl FrameEncoder {
         match &mut self.gzip {
             None => frame.parts().to_vec(),
             Some(gz) => {
-                let size: usize = frame.parts().iter().map(Bytes::len).sum();
-                let mut out = Vec::with_capacity(size / 2 + 64);
+                let mut chunks = Vec::with_capacity(2);
                 if !gz.started {
-                    out.extend_from_slice(&GZIP_HEADER);
+                    chunks.push(Bytes::from_static(&GZIP_HEADER));
                     gz.started = true;
                 }
                 for p in frame.parts() {
                     gz.crc.update(p);
                 }
-                deflate_frame(frame.parts(), &mut out);
-                vec![Bytes::from(out)]
+                chunks.push(deflate_frame(frame.parts()));
+                chunks
             }
         }
     }
@@ -127,24 +149,44 @@ impl FrameEncoder {
     }
 }
 
-/// Appends `parts` to `out` as self-contained deflate blocks ending byte-aligned (a sync flush),
-/// none final, using the thread's compressor.
-fn deflate_frame(parts: &[Bytes], out: &mut Vec<u8>) {
-    let start = out.len();
-    let done = DEFLATE.with(|cell| {
-        let Ok(mut slot) = cell.try_borrow_mut() else {
-            return false;
-        };
-        let c = slot.get_or_insert_with(|| Compress::new(Compression::fast(), false));
+/// `parts` as self-contained deflate blocks ending byte-aligned (a sync flush), none final, from
+/// the thread's compressor; the same frame sent to many gzip watches is compressed once per
+/// thread (its blocks do not depend on the watch).
+fn deflate_frame(parts: &[Bytes; 3]) -> Bytes {
+    let size: usize = parts.iter().map(Bytes::len).sum();
+    let blocks = DEFLATE.with(|cell| {
+        let mut d = cell.try_borrow_mut().ok()?;
+        if let Some((_, blocks)) = d
+            .recent
+            .iter()
+            .find(|(p, _)| p.iter().zip(parts).all(|(a, b)| same_bytes(a, b)))
+        {
+            return Some(blocks.clone());
+        }
+        let c = d
+            .compress
+            .get_or_insert_with(|| Compress::new(Compression::fast(), false));
         c.reset();
-        compress_parts(c, parts, out)
+        let mut out = Vec::with_capacity(size / 2 + 64);
+        if !compress_parts(c, parts, &mut out) {
+            return None;
+        }
+        let blocks = Bytes::from(out);
+        if size <= MAX_SHARED_FRAME {
+            if d.recent.len() == RECENT_FRAMES {
+                d.recent.pop_front();
+            }
+            d.recent.push_back((parts.clone(), blocks.clone()));
+        }
+        Some(blocks)
     });
-    if !done {
+    blocks.unwrap_or_else(|| {
         // Not expected (deflate fails only on misuse); stored blocks keep the stream valid.
         tracing::error!("deflate failed; sending the frame as stored blocks");
-        out.truncate(start);
-        stored_blocks(parts, out);
-    }
+        let mut out = Vec::with_capacity(size + 16);
+        stored_blocks(parts, &mut out);
+        Bytes::from(out)
+    })
 }
 
 fn compress_parts(c: &mut Compress, parts: &[Bytes], out: &mut Vec<u8>) -> bool {
@@ -242,6 +284,36 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_sent_to_many_gzip_watches_is_compressed_once_per_thread() {
+        let body = Bytes::from(format!(r#"{{"pad":"{}"}}"#, "xy".repeat(500)));
+        let f = frame_of(&body);
+        let mut a = FrameEncoder::new(true);
+        let mut b = FrameEncoder::new(true);
+        let ca = a.last(&f);
+        let cb = b.last(&f);
+        // The header, the shared blocks, the trailer.
+        assert_eq!(ca.len(), 3);
+        assert!(same_bytes(&ca[1], &cb[1]), "the blocks are shared");
+        assert_eq!(gunzip(&ca), gunzip(&cb));
+        // Equal bytes elsewhere in memory are another frame: compressed again, equally valid.
+        let copy = Bytes::from(body.to_vec());
+        let mut c = FrameEncoder::new(true);
+        let cc = c.last(&frame_of(&copy));
+        assert!(!same_bytes(&cc[1], &ca[1]));
+        assert_eq!(gunzip(&cc), gunzip(&ca));
+        // Frames over the sharing limit are compressed for each watch.
+        let big = Bytes::from("z".repeat(MAX_SHARED_FRAME + 1));
+        let (mut d, mut e) = (FrameEncoder::new(true), FrameEncoder::new(true));
+        let (cd, ce) = (d.last(&frame_of(&big)), e.last(&frame_of(&big)));
+        assert!(!same_bytes(&cd[1], &ce[1]));
+        assert_eq!(gunzip(&cd), gunzip(&ce));
+    }
+
+    fn frame_of(body: &Bytes) -> Frame {
+        Frame::error(body.clone())
+    }
+
+    #[test]
     fn a_response_with_no_frames_and_stored_blocks_are_valid_gzip() {
         let mut enc = FrameEncoder::new(true);
         let end = enc.finish().unwrap();
@@ -286,13 +358,37 @@ mod tests {
             out_before += std::mem::take(before.get_mut()).len();
         }
         let per_before = t.elapsed() / n;
+        // Distinct frames (equal bytes at other addresses), so none is shared.
+        let frames: Vec<Frame> = (0..n)
+            .map(|_| Frame::error(Bytes::from(f.parts()[1].to_vec())))
+            .collect();
         let mut enc = FrameEncoder::new(true);
         let t = std::time::Instant::now();
         let mut out_now = 0;
-        for _ in 0..n {
-            out_now += enc.chunks(&f).iter().map(Bytes::len).sum::<usize>();
+        for f in &frames {
+            out_now += enc.chunks(f).iter().map(Bytes::len).sum::<usize>();
         }
         let per_now = t.elapsed() / n;
+        // The same event to 1 000 gzip watches: compressed once, then shared.
+        let t = std::time::Instant::now();
+        let mut shared_out = 0;
+        for _ in 0..n / 1000 {
+            let fresh = Frame::error(Bytes::from(f.parts()[1].to_vec()));
+            for _ in 0..1000 {
+                let mut w = FrameEncoder {
+                    gzip: Some(GzipStream {
+                        crc: Crc::new(),
+                        started: true,
+                    }),
+                };
+                shared_out += w.chunks(&fresh).iter().map(Bytes::len).sum::<usize>();
+            }
+        }
+        println!(
+            "the same frame to 1 000 gzip watches: {:?} per watch, {} B/frame",
+            t.elapsed() / n,
+            shared_out / n as usize
+        );
         let mut c = Compress::new(Compression::fast(), false);
         let t = std::time::Instant::now();
         for _ in 0..n {

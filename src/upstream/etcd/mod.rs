@@ -23,7 +23,6 @@
 //! # Ok(()) }
 //! ```
 
-mod backoff;
 mod encryption;
 mod follower;
 mod local;
@@ -41,7 +40,9 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-pub use backoff::Backoff;
+// The backoff is shared with the API server upstream; `etcd::backoff::Backoff` keeps its old path.
+pub(crate) use crate::upstream::backoff;
+pub use crate::upstream::backoff::Backoff;
 pub use encryption::{Encryption, EncryptionError, Transformer};
 pub use local::{LocalEtcd, LocalEtcdError, LocalEtcdTls, free_port};
 pub use version::progress_is_reliable;

@@ -1,4 +1,5 @@
-//! Capped exponential backoff with full jitter, for reconnecting to etcd.
+//! Capped exponential backoff with full jitter, for reconnecting to an upstream (etcd or an API
+//! server).
 
 use std::time::Duration;
 

@@ -1,0 +1,237 @@
+//! The embedded cache for controllers (`watchcache::kube`): an indexed, trigger-routed cache of
+//! one resource type built from a kube-rs [`Client`](kube::Client), read in process.
+//!
+//! It is the API server upstream ([`ApiServerCaches`]) with one resource, plus typed reads:
+//! objects are kept as the cache keeps them (compact JSON, attributes extracted once, bitmaps per
+//! index value) and decoded into `K` only when read. Watches are the cache's own routed watches:
+//! a watch pinned to a trigger value (`spec.nodeName=node-7`) costs nothing for events on other
+//! values, however many subscribers there are.
+//!
+//! ```no_run
+//! use k8s_openapi::api::core::v1::Pod;
+//! use watchcache::kube::{KubeCache, definition_for};
+//! use watchcache::Selection;
+//!
+//! # async fn run(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! let def = definition_for::<Pod>(&[("spec.nodeName", true), ("label:app", false)])?;
+//! let pods: KubeCache<Pod> = KubeCache::start(client, def).await?;
+//! let on_node = pods.by_index("spec.nodeName", "node-7")?;
+//! let mut events = pods
+//!     .watch(Selection::all().with_fields("spec.nodeName=node-7")?)
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use serde::de::DeserializeOwned;
+
+use crate::cache::{Cache, CacheConfig, ListOptions, WatchOptions};
+use crate::error::{Error, Result};
+use crate::model::{EventType, Object, ResourceDef, ResourceVersion, Selection};
+use crate::upstream::apiserver::{ApiServerCaches, ApiServerConfig};
+
+/// A definition for a typed kube resource, with these indexes (`(field path or label:KEY,
+/// trigger)`). The key prefix is only the cache's internal key space (`/{group}/{plural}/`).
+///
+/// # Errors
+/// [`Error::BadRequest`] naming what is invalid in the indexes.
+pub fn definition_for<K>(indexes: &[(&str, bool)]) -> Result<ResourceDef>
+where
+    K: kube::Resource<DynamicType = ()>,
+    K::Scope: 'static,
+{
+    let namespaced = std::any::TypeId::of::<K::Scope>()
+        == std::any::TypeId::of::<k8s_openapi::NamespaceResourceScope>();
+    let (group, version, kind, plural) =
+        (K::group(&()), K::version(&()), K::kind(&()), K::plural(&()));
+    let mut toml = format!(
+        "kind = \"{kind}\"\nplural = \"{plural}\"\ngroup = \"{group}\"\nversion = \"{version}\"\n\
+         prefix = \"/{group}/{plural}/\"\nnamespaced = {namespaced}\n"
+    );
+    for (index, trigger) in indexes {
+        let (key, value) = match index.strip_prefix("label:") {
+            Some(l) => ("label", l),
+            None => ("field", *index),
+        };
+        toml.push_str(&format!(
+            "[[index]]\n{key} = {}\ntrigger = {trigger}\n",
+            toml_string(value)
+        ));
+    }
+    ResourceDef::parse(&format!("{plural}.{group}"), &toml)
+        .map_err(|e| Error::BadRequest(e.to_string()))
+}
+
+fn toml_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// An indexed, routed cache of `K` fed from an API server (see the module docs). Dropping it stops
+/// following the server.
+pub struct KubeCache<K> {
+    caches: Option<ApiServerCaches>,
+    cache: Cache,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<K> std::fmt::Debug for KubeCache<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeCache")
+            .field("resource", &self.cache.definition().plural)
+            .finish()
+    }
+}
+
+impl<K: DeserializeOwned + Send + 'static> KubeCache<K> {
+    /// Follows `def`'s resource through `client` and waits (up to a minute) for the first sync.
+    ///
+    /// # Errors
+    /// [`Error::NotReady`] when the first sync does not finish in time, [`Error::BadRequest`]
+    /// for an invalid configuration.
+    pub async fn start(client: kube::Client, def: ResourceDef) -> Result<KubeCache<K>> {
+        Self::start_with(
+            client,
+            def,
+            ApiServerConfig::default(),
+            CacheConfig::default(),
+        )
+        .await
+    }
+
+    /// [`start`](KubeCache::start) with explicit configurations.
+    ///
+    /// # Errors
+    /// As [`start`](KubeCache::start).
+    pub async fn start_with(
+        client: kube::Client,
+        def: ResourceDef,
+        config: ApiServerConfig,
+        cache_config: CacheConfig,
+    ) -> Result<KubeCache<K>> {
+        let plural = def.plural.clone();
+        let caches = ApiServerCaches::connect(client, config, vec![def], cache_config)
+            .map_err(|e| Error::BadRequest(e.to_string()))?;
+        let Some(cache) = caches.cache(&plural).cloned() else {
+            return Err(Error::BadRequest(format!("no cache for {plural}")));
+        };
+        cache.wait_ready(Duration::from_secs(60)).await?;
+        Ok(KubeCache {
+            caches: Some(caches),
+            cache,
+            _kind: PhantomData,
+        })
+    }
+
+    /// The untyped cache: LIST with selectors and pages, GET, WATCH with every option, stats.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// One object as the cache holds it now (no wait for the server), if present.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] when the stored JSON does not decode as `K`.
+    pub async fn get(&self, namespace: Option<&str>, name: &str) -> Result<Option<K>> {
+        match self.cache.get(namespace, name, ResourceVersion::Any).await {
+            Ok(o) => decode(&o).map(Some),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every object now, sorted by namespace and name (a reflector store's `state()`).
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] when an object does not decode as `K`.
+    pub async fn state(&self) -> Result<Vec<K>> {
+        let mut opts = ListOptions::all();
+        opts.resource_version = ResourceVersion::Any;
+        let list = self.cache.list(&opts).await?;
+        list.items.iter().map(decode).collect()
+    }
+
+    /// The objects whose index `index` has `value`, from the index's bitmap (no scan).
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for an unknown index or an object that does not decode as `K`.
+    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<K>> {
+        self.cache
+            .lookup(index, value)?
+            .iter()
+            .map(decode)
+            .collect()
+    }
+
+    /// A routed in-process watch of the objects `selection` matches, from now on: each event as
+    /// its type and the typed object (DELETED: its last state). Bookmarks are not included.
+    ///
+    /// # Errors
+    /// The cache's errors for the selection.
+    pub async fn watch(
+        &self,
+        selection: Selection,
+    ) -> Result<impl Stream<Item = Result<(EventType, K)>> + Send + Unpin + use<K>> {
+        let stream = self
+            .cache
+            // From the cache's revision: the changes after now, no initial ADDED events.
+            .watch(WatchOptions::new(
+                selection,
+                ResourceVersion::At(self.cache.resource_version().max(1)),
+            ))
+            .await?;
+        // A ready future keeps the stream Unpin, so callers can `.next()` it in place.
+        Ok(stream.filter_map(|ev| {
+            std::future::ready(match ev {
+                Ok(ev) if ev.kind() == EventType::Bookmark => None,
+                Ok(ev) => Some(ev.object().map_or_else(
+                    || Err(Error::Upstream("an event without an object".into())),
+                    |o| decode(o).map(|k| (ev.kind(), k)),
+                )),
+                Err(e) => Some(Err(e)),
+            })
+        }))
+    }
+
+    /// Stops following the server and waits for the follower.
+    pub async fn shutdown(mut self) {
+        if let Some(c) = self.caches.take() {
+            c.shutdown().await;
+        }
+    }
+}
+
+fn decode<K: DeserializeOwned>(o: &Object) -> Result<K> {
+    serde_json::from_slice(o.json()).map_err(|e| {
+        Error::BadRequest(format!(
+            "{} does not decode as the requested type: {e}",
+            o.key()
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+
+    #[test]
+    fn definitions_come_from_the_type() {
+        let d = definition_for::<Pod>(&[("spec.nodeName", true), ("label:app", false)]).unwrap();
+        assert_eq!(
+            (
+                d.group.as_str(),
+                d.version.as_str(),
+                d.kind.as_str(),
+                d.plural.as_str()
+            ),
+            ("", "v1", "Pod", "pods")
+        );
+        assert!(d.namespaced);
+        assert_eq!(d.indexes.len(), 2);
+        assert!(!definition_for::<Node>(&[]).unwrap().namespaced);
+        assert!(definition_for::<Pod>(&[("label:bad key", false)]).is_err());
+    }
+}

@@ -1,0 +1,264 @@
+//! The Kubernetes API server upstream: one watch per cached resource on an API server, or on
+//! another watchcache (both speak the same API), however many clients watch the cache.
+//!
+//! [`ApiServerCaches::connect`] builds one [`Cache`] per resource definition and one follower task
+//! per cache. Each follower syncs by WatchList when the server does it (else by a paginated LIST),
+//! watches with bookmarks from the synced resourceVersion, resumes from the last applied one after
+//! a break (capped exponential backoff, full jitter), relists and resyncs by difference after 410
+//! Expired, and marks the cache not ready after a grace period without the server.
+//! resourceVersions are u64: the API server's must be comparable integers (etcd revisions).
+//!
+//! The connection is kube-rs's client: kubeconfig, contexts, TLS and authentication are its own
+//! ([`client_from_kubeconfig`]). Objects are read as raw JSON and decoded once by the cache.
+//!
+//! # Examples
+//! ```no_run
+//! use watchcache::apiserver::{ApiServerCaches, ApiServerConfig, client_from_kubeconfig};
+//! use watchcache::{CacheConfig, ListOptions, ResourceDef};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = client_from_kubeconfig("kubeconfig.yaml".as_ref(), None).await?;
+//! let caches = ApiServerCaches::connect(
+//!     client,
+//!     ApiServerConfig::default(),
+//!     vec![ResourceDef::builtin("pods").unwrap()],
+//!     CacheConfig::default(),
+//! )?;
+//! let pods = caches.cache("pods").unwrap();
+//! pods.wait_ready(std::time::Duration::from_secs(60)).await?;
+//! let all = pods.list(&ListOptions::all()).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod embedded;
+mod follower;
+mod rest;
+mod upstream;
+mod writes;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+pub use rest::RestError;
+pub use writes::ApiServerWrites;
+
+use crate::cache::{Cache, CacheConfig};
+use crate::model::ResourceDef;
+use follower::Follower;
+use rest::Rest;
+use upstream::ApiUpstream;
+
+/// How a follower reads the full state (at start and after 410 Expired).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InitialList {
+    /// WatchList, falling back to LIST for good when the server refuses `sendInitialEvents` or
+    /// ends the watch without the initial-events-end bookmark.
+    #[default]
+    Auto,
+    /// WatchList only.
+    WatchList,
+    /// A paginated LIST, then a watch from its resourceVersion.
+    List,
+}
+
+/// Configuration of the API server upstream.
+#[derive(Debug, Clone)]
+pub struct ApiServerConfig {
+    /// Items per LIST page when listing (500 to 10 000; client-go pages by 500).
+    pub page_size: usize,
+    /// WatchList or LIST.
+    pub initial_list: InitialList,
+    /// How long the server may be unavailable before caches are marked not ready (as for etcd:
+    /// upstream tolerates 30 s).
+    pub unavailable_grace: Duration,
+    /// First reconnect delay.
+    pub backoff_initial: Duration,
+    /// Largest reconnect delay.
+    pub backoff_max: Duration,
+    /// A watch's `timeoutSeconds` before jitter (up to +50 %); it is then reopened from the last
+    /// resourceVersion. client-go uses 5 to 10 minutes.
+    pub watch_timeout: Duration,
+    /// How long one request (a LIST page, a write, opening a watch) may take.
+    pub request_timeout: Duration,
+    /// A watch with no frame at all for this long is taken for a dead connection and resumed.
+    /// Servers send a bookmark about every minute to watches that allow them.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ApiServerConfig {
+    fn default() -> Self {
+        ApiServerConfig {
+            page_size: 5000,
+            initial_list: InitialList::Auto,
+            unavailable_grace: Duration::from_secs(30),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            watch_timeout: Duration::from_secs(300),
+            request_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(150),
+        }
+    }
+}
+
+/// Why the upstream could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiServerError {
+    /// The kubeconfig could not be read or used.
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Two definitions have the same plural name.
+    #[error("resource {0} is defined twice")]
+    Duplicate(String),
+    /// A setting is out of range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// A kube-rs client from a kubeconfig file and an optional context (default: its current one).
+///
+/// # Errors
+/// [`ApiServerError::Kubeconfig`] when the file cannot be read, the context is unknown, or the
+/// client cannot be built (TLS, authentication).
+pub async fn client_from_kubeconfig(
+    path: &Path,
+    context: Option<&str>,
+) -> Result<kube::Client, ApiServerError> {
+    let err = |message: String| ApiServerError::Kubeconfig {
+        path: path.display().to_string(),
+        message,
+    };
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..Default::default()
+    };
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+}
+
+/// Caches fed from an API server, one per resource, each with its own single watch.
+pub struct ApiServerCaches {
+    client: kube::Client,
+    caches: BTreeMap<String, Cache>,
+    writes: Arc<ApiServerWrites>,
+    tasks: Vec<JoinHandle<()>>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for ApiServerCaches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServerCaches")
+            .field("resources", &self.caches.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl ApiServerCaches {
+    /// Starts following every resource through `client`. Returns at once (inside a Tokio
+    /// runtime); each cache becomes ready when its initial sync finishes (see
+    /// [`Cache::wait_ready`]).
+    ///
+    /// # Errors
+    /// [`ApiServerError`] for duplicate definitions or a page size out of range.
+    pub fn connect(
+        client: kube::Client,
+        config: ApiServerConfig,
+        defs: Vec<ResourceDef>,
+        cache_config: CacheConfig,
+    ) -> Result<ApiServerCaches, ApiServerError> {
+        if !(500..=10_000).contains(&config.page_size) {
+            return Err(ApiServerError::Config(format!(
+                "page_size {} is outside 500..=10000",
+                config.page_size
+            )));
+        }
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut caches = BTreeMap::new();
+        let mut tasks = Vec::new();
+        let mut all_defs = Vec::new();
+        for def in defs {
+            let name = def.plural.clone();
+            if caches.contains_key(&name) {
+                return Err(ApiServerError::Duplicate(name));
+            }
+            let rest = Rest::new(client.clone(), &def, config.request_timeout);
+            all_defs.push(Arc::new(def.clone()));
+            let cache = Cache::new(def, cache_config.clone());
+            let progress = Arc::new(Notify::new());
+            cache.set_upstream(Arc::new(ApiUpstream {
+                rest: rest.clone(),
+                progress: Arc::clone(&progress),
+            }));
+            let follower = Follower {
+                cache: cache.clone(),
+                rest,
+                config: config.clone(),
+                progress,
+                shutdown: shutdown_rx.clone(),
+            };
+            tasks.push(tokio::spawn(follower.run()));
+            caches.insert(name, cache);
+        }
+        let writes = Arc::new(ApiServerWrites::new(
+            Rest {
+                client: client.clone(),
+                collection: String::new(),
+                timeout: config.request_timeout,
+            },
+            all_defs,
+        ));
+        info!(resources = caches.len(), "following an API server");
+        Ok(ApiServerCaches {
+            client,
+            caches,
+            writes,
+            tasks,
+            shutdown,
+        })
+    }
+
+    /// The cache of a resource, by plural name.
+    pub fn cache(&self, plural: &str) -> Option<&Cache> {
+        self.caches.get(plural)
+    }
+
+    /// Every cache, by plural name.
+    pub fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
+        self.caches.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// The kube-rs client the caches follow through (e.g. to proxy other requests with).
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// Writes through to the API server, for every followed resource.
+    pub fn writes(&self) -> Arc<ApiServerWrites> {
+        Arc::clone(&self.writes)
+    }
+
+    /// Stops every follower and waits for them.
+    pub async fn shutdown(self) {
+        if self.shutdown.send(true).is_err() {
+            warn!("followers already gone");
+        }
+        for t in self.tasks {
+            if let Err(e) = t.await {
+                warn!(error = %e, "follower task failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,553 @@
+//! The API server upstream against a real API: a root watchcache on a real etcd (in process, on a
+//! fixed loopback port so it can be restarted), followed by a leaf `ApiServerCaches` through
+//! kube-rs's client, served by a second server. Clients talk HTTP to both.
+
+mod support;
+
+use std::time::Duration;
+
+use etcd_client::Client as EtcdClient;
+use futures_util::StreamExt;
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use watchcache::apiserver::{ApiServerCaches, ApiServerConfig, InitialList};
+use watchcache::etcd::{ConsistentReads, EtcdCaches, free_port};
+use watchcache::server::{Served, Server, ServerConfig};
+use watchcache::{CacheConfig, ResourceDef};
+
+use support::etcd::{Etcd, etcd};
+
+/// An in-process server over some caches; stopping it ends every watch.
+struct Running {
+    url: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Running {
+    async fn stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(10), t)
+                .await
+                .expect("server stops")
+                .unwrap();
+        }
+    }
+}
+
+/// The root: a watchcache of pods on etcd, serving on `port`.
+async fn root(etcd_url: &str, port: u16) -> Running {
+    root_with(etcd_url, port, ConsistentReads::Auto).await
+}
+
+async fn root_with(etcd_url: &str, port: u16, reads: ConsistentReads) -> Running {
+    let mut config = support::etcd::config(&[etcd_url.to_owned()]);
+    config.consistent_reads = reads;
+    let caches = EtcdCaches::connect(
+        config,
+        vec![ResourceDef::builtin("pods").unwrap()],
+        CacheConfig::default(),
+    )
+    .await
+    .unwrap();
+    caches
+        .cache("pods")
+        .unwrap()
+        .wait_ready(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let served: Vec<Served> = caches
+        .caches()
+        .map(|(_, c)| Served::new(c.clone(), caches.writes()))
+        .collect();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = Server::new(ServerConfig::default(), served);
+    let task = tokio::spawn(async move {
+        server
+            .serve(listener, async { stopped.await.ok().unwrap_or(()) })
+            .await
+            .unwrap();
+        caches.shutdown().await;
+    });
+    Running {
+        url: format!("http://127.0.0.1:{port}"),
+        stop: Some(stop),
+        task: Some(task),
+    }
+}
+
+fn leaf_config(initial_list: InitialList) -> ApiServerConfig {
+    ApiServerConfig {
+        initial_list,
+        page_size: 500,
+        backoff_initial: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(300),
+        unavailable_grace: Duration::from_secs(1),
+        watch_timeout: Duration::from_secs(30),
+        request_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(150),
+    }
+}
+
+/// The leaf: caches following `root_url` through kube-rs's client, served on a free port.
+async fn leaf(root_url: &str, config: ApiServerConfig) -> Running {
+    let client =
+        kube::Client::try_from(kube::Config::new(root_url.parse().unwrap())).expect("a client");
+    let caches = ApiServerCaches::connect(
+        client,
+        config,
+        vec![ResourceDef::builtin("pods").unwrap()],
+        CacheConfig::default(),
+    )
+    .unwrap();
+    caches
+        .cache("pods")
+        .unwrap()
+        .wait_ready(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let writes = caches.writes();
+    let served: Vec<Served> = caches
+        .caches()
+        .map(|(_, c)| Served::new(c.clone(), writes.clone()))
+        .collect();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = Server::new(ServerConfig::default(), served);
+    let task = tokio::spawn(async move {
+        server
+            .serve(listener, async { stopped.await.ok().unwrap_or(()) })
+            .await
+            .unwrap();
+        caches.shutdown().await;
+    });
+    Running {
+        url,
+        stop: Some(stop),
+        task: Some(task),
+    }
+}
+
+fn pod(name: &str, node: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "web"}}, "spec": {"nodeName": node}})
+}
+
+async fn create(c: &Client, base: &str, name: &str, node: &str) -> u64 {
+    let r = c
+        .post(format!("{base}/api/v1/namespaces/ns/pods"))
+        .json(&pod(name, node))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::CREATED,
+        "{}",
+        r.text().await.unwrap()
+    );
+    rv(&r.json().await.unwrap())
+}
+
+fn rv(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+async fn get(c: &Client, url: &str) -> (StatusCode, Value) {
+    let r = c.get(url).send().await.unwrap();
+    (r.status(), r.json().await.unwrap())
+}
+
+/// (name, resourceVersion) of a list's items.
+fn items(list: &Value) -> Vec<(String, u64)> {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), rv(i)))
+        .collect()
+}
+
+/// An open watch, read line by line.
+struct Lines {
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    async fn open(c: &Client, url: &str) -> Lines {
+        let r = c.get(url).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{url}");
+        Lines {
+            body: Box::pin(r.bytes_stream()),
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next frame, or `None` when the stream ends or nothing comes for `wait`.
+    async fn next(&mut self, wait: Duration) -> Option<Value> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                return Some(serde_json::from_slice(&line).unwrap());
+            }
+            match tokio::time::timeout(wait, self.body.next()).await {
+                Ok(Some(Ok(chunk))) => self.buf.extend_from_slice(&chunk),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The next non-bookmark frame as (type, name, rv).
+    async fn event(&mut self) -> (String, String, u64) {
+        loop {
+            let f = self.next(Duration::from_secs(10)).await.expect("an event");
+            let t = f["type"].as_str().unwrap().to_owned();
+            if t == "BOOKMARK" {
+                continue;
+            }
+            let o = &f["object"];
+            let name = o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let v = o["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            return (t, name, v);
+        }
+    }
+}
+
+/// Waits until the leaf lists what the root lists (same names at the same resourceVersions).
+async fn converged(c: &Client, root: &str, leaf: &str) -> Vec<(String, u64)> {
+    let path = "/api/v1/pods?resourceVersion=0";
+    for _ in 0..200 {
+        let (_, r) = get(c, &format!("{root}{path}")).await;
+        let (s, l) = get(c, &format!("{leaf}{path}")).await;
+        if s == StatusCode::OK && items(&r) == items(&l) {
+            return items(&l);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the leaf never converged on the root");
+}
+
+async fn setup() -> (Etcd, Running, Client) {
+    let etcd = etcd().await;
+    let root = root(&etcd.server.url(), free_port().unwrap()).await;
+    (etcd, root, Client::new())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_syncs_by_watch_list_or_by_list_and_streams_the_roots_events() {
+    let (_etcd, mut root, c) = setup().await;
+    for i in 0..30 {
+        create(
+            &c,
+            &root.url,
+            &format!("p{i:02}"),
+            &format!("node-{}", i % 3),
+        )
+        .await;
+    }
+    for mode in [InitialList::WatchList, InitialList::List] {
+        let mut leaf = leaf(&root.url, leaf_config(mode)).await;
+        let listed = converged(&c, &root.url, &leaf.url).await;
+        assert!(listed.len() >= 30, "{mode:?}: {listed:?}");
+        // A kubelet-style watch on the leaf sees a write at the root with the root's revision.
+        let mut w = Lines::open(
+            &c,
+            &format!(
+                "{}/api/v1/pods?watch=1&fieldSelector=spec.nodeName=node-1&resourceVersion={}",
+                leaf.url,
+                listed.iter().map(|(_, v)| *v).max().unwrap()
+            ),
+        )
+        .await;
+        let name = format!("x-{mode:?}").to_lowercase();
+        let at = create(&c, &root.url, &name, "node-1").await;
+        create(&c, &root.url, &format!("{name}-elsewhere"), "node-2").await;
+        assert_eq!(w.event().await, ("ADDED".into(), name, at));
+        leaf.stop().await;
+    }
+    root.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_resumes_on_the_leaf_from_a_resource_version_the_root_gave_it() {
+    let (_etcd, mut root, c) = setup().await;
+    let mut leaf = leaf(&root.url, leaf_config(InitialList::Auto)).await;
+    create(&c, &root.url, "a", "n1").await;
+    let (_, list) = get(&c, &format!("{}/api/v1/pods", root.url)).await;
+    let from = rv(&list);
+    let b = create(&c, &root.url, "b", "n1").await;
+    let r = c
+        .delete(format!("{}/api/v1/namespaces/ns/pods/a", root.url))
+        .send()
+        .await
+        .unwrap();
+    let a_gone = rv(&r.json().await.unwrap());
+    // The leaf replays from the root's revision: exactly the later events, no relist, no 410.
+    let mut w = Lines::open(
+        &c,
+        &format!("{}/api/v1/pods?watch=1&resourceVersion={from}", leaf.url),
+    )
+    .await;
+    assert_eq!(w.event().await, ("ADDED".into(), "b".into(), b));
+    assert_eq!(w.event().await, ("DELETED".into(), "a".into(), a_gone));
+    assert!(w.next(Duration::from_millis(500)).await.is_none());
+    leaf.stop().await;
+    root.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_through_the_leaf_reach_the_root_with_preconditions() {
+    let (_etcd, mut root, c) = setup().await;
+    let mut leaf = leaf(&root.url, leaf_config(InitialList::Auto)).await;
+    let base = format!("{}/api/v1/namespaces/ns/pods", leaf.url);
+    let created = create(&c, &leaf.url, "w", "n1").await;
+    // Create again: the root's 409 AlreadyExists comes back as the leaf's.
+    let r = c.post(&base).json(&pod("w", "n1")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["reason"], "AlreadyExists");
+    // Replace with a stale resourceVersion: 409 Conflict; with the right one: done.
+    let mut body = pod("w", "n2");
+    body["metadata"]["resourceVersion"] = json!((created - 1).to_string());
+    let r = c.put(format!("{base}/w")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    body["metadata"]["resourceVersion"] = json!(created.to_string());
+    let r = c.put(format!("{base}/w")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let replaced = rv(&r.json().await.unwrap());
+    assert!(replaced > created);
+    let (s, at_root) = get(&c, &format!("{}/api/v1/namespaces/ns/pods/w", root.url)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(at_root["spec"]["nodeName"], "n2");
+    assert_eq!(rv(&at_root), replaced);
+    // Delete with a stale precondition: 409; then unconditionally; then 404.
+    let stale = json!({"preconditions": {"resourceVersion": created.to_string()}});
+    let r = c
+        .delete(format!("{base}/w"))
+        .json(&stale)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let r = c.delete(format!("{base}/w")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = c.delete(format!("{base}/w")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = c
+        .put(format!("{base}/nope"))
+        .json(&pod("nope", "n1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // The leaf sees what the root has.
+    let listed = converged(&c, &root.url, &leaf.url).await;
+    assert!(listed.is_empty(), "{listed:?}");
+    leaf.stop().await;
+    root.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consistent_reads_on_the_leaf_reach_the_upstreams_revision() {
+    // The leaf can only be as fresh as the root says in its bookmarks: the root must advance its
+    // own revision by etcd's progress notifications (etcd 3.4.31+/3.5.13+, or forced here on the
+    // Debian etcd 3.4.23), as a kube-apiserver with consistent reads from cache does.
+    let etcd = etcd().await;
+    let mut root = root_with(
+        &etcd.server.url(),
+        free_port().unwrap(),
+        ConsistentReads::FromCache,
+    )
+    .await;
+    let c = Client::new();
+    let mut leaf = leaf(&root.url, leaf_config(InitialList::Auto)).await;
+    let mut e = EtcdClient::connect([etcd.server.url()], None)
+        .await
+        .unwrap();
+    // Another resource moves etcd's revision on; no pod event will carry the leaf there.
+    let mut bumped = 0;
+    for i in 0..5 {
+        bumped = e
+            .put(format!("/registry/configmaps/ns/c{i}"), "{}", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision() as u64;
+    }
+    let started = std::time::Instant::now();
+    let (s, list) = get(&c, &format!("{}/api/v1/pods", leaf.url)).await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    assert!(rv(&list) >= bumped, "{} < {bumped}", rv(&list));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    // A write at the root is in the next consistent read of the leaf.
+    let at = create(&c, &root.url, "fresh", "n1").await;
+    let (s, list) = get(&c, &format!("{}/api/v1/pods", leaf.url)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(items(&list).contains(&("fresh".into(), at)), "{list}");
+    leaf.stop().await;
+    root.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compacted_root_makes_the_leaf_relist_and_its_watchers_see_ordinary_events() {
+    let etcd = etcd().await;
+    let port = free_port().unwrap();
+    let mut root1 = root(&etcd.server.url(), port).await;
+    let c = Client::new();
+    let mut leaf = leaf(&root1.url, leaf_config(InitialList::Auto)).await;
+    create(&c, &root1.url, "stays", "n1").await;
+    create(&c, &root1.url, "goes", "n1").await;
+    let changed_rv = create(&c, &root1.url, "changes", "n1").await;
+    let listed = converged(&c, &root1.url, &leaf.url).await;
+    let from = listed.iter().map(|(_, v)| *v).max().unwrap();
+    let mut w = Lines::open(
+        &c,
+        &format!("{}/api/v1/pods?watch=1&resourceVersion={from}", leaf.url),
+    )
+    .await;
+    // The root goes away; etcd changes and is compacted meanwhile; a new root starts at etcd's
+    // current revision, so the leaf's resume position is older than its window: 410.
+    root1.stop().await;
+    let mut e = EtcdClient::connect([etcd.server.url()], None)
+        .await
+        .unwrap();
+    e.delete("/registry/pods/ns/goes", None).await.unwrap();
+    let v = support::pod("ns", "changes", "n9", &[]);
+    e.put("/registry/pods/ns/changes", v, None).await.unwrap();
+    let v = support::pod("ns", "new", "n1", &[]);
+    let last = e
+        .put("/registry/pods/ns/new", v, None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    e.compact(last, None).await.unwrap();
+    let mut root2 = root(&etcd.server.url(), port).await;
+    // The leaf relisted and resynced by difference: its watcher got ordinary events, no ERROR.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (t, name, v) = w.event().await;
+        assert!(v > changed_rv);
+        seen.push((t, name));
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            ("ADDED".to_owned(), "new".to_owned()),
+            ("DELETED".to_owned(), "goes".to_owned()),
+            ("MODIFIED".to_owned(), "changes".to_owned()),
+        ]
+    );
+    let listed = converged(&c, &root2.url, &leaf.url).await;
+    assert_eq!(listed.len(), 3);
+    leaf.stop().await;
+    root2.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaf_is_not_ready_while_the_root_is_down_and_ready_again_after() {
+    let etcd = etcd().await;
+    let port = free_port().unwrap();
+    let mut root1 = root(&etcd.server.url(), port).await;
+    let c = Client::new();
+    let mut leaf = leaf(&root1.url, leaf_config(InitialList::Auto)).await;
+    let a = create(&c, &root1.url, "a", "n1").await;
+    root1.stop().await;
+    // Past the 1 s grace: reads answer 429 with Retry-After.
+    let mut status = StatusCode::OK;
+    for _ in 0..100 {
+        let r = c
+            .get(format!("{}/api/v1/pods?resourceVersion=0", leaf.url))
+            .send()
+            .await
+            .unwrap();
+        status = r.status();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            assert!(r.headers().contains_key("retry-after"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    // The root returns; the leaf resumes from its revision (no relist) and is ready again.
+    let mut root2 = root(&etcd.server.url(), port).await;
+    let b = create(&c, &root2.url, "b", "n1").await;
+    let listed = converged(&c, &root2.url, &leaf.url).await;
+    assert_eq!(listed, vec![("a".into(), a), ("b".into(), b)]);
+    leaf.stop().await;
+    root2.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_cache_reads_typed_objects_by_index_and_routes_watches() {
+    use k8s_openapi::api::core::v1::Pod;
+    use watchcache::kube::{KubeCache, definition_for};
+    use watchcache::{EventType, Selection};
+
+    let (_etcd, mut root, c) = setup().await;
+    for i in 0..6 {
+        create(&c, &root.url, &format!("p{i}"), &format!("node-{}", i % 3)).await;
+    }
+    let client = kube::Client::try_from(kube::Config::new(root.url.parse().unwrap())).unwrap();
+    let def = definition_for::<Pod>(&[("spec.nodeName", true), ("label:app", false)]).unwrap();
+    let pods: KubeCache<Pod> = KubeCache::start(client, def).await.unwrap();
+    let name = |p: &Pod| p.metadata.name.clone().unwrap();
+    let on1: Vec<String> = pods
+        .by_index("spec.nodeName", "node-1")
+        .unwrap()
+        .iter()
+        .map(name)
+        .collect();
+    assert_eq!(on1, ["p1", "p4"]);
+    assert_eq!(pods.by_index("label:app", "web").unwrap().len(), 6);
+    assert!(pods.by_index("spec.nope", "x").is_err());
+    let p0 = pods.get(Some("ns"), "p0").await.unwrap().unwrap();
+    assert_eq!(p0.spec.unwrap().node_name.as_deref(), Some("node-0"));
+    assert!(pods.get(Some("ns"), "nope").await.unwrap().is_none());
+    assert_eq!(pods.state().await.unwrap().len(), 6);
+    // A routed watch on node-1 sees node-1's pod and not node-2's.
+    let mut w = pods
+        .watch(
+            Selection::all()
+                .with_fields("spec.nodeName=node-1")
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    create(&c, &root.url, "elsewhere", "node-2").await;
+    create(&c, &root.url, "here", "node-1").await;
+    let (kind, pod) = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!((kind, name(&pod)), (EventType::Added, "here".to_owned()));
+    pods.shutdown().await;
+    root.stop().await;
+}

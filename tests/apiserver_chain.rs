@@ -1,0 +1,707 @@
+//! A tree of caches as real processes: etcd ← `watchcache serve --etcd` (root) ←
+//! `watchcache serve --upstream-kubeconfig` (leaf, through a generated kubeconfig pointing at the
+//! root's URL) ← clients. Both servers are `kill -9`ed and restarted under load; clients must see
+//! every change exactly once and in order, or a clear 410 followed by a relist that converges.
+//! The root serves every built-in resource, the leaf caches pods and proxies the rest to the root.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use etcd_client::Client as EtcdClient;
+use futures_util::StreamExt;
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+use watchcache::etcd::free_port;
+
+/// A `watchcache serve` process, killed with SIGKILL on drop.
+struct Proc {
+    child: Child,
+    url: String,
+}
+
+impl Proc {
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+async fn spawn(args: &[&str], port: u16) -> Proc {
+    let child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+        .arg("serve")
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn watchcache");
+    let p = Proc {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let c = Client::new();
+    for _ in 0..300 {
+        if let Ok(r) = c.get(format!("{}/readyz", p.url)).send().await
+            && r.status() == StatusCode::OK
+        {
+            return p;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("watchcache {args:?} never became ready");
+}
+
+async fn root(etcd: &str, port: u16) -> Proc {
+    spawn(&["--etcd", etcd], port).await
+}
+
+fn kubeconfig(dir: &Path, root_url: &str) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: root\n  cluster:\n    server: {root_url}\n\
+             users:\n- name: anonymous\n  user: {{}}\ncontexts:\n- name: root\n  context:\n    cluster: root\n    user: anonymous\n\
+             current-context: root\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+async fn leaf(kubeconfig: &Path, port: u16) -> Proc {
+    spawn(
+        &[
+            "--upstream-kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--upstream-context",
+            "root",
+            "--resources",
+            "pods",
+        ],
+        port,
+    )
+    .await
+}
+
+fn rv(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The number of watchers a server has open on pods, from its metrics.
+async fn pod_watchers(c: &Client, url: &str) -> i64 {
+    let text = c
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("watchcache_watchers{") && l.contains("resource=\"pods\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum()
+}
+
+/// What a client following the leaf saw: every event's (rv, name, type), 410s and relists.
+#[derive(Default, Debug)]
+struct Seen {
+    events: Vec<(u64, String, String)>,
+    expired: usize,
+    relists: usize,
+    /// How many events came before the first 410.
+    before_expired: Option<usize>,
+    /// The resourceVersion of the first list.
+    listed_at: u64,
+    /// The client's view of the state: name → rv.
+    state: std::collections::BTreeMap<String, u64>,
+}
+
+/// A reflector-like client of the leaf: list, then watch from the list's resourceVersion; on a
+/// broken stream resume from the last one; on 410, relist and carry on. Runs until `stop`.
+async fn follow(url: String, stop: tokio::sync::watch::Receiver<bool>) -> Seen {
+    let c = Client::new();
+    let mut seen = Seen::default();
+    let mut from: Option<u64> = None;
+    loop {
+        if *stop.borrow() {
+            return seen;
+        }
+        let start = match from {
+            Some(r) => r,
+            None => match c.get(format!("{url}/api/v1/pods")).send().await {
+                Ok(r) if r.status() == StatusCode::OK => {
+                    let list: Value = r.json().await.unwrap();
+                    seen.relists += 1;
+                    seen.state = list["items"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), rv(i)))
+                        .collect();
+                    let r = rv(&list);
+                    if seen.relists == 1 {
+                        seen.listed_at = r;
+                    }
+                    from = Some(r);
+                    r
+                }
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let resp = match c
+            .get(format!(
+                "{url}/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion={start}&timeoutSeconds=30"
+            ))
+            .send()
+            .await
+        {
+            Ok(r) if r.status() == StatusCode::OK => r,
+            _ => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let mut body = resp.bytes_stream();
+        let mut buf = Vec::new();
+        let mut stop_rx = stop.clone();
+        'stream: loop {
+            let chunk = tokio::select! {
+                _ = stop_rx.changed() => return seen,
+                c = body.next() => c,
+            };
+            let Some(Ok(chunk)) = chunk else { break };
+            buf.extend_from_slice(&chunk);
+            while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=i).collect();
+                let f: Value = serde_json::from_slice(&line).unwrap();
+                let t = f["type"].as_str().unwrap().to_owned();
+                let o = &f["object"];
+                match t.as_str() {
+                    "BOOKMARK" => from = Some(rv(o)),
+                    "ERROR" => {
+                        assert_eq!(o["code"], 410, "{o}");
+                        seen.expired += 1;
+                        seen.before_expired.get_or_insert(seen.events.len());
+                        from = None;
+                        break 'stream;
+                    }
+                    _ => {
+                        let name = o["metadata"]["name"].as_str().unwrap().to_owned();
+                        let r = rv(o);
+                        if t == "DELETED" {
+                            seen.state.remove(&name);
+                        } else {
+                            seen.state.insert(name.clone(), r);
+                        }
+                        seen.events.push((r, name, t));
+                        from = Some(r);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes through the root, retrying while it is down; a retried create that already happened
+/// is a 409 AlreadyExists, counted as done.
+async fn write(c: &Client, root: &str, i: usize) {
+    let name = format!("p{i:03}");
+    let body = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"nodeName": format!("node-{}", i % 4)}});
+    for _ in 0..600 {
+        match c
+            .post(format!("{root}/api/v1/namespaces/ns/pods"))
+            .json(&body)
+            .send()
+            .await
+        {
+            Ok(r) if r.status() == StatusCode::CREATED || r.status() == StatusCode::CONFLICT => {
+                return;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    panic!("the write of {name} never went through");
+}
+
+/// etcd's history of the pods prefix after `from`: (revision, name).
+async fn etcd_history(etcd: &str, from: u64) -> Vec<(u64, String)> {
+    let mut e = EtcdClient::connect([etcd], None).await.unwrap();
+    let now = e.get("/", None).await.unwrap().header().unwrap().revision();
+    support::etcd::history(&mut e, "/registry/pods/", from as i64 + 1, now)
+        .await
+        .into_iter()
+        .filter(|(r, _, _)| *r > from)
+        .map(|(r, k, _)| (r, k.rsplit('/').next().unwrap().to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_of_processes_keeps_every_client_stream_exactly_once_through_kill_9() {
+    let etcd = support::etcd::etcd().await;
+    let etcd_url = etcd.server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (root_port, leaf_port) = (free_port().unwrap(), free_port().unwrap());
+    let mut root_proc = root(&etcd_url, root_port).await;
+    let root_url = root_proc.url.clone();
+    let config = kubeconfig(dir.path(), &root_url);
+    let mut leaf_proc = leaf(&config, leaf_port).await;
+    let leaf_url = leaf_proc.url.clone();
+    let c = Client::new();
+
+    // The official Python client runs against the leaf: lists, watches, writes, conflicts.
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = manifest.join("target/pyvenv");
+    let status = Command::new(manifest.join("scripts/python-venv"))
+        .arg(&venv)
+        .status()
+        .expect("run scripts/python-venv");
+    assert!(status.success());
+    let (script, url) = (
+        manifest.join("tests/python/client_test.py"),
+        leaf_url.clone(),
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(venv.join("bin/python"))
+            .arg(script)
+            .arg(url)
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "python client against the leaf:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A client resumes on the leaf from a resourceVersion the root gave it: no relist.
+    let list: Value = c
+        .get(format!("{root_url}/api/v1/pods"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let from = rv(&list);
+    write(&c, &root_url, 0).await;
+    let r = c
+        .get(format!(
+            "{leaf_url}/api/v1/pods?watch=1&resourceVersion={from}&timeoutSeconds=1"
+        ))
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["type"], "ADDED", "{text}");
+    assert_eq!(first["object"]["metadata"]["name"], "p000");
+
+    // Clients follow the leaf while writes go through the root, and the root, then the leaf,
+    // is killed with SIGKILL and restarted.
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let followers: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(follow(leaf_url.clone(), stop_rx.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Many clients of the leaf, one watch on the root.
+    assert_eq!(pod_watchers(&c, &root_url).await, 1);
+    assert!(pod_watchers(&c, &leaf_url).await >= 4);
+    let writer = {
+        let (c, root_url) = (c.clone(), root_url.clone());
+        tokio::spawn(async move {
+            for i in 1..=150 {
+                write(&c, &root_url, i).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    root_proc.kill9();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    root_proc = root(&etcd_url, root_port).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    leaf_proc.kill9();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    leaf_proc = leaf(&config, leaf_port).await;
+    writer.await.unwrap();
+    // The leaf catches up with the root; then the clients stop.
+    let root_rv = {
+        let l: Value = c
+            .get(format!("{root_url}/api/v1/pods"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        rv(&l)
+    };
+    let l: Value = c
+        .get(format!("{leaf_url}/api/v1/pods"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(rv(&l) >= root_rv);
+    let final_state: std::collections::BTreeMap<String, u64> = l["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), rv(i)))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.send(true).unwrap();
+    let history = etcd_history(&etcd_url, from).await;
+    for f in followers {
+        let seen = f.await.unwrap();
+        eprintln!(
+            "client: {} events, {} relists, {} × 410, listed at {}",
+            seen.events.len(),
+            seen.relists,
+            seen.expired,
+            seen.listed_at
+        );
+        assert!(seen.events.len() >= 20, "{seen:?}");
+        // In order, never twice.
+        assert!(
+            seen.events.windows(2).all(|w| w[0].0 < w[1].0),
+            "out of order or duplicated: {:?}",
+            seen.events
+        );
+        // Exactly etcd's history up to the first 410 (the root's kill -9 included: the leaf
+        // relists by difference, and its clients see ordinary events); after it, a relist that
+        // converges.
+        let got: Vec<(u64, String)> = seen
+            .events
+            .iter()
+            .take(seen.before_expired.unwrap_or(usize::MAX))
+            .map(|(r, n, _)| (*r, n.clone()))
+            .collect();
+        let want: Vec<(u64, String)> = history
+            .iter()
+            .filter(|(r, _)| *r > seen.listed_at)
+            .take(got.len())
+            .cloned()
+            .collect();
+        assert_eq!(got, want);
+        if seen.expired == 0 {
+            assert_eq!(
+                got.len(),
+                history.iter().filter(|(r, _)| *r > seen.listed_at).count()
+            );
+        }
+        assert_eq!(seen.state, final_state, "the client converged ({seen:?})");
+    }
+    drop(leaf_proc);
+    drop(root_proc);
+}
+
+/// A kube-rs watcher of the leaf's pods, keeping name → resourceVersion and counting inits.
+#[derive(Default, Debug, Clone)]
+struct KubeView {
+    state: std::collections::BTreeMap<String, u64>,
+    inits: usize,
+    errors: usize,
+}
+
+fn kube_watch(
+    leaf_url: &str,
+    config: kube::runtime::watcher::Config,
+) -> (
+    tokio::sync::watch::Receiver<KubeView>,
+    tokio::task::JoinHandle<()>,
+) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::watcher::{Event, watcher};
+    let client = kube::Client::try_from(kube::Config::new(leaf_url.parse().unwrap())).unwrap();
+    let (tx, rx) = tokio::sync::watch::channel(KubeView::default());
+    let task = tokio::spawn(async move {
+        let mut view = KubeView::default();
+        let mut pending = std::collections::BTreeMap::new();
+        let mut stream = std::pin::pin!(watcher(kube::Api::<Pod>::all(client), config));
+        while let Some(ev) = stream.next().await {
+            let key = |p: &Pod| {
+                (
+                    p.metadata.name.clone().unwrap_or_default(),
+                    p.metadata
+                        .resource_version
+                        .as_deref()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0),
+                )
+            };
+            match ev {
+                Ok(Event::Init) => {
+                    view.inits += 1;
+                    pending.clear();
+                }
+                Ok(Event::InitApply(p)) => {
+                    let (n, r) = key(&p);
+                    pending.insert(n, r);
+                }
+                Ok(Event::InitDone) => view.state = std::mem::take(&mut pending),
+                Ok(Event::Apply(p)) => {
+                    let (n, r) = key(&p);
+                    view.state.insert(n, r);
+                }
+                Ok(Event::Delete(p)) => {
+                    view.state.remove(&key(&p).0);
+                }
+                Err(_) => view.errors += 1,
+            }
+            let _ = tx.send(view.clone());
+        }
+    });
+    (rx, task)
+}
+
+async fn pods_of(c: &Client, url: &str) -> std::collections::BTreeMap<String, u64> {
+    let l: Value = c
+        .get(format!("{url}/api/v1/pods"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    l["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), rv(i)))
+        .collect()
+}
+
+/// Waits until the view holds `want`.
+async fn view_reaches(
+    rx: &mut tokio::sync::watch::Receiver<KubeView>,
+    want: &std::collections::BTreeMap<String, u64>,
+) -> KubeView {
+    let reached = tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|v| &v.state == want))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|v| v.clone());
+    reached.unwrap_or_else(|| {
+        panic!(
+            "the kube-rs watcher never reached {want:?}: {:?}",
+            rx.borrow()
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_at_the_root_makes_the_leaf_relist_and_kube_rs_watchers_converge() {
+    let etcd = support::etcd::etcd().await;
+    let etcd_url = etcd.server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (root_port, leaf_port) = (free_port().unwrap(), free_port().unwrap());
+    let mut root_proc = root(&etcd_url, root_port).await;
+    let root_url = root_proc.url.clone();
+    let leaf_proc = leaf(&kubeconfig(dir.path(), &root_url), leaf_port).await;
+    let leaf_url = leaf_proc.url.clone();
+    let c = Client::new();
+    for i in 0..5 {
+        write(&c, &root_url, i).await;
+    }
+    // kube-rs's watcher on the leaf, with streaming lists (WatchList) and with paged LIST.
+    use kube::runtime::watcher::Config as WatcherConfig;
+    let (mut streaming, t1) = kube_watch(&leaf_url, WatcherConfig::default().streaming_lists());
+    let (mut listing, t2) = kube_watch(&leaf_url, WatcherConfig::default().page_size(2));
+    let want = pods_of(&c, &root_url).await;
+    assert_eq!(want.len(), 5);
+    view_reaches(&mut streaming, &want).await;
+    view_reaches(&mut listing, &want).await;
+
+    // The root dies; etcd changes and is compacted; the new root's window starts past the
+    // leaf's position, so the leaf's resume is 410 Expired and it relists by difference.
+    root_proc.kill9();
+    let mut e = EtcdClient::connect([etcd_url.as_str()], None)
+        .await
+        .unwrap();
+    e.delete("/registry/pods/ns/p001", None).await.unwrap();
+    e.put(
+        "/registry/pods/ns/p002",
+        support::pod("ns", "p002", "node-9", &[]),
+        None,
+    )
+    .await
+    .unwrap();
+    let last = e
+        .put(
+            "/registry/pods/ns/p100",
+            support::pod("ns", "p100", "node-1", &[]),
+            None,
+        )
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    e.compact(last, None).await.unwrap();
+    let _root_proc = root(&etcd_url, root_port).await;
+    let want = pods_of(&c, &root_url).await;
+    assert!(want.contains_key("p100") && !want.contains_key("p001"));
+    // The leaf's clients saw ordinary events: no re-initialisation, no errors.
+    for rx in [&mut streaming, &mut listing] {
+        let v = view_reaches(rx, &want).await;
+        assert_eq!((v.inits, v.errors), (1, 0), "{v:?}");
+    }
+    assert_eq!(pods_of(&c, &leaf_url).await, want);
+    t1.abort();
+    t2.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_is_down() {
+    let etcd = support::etcd::etcd().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (root_port, leaf_port) = (free_port().unwrap(), free_port().unwrap());
+    let mut root_proc = root(&etcd.server.url(), root_port).await;
+    let root_url = root_proc.url.clone();
+    let leaf_proc = leaf(&kubeconfig(dir.path(), &root_url), leaf_port).await;
+    let leaf_url = leaf_proc.url.clone();
+    let c = Client::new();
+    // Discovery is the root's: configmaps are listed though the leaf caches only pods.
+    let d: Value = c
+        .get(format!("{leaf_url}/api/v1"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        d["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "configmaps"),
+        "{d}"
+    );
+    // Every verb on a resource the leaf does not define goes to the root, watches included.
+    let cms = format!("{leaf_url}/api/v1/namespaces/ns/configmaps");
+    let mut watch = c
+        .get(format!(
+            "{leaf_url}/api/v1/configmaps?watch=1&resourceVersion=0&timeoutSeconds=5"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(watch.status(), StatusCode::OK);
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "1"}});
+    let r = c.post(&cms).json(&cm).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let created: Value = r.json().await.unwrap();
+    let mut first = Vec::new();
+    while !first.contains(&b'\n') {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), watch.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("a watch event");
+        first.extend_from_slice(&chunk);
+    }
+    let ev: Value = serde_json::from_slice(&first).unwrap();
+    assert_eq!(
+        (
+            ev["type"].as_str(),
+            ev["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("c"))
+    );
+    let mut cm2 = created.clone();
+    cm2["data"]["k"] = json!("2");
+    let r = c.put(format!("{cms}/c")).json(&cm2).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // A stale update: the root's 409 comes back unchanged.
+    let r = c
+        .put(format!("{cms}/c"))
+        .json(&created)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let got: Value = c
+        .get(format!("{cms}/c"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["data"]["k"], "2");
+    let at_root: Value = c
+        .get(format!("{root_url}/api/v1/namespaces/ns/configmaps/c"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got, at_root);
+    let r = c.delete(format!("{cms}/c")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = c.get(format!("{cms}/c")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // A subresource is the root's answer, whatever it is.
+    let sub = "/api/v1/namespaces/ns/pods/x/status";
+    let (a, b) = (
+        c.get(format!("{leaf_url}{sub}")).send().await.unwrap(),
+        c.get(format!("{root_url}{sub}")).send().await.unwrap(),
+    );
+    assert_eq!(a.status(), b.status());
+    assert_eq!(a.text().await.unwrap(), b.text().await.unwrap());
+    // The root goes down: proxied requests are 503 ServiceUnavailable; cached reads still work.
+    write(&c, &root_url, 1).await;
+    let l: Value = c
+        .get(format!("{leaf_url}/api/v1/pods"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    root_proc.kill9();
+    let r = c.get(&cms).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        (v["kind"].as_str(), v["reason"].as_str()),
+        (Some("Status"), Some("ServiceUnavailable"))
+    );
+    let r = c
+        .get(format!("{leaf_url}/api/v1/pods?resourceVersion=0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let cached: Value = r.json().await.unwrap();
+    assert_eq!(cached["items"], l["items"]);
+}
