@@ -1,7 +1,8 @@
 //! Ingest: events per second applied to store, indexes and history (no watchers), on one core.
 //! `ingest/apply` moves pods between nodes (two index updates per event); `ingest/create_delete`
 //! alternates creations and deletions; `ingest/decode` is the JSON decode of a ~2 KB pod, done
-//! outside the lock and parallelisable, reported separately; `ingest/decode_protobuf` is the same for
+//! outside the lock and parallelisable, reported separately; `ingest/decode_100k_members` is the
+//! decode of a 3 MiB object of 100 000 members (the request size limit), which must stay linear; `ingest/decode_protobuf` is the same for
 //! kube-apiserver's protobuf storage encoding of a pod.
 
 mod support;
@@ -52,6 +53,23 @@ fn bench(c: &mut Criterion) {
     let key = support::key("ns-1", "pod-1");
     g.bench_function("decode", |b| {
         b.iter(|| probe.decode(&key, json.as_bytes(), 7).unwrap())
+    });
+    // A hostile body at the request size limit (3 MiB): 100 000 members of ~31 bytes. Decoding
+    // must stay linear in the member count (issue 9; it took 19 s when quadratic).
+    let mut wide = String::from(r#"{"metadata":{"name":"w","namespace":"ns-1"}"#);
+    for i in 0..100_000 {
+        wide.push_str(&format!(r#","k{i:06}":"{:018}""#, i));
+    }
+    wide.push('}');
+    assert!(
+        (3_000_000..=3 * 1024 * 1024).contains(&wide.len()),
+        "{}",
+        wide.len()
+    );
+    let wide_key = support::key("ns-1", "w");
+    g.sample_size(10);
+    g.bench_function("decode_100k_members", |b| {
+        b.iter(|| probe.decode(&wide_key, wide.as_bytes(), 7).unwrap())
     });
     // The same kind of pod as kube-apiserver stores it (protobuf, 1 348 bytes; 2 891 as JSON):
     // decoded with its index fields extracted and its JSON encoding made.

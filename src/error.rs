@@ -58,6 +58,14 @@ pub enum Error {
         /// How long the client should wait before retrying.
         retry_after: Duration,
     },
+    /// Too many requests of this kind are in flight (429 TooManyRequests, with a Retry-After).
+    #[error("too many requests: {why}")]
+    TooManyRequests {
+        /// What is at its limit.
+        why: String,
+        /// How long the client should wait before retrying.
+        retry_after: Duration,
+    },
     /// The upstream (etcd) failed in a way the client may retry (500 InternalError).
     #[error("upstream error: {0}")]
     Upstream(String),
@@ -71,7 +79,7 @@ impl Error {
             Error::TooLargeResourceVersion { .. } => "Timeout",
             Error::BadRequest(_) => "BadRequest",
             Error::NotFound { .. } => "NotFound",
-            Error::NotReady { .. } => "TooManyRequests",
+            Error::NotReady { .. } | Error::TooManyRequests { .. } => "TooManyRequests",
             Error::Upstream(_) => "InternalError",
         }
     }
@@ -83,7 +91,7 @@ impl Error {
             Error::TooLargeResourceVersion { .. } => 504,
             Error::BadRequest(_) => 400,
             Error::NotFound { .. } => 404,
-            Error::NotReady { .. } => 429,
+            Error::NotReady { .. } | Error::TooManyRequests { .. } => 429,
             Error::Upstream(_) => 500,
         }
     }
@@ -92,7 +100,9 @@ impl Error {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Error::TooLargeResourceVersion { .. } => Some(Duration::from_secs(1)),
-            Error::NotReady { retry_after, .. } => Some(*retry_after),
+            Error::NotReady { retry_after, .. } | Error::TooManyRequests { retry_after, .. } => {
+                Some(*retry_after)
+            }
             _ => None,
         }
     }
@@ -146,6 +156,14 @@ mod tests {
                 Error::NotReady {
                     resource: "pods".into(),
                     why: "sync".into(),
+                    retry_after: Duration::from_secs(1),
+                },
+                "TooManyRequests",
+                429,
+            ),
+            (
+                Error::TooManyRequests {
+                    why: "reads".into(),
                     retry_after: Duration::from_secs(1),
                 },
                 "TooManyRequests",

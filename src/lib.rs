@@ -55,7 +55,8 @@
 //! # Ok(())
 //! # }
 //! ```
-
+// No unwrap or expect outside tests: errors are typed (design/reliability.md).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
@@ -69,15 +70,19 @@ mod sync;
 pub mod upstream;
 
 pub use cache::{
-    BoxFuture, Cache, CacheConfig, CacheStats, Change, Frame, ListOptions, ObjectList, OutOfOrder,
-    RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream, WatchEvent, WatchOptions,
-    WatchStream, list_parts,
+    BoxFuture, Cache, CacheConfig, CacheStats, Change, Frame, KeyRange, ListOptions, ObjectList,
+    OutOfOrder, RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream,
+    WatchEvent, WatchOptions, WatchStream, list_parts,
 };
 pub use error::{Error, Result};
+
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzz;
 pub use model::{
     DecodeError, DefinitionError, EventType, FieldPath, FieldSelector, HistoryConfig, IndexDef,
     IndexKey, LabelSelector, Object, ResourceDef, ResourceVersion, RvMatch, Selection,
-    SelectorError, definition, selector,
+    SelectorError, definition, names, selector,
 };
 #[cfg(feature = "etcd")]
 pub use upstream::etcd;

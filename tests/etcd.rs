@@ -626,3 +626,276 @@ async fn sync_pages_larger_than_grpcs_default_message_limit() {
     assert_eq!(list.items.len(), 2500);
     caches.shutdown().await;
 }
+
+/// The rule for undecodable values (design/semantics.md): the cache holds exactly the decodable
+/// objects in etcd, so a key overwritten with garbage leaves the cache as a DELETED event, and
+/// cached and consistent reads agree that it is gone.
+async fn garbage_overwrite_is_a_delete(mode: ConsistentReads) {
+    let e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    c.put(key("ns", "a"), pod("ns", "a", "n1", &[]), None)
+        .await
+        .unwrap();
+    let mut cfg = config(&eps);
+    cfg.consistent_reads = mode;
+    let caches = pods_from(cfg).await;
+    let cache = caches.cache("pods").unwrap();
+    let mut w = cache
+        .watch(WatchOptions::new(
+            Selection::all(),
+            ResourceVersion::At(cache.resource_version()),
+        ))
+        .await
+        .unwrap();
+    let r = c
+        .put(key("ns", "a"), "{\"garbage", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision() as u64;
+    let got = collect_until(&mut w, r).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].kind(), EventType::Deleted);
+    assert_eq!(got[0].object().unwrap().name(), "a");
+    assert_eq!(cache.stats().decode_errors, 1);
+    for rv in [ResourceVersion::Any, ResourceVersion::Unset] {
+        let err = cache.get(Some("ns"), "a", rv).await.unwrap_err();
+        assert_eq!(err.code(), 404, "GET at {rv:?}: {err:?}");
+        let list = cache.list(&ListOptions::all().at(rv, None)).await.unwrap();
+        assert!(list.items.is_empty(), "LIST at {rv:?}");
+    }
+    // A decodable value again is an ADDED.
+    let r = c
+        .put(key("ns", "a"), pod("ns", "a", "n2", &[]), None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision() as u64;
+    let got = collect_until(&mut w, r).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].kind(), EventType::Added);
+    caches.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_overwritten_with_garbage_is_deleted_with_reads_from_etcd() {
+    garbage_overwrite_is_a_delete(ConsistentReads::Auto).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_overwritten_with_garbage_is_deleted_with_reads_from_the_cache() {
+    garbage_overwrite_is_a_delete(ConsistentReads::FromCache).await;
+}
+
+/// etcd wiped behind the same URL: its revision goes backwards. Every watcher gets 410 Expired
+/// (its position means nothing now), the cache is not ready until it resynced, and then it holds
+/// exactly the new etcd's state at the new, lower revision, and follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_wiped_on_the_same_url_expires_every_watcher_and_resyncs() {
+    let mut e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    for i in 0..30 {
+        let name = format!("old-{i}");
+        c.put(
+            key("ns", &name),
+            pod("ns", &name, &format!("n{}", i % 3), &[]),
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    let caches = pods_from(config(&eps)).await;
+    let cache = caches.cache("pods").unwrap();
+    let old_rv = cache.resource_version();
+    assert!(old_rv >= 31);
+    let mut routed = cache
+        .watch(WatchOptions::new(
+            Selection::all().with_fields("spec.nodeName=n1").unwrap(),
+            ResourceVersion::At(old_rv),
+        ))
+        .await
+        .unwrap();
+    let mut unrouted = cache
+        .watch(WatchOptions::new(
+            Selection::all(),
+            ResourceVersion::At(old_rv),
+        ))
+        .await
+        .unwrap();
+    e.server.restart_empty().await.unwrap();
+    let mut c = client(&eps).await;
+    let mut new_rv = 0;
+    for i in 0..3 {
+        let name = format!("new-{i}");
+        new_rv = put_retry(&mut c, &key("ns", &name), pod("ns", &name, "n1", &[])).await as u64;
+    }
+    assert!(new_rv < old_rv);
+    for w in [&mut routed, &mut unrouted] {
+        let got = tokio::time::timeout(Duration::from_secs(20), w.next())
+            .await
+            .expect("the watcher is ended within 20 s");
+        match got {
+            Some(Err(Error::Expired { .. })) => {}
+            other => panic!("expected 410 Expired, got {other:?}"),
+        }
+        assert!(w.next().await.is_none(), "the stream ends after the 410");
+    }
+    cache.wait_ready(Duration::from_secs(20)).await.unwrap();
+    wait_rv(cache, new_rv).await;
+    let list = cache.list(&ListOptions::all()).await.unwrap();
+    let names: Vec<&str> = list.items.iter().map(|o| o.name()).collect();
+    assert_eq!(names, ["new-0", "new-1", "new-2"]);
+    assert_eq!(list.resource_version, new_rv);
+    // The new history is followed.
+    let mut w = cache
+        .watch(WatchOptions::new(
+            Selection::all(),
+            ResourceVersion::At(new_rv),
+        ))
+        .await
+        .unwrap();
+    let r = put_retry(&mut c, &key("ns", "after"), pod("ns", "after", "n1", &[])).await as u64;
+    let got = collect_until(&mut w, r).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].kind(), EventType::Added);
+    caches.shutdown().await;
+}
+
+/// The real etcd upstream behind a recorder of how many keys each read fetched.
+struct Recording {
+    inner: std::sync::Arc<dyn watchcache::Upstream>,
+    keys: std::sync::Mutex<Vec<usize>>,
+}
+
+impl Recording {
+    fn take(&self) -> Vec<usize> {
+        std::mem::take(&mut *self.keys.lock().unwrap())
+    }
+}
+
+impl watchcache::Upstream for Recording {
+    fn current_revision(&self) -> watchcache::BoxFuture<'_, watchcache::Result<u64>> {
+        self.inner.current_revision()
+    }
+    fn request_progress(&self) {
+        self.inner.request_progress();
+    }
+    fn progress_is_reliable(&self) -> bool {
+        self.inner.progress_is_reliable()
+    }
+    fn range(
+        &self,
+        revision: Option<u64>,
+        keys: watchcache::KeyRange,
+        limit: usize,
+    ) -> watchcache::BoxFuture<'_, watchcache::Result<watchcache::RangePage>> {
+        Box::pin(async move {
+            let page = self.inner.range(revision, keys, limit).await?;
+            self.keys.lock().unwrap().push(page.kvs.len());
+            Ok(page)
+        })
+    }
+}
+
+/// Consistent reads served by etcd (3.4.23, whose progress notifications cannot be trusted) read
+/// only the keys their selection can match, and only so many run at once: beyond the bound they
+/// are answered 429 with a Retry-After.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consistent_reads_from_etcd_read_only_what_they_can_match_and_are_bounded() {
+    let e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    for (ns, n) in [("big", 300), ("small", 3)] {
+        // etcd takes at most 128 operations per transaction.
+        for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+            let ops: Vec<etcd_client::TxnOp> = chunk
+                .iter()
+                .map(|i| {
+                    let name = format!("pod-{i:05}");
+                    etcd_client::TxnOp::put(key(ns, &name), pod(ns, &name, "n1", &[]), None)
+                })
+                .collect();
+            c.txn(etcd_client::Txn::new().and_then(ops)).await.unwrap();
+        }
+    }
+    let caches = watchcache::etcd::EtcdCaches::connect(
+        config(&eps),
+        vec![watchcache::ResourceDef::builtin("pods").unwrap()],
+        watchcache::CacheConfig::default().max_upstream_reads(2),
+    )
+    .await
+    .unwrap();
+    assert!(
+        !caches.reads_from_cache(),
+        "etcd 3.4.23 serves consistent reads"
+    );
+    let cache = caches.cache("pods").unwrap();
+    cache.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let rec = std::sync::Arc::new(Recording {
+        inner: cache.upstream().unwrap(),
+        keys: Default::default(),
+    });
+    cache.set_upstream(rec.clone());
+
+    let small = Selection::all().in_namespace("small");
+    let list = cache
+        .list(&ListOptions::all().select(small.clone()))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 3);
+    assert_eq!(
+        rec.take(),
+        [3],
+        "a namespace's LIST reads that namespace only"
+    );
+    let got = cache
+        .get(Some("big"), "pod-00007", ResourceVersion::Unset)
+        .await
+        .unwrap();
+    assert_eq!(got.name(), "pod-00007");
+    assert_eq!(rec.take(), [1], "a GET reads one key");
+    let by_name = Selection::all()
+        .in_namespace("big")
+        .with_fields("metadata.name=pod-00009")
+        .unwrap();
+    let opts = |sel: Selection| {
+        WatchOptions::new(sel, ResourceVersion::Unset)
+            .send_initial_events(true)
+            .with_bookmarks()
+    };
+    let mut w = cache.watch(opts(by_name)).await.unwrap();
+    let first = w.next().await.unwrap().unwrap();
+    assert_eq!(first.object().unwrap().name(), "pod-00009");
+    assert!(w.next().await.unwrap().unwrap().is_initial_events_end());
+    assert_eq!(rec.take(), [1], "a watch by name reads one key");
+
+    // Two consistent watches whose initial events are not read yet hold both places.
+    let held1 = cache.watch(opts(Selection::all())).await.unwrap();
+    let mut held2 = cache.watch(opts(small.clone())).await.unwrap();
+    let err = cache.watch(opts(small.clone())).await.unwrap_err();
+    assert_eq!((err.code(), err.reason()), (429, "TooManyRequests"));
+    assert!(err.retry_after().is_some());
+    let err = cache
+        .list(&ListOptions::all().select(small.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 429);
+    // The places come back when a stream's initial events are done, or it is dropped.
+    drop(held1);
+    for _ in 0..3 {
+        held2.next().await.unwrap().unwrap();
+    }
+    assert!(held2.next().await.unwrap().unwrap().is_initial_events_end());
+    let a = cache
+        .list(&ListOptions::all().select(small.clone()))
+        .await
+        .unwrap();
+    let b = cache.watch(opts(small)).await.unwrap();
+    assert_eq!(a.items.len(), 3);
+    drop(b);
+    caches.shutdown().await;
+}

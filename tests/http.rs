@@ -193,20 +193,20 @@ async fn errors_are_statuses_with_the_right_codes() {
         ("/api/v1/pods?watch=perhaps", 400, "BadRequest", "for watch"),
         (
             "/api/v1/pods?resourceVersionMatch=Exact",
-            400,
-            "BadRequest",
+            422,
+            "Invalid",
             "forbidden unless resourceVersion",
         ),
         (
             "/api/v1/pods?resourceVersion=0&resourceVersionMatch=Exact",
-            400,
-            "BadRequest",
+            422,
+            "Invalid",
             "forbidden for resourceVersion",
         ),
         (
             "/api/v1/pods?resourceVersionMatch=Sometimes&resourceVersion=1",
-            400,
-            "BadRequest",
+            422,
+            "Invalid",
             "NotOlderThan or Exact",
         ),
         (
@@ -217,8 +217,8 @@ async fn errors_are_statuses_with_the_right_codes() {
         ),
         (
             "/api/v1/pods?sendInitialEvents=true",
-            400,
-            "BadRequest",
+            422,
+            "Invalid",
             "forbidden for list",
         ),
         (
@@ -274,7 +274,6 @@ async fn errors_are_statuses_with_the_right_codes() {
     for (body, msg) in [
         ("not json", "not valid JSON"),
         ("[1]", "must be a JSON object"),
-        (r#"{"metadata":{}}"#, "metadata.name"),
         (
             r#"{"kind":"Node","metadata":{"name":"x"}}"#,
             "does not match",
@@ -290,6 +289,17 @@ async fn errors_are_statuses_with_the_right_codes() {
         let v: Value = r.json().await.unwrap();
         assert!(v["message"].as_str().unwrap().contains(msg), "{body}: {v}");
     }
+    // A missing name breaks a validation rule: 422 Invalid naming the field, as upstream.
+    let r = c
+        .post(format!("{base}/api/v1/namespaces/a/pods"))
+        .body(r#"{"metadata":{}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 422);
+    let v: Value = r.json().await.unwrap();
+    assert_status(&v, 422, "Invalid");
+    assert_eq!(v["details"]["causes"][0]["field"], "metadata.name", "{v}");
     let r = c
         .patch(format!("{base}/api/v1/namespaces/a/pods/x"))
         .send()

@@ -19,6 +19,10 @@ pub struct CacheConfig {
     /// While a consistent read waits, how often the upstream is asked for a progress notification
     /// (upstream: 100 ms).
     pub progress_interval: Duration,
+    /// Reads served by the upstream itself (consistent reads on an etcd whose progress
+    /// notifications cannot be trusted) that may run at once; more are answered 429 with a
+    /// Retry-After, so that a burst of them cannot exhaust memory or etcd.
+    pub max_upstream_reads: usize,
 }
 
 impl Default for CacheConfig {
@@ -29,11 +33,19 @@ impl Default for CacheConfig {
             bookmark_interval: Duration::from_secs(60),
             too_large_wait: Duration::from_secs(3),
             progress_interval: Duration::from_millis(100),
+            max_upstream_reads: 32,
         }
     }
 }
 
 impl CacheConfig {
+    /// Sets how many reads served by the upstream may run at once.
+    #[must_use]
+    pub fn max_upstream_reads(mut self, n: usize) -> Self {
+        self.max_upstream_reads = n.max(1);
+        self
+    }
+
     /// Sets the routed watcher queue length.
     #[must_use]
     pub fn routed_buffer(mut self, n: usize) -> Self {

@@ -125,7 +125,8 @@ pub(crate) fn page(
     match (&cands, limit) {
         (Some(c), None) => gather(schema, store, rollback, pred, c, after, None),
         (Some(c), Some(l))
-            if c.len() <= (4 * l as u64 + 1024) || c.len() * 16 <= store.len() as u64 =>
+            if c.len() <= (l as u64).saturating_mul(4).saturating_add(1024)
+                || c.len() * 16 <= store.len() as u64 =>
         {
             gather(schema, store, rollback, pred, c, after, Some(l))
         }
@@ -304,6 +305,22 @@ mod tests {
             walk.remaining, None,
             "a walk that stopped early does not count the rest"
         );
+    }
+
+    #[test]
+    fn a_huge_limit_is_no_limit() {
+        let mut f = Fixture::new();
+        for i in 0..3 {
+            f.put(&format!("p{i}"), "n1");
+        }
+        let rb = Rollback::default();
+        for pred in [f.predicate(&on_node("n1")), f.predicate(&Selection::all())] {
+            for limit in [usize::MAX, i64::MAX as usize, 1 << 62] {
+                let p = page(&f.schema, &f.store, &rb, &pred, None, Some(limit));
+                assert_eq!(p.items.len(), 3);
+                assert!(!p.more);
+            }
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@
 
 mod config;
 mod consistent;
-mod continue_token;
+pub(crate) mod continue_token;
 mod history;
 mod list;
 #[cfg(all(test, watchcache_loom))]
@@ -45,7 +45,7 @@ pub use list::{ListOptions, ObjectList};
 pub use resync::Resync;
 pub use state::{CacheStats, Change, OutOfOrder, ResyncOutcome};
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
-pub use upstream::{BoxFuture, RangePage, RangeReader, RawKv, Upstream};
+pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
 pub use wire::{Frame, list_parts};
 
 use crate::error::{Error, Result};
@@ -56,8 +56,9 @@ use history::Evicted;
 use state::{From, Shared};
 use stream::InitialEvents;
 
-/// Keys per range request when reading from the upstream (upstream's reflector uses 10 000).
-const UPSTREAM_PAGE: usize = 10_000;
+/// Keys per range request when a read is served by the upstream: small enough that a page of ~2 KB
+/// objects stays a few MB per read in flight (the resync's pages are the follower's own).
+const UPSTREAM_PAGE: usize = 1_000;
 
 /// One resource's watch cache. Cheap to clone; every clone is the same cache. `Send + Sync`.
 ///
@@ -129,7 +130,7 @@ impl Cache {
     /// [`DecodeError`] when the value is not a JSON object or a protobuf built-in, or its
     /// `metadata.name` does not agree with the key.
     pub fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
-        Object::decode(&self.shared.schema, key, value, rv)
+        self.shared.decode(key, value, rv)
     }
 
     /// Decodes a value as the upstream stores it: its [`read_stored`](Upstream::read_stored)
@@ -138,24 +139,24 @@ impl Cache {
     /// # Errors
     /// As `decode`, and when the upstream cannot read the value (e.g. no key decrypts it).
     pub fn decode_stored(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
-        match self.shared.upstream() {
-            Some(up) => {
-                let plain = up.read_stored(key, value).map_err(|reason| DecodeError {
-                    key: key.to_owned(),
-                    reason,
-                })?;
-                Object::decode(&self.shared.schema, key, &plain, rv)
-            }
-            None => Object::decode(&self.shared.schema, key, value, rv),
-        }
+        self.shared.decode_stored(key, value, rv)
     }
 
     /// Decodes a stored value, or counts and logs it as malformed and returns `None`: what a feeder
     /// does with each value it reads, so that one bad value never stops a stream.
     pub fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
-        self.decode_stored(key, value, rv)
-            .map_err(|e| self.record_decode_error(&e))
-            .ok()
+        self.shared.decode_or_skip(key, value, rv)
+    }
+
+    /// The change a stored value makes at revision `rv`: a [`Change::Put`] of its object, or, when
+    /// it cannot be decoded, a [`Change::Delete`] of its key (counted and logged). So the cache
+    /// holds exactly the decodable objects of its upstream: a key overwritten with garbage leaves
+    /// the cache and its watchers see DELETED, instead of keeping a stale state forever.
+    pub fn change_for_put(&self, key: &str, value: &[u8], rv: u64) -> Change {
+        match self.decode_or_skip(key, value, rv) {
+            Some(o) => Change::Put(o),
+            None => Change::Delete(key.to_owned()),
+        }
     }
 
     /// Counts and logs a value that could not be decoded; the stream goes on without it.
@@ -194,6 +195,15 @@ impl Cache {
     /// makes it ready again. Has no effect before the initial sync finished.
     pub fn set_not_ready(&self, why: impl Into<String>) {
         self.shared.set_not_ready(why.into());
+    }
+
+    /// The upstream's history was replaced: its revision went backwards (etcd wiped, or restored
+    /// from a backup, on the same URL). Positions no longer mean anything, so every watcher ends
+    /// with 410 Expired (clients relist), the store and history are emptied, and the cache is not
+    /// ready until the next [`resync`](Cache::resync) finishes, which loads the upstream's state
+    /// at its own, possibly lower, revision.
+    pub fn reset(&self, why: impl Into<String>) {
+        self.shared.reset(why.into());
     }
 
     /// Marks the cache ready again, after [`set_not_ready`](Cache::set_not_ready), when the upstream
@@ -342,7 +352,7 @@ impl Cache {
         let continue_token = items
             .last()
             .filter(|_| more)
-            .map(|o| continue_token::encode(rv, &o.key()[prefix_len..]));
+            .map(|o| continue_token::encode(rv, o.key().get(prefix_len..).unwrap_or_default()));
         ObjectList {
             resource_version: rv,
             items,
@@ -371,17 +381,14 @@ impl Cache {
         let upstream = self.upstream_reads();
         match (consistent::plan_get(rv, upstream.is_some()), upstream) {
             (GetPlan::Upstream, Some(up)) => {
-                let page = up.range(None, Some(key.clone()), 1).await?;
-                let kv = page
-                    .kvs
+                let _permit = self.shared.upstream_read_permit()?;
+                let page = up.range(None, KeyRange::one(&key), 1).await?;
+                // An undecodable value is not an object, as in the cache (see `change_for_put`).
+                page.kvs
                     .into_iter()
                     .find(|kv| kv.key == key)
-                    .ok_or_else(not_found)?;
-                self.decode_stored(&kv.key, &kv.value, kv.mod_revision)
-                    .map_err(|e| {
-                        self.record_decode_error(&e);
-                        Error::Upstream(e.to_string())
-                    })
+                    .and_then(|kv| self.decode_or_skip(&kv.key, &kv.value, kv.mod_revision))
+                    .ok_or_else(not_found)
             }
             (GetPlan::Upstream, None) => {
                 Err(Error::Upstream("no upstream to serve the read from".into()))
@@ -404,7 +411,9 @@ impl Cache {
         after: Option<String>,
         limit: Option<usize>,
     ) -> Result<ObjectList> {
-        let mut reader = RangeReader::new(up, revision, after.as_deref(), UPSTREAM_PAGE);
+        let _permit = self.shared.upstream_read_permit()?;
+        let keys = self.key_range(pred);
+        let mut reader = RangeReader::within(up, revision, keys, after.as_deref(), UPSTREAM_PAGE);
         let mut items: Vec<Object> = Vec::new();
         let mut more = false;
         'pages: while let Some(page) = reader.next_page().await {
@@ -424,6 +433,19 @@ impl Cache {
         }
         let rv = reader.revision().unwrap_or_default();
         Ok(self.object_list(rv, items, more, None))
+    }
+
+    /// The narrowest range of keys that can hold a match of `pred`: one key when the selection
+    /// pins a name (and, for a namespaced resource, a namespace), one namespace's keys when it pins
+    /// a namespace, else the whole resource.
+    fn key_range(&self, pred: &Predicate) -> KeyRange {
+        let def = &self.shared.schema.def;
+        match (def.namespaced, pred.pinned_namespace(), pred.pinned_name()) {
+            (true, Some(ns), Some(name)) => KeyRange::one(&def.key_for(Some(ns), name)),
+            (true, Some(ns), None) => KeyRange::prefixed(&format!("{}{ns}/", def.prefix)),
+            (false, _, Some(name)) => KeyRange::one(&def.key_for(None, name)),
+            _ => KeyRange::all(),
+        }
     }
 
     /// The current objects whose index `index` has `value`, sorted by key. Index names are field
@@ -465,11 +487,10 @@ impl Cache {
         let (from, preloaded) = match plan {
             WatchPlan::UpstreamSnapshot => {
                 let up = upstream.ok_or_else(no_upstream)?;
+                let permit = self.shared.upstream_read_permit()?;
                 let rv = up.current_revision().await?;
-                let state = self
-                    .list_from_upstream(&*up, &pred, Some(rv), None, None)
-                    .await?;
-                (From::After(rv), Some((state.items, rv)))
+                let cursor = RangeCursor::new(Some(rv), self.key_range(&pred), None, UPSTREAM_PAGE);
+                (From::After(rv), Some((up, cursor, permit, rv)))
             }
             WatchPlan::AfterUpstream => {
                 let up = upstream.ok_or_else(no_upstream)?;
@@ -499,8 +520,10 @@ impl Cache {
                 rv: reg.start_rv,
                 end_bookmark,
             }),
-            (None, Some((objects, rv))) => Some(InitialEvents::Preloaded {
-                objects,
+            (None, Some((upstream, cursor, permit, rv))) => Some(InitialEvents::Upstream {
+                upstream,
+                cursor,
+                permit,
                 rv,
                 end_bookmark,
             }),
@@ -663,5 +686,48 @@ mod tests {
         src.put(&key("a"), pod("a", "n2")).unwrap();
         let ev = from_now.next().await.unwrap().unwrap();
         assert_eq!((ev.kind(), ev.resource_version()), (EventType::Modified, 3));
+    }
+
+    #[tokio::test]
+    async fn undeclared_field_paths_are_read_once_per_object_outside_the_lock() {
+        use crate::model::field_memo::READS;
+        let reads = || READS.with(std::cell::Cell::get);
+        let (cache, src) = ready();
+        let with = |name: &str, node: &str, scheduler: &str| {
+            format!(
+                r#"{{"metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"nodeName":"{node}","schedulerName":"{scheduler}"}}}}"#
+            )
+        };
+        src.put(&key("a"), with("a", "n1", "x")).unwrap();
+        let sel = Selection::all()
+            .with_fields("spec.schedulerName=y")
+            .unwrap();
+        let mut watchers = Vec::new();
+        for _ in 0..100 {
+            let opts = WatchOptions::new(sel.clone(), ResourceVersion::At(src.revision()));
+            watchers.push(cache.watch(opts).await.unwrap());
+        }
+        let before = reads();
+        src.put(&key("a"), with("a", "n1", "y")).unwrap();
+        assert_eq!(
+            reads() - before,
+            2,
+            "the new state at decode, the old one (decoded before the path was used) once"
+        );
+        let before = reads();
+        src.put(&key("a"), with("a", "n2", "y")).unwrap();
+        assert_eq!(reads() - before, 1, "only the decode, for 100 watchers");
+        for w in &mut watchers {
+            let kinds: Vec<EventType> = crate::cache::testing::drain(w);
+            assert_eq!(kinds, [EventType::Added, EventType::Modified]);
+        }
+        drop(watchers);
+        let before = reads();
+        src.put(&key("a"), with("a", "n3", "y")).unwrap();
+        assert_eq!(
+            reads() - before,
+            0,
+            "no path is read once no selector uses it"
+        );
     }
 }

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::cache::history::Event;
+use crate::cache::history::{Event, Evicted};
 use crate::cache::router::Router;
 use crate::cache::watcher::{Offer, Watcher};
 use crate::model::Schema;
@@ -62,11 +62,12 @@ impl Registry {
         id
     }
 
-    pub fn remove(&mut self, id: u32) {
-        if let Some(w) = self.watchers.get_mut(id as usize).and_then(Option::take) {
-            self.router.remove(id, w.predicate.route());
-            self.free.push(id);
-        }
+    /// Unregisters a watcher; returns it.
+    pub fn remove(&mut self, id: u32) -> Option<Arc<Watcher>> {
+        let w = self.watchers.get_mut(id as usize).and_then(Option::take)?;
+        self.router.remove(id, w.predicate.route());
+        self.free.push(id);
+        Some(w)
     }
 
     /// Offers the event to every candidate watcher.
@@ -83,6 +84,13 @@ impl Registry {
             }
         });
         f
+    }
+
+    /// Ends every registered watcher with 410 Expired (see [`Watcher::expire`]).
+    pub fn expire_all(&self, evicted: Evicted) {
+        for w in self.watchers.iter().flatten() {
+            w.expire(evicted);
+        }
     }
 
     /// Number of routed and unrouted watchers.

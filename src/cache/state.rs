@@ -12,14 +12,15 @@
 //!
 //! ## Lock order
 //! `state`, then a watcher's queue lock ([`crate::cache::watcher`]). `upstream` is never held with
-//! either. No lock here is held across an `.await` or while waiting for a consumer.
+//! either. `json_paths` is a leaf, written under `state` and read by decode without it; an object's
+//! field memo (`model/field_memo.rs`) is a leaf too. No lock here is held across an `.await` or while waiting for a consumer.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use hashbrown::HashSet;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::cache::config::CacheConfig;
 use crate::cache::history::{Event, Evicted, History};
@@ -30,7 +31,7 @@ use crate::cache::upstream::Upstream;
 use crate::cache::watcher::Watcher;
 use crate::error::Error;
 use crate::model::selector::Predicate;
-use crate::model::{DecodeError, Object, Schema};
+use crate::model::{DecodeError, FieldPath, Object, Schema};
 use crate::sync::{AtomicU64, RwLock};
 
 /// One change of an applied batch.
@@ -105,6 +106,10 @@ pub(crate) enum Readiness {
     Ready,
     /// Was ready; the upstream has been unavailable since `since`.
     Unavailable { since: Instant, why: String },
+    /// The upstream's history was replaced (its revision went backwards: etcd wiped or restored
+    /// from a backup). Every watcher was ended with 410 Expired and the store emptied; the next
+    /// resync loads the upstream's state silently, at whatever revision it now has, like the first.
+    Diverged { since: Instant, why: String },
 }
 
 /// Counters of one cache. Relaxed: they are statistics, and order nothing.
@@ -162,6 +167,36 @@ struct State {
     registry: Registry,
     rv: u64,
     readiness: Readiness,
+    /// Undeclared field paths that registered watchers' selectors read, with how many use each.
+    json_paths: hashbrown::HashMap<FieldPath, u32>,
+}
+
+impl State {
+    /// Counts a registered watcher's undeclared paths; whether the set of paths changed.
+    fn use_paths(&mut self, pred: &Predicate) -> bool {
+        let mut changed = false;
+        for p in pred.json_paths() {
+            let n = self.json_paths.entry(p.clone()).or_insert(0);
+            changed |= *n == 0;
+            *n += 1;
+        }
+        changed
+    }
+
+    /// Uncounts an unregistered watcher's paths; whether the set of paths changed.
+    fn release_paths(&mut self, pred: &Predicate) -> bool {
+        let mut changed = false;
+        for p in pred.json_paths() {
+            if let Some(n) = self.json_paths.get_mut(p) {
+                *n -= 1;
+                if *n == 0 {
+                    self.json_paths.remove(p);
+                    changed = true;
+                }
+            }
+        }
+        changed
+    }
 }
 
 impl State {
@@ -214,10 +249,15 @@ pub(crate) struct Shared {
     dispatched_rv: AtomicU64,
     rv_tx: tokio::sync::watch::Sender<u64>,
     upstream: RwLock<Option<Arc<dyn Upstream>>>,
+    /// Bounds the reads served by the upstream itself ([`CacheConfig::max_upstream_reads`]).
+    upstream_reads: Arc<tokio::sync::Semaphore>,
+    /// The keys of `State::json_paths`, read by decode outside the state lock.
+    json_paths: RwLock<Arc<[FieldPath]>>,
 }
 
 impl Shared {
     pub fn new(schema: Schema, config: CacheConfig) -> Shared {
+        let upstream_reads = Arc::new(tokio::sync::Semaphore::new(config.max_upstream_reads));
         let state = State {
             store: Store::new(&schema),
             history: History::new(schema.def.history),
@@ -226,6 +266,7 @@ impl Shared {
             readiness: Readiness::InitialSync {
                 since: Instant::now(),
             },
+            json_paths: hashbrown::HashMap::new(),
         };
         Shared {
             schema,
@@ -235,6 +276,8 @@ impl Shared {
             dispatched_rv: AtomicU64::new(0),
             rv_tx: tokio::sync::watch::Sender::new(0),
             upstream: RwLock::new(None),
+            upstream_reads,
+            json_paths: RwLock::new(Arc::from([])),
         }
     }
 
@@ -259,6 +302,22 @@ impl Shared {
 
     pub fn upstream(&self) -> Option<Arc<dyn Upstream>> {
         self.upstream.read().clone()
+    }
+
+    /// A place among the reads served by the upstream, held until the read is done.
+    ///
+    /// # Errors
+    /// [`Error::TooManyRequests`] when all are taken.
+    pub fn upstream_read_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
+        Arc::clone(&self.upstream_reads)
+            .try_acquire_owned()
+            .map_err(|_| Error::TooManyRequests {
+                why: format!(
+                    "{} consistent reads of {} served by the upstream are in flight",
+                    self.config.max_upstream_reads, self.schema.def.plural
+                ),
+                retry_after: Duration::from_secs(1),
+            })
     }
 
     // ---- writer side ----
@@ -310,7 +369,11 @@ impl Shared {
         let schema = &self.schema;
         let mut st = self.state.write();
         let st = &mut *st;
-        let rv = rv.max(st.rv);
+        let rv = match st.readiness {
+            // The only time the revision may go backwards: the upstream's history was replaced.
+            Readiness::Diverged { .. } => rv,
+            _ => rv.max(st.rv),
+        };
         let deleted: Vec<String> = st
             .store
             .iter()
@@ -331,7 +394,7 @@ impl Shared {
             .into_iter()
             .map(Change::Put)
             .chain(deleted.into_iter().map(Change::Delete));
-        let out = if let Readiness::InitialSync { .. } = st.readiness {
+        let out = if let Readiness::InitialSync { .. } | Readiness::Diverged { .. } = st.readiness {
             // The first load is silent: no watcher can exist before the cache is ready.
             let mut out = ResyncOutcome::default();
             for change in changes {
@@ -367,9 +430,62 @@ impl Shared {
         ResyncOutcome { listed, ..out }
     }
 
+    /// Decodes a stored value into an [`Object`] at revision `rv`: the one decode every feeder
+    /// and upstream read goes through.
+    /// The undeclared field paths live selectors use are read here, once, outside any lock.
+    pub fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
+        let obj = Object::decode(&self.schema, key, value, rv)?;
+        let paths = Arc::clone(&self.json_paths.read());
+        obj.extract_fields(&paths);
+        Ok(obj)
+    }
+
+    /// Publishes the set of undeclared paths after it changed (under the state write lock, so
+    /// that publications are ordered).
+    fn publish_paths(&self, st: &State) {
+        *self.json_paths.write() = st.json_paths.keys().cloned().collect();
+    }
+
+    /// Decodes a value as the upstream stores it: its storage transformation undone first
+    /// ([`Upstream::read_stored`], etcd: decryption).
+    pub fn decode_stored(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
+        match self.upstream() {
+            Some(up) => {
+                let plain = up.read_stored(key, value).map_err(|reason| DecodeError {
+                    key: key.to_owned(),
+                    reason,
+                })?;
+                self.decode(key, &plain, rv)
+            }
+            None => self.decode(key, value, rv),
+        }
+    }
+
+    /// Decodes a stored value, or counts and logs it and returns `None`.
+    pub fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
+        self.decode_stored(key, value, rv)
+            .map_err(|e| self.record_decode_error(&e))
+            .ok()
+    }
+
     pub fn record_decode_error(&self, err: &DecodeError) {
         Metrics::add(&self.metrics.decode_errors, 1);
         warn!(resource = %self.schema.def.plural, key = %err.key, reason = %err.reason, "skipping malformed object");
+    }
+
+    /// The upstream's history was replaced: ends every watcher with 410 Expired, empties the store
+    /// and the history, and marks the cache not ready until the next resync finishes.
+    pub fn reset(&self, why: String) {
+        let mut st = self.state.write();
+        let st = &mut *st;
+        error!(resource = %self.schema.def.plural, rv = st.rv, reason = %why, "the upstream's history was replaced; every watcher gets 410 Expired and the cache resyncs");
+        st.store = Store::new(&self.schema);
+        st.history.reset(st.rv);
+        st.registry.expire_all(st.history.evicted());
+        st.readiness = Readiness::Diverged {
+            since: Instant::now(),
+            why,
+        };
     }
 
     pub fn record_expired(&self) {
@@ -404,7 +520,9 @@ impl Shared {
         let (since, why) = match &self.state.read().readiness {
             Readiness::Ready => return Ok(()),
             Readiness::InitialSync { since } => (*since, "initial sync has not finished".into()),
-            Readiness::Unavailable { since, why } => (*since, why.clone()),
+            Readiness::Unavailable { since, why } | Readiness::Diverged { since, why } => {
+                (*since, why.clone())
+            }
         };
         // Upstream's Retry-After for an unready cache: clamp(e^(0.06 * downtime in s), 1, 30).
         let secs = (0.06 * since.elapsed().as_secs_f64())
@@ -484,6 +602,10 @@ impl Shared {
     /// [`Evicted`] when [`From::After`] names a revision older than the window.
     pub fn register(&self, pred: Predicate, from: From) -> Result<Registered, Evicted> {
         let mut st = self.state.write();
+        if let Readiness::Diverged { .. } = st.readiness {
+            // A position taken before the reset means nothing now.
+            return Err(st.history.evicted());
+        }
         let capacity = match pred.route() {
             Some(_) => self.config.routed_buffer,
             None => {
@@ -507,6 +629,9 @@ impl Shared {
             // A revision the cache has not reached: the watcher waits in its queue.
             From::After(n) => (Watcher::new(pred, n, capacity, None), n, None),
         };
+        if st.use_paths(&watcher.predicate) {
+            self.publish_paths(&st);
+        }
         let watcher = Arc::new(watcher);
         let id = st.registry.add(Arc::clone(&watcher));
         Ok(Registered {
@@ -518,7 +643,12 @@ impl Shared {
     }
 
     pub fn unregister(&self, id: u32) {
-        self.state.write().registry.remove(id);
+        let mut st = self.state.write();
+        if let Some(w) = st.registry.remove(id)
+            && st.release_paths(&w.predicate)
+        {
+            self.publish_paths(&st);
+        }
     }
 
     /// Refills a parked watcher's queue from history (see [`Watcher::catch_up`]).
@@ -553,6 +683,7 @@ impl Shared {
 mod tests {
     use super::*;
     use crate::cache::testing::{Fixture, on_node};
+    use crate::model::Selection;
 
     fn shared() -> (Shared, Fixture) {
         let f = Fixture::new();
@@ -625,5 +756,72 @@ mod tests {
             Some(Evicted { oldest: 5 }),
             "positions before the resync are gone"
         );
+    }
+
+    #[test]
+    fn a_reset_expires_every_watcher_and_the_next_resync_may_go_back() {
+        let (s, f) = shared();
+        let keys = |names: &[&str]| -> HashSet<Arc<str>> {
+            names
+                .iter()
+                .map(|n| Arc::from(format!("/registry/pods/ns/{n}")))
+                .collect()
+        };
+        s.finish_resync(10, vec![f.pod("a", "n1", 9)], &keys(&["a"]), 1);
+        let routed = s
+            .register(
+                Predicate::compile(&s.schema, &on_node("n1")),
+                From::After(10),
+            )
+            .unwrap();
+        let all = s
+            .register(
+                Predicate::compile(&s.schema, &Selection::all()),
+                From::After(10),
+            )
+            .unwrap();
+        s.apply(11, [Change::Put(f.pod("b", "n1", 11))]).unwrap();
+        s.reset("etcd went back".into());
+        assert!(!s.is_ready());
+        assert!(
+            s.check_ready()
+                .unwrap_err()
+                .to_string()
+                .contains("etcd went back")
+        );
+        for r in [&routed, &all] {
+            assert!(
+                r.watcher.queue.lock().items.is_empty(),
+                "queued events dropped"
+            );
+            assert!(s.catch_up(&r.watcher).is_err(), "ended with 410");
+        }
+        assert!(
+            s.register(
+                Predicate::compile(&s.schema, &Selection::all()),
+                From::Snapshot
+            )
+            .is_err(),
+            "no new watcher before the resync"
+        );
+        s.set_ready();
+        assert!(!s.is_ready(), "only a resync ends the reset");
+        let out = s.finish_resync(3, vec![f.pod("c", "n2", 2)], &keys(&["c"]), 1);
+        assert_eq!(
+            (out.added, out.deleted),
+            (1, 0),
+            "loaded silently into an empty store"
+        );
+        assert!(s.is_ready());
+        assert_eq!(s.resource_version(), 3, "the revision went back with etcd");
+        assert!(s.get("/registry/pods/ns/a").is_none());
+        assert!(s.get("/registry/pods/ns/c").is_some());
+        assert_eq!(
+            s.stats().events,
+            1,
+            "the reload is silent: only b's live event counted"
+        );
+        s.apply(4, [Change::Put(f.pod("c", "n1", 4))]).unwrap();
+        assert_eq!(s.resource_version(), 4);
     }
 }

@@ -21,8 +21,13 @@ use bytes::Bytes;
 use futures_core::Stream;
 use tokio::time::Sleep;
 
+use std::future::Future;
+
+use tokio::sync::OwnedSemaphorePermit;
+
 use crate::cache::state::{Registered, Shared};
-use crate::cache::watcher::{Delivery, Watcher};
+use crate::cache::upstream::{BoxFuture, RangeCursor, RangePage, Upstream};
+use crate::cache::watcher::{Delivery, Feed, Watcher};
 use crate::cache::wire::{self, Frame};
 use crate::error::Error;
 use crate::model::{EventType, Object, ResourceVersion, Selection};
@@ -165,19 +170,35 @@ pub(crate) enum InitialEvents {
         rv: u64,
         end_bookmark: bool,
     },
-    /// Objects already read (from the upstream) at revision `rv`.
-    Preloaded {
-        objects: Vec<Object>,
+    /// The upstream's state at revision `rv`, read page by page as the stream is consumed, with
+    /// a place among the upstream reads held until the last page.
+    Upstream {
+        upstream: Arc<dyn Upstream>,
+        cursor: RangeCursor,
+        permit: OwnedSemaphorePermit,
         rv: u64,
         end_bookmark: bool,
     },
 }
 
+/// Where the pages of initial events are read from.
+enum Source {
+    /// The store as of the state before this history sequence number; `after` is the last key
+    /// read.
+    Store { seq: u64, after: Option<Arc<str>> },
+    /// The upstream; `pending` is the page being read (in a mutex only so that the stream is
+    /// `Sync`: it is reached through `&mut` and never locked).
+    Upstream {
+        upstream: Arc<dyn Upstream>,
+        cursor: RangeCursor,
+        pending: Option<std::sync::Mutex<BoxFuture<'static, crate::error::Result<RangePage>>>>,
+        _permit: OwnedSemaphorePermit,
+    },
+}
+
 struct Initial {
-    /// The snapshot point: the state before this history sequence number.
-    seq: u64,
+    source: Source,
     rv: u64,
-    after: Option<Arc<str>>,
     page: VecDeque<Object>,
     exhausted: bool,
     end_bookmark: bool,
@@ -213,23 +234,28 @@ impl WatchStream {
                 rv,
                 end_bookmark,
             }) => Phase::Initial(Initial {
-                seq,
+                source: Source::Store { seq, after: None },
                 rv,
-                after: None,
                 page: VecDeque::new(),
                 exhausted: false,
                 end_bookmark,
             }),
-            Some(InitialEvents::Preloaded {
-                objects,
+            Some(InitialEvents::Upstream {
+                upstream,
+                cursor,
+                permit,
                 rv,
                 end_bookmark,
             }) => Phase::Initial(Initial {
-                seq: 0,
+                source: Source::Upstream {
+                    upstream,
+                    cursor,
+                    pending: None,
+                    _permit: permit,
+                },
                 rv,
-                after: None,
-                page: objects.into(),
-                exhausted: true,
+                page: VecDeque::new(),
+                exhausted: false,
                 end_bookmark,
             }),
             None => Phase::Live,
@@ -262,7 +288,7 @@ impl WatchStream {
     /// Whether the watcher is parked (reading from history instead of its queue).
     #[cfg(test)]
     pub(crate) fn is_parked(&self) -> bool {
-        self.watcher.queue.lock().parked_at.is_some()
+        matches!(self.watcher.queue.lock().feed, Feed::Parked(_))
     }
 
     /// Deliveries waiting in the watcher's queue.
@@ -281,26 +307,62 @@ impl WatchStream {
         }
     }
 
-    fn next_initial_page(&mut self) -> Result<(), Error> {
+    /// Reads the next page of initial events into `init.page`.
+    fn next_initial_page(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         let Phase::Initial(init) = &mut self.phase else {
-            return Ok(());
+            return Poll::Ready(Ok(()));
         };
-        let page = self
-            .shared
-            .snapshot_page(
-                init.seq,
-                &self.watcher.predicate,
-                init.after.as_deref(),
-                INITIAL_PAGE,
-            )
-            .map_err(|e| Error::Expired {
-                requested: init.rv,
-                oldest: e.oldest,
-            })?;
-        init.exhausted = !page.more;
-        init.after = page.items.last().map(|o| o.key_arc().clone());
-        init.page.extend(page.items);
-        Ok(())
+        let pred = &self.watcher.predicate;
+        match &mut init.source {
+            Source::Store { seq, after } => {
+                let page = self
+                    .shared
+                    .snapshot_page(*seq, pred, after.as_deref(), INITIAL_PAGE)
+                    .map_err(|e| Error::Expired {
+                        requested: init.rv,
+                        oldest: e.oldest,
+                    })?;
+                init.exhausted = !page.more;
+                *after = page.items.last().map(|o| o.key_arc().clone());
+                init.page.extend(page.items);
+            }
+            Source::Upstream {
+                upstream,
+                cursor,
+                pending,
+                ..
+            } => {
+                let read = match pending {
+                    Some(read) => read,
+                    None => {
+                        let Some((rev, keys, limit)) = cursor.request() else {
+                            init.exhausted = true;
+                            return Poll::Ready(Ok(()));
+                        };
+                        let up = Arc::clone(upstream);
+                        let read: BoxFuture<'static, _> =
+                            Box::pin(async move { up.range(rev, keys, limit).await });
+                        pending.insert(std::sync::Mutex::new(read))
+                    }
+                };
+                let read = read.get_mut().unwrap_or_else(|e| e.into_inner());
+                let page = std::task::ready!(read.as_mut().poll(cx));
+                *pending = None;
+                cursor.advance(&page);
+                let schema = &self.shared.schema;
+                for kv in page?.kvs {
+                    if let Some(o) = self
+                        .shared
+                        .decode_or_skip(&kv.key, &kv.value, kv.mod_revision)
+                        && pred.matches(schema, &o)
+                    {
+                        init.page.push_back(o);
+                    }
+                }
+                init.exhausted = cursor.is_done();
+            }
+        }
+        Poll::Ready(Ok(()))
     }
 
     fn poll_live(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<WatchEvent, Error>>> {
@@ -314,7 +376,7 @@ impl WatchStream {
                     self.last_rv = ev.rv;
                     return Poll::Ready(Some(Ok(ev)));
                 }
-                if q.parked_at.is_none() {
+                if q.feed == Feed::Live {
                     q.waker = Some(cx.waker().clone());
                     // Read under the queue lock: the dispatcher publishes a revision only after it
                     // queued that revision's events, so an empty queue here means all of them are out.
@@ -375,9 +437,15 @@ impl Stream for WatchStream {
                         }
                         continue;
                     }
-                    if let Err(e) = this.next_initial_page() {
-                        this.shared.record_expired();
-                        this.phase = Phase::Failed(e);
+                    match this.next_initial_page(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(e)) => {
+                            if let Error::Expired { .. } = e {
+                                this.shared.record_expired();
+                            }
+                            this.phase = Phase::Failed(e);
+                        }
                     }
                 }
             }

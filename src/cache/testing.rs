@@ -86,3 +86,13 @@ impl Fixture {
         Event::new(0, rv, Some(self.pod("x", "n1", rv)), None, Instant::now())
     }
 }
+
+/// The kinds of the events a stream has ready now.
+pub(crate) fn drain(w: &mut crate::cache::WatchStream) -> Vec<crate::model::EventType> {
+    use futures_util::{FutureExt, StreamExt};
+    let mut out = Vec::new();
+    while let Some(Some(Ok(ev))) = w.next().now_or_never() {
+        out.push(ev.kind());
+    }
+    out
+}

@@ -39,6 +39,57 @@ pub struct RangePage {
     pub more: bool,
 }
 
+/// A range of one resource's keys, `[from, end)`. `None` bounds are the resource's own: a
+/// consistent read narrows its range to what its selection can match (a namespace, one key), so
+/// that it never reads the whole resource for one namespace's objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyRange {
+    /// The first key (inclusive); `None`: the start of the resource.
+    pub from: Option<String>,
+    /// The end (exclusive); `None`: the end of the resource.
+    pub end: Option<String>,
+}
+
+impl KeyRange {
+    /// Every key of the resource.
+    pub fn all() -> KeyRange {
+        KeyRange::default()
+    }
+
+    /// Exactly one key.
+    pub fn one(key: &str) -> KeyRange {
+        KeyRange {
+            from: Some(key.to_owned()),
+            end: Some(key_after(key)),
+        }
+    }
+
+    /// Every key starting with `prefix` (which must start with the resource's prefix).
+    pub fn prefixed(prefix: &str) -> KeyRange {
+        KeyRange {
+            from: Some(prefix.to_owned()),
+            end: prefix_end(prefix),
+        }
+    }
+
+    /// Whether `key` is inside the range.
+    pub fn contains(&self, key: &str) -> bool {
+        self.from.as_deref().is_none_or(|f| key >= f) && self.end.as_deref().is_none_or(|e| key < e)
+    }
+}
+
+/// The smallest string above every string starting with `prefix`, if there is one.
+fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        if let Some(next) = char::from_u32(last as u32 + 1) {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
 /// The source of truth a cache follows (etcd, or [`MemorySource`](crate::MemorySource)).
 pub trait Upstream: Send + Sync + 'static {
     /// The upstream's current revision, read linearizably.
@@ -70,18 +121,18 @@ pub trait Upstream: Send + Sync + 'static {
         Ok(std::borrow::Cow::Borrowed(value))
     }
 
-    /// Reads the resource's keys from `from` (inclusive; `None`: the start of the resource) at
-    /// `revision` (`None`: current, linearizable), at most `limit` of them.
+    /// Reads the resource's keys in `keys` at `revision` (`None`: current, linearizable), at most
+    /// `limit` of them.
     ///
     /// # Errors
     /// [`Error::Expired`] when the revision was compacted, [`Error::Upstream`] otherwise.
     fn range(
         &self,
         revision: Option<u64>,
-        from: Option<String>,
+        keys: KeyRange,
         limit: usize,
     ) -> BoxFuture<'_, Result<RangePage>> {
-        let _ = (revision, from, limit);
+        let _ = (revision, keys, limit);
         Box::pin(async {
             Err(Error::Upstream(
                 "this upstream does not serve range reads".into(),
@@ -90,14 +141,75 @@ pub trait Upstream: Send + Sync + 'static {
     }
 }
 
+/// Where a paged range read is: the revision (fixed by the first page when none was given) and the
+/// keys still to read. Owned, so a stream can keep one across polls.
+#[derive(Debug, Clone)]
+pub struct RangeCursor {
+    revision: Option<u64>,
+    keys: KeyRange,
+    page_size: usize,
+    done: bool,
+}
+
+impl RangeCursor {
+    /// Reads `keys` from the start, or after key `after` (exclusive), at `revision` (`None`: the
+    /// current one, linearizably), `page_size` keys per request.
+    pub fn new(
+        revision: Option<u64>,
+        keys: KeyRange,
+        after: Option<&str>,
+        page_size: usize,
+    ) -> RangeCursor {
+        let mut keys = keys;
+        if let Some(after) = after.map(key_after)
+            && keys.from.as_deref().is_none_or(|f| after.as_str() > f)
+        {
+            keys.from = Some(after);
+        }
+        RangeCursor {
+            revision,
+            keys,
+            page_size: page_size.max(1),
+            done: false,
+        }
+    }
+
+    /// The revision the pages are read at, once the first page fixed it.
+    pub fn revision(&self) -> Option<u64> {
+        self.revision
+    }
+
+    /// Whether the last page was read.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The next request: (revision, keys, limit), or `None` when done.
+    pub fn request(&self) -> Option<(Option<u64>, KeyRange, usize)> {
+        (!self.done).then(|| (self.revision, self.keys.clone(), self.page_size))
+    }
+
+    /// Moves past a page that answered [`request`](RangeCursor::request); after an error the
+    /// cursor is done.
+    pub fn advance(&mut self, page: &Result<RangePage>) {
+        match page {
+            Ok(p) => {
+                self.revision = Some(p.revision);
+                match (p.more, p.kvs.last()) {
+                    (true, Some(last)) => self.keys.from = Some(key_after(&last.key)),
+                    _ => self.done = true,
+                }
+            }
+            Err(_) => self.done = true,
+        }
+    }
+}
+
 /// Pages through an upstream's keys at one revision: the first page fixes the revision (when none
 /// was given), and each page starts just after the previous page's last key.
 pub struct RangeReader<'a> {
     upstream: &'a dyn Upstream,
-    revision: Option<u64>,
-    from: Option<String>,
-    page_size: usize,
-    done: bool,
+    cursor: RangeCursor,
 }
 
 impl<'a> RangeReader<'a> {
@@ -109,18 +221,26 @@ impl<'a> RangeReader<'a> {
         after: Option<&str>,
         page_size: usize,
     ) -> RangeReader<'a> {
+        RangeReader::within(upstream, revision, KeyRange::all(), after, page_size)
+    }
+
+    /// Like [`new`](RangeReader::new), over `keys` only.
+    pub fn within(
+        upstream: &'a dyn Upstream,
+        revision: Option<u64>,
+        keys: KeyRange,
+        after: Option<&str>,
+        page_size: usize,
+    ) -> RangeReader<'a> {
         RangeReader {
             upstream,
-            revision,
-            from: after.map(key_after),
-            page_size: page_size.max(1),
-            done: false,
+            cursor: RangeCursor::new(revision, keys, after, page_size),
         }
     }
 
     /// The revision the pages are read at, once the first page fixed it.
     pub fn revision(&self) -> Option<u64> {
-        self.revision
+        self.cursor.revision()
     }
 
     /// The next page; `None` after the last one.
@@ -129,23 +249,9 @@ impl<'a> RangeReader<'a> {
     /// The upstream's error ([`Error::Expired`] when the revision was compacted). The reader is
     /// done after an error.
     pub async fn next_page(&mut self) -> Option<Result<RangePage>> {
-        if self.done {
-            return None;
-        }
-        let page = self
-            .upstream
-            .range(self.revision, self.from.take(), self.page_size)
-            .await;
-        match &page {
-            Ok(p) => {
-                self.revision = Some(p.revision);
-                match (p.more, p.kvs.last()) {
-                    (true, Some(last)) => self.from = Some(key_after(&last.key)),
-                    _ => self.done = true,
-                }
-            }
-            Err(_) => self.done = true,
-        }
+        let (revision, keys, limit) = self.cursor.request()?;
+        let page = self.upstream.range(revision, keys, limit).await;
+        self.cursor.advance(&page);
         Some(page)
     }
 }
@@ -153,4 +259,55 @@ impl<'a> RangeReader<'a> {
 /// The smallest key after `key`: the key with a NUL byte appended.
 fn key_after(key: &str) -> String {
     format!("{key}\u{0}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_ranges_hold_exactly_their_keys() {
+        let ns = KeyRange::prefixed("/registry/pods/ns/");
+        assert!(ns.contains("/registry/pods/ns/a"));
+        assert!(!ns.contains("/registry/pods/ns0"));
+        assert!(!ns.contains("/registry/pods/nt/a"));
+        assert!(!ns.contains("/registry/pods/n"));
+        let one = KeyRange::one("/registry/pods/ns/a");
+        assert!(one.contains("/registry/pods/ns/a"));
+        assert!(!one.contains("/registry/pods/ns/a0"));
+        assert!(!one.contains("/registry/pods/ns/ab"));
+        assert!(KeyRange::all().contains("anything"));
+    }
+
+    #[test]
+    fn a_cursor_resumes_after_its_last_key_and_never_before_its_range() {
+        let mut c = RangeCursor::new(None, KeyRange::prefixed("/p/ns/"), Some("/p/a"), 2);
+        assert_eq!(c.request().unwrap().1.from.as_deref(), Some("/p/ns/"));
+        let kv = |k: &str| RawKv {
+            key: k.into(),
+            value: Bytes::new(),
+            mod_revision: 1,
+        };
+        c.advance(&Ok(RangePage {
+            revision: 7,
+            kvs: vec![kv("/p/ns/a"), kv("/p/ns/b")],
+            more: true,
+        }));
+        let (rev, keys, limit) = c.request().unwrap();
+        assert_eq!(
+            (rev, keys.from.as_deref(), limit),
+            (Some(7), Some("/p/ns/b\0"), 2)
+        );
+        c.advance(&Ok(RangePage {
+            revision: 7,
+            kvs: vec![kv("/p/ns/c")],
+            more: false,
+        }));
+        assert!(c.is_done() && c.request().is_none());
+        let inside = RangeCursor::new(None, KeyRange::prefixed("/p/ns/"), Some("/p/ns/x"), 2);
+        assert_eq!(
+            inside.request().unwrap().1.from.as_deref(),
+            Some("/p/ns/x\0")
+        );
+    }
 }

@@ -9,9 +9,10 @@
 //! Upstream instead force-closes a watcher whose buffer stays full for 100 ms (kubernetes#125123).
 //!
 //! ## Invariants
-//! - A watcher is in exactly one of two states, [`Queue::parked_at`] `None` (live: the dispatcher
-//!   queues its events) or `Some(seq)` (parked: every event from `seq` on that is for it is still
-//!   to be read from history). Events before the queue's tail are never read twice.
+//! - A watcher's [`Feed`] is `Live` (the dispatcher queues its events), `Parked(seq)` (every event
+//!   from `seq` on that is for it is still to be read from history) or `Expired` (the cache ended
+//!   it because its upstream's history was replaced; final). Events before the queue's tail are
+//!   never read twice.
 //! - Only the dispatcher parks (under the state write lock); only `catch_up` unparks (under the
 //!   state read lock). So a watcher rejoins live dispatch between two events' fan-outs, never in
 //!   the middle of one: nothing is lost or duplicated at the seam (`tests/loom.rs`).
@@ -38,10 +39,21 @@ pub(crate) struct Delivery {
     pub kind: EventType,
 }
 
+/// Where a watcher's next events come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Feed {
+    /// The dispatcher queues its events.
+    Live,
+    /// Parked: the next history sequence number to examine.
+    Parked(u64),
+    /// Ended by the cache: its position no longer means anything (the upstream's history was
+    /// replaced). The stream ends with 410 Expired.
+    Expired(Evicted),
+}
+
 pub(crate) struct Queue {
     pub items: VecDeque<Delivery>,
-    /// Set while parked: the next history sequence number to examine.
-    pub parked_at: Option<u64>,
+    pub feed: Feed,
     pub waker: Option<Waker>,
 }
 
@@ -78,7 +90,7 @@ impl Watcher {
             capacity,
             queue: Mutex::new(Queue {
                 items: VecDeque::new(),
-                parked_at,
+                feed: parked_at.map_or(Feed::Live, Feed::Parked),
                 waker: None,
             }),
         }
@@ -92,11 +104,11 @@ impl Watcher {
         let cur = ev
             .object
             .as_ref()
-            .is_some_and(|o| self.predicate.matches(schema, o));
+            .is_some_and(|o| self.predicate.matches_live(schema, o));
         let old = ev
             .prev
             .as_ref()
-            .is_some_and(|o| self.predicate.matches(schema, o));
+            .is_some_and(|o| self.predicate.matches_live(schema, o));
         match (cur, old) {
             (true, false) => Some(EventType::Added),
             (true, true) => Some(EventType::Modified),
@@ -111,11 +123,11 @@ impl Watcher {
             return Offer::Skipped;
         };
         let mut q = self.queue.lock();
-        if q.parked_at.is_some() {
+        if q.feed != Feed::Live {
             return Offer::Skipped;
         }
         if q.items.len() >= self.capacity {
-            q.parked_at = Some(ev.seq);
+            q.feed = Feed::Parked(ev.seq);
             return Offer::Parked;
         }
         q.items.push_back(Delivery {
@@ -137,8 +149,10 @@ impl Watcher {
     /// [`Evicted`] when the watcher's position fell out of the window.
     pub fn catch_up(&self, schema: &Schema, history: &History) -> Result<(), Evicted> {
         let mut q = self.queue.lock();
-        let Some(mut seq) = q.parked_at else {
-            return Ok(());
+        let mut seq = match q.feed {
+            Feed::Live => return Ok(()),
+            Feed::Expired(e) => return Err(e),
+            Feed::Parked(seq) => seq,
         };
         history.check_seq(seq)?;
         let end = history.end_seq();
@@ -154,8 +168,25 @@ impl Watcher {
             }
             seq += 1;
         }
-        q.parked_at = (seq < end).then_some(seq);
+        q.feed = if seq < end {
+            Feed::Parked(seq)
+        } else {
+            Feed::Live
+        };
         Ok(())
+    }
+
+    /// Ends the watcher: its queued events are dropped and its stream ends with 410 Expired
+    /// (`evicted`) as soon as it next reads. Called under the state write lock.
+    pub fn expire(&self, evicted: Evicted) {
+        let mut q = self.queue.lock();
+        q.items.clear();
+        q.feed = Feed::Expired(evicted);
+        let waker = q.waker.take();
+        drop(q);
+        if let Some(w) = waker {
+            w.wake();
+        }
     }
 }
 
@@ -214,18 +245,18 @@ mod tests {
         }
         use Offer::*;
         assert_eq!(offers, [Queued, Queued, Parked, Skipped, Skipped]);
-        assert_eq!(w.queue.lock().parked_at, Some(2));
+        assert_eq!(w.queue.lock().feed, Feed::Parked(2));
         w.queue.lock().items.clear();
         w.catch_up(&f.schema, &f.history).unwrap();
         assert_eq!(
             kinds(&w),
             [(EventType::Modified, 3), (EventType::Modified, 4)]
         );
-        assert_eq!(w.queue.lock().parked_at, Some(4), "queue full again");
+        assert_eq!(w.queue.lock().feed, Feed::Parked(4), "queue full again");
         w.queue.lock().items.clear();
         w.catch_up(&f.schema, &f.history).unwrap();
         assert_eq!(kinds(&w), [(EventType::Modified, 5)]);
-        assert_eq!(w.queue.lock().parked_at, None, "rejoined at the head");
+        assert_eq!(w.queue.lock().feed, Feed::Live, "rejoined at the head");
         let e = f.put("a", "n1");
         assert_eq!(w.offer(&f.schema, &e), Queued);
     }

@@ -1,6 +1,7 @@
 //! The model layer: what a resource and its objects are, independent of caching, storage and
 //! serving. Resource definitions and their compiled schema, decoded objects, field paths, label
-//! syntax, selectors, resourceVersions and event types. Pure code: no I/O, no locks, no tasks.
+//! syntax, selectors, resourceVersions and event types. Pure code: no I/O, no tasks, and no lock but
+//! the leaf mutex of an object's field memo (`field_memo.rs`).
 //!
 //! ## Dependencies
 //! This layer depends on nothing else in the crate but [`crate::error`]; every other layer depends
@@ -8,8 +9,10 @@
 
 pub mod definition;
 mod event_type;
+pub(crate) mod field_memo;
 pub(crate) mod field_path;
 pub(crate) mod labels;
+pub mod names;
 mod object;
 pub(crate) mod protobuf;
 mod resource_version;

@@ -9,6 +9,18 @@
 //!   once (`OnceLock`), outside the cache's lock (consumers ask for it, the commit never does).
 //!   Everything that encoding reads was validated at ingest, so making it cannot fail.
 //! - `namespace` and `name` agree with the key: `prefix + ns + "/" + name`, or `prefix + name`.
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice,
+        clippy::panic
+    )
+)]
 
 use std::borrow::Cow;
 use std::fmt;
@@ -18,6 +30,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::de::{self, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use crate::model::field_memo::FieldMemo;
 use crate::model::field_path::{self, FieldPath};
 use crate::model::{Attr, Schema};
 
@@ -37,6 +50,8 @@ struct Inner {
     labels: Box<[(Box<str>, Box<str>)]>,
     /// Values of the schema's declared fields, by slot.
     fields: Box<[Box<str>]>,
+    /// Values of undeclared field paths that selectors use, each read once.
+    memo: FieldMemo,
 }
 
 /// The JSON encoding, with where its resourceVersion digits are.
@@ -85,6 +100,7 @@ impl Object {
         }
         let text = std::str::from_utf8(value).map_err(|e| fail(format!("not UTF-8: {e}")))?;
         let top = members(text).map_err(|e| fail(format!("not a JSON object: {e}")))?;
+        check_servable(text).map_err(fail)?;
         let meta_raw = find(&top, "metadata").ok_or_else(|| fail("no metadata".into()))?;
         let meta =
             members(meta_raw.get()).map_err(|e| fail(format!("metadata is not an object: {e}")))?;
@@ -165,6 +181,7 @@ impl Object {
             }),
             labels: labels.into_boxed_slice(),
             fields,
+            memo: FieldMemo::default(),
         })))
     }
 
@@ -218,6 +235,7 @@ impl Object {
             },
             labels: meta.labels.into_boxed_slice(),
             fields,
+            memo: FieldMemo::default(),
         })))
     }
 
@@ -275,12 +293,15 @@ impl Object {
     /// The namespace, `None` for cluster-scoped objects.
     pub fn namespace(&self) -> Option<&str> {
         let (a, b) = self.0.ns;
-        (a != b).then(|| &self.0.key[a as usize..b as usize])
+        (a != b).then(|| self.0.key.get(a as usize..b as usize).unwrap_or_default())
     }
 
     /// `metadata.name`.
     pub fn name(&self) -> &str {
-        &self.0.key[self.0.name_at as usize..]
+        self.0
+            .key
+            .get(self.0.name_at as usize..)
+            .unwrap_or_default()
     }
 
     /// The revision at which this state was written (its `metadata.resourceVersion`).
@@ -325,9 +346,9 @@ impl Object {
         let mut digits = itoa::Buffer::new();
         let digits = digits.format(rv).as_bytes();
         let mut out = BytesMut::with_capacity(j.len() + digits.len());
-        out.put_slice(&j[..a]);
+        out.put_slice(j.get(..a).unwrap_or_default());
         out.put_slice(digits);
-        out.put_slice(&j[b..]);
+        out.put_slice(j.get(b..).unwrap_or_default());
         out.freeze()
     }
 
@@ -337,7 +358,8 @@ impl Object {
         labels
             .binary_search_by(|(k, _)| (**k).cmp(key))
             .ok()
-            .map(|i| &*labels[i].1)
+            .and_then(|i| labels.get(i))
+            .map(|(_, v)| &**v)
     }
 
     /// All labels, sorted by key.
@@ -351,19 +373,55 @@ impl Object {
         match path.as_str() {
             "metadata.name" => Some(Cow::Borrowed(self.name())),
             "metadata.namespace" => Some(Cow::Borrowed(self.namespace().unwrap_or(""))),
-            _ => {
-                // Read from the protobuf bytes while the JSON is not made: a predicate may ask under
-                // the cache's lock, where the JSON encoding should not be made.
-                if let Body::Protobuf { value, json } = &self.0.body
-                    && json.get().is_none()
-                {
-                    let env = crate::model::protobuf::Envelope::parse(value).ok()?;
-                    return env.field(path).ok().flatten().map(Cow::Owned);
-                }
-                let raw: &RawValue = serde_json::from_slice(self.json()).ok()?;
-                field_path::extract(raw, path).map(Cow::Owned)
-            }
+            _ => self
+                .0
+                .memo
+                .get(path, false, || self.read_field(path))
+                .map(|v| Cow::Owned(v.to_string())),
         }
+    }
+
+    /// [`field`](Object::field) without a copy, for predicates. `keep` (dispatch to live
+    /// watchers) keeps a value read from the object in its memo for the next watcher.
+    pub(crate) fn with_field<R>(
+        &self,
+        path: &FieldPath,
+        keep: bool,
+        f: impl FnOnce(Option<&str>) -> R,
+    ) -> R {
+        match path.as_str() {
+            "metadata.name" => f(Some(self.name())),
+            "metadata.namespace" => f(Some(self.namespace().unwrap_or(""))),
+            _ => f(self
+                .0
+                .memo
+                .get(path, keep, || self.read_field(path))
+                .as_deref()),
+        }
+    }
+
+    /// Reads the undeclared field paths that selectors use now, so that evaluating them later,
+    /// under the cache's lock, reads nothing. Called at decode, outside any lock.
+    pub(crate) fn extract_fields(&self, paths: &[FieldPath]) {
+        if !paths.is_empty() {
+            self.0.memo.extract(paths, |p| self.read_field(p));
+        }
+    }
+
+    /// Reads a field path from the object: from the protobuf bytes while the JSON is not made (a
+    /// predicate may ask under the cache's lock, where the JSON encoding should not be made), else
+    /// from the JSON.
+    fn read_field(&self, path: &FieldPath) -> Option<Arc<str>> {
+        #[cfg(test)]
+        crate::model::field_memo::READS.with(|r| r.set(r.get() + 1));
+        if let Body::Protobuf { value, json } = &self.0.body
+            && json.get().is_none()
+        {
+            let env = crate::model::protobuf::Envelope::parse(value).ok()?;
+            return env.field(path).ok().flatten().map(Arc::from);
+        }
+        let raw: &RawValue = serde_json::from_slice(self.json()).ok()?;
+        field_path::extract(raw, path).map(Arc::from)
     }
 
     /// The JSON parsed into a [`serde_json::Value`], for callers that want a DOM.
@@ -383,7 +441,7 @@ impl Object {
         match a {
             Attr::Namespace => self.namespace(),
             Attr::Name => Some(self.name()),
-            Attr::Field(i) => Some(&self.0.fields[i as usize]),
+            Attr::Field(i) => self.0.fields.get(i as usize).map(|v| &**v),
             Attr::Label(_) => None,
         }
     }
@@ -391,7 +449,7 @@ impl Object {
     /// An attribute, with declared labels resolved through the schema.
     pub(crate) fn attr_in(&self, schema: &Schema, a: Attr) -> Option<&str> {
         match a {
-            Attr::Label(i) => self.label(&schema.labels[i as usize]),
+            Attr::Label(i) => self.label(schema.labels.get(i as usize)?),
             _ => self.attr(a),
         }
     }
@@ -454,7 +512,7 @@ fn key_layout(
         }
         rest.len() == namespace.len() + 1 + name.len()
             && rest.starts_with(namespace)
-            && rest.as_bytes()[namespace.len()] == b'/'
+            && rest.as_bytes().get(namespace.len()) == Some(&b'/')
             && rest.ends_with(name)
     } else {
         if !namespace.is_empty() {
@@ -525,16 +583,154 @@ fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
             let mut out: Members<'de> = Vec::new();
             while let Some(k) = map.next_key::<Cow<'de, str>>()? {
                 let v: &'de RawValue = map.next_value()?;
-                out.retain(|(x, _)| *x != k);
                 out.push((k, v));
             }
-            Ok(out)
+            Ok(dedup_last_wins(out))
         }
     }
     let mut de = serde_json::Deserializer::from_str(text);
     let m = de::Deserializer::deserialize_map(&mut de, V)?;
     de.end()?;
     Ok(m)
+}
+
+/// Drops every member that a later member of the same name replaces, keeping the survivors in the
+/// position of their last occurrence. Linear: a body of 100 000 members must not cost 100 000²
+/// comparisons (issue 9, item 1); small objects, the common case, skip the hash map.
+fn dedup_last_wins(mut m: Members<'_>) -> Members<'_> {
+    const SMALL: usize = 16;
+    if m.len() <= SMALL {
+        let mut i = 0;
+        while let Some((key, _)) = m.get(i) {
+            let replaced = m.iter().skip(i + 1).any(|(k, _)| k == key);
+            if replaced {
+                m.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        return m;
+    }
+    let keep: Vec<bool> = {
+        let mut last: hashbrown::HashMap<&str, usize> = hashbrown::HashMap::with_capacity(m.len());
+        for (i, (k, _)) in m.iter().enumerate() {
+            last.insert(k, i);
+        }
+        if last.len() == m.len() {
+            Vec::new()
+        } else {
+            m.iter()
+                .enumerate()
+                .map(|(i, (k, _))| last.get(&**k) == Some(&i))
+                .collect()
+        }
+    };
+    if keep.is_empty() {
+        return m;
+    }
+    let mut flags = keep.into_iter();
+    m.retain(|_| flags.next().unwrap_or(false));
+    m
+}
+
+/// Deepest nesting of objects and arrays a cached object may have. serde_json (so kube-rs) refuses
+/// documents nested 128 deep and Python's `json` recurses once per level; a list body and a watch
+/// event wrap the object in two more levels, so the margin keeps every served body readable.
+pub(crate) const MAX_DEPTH: usize = 100;
+
+/// Checks what serde_json's raw values let through but its own strict parse, and other clients,
+/// refuse: unpaired UTF-16 surrogate escapes (`"\ud800"`), nesting deeper than [`MAX_DEPTH`], and
+/// numbers out of range (found by `tests/fuzz.rs`).
+/// `text` is already known to be syntactically valid JSON. One pass; inside strings it jumps from
+/// one quote or backslash to the next.
+fn check_servable(text: &str) -> Result<(), String> {
+    let b = text.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        match c {
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+                }
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            b'"' => i = skip_string(b, i + 1)?,
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while b
+                    .get(i)
+                    .is_some_and(|c| matches!(c, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))
+                {
+                    i += 1;
+                }
+                check_number(text.get(start..i).unwrap_or_default())?;
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
+}
+
+/// A number serde_json reads back: one that fits in an `i64`/`u64`, or else is a finite `f64`
+/// (`1e999` is syntactically JSON, but serde_json, so kube-rs, refuses it, and Go's decoder does too).
+fn check_number(num: &str) -> Result<(), String> {
+    let integer = !num.contains(['.', 'e', 'E']);
+    if integer && (num.parse::<i64>().is_ok() || num.parse::<u64>().is_ok()) {
+        return Ok(());
+    }
+    if num.parse::<f64>().is_ok_and(f64::is_finite) {
+        Ok(())
+    } else {
+        Err(format!("the number {num} is out of range"))
+    }
+}
+
+const UNPAIRED: &str = "a string holds an unpaired UTF-16 surrogate escape";
+
+/// Skips a string's contents from `i` (just after its opening quote) and returns the index just
+/// after its closing quote, checking that surrogate escapes come in high-low pairs.
+fn skip_string(b: &[u8], mut i: usize) -> Result<usize, String> {
+    loop {
+        let Some(off) = b
+            .get(i..)
+            .and_then(|r| r.iter().position(|&c| c == b'"' || c == b'\\'))
+        else {
+            return Ok(b.len());
+        };
+        i += off;
+        if b.get(i) == Some(&b'"') {
+            return Ok(i + 1);
+        }
+        // A backslash: a two-byte escape, or `\uXXXX`.
+        if b.get(i + 1) != Some(&b'u') {
+            i += 2;
+            continue;
+        }
+        match hex4(b, i + 2) {
+            Some(0xD800..=0xDBFF) => {
+                let low = (b.get(i + 6) == Some(&b'\\') && b.get(i + 7) == Some(&b'u'))
+                    .then(|| hex4(b, i + 8))
+                    .flatten();
+                if !matches!(low, Some(0xDC00..=0xDFFF)) {
+                    return Err(UNPAIRED.into());
+                }
+                i += 12;
+            }
+            Some(0xDC00..=0xDFFF) => return Err(UNPAIRED.into()),
+            _ => i += 6,
+        }
+    }
+}
+
+fn hex4(b: &[u8], at: usize) -> Option<u16> {
+    let digits = std::str::from_utf8(b.get(at..at + 4)?).ok()?;
+    u16::from_str_radix(digits, 16).ok()
 }
 
 /// Writes the object compactly with `metadata.resourceVersion` = `rv` as the last metadata member.
@@ -689,6 +885,22 @@ mod tests {
                 "labels must map",
             ),
             (b"\xff\xfe", "not UTF-8"),
+            (
+                br#"{"metadata":{"name":"a","namespace":"ns"},"x":"\ud800zz"}"#,
+                "unpaired UTF-16 surrogate",
+            ),
+            (
+                br#"{"metadata":{"name":"a","namespace":"ns"},"x":{"y":["\udc00"]}}"#,
+                "unpaired UTF-16 surrogate",
+            ),
+            (
+                br#"{"metadata":{"name":"a","namespace":"ns"},"x":"\ud800\u0041"}"#,
+                "unpaired UTF-16 surrogate",
+            ),
+            (
+                br#"{"metadata":{"name":"a","namespace":"ns"},"x":{"\ud800":1}}"#,
+                "unpaired UTF-16 surrogate",
+            ),
         ];
         for (value, want) in cases {
             let e = Object::decode(&s, k, value, 1).unwrap_err();
@@ -710,6 +922,88 @@ mod tests {
             .reason
             .contains("not under")
         );
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_decode_errors() {
+        let s = Schema::new(ResourceDef::builtin("pods").unwrap());
+        let k = "/registry/pods/ns/a";
+        let with = |n: &str| format!(r#"{{"metadata":{{"name":"a","namespace":"ns"}},"x":{n}}}"#);
+        for bad in ["1e999", "-11e999", "1".repeat(400).as_str()] {
+            let e = Object::decode(&s, k, with(bad).as_bytes(), 1).unwrap_err();
+            assert!(e.reason.contains("out of range"), "{bad}: {e}");
+        }
+        for good in [
+            "0",
+            "-0",
+            "1e-999",
+            "18446744073709551615",
+            "-9223372036854775808",
+            "2.5e300",
+        ] {
+            let o = Object::decode(&s, k, with(good).as_bytes(), 1).unwrap();
+            serde_json::from_slice::<serde_json::Value>(o.json()).unwrap();
+        }
+    }
+
+    /// `{"metadata":…,"x":[[…[0]…]]}`, nested `depth` levels in all.
+    fn nested(depth: usize) -> String {
+        let inner = depth - 1;
+        format!(
+            r#"{{"metadata":{{"name":"a","namespace":"ns"}},"x":{}0{}}}"#,
+            "[".repeat(inner),
+            "]".repeat(inner)
+        )
+    }
+
+    #[test]
+    fn what_is_cached_is_valid_json_for_strict_clients() {
+        let s = pods();
+        let k = "/registry/pods/ns/a";
+        // The deepest accepted object still parses in serde_json as a list item (two more levels).
+        let o = Object::decode(&s, k, nested(MAX_DEPTH).as_bytes(), 1).unwrap();
+        let list = format!(
+            r#"{{"items":[{}]}}"#,
+            std::str::from_utf8(o.json()).unwrap()
+        );
+        serde_json::from_str::<serde_json::Value>(&list).unwrap();
+        for depth in [MAX_DEPTH + 1, 5000] {
+            let e = Object::decode(&s, k, nested(depth).as_bytes(), 1).unwrap_err();
+            assert!(e.reason.contains("nested deeper"), "{e}");
+        }
+        // Paired surrogates, escaped quotes and backslashes, and brackets inside strings are fine.
+        let v = br#"{"metadata":{"name":"a","namespace":"ns"},"x":"\ud83d\ude00 \\ \" [[[{{ \u00e9","y":"\\ud800"}"#;
+        let o = Object::decode(&s, k, v, 1).unwrap();
+        let back: serde_json::Value = serde_json::from_slice(o.json()).unwrap();
+        assert_eq!(back["x"], "\u{1f600} \\ \" [[[{{ \u{e9}");
+        assert_eq!(back["y"], "\\ud800");
+    }
+
+    #[test]
+    fn duplicate_members_keep_the_last_value_in_linear_time() {
+        let s = pods();
+        let k = "/registry/pods/ns/a";
+        let v = br#"{"a":1,"metadata":{"name":"a","namespace":"ns"},"a":2,"b":3}"#;
+        let o = Object::decode(&s, k, v, 1).unwrap();
+        assert_eq!(
+            std::str::from_utf8(o.json()).unwrap(),
+            r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"1"},"a":2,"b":3}"#
+        );
+        // 100 000 members, many repeated: quadratic work took minutes here unoptimised; linear
+        // work takes well under a second.
+        let mut body = String::from(r#"{"metadata":{"name":"a","namespace":"ns"}"#);
+        for i in 0..100_000 {
+            body.push_str(&format!(r#","k{}":{i}"#, i % 60_000));
+        }
+        body.push('}');
+        let started = std::time::Instant::now();
+        let o = Object::decode(&s, k, body.as_bytes(), 1).unwrap();
+        let took = started.elapsed();
+        let back = o.to_value();
+        assert_eq!(back.as_object().unwrap().len(), 60_001);
+        assert_eq!(back["k0"], 60_000);
+        assert_eq!(back["k59999"], 59_999);
+        assert!(took < std::time::Duration::from_secs(5), "{took:?}");
     }
 
     #[test]

@@ -13,6 +13,12 @@ pub struct ServerConfig {
     pub max_watchers: usize,
     /// A watch without `timeoutSeconds` ends after a random time in this range (upstream: 30–60 min).
     pub default_watch_timeout: (Duration, Duration),
+    /// Most open client connections; a connection beyond it is answered 503 with Retry-After and
+    /// closed. Above `max_watchers` by default, so watches meet their own limit (429) first.
+    pub max_connections: usize,
+    /// How long a client has to send a whole request head, from its first byte wait on (an
+    /// absolute deadline, like Go's `ReadHeaderTimeout`: trickling bytes does not extend it).
+    pub header_read_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -22,6 +28,8 @@ impl Default for ServerConfig {
             max_selector_len: 4096,
             max_watchers: 200_000,
             default_watch_timeout: (Duration::from_secs(1800), Duration::from_secs(3600)),
+            max_connections: 250_000,
+            header_read_timeout: Duration::from_secs(30),
         }
     }
 }

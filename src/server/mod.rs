@@ -39,12 +39,12 @@
 mod config;
 mod discovery;
 mod metrics;
-mod params;
+pub(crate) mod params;
 mod response;
 mod routes;
 mod state;
 mod status;
-mod watch;
+pub(crate) mod watch;
 mod writes;
 
 use std::net::SocketAddr;
@@ -121,13 +121,23 @@ impl Server {
         let service = TowerToHyperService::new(self.router());
         let graceful = GracefulShutdown::new();
         let mut http = hyper::server::conn::http1::Builder::new();
+        // hyper's timeout is one deadline per request head too (set when the head's read starts).
         http.timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30));
+            .header_read_timeout(self.state.config.header_read_timeout);
+        let connections = Arc::new(AtomicUsize::new(0));
         tokio::pin!(stop);
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok((tcp, _)) => {
+                    Ok((tcp, peer)) => {
+                        let max = self.state.config.max_connections;
+                        if connections.fetch_add(1, Ordering::Relaxed) >= max {
+                            connections.fetch_sub(1, Ordering::Relaxed);
+                            debug!(%peer, max, "too many connections: refusing");
+                            tokio::spawn(refuse(tcp, max));
+                            continue;
+                        }
+                        let slot = ConnectionSlot(Arc::clone(&connections));
                         // Watch events are small writes on long-lived connections: without
                         // TCP_NODELAY, Nagle's algorithm and delayed ACKs hold them back.
                         if let Err(e) = tcp.set_nodelay(true) {
@@ -135,6 +145,7 @@ impl Server {
                         }
                         let (st, service, http, watcher) = (Arc::clone(&self.state), service.clone(), http.clone(), graceful.watcher());
                         tokio::spawn(async move {
+                            let _slot = slot;
                             let mut tcp = tcp;
                             let prefix = match fast_path::first_request(&mut tcp, &st).await {
                                 Ok(FirstRequest::NotAWatch(bytes)) => bytes,
@@ -177,5 +188,68 @@ impl Server {
     /// Open watches.
     pub fn watchers(&self) -> usize {
         self.state.watchers.load(Ordering::Relaxed)
+    }
+}
+
+/// Counts one open connection for as long as its task lives.
+struct ConnectionSlot(Arc<AtomicUsize>);
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How long a refused connection is given to send its request and read the answer.
+const REFUSE_LINGER: Duration = Duration::from_secs(1);
+
+/// Answers a connection over the limit with a 503 `Status` and Retry-After, then closes it. The
+/// request is read first (briefly, and at most 16 KiB) and the socket drained after the answer, so
+/// that closing with unread bytes does not reset the connection before the client reads the 503.
+async fn refuse(mut tcp: tokio::net::TcpStream, max: usize) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let e = ApiError::new(
+        503,
+        "ServiceUnavailable",
+        format!("too many open connections: the limit is {max}"),
+    )
+    .with_retry_after(1);
+    let body = e.status_json();
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut buf = [0u8; 4096];
+    let mut read = 0;
+    let deadline = tokio::time::Instant::now() + REFUSE_LINGER;
+    // The request head, if it comes quickly.
+    while read < 16 * 1024 {
+        match tokio::time::timeout(Duration::from_millis(100), tcp.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => {
+                read += n;
+                if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            _ => break,
+        }
+    }
+    let written = async {
+        tcp.write_all(head.as_bytes()).await?;
+        tcp.write_all(&body).await?;
+        tcp.shutdown().await
+    };
+    if let Err(err) = tokio::time::timeout_at(deadline, written)
+        .await
+        .unwrap_or(Ok(()))
+    {
+        debug!(error = %err, "refused connection ended early");
+        return;
+    }
+    // Drain until the client closes (or the linger ends), so the close is not a reset.
+    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
     }
 }

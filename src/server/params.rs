@@ -1,9 +1,20 @@
 //! Query parameters of LIST, GET and WATCH, parsed into typed options with upstream's validation.
 
+// Reads outside input (request or etcd data): it must not panic on any of it.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
 use std::time::Duration;
 
 use crate::cache::{ListOptions, WatchOptions};
-use crate::model::{ResourceVersion, RvMatch, Selection};
+use crate::model::{FieldPath, ResourceVersion, RvMatch, Selection};
 use crate::server::status::ApiError;
 
 /// Parsed query of a read request.
@@ -19,6 +30,12 @@ pub struct ReadParams {
     pub timeout: Option<Duration>,
     pub limit: Option<usize>,
     pub continue_token: Option<String>,
+    /// The object a watch on its own path is restricted to.
+    pub name: Option<String>,
+    /// `resourceVersionMatch` as sent (validated into `rv_match`).
+    rv_match_text: String,
+    /// Whether a non-empty `resourceVersion` was sent.
+    resource_version_given: bool,
 }
 
 /// Booleans as Go's strconv.ParseBool reads them (the Python client sends `True`).
@@ -39,8 +56,11 @@ impl ReadParams {
         for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             match &*k {
                 "watch" => p.watch = parse_bool("watch", &v)?,
-                "resourceVersion" => p.resource_version = ResourceVersion::parse(&v)?,
-                "resourceVersionMatch" if !v.is_empty() => p.rv_match = Some(v.parse()?),
+                "resourceVersion" => {
+                    p.resource_version = ResourceVersion::parse(&v)?;
+                    p.resource_version_given = !v.is_empty();
+                }
+                "resourceVersionMatch" => p.rv_match_text = v.into_owned(),
                 "fieldSelector" => p.field_selector = v.into_owned(),
                 "labelSelector" => p.label_selector = v.into_owned(),
                 "allowWatchBookmarks" => p.allow_bookmarks = parse_bool("allowWatchBookmarks", &v)?,
@@ -80,49 +100,134 @@ impl ReadParams {
         Ok(p)
     }
 
-    /// Upstream's `ValidateListOptions` rules for WatchList parameters.
-    fn validate(&self) -> Result<(), ApiError> {
-        if let Some(send) = self.send_initial_events {
-            if !self.watch {
-                return Err(ApiError::bad_request(
-                    "sendInitialEvents is forbidden for list",
-                ));
-            }
-            if self.rv_match != Some(RvMatch::NotOlderThan) {
-                return Err(ApiError::bad_request(
-                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-                ));
-            }
-            if send && !self.allow_bookmarks {
-                return Err(ApiError::bad_request(
-                    "sendInitialEvents requires setting allowWatchBookmarks to true",
-                ));
-            }
-        } else if self.watch && self.rv_match.is_some() {
-            return Err(ApiError::bad_request(
-                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-            ));
+    /// Upstream's `ValidateListOptions` (apimachinery's internalversion validation): every broken
+    /// rule is a cause naming its parameter, answered 422 Invalid as upstream answers.
+    fn validate(&mut self) -> Result<(), ApiError> {
+        const FORBIDDEN: &str = "FieldValueForbidden";
+        let mut errs: Vec<(&'static str, &'static str, String)> = Vec::new();
+        fn forbid(
+            errs: &mut Vec<(&'static str, &'static str, String)>,
+            field: &'static str,
+            msg: &str,
+        ) {
+            errs.push((FORBIDDEN, field, msg.to_owned()));
         }
+        let m = self.rv_match_text.as_str();
+        let continues = self.continue_token.is_some();
+        if self.watch {
+            if self.send_initial_events.is_some() && m != "NotOlderThan" {
+                forbid(
+                    &mut errs,
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                );
+            }
+            if self.send_initial_events == Some(true) && !self.allow_bookmarks {
+                forbid(
+                    &mut errs,
+                    "allowWatchBookmarks",
+                    "sendInitialEvents requires setting allowWatchBookmarks to true",
+                );
+            }
+            if !m.is_empty() {
+                if self.send_initial_events.is_none() {
+                    forbid(
+                        &mut errs,
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                    );
+                }
+                if continues {
+                    forbid(
+                        &mut errs,
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden when continue is provided",
+                    );
+                }
+                if m != "NotOlderThan" {
+                    errs.push((
+                        "FieldValueNotSupported",
+                        "resourceVersionMatch",
+                        format!("Unsupported value: \"{m}\": supported values: \"NotOlderThan\""),
+                    ));
+                }
+            }
+        } else {
+            if !m.is_empty() {
+                if !self.resource_version_given {
+                    forbid(
+                        &mut errs,
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    );
+                }
+                if continues {
+                    forbid(
+                        &mut errs,
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden when continue is provided",
+                    );
+                }
+                if m != "NotOlderThan" && m != "Exact" {
+                    errs.push((
+                        "FieldValueNotSupported",
+                        "resourceVersionMatch",
+                        format!(
+                            "Unsupported value: \"{m}\": supported values: \"Exact\", \"NotOlderThan\", \"\" (expected NotOlderThan or Exact)"
+                        ),
+                    ));
+                }
+                if m == "Exact" && self.resource_version == ResourceVersion::Any {
+                    forbid(
+                        &mut errs,
+                        "resourceVersionMatch",
+                        "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
+                    );
+                }
+            }
+            if self.send_initial_events.is_some() {
+                forbid(
+                    &mut errs,
+                    "sendInitialEvents",
+                    "sendInitialEvents is forbidden for list",
+                );
+            }
+        }
+        if !errs.is_empty() {
+            let causes = errs
+                .into_iter()
+                .map(|(reason, field, msg)| {
+                    let msg = if reason == FORBIDDEN {
+                        format!("Forbidden: {msg}")
+                    } else {
+                        msg
+                    };
+                    (reason, field.to_owned(), msg)
+                })
+                .collect();
+            return Err(ApiError::invalid("ListOptions.meta.k8s.io", "", causes));
+        }
+        self.rv_match = match m {
+            "" => None,
+            m => Some(m.parse()?),
+        };
         Ok(())
     }
 
     /// Restricts a watch to one object, as a watch on an object's own path is: the collection with
-    /// a `metadata.name` term added to the field selector.
+    /// an exact `metadata.name` term added to the field selector (a term, not selector text, so
+    /// any name works, `=` and `,` included).
     pub fn watch_one(&mut self, name: &str) {
-        let sep = if self.field_selector.is_empty() {
-            ""
-        } else {
-            ","
-        };
-        self.field_selector = format!("metadata.name={name}{sep}{}", self.field_selector);
+        self.name = Some(name.to_owned());
     }
 
     fn selection(&self, namespace: Option<&str>) -> Result<Selection, ApiError> {
-        Ok(Selection::parse(
-            namespace,
-            &self.field_selector,
-            &self.label_selector,
-        )?)
+        let mut s = Selection::parse(namespace, &self.field_selector, &self.label_selector)?;
+        if let Some(name) = &self.name {
+            let path = FieldPath::parse("metadata.name").map_err(ApiError::bad_request)?;
+            s.fields = s.fields.and_equals(path, name.clone());
+        }
+        Ok(s)
     }
 
     /// The LIST options.
@@ -180,5 +285,90 @@ mod tests {
             text("watch=1&resourceVersionMatch=NotOlderThan").contains("unless sendInitialEvents")
         );
         assert!(text("labelSelector=aaaaaaaaaaaaaaa").contains("the limit is 10"));
+    }
+
+    // Fuzzing target (tests/fuzz.rs has the others): every query string comes from a client.
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
+
+        #[test]
+        fn any_query_parses_or_is_a_status(
+            raw in "\\PC{0,80}",
+            pairs in proptest::collection::vec((
+                "watch|resourceVersion|resourceVersionMatch|fieldSelector|labelSelector|allowWatchBookmarks|sendInitialEvents|timeoutSeconds|limit|continue|x",
+                "[-0-9a-zA-Z=!,()%. ]{0,25}|[0-9]{15,25}",
+            ), 0..6),
+        ) {
+            let structured: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            for q in [raw, structured.join("&")] {
+                match ReadParams::parse(Some(&q), 4096) {
+                    Ok(mut p) => {
+                        p.watch_one("a=b,c");
+                        let _ = p.list_options(Some("ns"));
+                        let _ = p.watch_options(None);
+                    }
+                    Err(e) => {
+                        proptest::prop_assert!(matches!(e.code(), 400 | 422), "{q}: {}", e.code());
+                        serde_json::from_slice::<serde_json::Value>(&e.status_json()).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn query_corpus() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-corpus/query");
+        for f in std::fs::read_dir(dir).unwrap() {
+            let q = std::fs::read_to_string(f.unwrap().path()).unwrap();
+            if let Err(e) = ReadParams::parse(Some(&q), 4096) {
+                assert!(matches!(e.code(), 400 | 422), "{q}");
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_option_combinations_are_422_naming_the_parameter() {
+        let invalid = |q: &str| {
+            let e = ReadParams::parse(Some(q), 100).unwrap_err();
+            let v: serde_json::Value = serde_json::from_slice(&e.status_json()).unwrap();
+            assert_eq!(
+                (e.code(), v["reason"].as_str()),
+                (422, Some("Invalid")),
+                "{q}: {v}"
+            );
+            v
+        };
+        let v = invalid("continue=abc&resourceVersionMatch=NotOlderThan&resourceVersion=1");
+        assert_eq!(v["details"]["causes"][0]["field"], "resourceVersionMatch");
+        assert_eq!(v["details"]["causes"][0]["reason"], "FieldValueForbidden");
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided"),
+            "{v}"
+        );
+        let v = invalid("watch=1&continue=abc&resourceVersionMatch=NotOlderThan");
+        assert_eq!(v["details"]["causes"].as_array().unwrap().len(), 2, "{v}");
+        let v = invalid("resourceVersionMatch=Sometimes&resourceVersion=1");
+        assert_eq!(
+            v["details"]["causes"][0]["reason"],
+            "FieldValueNotSupported"
+        );
+        invalid("resourceVersionMatch=Exact");
+        invalid("resourceVersionMatch=Exact&resourceVersion=0");
+        invalid("sendInitialEvents=false");
+        invalid("watch=1&resourceVersionMatch=NotOlderThan");
+        invalid("watch=1&sendInitialEvents=true&resourceVersionMatch=Exact&allowWatchBookmarks=1");
+        // Valid combinations still parse.
+        for ok in [
+            "resourceVersionMatch=Exact&resourceVersion=5",
+            "resourceVersionMatch=NotOlderThan&resourceVersion=0",
+            "continue=abc",
+            "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=1",
+        ] {
+            assert!(ReadParams::parse(Some(ok), 100).is_ok(), "{ok}");
+        }
     }
 }

@@ -92,6 +92,9 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         (&Method::POST, None, Some(w)) | (&Method::PUT | &Method::DELETE, Some(_), Some(w)) => w,
         _ => return Err(ApiError::method_not_allowed(method.as_str(), &path)),
     };
+    if method != Method::DELETE {
+        check_content_type(&parts.headers)?;
+    }
     let body = axum::body::to_bytes(body, st.config.max_body_bytes)
         .await
         .map_err(|_| ApiError::too_large("the request body", st.config.max_body_bytes))?;
@@ -143,4 +146,50 @@ async fn read(
         gzip,
         StatusCode::OK,
     ))
+}
+
+/// A write body must be JSON: `application/json` (any parameters), or no Content-Type at all, which
+/// upstream reads as its first supported type, JSON. Anything else is 415, as upstream: a browser
+/// page can send `text/plain` or a form cross-site without a preflight, and must not create objects.
+/// (YAML and protobuf bodies are 415 until they are supported.)
+fn check_content_type(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let text = value.to_str().unwrap_or_default();
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(ApiError::unsupported_media_type(text))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::{HeaderMap, HeaderValue};
+
+    #[test]
+    fn write_bodies_must_be_json() {
+        let with = |ct: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+            check_content_type(&h).map_err(|e| e.code())
+        };
+        assert!(check_content_type(&HeaderMap::new()).is_ok());
+        for ok in ["application/json", "Application/JSON; charset=utf-8"] {
+            assert_eq!(with(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/yaml",
+            "application/vnd.kubernetes.protobuf",
+            "",
+        ] {
+            assert_eq!(with(bad), Err(415), "{bad}");
+        }
+    }
 }

@@ -1,6 +1,17 @@
 //! What every request handler shares: the served resources, the configuration, the watch count,
 //! the metrics and the shutdown signal; and the resolution of a path to the resource it names.
 
+// Reads outside input (request or etcd data): it must not panic on any of it.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
@@ -94,15 +105,45 @@ impl AppState {
         {
             return None;
         }
+        let decoded = |seg: Option<&str>| match seg {
+            None => Some(None),
+            Some(s) => decode_segment(s).map(Some),
+        };
         Some(Target {
             served,
-            namespace: namespace.map(str::to_owned),
-            name: name.map(str::to_owned),
+            namespace: decoded(namespace)?,
+            name: decoded(name)?,
         })
     }
+}
+
+/// A namespace or name segment of a path, percent-decoded (clients escape what they send). An
+/// empty segment (`/namespaces//pods`), one that is not UTF-8 once decoded, or one that decodes to
+/// something holding a `/` names nothing: `None`, so the path is not found.
+fn decode_segment(seg: &str) -> Option<String> {
+    let s = percent_encoding::percent_decode_str(seg)
+        .decode_utf8()
+        .ok()?;
+    (!s.is_empty() && !s.contains('/')).then(|| s.into_owned())
 }
 
 /// The segments of a request path, without its trailing slash.
 pub(crate) fn segments(path: &str) -> Vec<&str> {
     path.trim_end_matches('/').split('/').skip(1).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_are_percent_decoded_and_empty_ones_name_nothing() {
+        assert_eq!(decode_segment("web-1").as_deref(), Some("web-1"));
+        assert_eq!(decode_segment("a%20b").as_deref(), Some("a b"));
+        assert_eq!(decode_segment("h%C3%A9llo").as_deref(), Some("héllo"));
+        assert_eq!(decode_segment("a%3Db%2Cc").as_deref(), Some("a=b,c"));
+        for none in ["", "a%2Fb", "%FF", "%2f"] {
+            assert_eq!(decode_segment(none), None, "{none}");
+        }
+    }
 }

@@ -18,8 +18,16 @@ struct Inner {
     reason: &'static str,
     message: String,
     retry_after: Option<u64>,
-    causes: Vec<(String, String)>,
+    causes: Vec<Cause>,
     details: Option<(String, String)>,
+}
+
+/// One entry of `details.causes`: why, what, and which field (when one is at fault).
+#[derive(Debug, Clone)]
+struct Cause {
+    reason: &'static str,
+    message: String,
+    field: Option<String>,
 }
 
 impl ApiError {
@@ -38,6 +46,44 @@ impl ApiError {
     /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(400, "BadRequest", message)
+    }
+
+    /// 422 Invalid: the object (or the request's options) breaks validation rules, each cause
+    /// `(reason, field, message)` naming its field, as upstream's `NewInvalid` reports them
+    /// (`FieldValueInvalid`, `FieldValueForbidden`, `FieldValueNotSupported`).
+    pub fn invalid(
+        kind: &str,
+        name: &str,
+        causes: Vec<(&'static str, String, String)>,
+    ) -> ApiError {
+        let summary: Vec<String> = causes.iter().map(|(_, f, m)| format!("{f}: {m}")).collect();
+        let message = match summary.as_slice() {
+            [one] => format!("{kind} \"{name}\" is invalid: {one}"),
+            many => format!("{kind} \"{name}\" is invalid: [{}]", many.join(", ")),
+        };
+        let mut e = ApiError::new(422, "Invalid", message);
+        e.0.details = Some((kind.to_owned(), name.to_owned()));
+        e.0.causes = causes
+            .into_iter()
+            .map(|(reason, field, message)| Cause {
+                reason,
+                message,
+                field: Some(field),
+            })
+            .collect();
+        e
+    }
+
+    /// 415 UnsupportedMediaType for a write body that is not JSON.
+    pub fn unsupported_media_type(content_type: &str) -> ApiError {
+        ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: \
+                 application/json (got \"{content_type}\")"
+            ),
+        )
     }
 
     /// 404 NotFound for a path that names no resource.
@@ -99,6 +145,13 @@ impl ApiError {
         )
     }
 
+    /// The same error with a Retry-After (seconds).
+    #[must_use]
+    pub fn with_retry_after(mut self, seconds: u64) -> ApiError {
+        self.0.retry_after = Some(seconds);
+        self
+    }
+
     /// Seconds a client should wait before retrying, when the error says so.
     pub fn retry_after(&self) -> Option<u64> {
         self.0.retry_after
@@ -121,7 +174,10 @@ impl ApiError {
             let causes: Vec<_> = this
                 .causes
                 .iter()
-                .map(|(r, m)| json!({"reason": r, "message": m}))
+                .map(|c| match &c.field {
+                    Some(f) => json!({"reason": c.reason, "message": c.message, "field": f}),
+                    None => json!({"reason": c.reason, "message": c.message}),
+                })
                 .collect();
             details.insert("causes".into(), json!(causes));
         }
@@ -149,10 +205,11 @@ impl From<Error> for ApiError {
         let mut out = ApiError::new(e.code(), e.reason(), e.to_string());
         out.0.retry_after = e.retry_after().map(|d| d.as_secs().max(1));
         if let Error::TooLargeResourceVersion { .. } = e {
-            out.0.causes.push((
-                "ResourceVersionTooLarge".into(),
-                "Too large resource version".into(),
-            ));
+            out.0.causes.push(Cause {
+                reason: "ResourceVersionTooLarge",
+                message: "Too large resource version".into(),
+                field: None,
+            });
         }
         if let Error::NotFound { kind, name } = &e {
             out.0.details = Some((kind.clone(), name.clone()));

@@ -3,6 +3,17 @@
 //! here; stored bytes never carry a resourceVersion, and the cache sees every write through its
 //! source like any other change.
 
+// Reads outside input (request or etcd data): it must not panic on any of it.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -10,6 +21,8 @@ use serde_json::{Map, Value};
 
 use crate::cache::Cache;
 use crate::model::ResourceDef;
+use crate::model::labels;
+use crate::model::names::{self, NameRule};
 use crate::server::status::ApiError;
 use crate::upstream::{WriteError, Writes};
 
@@ -64,11 +77,6 @@ fn parse_object(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    if name.is_empty() || name.len() > 253 || name.contains('/') || name == "." || name == ".." {
-        return Err(ApiError::bad_request(format!(
-            "metadata.name \"{name}\" is invalid: it must be 1-253 characters without '/'"
-        )));
-    }
     if let Some(p) = path_name
         && p != name
     {
@@ -100,6 +108,83 @@ fn parse_object(
         }
     }
     Ok(obj)
+}
+
+/// Upstream's metadata rules, every broken one a cause naming its field (422 Invalid): the name by
+/// the resource's rule, the namespace a DNS label, label keys qualified names and values short
+/// names. Label values that are not strings are a malformed body (400), as upstream's decoder
+/// refuses them.
+fn validate_meta(def: &ResourceDef, obj: &Map<String, Value>) -> Result<(), ApiError> {
+    let Some(Value::Object(meta)) = obj.get("metadata") else {
+        return Err(ApiError::bad_request("metadata must be an object"));
+    };
+    let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
+    const INVALID: &str = "FieldValueInvalid";
+    let mut causes = Vec::new();
+    let quoted = |v: &str| serde_json::to_string(v).unwrap_or_default();
+    if let Err(errs) = NameRule::for_resource(&def.group, &def.plural).validate(name) {
+        for e in errs {
+            causes.push((
+                INVALID,
+                "metadata.name".to_owned(),
+                format!("Invalid value: {}: {e}", quoted(name)),
+            ));
+        }
+    }
+    if let Some(ns) = meta.get("namespace").and_then(Value::as_str)
+        && let Err(errs) = names::validate_namespace(ns)
+    {
+        for e in errs {
+            causes.push((
+                INVALID,
+                "metadata.namespace".to_owned(),
+                format!("Invalid value: {}: {e}", quoted(ns)),
+            ));
+        }
+    }
+    match meta.get("labels") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(labels)) => {
+            for (k, v) in labels {
+                let Value::String(v) = v else {
+                    return Err(ApiError::bad_request(format!(
+                        "metadata.labels[{}] must be a string, not {v}",
+                        quoted(k)
+                    )));
+                };
+                if let Err(e) = labels::validate_key(k) {
+                    causes.push((INVALID, "metadata.labels".to_owned(), e));
+                }
+                if let Err(e) = labels::validate_value(v) {
+                    causes.push((
+                        INVALID,
+                        format!("metadata.labels[{}]", quoted(k)),
+                        format!("Invalid value: {}: {e}", quoted(v)),
+                    ));
+                }
+            }
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "metadata.labels must be an object, not {other}"
+            )));
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(&def.kind, name, causes))
+    }
+}
+
+/// The bytes to store for `obj`, refused unless the cache would decode them exactly as ingest
+/// will: nothing is stored that the cache would then skip (and the client be answered 500).
+fn encode_checked(cache: &Cache, key: &str, obj: &Map<String, Value>) -> Result<Bytes, ApiError> {
+    let stored = Bytes::from(serde_json::to_vec(obj).map_err(internal)?);
+    cache
+        .decode(key, &stored, 1)
+        .map_err(|e| ApiError::bad_request(format!("the object cannot be stored: {}", e.reason)))?;
+    Ok(stored)
 }
 
 fn meta_mut(obj: &mut Map<String, Value>) -> &mut Map<String, Value> {
@@ -149,6 +234,7 @@ pub async fn create(
     let def = cache.definition();
     let mut obj = parse_object(def, body, namespace, None)?;
     take_precondition(&mut obj)?;
+    validate_meta(def, &obj)?;
     let name = name_of(&obj);
     let meta = meta_mut(&mut obj);
     meta.entry("uid")
@@ -157,7 +243,7 @@ pub async fn create(
         Value::String(humantime::format_rfc3339_seconds(SystemTime::now()).to_string())
     });
     let key = def.key_for(namespace, &name);
-    let stored = Bytes::from(serde_json::to_vec(&obj).map_err(internal)?);
+    let stored = encode_checked(cache, &key, &obj)?;
     let rev = writes
         .create(&key, stored.clone())
         .await
@@ -184,6 +270,7 @@ pub async fn update(
     let def = cache.definition();
     let mut obj = parse_object(def, body, namespace, Some(name))?;
     let precondition = take_precondition(&mut obj)?;
+    validate_meta(def, &obj)?;
     let key = def.key_for(namespace, name);
     let current = writes
         .get(&key)
@@ -207,7 +294,7 @@ pub async fn update(
             }
         }
     }
-    let stored = Bytes::from(serde_json::to_vec(&obj).map_err(internal)?);
+    let stored = encode_checked(cache, &key, &obj)?;
     // Changed between the read and the write: deleted (404) or modified (409).
     let rev = writes
         .replace(&key, stored.clone(), current.mod_revision)
@@ -249,15 +336,62 @@ pub async fn delete(
         .delete(&key, precondition)
         .await
         .map_err(|e| write_failed(e, def, name))?;
-    respond(cache, &key, &prev, rev)
+    match cache.decode(&key, &prev, rev) {
+        Ok(o) => Ok(o.json().clone()),
+        // Deleting a value the cache could not decode is how it gets cleaned up: the delete
+        // happened, so it succeeds, answered as upstream answers deletes without an object.
+        Err(e) => {
+            tracing::warn!(key, error = %e, "deleted a value that was not a valid object");
+            Ok(Bytes::from(
+                serde_json::json!({
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": {"name": name, "kind": def.plural},
+                })
+                .to_string(),
+            ))
+        }
+    }
 }
 
-/// A random UUID (version 4 layout), as the API server assigns to new objects.
+/// A random RFC 4122 version 4 UUID, as the API server assigns to new objects: 122 random bits,
+/// the version nibble 4 and the variant bits `10`.
 fn new_uid() -> String {
-    let hex = |n: usize| {
-        (0..n)
-            .map(|_| char::from_digit(fastrand::u32(0..16), 16).unwrap_or('0'))
-            .collect::<String>()
-    };
-    format!("{}-{}-4{}-{}-{}", hex(8), hex(4), hex(3), hex(4), hex(12))
+    let r = fastrand::u128(..);
+    let v = (r & !(0xf << 76) & !(0b11 << 62)) | (0x4 << 76) | (0b10 << 62);
+    let h = format!("{v:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uids_are_rfc_4122_version_4() {
+        for _ in 0..1000 {
+            let u = new_uid();
+            let parts: Vec<&str> = u.split('-').collect();
+            assert_eq!(
+                parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+                [8, 4, 4, 4, 12],
+                "{u}"
+            );
+            assert!(u.chars().all(|c| c == '-' || c.is_ascii_hexdigit()), "{u}");
+            assert!(parts[2].starts_with('4'), "version 4: {u}");
+            assert!(
+                matches!(parts[3].chars().next(), Some('8' | '9' | 'a' | 'b')),
+                "variant 10: {u}"
+            );
+        }
+    }
 }

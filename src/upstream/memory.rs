@@ -106,11 +106,13 @@ impl MemorySource {
         for (key, value) in writes {
             match value {
                 Some(v) => {
+                    // As the etcd follower: an undecodable value deletes the key from the cache.
                     match cache.decode(&key, &v, rev) {
                         Ok(o) => changes.push(Change::Put(o)),
                         Err(e) => {
                             cache.record_decode_error(&e);
                             first_err.get_or_insert(e);
+                            changes.push(Change::Delete(key.clone()));
                         }
                     }
                     inner.kv.insert(key, (v, rev));

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 use tracing::{error, info};
-use watchcache::etcd::{ConsistentReads, Encryption, EtcdCaches, EtcdConfig, LocalEtcd};
+use watchcache::etcd::{ConsistentReads, Encryption, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd};
 use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{CacheConfig, ResourceDef};
 
@@ -102,6 +102,9 @@ struct ServeArgs {
     /// Most concurrent watches; more are answered 429.
     #[arg(long, default_value_t = 200_000)]
     max_watchers: usize,
+    /// Most open client connections; more are answered 503 and closed at once.
+    #[arg(long, default_value_t = 250_000)]
+    max_connections: usize,
     /// How consistent reads (resourceVersion unset) are served: from the cache on etcd
     /// 3.4.31+/3.5.13+ and from etcd range reads on older versions (auto), always from the cache
     /// (cache), or always from etcd (etcd).
@@ -116,6 +119,15 @@ struct ServeArgs {
     /// Serve only these resources (plural names, comma-separated); default: every definition.
     #[arg(long, value_delimiter = ',', value_name = "PLURAL")]
     resources: Vec<String>,
+    /// PEM CA bundle that verifies etcd's serving certificate (for https:// etcd URLs).
+    #[arg(long, value_name = "FILE")]
+    etcd_cafile: Option<PathBuf>,
+    /// PEM client certificate for etcd (an etcd with --client-cert-auth requires one).
+    #[arg(long, value_name = "FILE", requires = "etcd_keyfile")]
+    etcd_certfile: Option<PathBuf>,
+    /// PEM private key of --etcd-certfile.
+    #[arg(long, value_name = "FILE", requires = "etcd_certfile")]
+    etcd_keyfile: Option<PathBuf>,
 }
 
 fn definitions(dir: Option<&PathBuf>) -> Result<Vec<ResourceDef>, watchcache::DefinitionError> {
@@ -164,12 +176,20 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut etcd = EtcdConfig::new(endpoints);
     etcd.consistent_reads = args.consistent_reads;
+    if args.etcd_cafile.is_some() || args.etcd_certfile.is_some() {
+        etcd.tls = Some(EtcdTls {
+            ca_file: args.etcd_cafile.clone(),
+            cert_file: args.etcd_certfile.clone(),
+            key_file: args.etcd_keyfile.clone(),
+        });
+    }
     etcd.encryption = encryption;
     let caches = EtcdCaches::connect(etcd, defs, CacheConfig::default()).await?;
     let config = ServerConfig {
         max_body_bytes: args.max_body_bytes,
         max_selector_len: args.max_selector_len,
         max_watchers: args.max_watchers,
+        max_connections: args.max_connections,
         ..ServerConfig::default()
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;

@@ -1,5 +1,15 @@
 //! A [`Selection`](super::Selection) compiled against one resource's schema: each field term is bound to
 //! a pre-extracted attribute when there is one, so evaluation on the hot path reads no JSON.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 use crate::model::FieldPath;
 use crate::model::Object;
@@ -59,10 +69,10 @@ impl Predicate {
             .filter_map(|(a, v)| schema.index_slot(*a).map(|slot| (slot, *a, v.clone())))
             .collect();
         let route = schema.triggers.iter().find_map(|t| {
-            pinned
-                .iter()
-                .find(|(a, v)| a == t && v.len() == 1)
-                .map(|(a, v)| (*a, v[0].clone()))
+            pinned.iter().find_map(|(a, v)| match v.as_slice() {
+                [one] if a == t => Some((*a, one.clone())),
+                _ => None,
+            })
         });
         Predicate {
             namespace: sel.namespace.as_deref().map(Into::into),
@@ -75,6 +85,16 @@ impl Predicate {
 
     /// Whether the object passes every term.
     pub fn matches(&self, schema: &Schema, obj: &Object) -> bool {
+        self.evaluate(schema, obj, false)
+    }
+
+    /// [`matches`](Predicate::matches) for dispatch to a live watcher: an undeclared field read
+    /// from the JSON stays in the object's memo, for every other watcher of the same path.
+    pub fn matches_live(&self, schema: &Schema, obj: &Object) -> bool {
+        self.evaluate(schema, obj, true)
+    }
+
+    fn evaluate(&self, schema: &Schema, obj: &Object, keep: bool) -> bool {
         if let Some(ns) = &self.namespace
             && obj.namespace() != Some(&**ns)
         {
@@ -82,7 +102,7 @@ impl Predicate {
         }
         let fields_ok = self.fields.iter().all(|(src, r)| match src {
             FieldSource::Attr(a) => r.matches(obj.attr_in(schema, *a).unwrap_or("")),
-            FieldSource::Json(p) => obj.field(p).is_some_and(|v| r.matches(&v)),
+            FieldSource::Json(p) => obj.with_field(p, keep, |v| v.is_some_and(|v| r.matches(v))),
         });
         fields_ok && self.labels.matches(|k| obj.label(k))
     }
@@ -90,6 +110,34 @@ impl Predicate {
     /// Equality terms that a store index can answer: (index slot, accepted values).
     pub fn index_terms(&self) -> impl Iterator<Item = (usize, &[String])> {
         self.index_terms.iter().map(|(slot, _, v)| (*slot, &v[..]))
+    }
+
+    /// The undeclared field paths this predicate reads from objects' JSON.
+    pub fn json_paths(&self) -> impl Iterator<Item = &FieldPath> {
+        self.fields.iter().filter_map(|(src, _)| match src {
+            FieldSource::Json(p) => Some(p),
+            FieldSource::Attr(_) => None,
+        })
+    }
+
+    /// The one namespace every match is in, when the selection pins it (by path or by an
+    /// equality on `metadata.namespace`).
+    pub fn pinned_namespace(&self) -> Option<&str> {
+        self.namespace
+            .as_deref()
+            .or_else(|| self.pinned(Attr::Namespace))
+    }
+
+    /// The one name every match has, when an equality on `metadata.name` pins it.
+    pub fn pinned_name(&self) -> Option<&str> {
+        self.pinned(Attr::Name)
+    }
+
+    fn pinned(&self, attr: Attr) -> Option<&str> {
+        self.fields.iter().find_map(|(src, r)| match src {
+            FieldSource::Attr(a) if *a == attr && r.is_equality() => Some(r.value()),
+            _ => None,
+        })
     }
 
     /// The (trigger, value) a watcher with this predicate is routed by, if any.

@@ -24,6 +24,9 @@ use crate::server::state::AppState;
 use crate::server::status::ApiError;
 use pump::WatchPump;
 
+/// The longest timeout a watch is given, whatever `timeoutSeconds` says.
+const MAX_WATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
 /// Holds one slot of the concurrent-watch limit for as long as the watch lives.
 pub(crate) struct WatcherSlot(Arc<AtomicUsize>);
 
@@ -67,7 +70,9 @@ pub(crate) async fn start(
         let (lo, hi) = st.config.default_watch_timeout;
         lo + (hi.saturating_sub(lo)).mul_f64(fastrand::f64())
     });
-    let deadline = Instant::now() + timeout;
+    // `timeoutSeconds` may be any u64, and an instant 2^64 s away does not exist (adding it
+    // panicked): beyond a year, a watch's own timeout is no different from none.
+    let deadline = Instant::now() + timeout.min(MAX_WATCH_TIMEOUT);
     let shutdown = st.shutdown.clone();
     match cache.watch(params.watch_options(ns)?).await {
         Ok(mut stream) => {

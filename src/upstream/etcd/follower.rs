@@ -4,6 +4,21 @@
 //! `prev_kv` and progress notifications. A break it can resume (connection lost, etcd restarted,
 //! leader lost) is resumed from the last applied revision with no relist; a compaction that
 //! cancels the watch triggers a resync, whose difference reaches watchers as ordinary events.
+//!
+//! etcd's history being replaced (wiped, or restored from a backup, on the same URL) shows as its
+//! revision going backwards or its cluster id changing: resuming from our revision would follow a
+//! different history. Then every watcher gets 410 Expired ([`Cache::reset`]) and the follower
+//! relists.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,9 +38,20 @@ use crate::upstream::etcd::range::{EtcdUpstream, MAX_RESPONSE_BYTES, REQUEST_TIM
 enum Broken {
     /// etcd compacted past our position: relist.
     Compacted(u64),
+    /// etcd's history was replaced: expire every watcher and relist.
+    Replaced(String),
     /// A resumable failure.
     Failed(String),
     Shutdown,
+}
+
+/// How etcd's history shows it was replaced.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+enum Divergence {
+    #[error("etcd's cluster id changed from {known:x} to {now:x}")]
+    Cluster { known: u64, now: u64 },
+    #[error("etcd's revision {rev} is below the applied revision {applied}")]
+    Revision { rev: u64, applied: u64 },
 }
 
 pub(crate) struct Follower {
@@ -37,6 +63,8 @@ pub(crate) struct Follower {
     pub progress: Arc<Notify>,
     pub reliable: bool,
     pub shutdown: watch::Receiver<bool>,
+    /// The etcd cluster id seen on the watch, once known.
+    pub cluster: Option<u64>,
 }
 
 impl Follower {
@@ -73,6 +101,11 @@ impl Follower {
                 Broken::Shutdown => return,
                 Broken::Compacted(at) => {
                     warn!(resource = %self.cache.definition().plural, compacted = at, from = rev, "watch position compacted; resyncing");
+                    applied = None;
+                }
+                Broken::Replaced(why) => {
+                    self.cache.reset(why);
+                    self.cluster = None;
                     applied = None;
                 }
                 Broken::Failed(e) => {
@@ -138,6 +171,14 @@ impl Follower {
         let mut resync = None;
         while let Some(page) = reader.next_page().await {
             let page = page.map_err(|e| e.to_string())?;
+            let cached = self.cache.resource_version();
+            if resync.is_none() && page.revision < cached {
+                // A linearizable read below what we applied: etcd's history was replaced.
+                self.cache.reset(format!(
+                    "etcd's revision {} is below the cache's revision {cached}",
+                    page.revision
+                ));
+            }
             let resync = resync.get_or_insert_with(|| self.cache.resync(page.revision));
             resync.add_page(page.kvs.iter().filter_map(|kv| {
                 self.cache
@@ -198,7 +239,13 @@ impl Follower {
                     let mut kv = self.client.kv_client();
                     let probe = kv.get(self.prefix().to_owned(), Some(GetOptions::new().with_count_only()));
                     match tokio::time::timeout(REQUEST_TIMEOUT, probe).await {
-                        Ok(Ok(_)) => last_message = tokio::time::Instant::now(),
+                        Ok(Ok(r)) => {
+                            // The probe is linearizable: no confirmation needed.
+                            if let Some(d) = self.replaced(r.header(), from, *applied) {
+                                return Broken::Replaced(d.to_string());
+                            }
+                            last_message = tokio::time::Instant::now();
+                        }
                         Ok(Err(e)) => return Broken::Failed(format!("probe: {e}")),
                         Err(_) => return Broken::Failed("probe: timed out".into()),
                     }
@@ -216,6 +263,11 @@ impl Follower {
                         }
                         return Broken::Failed(format!("watch canceled: {}", resp.cancel_reason()));
                     }
+                    if let Some(d) = self.replaced(resp.header(), from, *applied)
+                        && let Some(why) = self.confirm(d).await
+                    {
+                        return Broken::Replaced(why);
+                    }
                     if resp.created() {
                         debug!(resource = %self.cache.definition().plural, from = from + 1, "etcd watch created");
                         self.recovered(down_since, backoff);
@@ -225,6 +277,48 @@ impl Follower {
                 }
             }
         }
+    }
+
+    /// Whether a response header shows that etcd's history was replaced: a cluster id other than
+    /// the one seen before, or a revision below what was applied (a watch from `from + 1` cannot be
+    /// served by an etcd whose revision is below `from`).
+    fn replaced(
+        &mut self,
+        header: Option<&etcd_client::ResponseHeader>,
+        from: u64,
+        applied: Option<u64>,
+    ) -> Option<Divergence> {
+        let h = header?;
+        let id = h.cluster_id();
+        match self.cluster {
+            Some(known) if id != 0 && id != known => {
+                return Some(Divergence::Cluster { known, now: id });
+            }
+            None if id != 0 => self.cluster = Some(id),
+            _ => {}
+        }
+        let rev = h.revision() as u64;
+        let applied = applied.unwrap_or(from).max(from);
+        (rev > 0 && rev < applied).then_some(Divergence::Revision { rev, applied })
+    }
+
+    /// Confirms a revision below the applied one with a linearizable read, which waits until the
+    /// member has applied everything committed: a lagging member may answer below what another
+    /// member applied. A cluster id change needs no confirmation.
+    async fn confirm(&self, d: Divergence) -> Option<String> {
+        let Divergence::Revision { applied, .. } = d else {
+            return Some(d.to_string());
+        };
+        let mut kv = self.client.kv_client();
+        let probe = kv.get(
+            self.prefix().to_owned(),
+            Some(GetOptions::new().with_count_only()),
+        );
+        let rev = match tokio::time::timeout(REQUEST_TIMEOUT, probe).await {
+            Ok(Ok(r)) => r.header().map_or(0, |h| h.revision() as u64),
+            _ => return None,
+        };
+        (rev < applied).then(|| Divergence::Revision { rev, applied }.to_string())
     }
 
     /// Applies one watch response: its events grouped by revision, or a progress notification.
@@ -241,21 +335,17 @@ impl Follower {
             }
             return;
         }
-        let mut i = 0;
-        while i < events.len() {
-            let rev = events[i].kv().map_or(0, |kv| kv.mod_revision() as u64);
-            let mut changes = Vec::new();
-            while i < events.len() && events[i].kv().map_or(0, |kv| kv.mod_revision() as u64) == rev
-            {
-                if let Some(change) = self.change(&events[i], rev) {
-                    changes.push(change);
-                }
-                i += 1;
-            }
+        let rev_of = |e: &etcd_client::Event| e.kv().map_or(0, |kv| kv.mod_revision() as u64);
+        // One etcd transaction is one revision: its events are applied as one batch.
+        for batch in events.chunk_by(|a, b| rev_of(a) == rev_of(b)) {
+            let Some(rev) = batch.first().map(rev_of) else {
+                continue;
+            };
             if applied.is_some_and(|a| rev <= a) {
                 debug!(rev, "skipping an already applied revision");
                 continue;
             }
+            let changes: Vec<Change> = batch.iter().filter_map(|e| self.change(e, rev)).collect();
             if let Err(e) = self.cache.apply(rev, changes) {
                 warn!(error = %e, "out-of-order event from etcd; skipped");
                 continue;
@@ -272,10 +362,7 @@ impl Follower {
         };
         match ev.event_type() {
             EtcdEventType::Delete => Some(Change::Delete(key.to_owned())),
-            EtcdEventType::Put => self
-                .cache
-                .decode_or_skip(key, kv.value(), rev)
-                .map(Change::Put),
+            EtcdEventType::Put => Some(self.cache.change_for_put(key, kv.value(), rev)),
         }
     }
 }

@@ -1,5 +1,15 @@
 //! Range reads of one resource prefix: the paged list of a (re)sync, and the [`Upstream`] that
 //! consistent reads consult.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +19,7 @@ use etcd_client::{GetOptions, KvClient};
 use tokio::sync::Notify;
 
 use super::encryption::Transformer;
-use crate::cache::{BoxFuture, RangePage, RawKv, Upstream};
+use crate::cache::{BoxFuture, KeyRange, RangePage, RawKv, Upstream};
 use crate::error::{Error, Result};
 
 /// The end of the key range `[prefix, end)` holding every key with the prefix.
@@ -44,27 +54,58 @@ pub(crate) fn upstream_error(e: etcd_client::Error, requested: Option<u64>) -> E
     Error::Upstream(e.to_string())
 }
 
-/// One page of `[from or prefix, prefix end)` at `revision` (0: current, linearizable).
+fn is_future_revision(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("required revision is a future revision"))
+}
+
+/// etcd's current revision, from a count-only read of one key (the prefix itself).
+async fn current_revision(kv: &mut KvClient, key: &str) -> Result<u64> {
+    let resp = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        kv.get(key, Some(GetOptions::new().with_count_only())),
+    )
+    .await
+    .map_err(|_| Error::Upstream("etcd revision read timed out".into()))?
+    .map_err(|e| Error::Upstream(e.to_string()))?;
+    Ok(resp.header().map_or(0, |h| h.revision() as u64))
+}
+
+/// One page of `keys` (bounded by `[prefix, prefix end)`) at `revision` (0: current,
+/// linearizable).
 pub(crate) async fn read_page(
     kv: &mut KvClient,
     prefix: &str,
     revision: Option<u64>,
-    from: Option<String>,
+    keys: KeyRange,
     limit: usize,
 ) -> Result<RangePage> {
+    let end = keys
+        .end
+        .map_or_else(|| prefix_end(prefix), String::into_bytes);
     let opts = GetOptions::new()
-        .with_range(prefix_end(prefix))
+        .with_range(end)
         .with_limit(limit as i64)
         .with_revision(revision.unwrap_or(0) as i64);
-    let start = from.unwrap_or_else(|| prefix.to_owned());
-    let resp = tokio::time::timeout(REQUEST_TIMEOUT, kv.get(start, Some(opts)))
+    let start = keys.from.unwrap_or_else(|| prefix.to_owned());
+    let resp = match tokio::time::timeout(REQUEST_TIMEOUT, kv.get(start, Some(opts)))
         .await
         .map_err(|_| {
             Error::Upstream(format!(
                 "etcd range read timed out after {REQUEST_TIMEOUT:?}"
             ))
-        })?
-        .map_err(|e| upstream_error(e, revision))?;
+        })? {
+        Ok(resp) => resp,
+        // A revision etcd has not reached (a forged or foreign continue token): what the cache
+        // answers for a resourceVersion it has not reached, 504 with Retry-After, never etcd's text.
+        Err(e) if is_future_revision(&e) => {
+            let current = current_revision(kv, prefix).await.unwrap_or_default();
+            return Err(Error::TooLargeResourceVersion {
+                requested: revision.unwrap_or_default(),
+                current,
+            });
+        }
+        Err(e) => return Err(upstream_error(e, revision)),
+    };
     let rev = resp.header().map_or(0, |h| h.revision() as u64);
     let more = resp.more();
     let kvs = resp
@@ -112,18 +153,9 @@ impl Upstream for EtcdUpstream {
     fn current_revision(&self) -> BoxFuture<'_, Result<u64>> {
         let mut kv = self.kv.clone();
         let key = self.prefix.clone();
-        Box::pin(async move {
-            // A linearizable read of one key (the prefix itself): O(1) in etcd, and its header
-            // carries the store's current revision.
-            let resp = tokio::time::timeout(
-                REQUEST_TIMEOUT,
-                kv.get(key, Some(GetOptions::new().with_count_only())),
-            )
-            .await
-            .map_err(|_| Error::Upstream("etcd revision read timed out".into()))?
-            .map_err(|e| Error::Upstream(e.to_string()))?;
-            Ok(resp.header().map_or(0, |h| h.revision() as u64))
-        })
+        // A linearizable read of one key (the prefix itself): O(1) in etcd, and its header carries
+        // the store's current revision.
+        Box::pin(async move { current_revision(&mut kv, &key).await })
     }
 
     fn request_progress(&self) {
@@ -137,11 +169,11 @@ impl Upstream for EtcdUpstream {
     fn range(
         &self,
         revision: Option<u64>,
-        from: Option<String>,
+        keys: KeyRange,
         limit: usize,
     ) -> BoxFuture<'_, Result<RangePage>> {
         let mut kv = self.kv.clone();
-        Box::pin(async move { read_page(&mut kv, &self.prefix, revision, from, limit).await })
+        Box::pin(async move { read_page(&mut kv, &self.prefix, revision, keys, limit).await })
     }
 }
 

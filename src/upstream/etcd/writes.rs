@@ -1,5 +1,15 @@
 //! [`Writes`] on etcd: each write is one transaction whose compare is the precondition, so a write
 //! never lands on a state its caller did not see.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 use std::sync::Arc;
 use std::time::Duration;

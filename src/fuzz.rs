@@ -1,0 +1,101 @@
+//! Fuzz targets: every reader of outside input, each a function of raw bytes that panics when an
+//! invariant breaks. `tests/fuzz.rs` drives them with a mutating fuzzer over the corpus in
+//! `tests/fuzz-corpus/` (bounded time in CI, longer by `FUZZ_SECONDS`). Behind the `fuzzing`
+//! feature: not part of the library's API.
+//!
+//! Every target is total: any input is either accepted or answered with a typed error, never a
+//! panic, and what is accepted is what a strict client can read back.
+
+use crate::model::{FieldSelector, LabelSelector, ResourceDef};
+use crate::{Cache, CacheConfig};
+
+/// The field selector parser: errors are typed; an accepted selector's canonical form parses to
+/// the same selector.
+pub fn field_selector(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(sel) = FieldSelector::parse(text) {
+        let again = FieldSelector::parse(&sel.to_string())
+            .unwrap_or_else(|e| panic!("canonical form {sel} does not parse: {e}"));
+        assert_eq!(again.to_string(), sel.to_string());
+    }
+}
+
+/// The label selector parser, likewise.
+pub fn label_selector(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(sel) = LabelSelector::parse(text) {
+        let again = LabelSelector::parse(&sel.to_string())
+            .unwrap_or_else(|e| panic!("canonical form {sel} does not parse: {e}"));
+        assert_eq!(again.to_string(), sel.to_string());
+    }
+}
+
+thread_local! {
+    static PODS: Cache = Cache::new(
+        ResourceDef::builtin("pods").unwrap_or_else(|| panic!("pods is built in")),
+        CacheConfig::default(),
+    );
+}
+
+/// The object decoder, on a value stored under `/registry/pods/default/web`: what it accepts is
+/// served, so its JSON (and the JSON of a DELETED event made from it) must be valid JSON that
+/// serde_json reads back, naming the key's object, with the revision spliced in.
+pub fn object(data: &[u8]) {
+    PODS.with(|cache| {
+        let Ok(obj) = cache.decode("/registry/pods/default/web", data, 41) else {
+            return;
+        };
+        assert_eq!((obj.namespace(), obj.name()), (Some("default"), "web"));
+        for (json, rv) in [(obj.json().clone(), 41), (obj.json_at(12345), 12345)] {
+            let v: serde_json::Value = serde_json::from_slice(&json).unwrap_or_else(|e| {
+                panic!(
+                    "served JSON is invalid ({e}): {}",
+                    String::from_utf8_lossy(&json)
+                )
+            });
+            assert_eq!(v["metadata"]["name"], "web");
+            assert_eq!(v["metadata"]["resourceVersion"], rv.to_string());
+            assert!(
+                !json.contains(&b'\n'),
+                "one event per line needs compact JSON"
+            );
+        }
+    });
+}
+
+/// Continue tokens: errors are typed; an accepted token re-encodes to an equal token.
+pub fn continue_token(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok((rv, key)) = crate::cache::continue_token::decode(text) {
+        let again = crate::cache::continue_token::encode(rv, &key);
+        let decoded = crate::cache::continue_token::decode(&again)
+            .unwrap_or_else(|e| panic!("re-encoded token {again} does not decode: {e:?}"));
+        assert_eq!(decoded, (rv, key));
+    }
+}
+
+/// Query strings of LIST and WATCH: parsed and turned into options, or a Status error.
+#[cfg(feature = "server")]
+pub fn query(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(mut p) = crate::server::params::ReadParams::parse(Some(text), 10_240) {
+        let _list = p.list_options(Some("default"));
+        let _watch = p.watch_options(None);
+        p.watch_one("web");
+        let _one = p.watch_options(Some("default"));
+    }
+}
+
+/// The watch fast path's first-request head parser.
+#[cfg(feature = "server")]
+pub fn request_head(data: &[u8]) {
+    let _head = crate::server::watch::fast_path::parse_head(data);
+}
