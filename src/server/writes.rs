@@ -316,8 +316,11 @@ pub async fn update(
     if precondition.is_some_and(|p| p != current.mod_revision) {
         return Err(ApiError::conflict(&def.plural, name));
     }
-    // Identity fields the client left out are kept from the stored object.
-    if let Ok(Value::Object(old)) = serde_json::from_slice::<Value>(&current.value)
+    // Identity fields the client left out are kept from the stored object (JSON, or protobuf as
+    // kube-apiserver stores built-ins).
+    if let Ok(Value::Object(old)) = cache
+        .decode(&key, &current.value, current.mod_revision)
+        .map(|o| o.to_value())
         && let Some(Value::Object(old_meta)) = old.get("metadata")
     {
         let meta = meta_mut(&mut obj);
