@@ -55,7 +55,8 @@
 //! # Ok(())
 //! # }
 //! ```
-
+// No unwrap or expect outside tests: errors are typed (design/reliability.md).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
@@ -81,7 +82,7 @@ pub mod fuzz;
 pub use model::{
     DecodeError, DefinitionError, EventType, FieldPath, FieldSelector, HistoryConfig, IndexDef,
     IndexKey, LabelSelector, Object, ResourceDef, ResourceVersion, RvMatch, Selection,
-    SelectorError, definition, selector,
+    SelectorError, definition, names, selector,
 };
 #[cfg(feature = "apiserver")]
 pub use upstream::apiserver;

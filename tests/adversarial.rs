@@ -544,3 +544,82 @@ async fn connections_beyond_the_limit_are_refused_cleanly() {
     }
     assert!(ok, "a freed slot is usable again");
 }
+
+/// Decodes what a gzip stream has delivered so far (a stream still open has no trailer yet).
+fn gunzip_so_far(bytes: &[u8]) -> String {
+    use std::io::Read;
+    let mut d = flate2::read::DeflateDecoder::new(bytes.get(10..).unwrap_or_default());
+    let mut out = Vec::new();
+    let _ = d.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Item 2: gzip watches keep no deflate state of their own (design/performance.md has the memory
+/// figures from examples/conn_memory.rs); the stream must still be one valid gzip member in which
+/// each event can be read as soon as it arrives, on both transports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gzip_watches_flush_every_event_and_end_as_valid_gzip() {
+    use futures_util::StreamExt;
+    use std::io::Read;
+    let s = TestServer::start(ServerConfig::default()).await;
+    let fast = reqwest::Client::new();
+    let slow = reqwest::Client::new();
+    let r = slow.get(format!("{}/livez", s.url)).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "ok");
+    let url = format!(
+        "{}/api/v1/namespaces/gz/pods?watch=1&timeoutSeconds=4",
+        s.url
+    );
+    let mut streams = Vec::new();
+    for c in [&fast, &slow] {
+        let r = c
+            .get(&url)
+            .header("accept-encoding", "gzip")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.headers()["content-encoding"], "gzip");
+        streams.push((r.bytes_stream(), Vec::new()));
+    }
+    let writer = reqwest::Client::new();
+    for i in 0..3 {
+        let name = format!("p{i}");
+        let r = create(
+            &writer,
+            &s.url,
+            "gz",
+            &json!({"metadata": {"name": name}, "spec": {"pad": "x".repeat(3000)}}),
+        )
+        .await;
+        assert_eq!(r.status(), 201);
+        for (body, got) in &mut streams {
+            while !gunzip_so_far(got).contains(&format!(r#""name":"{name}""#)) {
+                let chunk = tokio::time::timeout(Duration::from_secs(5), body.next())
+                    .await
+                    .expect("the event arrives compressed and flushed")
+                    .unwrap()
+                    .unwrap();
+                got.extend_from_slice(&chunk);
+            }
+        }
+    }
+    for (mut body, mut got) in streams {
+        while let Some(chunk) = body.next().await {
+            got.extend_from_slice(&chunk.unwrap());
+        }
+        let mut text = String::new();
+        let mut d = flate2::read::GzDecoder::new(&got[..]);
+        d.read_to_string(&mut text).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3, "{text:.300}");
+        assert!(
+            got.len() < text.len() / 4,
+            "compressed {} of {}",
+            got.len(),
+            text.len()
+        );
+    }
+}

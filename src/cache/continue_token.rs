@@ -1,5 +1,17 @@
 //! Continue tokens, in upstream's form: URL-safe base64 (no padding) of
 //! `{"v":"meta.k8s.io/v1","rv":R,"start":"<key after the prefix>\u0000"}`.
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice,
+        clippy::panic
+    )
+)]
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -69,6 +81,25 @@ mod tests {
                 e.to_string().starts_with("continue key is not valid"),
                 "{e}"
             );
+        }
+    }
+
+    // Fuzzing target (tests/fuzz.rs has the others): tokens come from clients.
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
+
+        #[test]
+        fn tokens_decode_without_panicking_and_round_trip(
+            garbage in "\\PC{0,80}",
+            json in "\\{\"v\":\"meta.k8s.io/v1\",\"rv\":-?[0-9]{1,20},\"start\":\"\\PC{0,10}\"\\}",
+            rv in 1u64..=i64::MAX as u64,
+            last in "\\PC{1,30}",
+        ) {
+            let _ = decode(&garbage);
+            if let Ok((at, _)) = decode(&URL_SAFE_NO_PAD.encode(&json)) {
+                proptest::prop_assert!(at >= 1 && at <= i64::MAX as u64);
+            }
+            proptest::prop_assert_eq!(decode(&encode(rv, &last)).unwrap(), (rv, last));
         }
     }
 }

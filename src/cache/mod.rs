@@ -121,13 +121,25 @@ impl Cache {
 
     // ---- writer side ----
 
-    /// Decodes a stored value into an [`Object`] at revision `rv`. Pure: call it outside any lock,
-    /// possibly on several threads.
+    /// Decodes a readable value (JSON, or kube-apiserver's protobuf) into an [`Object`] at
+    /// revision `rv`. Pure: call it outside any lock, possibly on several threads. Values as the
+    /// upstream stores them (possibly encrypted) go through
+    /// [`decode_stored`](Cache::decode_stored).
     ///
     /// # Errors
-    /// [`DecodeError`] when the value is not a JSON object with `metadata.name` agreeing with the key.
+    /// [`DecodeError`] when the value is not a JSON object or a protobuf built-in, or its
+    /// `metadata.name` does not agree with the key.
     pub fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
         self.shared.decode(key, value, rv)
+    }
+
+    /// Decodes a value as the upstream stores it: its [`read_stored`](Upstream::read_stored)
+    /// (etcd: decryption) first, then [`decode`](Cache::decode).
+    ///
+    /// # Errors
+    /// As `decode`, and when the upstream cannot read the value (e.g. no key decrypts it).
+    pub fn decode_stored(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
+        self.shared.decode_stored(key, value, rv)
     }
 
     /// Decodes a stored value, or counts and logs it as malformed and returns `None`: what a feeder
@@ -340,7 +352,7 @@ impl Cache {
         let continue_token = items
             .last()
             .filter(|_| more)
-            .map(|o| continue_token::encode(rv, &o.key()[prefix_len..]));
+            .map(|o| continue_token::encode(rv, o.key().get(prefix_len..).unwrap_or_default()));
         ObjectList {
             resource_version: rv,
             items,

@@ -446,9 +446,24 @@ impl Shared {
         *self.json_paths.write() = st.json_paths.keys().cloned().collect();
     }
 
+    /// Decodes a value as the upstream stores it: its storage transformation undone first
+    /// ([`Upstream::read_stored`], etcd: decryption).
+    pub fn decode_stored(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
+        match self.upstream() {
+            Some(up) => {
+                let plain = up.read_stored(key, value).map_err(|reason| DecodeError {
+                    key: key.to_owned(),
+                    reason,
+                })?;
+                self.decode(key, &plain, rv)
+            }
+            None => self.decode(key, value, rv),
+        }
+    }
+
     /// Decodes a stored value, or counts and logs it and returns `None`.
     pub fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
-        self.decode(key, value, rv)
+        self.decode_stored(key, value, rv)
             .map_err(|e| self.record_decode_error(&e))
             .ok()
     }

@@ -109,7 +109,13 @@ pub fn list_parts(def: &ResourceDef, list: &ObjectList) -> Vec<Bytes> {
         if i > 0 {
             parts.push(Bytes::from_static(b","));
         }
-        parts.push(o.json().clone());
+        match o.list_item_tail() {
+            Some(tail) => {
+                parts.push(Bytes::from_static(b"{"));
+                parts.push(tail);
+            }
+            None => parts.push(o.json().clone()),
+        }
     }
     parts.push(Bytes::from_static(b"]}"));
     parts

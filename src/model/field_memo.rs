@@ -1,4 +1,5 @@
-//! Values of field paths that no definition declares, read from an object's JSON at most once per
+//! Values of field paths that no definition declares, read from an object (its JSON, or its protobuf
+//! bytes) at most once per
 //! (object, path) and shared by every selector that asks.
 //!
 //! Field selectors may name any path. A declared path is extracted at decode; an undeclared one
@@ -12,13 +13,21 @@
 //! ## Lock order
 //! The memo's mutex is a leaf: nothing else is locked while it is held, and extraction (parsing
 //! the JSON) runs outside it.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 use std::sync::Arc;
 
+use crate::model::field_path::FieldPath;
 use parking_lot::Mutex;
-use serde_json::value::RawValue;
-
-use crate::model::field_path::{self, FieldPath};
 
 /// Values read so far: (path, value; `None` when the object has no value there).
 type Values = Vec<(FieldPath, Option<Arc<str>>)>;
@@ -28,12 +37,17 @@ type Values = Vec<(FieldPath, Option<Arc<str>>)>;
 pub(crate) struct FieldMemo(Mutex<Option<Box<Values>>>);
 
 impl FieldMemo {
-    /// The value at `path` in `json`: from the memo, or read (and kept in the memo when `keep`).
-    pub fn get(&self, json: &[u8], path: &FieldPath, keep: bool) -> Option<Arc<str>> {
+    /// The value at `path`: from the memo, or `read` (and kept in the memo when `keep`).
+    pub fn get(
+        &self,
+        path: &FieldPath,
+        keep: bool,
+        read: impl FnOnce() -> Option<Arc<str>>,
+    ) -> Option<Arc<str>> {
         if let Some(v) = self.lookup(path) {
             return v;
         }
-        let v = read(json, path);
+        let v = read();
         if keep {
             self.store(path, v.clone());
         }
@@ -41,10 +55,10 @@ impl FieldMemo {
     }
 
     /// Reads every path of `paths` not read yet.
-    pub fn extract(&self, json: &[u8], paths: &[FieldPath]) {
+    pub fn extract(&self, paths: &[FieldPath], read: impl Fn(&FieldPath) -> Option<Arc<str>>) {
         for p in paths {
             if self.lookup(p).is_none() {
-                self.store(p, read(json, p));
+                self.store(p, read(p));
             }
         }
     }
@@ -67,13 +81,6 @@ impl FieldMemo {
     }
 }
 
-fn read(json: &[u8], path: &FieldPath) -> Option<Arc<str>> {
-    #[cfg(test)]
-    READS.with(|r| r.set(r.get() + 1));
-    let raw: &RawValue = serde_json::from_slice(json).ok()?;
-    field_path::extract(raw, path).map(Arc::from)
-}
-
 #[cfg(test)]
 thread_local! {
     /// JSON reads on this thread, for tests that count them.
@@ -86,25 +93,28 @@ mod tests {
 
     #[test]
     fn each_path_is_read_once() {
-        let json = br#"{"spec":{"a":"x","b":2}}"#;
         let (a, b) = (
             FieldPath::parse("spec.a").unwrap(),
             FieldPath::parse("spec.b").unwrap(),
         );
+        let reads = std::cell::Cell::new(0);
+        let read = |p: &FieldPath| {
+            reads.set(reads.get() + 1);
+            Some(Arc::from(if p.as_str() == "spec.a" { "x" } else { "2" }))
+        };
         let memo = FieldMemo::default();
-        let before = READS.with(std::cell::Cell::get);
-        memo.extract(json, std::slice::from_ref(&a));
-        assert_eq!(memo.get(json, &a, true).as_deref(), Some("x"));
-        assert_eq!(memo.get(json, &a, false).as_deref(), Some("x"));
-        assert_eq!(memo.get(json, &b, false).as_deref(), Some("2"));
-        assert_eq!(READS.with(std::cell::Cell::get) - before, 2);
+        memo.extract(std::slice::from_ref(&a), read);
+        assert_eq!(memo.get(&a, true, || read(&a)).as_deref(), Some("x"));
+        assert_eq!(memo.get(&a, false, || read(&a)).as_deref(), Some("x"));
+        assert_eq!(memo.get(&b, false, || read(&b)).as_deref(), Some("2"));
+        assert_eq!(reads.get(), 2);
         assert_eq!(
-            memo.get(json, &b, true).as_deref(),
+            memo.get(&b, true, || read(&b)).as_deref(),
             Some("2"),
             "read again, kept"
         );
-        memo.extract(json, &[a, b.clone()]);
-        assert_eq!(memo.get(json, &b, false).as_deref(), Some("2"));
-        assert_eq!(READS.with(std::cell::Cell::get) - before, 3);
+        memo.extract(&[a, b.clone()], read);
+        assert_eq!(memo.get(&b, false, || read(&b)).as_deref(), Some("2"));
+        assert_eq!(reads.get(), 3);
     }
 }

@@ -1,4 +1,14 @@
 //! Dotted field paths (`spec.nodeName`) and their extraction from raw JSON without building a DOM.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 use std::borrow::Cow;
 use std::fmt;

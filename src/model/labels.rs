@@ -1,11 +1,22 @@
 //! Label syntax as Kubernetes validates it: keys are qualified names (`[prefix/]name`), values are
 //! short names. Used by label selectors, label index declarations and (on writes) object labels.
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice,
+        clippy::panic
+    )
+)]
 
 fn is_name_part(s: &str) -> bool {
     let b = s.as_bytes();
-    !b.is_empty()
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
+    b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
         && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
@@ -14,9 +25,8 @@ fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253
         && s.split('.').all(|l| {
             let b = l.as_bytes();
-            !b.is_empty()
-                && b[0].is_ascii_alphanumeric()
-                && b[b.len() - 1].is_ascii_alphanumeric()
+            b.first().is_some_and(u8::is_ascii_alphanumeric)
+                && b.last().is_some_and(u8::is_ascii_alphanumeric)
                 && b.iter()
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         })

@@ -14,6 +14,7 @@ pub(crate) mod field_path;
 pub(crate) mod labels;
 pub mod names;
 mod object;
+pub(crate) mod protobuf;
 mod resource_version;
 pub(crate) mod schema;
 pub mod selector;

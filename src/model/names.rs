@@ -2,6 +2,18 @@
 //! most resources name objects with a DNS-1123 subdomain, namespaces with a DNS-1123 label, and
 //! services with a DNS-1035 label. A name that passes is also a safe etcd key segment and path
 //! segment (no `/`, `%`, space, `.` or `..`).
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice,
+        clippy::panic
+    )
+)]
 
 /// Which syntax a resource's object names follow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,11 +5,26 @@
 //! - `json` is compact (no newlines, so a watch stream can frame one event per line) and carries
 //!   `metadata.resourceVersion` = `rv` at `json[rv_at..rv_at + rv_len]`. The stored bytes' own
 //!   resourceVersion is never trusted: it is dropped on ingest.
+//! - An object stored as protobuf keeps the stored bytes and makes its JSON on first use, exactly
+//!   once (`OnceLock`), outside the cache's lock (consumers ask for it, the commit never does).
+//!   Everything that encoding reads was validated at ingest, so making it cannot fail.
 //! - `namespace` and `name` agree with the key: `prefix + ns + "/" + name`, or `prefix + name`.
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice,
+        clippy::panic
+    )
+)]
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::de::{self, MapAccess, Visitor};
@@ -30,15 +45,33 @@ struct Inner {
     /// Byte offset of the name inside `key`; it runs to the end.
     name_at: u32,
     rv: u64,
-    json: Bytes,
-    rv_at: u32,
-    rv_len: u8,
+    body: Body,
     /// Sorted by key.
     labels: Box<[(Box<str>, Box<str>)]>,
     /// Values of the schema's declared fields, by slot.
     fields: Box<[Box<str>]>,
     /// Values of undeclared field paths that selectors use, each read once.
     memo: FieldMemo,
+}
+
+/// The JSON encoding, with where its resourceVersion digits are.
+struct JsonForm {
+    json: Bytes,
+    rv_at: u32,
+    rv_len: u8,
+    /// Where the members after `kind` and `apiVersion` start (0: the object is listed as it is).
+    item_at: u32,
+}
+
+/// What an object was decoded from.
+enum Body {
+    /// JSON: re-encoded compactly at ingest.
+    Json(JsonForm),
+    /// kube-apiserver's protobuf (`k8s\0` + `runtime.Unknown`), as stored; its JSON on first use.
+    Protobuf {
+        value: Bytes,
+        json: OnceLock<JsonForm>,
+    },
 }
 
 /// Why a stored value could not be cached.
@@ -62,6 +95,9 @@ impl Object {
             key: key.to_owned(),
             reason,
         };
+        if value.starts_with(crate::model::protobuf::MAGIC) {
+            return Object::decode_protobuf(schema, key, value, rv);
+        }
         let text = std::str::from_utf8(value).map_err(|e| fail(format!("not UTF-8: {e}")))?;
         let top = members(text).map_err(|e| fail(format!("not a JSON object: {e}")))?;
         check_servable(text).map_err(fail)?;
@@ -137,13 +173,112 @@ impl Object {
             ns,
             name_at,
             rv,
-            json,
-            rv_at,
-            rv_len,
+            body: Body::Json(JsonForm {
+                json,
+                rv_at,
+                rv_len,
+                item_at: 0,
+            }),
             labels: labels.into_boxed_slice(),
             fields,
             memo: FieldMemo::default(),
         })))
+    }
+
+    /// Decodes kube-apiserver's protobuf storage encoding (`k8s\0` + `runtime.Unknown`): name,
+    /// namespace, labels and declared fields are read from the message's bytes, and the JSON
+    /// encoding is kube-apiserver's for the same object (see `model/protobuf`).
+    fn decode_protobuf(
+        schema: &Schema,
+        key: &str,
+        value: &[u8],
+        rv: u64,
+    ) -> Result<Object, DecodeError> {
+        use crate::model::protobuf::Envelope;
+        let fail = |reason: String| DecodeError {
+            key: key.to_owned(),
+            reason,
+        };
+        let env = Envelope::parse(value).map_err(&fail)?;
+        let def = &schema.def;
+        let want_av = if def.group.is_empty() {
+            Cow::Borrowed(def.version.as_str())
+        } else {
+            Cow::Owned(format!("{}/{}", def.group, def.version))
+        };
+        if env.kind != def.kind || env.api_version != want_av {
+            return Err(fail(format!(
+                "protobuf envelope holds {} {}, not this resource's {want_av} {}",
+                env.api_version, env.kind, def.kind
+            )));
+        }
+        let meta = env.meta().map_err(&fail)?;
+        if meta.name.is_empty() {
+            return Err(fail("metadata.name is missing or empty".into()));
+        }
+        let (ns, name_at) = key_layout(schema, key, meta.name, meta.namespace).map_err(&fail)?;
+        let fields = schema
+            .fields
+            .iter()
+            .map(|p| env.field(p).map(|v| v.unwrap_or_default().into_boxed_str()))
+            .collect::<Result<_, _>>()
+            .map_err(&fail)?;
+        env.validate().map_err(&fail)?;
+        Ok(Object(Arc::new(Inner {
+            key: key.into(),
+            ns,
+            name_at,
+            rv,
+            body: Body::Protobuf {
+                value: Bytes::copy_from_slice(value),
+                json: OnceLock::new(),
+            },
+            labels: meta.labels.into_boxed_slice(),
+            fields,
+            memo: FieldMemo::default(),
+        })))
+    }
+
+    /// The JSON encoding, made now if this is its first use.
+    fn form(&self) -> &JsonForm {
+        match &self.0.body {
+            Body::Json(f) => f,
+            Body::Protobuf { value, json } => json.get_or_init(|| {
+                match crate::model::protobuf::Envelope::parse(value).and_then(|e| e.encode_json(self.0.rv)) {
+                    Ok((json, rv_at, rv_len, item_at)) => JsonForm {
+                        json: Bytes::from(json),
+                        rv_at,
+                        rv_len,
+                        item_at,
+                    },
+                    Err(e) => {
+                        // Unreachable: ingest validated everything the encoding reads. Should it
+                        // happen, the identity survives and the failure is loud.
+                        debug_assert!(false, "{}: {e}", self.key());
+                        tracing::error!(key = self.key(), error = %e, "JSON encoding of a validated protobuf object failed");
+                        let mut out = Vec::new();
+                        out.extend_from_slice(b"{\"metadata\":{\"name\":");
+                        let _ = serde_json::to_writer(&mut out, self.name());
+                        if let Some(ns) = self.namespace() {
+                            out.extend_from_slice(b",\"namespace\":");
+                            let _ = serde_json::to_writer(&mut out, ns);
+                        }
+                        out.extend_from_slice(b",\"resourceVersion\":\"");
+                        let rv_at = out.len() as u32;
+                        let mut digits = itoa::Buffer::new();
+                        let d = digits.format(self.0.rv);
+                        out.extend_from_slice(d.as_bytes());
+                        out.extend_from_slice(b"\"}}");
+                        JsonForm {
+                            json: Bytes::from(out),
+                            rv_at,
+                            rv_len: d.len() as u8,
+                            item_at: 0,
+                        }
+                    }
+                }
+            }),
+        }
     }
 
     /// The etcd key.
@@ -158,12 +293,15 @@ impl Object {
     /// The namespace, `None` for cluster-scoped objects.
     pub fn namespace(&self) -> Option<&str> {
         let (a, b) = self.0.ns;
-        (a != b).then(|| &self.0.key[a as usize..b as usize])
+        (a != b).then(|| self.0.key.get(a as usize..b as usize).unwrap_or_default())
     }
 
     /// `metadata.name`.
     pub fn name(&self) -> &str {
-        &self.0.key[self.0.name_at as usize..]
+        self.0
+            .key
+            .get(self.0.name_at as usize..)
+            .unwrap_or_default()
     }
 
     /// The revision at which this state was written (its `metadata.resourceVersion`).
@@ -172,27 +310,45 @@ impl Object {
     }
 
     /// The object's JSON, compact, with `metadata.resourceVersion` set. Shared, never copied.
+    /// For an object stored as protobuf it is made on the first call (once).
     pub fn json(&self) -> &Bytes {
-        &self.0.json
+        &self.form().json
+    }
+
+    /// The JSON of this object as an item of a list: built-ins decoded from protobuf leave `kind`
+    /// and `apiVersion` out there, as upstream's typed lists do; the item is `{` followed by the
+    /// returned bytes (shared, never copied). `None`: the item is [`json`](Object::json) itself.
+    pub fn list_item_tail(&self) -> Option<Bytes> {
+        let f = self.form();
+        (f.item_at > 0).then(|| f.json.slice(f.item_at as usize..))
+    }
+
+    /// The stored protobuf value (`k8s\0` + envelope), for objects stored as protobuf.
+    pub fn protobuf(&self) -> Option<&Bytes> {
+        match &self.0.body {
+            Body::Json(_) => None,
+            Body::Protobuf { value, .. } => Some(value),
+        }
     }
 
     /// The JSON with `metadata.resourceVersion` replaced, as a DELETED event carries the last state
     /// at the deletion's revision. Splices bytes; never re-encodes.
     pub fn json_at(&self, rv: u64) -> Bytes {
+        let form = self.form();
         if rv == self.0.rv {
-            return self.0.json.clone();
+            return form.json.clone();
         }
-        let j = &self.0.json;
+        let j = &form.json;
         let (a, b) = (
-            self.0.rv_at as usize,
-            self.0.rv_at as usize + self.0.rv_len as usize,
+            form.rv_at as usize,
+            form.rv_at as usize + form.rv_len as usize,
         );
         let mut digits = itoa::Buffer::new();
         let digits = digits.format(rv).as_bytes();
         let mut out = BytesMut::with_capacity(j.len() + digits.len());
-        out.put_slice(&j[..a]);
+        out.put_slice(j.get(..a).unwrap_or_default());
         out.put_slice(digits);
-        out.put_slice(&j[b..]);
+        out.put_slice(j.get(b..).unwrap_or_default());
         out.freeze()
     }
 
@@ -202,7 +358,8 @@ impl Object {
         labels
             .binary_search_by(|(k, _)| (**k).cmp(key))
             .ok()
-            .map(|i| &*labels[i].1)
+            .and_then(|i| labels.get(i))
+            .map(|(_, v)| &**v)
     }
 
     /// All labels, sorted by key.
@@ -219,13 +376,13 @@ impl Object {
             _ => self
                 .0
                 .memo
-                .get(&self.0.json, path, false)
+                .get(path, false, || self.read_field(path))
                 .map(|v| Cow::Owned(v.to_string())),
         }
     }
 
     /// [`field`](Object::field) without a copy, for predicates. `keep` (dispatch to live
-    /// watchers) keeps a value read from the JSON in the object's memo for the next watcher.
+    /// watchers) keeps a value read from the object in its memo for the next watcher.
     pub(crate) fn with_field<R>(
         &self,
         path: &FieldPath,
@@ -235,21 +392,41 @@ impl Object {
         match path.as_str() {
             "metadata.name" => f(Some(self.name())),
             "metadata.namespace" => f(Some(self.namespace().unwrap_or(""))),
-            _ => f(self.0.memo.get(&self.0.json, path, keep).as_deref()),
+            _ => f(self
+                .0
+                .memo
+                .get(path, keep, || self.read_field(path))
+                .as_deref()),
         }
     }
 
     /// Reads the undeclared field paths that selectors use now, so that evaluating them later,
-    /// under the cache's lock, reads no JSON. Called at decode, outside any lock.
+    /// under the cache's lock, reads nothing. Called at decode, outside any lock.
     pub(crate) fn extract_fields(&self, paths: &[FieldPath]) {
         if !paths.is_empty() {
-            self.0.memo.extract(&self.0.json, paths);
+            self.0.memo.extract(paths, |p| self.read_field(p));
         }
+    }
+
+    /// Reads a field path from the object: from the protobuf bytes while the JSON is not made (a
+    /// predicate may ask under the cache's lock, where the JSON encoding should not be made), else
+    /// from the JSON.
+    fn read_field(&self, path: &FieldPath) -> Option<Arc<str>> {
+        #[cfg(test)]
+        crate::model::field_memo::READS.with(|r| r.set(r.get() + 1));
+        if let Body::Protobuf { value, json } = &self.0.body
+            && json.get().is_none()
+        {
+            let env = crate::model::protobuf::Envelope::parse(value).ok()?;
+            return env.field(path).ok().flatten().map(Arc::from);
+        }
+        let raw: &RawValue = serde_json::from_slice(self.json()).ok()?;
+        field_path::extract(raw, path).map(Arc::from)
     }
 
     /// The JSON parsed into a [`serde_json::Value`], for callers that want a DOM.
     pub fn to_value(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.0.json).unwrap_or(serde_json::Value::Null)
+        serde_json::from_slice(self.json()).unwrap_or(serde_json::Value::Null)
     }
 
     /// Deserializes the JSON into a typed value (for example a `k8s-openapi` type).
@@ -257,14 +434,14 @@ impl Object {
     /// # Errors
     /// The deserialization error.
     pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
-        serde_json::from_slice(&self.0.json)
+        serde_json::from_slice(self.json())
     }
 
     pub(crate) fn attr(&self, a: Attr) -> Option<&str> {
         match a {
             Attr::Namespace => self.namespace(),
             Attr::Name => Some(self.name()),
-            Attr::Field(i) => Some(&self.0.fields[i as usize]),
+            Attr::Field(i) => self.0.fields.get(i as usize).map(|v| &**v),
             Attr::Label(_) => None,
         }
     }
@@ -272,12 +449,13 @@ impl Object {
     /// An attribute, with declared labels resolved through the schema.
     pub(crate) fn attr_in(&self, schema: &Schema, a: Attr) -> Option<&str> {
         match a {
-            Attr::Label(i) => self.label(&schema.labels[i as usize]),
+            Attr::Label(i) => self.label(schema.labels.get(i as usize)?),
             _ => self.attr(a),
         }
     }
 
-    /// Heap bytes this object holds beyond its JSON, for memory accounting.
+    /// Heap bytes this object holds beyond its JSON, for memory accounting (for an object stored as
+    /// protobuf: the stored value, and the JSON once made).
     pub fn overhead_bytes(&self) -> usize {
         let i = &self.0;
         std::mem::size_of::<Inner>()
@@ -286,6 +464,12 @@ impl Object {
             + 16
             + i.labels.iter().map(|(k, v)| 32 + k.len() + v.len()).sum::<usize>()
             + i.fields.iter().map(|f| 16 + f.len()).sum::<usize>()
+            + match &i.body {
+                Body::Json(_) => 0,
+                Body::Protobuf { value, json } => {
+                    value.len() + json.get().map_or(0, |f| f.json.len())
+                }
+            }
     }
 }
 
@@ -301,8 +485,61 @@ impl fmt::Debug for Object {
 impl PartialEq for Object {
     /// Same key, revision and bytes.
     fn eq(&self, other: &Self) -> bool {
-        self.0.key == other.0.key && self.0.rv == other.0.rv && self.0.json == other.0.json
+        self.0.key == other.0.key
+            && self.0.rv == other.0.rv
+            && match (self.protobuf(), other.protobuf()) {
+                (Some(a), Some(b)) => a == b,
+                _ => self.json() == other.json(),
+            }
     }
+}
+
+/// Where namespace and name are in `key`, after checking that the key is the definition's prefix
+/// followed by `namespace/name` (or `name` for cluster-scoped resources).
+fn key_layout(
+    schema: &Schema,
+    key: &str,
+    name: &str,
+    namespace: &str,
+) -> Result<((u32, u32), u32), String> {
+    let def = &schema.def;
+    let rest = key
+        .strip_prefix(def.prefix.as_str())
+        .ok_or_else(|| format!("key is not under {}", def.prefix))?;
+    let ok = if def.namespaced {
+        if namespace.is_empty() {
+            return Err("metadata.namespace is missing for a namespaced resource".into());
+        }
+        rest.len() == namespace.len() + 1 + name.len()
+            && rest.starts_with(namespace)
+            && rest.as_bytes().get(namespace.len()) == Some(&b'/')
+            && rest.ends_with(name)
+    } else {
+        if !namespace.is_empty() {
+            return Err(format!(
+                "metadata.namespace \"{namespace}\" set on a cluster-scoped resource"
+            ));
+        }
+        rest == name
+    };
+    if !ok {
+        let expected = if def.namespaced {
+            format!("{namespace}/{name}")
+        } else {
+            name.to_owned()
+        };
+        return Err(format!(
+            "key does not match metadata (expected {}{expected})",
+            def.prefix
+        ));
+    }
+    let prefix_len = def.prefix.len() as u32;
+    Ok(if def.namespaced {
+        let ns_end = prefix_len + namespace.len() as u32;
+        ((prefix_len, ns_end), ns_end + 1)
+    } else {
+        ((prefix_len, prefix_len), prefix_len)
+    })
 }
 
 type Members<'a> = Vec<(Cow<'a, str>, &'a RawValue)>;
@@ -364,8 +601,9 @@ fn dedup_last_wins(mut m: Members<'_>) -> Members<'_> {
     const SMALL: usize = 16;
     if m.len() <= SMALL {
         let mut i = 0;
-        while i < m.len() {
-            if m[i + 1..].iter().any(|(k, _)| *k == m[i].0) {
+        while let Some((key, _)) = m.get(i) {
+            let replaced = m.iter().skip(i + 1).any(|(k, _)| k == key);
+            if replaced {
                 m.remove(i);
             } else {
                 i += 1;
@@ -401,7 +639,8 @@ fn dedup_last_wins(mut m: Members<'_>) -> Members<'_> {
 pub(crate) const MAX_DEPTH: usize = 100;
 
 /// Checks what serde_json's raw values let through but its own strict parse, and other clients,
-/// refuse: unpaired UTF-16 surrogate escapes (`"\ud800"`), and nesting deeper than [`MAX_DEPTH`].
+/// refuse: unpaired UTF-16 surrogate escapes (`"\ud800"`), nesting deeper than [`MAX_DEPTH`], and
+/// numbers out of range (found by `tests/fuzz.rs`).
 /// `text` is already known to be syntactically valid JSON. One pass; inside strings it jumps from
 /// one quote or backslash to the next.
 fn check_servable(text: &str) -> Result<(), String> {
@@ -422,10 +661,34 @@ fn check_servable(text: &str) -> Result<(), String> {
                 i += 1;
             }
             b'"' => i = skip_string(b, i + 1)?,
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while b
+                    .get(i)
+                    .is_some_and(|c| matches!(c, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))
+                {
+                    i += 1;
+                }
+                check_number(text.get(start..i).unwrap_or_default())?;
+            }
             _ => i += 1,
         }
     }
     Ok(())
+}
+
+/// A number serde_json reads back: one that fits in an `i64`/`u64`, or else is a finite `f64`
+/// (`1e999` is syntactically JSON, but serde_json, so kube-rs, refuses it, and Go's decoder does too).
+fn check_number(num: &str) -> Result<(), String> {
+    let integer = !num.contains(['.', 'e', 'E']);
+    if integer && (num.parse::<i64>().is_ok() || num.parse::<u64>().is_ok()) {
+        return Ok(());
+    }
+    if num.parse::<f64>().is_ok_and(f64::is_finite) {
+        Ok(())
+    } else {
+        Err(format!("the number {num} is out of range"))
+    }
 }
 
 const UNPAIRED: &str = "a string holds an unpaired UTF-16 surrogate escape";
@@ -659,6 +922,28 @@ mod tests {
             .reason
             .contains("not under")
         );
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_decode_errors() {
+        let s = Schema::new(ResourceDef::builtin("pods").unwrap());
+        let k = "/registry/pods/ns/a";
+        let with = |n: &str| format!(r#"{{"metadata":{{"name":"a","namespace":"ns"}},"x":{n}}}"#);
+        for bad in ["1e999", "-11e999", "1".repeat(400).as_str()] {
+            let e = Object::decode(&s, k, with(bad).as_bytes(), 1).unwrap_err();
+            assert!(e.reason.contains("out of range"), "{bad}: {e}");
+        }
+        for good in [
+            "0",
+            "-0",
+            "1e-999",
+            "18446744073709551615",
+            "-9223372036854775808",
+            "2.5e300",
+        ] {
+            let o = Object::decode(&s, k, with(good).as_bytes(), 1).unwrap();
+            serde_json::from_slice::<serde_json::Value>(o.json()).unwrap();
+        }
     }
 
     /// `{"metadata":…,"x":[[…[0]…]]}`, nested `depth` levels in all.

@@ -1,5 +1,16 @@
 //! Query parameters of LIST, GET and WATCH, parsed into typed options with upstream's validation.
 
+// Reads outside input (request or etcd data): it must not panic on any of it.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
 use std::time::Duration;
 
 use crate::cache::{ListOptions, WatchOptions};
@@ -274,6 +285,46 @@ mod tests {
             text("watch=1&resourceVersionMatch=NotOlderThan").contains("unless sendInitialEvents")
         );
         assert!(text("labelSelector=aaaaaaaaaaaaaaa").contains("the limit is 10"));
+    }
+
+    // Fuzzing target (tests/fuzz.rs has the others): every query string comes from a client.
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
+
+        #[test]
+        fn any_query_parses_or_is_a_status(
+            raw in "\\PC{0,80}",
+            pairs in proptest::collection::vec((
+                "watch|resourceVersion|resourceVersionMatch|fieldSelector|labelSelector|allowWatchBookmarks|sendInitialEvents|timeoutSeconds|limit|continue|x",
+                "[-0-9a-zA-Z=!,()%. ]{0,25}|[0-9]{15,25}",
+            ), 0..6),
+        ) {
+            let structured: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            for q in [raw, structured.join("&")] {
+                match ReadParams::parse(Some(&q), 4096) {
+                    Ok(mut p) => {
+                        p.watch_one("a=b,c");
+                        let _ = p.list_options(Some("ns"));
+                        let _ = p.watch_options(None);
+                    }
+                    Err(e) => {
+                        proptest::prop_assert!(matches!(e.code(), 400 | 422), "{q}: {}", e.code());
+                        serde_json::from_slice::<serde_json::Value>(&e.status_json()).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn query_corpus() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-corpus/query");
+        for f in std::fs::read_dir(dir).unwrap() {
+            let q = std::fs::read_to_string(f.unwrap().path()).unwrap();
+            if let Err(e) = ReadParams::parse(Some(&q), 4096) {
+                assert!(matches!(e.code(), 400 | 422), "{q}");
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,17 @@
 //! What every request handler shares: the served resources, the configuration, the watch count,
 //! the metrics and the shutdown signal; and the resolution of a path to the resource it names.
 
+// Reads outside input (request or etcd data): it must not panic on any of it.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 

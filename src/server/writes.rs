@@ -3,6 +3,17 @@
 //! here; stored bytes never carry a resourceVersion, and the cache sees every write through its
 //! source like any other change.
 
+// Reads outside input (request or etcd data): it must not panic on any of it.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
 use std::time::SystemTime;
 
 use bytes::Bytes;

@@ -11,7 +11,7 @@ use tracing::{error, info};
 use watchcache::apiserver::{
     ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig,
 };
-use watchcache::etcd::{ConsistentReads, EtcdCaches, EtcdConfig, LocalEtcd};
+use watchcache::etcd::{ConsistentReads, Encryption, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd};
 use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{CacheConfig, ResourceDef};
 
@@ -117,9 +117,23 @@ struct ServeArgs {
     #[arg(long, default_value = "auto",
           value_parser = PossibleValuesParser::new(ConsistentReads::NAMES).try_map(|s| s.parse::<ConsistentReads>()))]
     consistent_reads: ConsistentReads,
+    /// kube-apiserver's EncryptionConfiguration (apiserver.config.k8s.io/v1): values encrypted at
+    /// rest (identity, aescbc, aesgcm, secretbox) are decrypted, and writes are encrypted with each
+    /// resource's first provider. KMS providers are refused.
+    #[arg(long, value_name = "FILE")]
+    encryption_provider_config: Option<PathBuf>,
     /// Serve only these resources (plural names, comma-separated); default: every definition.
     #[arg(long, value_delimiter = ',', value_name = "PLURAL")]
     resources: Vec<String>,
+    /// PEM CA bundle that verifies etcd's serving certificate (for https:// etcd URLs).
+    #[arg(long, value_name = "FILE")]
+    etcd_cafile: Option<PathBuf>,
+    /// PEM client certificate for etcd (an etcd with --client-cert-auth requires one).
+    #[arg(long, value_name = "FILE", requires = "etcd_keyfile")]
+    etcd_certfile: Option<PathBuf>,
+    /// PEM private key of --etcd-certfile.
+    #[arg(long, value_name = "FILE", requires = "etcd_certfile")]
+    etcd_keyfile: Option<PathBuf>,
     /// Follow a Kubernetes API server (or another watchcache) described by this kubeconfig
     /// instead of etcd: one watch per resource on it; writes are forwarded to it.
     #[arg(long, value_name = "FILE", conflicts_with = "etcd")]
@@ -216,6 +230,13 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
         defs.retain(|d| args.resources.contains(&d.plural));
     }
+    // Before anything starts: a bad or KMS configuration is a start-up error.
+    let encryption = args
+        .encryption_provider_config
+        .as_deref()
+        .map(Encryption::load)
+        .transpose()?
+        .map(std::sync::Arc::new);
     let caches = match &args.upstream_kubeconfig {
         Some(kubeconfig) => follow_api_server(&args, kubeconfig, defs).await?,
         None => {
@@ -235,6 +256,14 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             };
             let mut etcd = EtcdConfig::new(endpoints);
             etcd.consistent_reads = args.consistent_reads;
+            if args.etcd_cafile.is_some() || args.etcd_certfile.is_some() {
+                etcd.tls = Some(EtcdTls {
+                    ca_file: args.etcd_cafile.clone(),
+                    cert_file: args.etcd_certfile.clone(),
+                    key_file: args.etcd_keyfile.clone(),
+                });
+            }
+            etcd.encryption = encryption;
             Caches::Etcd(
                 Box::new(EtcdCaches::connect(etcd, defs, CacheConfig::default()).await?),
                 local,

@@ -3,6 +3,18 @@
 //!
 //! Unlike upstream, any field path is accepted: indexed paths are answered by index, the others by
 //! evaluation on the candidates.
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice,
+        clippy::panic
+    )
+)]
 
 use std::fmt;
 
@@ -90,11 +102,15 @@ impl FieldSelector {
                     format!("can't understand '{term}': expected an operator '=', '==' or '!='"),
                 ));
             };
-            let lhs = &term[..op_at];
+            // The operator is ASCII, so both sides end and start on character boundaries.
+            let (lhs, rhs) = (
+                term.get(..op_at).unwrap_or_default(),
+                term.get(op_at + op_len..).unwrap_or_default(),
+            );
             let path = FieldPath::parse(lhs).map_err(|m| SelectorError::field(text, start, m))?;
             let rhs_at = start + op_at + op_len;
-            let value = unescape(&term[op_at + op_len..])
-                .map_err(|(off, m)| SelectorError::field(text, rhs_at + off, m))?;
+            let value =
+                unescape(rhs).map_err(|(off, m)| SelectorError::field(text, rhs_at + off, m))?;
             requirements.push(FieldRequirement { path, op, value });
         }
         // Upstream sorts terms for a deterministic form.
@@ -164,11 +180,11 @@ fn split_terms(s: &str) -> Vec<(usize, &str)> {
         } else if b == b'\\' {
             escaped = true;
         } else if b == b',' {
-            out.push((start, &s[start..i]));
+            out.push((start, s.get(start..i).unwrap_or_default()));
             start = i + 1;
         }
     }
-    out.push((start, &s[start..]));
+    out.push((start, s.get(start..).unwrap_or_default()));
     out
 }
 
@@ -176,11 +192,12 @@ fn split_terms(s: &str) -> Vec<(usize, &str)> {
 fn find_operator(term: &str) -> Option<(usize, FieldOp, usize)> {
     let b = term.as_bytes();
     (0..b.len()).find_map(|i| {
-        if b[i..].starts_with(b"!=") {
+        let rest = b.get(i..).unwrap_or_default();
+        if rest.starts_with(b"!=") {
             Some((i, FieldOp::NotEquals, 2))
-        } else if b[i..].starts_with(b"==") {
+        } else if rest.starts_with(b"==") {
             Some((i, FieldOp::DoubleEquals, 2))
-        } else if b[i] == b'=' {
+        } else if rest.starts_with(b"=") {
             Some((i, FieldOp::Equals, 1))
         } else {
             None

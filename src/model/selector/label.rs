@@ -2,6 +2,18 @@
 //!
 //! The grammar, tokens and validation follow `k8s.io/apimachinery/pkg/labels/selector.go`. Errors name
 //! the byte position and what was expected there.
+// Reads outside input (requests or stored values): it must not panic on any of it
+// (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice,
+        clippy::panic
+    )
+)]
 
 use std::fmt;
 
@@ -216,18 +228,18 @@ fn lex(s: &str) -> Result<Vec<(usize, Tok)>, ParseErr> {
     let mut out = Vec::new();
     let mut i = 0;
     loop {
-        while i < b.len() && is_space(b[i]) {
+        while b.get(i).copied().is_some_and(is_space) {
             i += 1;
         }
-        if i == b.len() {
+        let Some(&c) = b.get(i) else {
             out.push((i, Tok::End));
             return Ok(out);
-        }
+        };
         let start = i;
-        if is_special(b[i]) {
+        if is_special(c) {
             // Longest match among the operator tokens, as upstream's scanSpecialSymbol.
             let two = b.get(i..i + 2);
-            let (tok, len) = match (b[i], two) {
+            let (tok, len) = match (c, two) {
                 (_, Some(b"!=")) => (Tok::NotEquals, 2),
                 (_, Some(b"==")) => (Tok::DoubleEquals, 2),
                 (b'!', _) => (Tok::Bang, 1),
@@ -237,15 +249,16 @@ fn lex(s: &str) -> Result<Vec<(usize, Tok)>, ParseErr> {
                 (b',', _) => (Tok::Comma, 1),
                 (b'(', _) => (Tok::Open, 1),
                 (b')', _) => (Tok::Close, 1),
-                _ => return Err((i, format!("unexpected character '{}'", b[i] as char))),
+                _ => return Err((i, format!("unexpected character '{}'", c as char))),
             };
             i += len;
             out.push((start, tok));
         } else {
-            while i < b.len() && !is_special(b[i]) && !is_space(b[i]) {
+            while b.get(i).is_some_and(|&c| !is_special(c) && !is_space(c)) {
                 i += 1;
             }
-            let word = &s[start..i];
+            // Words end at an ASCII byte or the end, so this is a character boundary.
+            let word = s.get(start..i).unwrap_or_default();
             let tok = match word {
                 "in" => Tok::In,
                 "notin" => Tok::NotIn,
@@ -264,7 +277,8 @@ struct Parser {
 impl Parser {
     /// Looks at the next token. In value position `in` and `notin` are ordinary identifiers.
     fn peek(&self, value_ctx: bool) -> (usize, Tok) {
-        let (p, t) = self.tokens[self.pos].clone();
+        // The lexer always ends with `End`, and `next` never moves past it.
+        let (p, t) = self.tokens.get(self.pos).cloned().unwrap_or((0, Tok::End));
         (p, if value_ctx { as_ident(t) } else { t })
     }
 
@@ -395,12 +409,12 @@ impl Parser {
         }
         let mut bound = 0;
         if matches!(op, LabelOp::GreaterThan | LabelOp::LessThan) {
-            bound = values[0].parse::<i64>().map_err(|_| {
+            let value = values.first().map_or("", String::as_str);
+            bound = value.parse::<i64>().map_err(|_| {
                 (
                     values_pos,
                     format!(
-                        "for 'gt', 'lt' operators, the value must be an integer, found \"{}\"",
-                        values[0]
+                        "for 'gt', 'lt' operators, the value must be an integer, found \"{value}\""
                     ),
                 )
             })?;

@@ -1,4 +1,14 @@
 //! Field and label selectors, and the predicate a LIST or WATCH evaluates on objects.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 mod field;
 mod label;

@@ -1,5 +1,15 @@
 //! A [`Selection`](super::Selection) compiled against one resource's schema: each field term is bound to
 //! a pre-extracted attribute when there is one, so evaluation on the hot path reads no JSON.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 use crate::model::FieldPath;
 use crate::model::Object;
@@ -59,10 +69,10 @@ impl Predicate {
             .filter_map(|(a, v)| schema.index_slot(*a).map(|slot| (slot, *a, v.clone())))
             .collect();
         let route = schema.triggers.iter().find_map(|t| {
-            pinned
-                .iter()
-                .find(|(a, v)| a == t && v.len() == 1)
-                .map(|(a, v)| (*a, v[0].clone()))
+            pinned.iter().find_map(|(a, v)| match v.as_slice() {
+                [one] if a == t => Some((*a, one.clone())),
+                _ => None,
+            })
         });
         Predicate {
             namespace: sel.namespace.as_deref().map(Into::into),

@@ -9,6 +9,13 @@
 //! copy. When the watch ends (timeout, error, shutdown) and the client keeps the connection alive,
 //! the connection, with any bytes the client sent meanwhile, continues in hyper.
 
+// Reads outside input (request or etcd data): it must not panic on any of it. (Indexing is
+// still reviewed by hand here: each index is bounded by a check just before it.)
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -336,4 +343,72 @@ impl AsyncWrite for Rewind {
 /// Logs why a fast-path connection ended early.
 pub(crate) fn log_io(e: &std::io::Error) {
     debug!(error = %e, "watch connection ended");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corpus() -> Vec<Vec<u8>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-corpus/head");
+        let mut out: Vec<Vec<u8>> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn heads_are_sorted_into_watches_and_the_rest() {
+        let watch = |h: &[u8]| match parse_head(h) {
+            Head::Watch(w) => Some((w.path, w.query, w.keep_alive, w.gzip, w.head_len)),
+            _ => None,
+        };
+        let h = b"GET /api/v1/pods?watch=true&x=1 HTTP/1.1\r\nConnection: close\r\nAccept-Encoding: gzip, br\r\n\r\nrest";
+        assert_eq!(
+            watch(h),
+            Some((
+                "/api/v1/pods".into(),
+                "watch=true&x=1".into(),
+                false,
+                true,
+                h.len() - 4
+            ))
+        );
+        assert!(matches!(
+            parse_head(b"GET /api/v1/pods?watch=1 HTTP/1.1\r\n"),
+            Head::Incomplete
+        ));
+        for not_watch in corpus() {
+            assert!(
+                watch(&not_watch).is_none(),
+                "{}",
+                String::from_utf8_lossy(&not_watch)
+            );
+        }
+    }
+
+    // Fuzzing target (tests/fuzz.rs has the others): the first bytes of every connection.
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
+
+        #[test]
+        fn any_head_parses_without_panicking(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            target in "/\\PC{0,60}",
+            headers in proptest::collection::vec(("[A-Za-z-]{1,20}", "[ -~]{0,30}"), 0..6),
+        ) {
+            let _ = parse_head(&bytes);
+            let mut h = format!("GET {target} HTTP/1.1\r\n");
+            for (k, v) in headers {
+                h.push_str(&format!("{k}: {v}\r\n"));
+            }
+            h.push_str("\r\n");
+            if let Head::Watch(w) = parse_head(h.as_bytes()) {
+                proptest::prop_assert_eq!(w.head_len, h.len());
+                proptest::prop_assert!(target.starts_with(&w.path));
+            }
+        }
+    }
 }

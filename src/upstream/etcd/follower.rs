@@ -9,6 +9,16 @@
 //! revision going backwards or its cluster id changing: resuming from our revision would follow a
 //! different history. Then every watcher gets 410 Expired ([`Cache::reset`]) and the follower
 //! relists.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -325,21 +335,17 @@ impl Follower {
             }
             return;
         }
-        let mut i = 0;
-        while i < events.len() {
-            let rev = events[i].kv().map_or(0, |kv| kv.mod_revision() as u64);
-            let mut changes = Vec::new();
-            while i < events.len() && events[i].kv().map_or(0, |kv| kv.mod_revision() as u64) == rev
-            {
-                if let Some(change) = self.change(&events[i], rev) {
-                    changes.push(change);
-                }
-                i += 1;
-            }
+        let rev_of = |e: &etcd_client::Event| e.kv().map_or(0, |kv| kv.mod_revision() as u64);
+        // One etcd transaction is one revision: its events are applied as one batch.
+        for batch in events.chunk_by(|a, b| rev_of(a) == rev_of(b)) {
+            let Some(rev) = batch.first().map(rev_of) else {
+                continue;
+            };
             if applied.is_some_and(|a| rev <= a) {
                 debug!(rev, "skipping an already applied revision");
                 continue;
             }
+            let changes: Vec<Change> = batch.iter().filter_map(|e| self.change(e, rev)).collect();
             if let Err(e) = self.cache.apply(rev, changes) {
                 warn!(error = %e, "out-of-order event from etcd; skipped");
                 continue;

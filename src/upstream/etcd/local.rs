@@ -35,9 +35,23 @@ pub enum LocalEtcdError {
     Setup(#[from] std::io::Error),
 }
 
+/// Serving TLS of a local etcd, with client-certificate authentication (`--client-cert-auth`).
+#[derive(Debug, Clone)]
+pub struct LocalEtcdTls {
+    /// etcd's serving certificate (PEM), valid for 127.0.0.1.
+    pub cert_file: PathBuf,
+    /// Its private key (PEM).
+    pub key_file: PathBuf,
+    /// The CA etcd requires client certificates to be signed by (`--trusted-ca-file`).
+    pub client_ca_file: PathBuf,
+    /// What the health probe presents: a client certificate and the CA of etcd's certificate.
+    pub probe: crate::upstream::etcd::EtcdTls,
+}
+
 /// One member of a local etcd (a single node, or a member of a local cluster).
 #[derive(Debug)]
 pub struct LocalEtcd {
+    tls: Option<LocalEtcdTls>,
     name: String,
     data_dir: PathBuf,
     client_port: u16,
@@ -74,11 +88,37 @@ impl LocalEtcd {
         let name = "watchcache".to_owned();
         let initial_cluster = format!("{name}=http://127.0.0.1:{peer_port}");
         let mut e = LocalEtcd {
+            tls: None,
             name,
             data_dir: data_dir.to_owned(),
             client_port,
             peer_port,
             initial_cluster,
+            child: None,
+        };
+        e.spawn()?;
+        e.wait_healthy(Duration::from_secs(20)).await?;
+        Ok(e)
+    }
+
+    /// Starts a single-node etcd that serves TLS only and requires client certificates, on free
+    /// loopback ports; its [`url`](LocalEtcd::url) is `https://`.
+    ///
+    /// # Errors
+    /// [`LocalEtcdError`].
+    pub async fn start_tls(
+        data_dir: &Path,
+        tls: LocalEtcdTls,
+    ) -> Result<LocalEtcd, LocalEtcdError> {
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let name = "watchcache".to_owned();
+        let mut e = LocalEtcd {
+            tls: Some(tls),
+            initial_cluster: format!("{name}=http://127.0.0.1:{peer_port}"),
+            name,
+            data_dir: data_dir.to_owned(),
+            client_port,
+            peer_port,
             child: None,
         };
         e.spawn()?;
@@ -94,6 +134,7 @@ impl LocalEtcd {
         let mut members = Vec::with_capacity(n);
         for i in 0..n {
             members.push(LocalEtcd {
+                tls: None,
                 name: format!("m{i}"),
                 data_dir: base_dir.join(format!("member-{i}")),
                 client_port: free_port()?,
@@ -119,14 +160,25 @@ impl LocalEtcd {
     fn spawn(&mut self) -> Result<(), LocalEtcdError> {
         std::fs::create_dir_all(&self.data_dir)?;
         let log = std::fs::File::create(self.log_path())?;
-        let (c, p) = (self.client_port, self.peer_port);
-        let child = Command::new("etcd")
+        let p = self.peer_port;
+        let url = self.url();
+        let mut cmd = Command::new("etcd");
+        if let Some(tls) = &self.tls {
+            cmd.arg("--cert-file")
+                .arg(&tls.cert_file)
+                .arg("--key-file")
+                .arg(&tls.key_file)
+                .arg("--trusted-ca-file")
+                .arg(&tls.client_ca_file)
+                .arg("--client-cert-auth");
+        }
+        let child = cmd
             .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(self.data_dir.join("data"))
             .args(["--logger=zap", "--log-level=warn"])
-            .args(["--listen-client-urls", &format!("http://127.0.0.1:{c}")])
-            .args(["--advertise-client-urls", &format!("http://127.0.0.1:{c}")])
+            .args(["--listen-client-urls", &url])
+            .args(["--advertise-client-urls", &url])
             .args(["--listen-peer-urls", &format!("http://127.0.0.1:{p}")])
             .args([
                 "--initial-advertise-peer-urls",
@@ -154,7 +206,13 @@ impl LocalEtcd {
         let url = self.url();
         while start.elapsed() < limit {
             let probe = async {
-                let mut c = etcd_client::Client::connect([url.as_str()], None)
+                let opts = match &self.tls {
+                    Some(tls) => {
+                        Some(etcd_client::ConnectOptions::new().with_tls(tls.probe.options().ok()?))
+                    }
+                    None => None,
+                };
+                let mut c = etcd_client::Client::connect([url.as_str()], opts)
                     .await
                     .ok()?;
                 c.get("health-probe", None).await.ok()
@@ -181,9 +239,10 @@ impl LocalEtcd {
         self.data_dir.join("etcd.log")
     }
 
-    /// The client URL, e.g. `http://127.0.0.1:23790`.
+    /// The client URL, e.g. `http://127.0.0.1:23790` (`https://` when serving TLS).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// The process id, while it runs.

@@ -23,6 +23,7 @@
 //! # Ok(()) }
 //! ```
 
+mod encryption;
 mod follower;
 mod local;
 mod range;
@@ -30,10 +31,11 @@ mod version;
 mod writes;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -41,7 +43,8 @@ use tracing::{info, warn};
 // The backoff is shared with the API server upstream; `etcd::backoff::Backoff` keeps its old path.
 pub(crate) use crate::upstream::backoff;
 pub use crate::upstream::backoff::Backoff;
-pub use local::{LocalEtcd, LocalEtcdError, free_port};
+pub use encryption::{Encryption, EncryptionError, Transformer};
+pub use local::{LocalEtcd, LocalEtcdError, LocalEtcdTls, free_port};
 pub use version::progress_is_reliable;
 pub use writes::EtcdWrites;
 
@@ -102,6 +105,54 @@ pub struct EtcdConfig {
     pub idle_probe: Duration,
     /// How consistent reads are served.
     pub consistent_reads: ConsistentReads,
+    /// Client TLS, for `https://` endpoints.
+    pub tls: Option<EtcdTls>,
+    /// Encryption at rest (kube-apiserver's `--encryption-provider-config`): values are decrypted
+    /// before decoding, and writes are encrypted with each resource's first provider.
+    pub encryption: Option<Arc<Encryption>>,
+}
+
+/// Client TLS towards etcd, as kube-apiserver's `--etcd-cafile`, `--etcd-certfile` and
+/// `--etcd-keyfile`: the CA that signed etcd's serving certificate, and the client certificate
+/// and key an etcd started with `--client-cert-auth` requires.
+#[derive(Debug, Clone, Default)]
+pub struct EtcdTls {
+    /// PEM CA bundle that verifies etcd's certificate (`None`: the system's roots are not used,
+    /// so this is normally set).
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of the client certificate.
+    pub key_file: Option<PathBuf>,
+}
+
+impl EtcdTls {
+    /// The client TLS options, with the files read now.
+    ///
+    /// # Errors
+    /// [`EtcdError::Tls`] when a file cannot be read, or a certificate comes without its key.
+    pub fn options(&self) -> Result<TlsOptions, EtcdError> {
+        let read = |p: &PathBuf| {
+            std::fs::read(p).map_err(|e| EtcdError::Tls(format!("{}: {e}", p.display())))
+        };
+        let mut tls = TlsOptions::new();
+        if let Some(ca) = &self.ca_file {
+            tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+        }
+        match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => {
+                tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+            }
+            (None, None) => {}
+            _ => {
+                return Err(EtcdError::Tls(
+                    "a client certificate and its key go together (--etcd-certfile, --etcd-keyfile)"
+                        .into(),
+                ));
+            }
+        }
+        Ok(tls)
+    }
 }
 
 impl EtcdConfig {
@@ -115,7 +166,26 @@ impl EtcdConfig {
             backoff_max: Duration::from_secs(5),
             idle_probe: Duration::from_secs(5),
             consistent_reads: ConsistentReads::Auto,
+            tls: None,
+            encryption: None,
         }
+    }
+
+    /// The client's connection options: keep-alives, leader requirement, TLS.
+    ///
+    /// # Errors
+    /// [`EtcdError::Tls`] when the TLS files cannot be read.
+    pub fn connect_options(&self) -> Result<ConnectOptions, EtcdError> {
+        let mut opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(3))
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(3))
+            .with_keep_alive_while_idle(true)
+            // Watches are canceled when their member loses the leader, instead of going silent.
+            .with_require_leader(true);
+        if let Some(tls) = &self.tls {
+            opts = opts.with_tls(tls.options()?);
+        }
+        Ok(opts)
     }
 }
 
@@ -128,6 +198,9 @@ pub enum EtcdError {
     /// Two definitions have the same prefix or plural name.
     #[error("resource {0} is defined twice")]
     Duplicate(String),
+    /// The TLS configuration could not be loaded.
+    #[error("etcd TLS: {0}")]
+    Tls(String),
     /// The client could not be built.
     #[error("cannot connect to etcd at {endpoints}: {source}")]
     Connect {
@@ -146,6 +219,8 @@ pub struct EtcdCaches {
     tasks: Vec<JoinHandle<()>>,
     shutdown: watch::Sender<bool>,
     reliable_progress: bool,
+    /// Encryption at rest by resource prefix, for writes.
+    transformers: Arc<[(String, Arc<Transformer>)]>,
 }
 
 impl EtcdCaches {
@@ -162,12 +237,7 @@ impl EtcdCaches {
         if config.endpoints.is_empty() {
             return Err(EtcdError::NoEndpoints);
         }
-        let opts = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(3))
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(3))
-            .with_keep_alive_while_idle(true)
-            // Watches are canceled when their member loses the leader, instead of going silent.
-            .with_require_leader(true);
+        let opts = config.connect_options()?;
         let client = Client::connect(&config.endpoints, Some(opts))
             .await
             .map_err(|source| EtcdError::Connect {
@@ -177,11 +247,12 @@ impl EtcdCaches {
         let reliable = match config.consistent_reads {
             ConsistentReads::FromCache => true,
             ConsistentReads::FromEtcd => false,
-            ConsistentReads::Auto => detect_reliable_progress(&config.endpoints).await,
+            ConsistentReads::Auto => detect_reliable_progress(&config).await,
         };
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut caches = BTreeMap::new();
         let mut tasks = Vec::new();
+        let mut transformers = Vec::new();
         for def in defs {
             let name = def.plural.clone();
             if caches.contains_key(&name) {
@@ -196,7 +267,14 @@ impl EtcdCaches {
                 prefix: cache.definition().prefix.clone(),
                 progress: Arc::clone(&progress),
                 reliable,
+                transformer: config
+                    .encryption
+                    .as_ref()
+                    .and_then(|e| e.for_resource(cache.definition())),
             });
+            if let Some(t) = &upstream.transformer {
+                transformers.push((cache.definition().prefix.clone(), Arc::clone(t)));
+            }
             cache.set_upstream(upstream.clone());
             let follower = Follower {
                 cache: cache.clone(),
@@ -218,6 +296,7 @@ impl EtcdCaches {
             tasks,
             shutdown,
             reliable_progress: reliable,
+            transformers: transformers.into(),
         })
     }
 
@@ -238,7 +317,10 @@ impl EtcdCaches {
 
     /// Writes through to this etcd, for every cached resource (keys carry the resource prefix).
     pub fn writes(&self) -> Arc<EtcdWrites> {
-        Arc::new(EtcdWrites::new(self.client.kv_client()))
+        Arc::new(EtcdWrites::new(
+            self.client.kv_client(),
+            Arc::clone(&self.transformers),
+        ))
     }
 
     /// Whether consistent reads are served from the caches (etcd's progress notifications are
@@ -262,11 +344,12 @@ impl EtcdCaches {
 
 /// Asks every endpoint for its version; progress is reliable only if all that answer are fixed
 /// versions (and at least one answers).
-async fn detect_reliable_progress(endpoints: &[String]) -> bool {
+async fn detect_reliable_progress(config: &EtcdConfig) -> bool {
     let mut versions = Vec::new();
-    for ep in endpoints {
+    for ep in &config.endpoints {
         let status = async {
-            let mut c = Client::connect([ep.as_str()], None).await.ok()?;
+            let opts = config.connect_options().ok()?;
+            let mut c = Client::connect([ep.as_str()], Some(opts)).await.ok()?;
             c.status().await.ok().map(|s| s.version().to_owned())
         };
         match tokio::time::timeout(Duration::from_secs(3), status)

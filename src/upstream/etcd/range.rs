@@ -1,5 +1,15 @@
 //! Range reads of one resource prefix: the paged list of a (re)sync, and the [`Upstream`] that
 //! consistent reads consult.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +18,7 @@ use bytes::Bytes;
 use etcd_client::{GetOptions, KvClient};
 use tokio::sync::Notify;
 
+use super::encryption::Transformer;
 use crate::cache::{BoxFuture, KeyRange, RangePage, RawKv, Upstream};
 use crate::error::{Error, Result};
 
@@ -123,9 +134,22 @@ pub(crate) struct EtcdUpstream {
     /// Wakes the resource's watch task to send a progress request.
     pub progress: Arc<Notify>,
     pub reliable: bool,
+    /// Encryption at rest for this resource, if configured.
+    pub transformer: Option<Arc<Transformer>>,
 }
 
 impl Upstream for EtcdUpstream {
+    fn read_stored<'v>(
+        &self,
+        key: &str,
+        value: &'v [u8],
+    ) -> std::result::Result<std::borrow::Cow<'v, [u8]>, String> {
+        match &self.transformer {
+            Some(t) => t.decrypt(key, value),
+            None => Ok(std::borrow::Cow::Borrowed(value)),
+        }
+    }
+
     fn current_revision(&self) -> BoxFuture<'_, Result<u64>> {
         let mut kv = self.kv.clone();
         let key = self.prefix.clone();

@@ -1,11 +1,23 @@
 //! [`Writes`] on etcd: each write is one transaction whose compare is the precondition, so a write
 //! never lands on a state its caller did not see.
+// Reads outside input (requests or stored values): no panicking access (design/reliability.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::string_slice
+    )
+)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use etcd_client::{Compare, CompareOp, DeleteOptions, KvClient, Txn, TxnOp, TxnOpResponse};
 
+use super::encryption::Transformer;
 use crate::cache::BoxFuture;
 use crate::upstream::{Stored, WriteError, Writes};
 
@@ -16,11 +28,43 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct EtcdWrites {
     kv: KvClient,
+    /// Encryption at rest by resource prefix: values are stored encrypted with the first
+    /// provider, and read back decrypted.
+    transformers: Arc<[(String, Arc<Transformer>)]>,
 }
 
 impl EtcdWrites {
-    pub(crate) fn new(kv: KvClient) -> EtcdWrites {
-        EtcdWrites { kv }
+    pub(crate) fn new(kv: KvClient, transformers: Arc<[(String, Arc<Transformer>)]>) -> EtcdWrites {
+        EtcdWrites { kv, transformers }
+    }
+
+    fn transformer(&self, key: &str) -> Option<&Transformer> {
+        self.transformers
+            .iter()
+            .filter(|(prefix, _)| key.starts_with(prefix.as_str()))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map(|(_, t)| &**t)
+    }
+
+    /// The value as etcd stores it.
+    fn encrypt(&self, key: &str, value: Bytes) -> Result<Vec<u8>, WriteError> {
+        match self.transformer(key) {
+            None => Ok(value.to_vec()),
+            Some(t) => t
+                .encrypt(key, &value)
+                .map_err(|e| WriteError::Upstream(format!("encrypting {key}: {e}"))),
+        }
+    }
+
+    /// A value read from etcd, decrypted.
+    fn decrypt(&self, key: &str, value: &[u8]) -> Result<Bytes, WriteError> {
+        match self.transformer(key) {
+            None => Ok(Bytes::copy_from_slice(value)),
+            Some(t) => t
+                .decrypt(key, value)
+                .map(|v| Bytes::copy_from_slice(&v))
+                .map_err(|e| WriteError::Upstream(format!("reading {key}: {e}"))),
+        }
     }
 
     async fn txn(&self, t: Txn) -> Result<etcd_client::TxnResponse, WriteError> {
@@ -37,10 +81,15 @@ impl EtcdWrites {
             .await
             .map_err(|_| WriteError::Timeout)?
             .map_err(|e| WriteError::Upstream(format!("etcd: {e}")))?;
-        Ok(resp.kvs().first().map(|kv| Stored {
-            value: Bytes::copy_from_slice(kv.value()),
-            mod_revision: kv.mod_revision() as u64,
-        }))
+        resp.kvs()
+            .first()
+            .map(|kv| {
+                Ok(Stored {
+                    value: self.decrypt(key, kv.value())?,
+                    mod_revision: kv.mod_revision() as u64,
+                })
+            })
+            .transpose()
     }
 
     /// Why a transaction's compare failed: the key is gone, or it changed.
@@ -66,7 +115,7 @@ impl Writes for EtcdWrites {
         Box::pin(async move {
             let t = Txn::new()
                 .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(key, value.to_vec(), None)]);
+                .and_then([TxnOp::put(key, self.encrypt(key, value)?, None)]);
             let resp = self.txn(t).await?;
             if !resp.succeeded() {
                 return Err(WriteError::AlreadyExists);
@@ -88,7 +137,7 @@ impl Writes for EtcdWrites {
                     CompareOp::Equal,
                     expected as i64,
                 )])
-                .and_then([TxnOp::put(key, value.to_vec(), None)]);
+                .and_then([TxnOp::put(key, self.encrypt(key, value)?, None)]);
             let resp = self.txn(t).await?;
             if !resp.succeeded() {
                 return Err(self.failed_precondition(key).await);
@@ -117,13 +166,12 @@ impl Writes for EtcdWrites {
             }
             let rev = revision(&resp);
             let prev = resp.op_responses().into_iter().find_map(|r| match r {
-                TxnOpResponse::Delete(d) => d
-                    .prev_kvs()
-                    .first()
-                    .map(|kv| Bytes::copy_from_slice(kv.value())),
+                TxnOpResponse::Delete(d) => {
+                    d.prev_kvs().first().map(|kv| self.decrypt(key, kv.value()))
+                }
                 _ => None,
             });
-            prev.map(|p| (rev, p)).ok_or(WriteError::NotFound)
+            prev.ok_or(WriteError::NotFound)?.map(|p| (rev, p))
         })
     }
 }
