@@ -397,6 +397,31 @@ async fn upstream_protobuf_and_encrypted_values_are_served_as_upstreams_json() {
     )
     .await;
     assert_eq!(back["data"]["k"], "dmFsdWU=");
+
+    // A JSON update of an object kube-apiserver stored as protobuf keeps its identity fields.
+    let mut cm = expected("configmap", 0);
+    let meta = cm["metadata"].as_object_mut().unwrap();
+    for f in ["uid", "creationTimestamp", "resourceVersion"] {
+        meta.remove(f);
+    }
+    cm["data"]["greeting"] = Value::String("hello again".into());
+    let r = c
+        .put(format!(
+            "{base}/api/v1/namespaces/default/configmaps/web-config"
+        ))
+        .json(&cm)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let updated: Value = r.json().await.unwrap();
+    let orig = expected("configmap", 0);
+    assert_eq!(updated["metadata"]["uid"], orig["metadata"]["uid"]);
+    assert_eq!(
+        updated["metadata"]["creationTimestamp"],
+        orig["metadata"]["creationTimestamp"]
+    );
+    assert_eq!(updated["data"]["greeting"], "hello again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
