@@ -146,20 +146,8 @@ async fn live_changes_reach_routed_and_unrouted_watchers_through_one_etcd_watch(
         "one etcd watch for 53 cache watchers"
     );
 
-    let r1 = c
-        .put(key("ns", "a"), pod("ns", "a", "n1", &[]), None)
-        .await
-        .unwrap()
-        .header()
-        .unwrap()
-        .revision() as u64;
-    let r2 = c
-        .put(key("ns", "a"), pod("ns", "a", "n2", &[]), None)
-        .await
-        .unwrap()
-        .header()
-        .unwrap()
-        .revision() as u64;
+    let r1 = put_rev(&mut c, &key("ns", "a"), pod("ns", "a", "n1", &[])).await;
+    let r2 = put_rev(&mut c, &key("ns", "a"), pod("ns", "a", "n2", &[])).await;
     let r3 = c
         .delete(key("ns", "a"), None)
         .await
@@ -488,13 +476,7 @@ async fn malformed_values_are_skipped_counted_and_the_stream_goes_on() {
     )
     .await
     .unwrap();
-    let r = c
-        .put(key("ns", "good"), pod("ns", "good", "n", &[]), None)
-        .await
-        .unwrap()
-        .header()
-        .unwrap()
-        .revision() as u64;
+    let r = put_rev(&mut c, &key("ns", "good"), pod("ns", "good", "n", &[])).await;
     let got = collect_until(&mut w, r).await;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].object().unwrap().name(), "good");
@@ -516,13 +498,7 @@ async fn consistent_reads_see_the_latest_write(mode: ConsistentReads) {
     let cache = caches.cache("pods").unwrap();
     for i in 0..25 {
         let name = format!("p{i}");
-        let r = c
-            .put(key("ns", &name), pod("ns", &name, "n1", &[]), None)
-            .await
-            .unwrap()
-            .header()
-            .unwrap()
-            .revision() as u64;
+        let r = put_rev(&mut c, &key("ns", &name), pod("ns", &name, "n1", &[])).await;
         // A write elsewhere in etcd moves the revision past this resource's last event.
         c.put("/registry/configmaps/ns/cm", "{}", None)
             .await
@@ -576,13 +552,7 @@ async fn consistent_reads_see_the_latest_write(mode: ConsistentReads) {
         added += 1;
     }
     assert_eq!(added, 24);
-    let r = c
-        .put(key("ns", "late"), pod("ns", "late", "n1", &[]), None)
-        .await
-        .unwrap()
-        .header()
-        .unwrap()
-        .revision() as u64;
+    let r = put_rev(&mut c, &key("ns", "late"), pod("ns", "late", "n1", &[])).await;
     let ev = collect_until(&mut w, r).await;
     assert_eq!(ev.len(), 1);
     assert!(w.next().now_or_never().is_none());
@@ -648,13 +618,7 @@ async fn garbage_overwrite_is_a_delete(mode: ConsistentReads) {
         ))
         .await
         .unwrap();
-    let r = c
-        .put(key("ns", "a"), "{\"garbage", None)
-        .await
-        .unwrap()
-        .header()
-        .unwrap()
-        .revision() as u64;
+    let r = put_rev(&mut c, &key("ns", "a"), "{\"garbage").await;
     let got = collect_until(&mut w, r).await;
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].kind(), EventType::Deleted);
@@ -667,13 +631,7 @@ async fn garbage_overwrite_is_a_delete(mode: ConsistentReads) {
         assert!(list.items.is_empty(), "LIST at {rv:?}");
     }
     // A decodable value again is an ADDED.
-    let r = c
-        .put(key("ns", "a"), pod("ns", "a", "n2", &[]), None)
-        .await
-        .unwrap()
-        .header()
-        .unwrap()
-        .revision() as u64;
+    let r = put_rev(&mut c, &key("ns", "a"), pod("ns", "a", "n2", &[])).await;
     let got = collect_until(&mut w, r).await;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].kind(), EventType::Added);

@@ -92,6 +92,16 @@ pub async fn seed(c: &mut Client, n: usize, nodes: usize) -> i64 {
     rev
 }
 
+/// Puts once; returns the revision it was written at.
+pub async fn put_rev(c: &mut Client, key: &str, value: impl Into<Vec<u8>>) -> u64 {
+    c.put(key, value, None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision() as u64
+}
+
 /// Puts with retries (etcd may be restarting); returns the revision.
 pub async fn put_retry(c: &mut Client, key: &str, value: String) -> i64 {
     for _ in 0..400 {
