@@ -18,6 +18,8 @@ pub(crate) mod backoff;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;
+#[cfg(any(feature = "etcd", feature = "apiserver"))]
+pub(crate) mod outage;
 
 use bytes::Bytes;
 

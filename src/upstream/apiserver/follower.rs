@@ -28,6 +28,7 @@ use crate::model::Object;
 use crate::upstream::apiserver::rest::{Frame, Rest, RestError, WatchLines, identity, parse_frame};
 use crate::upstream::apiserver::{ApiServerConfig, InitialList};
 use crate::upstream::backoff::Backoff;
+use crate::upstream::outage::Outage;
 
 /// Why a watch ended.
 #[derive(Debug)]
@@ -68,9 +69,13 @@ impl Follower {
     }
 
     pub async fn run(mut self) {
-        let mut backoff = Backoff::new(self.config.backoff_initial, self.config.backoff_max);
+        let mut outage = Outage::new(
+            self.cache.clone(),
+            "API server",
+            self.config.unavailable_grace,
+            Backoff::new(self.config.backoff_initial, self.config.backoff_max),
+        );
         let mut applied: Option<u64> = None;
-        let mut down_since: Option<Instant> = None;
         // Whether to try WatchList; set off for good when the server shows it does not do it.
         let mut watch_list = self.config.initial_list != InitialList::List;
         loop {
@@ -91,7 +96,7 @@ impl Follower {
             let broken = match opened {
                 Ok((rv, stream)) => {
                     applied = Some(rv);
-                    self.recovered(&mut down_since, &mut backoff);
+                    outage.recovered();
                     self.follow(stream, &mut applied).await
                 }
                 Err(e) if e.is_expired() => Broken::Expired,
@@ -109,58 +114,11 @@ impl Follower {
                     applied = None;
                 }
                 Broken::Failed(e) => {
-                    self.failed(&mut down_since, &e);
-                    if self.pause(backoff.next_delay(), down_since).await {
+                    outage.failed(&e);
+                    if outage.pause(&mut self.shutdown).await {
                         return;
                     }
                 }
-            }
-        }
-    }
-
-    fn failed(&self, down_since: &mut Option<Instant>, why: &str) {
-        let since = *down_since.get_or_insert_with(Instant::now);
-        warn!(resource = %self.plural(), error = %why, down_for = ?since.elapsed(), "API server unavailable; retrying");
-        self.check_grace(since, why);
-    }
-
-    fn check_grace(&self, since: Instant, why: &str) {
-        if since.elapsed() >= self.config.unavailable_grace && self.cache.is_ready() {
-            warn!(resource = %self.plural(), grace = ?self.config.unavailable_grace, "API server unavailable past the grace period; not ready");
-            self.cache.set_not_ready(format!(
-                "API server unavailable for {:?}: {why}",
-                since.elapsed()
-            ));
-        }
-    }
-
-    fn recovered(&self, down_since: &mut Option<Instant>, backoff: &mut Backoff) {
-        if let Some(since) = down_since.take() {
-            info!(resource = %self.plural(), after = ?since.elapsed(), "API server watch resumed");
-        }
-        backoff.reset();
-        if !self.cache.is_ready() {
-            self.cache.set_ready();
-        }
-    }
-
-    /// Sleeps, marking the cache not ready if the grace period runs out meanwhile. Returns whether
-    /// shutdown was requested.
-    async fn pause(&mut self, delay: Duration, down_since: Option<Instant>) -> bool {
-        let until = tokio::time::Instant::now() + delay;
-        loop {
-            let tick = tokio::time::sleep_until(
-                until.min(tokio::time::Instant::now() + Duration::from_millis(500)),
-            );
-            tokio::select! {
-                _ = self.shutdown.changed() => return true,
-                _ = tick => {}
-            }
-            if let Some(since) = down_since {
-                self.check_grace(since, "no connection");
-            }
-            if tokio::time::Instant::now() >= until {
-                return *self.shutdown.borrow();
             }
         }
     }

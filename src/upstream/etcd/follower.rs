@@ -21,7 +21,7 @@
 )]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use etcd_client::{
     Client, EventType as EtcdEventType, GetOptions, WatchOptions as EtcdWatchOptions, WatchResponse,
@@ -33,6 +33,7 @@ use crate::cache::{Cache, Change, RangeReader};
 use crate::upstream::etcd::EtcdConfig;
 use crate::upstream::etcd::backoff::Backoff;
 use crate::upstream::etcd::range::{EtcdUpstream, MAX_RESPONSE_BYTES, REQUEST_TIMEOUT};
+use crate::upstream::outage::Outage;
 
 /// Why a watch ended.
 enum Broken {
@@ -73,9 +74,13 @@ impl Follower {
     }
 
     pub async fn run(mut self) {
-        let mut backoff = Backoff::new(self.config.backoff_initial, self.config.backoff_max);
+        let mut outage = Outage::new(
+            self.cache.clone(),
+            "etcd",
+            self.config.unavailable_grace,
+            Backoff::new(self.config.backoff_initial, self.config.backoff_max),
+        );
         let mut applied: Option<u64> = None;
-        let mut down_since: Option<Instant> = None;
         loop {
             if *self.shutdown.borrow() {
                 return;
@@ -85,8 +90,8 @@ impl Follower {
                 None => match self.sync().await {
                     Ok(r) => r,
                     Err(e) => {
-                        self.failed(&mut down_since, &e);
-                        if self.pause(backoff.next_delay(), down_since).await {
+                        outage.failed(&e);
+                        if outage.pause(&mut self.shutdown).await {
                             return;
                         }
                         continue;
@@ -94,10 +99,7 @@ impl Follower {
                 },
             };
             applied = Some(rev);
-            match self
-                .follow(&mut applied, &mut down_since, &mut backoff)
-                .await
-            {
+            match self.follow(&mut applied, &mut outage).await {
                 Broken::Shutdown => return,
                 Broken::Compacted(at) => {
                     warn!(resource = %self.cache.definition().plural, compacted = at, from = rev, "watch position compacted; resyncing");
@@ -109,56 +111,11 @@ impl Follower {
                     applied = None;
                 }
                 Broken::Failed(e) => {
-                    self.failed(&mut down_since, &e);
-                    if self.pause(backoff.next_delay(), down_since).await {
+                    outage.failed(&e);
+                    if outage.pause(&mut self.shutdown).await {
                         return;
                     }
                 }
-            }
-        }
-    }
-
-    fn failed(&self, down_since: &mut Option<Instant>, why: &str) {
-        let since = *down_since.get_or_insert_with(Instant::now);
-        warn!(resource = %self.cache.definition().plural, error = %why, down_for = ?since.elapsed(), "etcd unavailable; retrying");
-        self.check_grace(since, why);
-    }
-
-    fn check_grace(&self, since: Instant, why: &str) {
-        if since.elapsed() >= self.config.unavailable_grace && self.cache.is_ready() {
-            warn!(resource = %self.cache.definition().plural, grace = ?self.config.unavailable_grace, "etcd unavailable past the grace period; not ready");
-            self.cache
-                .set_not_ready(format!("etcd unavailable for {:?}: {why}", since.elapsed()));
-        }
-    }
-
-    fn recovered(&self, down_since: &mut Option<Instant>, backoff: &mut Backoff) {
-        if let Some(since) = down_since.take() {
-            info!(resource = %self.cache.definition().plural, after = ?since.elapsed(), "etcd watch resumed");
-        }
-        backoff.reset();
-        if !self.cache.is_ready() {
-            self.cache.set_ready();
-        }
-    }
-
-    /// Sleeps, marking the cache not ready if the grace period runs out meanwhile. Returns whether
-    /// shutdown was requested.
-    async fn pause(&mut self, delay: Duration, down_since: Option<Instant>) -> bool {
-        let until = tokio::time::Instant::now() + delay;
-        loop {
-            let tick = tokio::time::sleep_until(
-                until.min(tokio::time::Instant::now() + Duration::from_millis(500)),
-            );
-            tokio::select! {
-                _ = self.shutdown.changed() => return true,
-                _ = tick => {}
-            }
-            if let Some(since) = down_since {
-                self.check_grace(since, "no connection");
-            }
-            if tokio::time::Instant::now() >= until {
-                return *self.shutdown.borrow();
             }
         }
     }
@@ -196,12 +153,7 @@ impl Follower {
     }
 
     /// Runs the watch from `applied + 1` until it breaks.
-    async fn follow(
-        &mut self,
-        applied: &mut Option<u64>,
-        down_since: &mut Option<Instant>,
-        backoff: &mut Backoff,
-    ) -> Broken {
+    async fn follow(&mut self, applied: &mut Option<u64>, outage: &mut Outage) -> Broken {
         let Some(from) = *applied else {
             return Broken::Failed("not synced".into());
         };
@@ -270,7 +222,7 @@ impl Follower {
                     }
                     if resp.created() {
                         debug!(resource = %self.cache.definition().plural, from = from + 1, "etcd watch created");
-                        self.recovered(down_since, backoff);
+                        outage.recovered();
                         continue;
                     }
                     self.apply(&resp, applied);
