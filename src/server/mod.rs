@@ -43,6 +43,7 @@
 //! ```
 
 mod config;
+pub(crate) mod conn;
 mod convert;
 mod discovery;
 mod forward;
@@ -68,8 +69,8 @@ use axum::Router;
 use axum::routing::get;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch as signal;
+use tower::Service;
 use tracing::{debug, info, warn};
 
 pub use config::ServerConfig;
@@ -78,6 +79,7 @@ pub use proxy::{Proxy, ProxyBody};
 pub use state::Served;
 pub use status::ApiError;
 
+use conn::ConnInfo;
 use state::AppState;
 use watch::fast_path::{self, FirstRequest};
 
@@ -143,7 +145,7 @@ impl Server {
     ) -> std::io::Result<()> {
         let addr: Option<SocketAddr> = listener.local_addr().ok();
         info!(?addr, "serving");
-        let service = TowerToHyperService::new(self.router());
+        let router = self.router();
         let graceful = GracefulShutdown::new();
         let mut http = hyper::server::conn::http1::Builder::new();
         // hyper's timeout is one deadline per request head too (set when the head's read starts).
@@ -168,11 +170,12 @@ impl Server {
                         if let Err(e) = tcp.set_nodelay(true) {
                             debug!(error = %e, "cannot set TCP_NODELAY");
                         }
-                        let (st, service, http, watcher) = (Arc::clone(&self.state), service.clone(), http.clone(), graceful.watcher());
+                        let (st, router, http, watcher) = (Arc::clone(&self.state), router.clone(), http.clone(), graceful.watcher());
+                        let conn = Arc::new(ConnInfo { peer: Some(peer), client_cert: None });
                         tokio::spawn(async move {
                             let _slot = slot;
                             let mut tcp = tcp;
-                            let prefix = match fast_path::first_request(&mut tcp, &st).await {
+                            let prefix = match fast_path::first_request(&mut tcp, &st, &conn).await {
                                 Ok(FirstRequest::NotAWatch(bytes)) => bytes,
                                 Ok(FirstRequest::Served { rest, keep_alive: true }) => rest,
                                 Ok(FirstRequest::Served { keep_alive: false, .. }) => return,
@@ -180,6 +183,11 @@ impl Server {
                                 Err(e) => return fast_path::log_io(&e),
                             };
                             let io = TokioIo::new(fast_path::Rewind::new(prefix, tcp));
+                            // Every request on the connection carries what is known of it.
+                            let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                                req.extensions_mut().insert(Arc::clone(&conn));
+                                router.clone().call(req)
+                            });
                             // Boxed: the task of an idle fast-path watch then does not carry room
                             // for hyper's connection state (about 4 KiB).
                             if let Err(e) = Box::pin(watcher.watch(http.serve_connection(io, service))).await {

@@ -25,6 +25,8 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+
+use crate::server::conn::ConnInfo;
 use tracing::debug;
 
 use crate::server::negotiate::Format;
@@ -109,6 +111,7 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
 pub(crate) async fn first_request(
     tcp: &mut TcpStream,
     st: &Arc<AppState>,
+    _conn: &ConnInfo,
 ) -> std::io::Result<FirstRequest> {
     let mut buf = Vec::with_capacity(1024);
     // One deadline for the whole head, not one per read: a client trickling a byte at a time
