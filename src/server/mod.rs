@@ -100,6 +100,7 @@ impl Server {
             metrics: ServerMetrics::default(),
             shutdown: rx,
             proxy: std::sync::OnceLock::new(),
+            openapi: std::sync::OnceLock::new(),
         };
         Server {
             state: Arc::new(state),
