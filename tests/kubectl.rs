@@ -605,6 +605,33 @@ async fn kubectl_apply_twice_and_the_errors_an_operator_sees() {
             .unwrap()
             .contains("\"b\"")
     );
+    // Reordering a merge list: apply sends `$setElementOrder/containers`, and the order holds.
+    let pod = |names: &[&str]| {
+        let containers: Vec<Value> = names
+            .iter()
+            .map(|n| json!({"name": n, "image": format!("{n}:1")}))
+            .collect();
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "ordered", "namespace": "default"},
+            "spec": {"containers": containers}})
+        .to_string()
+    };
+    must(
+        &with_stdin(&k, &["apply", "-f", "-"], &pod(&["a", "b"])).await,
+        "apply pod",
+    );
+    must(
+        &with_stdin(&k, &["apply", "-f", "-"], &pod(&["c", "b", "a"])).await,
+        "apply pod reordered",
+    );
+    let got = get_json(&k, &["pod", "ordered"]).await;
+    let order: Vec<&str> = got["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["c", "b", "a"]);
     // A custom resource takes merge patches (apply uses one for it), not strategic ones.
     let w = |o: &str| {
         json!({"apiVersion": "example.com/v1alpha1", "kind": "Widget",
