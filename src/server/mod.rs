@@ -290,7 +290,9 @@ impl Connections {
                     tokio::spawn(async move {
                         match tokio::time::timeout(REFUSE_LINGER, acceptor.accept(tcp)).await {
                             Ok(Ok(stream)) => refuse(stream, max).await,
-                            _ => debug!(%peer, "refused TLS connection did not finish its handshake"),
+                            _ => {
+                                debug!(%peer, "refused TLS connection did not finish its handshake")
+                            }
                         }
                     });
                 }
@@ -354,7 +356,8 @@ impl Connections {
                     st.metrics.count_connection(true, is_h2);
                     if is_h2 {
                         let service = service(router, conn);
-                        let served = watcher.watch(h2.serve_connection(TokioIo::new(stream), service));
+                        let served =
+                            watcher.watch(h2.serve_connection(TokioIo::new(stream), service));
                         if let Err(e) = served.await {
                             debug!(error = %e, "HTTP/2 connection ended with an error");
                         }

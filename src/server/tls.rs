@@ -65,10 +65,14 @@ impl TlsConfig {
     }
 
     fn files(&self) -> impl Iterator<Item = &Path> {
-        [Some(&self.cert_file), Some(&self.key_file), self.client_ca_file.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(PathBuf::as_path)
+        [
+            Some(&self.cert_file),
+            Some(&self.key_file),
+            self.client_ca_file.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(PathBuf::as_path)
     }
 }
 
@@ -267,8 +271,7 @@ fn build(config: &TlsConfig) -> Result<rustls::ServerConfig, TlsError> {
 mod tests {
     use super::*;
     use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair,
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     };
 
     struct Pki {
@@ -312,13 +315,16 @@ mod tests {
             let (c, k, _) = self.issue(&["localhost"], "server", false);
             std::fs::write(self.path("s.crt"), c).unwrap();
             std::fs::write(self.path("s.key"), k).unwrap();
-            TlsConfig::new(self.path("s.crt"), self.path("s.key")).with_client_ca(self.path("ca.crt"))
+            TlsConfig::new(self.path("s.crt"), self.path("s.key"))
+                .with_client_ca(self.path("ca.crt"))
         }
     }
 
     fn current_cert(tls: &Tls, ca: &Path) -> Vec<u8> {
         let server = Arc::clone(&tls.current.read().serving);
-        let mut c = rustls::ClientConnection::new(client_config(ca, None), "localhost".try_into().unwrap()).unwrap();
+        let mut c =
+            rustls::ClientConnection::new(client_config(ca, None), "localhost".try_into().unwrap())
+                .unwrap();
         let mut s = rustls::ServerConnection::new(server).unwrap();
         pump(&mut c, &mut s).unwrap();
         c.peer_certificates().unwrap()[0].to_vec()
@@ -328,7 +334,9 @@ mod tests {
     fn client_config(ca: &Path, cert: Option<(String, String)>) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add_parsable_certificates(
-            CertificateDer::pem_file_iter(ca).unwrap().map(Result::unwrap),
+            CertificateDer::pem_file_iter(ca)
+                .unwrap()
+                .map(Result::unwrap),
         );
         let b = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
@@ -408,7 +416,8 @@ mod tests {
         let tls = Tls::load(pki.serving()).unwrap();
         let server = Arc::clone(&tls.current.read().serving);
         let connect = |cfg| {
-            let mut c = rustls::ClientConnection::new(cfg, "localhost".try_into().unwrap()).unwrap();
+            let mut c =
+                rustls::ClientConnection::new(cfg, "localhost".try_into().unwrap()).unwrap();
             let mut s = rustls::ServerConnection::new(Arc::clone(&server)).unwrap();
             pump(&mut c, &mut s).map(|()| client_leaf(&s).map(|b| b.to_vec()))
         };
@@ -416,7 +425,10 @@ mod tests {
         assert_eq!(connect(client_config(&ca, None)).unwrap(), None);
         // A certificate from the client CA: the verified leaf.
         let (c, k, der) = pki.issue(&[], "alice", true);
-        assert_eq!(connect(client_config(&ca, Some((c, k)))).unwrap(), Some(der));
+        assert_eq!(
+            connect(client_config(&ca, Some((c, k)))).unwrap(),
+            Some(der)
+        );
         // A certificate from another CA: the handshake fails.
         let other = Pki::new();
         let (c, k, _) = other.issue(&[], "mallory", true);
