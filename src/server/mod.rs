@@ -333,8 +333,12 @@ impl Connections {
                     // and never finishes it does not hold a slot for longer.
                     let timeout = st.config.header_read_timeout;
                     let mut shutdown = st.shutdown.clone();
+                    // Boxed, like the connection futures below: this task then holds only
+                    // pointers while the connection idles (its handshake state is freed, and
+                    // the stream lives in the one box that serves it).
+                    let handshake = Box::pin(tokio::time::timeout(timeout, acceptor.accept(tcp)));
                     let stream = tokio::select! {
-                        s = tokio::time::timeout(timeout, acceptor.accept(tcp)) => match s {
+                        s = handshake => match s {
                             Ok(Ok(stream)) => stream,
                             Ok(Err(e)) => {
                                 st.metrics.count_handshake_failure();
@@ -356,8 +360,9 @@ impl Connections {
                     st.metrics.count_connection(true, is_h2);
                     if is_h2 {
                         let service = service(router, conn);
-                        let served =
-                            watcher.watch(h2.serve_connection(TokioIo::new(stream), service));
+                        let served = Box::pin(
+                            watcher.watch(h2.serve_connection(TokioIo::new(stream), service)),
+                        );
                         if let Err(e) = served.await {
                             debug!(error = %e, "HTTP/2 connection ended with an error");
                         }
