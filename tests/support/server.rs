@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use watchcache::etcd::{EtcdCaches, EtcdConfig};
-use watchcache::server::{Served, Server, ServerConfig};
+use watchcache::server::{Served, Server, ServerConfig, TlsConfig};
 use watchcache::{CacheConfig, ResourceDef};
 
 use super::etcd::{Etcd, etcd};
@@ -35,6 +35,20 @@ impl TestServer {
         tune: impl FnOnce(&mut EtcdConfig),
         defs: Vec<ResourceDef>,
     ) -> TestServer {
+        Self::start_full(config, tune, defs, None).await
+    }
+
+    /// A server on TLS (its `url` is `https://`), with these files.
+    pub async fn start_tls(config: ServerConfig, tls: TlsConfig) -> TestServer {
+        Self::start_full(config, |_| {}, ResourceDef::builtins(), Some(tls)).await
+    }
+
+    pub async fn start_full(
+        config: ServerConfig,
+        tune: impl FnOnce(&mut EtcdConfig),
+        defs: Vec<ResourceDef>,
+        tls: Option<TlsConfig>,
+    ) -> TestServer {
         let etcd = etcd().await;
         let mut ec = super::etcd::config(&[etcd.server.url()]);
         tune(&mut ec);
@@ -45,14 +59,18 @@ impl TestServer {
             c.wait_ready(Duration::from_secs(30)).await.unwrap();
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = Server::new(
+        let mut server = Server::new(
             config,
             caches
                 .caches()
                 .map(|(_, c)| Served::new(c.clone(), caches.writes())),
         );
+        if let Some(tls) = tls {
+            server = server.with_tls(tls).unwrap();
+        }
         let task = tokio::spawn(async move {
             server
                 .serve(listener, async { stopped.await.ok().unwrap_or(()) })
