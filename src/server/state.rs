@@ -67,6 +67,14 @@ pub(crate) struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Proxy mode: where requests for anything but the cached resources go.
     pub proxy: std::sync::OnceLock<Arc<dyn crate::server::proxy::Proxy>>,
+    /// Authentication and authorization, when configured ([`Server::with_auth`]).
+    ///
+    /// [`Server::with_auth`]: crate::server::Server::with_auth
+    pub auth: std::sync::OnceLock<Arc<crate::server::auth::Auth>>,
+    /// `--max-requests-inflight` and `--max-watches-per-user`.
+    pub limits: crate::server::auth::Limits,
+    /// The audit log.
+    pub audit: crate::server::auth::Audit,
 }
 
 /// What a resource path names.
