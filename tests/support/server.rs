@@ -35,6 +35,16 @@ impl TestServer {
         tune: impl FnOnce(&mut EtcdConfig),
         defs: Vec<ResourceDef>,
     ) -> TestServer {
+        Self::start_with_server(config, tune, defs, |s| s).await
+    }
+
+    /// With the server adjusted before it serves (authentication, a proxy).
+    pub async fn start_with_server(
+        config: ServerConfig,
+        tune: impl FnOnce(&mut EtcdConfig),
+        defs: Vec<ResourceDef>,
+        adjust: impl FnOnce(Server) -> Server,
+    ) -> TestServer {
         let etcd = etcd().await;
         let mut ec = super::etcd::config(&[etcd.server.url()]);
         tune(&mut ec);
@@ -47,12 +57,12 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = Server::new(
+        let server = adjust(Server::new(
             config,
             caches
                 .caches()
                 .map(|(_, c)| Served::new(c.clone(), caches.writes())),
-        );
+        ));
         let task = tokio::spawn(async move {
             server
                 .serve(listener, async { stopped.await.ok().unwrap_or(()) })
