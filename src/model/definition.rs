@@ -221,6 +221,19 @@ const BUILTINS: &[(&str, &str)] = &[
     ("secrets.toml", include_str!("../../indexers/secrets.toml")),
     ("leases.toml", include_str!("../../indexers/leases.toml")),
     ("events.toml", include_str!("../../indexers/events.toml")),
+    ("roles.toml", include_str!("../../indexers/roles.toml")),
+    (
+        "clusterroles.toml",
+        include_str!("../../indexers/clusterroles.toml"),
+    ),
+    (
+        "rolebindings.toml",
+        include_str!("../../indexers/rolebindings.toml"),
+    ),
+    (
+        "clusterrolebindings.toml",
+        include_str!("../../indexers/clusterrolebindings.toml"),
+    ),
     (
         "widgets.example.com.toml",
         include_str!("../../indexers/widgets.example.com.toml"),
@@ -232,7 +245,8 @@ pub const MAX_INDEXES: usize = 32;
 
 impl ResourceDef {
     /// The definitions compiled into the binary: pods, nodes, namespaces, services, endpointslices,
-    /// configmaps, secrets, leases, events and the example custom resource `widgets.example.com`.
+    /// configmaps, secrets, leases, events, the four RBAC resources (roles, clusterroles,
+    /// rolebindings, clusterrolebindings) and the example custom resource `widgets.example.com`.
     pub fn builtins() -> Vec<ResourceDef> {
         BUILTINS
             .iter()
@@ -508,6 +522,10 @@ mod tests {
             "secrets",
             "leases",
             "events",
+            "roles",
+            "clusterroles",
+            "rolebindings",
+            "clusterrolebindings",
             "widgets",
         ] {
             assert!(names.contains(&want), "{want} missing from {names:?}");

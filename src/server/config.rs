@@ -19,6 +19,14 @@ pub struct ServerConfig {
     /// How long a client has to send a whole request head, from its first byte wait on (an
     /// absolute deadline, like Go's `ReadHeaderTimeout`: trickling bytes does not extend it).
     pub header_read_timeout: Duration,
+    /// `--max-requests-inflight`: most non-watch requests in progress at once; more get 429
+    /// with Retry-After (0: no limit, the library's default; the CLI's is upstream's 400).
+    pub max_requests_inflight: usize,
+    /// `--max-watches-per-user`: most concurrent watches of one authenticated user; more get
+    /// 429 (0: no limit). Only counted when authentication is configured.
+    pub max_watches_per_user: usize,
+    /// `--audit-log-path`: where audit lines are appended as JSON (they always go to `tracing`).
+    pub audit_log_path: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -30,6 +38,9 @@ impl Default for ServerConfig {
             default_watch_timeout: (Duration::from_secs(1800), Duration::from_secs(3600)),
             max_connections: 250_000,
             header_read_timeout: Duration::from_secs(30),
+            max_requests_inflight: 0,
+            max_watches_per_user: 0,
+            audit_log_path: None,
         }
     }
 }

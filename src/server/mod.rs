@@ -25,6 +25,7 @@
 //! | `openapi.rs` | `/openapi/v3` and its group-version documents (permissive schemas) |
 //! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
 //! | `proxy.rs`, `forward.rs` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
+//! | `auth/` | authentication, authorization (RBAC, Node), per-client limits, the audit log |
 //!
 //! # Examples
 //! A cache fed in process, served over HTTP with writes:
@@ -42,6 +43,7 @@
 //! # }
 //! ```
 
+pub mod auth;
 mod config;
 pub(crate) mod conn;
 mod convert;
@@ -110,6 +112,7 @@ impl Server {
     /// A server for these resources.
     pub fn new(config: ServerConfig, served: impl IntoIterator<Item = Served>) -> Server {
         let (shutdown, rx) = signal::channel(false);
+        let limits = auth::Limits::new(config.max_requests_inflight, config.max_watches_per_user);
         let state = AppState {
             served: served.into_iter().collect(),
             config,
@@ -118,6 +121,9 @@ impl Server {
             shutdown: rx,
             proxy: std::sync::OnceLock::new(),
             openapi: std::sync::OnceLock::new(),
+            auth: std::sync::OnceLock::new(),
+            limits,
+            audit: auth::Audit::default(),
         };
         Server {
             state: Arc::new(state),
@@ -156,6 +162,17 @@ impl Server {
         self
     }
 
+    /// Authentication and authorization: every request (but `/livez`) is authenticated and
+    /// authorized by `config`'s methods and modes; without it, nothing is.
+    #[must_use]
+    pub fn with_auth(self, config: auth::AuthConfig) -> Server {
+        let a = auth::Auth::new(config, &self.state.served);
+        if self.state.auth.set(Arc::new(a)).is_err() {
+            warn!("authentication was already set; keeping the first");
+        }
+        self
+    }
+
     /// The axum router.
     pub fn router(&self) -> Router {
         Router::new()
@@ -163,6 +180,10 @@ impl Server {
             .route("/readyz", get(routes::readyz))
             .route("/metrics", get(routes::metrics_handler))
             .fallback(routes::api)
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&self.state),
+                auth::gate::gate,
+            ))
             .with_state(Arc::clone(&self.state))
     }
 
@@ -187,6 +208,14 @@ impl Server {
         let insecure = self.insecure.take();
         if let Some(l) = &insecure {
             info!(addr = ?l.local_addr().ok(), "serving plain HTTP too");
+        }
+        if let Some(path) = &self.state.config.audit_log_path {
+            self.state.audit.open(path.clone()).await.map_err(|e| {
+                std::io::Error::new(e.kind(), format!("audit log {}: {e}", path.display()))
+            })?;
+        }
+        if let Some(a) = self.state.auth.get() {
+            a.start();
         }
         let router = self.router();
         let graceful = GracefulShutdown::new();

@@ -9,6 +9,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::cache::{Cache, list_parts};
+use crate::server::auth::User;
 use crate::server::convert::{self, IncludeObject, WatchConverter};
 use crate::server::discovery::{self, Entry};
 use crate::server::forward;
@@ -138,6 +139,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let cache = &served.cache;
     // HEAD is a GET whose body hyper leaves out.
     if method == Method::GET || method == Method::HEAD {
+        let user = parts.extensions.get::<Arc<User>>().map(|u| &**u);
         return read(
             st,
             cache,
@@ -147,6 +149,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
             query,
             gzip,
             target.status,
+            user,
         )
         .await;
     }
@@ -250,6 +253,7 @@ async fn read(
     query: Option<&str>,
     gzip: bool,
     status: bool,
+    user: Option<&User>,
 ) -> Result<Response, ApiError> {
     let mut params = ReadParams::parse(query, st.config.max_selector_len)?;
     if status && params.watch {
@@ -272,7 +276,8 @@ async fn read(
             params.watch_one(n);
         }
         let convert = WatchConverter::new(def, format, include);
-        let pump = watch::start(st, cache, ns, &params, gzip, convert).await?;
+        let opts = params.watch_options(ns)?;
+        let pump = watch::start(st, cache, opts, params.timeout, gzip, convert, user).await?;
         let resp = json_response(StatusCode::OK, Body::from_stream(watch::body::body(pump)));
         return Ok(typed(if gzip { gzip_encoded(resp) } else { resp }));
     }

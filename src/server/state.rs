@@ -69,6 +69,14 @@ pub(crate) struct AppState {
     pub proxy: std::sync::OnceLock<Arc<dyn crate::server::proxy::Proxy>>,
     /// The OpenAPI documents, built on first request (they depend only on what is served).
     pub openapi: std::sync::OnceLock<crate::server::openapi::Documents>,
+    /// Authentication and authorization, when configured ([`Server::with_auth`]).
+    ///
+    /// [`Server::with_auth`]: crate::server::Server::with_auth
+    pub auth: std::sync::OnceLock<Arc<crate::server::auth::Auth>>,
+    /// `--max-requests-inflight` and `--max-watches-per-user`.
+    pub limits: crate::server::auth::Limits,
+    /// The audit log.
+    pub audit: crate::server::auth::Audit,
 }
 
 /// What a resource path names.

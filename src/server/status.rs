@@ -20,6 +20,8 @@ struct Inner {
     retry_after: Option<u64>,
     causes: Vec<Cause>,
     details: Option<(String, String)>,
+    /// `details.group`, when the error names an API group (Forbidden).
+    group: String,
 }
 
 /// One entry of `details.causes`: why, what, and which field (when one is at fault).
@@ -40,6 +42,7 @@ impl ApiError {
             retry_after: None,
             causes: Vec::new(),
             details: None,
+            group: String::new(),
         }))
     }
 
@@ -84,6 +87,22 @@ impl ApiError {
                  application/json (got \"{content_type}\")"
             ),
         )
+    }
+
+    /// 401 Unauthorized: no valid credentials (upstream says no more than this).
+    pub fn unauthorized() -> ApiError {
+        ApiError::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    /// 403 Forbidden with upstream's message; `details` name the group, the resource (as
+    /// `kind`) and the object's name, as upstream's `NewForbidden`.
+    pub fn forbidden(message: String, group: String, resource: String, name: String) -> ApiError {
+        let mut e = ApiError::new(403, "Forbidden", message);
+        if !resource.is_empty() {
+            e.0.details = Some((resource, name));
+            e.0.group = group;
+        }
+        e
     }
 
     /// 404 NotFound for a path that names no resource.
@@ -167,7 +186,12 @@ impl ApiError {
         let this = &self.0;
         let mut details = serde_json::Map::new();
         if let Some((kind, name)) = &this.details {
-            details.insert("name".into(), json!(name));
+            if !name.is_empty() {
+                details.insert("name".into(), json!(name));
+            }
+            if !this.group.is_empty() {
+                details.insert("group".into(), json!(this.group));
+            }
             details.insert("kind".into(), json!(kind));
         }
         if !this.causes.is_empty() {

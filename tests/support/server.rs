@@ -35,19 +35,31 @@ impl TestServer {
         tune: impl FnOnce(&mut EtcdConfig),
         defs: Vec<ResourceDef>,
     ) -> TestServer {
-        Self::start_full(config, tune, defs, None).await
+        Self::start_full(config, tune, defs, None, |s| s).await
     }
 
     /// A server on TLS (its `url` is `https://`), with these files.
     pub async fn start_tls(config: ServerConfig, tls: TlsConfig) -> TestServer {
-        Self::start_full(config, |_| {}, ResourceDef::builtins(), Some(tls)).await
+        Self::start_full(config, |_| {}, ResourceDef::builtins(), Some(tls), |s| s).await
     }
 
+    /// With the server adjusted before it serves (authentication, a proxy).
+    pub async fn start_with_server(
+        config: ServerConfig,
+        tune: impl FnOnce(&mut EtcdConfig),
+        defs: Vec<ResourceDef>,
+        adjust: impl FnOnce(Server) -> Server,
+    ) -> TestServer {
+        Self::start_full(config, tune, defs, None, adjust).await
+    }
+
+    /// Everything: definitions, TLS, and the server adjusted before it serves.
     pub async fn start_full(
         config: ServerConfig,
         tune: impl FnOnce(&mut EtcdConfig),
         defs: Vec<ResourceDef>,
         tls: Option<TlsConfig>,
+        adjust: impl FnOnce(Server) -> Server,
     ) -> TestServer {
         let etcd = etcd().await;
         let mut ec = super::etcd::config(&[etcd.server.url()]);
@@ -62,12 +74,12 @@ impl TestServer {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let mut server = Server::new(
+        let mut server = adjust(Server::new(
             config,
             caches
                 .caches()
                 .map(|(_, c)| Served::new(c.clone(), caches.writes())),
-        );
+        ));
         if let Some(tls) = tls {
             server = server.with_tls(tls).unwrap();
         }

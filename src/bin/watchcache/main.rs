@@ -12,7 +12,7 @@ use watchcache::apiserver::{
     ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig,
 };
 use watchcache::etcd::{ConsistentReads, Encryption, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd};
-use watchcache::server::{Served, Server, ServerConfig, TlsConfig};
+use watchcache::server::{Served, Server, ServerConfig, TlsConfig, auth};
 use watchcache::{CacheConfig, ResourceDef};
 
 mod bench;
@@ -166,6 +166,91 @@ struct ServeArgs {
     #[arg(long, default_value = "auto", value_parser = ["auto", "watchlist", "list"],
           requires = "upstream_kubeconfig")]
     upstream_initial_list: String,
+    /// Static bearer tokens: a CSV file of `token,user,uid,"group1,group2"` lines (as
+    /// kube-apiserver's).
+    #[arg(long, value_name = "FILE")]
+    token_auth_file: Option<PathBuf>,
+    /// PEM public keys (RSA or EC P-256) that verify service-account tokens; repeatable.
+    #[arg(long, value_name = "FILE")]
+    service_account_key_file: Vec<PathBuf>,
+    /// The issuer (`iss`) service-account tokens must name; repeatable.
+    #[arg(long, value_name = "URL")]
+    service_account_issuer: Vec<String>,
+    /// Audiences a service-account token must name one of (default: the issuers).
+    #[arg(long, value_delimiter = ',', value_name = "AUD")]
+    api_audiences: Vec<String>,
+    /// Serve requests without credentials as `system:anonymous` (default: true on plain HTTP,
+    /// false when serving TLS, as kube-apiserver's secure port).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    anonymous_auth: Option<bool>,
+    /// Authorizers, in order: comma-separated AlwaysAllow, AlwaysDeny, Node, RBAC (default:
+    /// AlwaysAllow).
+    #[arg(long, value_delimiter = ',', value_name = "MODES")]
+    authorization_mode: Vec<watchcache::server::auth::Mode>,
+    /// Directory of RBAC objects (YAML or JSON: Roles, ClusterRoles, RoleBindings,
+    /// ClusterRoleBindings, Lists) the RBAC authorizer starts from; the cache's own RBAC objects
+    /// add to them.
+    #[arg(long, value_name = "DIR")]
+    authorization_rbac_dir: Option<PathBuf>,
+    /// Most non-watch requests in progress at once; more are answered 429 (0: no limit).
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: usize,
+    /// Most concurrent watches of one user; more are answered 429 (0: no limit). A quarter of
+    /// --max-watchers: a DaemonSet's service account on 5000 nodes still fits.
+    #[arg(long, default_value_t = 50_000)]
+    max_watches_per_user: usize,
+    /// Append one JSON line per write and per denied request to this file (they always go to
+    /// the log, target watchcache::audit).
+    #[arg(long, value_name = "FILE")]
+    audit_log_path: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    /// Authentication and authorization, when any of their flags is given; `None` keeps
+    /// today's open server. `tls`: whether the port serves TLS (anonymous is then off unless
+    /// asked for), `client_certs`: whether `--client-ca-file` was given.
+    fn auth(
+        &self,
+        tls: bool,
+        client_certs: bool,
+    ) -> Result<Option<auth::AuthConfig>, Box<dyn std::error::Error>> {
+        let wanted = client_certs
+            || self.token_auth_file.is_some()
+            || !self.service_account_key_file.is_empty()
+            || !self.authorization_mode.is_empty()
+            || self.anonymous_auth.is_some();
+        if !wanted {
+            return Ok(None);
+        }
+        let tokens = self
+            .token_auth_file
+            .as_deref()
+            .map(auth::TokenFile::load)
+            .transpose()?;
+        let service_accounts = if self.service_account_key_file.is_empty() {
+            None
+        } else {
+            Some(auth::ServiceAccounts::load(
+                &self.service_account_key_file,
+                self.service_account_issuer.clone(),
+                self.api_audiences.clone(),
+            )?)
+        };
+        let rbac_bootstrap = match &self.authorization_rbac_dir {
+            Some(d) => auth::RbacObjects::load_dir(d)?,
+            None => auth::RbacObjects::default(),
+        };
+        Ok(Some(auth::AuthConfig {
+            authenticator: auth::Authenticator {
+                client_certs,
+                tokens,
+                service_accounts,
+                anonymous: self.anonymous_auth.unwrap_or(!tls),
+            },
+            modes: self.authorization_mode.clone(),
+            rbac_bootstrap,
+        }))
+    }
 }
 
 /// The caches a server serves, and where they come from.
@@ -257,6 +342,10 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .map(Encryption::load)
         .transpose()?
         .map(std::sync::Arc::new);
+    // Serving TLS and --client-ca-file come with the TLS listener (not on this branch yet):
+    // plain HTTP, no client certificates. Read before anything starts: a bad token file, key
+    // or RBAC directory is a start-up error.
+    let auth = args.auth(false, false)?;
     let caches = match &args.upstream_kubeconfig {
         Some(kubeconfig) => follow_api_server(&args, kubeconfig, defs).await?,
         None => {
@@ -295,6 +384,9 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         max_selector_len: args.max_selector_len,
         max_watchers: args.max_watchers,
         max_connections: args.max_connections,
+        max_requests_inflight: args.max_requests_inflight,
+        max_watches_per_user: args.max_watches_per_user,
+        audit_log_path: args.audit_log_path.clone(),
         ..ServerConfig::default()
     };
     let tls = tls_config(&args)?;
@@ -313,6 +405,9 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         let plain = tokio::net::TcpListener::bind(addr).await?;
         info!(listen = %addr, "watchcache listening on plain HTTP (development)");
         server = server.with_insecure_listener(plain);
+    }
+    if let Some(a) = auth {
+        server = server.with_auth(a);
     }
     if let Caches::ApiServer(c) = &caches {
         // Proxy mode: what is not cached here goes to the upstream.

@@ -25,6 +25,7 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
+use crate::server::auth::{Audit, Record, RequestInfo, User};
 use crate::server::conn::ConnInfo;
 use tracing::debug;
 
@@ -55,6 +56,8 @@ pub(crate) struct WatchRequest {
     keep_alive: bool,
     gzip: bool,
     head_len: usize,
+    /// The `Authorization` header's value, when sent.
+    authorization: Option<Vec<u8>>,
 }
 
 pub(crate) enum Head {
@@ -103,6 +106,7 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
         keep_alive: !header("connection").is_some_and(|v| v.eq_ignore_ascii_case(b"close")),
         gzip: header("accept-encoding").is_some_and(wants_gzip_value),
         head_len,
+        authorization: header("authorization").map(<[u8]>::to_vec),
     })
 }
 
@@ -110,7 +114,7 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
 pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
     tcp: &mut S,
     st: &Arc<AppState>,
-    _conn: &ConnInfo,
+    conn: &ConnInfo,
 ) -> std::io::Result<FirstRequest> {
     let mut buf = Vec::with_capacity(1024);
     // One deadline for the whole head, not one per read: a client trickling a byte at a time
@@ -150,7 +154,27 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
     let mut rest = buf.split_off(req.head_len);
     drop(buf);
     rest.shrink_to_fit();
-    let outcome = serve_watch(tcp, st, &req.path, &req.query, req.gzip).await?;
+    // Authentication, as hyper's requests have in the gate (auth/gate.rs): never bypassed.
+    let user = match st.auth.get() {
+        None => None,
+        Some(auth) => match auth
+            .authn
+            .authenticate(conn.client_cert.as_deref(), req.authorization.as_deref())
+        {
+            Ok(u) => Some(u),
+            Err(why) => {
+                debug!(path = %req.path, why = %why.0, "unauthorized");
+                let started = std::time::Instant::now();
+                write_error(tcp, &ApiError::unauthorized()).await?;
+                audit(st, None, &req.path, 401, started);
+                return Ok(FirstRequest::Served {
+                    rest,
+                    keep_alive: req.keep_alive,
+                });
+            }
+        },
+    };
+    let outcome = serve_watch(tcp, st, &req.path, &req.query, req.gzip, user.as_deref()).await?;
     rest.extend(outcome.received);
     Ok(FirstRequest::Served {
         rest,
@@ -165,17 +189,44 @@ struct Outcome {
     received: Vec<u8>,
 }
 
+/// Records a denied fast-path watch in the audit log.
+fn audit(st: &AppState, user: Option<&User>, path: &str, code: u16, started: std::time::Instant) {
+    let info = RequestInfo::new("GET", path, true);
+    st.audit.record(&Record {
+        user,
+        info: &info,
+        code,
+        latency: started.elapsed(),
+    });
+}
+
 async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
     tcp: &mut S,
     st: &Arc<AppState>,
     path: &str,
     query: &str,
     gzip: bool,
+    user: Option<&User>,
 ) -> std::io::Result<Outcome> {
     let done = |clean, received| Ok(Outcome { clean, received });
+    let began = std::time::Instant::now();
+    // Authorized before anything else, as upstream (a path naming nothing is 404 only to
+    // whom may watch it).
+    let authorize_path = |st: &AppState| -> Result<(), ApiError> {
+        match (st.auth.get(), user) {
+            (Some(auth), Some(u)) => auth.check(u, &RequestInfo::new("GET", path, true), None),
+            _ => Ok(()),
+        }
+    };
     // A subresource (`/status`) is not watchable: 404, as for any path naming nothing.
     let Some(target) = st.resolve(&segments(path)).filter(|t| !t.status) else {
-        write_error(tcp, &ApiError::no_route(path)).await?;
+        let e = authorize_path(st)
+            .err()
+            .unwrap_or_else(|| ApiError::no_route(path));
+        write_error(tcp, &e).await?;
+        if e.code() == 403 {
+            audit(st, user, path, 403, began);
+        }
         return done(true, Vec::new());
     };
     let started = async {
@@ -183,13 +234,24 @@ async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
         if let Some(n) = &target.name {
             params.watch_one(n);
         }
+        let opts = params.watch_options(target.namespace.as_deref())?;
+        // The authorizers read the selection parsed for the cache (the Node authorizer: a
+        // kubelet's `spec.nodeName`), parsed once.
+        if let (Some(auth), Some(u)) = (st.auth.get(), user) {
+            auth.check(
+                u,
+                &RequestInfo::new("GET", path, true),
+                Some(&opts.selection),
+            )?;
+        }
         watch::start(
             st,
             &target.served.cache,
-            target.namespace.as_deref(),
-            &params,
+            opts,
+            params.timeout,
             gzip,
             None,
+            user,
         )
         .await
     };
@@ -199,6 +261,9 @@ async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(pump) => pump,
         Err(e) => {
             write_error(tcp, &e).await?;
+            if Audit::wants(&RequestInfo::default(), e.code()) {
+                audit(st, user, path, e.code(), began);
+            }
             return done(true, Vec::new());
         }
     };

@@ -17,10 +17,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::time::Instant;
 
+use crate::cache::WatchOptions;
 use crate::cache::{Cache, Frame, WatchStream};
 use crate::error::Error;
+use crate::server::auth::{User, UserWatchSlot};
 use crate::server::convert::WatchConverter;
-use crate::server::params::ReadParams;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
 use pump::WatchPump;
@@ -43,22 +44,32 @@ pub(crate) struct StartedWatch {
     pub deadline: Instant,
     /// Held for its `Drop`: the watch counts against the limit while it lives.
     _slot: WatcherSlot,
+    /// Held for its `Drop`: the watch counts against its user's cap while it lives.
+    _user_slot: Option<UserWatchSlot>,
 }
 
 /// Starts a watch and returns the pump that runs its response. A start older than the window is
 /// a 200 response holding one ERROR event with the 410 `Status`, as upstream sends it; other start
 /// errors are HTTP errors.
 ///
+/// `opts` are already parsed (the authorizers read their selection); `timeout` is
+/// `timeoutSeconds`; `user`, when authenticated, has its own cap of watches.
+///
 /// # Errors
-/// 429 over the watch limit, and the cache's start errors (400, 429, 504).
+/// 429 over the watch limit or the user's, and the cache's start errors (400, 429, 504).
 pub(crate) async fn start(
     st: &AppState,
     cache: &Cache,
-    ns: Option<&str>,
-    params: &ReadParams,
+    opts: WatchOptions,
+    timeout: Option<std::time::Duration>,
     gzip: bool,
     convert: Option<WatchConverter>,
+    user: Option<&User>,
 ) -> Result<WatchPump, ApiError> {
+    let user_slot = match user {
+        Some(u) => st.limits.watch(&u.name)?,
+        None => None,
+    };
     let limit = st.config.max_watchers;
     if st.watchers.fetch_add(1, Ordering::Relaxed) >= limit {
         st.watchers.fetch_sub(1, Ordering::Relaxed);
@@ -68,7 +79,7 @@ pub(crate) async fn start(
         ));
     }
     let slot = WatcherSlot(Arc::clone(&st.watchers));
-    let timeout = params.timeout.unwrap_or_else(|| {
+    let timeout = timeout.unwrap_or_else(|| {
         let (lo, hi) = st.config.default_watch_timeout;
         lo + (hi.saturating_sub(lo)).mul_f64(fastrand::f64())
     });
@@ -76,13 +87,14 @@ pub(crate) async fn start(
     // panicked): beyond a year, a watch's own timeout is no different from none.
     let deadline = Instant::now() + timeout.min(MAX_WATCH_TIMEOUT);
     let shutdown = st.shutdown.clone();
-    match cache.watch(params.watch_options(ns)?).await {
+    match cache.watch(opts).await {
         Ok(mut stream) => {
             stream.bookmark_before(deadline);
             let w = StartedWatch {
                 stream,
                 deadline,
                 _slot: slot,
+                _user_slot: user_slot,
             };
             Ok(WatchPump::events(w, shutdown, gzip, convert))
         }

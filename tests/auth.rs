@@ -1,0 +1,652 @@
+//! Authentication, authorization (RBAC from etcd, Node), limits and the audit log, against a
+//! server over a real etcd, with real clients (reqwest, the official Python client).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+use support::server::TestServer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use watchcache::ResourceDef;
+use watchcache::server::ServerConfig;
+use watchcache::server::auth::{AuthConfig, Authenticator, Mode, RbacObjects, TokenFile};
+
+const TOKENS: &str = "\
+admin-token,admin,0,system:masters
+alice-token,alice,1
+n1-token,system:node:n1,2,system:nodes
+n2-token,system:node:n2,3,system:nodes
+prom-token,prom,4
+viewer-token,vera,5,viewers
+";
+
+fn auth_config(anonymous: bool) -> AuthConfig {
+    let mut bootstrap = RbacObjects::default();
+    bootstrap
+        .add(
+            json!({"kind": "ClusterRole", "metadata": {"name": "metrics-reader"},
+            "rules": [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}),
+        )
+        .unwrap();
+    bootstrap
+        .add(
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "prom-metrics"},
+            "subjects": [{"kind": "User", "name": "prom"}],
+            "roleRef": {"kind": "ClusterRole", "name": "metrics-reader"}}),
+        )
+        .unwrap();
+    AuthConfig {
+        authenticator: Authenticator {
+            client_certs: true,
+            tokens: Some(TokenFile::parse("tokens.csv", TOKENS).unwrap()),
+            service_accounts: None,
+            anonymous,
+        },
+        modes: vec![Mode::Node, Mode::Rbac],
+        rbac_bootstrap: bootstrap,
+    }
+}
+
+async fn server(config: ServerConfig) -> TestServer {
+    TestServer::start_with_server(
+        config,
+        |_| {},
+        ResourceDef::builtins(),
+        |s| s.with_auth(auth_config(false)),
+    )
+    .await
+}
+
+async fn call(
+    method: reqwest::Method,
+    url: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> (StatusCode, Value) {
+    // A new client per request: its first request opens a connection (the fast path's case
+    // for watches).
+    let c = Client::new();
+    let mut r = c.request(method, url);
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        r = r.json(b);
+    }
+    let resp = r.send().await.unwrap();
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+async fn get(url: &str, token: Option<&str>) -> (StatusCode, Value) {
+    call(reqwest::Method::GET, url, token, None).await
+}
+
+async fn post(url: &str, token: &str, body: &Value) -> (StatusCode, Value) {
+    let (s, v) = call(reqwest::Method::POST, url, Some(token), Some(body)).await;
+    assert_eq!(s, StatusCode::CREATED, "{url}: {v}");
+    (s, v)
+}
+
+/// Polls until `url` answers `want` for `token`; the time it took.
+async fn until_status(url: &str, token: &str, want: StatusCode) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (s, v) = get(url, Some(token)).await;
+        if s == want {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{url}: still {s}: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn pod(ns: &str, name: &str, node: &str, secret: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}],
+                 "volumes": [{"name": "s", "secret": {"secretName": secret}}]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_credentials_and_bad_tokens_are_401_and_unbound_users_403() {
+    let s = server(ServerConfig::default()).await;
+    let (code, v) = get(&format!("{}/api/v1/namespaces/ns/pods", s.url), None).await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED, "{v}");
+    assert_eq!(
+        v,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
+    );
+    let (code, _) = get(
+        &format!("{}/api/v1/namespaces/ns/pods", s.url),
+        Some("wrong"),
+    )
+    .await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
+    // The fast path too.
+    let (code, _) = get(&format!("{}/api/v1/pods?watch=true", s.url), None).await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
+    // /livez stays open; /readyz is a non-resource URL.
+    assert_eq!(
+        get(&format!("{}/livez", s.url), None).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get(&format!("{}/readyz", s.url), None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+
+    let (code, v) = get(
+        &format!("{}/api/v1/namespaces/ns/pods", s.url),
+        Some("alice-token"),
+    )
+    .await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{v}");
+    assert_eq!(
+        v,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"ns\"",
+               "reason": "Forbidden", "details": {"kind": "pods"}, "code": 403})
+    );
+    let (code, v) = get(
+        &format!(
+            "{}/apis/rbac.authorization.k8s.io/v1/clusterroles/admin",
+            s.url
+        ),
+        Some("alice-token"),
+    )
+    .await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    assert_eq!(
+        v["message"],
+        "clusterroles.rbac.authorization.k8s.io \"admin\" is forbidden: User \"alice\" cannot get resource \"clusterroles\" in API group \"rbac.authorization.k8s.io\" at the cluster scope"
+    );
+    assert_eq!(
+        v["details"],
+        json!({"name": "admin", "group": "rbac.authorization.k8s.io", "kind": "clusterroles"})
+    );
+    let (code, v) = get(&format!("{}/api", s.url), Some("alice-token")).await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    assert_eq!(
+        v["message"],
+        "forbidden: User \"alice\" cannot get path \"/api\""
+    );
+    // The fast path answers 403 with the same message.
+    let (code, v) = get(
+        &format!("{}/api/v1/namespaces/ns/pods?watch=1", s.url),
+        Some("alice-token"),
+    )
+    .await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    assert_eq!(
+        v["message"],
+        "pods is forbidden: User \"alice\" cannot watch resource \"pods\" in API group \"\" in the namespace \"ns\""
+    );
+    // system:masters may do anything.
+    assert_eq!(
+        get(
+            &format!("{}/api/v1/namespaces/ns/pods", s.url),
+            Some("admin-token")
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_grants_from_etcd_take_effect_and_are_revoked_within_a_second() {
+    let s = server(ServerConfig::default()).await;
+    let mut etcd = support::etcd::client(&[s.etcd.server.url()]).await;
+    let url = format!("{}/api/v1/namespaces/team/configmaps", s.url);
+    assert_eq!(
+        get(&url, Some("alice-token")).await.0,
+        StatusCode::FORBIDDEN
+    );
+    // A Role and RoleBinding written straight into etcd.
+    etcd.put(
+        "/registry/roles/team/cm-reader",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": "cm-reader", "namespace": "team"},
+               "rules": [{"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["configmaps"]}]})
+        .to_string(),
+        None,
+    )
+    .await
+    .unwrap();
+    etcd.put(
+        "/registry/rolebindings/team/alice-cm",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "alice-cm", "namespace": "team"},
+               "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+               "roleRef": {"kind": "Role", "name": "cm-reader", "apiGroup": "rbac.authorization.k8s.io"}})
+        .to_string(),
+        None,
+    )
+    .await
+    .unwrap();
+    let took = until_status(&url, "alice-token", StatusCode::OK).await;
+    assert!(took < Duration::from_secs(1), "granted after {took:?}");
+    // Still only in its namespace and for its verbs.
+    assert_eq!(
+        get(
+            &format!("{}/api/v1/namespaces/other/configmaps", s.url),
+            Some("alice-token")
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        call(
+            reqwest::Method::DELETE,
+            &format!("{url}/x"),
+            Some("alice-token"),
+            None
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
+    etcd.delete("/registry/rolebindings/team/alice-cm", None)
+        .await
+        .unwrap();
+    let took = until_status(&url, "alice-token", StatusCode::FORBIDDEN).await;
+    assert!(took < Duration::from_secs(1), "revoked after {took:?}");
+
+    // A ClusterRoleBinding written through the server by system:masters, to an aggregated
+    // ClusterRole: vera (group viewers) may list nodes once both exist.
+    let rbac = format!("{}/apis/rbac.authorization.k8s.io/v1", s.url);
+    let nodes = format!("{}/api/v1/nodes", s.url);
+    assert_eq!(
+        get(&nodes, Some("viewer-token")).await.0,
+        StatusCode::FORBIDDEN
+    );
+    post(&format!("{rbac}/clusterroles"), "admin-token", &json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "view"},
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.com/aggregate-to-view": "true"}}]},
+        "rules": []})).await;
+    post(&format!("{rbac}/clusterrolebindings"), "admin-token", &json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "viewers"},
+        "subjects": [{"kind": "Group", "name": "viewers", "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": "view", "apiGroup": "rbac.authorization.k8s.io"}})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        get(&nodes, Some("viewer-token")).await.0,
+        StatusCode::FORBIDDEN,
+        "the aggregate is empty"
+    );
+    post(
+        &format!("{rbac}/clusterroles"),
+        "admin-token",
+        &json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "view-nodes", "labels": {"example.com/aggregate-to-view": "true"}},
+        "rules": [{"verbs": ["list"], "apiGroups": [""], "resources": ["nodes"]}]}),
+    )
+    .await;
+    let took = until_status(&nodes, "viewer-token", StatusCode::OK).await;
+    assert!(took < Duration::from_secs(1), "aggregated after {took:?}");
+    assert_eq!(
+        get(&format!("{nodes}/n1"), Some("viewer-token")).await.0,
+        StatusCode::FORBIDDEN,
+        "list only"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_read_their_own_pods_and_referenced_secrets_only() {
+    let s = server(ServerConfig::default()).await;
+    let base = &s.url;
+    post(
+        &format!("{base}/api/v1/namespaces/a/pods"),
+        "admin-token",
+        &pod("a", "p1", "n1", "s1"),
+    )
+    .await;
+    post(
+        &format!("{base}/api/v1/namespaces/a/pods"),
+        "admin-token",
+        &pod("a", "p2", "n2", "s2"),
+    )
+    .await;
+    for name in ["s1", "s2"] {
+        post(
+            &format!("{base}/api/v1/namespaces/a/secrets"),
+            "admin-token",
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": {}}),
+        )
+        .await;
+    }
+    // Lists: only with spec.nodeName pinned to its own name.
+    let (code, v) = get(
+        &format!("{base}/api/v1/pods?fieldSelector=spec.nodeName%3Dn2"),
+        Some("n1-token"),
+    )
+    .await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{v}");
+    assert_eq!(
+        v["message"],
+        "pods is forbidden: User \"system:node:n1\" cannot list resource \"pods\" in API group \"\" at the cluster scope: can only list/watch pods with spec.nodeName field selector"
+    );
+    assert_eq!(
+        get(&format!("{base}/api/v1/pods"), Some("n1-token"))
+            .await
+            .0,
+        StatusCode::FORBIDDEN
+    );
+    let (code, v) = get(
+        &format!("{base}/api/v1/pods?fieldSelector=spec.nodeName%3Dn1"),
+        Some("n1-token"),
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    let names: Vec<&str> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["p1"]);
+    // Watches through the fast path: its own pods stream, another node's are 403.
+    let (code, v) = get(
+        &format!("{base}/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dn2"),
+        Some("n1-token"),
+    )
+    .await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{v}");
+    let resp = Client::new()
+        .get(format!(
+            "{base}/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dn1&resourceVersion=0"
+        ))
+        .bearer_auth("n1-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.bytes_stream();
+    let chunk = tokio::time::timeout(Duration::from_secs(5), body.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let ev: Value = serde_json::from_slice(chunk.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(
+        (
+            ev["type"].as_str(),
+            ev["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("p1"))
+    );
+    // Secrets: the one its pod mounts, not the other node's.
+    assert_eq!(
+        get(
+            &format!("{base}/api/v1/namespaces/a/secrets/s1"),
+            Some("n1-token")
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+    let (code, v) = get(
+        &format!("{base}/api/v1/namespaces/a/secrets/s2"),
+        Some("n1-token"),
+    )
+    .await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    assert_eq!(
+        v["message"],
+        "secrets \"s2\" is forbidden: User \"system:node:n1\" cannot get resource \"secrets\" in API group \"\" in the namespace \"a\": no relationship found between node 'n1' and this object"
+    );
+    assert_eq!(
+        get(
+            &format!("{base}/api/v1/namespaces/a/secrets/s2"),
+            Some("n2-token")
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get(
+            &format!("{base}/api/v1/namespaces/a/secrets"),
+            Some("n1-token")
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
+    // Its own Node: allowed to ask (404: no such node yet); another node's: 403.
+    assert_eq!(
+        get(&format!("{base}/api/v1/nodes/n1"), Some("n1-token"))
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(&format!("{base}/api/v1/nodes/n2"), Some("n1-token"))
+            .await
+            .0,
+        StatusCode::FORBIDDEN
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_caps_inflight_limits_metrics_rules_and_the_audit_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let s = server(ServerConfig {
+        max_watches_per_user: 2,
+        max_requests_inflight: 1,
+        audit_log_path: Some(audit.clone()),
+        ..ServerConfig::default()
+    })
+    .await;
+    let base = &s.url;
+    // Two watches of n1 are open (fast path, then hyper's path with a Table-less Accept)...
+    let watch = |accept: &'static str| {
+        let url = format!("{base}/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dn1");
+        async move {
+            let resp = Client::new()
+                .get(url)
+                .header("Accept", accept)
+                .bearer_auth("n1-token")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+            resp
+        }
+    };
+    let _w1 = watch("application/json").await;
+    let _w2 = watch("application/json").await;
+    // ... so a third is 429 with Retry-After.
+    let resp = Client::new()
+        .get(format!(
+            "{base}/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dn1"
+        ))
+        .bearer_auth("n1-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["reason"], "TooManyRequests");
+    // Another user is not counted against n1's cap.
+    assert_eq!(watch_status(base, "n2-token", "n2").await, StatusCode::OK);
+
+    // Non-resource URL rules: prom may read /metrics (bootstrap RBAC), alice may not.
+    assert_eq!(
+        get(&format!("{base}/metrics"), Some("prom-token")).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get(&format!("{base}/metrics"), Some("alice-token")).await.0,
+        StatusCode::FORBIDDEN
+    );
+
+    // --max-requests-inflight 1: a POST whose body is still coming holds the only slot.
+    let addr = base.trim_start_matches("http://").to_owned();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"POST /api/v1/namespaces/a/configmaps HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer admin-token\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resp = Client::new()
+        .get(format!("{base}/api/v1/namespaces/a/configmaps"))
+        .bearer_auth("admin-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    drop(slow);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // 415 for a text/plain write (the cross-site form POST).
+    let resp = Client::new()
+        .post(format!("{base}/api/v1/namespaces/a/configmaps"))
+        .bearer_auth("admin-token")
+        .header("Content-Type", "text/plain")
+        .body(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    post(
+        &format!("{base}/api/v1/namespaces/a/configmaps"),
+        "admin-token",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "audited"}}),
+    )
+    .await;
+    assert_eq!(
+        get(&format!("{base}/api/v1/pods"), None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // The audit file has the write, the denials and the 429s, as JSON lines.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let lines: Vec<Value> = loop {
+        let text = std::fs::read_to_string(&audit).unwrap_or_default();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if lines.iter().any(|l| l["code"] == 401) || Instant::now() > deadline {
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let has = |user: &str, verb: &str, code: u16| {
+        lines
+            .iter()
+            .any(|l| l["user"] == user && l["verb"] == verb && l["code"] == code)
+    };
+    assert!(has("system:node:n1", "watch", 429), "{lines:?}");
+    assert!(has("alice", "get", 403), "{lines:?}");
+    assert!(has("admin", "list", 429), "{lines:?}");
+    assert!(has("admin", "create", 415), "{lines:?}");
+    assert!(has("", "list", 401), "{lines:?}");
+    let created = lines
+        .iter()
+        .find(|l| l["code"] == 201)
+        .expect("the write is audited");
+    assert_eq!(
+        (
+            &created["user"],
+            &created["groups"],
+            &created["resource"],
+            &created["namespace"],
+            &created["name"]
+        ),
+        (
+            &json!("admin"),
+            &json!(["system:masters", "system:authenticated"]),
+            &json!("configmaps"),
+            &json!("a"),
+            &json!("")
+        )
+    );
+    assert!(created["latencyMs"].as_f64().unwrap() > 0.0);
+    assert!(
+        !lines.iter().any(|l| l["code"] == 200),
+        "reads that pass are not audited: {lines:?}"
+    );
+}
+
+async fn watch_status(base: &str, token: &str, node: &str) -> StatusCode {
+    let mut tcp = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = format!(
+        "GET /api/v1/pods?watch=1&fieldSelector=spec.nodeName%3D{node} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let line = String::from_utf8_lossy(&buf[..n]);
+    let code: u16 = line.split(' ').nth(1).unwrap().parse().unwrap();
+    StatusCode::from_u16(code).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_client_uses_a_token_kubeconfig() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv: PathBuf = root.join("target/pyvenv");
+    let status = std::process::Command::new(root.join("scripts/python-venv"))
+        .arg(&venv)
+        .status()
+        .expect("run scripts/python-venv");
+    assert!(
+        status.success(),
+        "no Python venv with the kubernetes client"
+    );
+    let s = server(ServerConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = |name: &str, token: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(
+            &p,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"{}\"}}\nusers:\n- name: u\n  user: {{token: {token}}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
+                s.url
+            ),
+        )
+        .unwrap();
+        p
+    };
+    let good = kubeconfig("good", "admin-token");
+    let bad = kubeconfig("bad", "not-a-token");
+    let script = root.join("tests/python/auth_test.py");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(venv.join("bin/python"))
+            .arg(script)
+            .arg(good)
+            .arg(bad)
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("run the Python auth test");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "python auth test failed:\n{stdout}\n{stderr}"
+    );
+    assert_eq!(stdout.trim(), "OK");
+}
