@@ -183,8 +183,8 @@ struct ServeArgs {
     /// false when serving TLS, as kube-apiserver's secure port).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     anonymous_auth: Option<bool>,
-    /// Authorizers, in order: comma-separated AlwaysAllow, AlwaysDeny, Node, RBAC (default:
-    /// AlwaysAllow).
+    /// Authorizers, in order: comma-separated AlwaysAllow, AlwaysDeny, Node, RBAC (default, once
+    /// any authentication is configured: Node,RBAC; `system:masters` may do everything).
     #[arg(long, value_delimiter = ',', value_name = "MODES")]
     authorization_mode: Vec<watchcache::server::auth::Mode>,
     /// Directory of RBAC objects (YAML or JSON: Roles, ClusterRoles, RoleBindings,
@@ -342,10 +342,11 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .map(Encryption::load)
         .transpose()?
         .map(std::sync::Arc::new);
-    // Serving TLS and --client-ca-file come with the TLS listener (not on this branch yet):
-    // plain HTTP, no client certificates. Read before anything starts: a bad token file, key
-    // or RBAC directory is a start-up error.
-    let auth = args.auth(false, false)?;
+    // Read before anything starts: bad TLS files, a bad token file, key or RBAC directory is a
+    // start-up error. Client certificates authenticate when a client CA verifies them.
+    let tls = tls_config(&args)?;
+    let client_certs = tls.as_ref().is_some_and(|t| t.client_ca_file.is_some());
+    let auth = args.auth(tls.is_some(), client_certs)?;
     let caches = match &args.upstream_kubeconfig {
         Some(kubeconfig) => follow_api_server(&args, kubeconfig, defs).await?,
         None => {
@@ -389,7 +390,6 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         audit_log_path: args.audit_log_path.clone(),
         ..ServerConfig::default()
     };
-    let tls = tls_config(&args)?;
     if let Some(addr) = args.insecure_listen
         && !addr.ip().is_loopback()
     {
