@@ -24,6 +24,7 @@ mod audit;
 mod authn;
 mod authz;
 pub(crate) mod gate;
+pub mod impersonate;
 mod limits;
 mod node;
 mod rbac;

@@ -93,8 +93,13 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
     let is_watch = form_urlencoded::parse(query.as_bytes())
         .any(|(k, v)| k == "watch" && matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"));
     // A watch that asks for anything but plain JSON (Table, PartialObjectMetadata, or nothing
-    // servable) is hyper's: it negotiates, converts or answers 406.
+    // servable) is hyper's: it negotiates, converts or answers 406. So is one that impersonates
+    // another user: hyper's gate authorizes and applies the impersonation.
     if !is_watch
+        || req
+            .headers
+            .iter()
+            .any(|h| h.name.len() > 12 && h.name[..12].eq_ignore_ascii_case("impersonate-"))
         || header("accept")
             .is_some_and(|a| !std::str::from_utf8(a).is_ok_and(Format::is_plain_json))
     {
