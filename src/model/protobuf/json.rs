@@ -15,7 +15,7 @@ use super::schema::{Card, Field, Kind, Message, Omit, message};
 use super::wire::{Fields, Value};
 
 /// Seconds from 1970 to Go's zero `time.Time` (January 1, year 1, UTC).
-const GO_ZERO_UNIX: i64 = -62_135_596_800;
+pub(crate) const GO_ZERO_UNIX: i64 = -62_135_596_800;
 
 /// The wire fields of one message, in wire order.
 pub(crate) type Entries<'a> = Vec<(u32, Value<'a>)>;

@@ -13,7 +13,9 @@
 //! | `schema.rs` | the shape of a message: field numbers, JSON names, kinds, omission rules |
 //! | `tables.rs` | generated: every message reachable from a served built-in kind |
 //! | `json.rs` | protobuf → JSON with encoding/json's rules |
+//! | `encode.rs` | JSON → protobuf with gogo's rules; the envelope, watch and list framing, the resourceVersion splice |
 
+mod encode;
 mod json;
 mod schema;
 #[rustfmt::skip]
