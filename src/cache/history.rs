@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::model::{HistoryConfig, Object};
+use crate::model::{EncodeError, HistoryConfig, Object};
 
 /// A position that is no longer in the window: events after it were evicted. Serving from it would
 /// skip changes, so it is answered 410 Expired.
@@ -37,6 +37,18 @@ pub(crate) struct Event {
     pub at: Instant,
     /// The previous state re-encoded at this event's revision, made once for all DELETED deliveries.
     deleted_json: OnceLock<Bytes>,
+    /// The same in protobuf, made once for all DELETED deliveries to protobuf watchers.
+    deleted_protobuf: OnceLock<Result<Bytes, EncodeError>>,
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Event")
+            .field("seq", &self.seq)
+            .field("rv", &self.rv)
+            .field("key", self.key())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Event {
@@ -54,6 +66,7 @@ impl Event {
             prev,
             at,
             deleted_json: OnceLock::new(),
+            deleted_protobuf: OnceLock::new(),
         }
     }
 
@@ -70,6 +83,17 @@ impl Event {
             Some(p) => p.json_at(self.rv),
             None => Bytes::new(),
         })
+    }
+
+    /// The protobuf a DELETED delivery carries: the last state's envelope, at this event's
+    /// revision (spliced once, shared by every protobuf watcher).
+    pub fn deleted_protobuf(&self) -> Result<&Bytes, &EncodeError> {
+        self.deleted_protobuf
+            .get_or_init(|| match &self.prev {
+                Some(p) => p.protobuf_at(self.rv),
+                None => Ok(Bytes::new()),
+            })
+            .as_ref()
     }
 }
 

@@ -30,7 +30,7 @@ use crate::cache::upstream::{BoxFuture, RangeCursor, RangePage, Upstream};
 use crate::cache::watcher::{Delivery, Feed, Watcher};
 use crate::cache::wire::{self, Frame};
 use crate::error::Error;
-use crate::model::{EventType, Object, ResourceVersion, Selection};
+use crate::model::{EncodeError, EventType, Object, ResourceVersion, Selection};
 
 /// Objects per page while streaming initial events.
 const INITIAL_PAGE: usize = 256;
@@ -83,6 +83,8 @@ pub struct WatchEvent {
     object: Option<Object>,
     json: Bytes,
     initial_events_end: bool,
+    /// The history event of a DELETED delivery: its protobuf, made once for every watcher.
+    deleted: Option<Arc<crate::cache::history::Event>>,
 }
 
 impl WatchEvent {
@@ -105,6 +107,7 @@ impl WatchEvent {
             object,
             json,
             initial_events_end: false,
+            deleted: (d.kind == EventType::Deleted).then(|| Arc::clone(ev)),
         }
     }
 
@@ -115,6 +118,7 @@ impl WatchEvent {
             json: o.json().clone(),
             object: Some(o),
             initial_events_end: false,
+            deleted: None,
         }
     }
 
@@ -148,6 +152,42 @@ impl WatchEvent {
     /// The wire frame: `{"type":...,"object":...}\n`, sharing the object's bytes.
     pub fn frame(&self) -> Frame {
         Frame::new(self.kind, self.json.clone())
+    }
+
+    /// The event object's protobuf encoding (`k8s\0` + `runtime.Unknown`), shared: the object's
+    /// own (made once per object state), a deletion's last state at the deletion's revision (made
+    /// once per event), or a bookmark's empty object.
+    ///
+    /// # Errors
+    /// An object stored as JSON that its kind's protobuf message cannot hold.
+    pub fn protobuf(&self) -> Result<Bytes, EncodeError> {
+        match (self.kind, &self.object, &self.deleted) {
+            (EventType::Deleted, _, Some(ev)) => {
+                ev.deleted_protobuf().cloned().map_err(Clone::clone)
+            }
+            (EventType::Deleted, Some(o), None) => o.protobuf_at(self.rv),
+            (_, Some(o), _) => o.protobuf_wire().cloned(),
+            (_, None, _) => {
+                let fail = |reason: String| EncodeError {
+                    key: String::new(),
+                    reason,
+                };
+                let v: serde_json::Value =
+                    serde_json::from_slice(&self.json).map_err(|e| fail(e.to_string()))?;
+                crate::model::protobuf::encode_json(&v)
+                    .map(Bytes::from)
+                    .map_err(fail)
+            }
+        }
+    }
+
+    /// The protobuf watch frame: a 4-byte big-endian length, then a `metav1.WatchEvent` {type,
+    /// object} whose object holds [`protobuf`](WatchEvent::protobuf), shared.
+    ///
+    /// # Errors
+    /// As [`protobuf`](WatchEvent::protobuf).
+    pub fn protobuf_frame(&self) -> Result<Frame, EncodeError> {
+        Ok(Frame::protobuf(self.kind.as_str(), self.protobuf()?))
     }
 }
 
@@ -304,6 +344,7 @@ impl WatchStream {
             object: None,
             json: wire::bookmark_object(&self.shared.schema.def, rv, end),
             initial_events_end: end,
+            deleted: None,
         }
     }
 

@@ -8,7 +8,10 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::cache::{Cache, list_parts};
+use bytes::Bytes;
+
+use crate::cache::{Cache, ObjectList, list_parts, list_parts_protobuf};
+use crate::model::ResourceDef;
 use crate::server::convert::{self, IncludeObject, WatchConverter};
 use crate::server::discovery::{self, Entry};
 use crate::server::forward;
@@ -20,7 +23,7 @@ use crate::server::patch::PatchKind;
 use crate::server::response::{body_of, gzip_encoded, json_response, wants_gzip};
 use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
-use crate::server::watch;
+use crate::server::watch::{self, Wire};
 use crate::server::writes;
 
 pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
@@ -219,35 +222,80 @@ async fn read(
     } else {
         Answer::List
     };
-    let format = Format::negotiate(headers, answer)?;
-    let include = IncludeObject::from_query(query)?;
     let def = cache.definition();
+    let format = Format::negotiate_for(headers, answer, def.has_protobuf())?;
+    let include = IncludeObject::from_query(query)?;
     let typed = |r: Response| retype(r, format, answer);
     if params.watch {
         if let Some(n) = name {
             params.watch_one(n);
         }
         let convert = WatchConverter::new(def, format, include);
-        let pump = watch::start(st, cache, ns, &params, gzip, convert).await?;
+        let wire = watch_wire(format);
+        let pump = watch::start(st, cache, ns, &params, gzip, wire, convert).await?;
         let resp = json_response(StatusCode::OK, Body::from_stream(watch::body::body(pump)));
-        return Ok(typed(if gzip { gzip_encoded(resp) } else { resp }));
+        let mut resp = typed(if gzip { gzip_encoded(resp) } else { resp });
+        if wire == Wire::Protobuf {
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(Wire::Protobuf.content_type()),
+            );
+        }
+        return Ok(resp);
     }
     if let Some(n) = name {
         let obj = cache.get(ns, n, params.resource_version).await?;
-        let body = match format {
-            Format::Json => obj.json().clone(),
-            _ => convert::object(def, obj.json(), format, include)?,
-        };
+        let body = object_body(def, &obj, format, include)?;
         return Ok(typed(body_of(vec![body], gzip, StatusCode::OK)));
     }
     let started = Instant::now();
     let list = cache.list(&params.list_options(ns)?).await?;
     st.metrics.observe_list(&def.plural, started.elapsed());
-    let parts = match format {
-        Format::Json => list_parts(def, &list),
-        _ => vec![convert::list(def, &list, format, include)?],
-    };
+    let parts = list_body(def, &list, format, include)?;
     Ok(typed(body_of(parts, gzip, StatusCode::OK)))
+}
+
+/// A watch's frames in `format`.
+fn watch_wire(format: Format) -> Wire {
+    match format {
+        Format::Protobuf => Wire::Protobuf,
+        _ => Wire::Json,
+    }
+}
+
+/// A GET's body in the negotiated format: the object's shared JSON or protobuf, or a conversion.
+fn object_body(
+    def: &ResourceDef,
+    obj: &crate::model::Object,
+    format: Format,
+    include: IncludeObject,
+) -> Result<Bytes, ApiError> {
+    match format {
+        Format::Json => Ok(obj.json().clone()),
+        Format::Protobuf => obj.protobuf_wire().cloned().map_err(encode_error),
+        _ => convert::object(def, obj.json(), format, include),
+    }
+}
+
+/// A LIST's body pieces in the negotiated format.
+fn list_body(
+    def: &ResourceDef,
+    list: &ObjectList,
+    format: Format,
+    include: IncludeObject,
+) -> Result<Vec<Bytes>, ApiError> {
+    match format {
+        Format::Json => Ok(list_parts(def, list)),
+        Format::Protobuf => list_parts_protobuf(def, list).map_err(encode_error),
+        _ => Ok(vec![convert::list(def, list, format, include)?]),
+    }
+}
+
+/// An object its kind's protobuf message cannot hold (stored as JSON of another shape): 500, as
+/// upstream answers an object it cannot encode.
+fn encode_error(e: crate::model::EncodeError) -> ApiError {
+    tracing::error!(error = %e, "protobuf encoding failed");
+    ApiError::new(500, "InternalError", e.to_string())
 }
 
 /// A response labelled with its format's Content-Type.

@@ -597,6 +597,8 @@ pub(crate) fn raw_range(value: &[u8]) -> Option<std::ops::Range<usize>> {
 /// Status {metadata = 1 ListMeta, status = 2, message = 3, reason = 4, details = 5, code = 6},
 /// StatusDetails {name = 1, group = 2, kind = 3, causes = 4, retryAfterSeconds = 5, uid = 6},
 /// StatusCause {reason = 1, message = 2, field = 3}.
+// Only the server writes Status objects.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) fn status(json: &Json) -> Vec<u8> {
     let s = |v: &Json, k: &str| v.get(k).and_then(Json::as_str).unwrap_or("").to_owned();
     let i = |v: &Json, k: &str| v.get(k).and_then(Json::as_i64).unwrap_or(0);

@@ -27,6 +27,19 @@ use wire::{Fields, Value};
 
 use crate::model::FieldPath;
 
+#[cfg(feature = "server")]
+pub(crate) use encode::status;
+pub(crate) use encode::{
+    ENVELOPE_TAIL, encode_json, item_head, list_head, raw_range, watch_frame_head,
+    with_resource_version,
+};
+
+/// Whether kube-apiserver serves this kind in protobuf (a built-in kind with a message in the
+/// tables); custom resources are JSON only.
+pub(crate) fn has_message(api_version: &str, kind: &str) -> bool {
+    kind_message(api_version, kind).is_some()
+}
+
 /// The prefix of every protobuf value kube-apiserver stores.
 pub(crate) const MAGIC: &[u8] = b"k8s\0";
 

@@ -10,6 +10,7 @@
 pub(crate) mod body;
 pub(crate) mod fast_path;
 mod frames;
+pub(crate) use frames::Wire;
 pub(crate) mod pump;
 
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::time::Instant;
 
-use crate::cache::{Cache, Frame, WatchStream};
+use crate::cache::{Cache, WatchStream};
 use crate::error::Error;
 use crate::server::convert::WatchConverter;
 use crate::server::params::ReadParams;
@@ -57,6 +58,7 @@ pub(crate) async fn start(
     ns: Option<&str>,
     params: &ReadParams,
     gzip: bool,
+    wire: Wire,
     convert: Option<WatchConverter>,
 ) -> Result<WatchPump, ApiError> {
     let limit = st.config.max_watchers;
@@ -84,10 +86,10 @@ pub(crate) async fn start(
                 deadline,
                 _slot: slot,
             };
-            Ok(WatchPump::events(w, shutdown, gzip, convert))
+            Ok(WatchPump::events(w, shutdown, gzip, wire, convert))
         }
         Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => Ok(WatchPump::single(
-            Frame::error(ApiError::from(e).status_json()),
+            wire.error_frame(&ApiError::from(e)),
             shutdown,
             gzip,
         )),
