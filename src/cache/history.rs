@@ -37,8 +37,9 @@ pub(crate) struct Event {
     pub at: Instant,
     /// The previous state re-encoded at this event's revision, made once for all DELETED deliveries.
     deleted_json: OnceLock<Bytes>,
-    /// The same in protobuf, made once for all DELETED deliveries to protobuf watchers.
-    deleted_protobuf: OnceLock<Result<Bytes, EncodeError>>,
+    /// The same in protobuf with its DELETED frame head, made once for all DELETED deliveries
+    /// to protobuf watchers.
+    deleted_protobuf: OnceLock<Result<(Bytes, Bytes), EncodeError>>,
 }
 
 impl std::fmt::Debug for Event {
@@ -85,13 +86,17 @@ impl Event {
         })
     }
 
-    /// The protobuf a DELETED delivery carries: the last state's envelope, at this event's
-    /// revision (spliced once, shared by every protobuf watcher).
-    pub fn deleted_protobuf(&self) -> Result<&Bytes, &EncodeError> {
+    /// The protobuf a DELETED delivery carries: its frame head and the last state's envelope
+    /// at this event's revision (spliced once, shared by every protobuf watcher).
+    pub fn deleted_protobuf(&self) -> Result<&(Bytes, Bytes), &EncodeError> {
         self.deleted_protobuf
-            .get_or_init(|| match &self.prev {
-                Some(p) => p.protobuf_at(self.rv),
-                None => Ok(Bytes::new()),
+            .get_or_init(|| {
+                let env = match &self.prev {
+                    Some(p) => p.protobuf_at(self.rv)?,
+                    None => Bytes::new(),
+                };
+                let head = crate::model::protobuf::watch_frame_head("DELETED", env.len());
+                Ok((Bytes::from(head), env))
             })
             .as_ref()
     }

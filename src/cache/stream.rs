@@ -161,33 +161,42 @@ impl WatchEvent {
     /// # Errors
     /// An object stored as JSON that its kind's protobuf message cannot hold.
     pub fn protobuf(&self) -> Result<Bytes, EncodeError> {
+        self.protobuf_frame().map(|f| f.body().clone())
+    }
+
+    /// The protobuf watch frame: a 4-byte big-endian length, then a `metav1.WatchEvent` {type,
+    /// object} whose object holds [`protobuf`](WatchEvent::protobuf). Head and object are both
+    /// shared, made once per event: a delivery copies nothing.
+    ///
+    /// # Errors
+    /// As [`protobuf`](WatchEvent::protobuf).
+    pub fn protobuf_frame(&self) -> Result<Frame, EncodeError> {
         match (self.kind, &self.object, &self.deleted) {
             (EventType::Deleted, _, Some(ev)) => {
-                ev.deleted_protobuf().cloned().map_err(Clone::clone)
+                let (head, env) = ev.deleted_protobuf().map_err(Clone::clone)?;
+                Ok(Frame::protobuf_parts(head.clone(), env.clone()))
             }
-            (EventType::Deleted, Some(o), None) => o.protobuf_at(self.rv),
-            (_, Some(o), _) => o.protobuf_wire().cloned(),
-            (_, None, _) => {
+            (EventType::Deleted, Some(o), None) => {
+                Ok(Frame::protobuf("DELETED", o.protobuf_at(self.rv)?))
+            }
+            (kind, Some(o), _) => {
+                let env = o.protobuf_wire()?.clone();
+                match o.protobuf_frame_head(kind)? {
+                    Some(head) => Ok(Frame::protobuf_parts(head, env)),
+                    None => Ok(Frame::protobuf(kind.as_str(), env)),
+                }
+            }
+            (kind, None, _) => {
                 let fail = |reason: String| EncodeError {
                     key: String::new(),
                     reason,
                 };
                 let v: serde_json::Value =
                     serde_json::from_slice(&self.json).map_err(|e| fail(e.to_string()))?;
-                crate::model::protobuf::encode_json(&v)
-                    .map(Bytes::from)
-                    .map_err(fail)
+                let env = crate::model::protobuf::encode_json(&v).map_err(fail)?;
+                Ok(Frame::protobuf(kind.as_str(), Bytes::from(env)))
             }
         }
-    }
-
-    /// The protobuf watch frame: a 4-byte big-endian length, then a `metav1.WatchEvent` {type,
-    /// object} whose object holds [`protobuf`](WatchEvent::protobuf), shared.
-    ///
-    /// # Errors
-    /// As [`protobuf`](WatchEvent::protobuf).
-    pub fn protobuf_frame(&self) -> Result<Frame, EncodeError> {
-        Ok(Frame::protobuf(self.kind.as_str(), self.protobuf()?))
     }
 }
 

@@ -51,6 +51,13 @@ impl Frame {
         }
     }
 
+    /// A protobuf watch frame from its shared head (made by the object or event) and envelope.
+    pub(crate) fn protobuf_parts(head: Bytes, envelope: Bytes) -> Frame {
+        Frame {
+            parts: [head, envelope, Bytes::new()],
+        }
+    }
+
     /// A protobuf frame carrying an `ERROR` event with a `Status` object (its envelope).
     pub fn protobuf_error(status_envelope: Bytes) -> Frame {
         Frame::protobuf("ERROR", status_envelope)

@@ -33,7 +33,7 @@ use serde_json::value::RawValue;
 
 use crate::model::field_memo::FieldMemo;
 use crate::model::field_path::{self, FieldPath};
-use crate::model::{Attr, Schema};
+use crate::model::{Attr, EventType, Schema};
 
 /// One cached object: cheap to clone (an `Arc`), immutable, `Send + Sync`.
 #[derive(Clone)]
@@ -62,6 +62,11 @@ struct Inner {
 struct PbForm {
     envelope: Bytes,
     raw: (u32, u32),
+    /// The protobuf watch frame heads (length, `WatchEvent` type and object prefix) of an ADDED
+    /// and a MODIFIED event carrying this object, one after the other: each delivery shares
+    /// them, as a JSON frame shares its static head.
+    heads: Bytes,
+    added_len: u8,
 }
 
 /// JSON encodings made since start (see [`encode_counts`]).
@@ -427,9 +432,17 @@ impl Object {
                     (env, raw)
                 }
             };
+            let mut heads = crate::model::protobuf::watch_frame_head("ADDED", envelope.len());
+            let added_len = heads.len() as u8;
+            heads.extend(crate::model::protobuf::watch_frame_head(
+                "MODIFIED",
+                envelope.len(),
+            ));
             Ok(PbForm {
                 envelope: Bytes::from(envelope),
                 raw: (raw.start as u32, raw.end as u32),
+                heads: Bytes::from(heads),
+                added_len,
             })
         });
         made.as_ref().map_err(|reason| EncodeError {
@@ -448,6 +461,21 @@ impl Object {
     /// one, a member of the wrong JSON type).
     pub fn protobuf_wire(&self) -> Result<&Bytes, EncodeError> {
         self.pb_form().map(|f| &f.envelope)
+    }
+
+    /// The head of the protobuf watch frame of an ADDED or MODIFIED event carrying
+    /// [`protobuf_wire`](Object::protobuf_wire) (shared; `None` for other event types).
+    ///
+    /// # Errors
+    /// As [`protobuf_wire`](Object::protobuf_wire).
+    pub fn protobuf_frame_head(&self, kind: EventType) -> Result<Option<Bytes>, EncodeError> {
+        let f = self.pb_form()?;
+        let at = usize::from(f.added_len);
+        Ok(match kind {
+            EventType::Added => Some(f.heads.slice(..at)),
+            EventType::Modified => Some(f.heads.slice(at..)),
+            _ => None,
+        })
     }
 
     /// The object's protobuf message alone, as a list's item (shared with
