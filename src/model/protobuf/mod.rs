@@ -13,10 +13,12 @@
 //! | `schema.rs` | the shape of a message: field numbers, JSON names, kinds, omission rules |
 //! | `tables.rs` | generated: every message reachable from a served built-in kind |
 //! | `json.rs` | protobuf → JSON with encoding/json's rules |
+//! | `request.rs` | protobuf request bodies (objects, DeleteOptions) read as the JSON they stand for |
 //! | `encode.rs` | JSON → protobuf with gogo's rules; the envelope, watch and list framing, the resourceVersion splice |
 
 mod encode;
 mod json;
+mod request;
 mod schema;
 #[rustfmt::skip]
 mod tables;
@@ -33,6 +35,8 @@ pub(crate) use encode::{
     ENVELOPE_TAIL, encode_json, item_head, list_head, raw_range, watch_frame_head,
     with_resource_version,
 };
+#[cfg(feature = "server")]
+pub(crate) use request::request_json;
 
 /// Whether kube-apiserver serves this kind in protobuf (a built-in kind with a message in the
 /// tables); custom resources are JSON only.
@@ -220,6 +224,19 @@ impl<'a> Envelope<'a> {
     /// What `encode_json` would fail on.
     pub fn validate(&self) -> Result<(), String> {
         json::validate(self.msg, self.raw, 0)
+    }
+
+    /// The JSON encoding with the object's own `metadata.resourceVersion` (a request body's:
+    /// an update's precondition).
+    ///
+    /// # Errors
+    /// Malformed protobuf anywhere in the object, or embedded JSON that is not JSON.
+    // Only the server reads request bodies.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub fn encode_json_as_sent(&self) -> Result<Vec<u8>, String> {
+        let mut out = Vec::with_capacity(self.raw.len() * 2 + 64);
+        json::write_object_as_sent(&mut out, self.api_version, self.kind, self.msg, self.raw)?;
+        Ok(out)
     }
 
     /// The JSON encoding with `metadata.resourceVersion` = `rv`: the bytes, where the revision's
