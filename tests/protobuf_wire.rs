@@ -564,6 +564,59 @@ async fn protobuf_bodies_create_update_and_delete_through_the_json_path() {
         .as_str()
         .unwrap()
         .to_owned();
+    // Stored as kube-apiserver stores a ConfigMap: protobuf, read back as the object answered.
+    let mut kv = support::etcd::client(&[server.etcd.server.url()]).await;
+    let raw = kv
+        .get("/registry/configmaps/default/web-config", None)
+        .await
+        .unwrap();
+    let raw = raw.kvs()[0].value().to_vec();
+    assert!(
+        raw.starts_with(b"k8s\0\x0a\x0f\x0a\x02v1\x12\x09ConfigMap\x12"),
+        "{raw:02x?}"
+    );
+    assert!(raw.ends_with(&[0x1a, 0x00, 0x22, 0x00]));
+    let back: Value = http
+        .get(format!("{coll}/web-config"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(back, created);
+    // A custom resource stays JSON in etcd.
+    let widget = serde_json::json!({"apiVersion": "example.com/v1alpha1", "kind": "Widget",
+        "metadata": {"name": "w", "namespace": "a"}, "spec": {"owner": "team-a"}});
+    let r = http
+        .post(format!(
+            "{base}/apis/example.com/v1alpha1/namespaces/a/widgets"
+        ))
+        .json(&widget)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let raw = kv
+        .get("/registry/example.com/widgets/a/w", None)
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(raw.kvs()[0].value()).unwrap();
+    assert_eq!(v["spec"]["owner"], "team-a");
+    // A JSON create of a built-in whose member has the wrong type for its message: 400, nothing
+    // stored.
+    let r = http
+        .post(format!("{base}/api/v1/namespaces/default/pods"))
+        .json(&serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "typed"}, "spec": {"containers": [{"name": "c", "image": "i"}],
+            "priority": "high"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "{}", r.text().await.unwrap());
+    let none = kv.get("/registry/pods/default/typed", None).await.unwrap();
+    assert!(none.kvs().is_empty());
+
     // Read back in protobuf: the same data, as the stored form with this revision.
     let r = http
         .get(format!("{coll}/web-config"))
