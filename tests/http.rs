@@ -382,7 +382,10 @@ async fn writes_go_through_etcd_with_preconditions() {
         .unwrap();
     let raw = etcd.get("/registry/pods/a/w", None).await.unwrap();
     let raw = raw.kvs()[0].value();
-    assert!(raw.starts_with(b"k8s\0\x0a\x09\x0a\x02v1\x12\x03Pod"), "{raw:02x?}");
+    assert!(
+        raw.starts_with(b"k8s\0\x0a\x09\x0a\x02v1\x12\x03Pod"),
+        "{raw:02x?}"
+    );
     let uid = got["metadata"]["uid"].as_str().unwrap().as_bytes();
     let mut field = vec![0x2a, uid.len() as u8];
     field.extend_from_slice(uid);

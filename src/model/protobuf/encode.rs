@@ -433,14 +433,20 @@ pub(crate) fn with_resource_version(
     let digits = if rv == 0 { "" } else { digits.format(rv) };
     let mut out = Vec::with_capacity(value.len() + 16);
     out.extend_from_slice(MAGIC);
+    // A repeated `raw`: the last one is the object, as the decoder reads it (earlier ones are
+    // left out, unread).
+    let mut last_raw = None;
+    for (i, e) in spans(body).enumerate() {
+        if let (2, Value::Len(_), _) = e? {
+            last_raw = Some(i);
+        }
+    }
     let mut raw_at = None;
-    for e in spans(body) {
+    for (i, e) in spans(body).enumerate() {
         let (n, v, span) = e?;
         match (n, v) {
+            (2, Value::Len(_)) if Some(i) != last_raw => {}
             (2, Value::Len(raw)) => {
-                if raw_at.is_some() {
-                    return Err("envelope: raw repeated".into());
-                }
                 let mut obj = Vec::with_capacity(raw.len() + 16);
                 splice_object(&mut obj, raw, digits)?;
                 tag(&mut out, 2, 2);
@@ -693,6 +699,13 @@ mod tests {
         // Back to empty: the stored bytes again.
         assert_eq!(with_resource_version(&out, 0).unwrap().0, stored);
         assert!(with_resource_version(b"k8s\0\x12\x05abc", 1).is_err());
+        // A repeated raw: the last one is the object, as the decoder reads it.
+        let at = super::super::raw_range(&stored).unwrap();
+        let field_at = at.start - if at.len() < 0x80 { 2 } else { 3 };
+        let mut twice = stored[..field_at].to_vec();
+        twice.extend_from_slice(&[0x12, 3, 0xff, 0xff, 0xff]);
+        twice.extend_from_slice(&stored[field_at..]);
+        assert_eq!(with_resource_version(&twice, 1_234_567).unwrap().0, out);
         assert!(with_resource_version(b"{}", 1).is_err());
     }
 }
