@@ -27,11 +27,16 @@ fn key(name: &str) -> String {
 /// Drains every ready event, half of the watchers taking JSON frames and half protobuf frames;
 /// returns the event types seen by the first watcher.
 fn drain(watchers: &mut [WatchStream]) -> Vec<EventType> {
+    drain_as(watchers, |i| i % 2 == 1)
+}
+
+/// Drains every ready event, watcher `i` taking protobuf frames when `protobuf(i)`.
+fn drain_as(watchers: &mut [WatchStream], protobuf: impl Fn(usize) -> bool) -> Vec<EventType> {
     let mut first = Vec::new();
     for (i, w) in watchers.iter_mut().enumerate() {
         while let Some(Some(ev)) = w.next().now_or_never() {
             let ev = ev.unwrap();
-            let frame = if i % 2 == 0 {
+            let frame = if !protobuf(i) {
                 ev.frame()
             } else {
                 ev.protobuf_frame().unwrap()
@@ -107,4 +112,24 @@ fn each_event_is_encoded_once_per_format_for_any_number_of_watchers() {
     // the stored protobuf, protobuf the stored bytes with the revision spliced in.
     assert_eq!(after.json - before.json, 3 * PODS as u64);
     assert_eq!(after.protobuf - before.protobuf, 3 * PODS as u64);
+
+    // Protobuf watchers only: a protobuf-stored object is never transcoded to JSON.
+    let before = encode_counts();
+    let mut pb_only = watchers(&cache, ResourceVersion::At(rv));
+    for (i, v) in v2.iter().enumerate() {
+        rv += 1;
+        let o = cache.decode(&key(&format!("p{i}")), v, rv).unwrap();
+        cache.apply(rv, [Change::Put(o)]).unwrap();
+    }
+    assert_eq!(
+        drain_as(&mut pb_only, |_| true),
+        vec![EventType::Added; PODS]
+    );
+    let after = encode_counts();
+    assert_eq!(
+        after.json - before.json,
+        0,
+        "no JSON made for protobuf watchers"
+    );
+    assert_eq!(after.protobuf - before.protobuf, PODS as u64);
 }

@@ -81,31 +81,32 @@ pub struct WatchEvent {
     kind: EventType,
     rv: u64,
     object: Option<Object>,
-    json: Bytes,
+    /// A bookmark's object (JSON); empty for other events, whose encodings are asked of their
+    /// object or history event when a format needs them, never before: a protobuf watcher never
+    /// makes a protobuf-stored object's JSON.
+    bookmark: Bytes,
     initial_events_end: bool,
-    /// The history event of a DELETED delivery: its protobuf, made once for every watcher.
+    /// The history event of a DELETED delivery: its encodings at the deletion's revision, made
+    /// once for every watcher.
     deleted: Option<Arc<crate::cache::history::Event>>,
 }
 
 impl WatchEvent {
     fn change(d: &Delivery) -> WatchEvent {
         let ev = &d.event;
-        let (object, json) = match d.kind {
-            EventType::Deleted => (ev.prev.clone(), ev.deleted_json().clone()),
-            _ => {
-                let o = ev
-                    .object
+        let object = match d.kind {
+            EventType::Deleted => ev.prev.clone(),
+            _ => Some(
+                ev.object
                     .clone()
-                    .unwrap_or_else(|| unreachable!("ADDED/MODIFIED carry an object"));
-                let json = o.json().clone();
-                (Some(o), json)
-            }
+                    .unwrap_or_else(|| unreachable!("ADDED/MODIFIED carry an object")),
+            ),
         };
         WatchEvent {
             kind: d.kind,
             rv: ev.rv,
             object,
-            json,
+            bookmark: Bytes::new(),
             initial_events_end: false,
             deleted: (d.kind == EventType::Deleted).then(|| Arc::clone(ev)),
         }
@@ -115,7 +116,7 @@ impl WatchEvent {
         WatchEvent {
             kind: EventType::Added,
             rv: o.resource_version(),
-            json: o.json().clone(),
+            bookmark: Bytes::new(),
             object: Some(o),
             initial_events_end: false,
             deleted: None,
@@ -141,7 +142,11 @@ impl WatchEvent {
 
     /// The event object's JSON as it goes on the wire (shared bytes).
     pub fn json(&self) -> &Bytes {
-        &self.json
+        match (self.kind, &self.deleted, &self.object) {
+            (EventType::Deleted, Some(ev), _) => ev.deleted_json(),
+            (EventType::Bookmark, _, _) | (_, _, None) => &self.bookmark,
+            (_, _, Some(o)) => o.json(),
+        }
     }
 
     /// Whether this bookmark ends the initial events of a WatchList.
@@ -151,7 +156,7 @@ impl WatchEvent {
 
     /// The wire frame: `{"type":...,"object":...}\n`, sharing the object's bytes.
     pub fn frame(&self) -> Frame {
-        Frame::new(self.kind, self.json.clone())
+        Frame::new(self.kind, self.json().clone())
     }
 
     /// The event object's protobuf encoding (`k8s\0` + `runtime.Unknown`), shared: the object's
@@ -192,7 +197,7 @@ impl WatchEvent {
                     reason,
                 };
                 let v: serde_json::Value =
-                    serde_json::from_slice(&self.json).map_err(|e| fail(e.to_string()))?;
+                    serde_json::from_slice(&self.bookmark).map_err(|e| fail(e.to_string()))?;
                 let env = crate::model::protobuf::encode_json(&v).map_err(fail)?;
                 Ok(Frame::protobuf(kind.as_str(), Bytes::from(env)))
             }
@@ -351,7 +356,7 @@ impl WatchStream {
             kind: EventType::Bookmark,
             rv,
             object: None,
-            json: wire::bookmark_object(&self.shared.schema.def, rv, end),
+            bookmark: wire::bookmark_object(&self.shared.schema.def, rv, end),
             initial_events_end: end,
             deleted: None,
         }

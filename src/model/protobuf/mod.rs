@@ -18,6 +18,8 @@
 
 mod encode;
 mod json;
+// Only the server reads request bodies.
+#[cfg(feature = "server")]
 mod request;
 mod schema;
 #[rustfmt::skip]
