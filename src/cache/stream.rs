@@ -166,7 +166,15 @@ impl WatchEvent {
     /// # Errors
     /// An object stored as JSON that its kind's protobuf message cannot hold.
     pub fn protobuf(&self) -> Result<Bytes, EncodeError> {
-        self.protobuf_frame().map(|f| f.body().clone())
+        match (self.kind, &self.object, &self.deleted) {
+            (EventType::Deleted, _, Some(ev)) => ev
+                .deleted_protobuf()
+                .map(|(_, env)| env.clone())
+                .map_err(Clone::clone),
+            (EventType::Deleted, Some(o), None) => o.protobuf_at(self.rv),
+            (_, Some(o), _) => o.protobuf_wire().cloned(),
+            (_, None, _) => self.protobuf_frame().map(|f| f.body().clone()),
+        }
     }
 
     /// The protobuf watch frame: a 4-byte big-endian length, then a `metav1.WatchEvent` {type,
@@ -184,13 +192,10 @@ impl WatchEvent {
             (EventType::Deleted, Some(o), None) => {
                 Ok(Frame::protobuf("DELETED", o.protobuf_at(self.rv)?))
             }
-            (kind, Some(o), _) => {
-                let env = o.protobuf_wire()?.clone();
-                match o.protobuf_frame_head(kind)? {
-                    Some(head) => Ok(Frame::protobuf_parts(head, env)),
-                    None => Ok(Frame::protobuf(kind.as_str(), env)),
-                }
-            }
+            (kind, Some(o), _) => match o.protobuf_frame(kind)? {
+                Some(frame) => Ok(Frame::protobuf_whole(frame)),
+                None => Ok(Frame::protobuf(kind.as_str(), o.protobuf_wire()?.clone())),
+            },
             (kind, None, _) => {
                 let fail = |reason: String| EncodeError {
                     key: String::new(),

@@ -58,6 +58,13 @@ impl Frame {
         }
     }
 
+    /// A protobuf watch frame made whole (head and envelope in one shared buffer).
+    pub(crate) fn protobuf_whole(frame: Bytes) -> Frame {
+        Frame {
+            parts: [frame, Bytes::new(), Bytes::new()],
+        }
+    }
+
     /// A protobuf frame carrying an `ERROR` event with a `Status` object (its envelope).
     pub fn protobuf_error(status_envelope: Bytes) -> Frame {
         Frame::protobuf("ERROR", status_envelope)
@@ -68,7 +75,9 @@ impl Frame {
         &self.parts
     }
 
-    /// The object's bytes inside the frame (shared with every other frame of the same event).
+    /// The object's bytes inside the frame (shared with every other frame of the same event); for
+    /// a protobuf frame made whole ([`WatchEvent::protobuf_frame`](crate::WatchEvent::protobuf_frame)
+    /// of ADDED and MODIFIED events), empty: the frame is its first piece.
     pub fn body(&self) -> &Bytes {
         &self.parts[1]
     }

@@ -62,11 +62,11 @@ struct Inner {
 struct PbForm {
     envelope: Bytes,
     raw: (u32, u32),
-    /// The protobuf watch frame heads (length, `WatchEvent` type and object prefix) of an ADDED
-    /// and a MODIFIED event carrying this object, one after the other: each delivery shares
-    /// them, as a JSON frame shares its static head.
-    heads: Bytes,
-    added_len: u8,
+    /// The whole protobuf watch frames (length, `WatchEvent` head, envelope) of an ADDED and of a
+    /// MODIFIED event carrying this object, each made on first use: a delivery then shares one
+    /// buffer, as a JSON delivery shares the object's JSON (one reference count, not two; measured
+    /// in design/performance.md). Costs a copy of the envelope per event type used.
+    frames: [OnceLock<Bytes>; 2],
 }
 
 /// JSON encodings made since start (see [`encode_counts`]).
@@ -432,17 +432,10 @@ impl Object {
                     (env, raw)
                 }
             };
-            let mut heads = crate::model::protobuf::watch_frame_head("ADDED", envelope.len());
-            let added_len = heads.len() as u8;
-            heads.extend(crate::model::protobuf::watch_frame_head(
-                "MODIFIED",
-                envelope.len(),
-            ));
             Ok(PbForm {
                 envelope: Bytes::from(envelope),
                 raw: (raw.start as u32, raw.end as u32),
-                heads: Bytes::from(heads),
-                added_len,
+                frames: [OnceLock::new(), OnceLock::new()],
             })
         });
         made.as_ref().map_err(|reason| EncodeError {
@@ -463,19 +456,30 @@ impl Object {
         self.pb_form().map(|f| &f.envelope)
     }
 
-    /// The head of the protobuf watch frame of an ADDED or MODIFIED event carrying
-    /// [`protobuf_wire`](Object::protobuf_wire) (shared; `None` for other event types).
+    /// The whole protobuf watch frame (length, `WatchEvent` {type, object}, this object's
+    /// [`protobuf_wire`](Object::protobuf_wire)) of an ADDED or MODIFIED event carrying it, made
+    /// once per event type and shared (`None` for other event types).
     ///
     /// # Errors
     /// As [`protobuf_wire`](Object::protobuf_wire).
-    pub fn protobuf_frame_head(&self, kind: EventType) -> Result<Option<Bytes>, EncodeError> {
+    pub fn protobuf_frame(&self, kind: EventType) -> Result<Option<Bytes>, EncodeError> {
         let f = self.pb_form()?;
-        let at = usize::from(f.added_len);
-        Ok(match kind {
-            EventType::Added => Some(f.heads.slice(..at)),
-            EventType::Modified => Some(f.heads.slice(at..)),
-            _ => None,
-        })
+        let (i, name) = match kind {
+            EventType::Added => (0, "ADDED"),
+            EventType::Modified => (1, "MODIFIED"),
+            _ => return Ok(None),
+        };
+        let Some(slot) = f.frames.get(i) else {
+            return Ok(None);
+        };
+        Ok(Some(
+            slot.get_or_init(|| {
+                let mut frame = crate::model::protobuf::watch_frame_head(name, f.envelope.len());
+                frame.extend_from_slice(&f.envelope);
+                Bytes::from(frame)
+            })
+            .clone(),
+        ))
     }
 
     /// The object's protobuf message alone, as a list's item (shared with
@@ -627,7 +631,14 @@ impl Object {
                 }
             }
             + match i.pb.get() {
-                Some(Ok(f)) => f.envelope.len(),
+                Some(Ok(f)) => {
+                    f.envelope.len()
+                        + f.frames
+                            .iter()
+                            .filter_map(OnceLock::get)
+                            .map(Bytes::len)
+                            .sum::<usize>()
+                }
                 _ => 0,
             }
     }
