@@ -411,14 +411,6 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    // One crypto provider for every rustls user in the process (the load tool's reqwest clients
-    // need a default one); ring, as the server, kube and etcd-client use.
-    if rustls::crypto::ring::default_provider()
-        .install_default()
-        .is_err()
-    {
-        error!("a rustls crypto provider was already installed");
-    }
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -8,6 +8,7 @@
 //! exactly once, in revision order. The writer stops at D whatever rate it reached, delivery is
 //! awaited for at most 30 s more, and anything undelivered counts as lost.
 
+mod http;
 mod load;
 mod pods;
 mod procstat;
@@ -210,7 +211,7 @@ async fn seed(cfg: &BenchConfig, stack: &Stack) -> Result<u64, String> {
     let start_rev = seeded.max(stack::current_revision(&stack.client).await?);
     info!(pods = cfg.pods, revision = start_rev, "seeded");
     if let Some(url) = &stack.server_url {
-        stack::wait_for_revision(&stack.http_client()?, url, start_rev).await?;
+        stack::wait_for_revision(&stack.http_client(), url, start_rev).await?;
     }
     Ok(start_rev)
 }
@@ -234,9 +235,9 @@ async fn open(
         Some(TlsMode::H2) => WATCHERS_PER_H2_CONNECTION,
         _ => total.max(1),
     };
-    let http = (0..total.div_ceil(per_client).max(1))
+    let http: Vec<http::Http> = (0..total.div_ceil(per_client).max(1))
         .map(|_| stack.http_client())
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
     let mut etcd_clients = Vec::new();
     if mode == Mode::DirectEtcd {
         for _ in 0..16.min(total.max(1)) {

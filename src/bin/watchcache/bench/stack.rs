@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use watchcache::etcd::{LocalEtcd, free_port};
 
+use super::http::Http;
 use super::{BenchConfig, Mode, TlsMode};
 
 /// etcd and the server for one mode, stopped on drop (the server first).
@@ -21,13 +22,14 @@ pub struct Stack {
     dir: PathBuf,
     /// The server's TLS, when the bench started it with `--local-pki`.
     tls: Option<ClientTls>,
+    /// The plain HTTP client (cloned: one pool).
+    plain: Http,
 }
 
 /// What a client needs to reach a `--local-pki` server: its CA, the admin identity, the ALPN.
 struct ClientTls {
     config: Arc<rustls::ClientConfig>,
-    /// HTTP/2 offered: the client's watchers share its connection.
-    h2: bool,
+    mode: TlsMode,
 }
 
 impl Stack {
@@ -74,27 +76,18 @@ impl Stack {
             local,
             dir,
             tls,
+            plain: Http::plain()?,
         })
     }
 
     /// An HTTP client for the server: plain, or TLS with the local PKI's CA and admin certificate
     /// (offering `h2` and `http/1.1`, or `http/1.1` only, as the run asks). Each client has its own
     /// connections.
-    pub fn http_client(&self) -> Result<reqwest::Client, String> {
-        let b = reqwest::Client::builder();
-        let b = match &self.tls {
-            // A pool is what shares one HTTP/2 connection between requests: keep it; and HTTP/2
-            // known in advance, so that watchers opened together wait for one connection
-            // instead of each racing its own before ALPN has said h2.
-            Some(t) if t.h2 => b
-                .http2_prior_knowledge()
-                .tls_backend_preconfigured(rustls::ClientConfig::clone(&t.config)),
-            Some(t) => b
-                .pool_max_idle_per_host(0)
-                .tls_backend_preconfigured(rustls::ClientConfig::clone(&t.config)),
-            None => b.pool_max_idle_per_host(0),
-        };
-        b.build().map_err(|e| e.to_string())
+    pub fn http_client(&self) -> Http {
+        match &self.tls {
+            Some(t) => Http::tls(Arc::clone(&t.config), t.mode),
+            None => self.plain.clone(),
+        }
     }
 
     pub fn server_pid(&self) -> Option<u32> {
@@ -175,11 +168,8 @@ async fn start_server(
         None => None,
     };
     let client = match &tls {
-        Some(t) => reqwest::Client::builder()
-            .tls_backend_preconfigured(rustls::ClientConfig::clone(&t.config))
-            .build()
-            .map_err(|e| e.to_string())?,
-        None => reqwest::Client::new(),
+        Some(t) => Http::tls(Arc::clone(&t.config), t.mode),
+        None => Http::plain()?,
     };
     wait_for_revision(&client, &url, from_rev).await?;
     Ok((url, server, tls))
@@ -220,26 +210,17 @@ async fn client_tls(pki: &Path, mode: TlsMode) -> Result<ClientTls, String> {
     };
     Ok(ClientTls {
         config: Arc::new(config),
-        h2: mode == TlsMode::H2,
+        mode,
     })
 }
 
 /// Waits until the server's pods cache has reached `rev`.
-pub async fn wait_for_revision(
-    client: &reqwest::Client,
-    url: &str,
-    rev: u64,
-) -> Result<(), String> {
+pub async fn wait_for_revision(client: &Http, url: &str, rev: u64) -> Result<(), String> {
     let probe = format!(
         "{url}/api/v1/pods?resourceVersion={rev}&resourceVersionMatch=NotOlderThan&limit=1"
     );
     for _ in 0..600 {
-        if client
-            .get(&probe)
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
+        if client.text(&probe).await.is_ok() {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -253,12 +234,7 @@ pub async fn wait_for_revision(
 pub async fn connections(stack: &Stack, url: &str) -> Option<String> {
     let text = stack
         .http_client()
-        .ok()?
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .ok()?
-        .text()
+        .text(&format!("{url}/metrics"))
         .await
         .ok()?;
     let items: Vec<String> = text

@@ -58,9 +58,9 @@ pub async fn idle_watcher_rss(
         Some(TlsMode::H2) => WATCHERS_PER_H2_CONNECTION,
         _ => total.max(1),
     };
-    let http = (0..total.div_ceil(per_client).max(1))
-        .map(|_| stack.http_client().ok())
-        .collect::<Option<Vec<_>>>()?;
+    let http: Vec<_> = (0..total.div_ceil(per_client).max(1))
+        .map(|_| stack.http_client())
+        .collect();
     let tasks = open_watchers(total, &counters, &ProgressBar::hidden(), |i| {
         let selector = if i < cfg.watchers {
             format!("&fieldSelector=spec.nodeName%3Didle-{i}")
