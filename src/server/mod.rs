@@ -360,9 +360,11 @@ impl Connections {
                     st.metrics.count_connection(true, is_h2);
                     if is_h2 {
                         let service = service(router, conn);
-                        let served = Box::pin(
-                            watcher.watch(h2.serve_connection(TokioIo::new(stream), service)),
-                        );
+                        // hyper's HTTP/2 server has no head deadline: the preface must come
+                        // within the same time a request head has.
+                        let io = tls::FirstBytesBy::new(stream, timeout);
+                        let served =
+                            Box::pin(watcher.watch(h2.serve_connection(TokioIo::new(io), service)));
                         if let Err(e) = served.await {
                             debug!(error = %e, "HTTP/2 connection ended with an error");
                         }
