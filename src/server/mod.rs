@@ -211,13 +211,13 @@ impl Server {
         }
         tokio::pin!(stop);
         loop {
-            let (accepted, tls) = tokio::select! {
-                a = listener.accept() => (a, self.tls.as_ref()),
-                a = accept(insecure.as_ref()) => (a, None),
+            let (accepted, from) = tokio::select! {
+                a = listener.accept() => (a, self.tls.as_ref().map(Listener::Tls).unwrap_or(Listener::Plain)),
+                a = accept(insecure.as_ref()) => (a, Listener::Insecure),
                 _ = &mut stop => break,
             };
             match accepted {
-                Ok((tcp, peer)) => conns.start(tcp, peer, tls, &graceful),
+                Ok((tcp, peer)) => conns.start(tcp, peer, from, &graceful),
                 Err(e) => {
                     // Out of file descriptors, typically: back off instead of spinning.
                     warn!(error = %e, "accept failed");
@@ -256,6 +256,17 @@ async fn accept(
     }
 }
 
+/// Which listener accepted a connection.
+#[derive(Clone, Copy)]
+enum Listener<'a> {
+    /// The main listener, plain HTTP.
+    Plain,
+    /// The main listener, TLS.
+    Tls(&'a Arc<Tls>),
+    /// The plain development listener next to TLS.
+    Insecure,
+}
+
 /// What every connection's task is started with.
 struct Connections {
     state: Arc<AppState>,
@@ -274,9 +285,14 @@ impl Connections {
         &self,
         tcp: tokio::net::TcpStream,
         peer: SocketAddr,
-        tls: Option<&Arc<Tls>>,
+        listener: Listener<'_>,
         graceful: &GracefulShutdown,
     ) {
+        let (tls, insecure_listener) = match listener {
+            Listener::Plain => (None, false),
+            Listener::Tls(tls) => (Some(tls), false),
+            Listener::Insecure => (None, true),
+        };
         let max = self.state.config.max_connections;
         if self.count.fetch_add(1, Ordering::Relaxed) >= max {
             self.count.fetch_sub(1, Ordering::Relaxed);
@@ -317,6 +333,7 @@ impl Connections {
                 let conn = Arc::new(ConnInfo {
                     peer: Some(peer),
                     client_cert: None,
+                    insecure_listener,
                 });
                 st.metrics.count_connection(false, false);
                 tokio::spawn(async move {
@@ -355,6 +372,7 @@ impl Connections {
                     let conn = Arc::new(ConnInfo {
                         peer: Some(peer),
                         client_cert: tls::client_leaf(session),
+                        insecure_listener: false,
                     });
                     let is_h2 = tls::is_h2(session);
                     st.metrics.count_connection(true, is_h2);
