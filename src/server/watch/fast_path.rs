@@ -190,7 +190,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
     drop(buf);
     rest.shrink_to_fit();
     // Authentication, as hyper's requests have in the gate (auth/gate.rs): never bypassed.
-    let user = match st.auth.get() {
+    let user = match st.auth.get().filter(|_| !conn.insecure_listener) {
         None => None,
         Some(auth) => match auth
             .authn
