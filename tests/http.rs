@@ -335,6 +335,34 @@ async fn writes_go_through_etcd_with_preconditions() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 409);
     assert_status(&r.json().await.unwrap(), 409, "AlreadyExists");
+    // A YAML body is read as the JSON it stands for (kube-apiserver's application/yaml); a
+    // malformed one is 400, and nothing is written.
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: from-yaml\n  labels:\n    app: web\nspec:\n  nodeName: n3\n";
+    let r = c
+        .post(format!("{base}/api/v1/namespaces/a/pods"))
+        .header("content-type", "application/yaml")
+        .body(yaml)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        (
+            v["spec"]["nodeName"].as_str(),
+            v["metadata"]["labels"]["app"].as_str()
+        ),
+        (Some("n3"), Some("web"))
+    );
+    let r = c
+        .post(format!("{base}/api/v1/namespaces/a/pods"))
+        .header("content-type", "application/yaml")
+        .body("metadata: [name: broken")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_status(&r.json().await.unwrap(), 400, "BadRequest");
     // Update with the right precondition, then with a stale one.
     let mut upd = created.clone();
     upd["spec"]["nodeName"] = json!("n2");

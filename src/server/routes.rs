@@ -170,25 +170,26 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         .headers
         .get(header::CONTENT_TYPE)
         .map(|v| v.to_str().unwrap_or("(not text)"));
-    let (patch_kind, protobuf_body) = if method == Method::PATCH {
+    let (patch_kind, format) = if method == Method::PATCH {
         (
             Some(PatchKind::from_content_type(ct, cache.definition())?),
-            false,
+            BodyFormat::Json,
         )
     } else {
         (
             None,
-            body_is_protobuf(&parts.headers, &method, cache.definition())?,
+            body_format(&parts.headers, &method, cache.definition())?,
         )
     };
     let params = WriteParams::parse(query)?;
     let body = axum::body::to_bytes(body, st.config.max_body_bytes)
         .await
         .map_err(|_| ApiError::too_large("the request body", st.config.max_body_bytes))?;
-    let body = if protobuf_body {
-        protobuf_body_as_json(&body)?
-    } else {
-        body
+    let body = match format {
+        BodyFormat::Protobuf => protobuf_body_as_json(&body)?,
+        // An empty DELETE body stays empty (no DeleteOptions), whatever its type says.
+        BodyFormat::Yaml if !body.is_empty() => yaml_body_as_json(&body)?,
+        BodyFormat::Yaml | BodyFormat::Json => body,
     };
     let (code, written) = match (&method, name, patch_kind) {
         (&Method::POST, _, _) => (
@@ -370,18 +371,29 @@ fn retype(mut r: Response, format: Format, answer: Answer) -> Response {
     r
 }
 
-/// Whether a create, update or delete body is protobuf (`application/vnd.kubernetes.protobuf`,
-/// for built-in kinds only, as upstream: custom resources read JSON alone) rather than JSON.
-/// A DELETE body with another Content-Type is read as JSON, as before; any other body must be
-/// JSON (see [`check_content_type`]).
+/// How a create, update or delete body is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyFormat {
+    /// `application/json`, or no Content-Type (upstream reads its first supported type, JSON).
+    Json,
+    /// `application/yaml`: one YAML document, read as the JSON it stands for.
+    Yaml,
+    /// `application/vnd.kubernetes.protobuf`, for built-in kinds only (as upstream: custom
+    /// resources have no protobuf form).
+    Protobuf,
+}
+
+/// How a create, update or delete body is read. A DELETE body with another Content-Type is read
+/// as JSON, as before; any other body must be JSON or YAML (see [`check_content_type`]), or
+/// protobuf of a built-in kind.
 ///
 /// # Errors
 /// 415 for a body type this server cannot read for this resource.
-fn body_is_protobuf(
+fn body_format(
     headers: &axum::http::HeaderMap,
     method: &Method,
     def: &ResourceDef,
-) -> Result<bool, ApiError> {
+) -> Result<BodyFormat, ApiError> {
     let text = headers
         .get(header::CONTENT_TYPE)
         .map(|v| v.to_str().unwrap_or_default());
@@ -391,15 +403,35 @@ fn body_is_protobuf(
         .trim();
     if essence.eq_ignore_ascii_case("application/vnd.kubernetes.protobuf") {
         return if def.has_protobuf() {
-            Ok(true)
+            Ok(BodyFormat::Protobuf)
         } else {
             Err(ApiError::unsupported_media_type(text.unwrap_or_default()))
         };
     }
-    if method != Method::DELETE {
-        check_content_type(headers)?;
+    if method == Method::DELETE {
+        return Ok(if essence.eq_ignore_ascii_case("application/yaml") {
+            BodyFormat::Yaml
+        } else {
+            BodyFormat::Json
+        });
     }
-    Ok(false)
+    check_content_type(headers)
+}
+
+/// A YAML body (one document) as the JSON it stands for: from here it takes the JSON bodies'
+/// path.
+///
+/// # Errors
+/// 400 BadRequest for a body that is not one well-formed YAML document.
+fn yaml_body_as_json(body: &[u8]) -> Result<Bytes, ApiError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("the YAML request body is not UTF-8"))?;
+    let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
+        ApiError::bad_request(format!("the YAML request body could not be read: {e}"))
+    })?;
+    serde_json::to_vec(&value)
+        .map(Bytes::from)
+        .map_err(|e| ApiError::bad_request(format!("the YAML request body has no JSON form: {e}")))
 }
 
 /// A protobuf body (an object, or DeleteOptions) as the JSON it stands for: from here it takes
@@ -419,18 +451,21 @@ fn protobuf_body_as_json(body: &[u8]) -> Result<Bytes, ApiError> {
         })
 }
 
-/// A write body must be JSON: `application/json` (any parameters), or no Content-Type at all, which
-/// upstream reads as its first supported type, JSON. Anything else is 415, as upstream: a browser
-/// page can send `text/plain` or a form cross-site without a preflight, and must not create objects.
-/// (Protobuf bodies of built-in kinds are read by [`body_is_protobuf`]; YAML is 415.)
-fn check_content_type(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+/// A write body must be JSON (`application/json`, any parameters, or no Content-Type at all,
+/// which upstream reads as its first supported type, JSON) or YAML (`application/yaml`). Anything
+/// else is 415, as upstream: a browser page can send `text/plain` or a form cross-site without a
+/// preflight, and must not create objects. (Protobuf bodies of built-in kinds are read by
+/// [`body_format`].)
+fn check_content_type(headers: &axum::http::HeaderMap) -> Result<BodyFormat, ApiError> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
+        return Ok(BodyFormat::Json);
     };
     let text = value.to_str().unwrap_or_default();
     let essence = text.split(';').next().unwrap_or_default().trim();
     if essence.eq_ignore_ascii_case("application/json") {
-        Ok(())
+        Ok(BodyFormat::Json)
+    } else if essence.eq_ignore_ascii_case("application/yaml") {
+        Ok(BodyFormat::Yaml)
     } else {
         Err(ApiError::unsupported_media_type(text))
     }
@@ -448,20 +483,40 @@ mod tests {
             h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
             check_content_type(&h).map_err(|e| e.code())
         };
-        assert!(check_content_type(&HeaderMap::new()).is_ok());
+        assert_eq!(
+            check_content_type(&HeaderMap::new()).ok(),
+            Some(BodyFormat::Json)
+        );
         for ok in ["application/json", "Application/JSON; charset=utf-8"] {
-            assert_eq!(with(ok), Ok(()), "{ok}");
+            assert_eq!(with(ok), Ok(BodyFormat::Json), "{ok}");
         }
+        assert_eq!(with("application/yaml"), Ok(BodyFormat::Yaml));
         for bad in [
             "text/plain",
             "application/x-www-form-urlencoded",
             "multipart/form-data; boundary=x",
-            "application/yaml",
+            "text/yaml",
             "application/vnd.kubernetes.protobuf",
             "",
         ] {
             assert_eq!(with(bad), Err(415), "{bad}");
         }
+    }
+
+    #[test]
+    fn yaml_bodies_read_as_json() {
+        let json = yaml_body_as_json(
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  k: \"1\"\n",
+        )
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(v["metadata"]["name"], "c");
+        assert_eq!(v["data"]["k"], "1");
+        assert_eq!(yaml_body_as_json(b"a: [1").map_err(|e| e.code()), Err(400));
+        assert_eq!(
+            yaml_body_as_json(b"\xff: 1").map_err(|e| e.code()),
+            Err(400)
+        );
     }
 
     #[test]
