@@ -19,14 +19,18 @@ fn rbac() -> Rbac {
         o.add(json!({"kind": "Role", "metadata": {"name": "reader", "namespace": ns},
             "rules": [{"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["configmaps", "secrets"]}]}))
             .unwrap();
-        o.add(json!({"kind": "RoleBinding", "metadata": {"name": "reader", "namespace": ns},
+        o.add(
+            json!({"kind": "RoleBinding", "metadata": {"name": "reader", "namespace": ns},
             "subjects": [{"kind": "ServiceAccount", "name": "app", "namespace": ns}],
-            "roleRef": {"kind": "Role", "name": "reader"}}))
-            .unwrap();
-        o.add(json!({"kind": "ClusterRoleBinding", "metadata": {"name": format!("crb-{i}")},
+            "roleRef": {"kind": "Role", "name": "reader"}}),
+        )
+        .unwrap();
+        o.add(
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": format!("crb-{i}")},
             "subjects": [{"kind": "User", "name": format!("user-{i}")}],
-            "roleRef": {"kind": "ClusterRole", "name": "view"}}))
-            .unwrap();
+            "roleRef": {"kind": "ClusterRole", "name": "view"}}),
+        )
+        .unwrap();
     }
     o.add(json!({"kind": "ClusterRole", "metadata": {"name": "view"},
         "rules": [{"verbs": ["get", "list", "watch"], "apiGroups": ["*"], "resources": ["*"]}]}))
@@ -35,14 +39,18 @@ fn rbac() -> Rbac {
 }
 
 fn bench(c: &mut Criterion) {
-    let pods = Cache::new(ResourceDef::builtin("pods").unwrap(), CacheConfig::default());
+    let pods = Cache::new(
+        ResourceDef::builtin("pods").unwrap(),
+        CacheConfig::default(),
+    );
     let src = MemorySource::new(pods.clone(), 1, []);
     for i in 0..10_000 {
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": format!("p{i}"), "namespace": "ns"},
             "spec": {"nodeName": format!("node-{}", i % 1000),
                      "volumes": [{"name": "s", "secret": {"secretName": format!("s{i}")}}]}});
-        src.put(&format!("/registry/pods/ns/p{i}"), pod.to_string()).unwrap();
+        src.put(&format!("/registry/pods/ns/p{i}"), pod.to_string())
+            .unwrap();
     }
     let authz = Authorizer::new(
         vec![Mode::Node, Mode::Rbac],
@@ -50,11 +58,16 @@ fn bench(c: &mut Criterion) {
         Some(NodeAuthorizer::new(Some(pods.clone()))),
     );
     let kubelet = User::authenticated("system:node:node-7", "", vec!["system:nodes".into()]);
-    let selection = Selection::all().with_fields("spec.nodeName=node-7").unwrap();
+    let selection = Selection::all()
+        .with_fields("spec.nodeName=node-7")
+        .unwrap();
     let sa = User::authenticated(
         "system:serviceaccount:ns-500:app",
         "",
-        vec!["system:serviceaccounts".into(), "system:serviceaccounts:ns-500".into()],
+        vec![
+            "system:serviceaccounts".into(),
+            "system:serviceaccounts:ns-500".into(),
+        ],
     );
     let decide = |user: &User, path: &str, watch: bool, sel: Option<&Selection>| {
         let info = RequestInfo::new("GET", path, watch);
@@ -64,7 +77,10 @@ fn bench(c: &mut Criterion) {
             selection: sel,
         })
     };
-    assert_eq!(decide(&kubelet, "/api/v1/pods", true, Some(&selection)), Decision::Allow);
+    assert_eq!(
+        decide(&kubelet, "/api/v1/pods", true, Some(&selection)),
+        Decision::Allow
+    );
     assert_eq!(
         decide(&sa, "/api/v1/namespaces/ns-500/configmaps", true, None),
         Decision::Allow

@@ -364,7 +364,10 @@ async fn nodes_read_their_own_pods_and_referenced_secrets_only() {
         .collect();
     assert_eq!(names, ["p1"]);
     // Watches through the fast path: its own pods stream, another node's are 403.
-    assert_eq!(watch_status(base, "n1-token", "n2").await, StatusCode::FORBIDDEN);
+    assert_eq!(
+        watch_status(base, "n1-token", "n2").await,
+        StatusCode::FORBIDDEN
+    );
     assert_eq!(watch_status(base, "n2-token", "n2").await, StatusCode::OK);
     let resp = Client::new()
         .get(format!(

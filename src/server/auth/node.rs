@@ -174,7 +174,7 @@ impl NodeAuthorizer {
             ))
         };
         match (r.resource.as_str(), r.subresource.as_str()) {
-            ("pods", "") if verb == "list" || verb == "watch" => {
+            ("pods", "") if (verb == "list" || verb == "watch") && r.name.is_empty() => {
                 if pinned("spec.nodeName") {
                     Decision::Allow
                 } else {
@@ -183,7 +183,8 @@ impl NodeAuthorizer {
                     )
                 }
             }
-            ("pods", "") if verb == "get" => {
+            // One pod by name (a get, or a watch on its path): one bound to the node.
+            ("pods", "") if read => {
                 if self
                     .refs(node)
                     .pods
@@ -197,8 +198,15 @@ impl NodeAuthorizer {
             ("nodes", "") if read => {
                 if r.name == node || (r.name.is_empty() && pinned("metadata.name")) {
                     Decision::Allow
+                } else if r.name.is_empty() {
+                    Decision::NoOpinion(format!(
+                        "node '{node}' cannot read all nodes, only its own Node object"
+                    ))
                 } else {
-                    Decision::NoOpinion(String::new())
+                    Decision::NoOpinion(format!(
+                        "node '{node}' cannot read '{}', only its own Node object",
+                        r.name
+                    ))
                 }
             }
             ("nodes", "status") if matches!(verb, "get" | "update" | "patch") && r.name == node => {
@@ -346,8 +354,20 @@ mod tests {
             ask("PATCH", "/api/v1/nodes/n1/status", false, None),
             Decision::Allow
         );
-        assert!(matches!(
+        assert_eq!(
             ask("GET", "/api/v1/nodes/n2", false, None),
+            Decision::NoOpinion("node 'n1' cannot read 'n2', only its own Node object".into())
+        );
+        assert_eq!(
+            ask("GET", "/api/v1/nodes", false, Some(&all)),
+            Decision::NoOpinion("node 'n1' cannot read all nodes, only its own Node object".into())
+        );
+        assert_eq!(
+            ask("GET", "/api/v1/namespaces/a/pods/p1", true, None),
+            Decision::Allow
+        );
+        assert!(matches!(
+            ask("GET", "/api/v1/namespaces/a/pods/p2", true, None),
             Decision::NoOpinion(_)
         ));
         let by_name = Selection::parse(None, "metadata.name=n1", "").unwrap();

@@ -121,7 +121,7 @@ pub(crate) async fn first_request(
     // One deadline for the whole head, not one per read: a client trickling a byte at a time
     // must not hold the connection open for days (slowloris).
     let deadline = tokio::time::Instant::now() + st.config.header_read_timeout;
-    let req = loop {
+    let mut req = loop {
         if buf.len() >= MAX_HEAD {
             return Ok(FirstRequest::NotAWatch(buf));
         }
@@ -156,18 +156,20 @@ pub(crate) async fn first_request(
     drop(buf);
     rest.shrink_to_fit();
     // Authentication, as hyper's requests have in the gate (auth/gate.rs): never bypassed.
+    // Taken: the header's bytes (a JWT is ~1 KiB) must not live as long as the watch.
+    let authorization = req.authorization.take();
+    let began = std::time::Instant::now();
     let user = match st.auth.get() {
         None => None,
         Some(auth) => match auth
             .authn
-            .authenticate(conn.client_cert.as_deref(), req.authorization.as_deref())
+            .authenticate(conn.client_cert.as_deref(), authorization.as_deref())
         {
             Ok(u) => Some(u),
             Err(why) => {
                 debug!(path = %req.path, why = %why.0, "unauthorized");
-                let started = std::time::Instant::now();
                 write_error(tcp, &ApiError::unauthorized()).await?;
-                audit(st, None, &req.path, 401, started);
+                audit(st, None, &req.path, 401, began);
                 return Ok(FirstRequest::Served {
                     rest,
                     keep_alive: req.keep_alive,
@@ -175,6 +177,7 @@ pub(crate) async fn first_request(
             }
         },
     };
+    drop(authorization);
     let outcome = serve_watch(tcp, st, &req.path, &req.query, req.gzip, user.as_deref()).await?;
     rest.extend(outcome.received);
     Ok(FirstRequest::Served {
