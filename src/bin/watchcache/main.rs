@@ -37,7 +37,7 @@ enum Command {
     /// Kubernetes API server (--upstream-kubeconfig).
     ///
     /// Logging is filtered by RUST_LOG (default: info), e.g. RUST_LOG=watchcache=debug.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Load the cache kubelet-style on a real etcd and report latency, loss and resource use,
     /// optionally side by side with one etcd watch per watcher (the world before the cache).
     Bench(BenchArgs),
@@ -446,7 +446,7 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve(args).await,
+            Command::Serve(args) => serve(*args).await,
             Command::Bench(args) => bench(args).await,
         }
     });

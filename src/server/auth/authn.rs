@@ -51,19 +51,18 @@ impl Authenticator {
                 Err(e) => tracing::debug!(error = %e, "client certificate names no user"),
             }
         }
-        if let Some(value) = authorization {
-            if let Some(token) = bearer(value) {
-                if let Some(u) = self.tokens.as_ref().and_then(|t| t.user(token)) {
-                    return Ok(Arc::clone(u));
-                }
-                if let Some(sa) = &self.service_accounts {
-                    return sa
-                        .verify(token)
-                        .map_err(|e| Unauthenticated(format!("invalid bearer token: {e}")));
-                }
-                return Err(Unauthenticated("invalid bearer token".into()));
+        // Basic auth and other schemes are not supported (upstream removed basic auth): such a
+        // request goes on as if it had no Authorization header.
+        if let Some(token) = authorization.and_then(bearer) {
+            if let Some(u) = self.tokens.as_ref().and_then(|t| t.user(token)) {
+                return Ok(Arc::clone(u));
             }
-            // Basic auth and other schemes are not supported (upstream removed basic auth).
+            if let Some(sa) = &self.service_accounts {
+                return sa
+                    .verify(token)
+                    .map_err(|e| Unauthenticated(format!("invalid bearer token: {e}")));
+            }
+            return Err(Unauthenticated("invalid bearer token".into()));
         }
         if self.anonymous {
             return Ok(Arc::new(User::anonymous()));

@@ -155,7 +155,7 @@ pub(crate) async fn first_request(
     let mut rest = buf.split_off(req.head_len);
     drop(buf);
     rest.shrink_to_fit();
-    // Authentication, as hyper's requests have in the gate (auth/gate.rs): never bypassed.
+    // Authentication, as hyper's requests have in the gate (server/gate.rs): never bypassed.
     // Taken: the header's bytes (a JWT is ~1 KiB) must not live as long as the watch.
     let authorization = req.authorization.take();
     let began = std::time::Instant::now();
