@@ -63,7 +63,7 @@ pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Ne
         Err(e) => e.into_response(),
     };
     let code = resp.status().as_u16();
-    if Audit::wants(&info, code) {
+    if st.auditing() && Audit::wants(&info, code) {
         st.audit.record(&Record {
             user: user.as_deref(),
             info: &info,

@@ -265,7 +265,7 @@ async fn serve_watch(
         Ok(pump) => pump,
         Err(e) => {
             write_error(tcp, &e).await?;
-            if Audit::wants(&RequestInfo::default(), e.code()) {
+            if st.auditing() && Audit::wants(&RequestInfo::default(), e.code()) {
                 audit(st, user, path, e.code(), began);
             }
             return done(true, Vec::new());
