@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use watchcache::server::auth::{
-    Attributes, Authorizer, Decision, Mode, NodeAuthorizer, Rbac, RbacObjects, RequestInfo, User,
+    Attributes, Authorizer, Decision, Mode, NodeAuthorizer, Rbac, RbacObjects, RequestInfo,
+    ServiceAccounts, User,
 };
 use watchcache::{Cache, CacheConfig, MemorySource, ResourceDef, Selection};
 
@@ -98,6 +99,34 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("node_get_referenced_secret", |b| {
         b.iter(|| decide(&kubelet, "/api/v1/namespaces/ns/secrets/s7", false, None))
+    });
+    // Authentication of a service-account token: the first verification (RS256), and the
+    // next ones, answered from the 10 s memo.
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("sa.pub");
+    let testdata = concat!(env!("CARGO_MANIFEST_DIR"), "/src/server/auth/testdata");
+    std::fs::copy(format!("{testdata}/sa-rsa.pub"), &key).unwrap();
+    let private = std::fs::read(format!("{testdata}/sa-rsa.key")).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
+        &json!({"iss": "https://issuer", "aud": ["https://issuer"], "exp": now + 3600, "nbf": now,
+                "sub": "system:serviceaccount:ns-500:app",
+                "kubernetes.io": {"namespace": "ns-500", "serviceaccount": {"name": "app", "uid": "u"}}}),
+        &jsonwebtoken::EncodingKey::from_rsa_pem(&private).unwrap(),
+    )
+    .unwrap();
+    let load = || ServiceAccounts::load(&[&key], vec!["https://issuer".into()], vec![]).unwrap();
+    let warm = load();
+    warm.verify(&token).unwrap();
+    g.bench_function("service_account_token_first_verify", |b| {
+        b.iter_batched(load, |sa| sa.verify(&token).unwrap(), BatchSize::SmallInput)
+    });
+    g.bench_function("service_account_token_remembered", |b| {
+        b.iter(|| warm.verify(&token).unwrap())
     });
     g.finish();
 }
