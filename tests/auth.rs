@@ -13,7 +13,37 @@ use support::server::TestServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use watchcache::ResourceDef;
 use watchcache::server::ServerConfig;
-use watchcache::server::auth::{AuthConfig, Authenticator, Mode, RbacObjects, TokenFile};
+use watchcache::server::auth::{
+    AuthConfig, Authenticator, Mode, RbacObjects, ServiceAccounts, TokenFile,
+};
+
+/// Keys made for the unit tests of service-account tokens.
+const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/server/auth/testdata");
+
+/// A projected service-account token for `ns`/`name`, signed with the test RSA or EC key.
+fn sa_token(ns: &str, name: &str, iss: &str, exp_in: i64, ec: bool) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let claims = json!({"iss": iss, "aud": [iss], "exp": now + exp_in, "iat": now, "nbf": now,
+        "sub": format!("system:serviceaccount:{ns}:{name}"),
+        "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": "uid-1"}}});
+    let (alg, key) = if ec {
+        let pem = std::fs::read(Path::new(TESTDATA).join("sa-ec.key")).unwrap();
+        (
+            jsonwebtoken::Algorithm::ES256,
+            jsonwebtoken::EncodingKey::from_ec_pem(&pem).unwrap(),
+        )
+    } else {
+        let pem = std::fs::read(Path::new(TESTDATA).join("sa-rsa.key")).unwrap();
+        (
+            jsonwebtoken::Algorithm::RS256,
+            jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap(),
+        )
+    };
+    jsonwebtoken::encode(&jsonwebtoken::Header::new(alg), &claims, &key).unwrap()
+}
 
 const TOKENS: &str = "\
 admin-token,admin,0,system:masters
@@ -43,7 +73,17 @@ fn auth_config(anonymous: bool) -> AuthConfig {
         authenticator: Authenticator {
             client_certs: true,
             tokens: Some(TokenFile::parse("tokens.csv", TOKENS).unwrap()),
-            service_accounts: None,
+            service_accounts: Some(
+                ServiceAccounts::load(
+                    &[
+                        Path::new(TESTDATA).join("sa-rsa.pub"),
+                        Path::new(TESTDATA).join("sa-ec.pub"),
+                    ],
+                    vec!["https://issuer.test".into()],
+                    vec![],
+                )
+                .unwrap(),
+            ),
             anonymous,
         },
         modes: vec![Mode::Node, Mode::Rbac],
@@ -587,12 +627,20 @@ async fn watch_caps_inflight_limits_metrics_rules_and_the_audit_file() {
 }
 
 async fn watch_status(base: &str, token: &str, node: &str) -> StatusCode {
+    watch_at(
+        base,
+        token,
+        &format!("/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3D{node}"),
+    )
+    .await
+}
+
+/// The status of a watch sent as the first request of a new connection (the fast path's).
+async fn watch_at(base: &str, token: &str, target: &str) -> StatusCode {
     let mut tcp = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
         .await
         .unwrap();
-    let head = format!(
-        "GET /api/v1/pods?watch=1&fieldSelector=spec.nodeName%3D{node} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
-    );
+    let head = format!("GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n");
     tcp.write_all(head.as_bytes()).await.unwrap();
     let mut buf = [0u8; 64];
     let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
@@ -602,6 +650,61 @@ async fn watch_status(base: &str, token: &str, node: &str) -> StatusCode {
     let line = String::from_utf8_lossy(&buf[..n]);
     let code: u16 = line.split(' ').nth(1).unwrap().parse().unwrap();
     StatusCode::from_u16(code).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_account_tokens_are_verified_and_bound_by_rbac() {
+    let s = server(ServerConfig::default()).await;
+    let mut etcd = support::etcd::client(&[s.etcd.server.url()]).await;
+    let url = format!("{}/api/v1/namespaces/team/configmaps", s.url);
+    let rs = sa_token("team", "builder", "https://issuer.test", 600, false);
+    let es = sa_token("team", "builder", "https://issuer.test", 600, true);
+    let (code, v) = get(&url, Some(&rs)).await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    assert_eq!(
+        v["message"],
+        "configmaps is forbidden: User \"system:serviceaccount:team:builder\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"team\""
+    );
+    // A binding to the service account's group (every service account of the namespace).
+    etcd.put(
+        "/registry/rolebindings/team/sa-view",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "sa-view", "namespace": "team"},
+               "subjects": [{"kind": "Group", "name": "system:serviceaccounts:team"}],
+               "roleRef": {"kind": "ClusterRole", "name": "cm-view"}})
+        .to_string(),
+        None,
+    )
+    .await
+    .unwrap();
+    etcd.put(
+        "/registry/clusterroles/cm-view",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "cm-view"},
+               "rules": [{"verbs": ["list", "watch"], "apiGroups": [""], "resources": ["configmaps"]}]})
+        .to_string(),
+        None,
+    )
+    .await
+    .unwrap();
+    until_status(&url, &rs, StatusCode::OK).await;
+    assert_eq!(get(&url, Some(&es)).await.0, StatusCode::OK, "ES256");
+    // The fast path authenticates the same token.
+    assert_eq!(
+        watch_at(&s.url, &rs, "/api/v1/namespaces/team/configmaps?watch=1").await,
+        StatusCode::OK
+    );
+    for bad in [
+        sa_token("team", "builder", "https://issuer.test", -3600, false),
+        sa_token("team", "builder", "https://other.test", 600, false),
+        format!("{rs}x"),
+    ] {
+        assert_eq!(get(&url, Some(&bad)).await.0, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            watch_at(&s.url, &bad, "/api/v1/namespaces/team/configmaps?watch=1").await,
+            StatusCode::UNAUTHORIZED
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
