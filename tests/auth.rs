@@ -237,6 +237,16 @@ async fn no_credentials_and_bad_tokens_are_401_and_unbound_users_403() {
         v["message"],
         "pods is forbidden: User \"alice\" cannot watch resource \"pods\" in API group \"\" in the namespace \"ns\""
     );
+    // /readyz once RBAC has read its caches (the test server waits for the caches only).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get(&format!("{}/readyz", s.url), Some("admin-token"))
+        .await
+        .0
+        != StatusCode::OK
+    {
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // system:masters may do anything.
     assert_eq!(
         get(

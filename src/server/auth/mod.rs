@@ -120,6 +120,11 @@ impl Auth {
         }
     }
 
+    /// Whether authorization is ready: RBAC, when it follows caches, has read them once.
+    pub(crate) fn ready(&self) -> bool {
+        self.rbac_caches.is_empty() || self.authz.rbac.as_ref().is_none_or(|r| r.synced())
+    }
+
     /// Authorizes one request.
     ///
     /// # Errors

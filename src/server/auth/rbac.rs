@@ -402,6 +402,9 @@ pub fn rule_allows(rule: &PolicyRule, a: &Attributes<'_>) -> bool {
 pub struct Rbac {
     bootstrap: Objects,
     index: RwLock<Arc<Index>>,
+    /// Whether the index holds the caches' objects (a first rebuild succeeded): until then
+    /// `/readyz` says not ready, as upstream's RBAC post-start hook.
+    synced: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Rbac {
@@ -414,7 +417,16 @@ impl Rbac {
     /// An authorizer with these bootstrap objects (and whatever the caches will hold).
     pub fn new(bootstrap: Objects) -> Rbac {
         let index = RwLock::new(Arc::new(bootstrap.compile()));
-        Rbac { bootstrap, index }
+        Rbac {
+            bootstrap,
+            index,
+            synced: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the caches' RBAC objects are in the index.
+    pub fn synced(&self) -> bool {
+        self.synced.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Allows what a rule grants; otherwise no opinion (the next mode decides).
@@ -452,6 +464,8 @@ impl Rbac {
             }
         }
         *self.index.write() = Arc::new(objects.compile());
+        self.synced
+            .store(true, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
@@ -657,6 +671,22 @@ mod tests {
         };
         assert!(sel.matches(&BTreeMap::new()));
         assert!(!sel.matches(&BTreeMap::from([("tier".into(), "x".into())])));
+    }
+
+    #[tokio::test]
+    async fn synced_once_a_rebuild_from_the_caches_succeeded() {
+        let cache = Cache::new(
+            crate::ResourceDef::builtin("clusterroles").unwrap(),
+            crate::CacheConfig::default(),
+        );
+        let rbac = Rbac::new(Objects::default());
+        assert!(!rbac.synced());
+        // A cache that is not ready cannot be read: still not synced.
+        assert!(rbac.rebuild(std::slice::from_ref(&cache)).await.is_err());
+        assert!(!rbac.synced());
+        let _src = crate::MemorySource::new(cache.clone(), 1, []);
+        rbac.rebuild(&[cache]).await.unwrap();
+        assert!(rbac.synced());
     }
 
     #[test]
