@@ -1,8 +1,16 @@
 //! Live heap bytes per idle watch connection on the server, with a counting allocator: the server
 //! runs in process against a local etcd, and N raw TCP clients each open one watch and stay idle.
 //!
-//! `cargo run --release --example conn_memory -- [N] [routed|unrouted] [gzip]`: with `gzip`, every
-//! watch asks for `Accept-Encoding: gzip`, as client-go does by default.
+//! `cargo run --release --example conn_memory -- [N] [routed|unrouted] [gzip] [tls|h2[=S]]`: with
+//! `gzip`, every watch asks for `Accept-Encoding: gzip`, as client-go does by default.
+//!
+//! - `tls`: the server serves TLS; N TLS HTTP/1.1 connections each open one watch (the fast path).
+//! - `h2=S` (default S = 18, a kubelet's watches): the server serves TLS; N/S HTTP/2 connections
+//!   each open one watch stream, then S - 1 more. Reported: the cost of a connection with its first
+//!   stream, and the cost of each further idle watch stream on a shared connection.
+//!
+//! With TLS the clients run in a child process (this example, re-run as `client`), so that their
+//! own TLS state is not counted; without, in a thread with blocking sockets (they allocate nothing).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
@@ -10,7 +18,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use watchcache::etcd::{EtcdCaches, EtcdConfig, LocalEtcd};
-use watchcache::server::{Served, Server, ServerConfig};
+use watchcache::server::{Served, Server, ServerConfig, TlsConfig};
 use watchcache::{CacheConfig, ResourceDef};
 
 struct Counting;
@@ -46,14 +54,35 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
+/// How the clients connect.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Transport {
+    Plain,
+    Tls,
+    /// HTTP/2 over TLS, this many watch streams per connection.
+    H2(usize),
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::args().nth(1).as_deref() == Some("client") {
+        return client::run().await;
+    }
     let n: usize = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(2000);
     let routed = std::env::args().nth(2).is_none_or(|a| a == "routed");
-    let gzip = std::env::args().nth(3).is_some_and(|a| a == "gzip");
+    let gzip = std::env::args().skip(3).any(|a| a == "gzip");
+    let transport = std::env::args()
+        .skip(3)
+        .find_map(|a| match a.split_once('=') {
+            _ if a == "tls" => Some(Transport::Tls),
+            _ if a == "h2" => Some(Transport::H2(18)),
+            Some(("h2", s)) => s.parse().ok().map(Transport::H2),
+            _ => None,
+        })
+        .unwrap_or(Transport::Plain);
     let accept = if gzip {
         "Accept-Encoding: gzip\r\n"
     } else {
@@ -75,14 +104,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let server = Server::new(
+    let mut server = Server::new(
         ServerConfig::default(),
         caches
             .caches()
             .map(|(_, c)| Served::new(c.clone(), caches.writes())),
     );
+    if transport != Transport::Plain {
+        server = server.with_tls(pki(&dir)?)?;
+    }
     tokio::spawn(server.serve(listener, std::future::pending()));
     tokio::time::sleep(Duration::from_millis(200)).await;
+    if transport != Transport::Plain {
+        let result = measure_tls(addr, &dir, n, routed, gzip, transport).await;
+        drop(etcd);
+        let _ = std::fs::remove_dir_all(dir);
+        return result;
+    }
     // Clients in a plain thread with blocking sockets, so their memory is counted apart.
     let before = LIVE.load(Ordering::Relaxed);
     let classes_before: Vec<isize> = CLASSES.iter().map(|c| c.load(Ordering::Relaxed)).collect();
@@ -135,6 +173,233 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(etcd);
     let _ = std::fs::remove_dir_all(dir);
     Ok(())
+}
+
+/// A CA and a serving certificate for 127.0.0.1 in `dir`.
+fn pki(dir: &std::path::Path) -> Result<TlsConfig, Box<dyn std::error::Error>> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate()?;
+    std::fs::write(dir.join("ca.crt"), ca.self_signed(&ca_key)?.pem())?;
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate()?;
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])?.signed_by(&key, &issuer)?;
+    std::fs::write(dir.join("s.crt"), cert.pem())?;
+    std::fs::write(dir.join("s.key"), key.serialize_pem())?;
+    Ok(TlsConfig::new(dir.join("s.crt"), dir.join("s.key")).with_client_ca(dir.join("ca.crt")))
+}
+
+/// Live heap now, and by size class.
+fn snapshot() -> (isize, Vec<isize>) {
+    (
+        LIVE.load(Ordering::Relaxed),
+        CLASSES.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
+    )
+}
+
+fn report(what: &str, before: &(isize, Vec<isize>), after: &(isize, Vec<isize>), per: usize) {
+    println!(
+        "{what}: {:.0} live heap bytes each on the server",
+        (after.0 - before.0) as f64 / per as f64
+    );
+    for (i, (a, b)) in after.1.iter().zip(&before.1).enumerate() {
+        let d = a - b;
+        if d.abs() as f64 / per as f64 >= 64.0 {
+            println!(
+                "  allocations of {}..{} B: {:.0} B each",
+                16usize << i,
+                32usize << i,
+                d as f64 / per as f64
+            );
+        }
+    }
+}
+
+/// TLS clients in a child process; the server's heap measured after each phase.
+async fn measure_tls(
+    addr: std::net::SocketAddr,
+    dir: &std::path::Path,
+    n: usize,
+    routed: bool,
+    gzip: bool,
+    transport: Transport,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let per_conn = match transport {
+        Transport::H2(s) => s.max(1),
+        _ => 1,
+    };
+    let conns = n.div_ceil(per_conn);
+    let before = snapshot();
+    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+        .arg("client")
+        .arg(addr.to_string())
+        .arg(dir.join("ca.crt"))
+        .arg(conns.to_string())
+        .arg(per_conn.to_string())
+        .arg(if matches!(transport, Transport::H2(_)) {
+            "h2"
+        } else {
+            "http/1.1"
+        })
+        .arg(if routed { "routed" } else { "unrouted" })
+        .arg(if gzip { "gzip" } else { "identity" })
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdin = child.stdin.take().ok_or("stdin")?;
+    let mut lines = BufReader::new(child.stdout.take().ok_or("stdout")?).lines();
+    let expect = |l: Option<String>| match l.as_deref() {
+        Some("opened") => Ok(()),
+        other => Err(format!("client: {other:?}")),
+    };
+    expect(lines.next_line().await?)?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let one = snapshot();
+    let kind = format!(
+        "{}{}",
+        if routed { "routed" } else { "unrouted" },
+        if gzip { " gzip" } else { "" }
+    );
+    match transport {
+        Transport::H2(s) => {
+            report(
+                &format!("{conns} idle TLS HTTP/2 connections with one {kind} watch stream"),
+                &before,
+                &one,
+                conns,
+            );
+            if s > 1 {
+                stdin.write_all(b"more\n").await?;
+                expect(lines.next_line().await?)?;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let all = snapshot();
+                report(
+                    &format!(
+                        "{} further idle {kind} watch streams ({s} per connection)",
+                        conns * (s - 1)
+                    ),
+                    &one,
+                    &all,
+                    conns * (s - 1),
+                );
+            }
+        }
+        _ => report(
+            &format!("{conns} idle TLS HTTP/1.1 {kind} watch connections"),
+            &before,
+            &one,
+            conns,
+        ),
+    }
+    drop(stdin);
+    child.kill().await?;
+    Ok(())
+}
+
+/// The clients (a child process): TLS connections with watches; "opened" on stdout once they are
+/// all answered; on a line on stdin (h2), the further streams; exits when stdin closes.
+mod client {
+    use std::sync::Arc;
+
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, ServerName};
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+    pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
+        let a: Vec<String> = std::env::args().skip(2).collect();
+        let [addr, ca, conns, per_conn, proto, routed, gzip] = &a[..] else {
+            return Err("client: addr ca conns per-conn proto routed gzip".into());
+        };
+        let (conns, per_conn): (usize, usize) = (conns.parse()?, per_conn.parse()?);
+        let h2 = proto == "h2";
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(ca)? {
+            roots.add(c?)?;
+        }
+        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        config.alpn_protocols = vec![proto.as_bytes().to_vec()];
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let path = |i: usize| {
+            let sel = if routed == "routed" {
+                format!("&fieldSelector=spec.nodeName%3Dnode-{i}")
+            } else {
+                String::new()
+            };
+            format!("/api/v1/pods?watch=1&resourceVersion=1{sel}")
+        };
+        let accept = if gzip == "gzip" { "gzip" } else { "identity" };
+        let mut held_h1 = Vec::new();
+        let mut senders = Vec::new();
+        let mut held_h2 = Vec::new();
+        for c in 0..conns {
+            let tcp = tokio::net::TcpStream::connect(addr.as_str()).await?;
+            let mut tls = connector
+                .connect(ServerName::try_from("127.0.0.1")?.to_owned(), tcp)
+                .await?;
+            if h2 {
+                let (mut send, conn) = hyper::client::conn::http2::handshake(
+                    hyper_util::rt::TokioExecutor::new(),
+                    hyper_util::rt::TokioIo::new(tls),
+                )
+                .await?;
+                tokio::spawn(conn);
+                held_h2.push(watch(&mut send, &path(c * per_conn), accept).await?);
+                senders.push(send);
+            } else {
+                tls.write_all(
+                    format!(
+                        "GET {} HTTP/1.1\r\nHost: x\r\nAccept-Encoding: {accept}\r\n\r\n",
+                        path(c)
+                    )
+                    .as_bytes(),
+                )
+                .await?;
+                let mut head = [0u8; 12];
+                tls.read_exact(&mut head).await?;
+                if &head != b"HTTP/1.1 200" {
+                    return Err(format!("{}", String::from_utf8_lossy(&head)).into());
+                }
+                held_h1.push(tls);
+            }
+        }
+        println!("opened");
+        let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+        if h2 && stdin.next_line().await?.is_some() {
+            for (c, send) in senders.iter_mut().enumerate() {
+                for s in 1..per_conn {
+                    held_h2.push(watch(send, &path(c * per_conn + s), accept).await?);
+                }
+            }
+            println!("opened");
+        }
+        while stdin.next_line().await?.is_some() {}
+        drop((held_h1, held_h2, senders));
+        Ok(())
+    }
+
+    async fn watch(
+        send: &mut hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+        path: &str,
+        accept: &str,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Box<dyn std::error::Error>> {
+        send.ready().await?;
+        let req = hyper::Request::get(format!("https://127.0.0.1{path}"))
+            .header("accept-encoding", accept)
+            .body(http_body_util::Empty::new())?;
+        let resp = send.send_request(req).await?;
+        if resp.status() != 200 {
+            return Err(format!("watch: {}", resp.status()).into());
+        }
+        Ok(resp)
+    }
 }
 
 /// Creates one pod over HTTP, waiting for the answer.

@@ -150,13 +150,17 @@ async fn writes_the_cache_would_refuse_are_never_stored() {
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["reason"], "BadRequest", "{v}");
     assert!(!in_etcd(&s, "/registry/pods/ns/l").await);
-    // Nesting the cache refuses (serde_json alone would take it) and a lone surrogate.
+    // Nesting the cache refuses (serde_json alone would take it), in a field the type keeps as
+    // it is (an unknown field would be dropped before the cache sees it), and a lone surrogate.
     let deep = format!(
-        r#"{{"metadata":{{"name":"d"}},"x":{}0{}}}"#,
+        r#"{{"metadata":{{"name":"d","managedFields":[{{"manager":"m","fieldsV1":{{"f":{}0{}}}}}]}}}}"#,
         "[".repeat(110),
         "]".repeat(110)
     );
-    for body in [deep.as_str(), r#"{"metadata":{"name":"d"},"x":"\ud800zz"}"#] {
+    for body in [
+        deep.as_str(),
+        r#"{"metadata":{"name":"d"},"spec":{"nodeName":"\ud800zz"}}"#,
+    ] {
         let r = c
             .post(format!("{base}/api/v1/namespaces/ns/pods"))
             .header("content-type", "application/json")
@@ -615,7 +619,7 @@ async fn gzip_watches_flush_every_event_and_end_as_valid_gzip() {
             &writer,
             &s.url,
             "gz",
-            &json!({"metadata": {"name": name}, "spec": {"pad": "x".repeat(3000)}}),
+            &json!({"metadata": {"name": name, "annotations": {"pad": "x".repeat(3000)}}}),
         )
         .await;
         assert_eq!(r.status(), 201);

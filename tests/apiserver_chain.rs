@@ -705,3 +705,206 @@ async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_i
     let cached: Value = r.json().await.unwrap();
     assert_eq!(cached["items"], l["items"]);
 }
+
+/// RBAC objects as a JSON file in `dir` (the `--authorization-rbac-dir` format).
+fn rbac_file(dir: &Path, name: &str, objects: &[Value]) {
+    std::fs::create_dir_all(dir).unwrap();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    std::fs::write(dir.join(format!("{name}.json")), list.to_string()).unwrap();
+}
+
+fn cluster_role(name: &str, rules: Value) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": name}, "rules": rules})
+}
+
+fn bind(name: &str, role: &str, subject: Value) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name}, "subjects": [subject],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaf_forwards_its_clients_identity_by_impersonation() {
+    let etcd = support::etcd::etcd().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Both: /readyz and /version for everyone, as upstream's system:public-info-viewer.
+    let public = [
+        cluster_role(
+            "public-info",
+            json!([{"verbs": ["get"], "nonResourceURLs": ["/readyz", "/livez", "/version"]}]),
+        ),
+        bind(
+            "public-info",
+            "public-info",
+            json!({"kind": "Group", "name": "system:unauthenticated"}),
+        ),
+    ];
+    // The root: the leaf's identity may follow pods, read secrets, and impersonate; alice may
+    // do nothing yet.
+    std::fs::write(
+        d.join("root-tokens.csv"),
+        "leaf-token,leaf-proxy,1\nadmin-token,admin,0,system:masters\nalice-root-token,alice,2\n",
+    )
+    .unwrap();
+    let mut root_rbac = public.to_vec();
+    root_rbac.extend([
+        cluster_role(
+            "leaf",
+            json!([
+                {"apiGroups": [""], "resources": ["pods", "secrets", "configmaps"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["users", "groups"], "verbs": ["impersonate"]},
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["uids"], "verbs": ["impersonate"]},
+                {"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/version"]}
+            ]),
+        ),
+        bind(
+            "leaf",
+            "leaf",
+            json!({"kind": "User", "name": "leaf-proxy"}),
+        ),
+    ]);
+    rbac_file(&d.join("root-rbac"), "objects", &root_rbac);
+    let root_port = free_port().unwrap();
+    let root_proc = spawn(
+        &[
+            "--etcd",
+            &etcd.server.url(),
+            "--token-auth-file",
+            d.join("root-tokens.csv").to_str().unwrap(),
+            "--authorization-mode",
+            "RBAC",
+            "--authorization-rbac-dir",
+            d.join("root-rbac").to_str().unwrap(),
+        ],
+        root_port,
+    )
+    .await;
+    // The leaf: caches pods, proxies the rest; alice may list pods here.
+    std::fs::write(d.join("leaf-tokens.csv"), "alice-token,alice,2,devs\n").unwrap();
+    let mut leaf_rbac = public.to_vec();
+    leaf_rbac.extend([
+        cluster_role(
+            "pod-reader",
+            json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]),
+        ),
+        bind(
+            "alice-pods",
+            "pod-reader",
+            json!({"kind": "User", "name": "alice"}),
+        ),
+    ]);
+    rbac_file(&d.join("leaf-rbac"), "objects", &leaf_rbac);
+    let kubeconfig = d.join("leaf.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: root\n  cluster:\n    server: {}\n\
+             users:\n- name: leaf\n  user:\n    token: leaf-token\ncontexts:\n- name: root\n  context:\n    cluster: root\n    user: leaf\n\
+             current-context: root\n",
+            root_proc.url
+        ),
+    )
+    .unwrap();
+    let leaf_port = free_port().unwrap();
+    let leaf_proc = spawn(
+        &[
+            "--upstream-kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--upstream-context",
+            "root",
+            "--resources",
+            "pods",
+            "--token-auth-file",
+            d.join("leaf-tokens.csv").to_str().unwrap(),
+            "--authorization-mode",
+            "RBAC",
+            "--authorization-rbac-dir",
+            d.join("leaf-rbac").to_str().unwrap(),
+        ],
+        leaf_port,
+    )
+    .await;
+    let c = Client::new();
+    let get = |url: String, token: &'static str| {
+        let c = c.clone();
+        async move {
+            let r = c.get(url).bearer_auth(token).send().await.unwrap();
+            let status = r.status();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let secrets = "/api/v1/namespaces/ns/secrets";
+    // The leaf's own identity may read secrets at the root...
+    let (s, _) = get(format!("{}{secrets}", root_proc.url), "leaf-token").await;
+    assert_eq!(s, StatusCode::OK);
+    // ...but alice, through the leaf, is authorized at the root as alice: 403, naming her.
+    let (s, v) = get(format!("{}{secrets}", leaf_proc.url), "alice-token").await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    assert_eq!(
+        v["message"],
+        r#"secrets is forbidden: User "alice" cannot list resource "secrets" in API group "" in the namespace "ns""#
+    );
+    // What the leaf answers itself, it authorizes itself.
+    let (s, v) = get(
+        format!("{}/api/v1/namespaces/ns/pods", leaf_proc.url),
+        "alice-token",
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // A client cannot impersonate through the leaf what it may not impersonate itself.
+    let r = c
+        .get(format!("{}/api/v1/namespaces/ns/pods", leaf_proc.url))
+        .bearer_auth("alice-token")
+        .header("Impersonate-User", "admin")
+        .header("Impersonate-Group", "system:masters")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // The root grants alice's group secrets; through the leaf she now reads them.
+    let grant = [
+        cluster_role(
+            "secret-reader",
+            json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]),
+        ),
+        bind(
+            "devs-secrets",
+            "secret-reader",
+            json!({"kind": "Group", "name": "devs"}),
+        ),
+    ];
+    for (plural, obj) in [
+        ("clusterroles", &grant[0]),
+        ("clusterrolebindings", &grant[1]),
+    ] {
+        let r = c
+            .post(format!(
+                "{}/apis/rbac.authorization.k8s.io/v1/{plural}",
+                root_proc.url
+            ))
+            .bearer_auth("admin-token")
+            .json(obj)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED, "{plural}");
+    }
+    let started = std::time::Instant::now();
+    loop {
+        let (s, v) = get(format!("{}{secrets}", leaf_proc.url), "alice-token").await;
+        if s == StatusCode::OK {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "alice's group grant at the root did not reach her through the leaf within 1 s: {s} {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Her token at the root (where alice is not in devs) still does not read secrets: the leaf
+    // passed on the groups it authenticated, not more.
+    let (s, _) = get(format!("{}{secrets}", root_proc.url), "alice-root-token").await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+}

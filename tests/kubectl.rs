@@ -605,6 +605,33 @@ async fn kubectl_apply_twice_and_the_errors_an_operator_sees() {
             .unwrap()
             .contains("\"b\"")
     );
+    // Reordering a merge list: apply sends `$setElementOrder/containers`, and the order holds.
+    let pod = |names: &[&str]| {
+        let containers: Vec<Value> = names
+            .iter()
+            .map(|n| json!({"name": n, "image": format!("{n}:1")}))
+            .collect();
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "ordered", "namespace": "default"},
+            "spec": {"containers": containers}})
+        .to_string()
+    };
+    must(
+        &with_stdin(&k, &["apply", "-f", "-"], &pod(&["a", "b"])).await,
+        "apply pod",
+    );
+    must(
+        &with_stdin(&k, &["apply", "-f", "-"], &pod(&["c", "b", "a"])).await,
+        "apply pod reordered",
+    );
+    let got = get_json(&k, &["pod", "ordered"]).await;
+    let order: Vec<&str> = got["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["c", "b", "a"]);
     // A custom resource takes merge patches (apply uses one for it), not strategic ones.
     let w = |o: &str| {
         json!({"apiVersion": "example.com/v1alpha1", "kind": "Widget",
@@ -656,6 +683,32 @@ async fn kubectl_create_and_apply_validate_and_explain_with_openapi_v3() {
     // lets the server validate.
     let out = k.create(&pod("v", "n1", "10.0.0.1"), &[]).await;
     must(&out, "create -f with default validation");
+    // A field the type does not declare: refused under kubectl's default (strict), with
+    // upstream's message; under --validate=warn, created without it and the operator warned.
+    let mut typo: Value = serde_json::from_str(&pod("typo", "n1", "10.0.0.2")).unwrap();
+    typo["spec"]["containers"][0]["imagePolicy"] = json!("Always");
+    typo["spec"]["nodname"] = json!("n2");
+    let out = k.create(&typo.to_string(), &[]).await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            r#"Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.containers[0].imagePolicy", unknown field "spec.nodname""#
+        ),
+        "{err}"
+    );
+    let out = k.create(&typo.to_string(), &["--validate=warn"]).await;
+    must(&out, "create -f --validate=warn");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#"Warning: unknown field "spec.containers[0].imagePolicy""#)
+            && err.contains(r#"Warning: unknown field "spec.nodname""#),
+        "{err}"
+    );
+    let stored = get_json(&k, &["pod", "typo"]).await;
+    assert_eq!(stored["spec"]["containers"][0]["image"], "nginx:1");
+    assert!(stored["spec"]["containers"][0].get("imagePolicy").is_none());
+    assert!(stored["spec"].get("nodname").is_none());
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "c", "namespace": "default"}, "data": {"k": "v"}})
     .to_string();
@@ -673,6 +726,40 @@ async fn kubectl_create_and_apply_validate_and_explain_with_openapi_v3() {
         "{explained}"
     );
     assert!(explained.contains("spec"), "{explained}");
+    // The built-in's real structure, from its Go type's schema.
+    let explained = k.ok(&["explain", "pods.spec.containers.ports"]).await;
+    assert!(
+        explained.contains("containerPort") && explained.contains("<integer>"),
+        "{explained}"
+    );
+    let explained = k.ok(&["explain", "services.spec.ports"]).await;
+    assert!(explained.contains("targetPort"), "{explained}");
+    // /openapi/v2 in JSON; kubectl's protobuf-only request for it is told 406, not sent JSON.
+    let http = reqwest::Client::new();
+    let v2: Value = http
+        .get(format!("{}/openapi/v2", s.url))
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v2["swagger"], "2.0");
+    assert_eq!(
+        v2["definitions"]["io.k8s.api.core.v1.Service"]["x-kubernetes-group-version-kind"][0]["kind"],
+        "Service"
+    );
+    let r = http
+        .get(format!("{}/openapi/v2", s.url))
+        .header(
+            "accept",
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 406);
     let explained = k.ok(&["explain", "widgets"]).await;
     assert!(explained.contains("Widget"), "{explained}");
     // delete, and the object is gone.

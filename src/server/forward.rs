@@ -1,6 +1,9 @@
 //! Proxy mode's request path: which requests stay local, and forwarding the others through the
-//! server's [`Proxy`] with their answers streamed back.
+//! server's [`Proxy`] with their answers streamed back. With authentication on, a forwarded
+//! request carries its client's identity as impersonation headers (and not the client's own
+//! credentials), so the upstream authorizes the client, not the proxy.
 
+use crate::server::auth::{User, impersonate};
 use crate::server::proxy::{HOP_BY_HOP, Proxy};
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
@@ -38,7 +41,18 @@ pub(crate) async fn forward(
         .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned());
     let mut out = http::Request::builder().method(parts.method).uri(&uri);
     for (name, value) in &parts.headers {
-        if !HOP_BY_HOP.contains(&name.as_str()) {
+        // The client's credentials were for this server, and any impersonation it asked for
+        // was applied here: the upstream sees the proxy's credentials and, below, the identity
+        // this server authenticated (and authorized) for the request.
+        if !HOP_BY_HOP.contains(&name.as_str())
+            && name != http::header::AUTHORIZATION
+            && !name.as_str().starts_with("impersonate-")
+        {
+            out = out.header(name, value);
+        }
+    }
+    if let Some(user) = parts.extensions.get::<std::sync::Arc<User>>() {
+        for (name, value) in impersonate::headers_for(user) {
             out = out.header(name, value);
         }
     }

@@ -28,11 +28,24 @@ struct WatcherLabels {
     routing: String,
 }
 
+/// Labels of the connection counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionLabels {
+    /// `tcp` or `tls`.
+    pub transport: &'static str,
+    /// `http/1.1` or `h2`.
+    pub protocol: &'static str,
+}
+
 /// Metrics the server records as requests happen.
 #[derive(Clone)]
 pub struct ServerMetrics {
     /// LIST latency by resource.
     pub list_seconds: Family<ResourceLabel, Histogram>,
+    /// Connections accepted (and not refused), by transport and protocol.
+    pub connections: Family<ConnectionLabels, Counter<u64, AtomicU64>>,
+    /// TLS handshakes that failed or timed out.
+    pub tls_handshake_failures: Counter<u64, AtomicU64>,
 }
 
 impl Default for ServerMetrics {
@@ -41,6 +54,8 @@ impl Default for ServerMetrics {
             list_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
             }),
+            connections: Family::default(),
+            tls_handshake_failures: Counter::default(),
         }
     }
 }
@@ -53,6 +68,21 @@ impl ServerMetrics {
                 resource: resource.to_owned(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// Records one accepted connection.
+    pub(crate) fn count_connection(&self, tls: bool, h2: bool) {
+        self.connections
+            .get_or_create(&ConnectionLabels {
+                transport: if tls { "tls" } else { "tcp" },
+                protocol: if h2 { "h2" } else { "http/1.1" },
+            })
+            .inc();
+    }
+
+    /// Records one failed TLS handshake.
+    pub(crate) fn count_handshake_failure(&self) {
+        self.tls_handshake_failures.inc();
     }
 }
 
@@ -129,6 +159,16 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
         "list_duration_seconds",
         "LIST latency",
         server.list_seconds.clone(),
+    );
+    reg.register(
+        "connections",
+        "Client connections accepted, by transport (tcp, tls) and protocol (http/1.1, h2)",
+        server.connections.clone(),
+    );
+    reg.register(
+        "tls_handshake_failures",
+        "TLS handshakes that failed or timed out",
+        server.tls_handshake_failures.clone(),
     );
     for (cache, upstream_rev) in caches.iter().zip(upstream_revs) {
         let s = cache.stats();

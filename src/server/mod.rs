@@ -61,6 +61,7 @@ mod response;
 mod routes;
 mod state;
 mod status;
+mod tls;
 pub(crate) mod watch;
 mod writes;
 
@@ -71,7 +72,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::watch as signal;
 use tower::Service;
@@ -82,16 +83,32 @@ pub use metrics::ServerMetrics;
 pub use proxy::{Proxy, ProxyBody};
 pub use state::Served;
 pub use status::ApiError;
+pub use tls::{TlsConfig, TlsError};
 
 use conn::ConnInfo;
 use state::AppState;
+use tls::Tls;
+use tokio::io::{AsyncRead, AsyncWrite};
 use watch::fast_path::{self, FirstRequest};
 
 /// A running server's handle: ends every watch stream cleanly when stopped.
 pub struct Server {
     state: Arc<AppState>,
     shutdown: signal::Sender<bool>,
+    tls: Option<Arc<Tls>>,
+    insecure: Option<tokio::net::TcpListener>,
 }
+
+/// Most concurrent HTTP/2 streams per connection (kube-apiserver's default).
+const H2_MAX_STREAMS: u32 = 100;
+/// HTTP/2 receive window per stream: request bodies (writes, up to 3 MiB) flow in 256 KiB steps,
+/// as kube-apiserver's; windows cost memory only while data is in flight.
+const H2_STREAM_WINDOW: u32 = 256 * 1024;
+/// HTTP/2 receive window of a connection.
+const H2_CONN_WINDOW: u32 = 1024 * 1024;
+/// Most bytes queued for sending per HTTP/2 stream before its body is no longer polled: a watch
+/// whose client does not read stops here and its watcher's own queue takes over.
+const H2_SEND_BUF: usize = 64 * 1024;
 
 impl Server {
     /// A server for these resources.
@@ -105,6 +122,7 @@ impl Server {
             metrics: ServerMetrics::default(),
             shutdown: rx,
             proxy: std::sync::OnceLock::new(),
+            openapi: std::sync::OnceLock::new(),
             auth: std::sync::OnceLock::new(),
             limits,
             audit: auth::Audit::default(),
@@ -112,7 +130,27 @@ impl Server {
         Server {
             state: Arc::new(state),
             shutdown,
+            tls: None,
+            insecure: None,
         }
+    }
+
+    /// Serves TLS (HTTP/2 or HTTP/1.1 by ALPN) on the listener given to [`Server::serve`], with
+    /// the certificate, key and client CA of `config`, reloaded when the files change.
+    ///
+    /// # Errors
+    /// The files do not make a TLS configuration (unreadable, key not matching the certificate).
+    pub fn with_tls(mut self, config: TlsConfig) -> Result<Server, TlsError> {
+        self.tls = Some(Tls::load(config)?);
+        Ok(self)
+    }
+
+    /// Also serves plain HTTP/1.1 on `listener` (for development next to a TLS port: bind it to
+    /// loopback). Its connections count against the same `max_connections`.
+    #[must_use]
+    pub fn with_insecure_listener(mut self, listener: tokio::net::TcpListener) -> Server {
+        self.insecure = Some(listener);
+        self
     }
 
     /// Proxy mode: requests for anything but the served resources (other resources,
@@ -152,23 +190,28 @@ impl Server {
             .with_state(Arc::clone(&self.state))
     }
 
-    /// Serves HTTP/1.1 on `listener` until `stop` completes; then ends every watch and waits (up to
-    /// 10 s) for the connections to finish.
+    /// Serves on `listener` until `stop` completes; then ends every watch and waits (up to 10 s)
+    /// for the connections to finish. Plain HTTP/1.1, or TLS with [`Server::with_tls`].
     ///
     /// A connection whose first request is a WATCH is served by the watch fast path, straight from
-    /// the socket; every other request, and a kept-alive connection after its watch, is served by
-    /// hyper's HTTP/1 connection (not the HTTP/1-or-2 auto connection, whose task is 16 KiB larger;
-    /// see design/performance.md).
+    /// the socket (or the TLS stream); every other request, and a kept-alive connection after its
+    /// watch, is served by hyper's HTTP/1 connection (not the HTTP/1-or-2 auto connection, whose
+    /// task is 16 KiB larger; see design/performance.md). A TLS connection that negotiates `h2` is
+    /// served by hyper's HTTP/2 connection.
     ///
     /// # Errors
     /// The listener's I/O error.
     pub async fn serve(
-        self,
+        mut self,
         listener: tokio::net::TcpListener,
         stop: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let addr: Option<SocketAddr> = listener.local_addr().ok();
-        info!(?addr, "serving");
+        info!(?addr, tls = self.tls.is_some(), "serving");
+        let insecure = self.insecure.take();
+        if let Some(l) = &insecure {
+            info!(addr = ?l.local_addr().ok(), "serving plain HTTP too");
+        }
         if let Some(path) = &self.state.config.audit_log_path {
             self.state.audit.open(path.clone()).await.map_err(|e| {
                 std::io::Error::new(e.kind(), format!("audit log {}: {e}", path.display()))
@@ -183,61 +226,41 @@ impl Server {
         // hyper's timeout is one deadline per request head too (set when the head's read starts).
         http.timer(TokioTimer::new())
             .header_read_timeout(self.state.config.header_read_timeout);
-        let connections = Arc::new(AtomicUsize::new(0));
+        let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .max_concurrent_streams(H2_MAX_STREAMS)
+            .initial_stream_window_size(H2_STREAM_WINDOW)
+            .initial_connection_window_size(H2_CONN_WINDOW)
+            .max_send_buf_size(H2_SEND_BUF);
+        let conns = Connections {
+            state: Arc::clone(&self.state),
+            router,
+            http,
+            h2,
+            count: Arc::new(AtomicUsize::new(0)),
+        };
+        if let Some(tls) = &self.tls {
+            tokio::spawn(Arc::clone(tls).reload_loop(self.state.shutdown.clone()));
+        }
         tokio::pin!(stop);
         loop {
-            tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((tcp, peer)) => {
-                        let max = self.state.config.max_connections;
-                        if connections.fetch_add(1, Ordering::Relaxed) >= max {
-                            connections.fetch_sub(1, Ordering::Relaxed);
-                            debug!(%peer, max, "too many connections: refusing");
-                            tokio::spawn(refuse(tcp, max));
-                            continue;
-                        }
-                        let slot = ConnectionSlot(Arc::clone(&connections));
-                        // Watch events are small writes on long-lived connections: without
-                        // TCP_NODELAY, Nagle's algorithm and delayed ACKs hold them back.
-                        if let Err(e) = tcp.set_nodelay(true) {
-                            debug!(error = %e, "cannot set TCP_NODELAY");
-                        }
-                        let (st, router, http, watcher) = (Arc::clone(&self.state), router.clone(), http.clone(), graceful.watcher());
-                        let conn = Arc::new(ConnInfo { peer: Some(peer), client_cert: None });
-                        tokio::spawn(async move {
-                            let _slot = slot;
-                            let mut tcp = tcp;
-                            let prefix = match fast_path::first_request(&mut tcp, &st, &conn).await {
-                                Ok(FirstRequest::NotAWatch(bytes)) => bytes,
-                                Ok(FirstRequest::Served { rest, keep_alive: true }) => rest,
-                                Ok(FirstRequest::Served { keep_alive: false, .. }) => return,
-                                Ok(FirstRequest::Close) => return,
-                                Err(e) => return fast_path::log_io(&e),
-                            };
-                            let io = TokioIo::new(fast_path::Rewind::new(prefix, tcp));
-                            // Every request on the connection carries what is known of it.
-                            let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                                req.extensions_mut().insert(Arc::clone(&conn));
-                                router.clone().call(req)
-                            });
-                            // Boxed: the task of an idle fast-path watch then does not carry room
-                            // for hyper's connection state (about 4 KiB).
-                            if let Err(e) = Box::pin(watcher.watch(http.serve_connection(io, service))).await {
-                                debug!(error = %e, "connection ended with an error");
-                            }
-                        });
-                    }
-                    Err(e) => {
-                        // Out of file descriptors, typically: back off instead of spinning.
-                        warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
+            let (accepted, tls) = tokio::select! {
+                a = listener.accept() => (a, self.tls.as_ref()),
+                a = accept(insecure.as_ref()) => (a, None),
                 _ = &mut stop => break,
+            };
+            match accepted {
+                Ok((tcp, peer)) => conns.start(tcp, peer, tls, &graceful),
+                Err(e) => {
+                    // Out of file descriptors, typically: back off instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
             }
         }
         info!("shutting down: ending watches");
         drop(listener);
+        drop(insecure);
         if self.shutdown.send(true).is_err() {
             debug!("no watch was listening for shutdown");
         }
@@ -256,6 +279,186 @@ impl Server {
     }
 }
 
+/// The next connection of an optional listener (pending forever without one).
+async fn accept(
+    listener: Option<&tokio::net::TcpListener>,
+) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What every connection's task is started with.
+struct Connections {
+    state: Arc<AppState>,
+    router: Router,
+    http: hyper::server::conn::http1::Builder,
+    h2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    count: Arc<AtomicUsize>,
+}
+
+impl Connections {
+    /// Starts serving one accepted connection (or refusing it, over `max_connections`).
+    ///
+    /// Over TLS, a refused connection is refused after its handshake (bounded by
+    /// [`REFUSE_LINGER`]), offering only `http/1.1`, so the client reads a 503 it understands.
+    fn start(
+        &self,
+        tcp: tokio::net::TcpStream,
+        peer: SocketAddr,
+        tls: Option<&Arc<Tls>>,
+        graceful: &GracefulShutdown,
+    ) {
+        let max = self.state.config.max_connections;
+        if self.count.fetch_add(1, Ordering::Relaxed) >= max {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+            debug!(%peer, max, "too many connections: refusing");
+            match tls {
+                None => {
+                    tokio::spawn(refuse(tcp, max));
+                }
+                Some(tls) => {
+                    let acceptor = tls.refusing_acceptor();
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(REFUSE_LINGER, acceptor.accept(tcp)).await {
+                            Ok(Ok(stream)) => refuse(stream, max).await,
+                            _ => {
+                                debug!(%peer, "refused TLS connection did not finish its handshake")
+                            }
+                        }
+                    });
+                }
+            }
+            return;
+        }
+        let slot = ConnectionSlot(Arc::clone(&self.count));
+        // Watch events are small writes on long-lived connections: without TCP_NODELAY, Nagle's
+        // algorithm and delayed ACKs hold them back.
+        if let Err(e) = tcp.set_nodelay(true) {
+            debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        let (st, router, http, watcher) = (
+            Arc::clone(&self.state),
+            self.router.clone(),
+            self.http.clone(),
+            graceful.watcher(),
+        );
+        match tls {
+            // Separate tasks: the plain connection's task does not carry room for TLS's states.
+            None => {
+                let conn = Arc::new(ConnInfo {
+                    peer: Some(peer),
+                    client_cert: None,
+                });
+                st.metrics.count_connection(false, false);
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    http1(tcp, st, conn, router, http, watcher).await;
+                });
+            }
+            Some(tls) => {
+                let acceptor = tls.acceptor();
+                let h2 = self.h2.clone();
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    // The handshake counts against the head's deadline: a client that opens TCP
+                    // and never finishes it does not hold a slot for longer.
+                    let timeout = st.config.header_read_timeout;
+                    let mut shutdown = st.shutdown.clone();
+                    // Boxed, like the connection futures below: this task then holds only
+                    // pointers while the connection idles (its handshake state is freed, and
+                    // the stream lives in the one box that serves it).
+                    let handshake = Box::pin(tokio::time::timeout(timeout, acceptor.accept(tcp)));
+                    let stream = tokio::select! {
+                        s = handshake => match s {
+                            Ok(Ok(stream)) => stream,
+                            Ok(Err(e)) => {
+                                st.metrics.count_handshake_failure();
+                                return debug!(%peer, error = %e, "TLS handshake failed");
+                            }
+                            Err(_) => {
+                                st.metrics.count_handshake_failure();
+                                return debug!(%peer, "TLS handshake timed out");
+                            }
+                        },
+                        _ = shutdown.wait_for(|s| *s) => return,
+                    };
+                    let session = stream.get_ref().1;
+                    let conn = Arc::new(ConnInfo {
+                        peer: Some(peer),
+                        client_cert: tls::client_leaf(session),
+                    });
+                    let is_h2 = tls::is_h2(session);
+                    st.metrics.count_connection(true, is_h2);
+                    if is_h2 {
+                        let service = service(router, conn);
+                        let served = Box::pin(
+                            watcher.watch(h2.serve_connection(TokioIo::new(stream), service)),
+                        );
+                        if let Err(e) = served.await {
+                            debug!(error = %e, "HTTP/2 connection ended with an error");
+                        }
+                    } else {
+                        Box::pin(http1(stream, st, conn, router, http, watcher)).await;
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// hyper's service for one connection: every request carries what is known of the connection.
+fn service(
+    router: Router,
+    conn: Arc<ConnInfo>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = axum::routing::future::RouteFuture<std::convert::Infallible>,
+> + Clone
++ Send
++ 'static {
+    hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(Arc::clone(&conn));
+        router.clone().call(req)
+    })
+}
+
+/// An HTTP/1.1 connection (plain, or TLS without `h2`): the watch fast path for a first WATCH,
+/// then hyper.
+async fn http1<S>(
+    mut io: S,
+    st: Arc<AppState>,
+    conn: Arc<ConnInfo>,
+    router: Router,
+    http: hyper::server::conn::http1::Builder,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let prefix = match fast_path::first_request(&mut io, &st, &conn).await {
+        Ok(FirstRequest::NotAWatch(bytes)) => bytes,
+        Ok(FirstRequest::Served {
+            rest,
+            keep_alive: true,
+        }) => rest,
+        Ok(FirstRequest::Served {
+            keep_alive: false, ..
+        }) => return,
+        Ok(FirstRequest::Close) => return,
+        Err(e) => return fast_path::log_io(&e),
+    };
+    let io = TokioIo::new(fast_path::Rewind::new(prefix, io));
+    let service = service(router, conn);
+    // Boxed: the task of an idle fast-path watch then does not carry room for hyper's connection
+    // state (about 4 KiB).
+    if let Err(e) = Box::pin(watcher.watch(http.serve_connection(io, service))).await {
+        debug!(error = %e, "connection ended with an error");
+    }
+}
+
 /// Counts one open connection for as long as its task lives.
 struct ConnectionSlot(Arc<AtomicUsize>);
 
@@ -271,7 +474,7 @@ const REFUSE_LINGER: Duration = Duration::from_secs(1);
 /// Answers a connection over the limit with a 503 `Status` and Retry-After, then closes it. The
 /// request is read first (briefly, and at most 16 KiB) and the socket drained after the answer, so
 /// that closing with unread bytes does not reset the connection before the client reads the 503.
-async fn refuse(mut tcp: tokio::net::TcpStream, max: usize) {
+async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, max: usize) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let e = ApiError::new(
         503,

@@ -6,8 +6,9 @@
 //!   merge). A merge patch whose lists declared in the definition (`[[merge_list]]`, e.g.
 //!   `spec.containers` by `name`) are merged element by element on their key instead of replaced,
 //!   with the directives kubectl sends: `$patch: delete|replace|merge` on maps and list elements,
-//!   `$deleteFromPrimitiveList/<field>`, `$retainKeys`; `$setElementOrder/<field>` is accepted and
-//!   ignored (the merged list keeps the stored order, new elements last). Lists not declared are
+//!   `$deleteFromPrimitiveList/<field>`, `$retainKeys`, and `$setElementOrder/<field>` (the merged
+//!   list is put in the patch's order, elements only the server has kept where they were relative
+//!   to the others, as upstream's `normalizeElementOrder` does). Lists not declared are
 //!   replaced, as upstream replaces lists without a patch strategy. Only definitions that declare
 //!   `strategic_merge_patch = true` (the built-ins) accept it; custom resources get 415, as upstream.
 //! - `application/apply-patch+yaml` (server-side apply): 415, with a message saying so.
@@ -152,6 +153,23 @@ fn strategic(
     let Value::Object(t) = target else {
         unreachable!("made an object above")
     };
+    // The stored order of each list the patch orders, taken before the merge changes it.
+    let mut orders = Vec::new();
+    for (k, v) in patch {
+        if let (Some(field), Value::Array(order)) = (k.strip_prefix("$setElementOrder/"), v) {
+            let p = child(path, field);
+            if let Some(list) = lists.iter().find(|l| l.path == p) {
+                let key = list.key.as_deref();
+                let stored = match t.get(field) {
+                    Some(Value::Array(items)) => {
+                        items.iter().filter_map(|i| merge_key(i, key)).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                orders.push((field, key, order, stored));
+            }
+        }
+    }
     for (k, v) in patch {
         if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/") {
             let remove = v.as_array().cloned().unwrap_or_default();
@@ -192,10 +210,63 @@ fn strategic(
             }
         }
     }
+    for (field, key, order, stored) in orders {
+        if let Some(Value::Array(items)) = t.get_mut(field) {
+            let merged = std::mem::take(items);
+            *items = set_element_order(merged, order, &stored, key);
+        }
+    }
     if let Some(Value::Array(keep)) = patch.get("$retainKeys") {
         t.retain(|k, _| keep.iter().any(|x| x.as_str() == Some(k)));
     }
     Ok(())
+}
+
+/// What identifies a list element: its merge key's value, or (a list of primitives) itself.
+fn merge_key(item: &Value, key: Option<&str>) -> Option<Value> {
+    match key {
+        Some(k) => item.get(k).cloned(),
+        None => Some(item.clone()),
+    }
+}
+
+/// Puts a merged list in the order `$setElementOrder` gives, as upstream's
+/// `normalizeElementOrder`: the elements the order names, in its order; the others (only the
+/// server has them), in their stored order; the two interleaved so that where both were stored,
+/// the stored order between them holds, and otherwise the patch's element comes first.
+fn set_element_order(
+    merged: Vec<Value>,
+    order: &[Value],
+    stored: &[Value],
+    key: Option<&str>,
+) -> Vec<Value> {
+    let wanted: Vec<Value> = order.iter().filter_map(|o| merge_key(o, key)).collect();
+    let position = |list: &[Value], item: &Value| {
+        merge_key(item, key).and_then(|k| list.iter().position(|x| *x == k))
+    };
+    let (mut ordered, mut server_only): (Vec<Value>, Vec<Value>) = merged
+        .into_iter()
+        .partition(|item| position(&wanted, item).is_some());
+    ordered.sort_by_key(|item| position(&wanted, item));
+    server_only.sort_by_key(|item| position(stored, item).unwrap_or(usize::MAX));
+    let mut out = Vec::with_capacity(ordered.len() + server_only.len());
+    let (mut left, mut right) = (
+        server_only.into_iter().peekable(),
+        ordered.into_iter().peekable(),
+    );
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => matches!(
+                (position(stored, l), position(stored, r)),
+                (Some(li), Some(ri)) if li < ri
+            ),
+        };
+        out.extend(if take_left { left.next() } else { right.next() });
+    }
+    out
 }
 
 /// Merges a patch list into a declared list: by key for lists of objects, as a set for primitives.
@@ -259,6 +330,42 @@ fn merge_list(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn set_element_order_puts_the_list_in_the_patch_order() {
+        let names = |v: &Value| -> Vec<String> {
+            v["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let stored = json!({"spec": {"containers": [
+            {"name": "a", "image": "1"}, {"name": "s", "image": "1"}, {"name": "b", "image": "1"}]}});
+        // kubectl apply reordering b before a and adding c at the front; s is only the server's
+        // and stays before b, where it was stored (upstream's result for the same patch).
+        let got = smp(
+            stored.clone(),
+            json!({"spec": {"$setElementOrder/containers": [{"name": "c"}, {"name": "b"}, {"name": "a"}],
+                            "containers": [{"name": "c", "image": "2"}]}}),
+        );
+        assert_eq!(names(&got), ["c", "s", "b", "a"]);
+        // Without the directive, the stored order stays and new elements come last.
+        let got = smp(
+            stored.clone(),
+            json!({"spec": {"containers": [{"name": "c", "image": "2"}]}}),
+        );
+        assert_eq!(names(&got), ["a", "s", "b", "c"]);
+        // The order keeps a server-only element between the ones it was stored between.
+        let got = smp(
+            stored,
+            json!({"spec": {"$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
+                            "containers": [{"name": "b", "image": "2"}]}}),
+        );
+        assert_eq!(names(&got), ["a", "s", "b"]);
+        assert_eq!(got["spec"]["containers"][2]["image"], "2");
+    }
 
     fn pods() -> ResourceDef {
         ResourceDef::builtin("pods").unwrap()

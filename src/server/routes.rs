@@ -86,14 +86,24 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let discovery_format = || Format::negotiate(&parts.headers, Answer::Discovery);
     match segs.as_slice() {
         ["version"] => return ok_json(discovery::version()),
-        ["openapi", "v3"] => return ok_json(openapi::index(&entries)),
-        ["openapi", "v3", "api", v] => {
-            return openapi::group_version(&entries, "", v)
-                .map_or_else(|| Err(ApiError::no_route(&path)), ok_json);
-        }
-        ["openapi", "v3", "apis", g, v] => {
-            return openapi::group_version(&entries, g, v)
-                .map_or_else(|| Err(ApiError::no_route(&path)), ok_json);
+        ["openapi", ..] => {
+            let docs = st
+                .openapi
+                .get_or_init(|| openapi::Documents::build(&entries));
+            let doc = match segs.as_slice() {
+                ["openapi", "v2"] => {
+                    // kubectl asks for v2 in protobuf only; this server writes it in JSON.
+                    Format::negotiate(&parts.headers, Answer::Plain)?;
+                    Some(docs.v2.clone())
+                }
+                ["openapi", "v3"] => Some(docs.v3_index.clone()),
+                ["openapi", "v3", rest @ ..] => docs.v3.get(&rest.join("/")).cloned(),
+                _ => None,
+            };
+            return doc.map_or_else(
+                || Err(ApiError::no_route(&path)),
+                |d| Ok(json_response(StatusCode::OK, Body::from(d))),
+            );
         }
         [root @ ("api" | "apis")] => {
             let core = *root == "api";
@@ -172,7 +182,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let body = axum::body::to_bytes(body, st.config.max_body_bytes)
         .await
         .map_err(|_| ApiError::too_large("the request body", st.config.max_body_bytes))?;
-    let (code, obj) = match (&method, name, patch_kind) {
+    let (code, written) = match (&method, name, patch_kind) {
         (&Method::POST, _, _) => (
             StatusCode::CREATED,
             writes::create(cache, &**writes, ns, &body, &params).await?,
@@ -187,19 +197,53 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         ),
         (&Method::DELETE, Some(n), _) => (
             StatusCode::OK,
-            writes::delete(cache, &**writes, ns, n, &body, &params).await?,
+            writes::Written {
+                body: writes::delete(cache, &**writes, ns, n, &body, &params).await?,
+                warnings: Vec::new(),
+            },
         ),
         (&Method::DELETE, None, _) => {
             let read = ReadParams::parse(query, st.config.max_selector_len)?;
+            let body =
+                writes::delete_collection(cache, &**writes, &read.list_options(ns)?, &params)
+                    .await?;
             (
                 StatusCode::OK,
-                writes::delete_collection(cache, &**writes, &read.list_options(ns)?, &params)
-                    .await?,
+                writes::Written {
+                    body,
+                    warnings: Vec::new(),
+                },
             )
         }
         _ => return Err(ApiError::method_not_allowed(method.as_str(), &path)),
     };
-    Ok(json_response(code, Body::from(obj)))
+    let mut response = json_response(code, Body::from(written.body));
+    for warning in &written.warnings {
+        if let Ok(v) = header::HeaderValue::from_str(&warning_header(warning)) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
+    Ok(response)
+}
+
+/// A `Warning` header's value as kube-apiserver writes it (RFC 7234: code 299, no agent, the text
+/// quoted with `"` and `\` escaped).
+fn warning_header(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push_str("299 - \"");
+    for c in text.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        // Header values are visible ASCII: anything else is replaced rather than refused.
+        out.push(if c.is_ascii() && !c.is_ascii_control() {
+            c
+        } else {
+            '?'
+        });
+    }
+    out.push('"');
+    out
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -316,5 +360,14 @@ mod tests {
         ] {
             assert_eq!(with(bad), Err(415), "{bad}");
         }
+    }
+
+    #[test]
+    fn warnings_are_quoted_and_escaped_as_upstream_writes_them() {
+        assert_eq!(
+            warning_header(r#"unknown field "spec.foo""#),
+            r#"299 - "unknown field \"spec.foo\"""#
+        );
+        assert_eq!(warning_header("a\\b\u{7}é"), r#"299 - "a\\b??""#);
     }
 }

@@ -67,6 +67,8 @@ pub(crate) struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Proxy mode: where requests for anything but the cached resources go.
     pub proxy: std::sync::OnceLock<Arc<dyn crate::server::proxy::Proxy>>,
+    /// The OpenAPI documents, built on first request (they depend only on what is served).
+    pub openapi: std::sync::OnceLock<crate::server::openapi::Documents>,
     /// Authentication and authorization, when configured ([`Server::with_auth`]).
     ///
     /// [`Server::with_auth`]: crate::server::Server::with_auth

@@ -23,7 +23,8 @@ use crate::cache::Cache;
 use crate::model::ResourceDef;
 use crate::model::labels;
 use crate::model::names::{self, NameRule};
-use crate::server::params::WriteParams;
+use crate::model::protobuf::fields::unknown_fields;
+use crate::server::params::{FieldValidation, WriteParams};
 use crate::server::patch::PatchKind;
 use crate::server::status::ApiError;
 use crate::upstream::{Stored, WriteError, Writes};
@@ -266,6 +267,43 @@ fn respond(cache: &Cache, key: &str, stored: &[u8], rev: u64) -> Result<Bytes, A
         .map_err(internal)
 }
 
+/// A write's answer: the object as stored, and what the client is warned of (`Warning` headers).
+#[derive(Debug)]
+pub struct Written {
+    /// The JSON of the object as stored (with its new resourceVersion).
+    pub body: Bytes,
+    /// Warnings, one per `Warning` header: unknown fields under `fieldValidation=Warn`.
+    pub warnings: Vec<String>,
+}
+
+/// `fieldValidation` over a write's object: fields its type does not declare are refused
+/// (`Strict`: 400 with upstream's strict decoding message), or dropped with a warning each
+/// (`Warn`, upstream's default) or silently (`Ignore`), as decoding into the Go type drops them.
+fn check_fields(
+    def: &ResourceDef,
+    obj: &mut Map<String, Value>,
+    validation: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    let strict = validation == FieldValidation::Strict;
+    let unknown = unknown_fields(&def.api_version(), &def.kind, obj, !strict);
+    if unknown.is_empty() || validation == FieldValidation::Ignore {
+        return Ok(Vec::new());
+    }
+    let described: Vec<String> = unknown
+        .iter()
+        .map(|path| format!("unknown field \"{path}\""))
+        .collect();
+    if strict {
+        return Err(ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+            described.join(", "),
+            kind = def.kind,
+            version = def.version,
+        )));
+    }
+    Ok(described)
+}
+
 /// POST: create; 409 AlreadyExists if the key exists. With `dryRun=All`, checked and answered,
 /// not written.
 pub async fn create(
@@ -274,9 +312,10 @@ pub async fn create(
     namespace: Option<&str>,
     body: &[u8],
     params: &WriteParams,
-) -> Result<Bytes, ApiError> {
+) -> Result<Written, ApiError> {
     let def = cache.definition();
     let mut obj = parse_object(def, body, namespace, None)?;
+    let warnings = check_fields(def, &mut obj, params.field_validation)?;
     take_precondition(&mut obj)?;
     generate_name(&mut obj);
     validate_meta(def, &obj)?;
@@ -291,14 +330,16 @@ pub async fn create(
     meta.insert("generation".into(), Value::from(1));
     let key = def.key_for(namespace, &name);
     let stored = encode_checked(cache, &key, &obj)?;
-    if params.dry_run {
-        return respond(cache, &key, &stored, 0);
-    }
-    let rev = writes
-        .create(&key, stored.clone())
-        .await
-        .map_err(|e| write_failed(e, def, &name))?;
-    respond(cache, &key, &stored, rev)
+    let rev = if params.dry_run {
+        0
+    } else {
+        writes
+            .create(&key, stored.clone())
+            .await
+            .map_err(|e| write_failed(e, def, &name))?
+    };
+    let body = respond(cache, &key, &stored, rev)?;
+    Ok(Written { body, warnings })
 }
 
 fn not_found(def: &ResourceDef, name: &str) -> ApiError {
@@ -319,9 +360,10 @@ pub async fn update(
     body: &[u8],
     status: bool,
     params: &WriteParams,
-) -> Result<Bytes, ApiError> {
+) -> Result<Written, ApiError> {
     let def = cache.definition();
     let mut obj = parse_object(def, body, namespace, Some(name))?;
+    let warnings = check_fields(def, &mut obj, params.field_validation)?;
     let precondition = take_precondition(&mut obj)?;
     validate_meta(def, &obj)?;
     let key = def.key_for(namespace, name);
@@ -342,15 +384,17 @@ pub async fn update(
     };
     let obj = merge_with_stored(obj, &old, status);
     let stored = encode_checked(cache, &key, &obj)?;
-    if params.dry_run {
-        return respond(cache, &key, &stored, current.mod_revision);
-    }
-    // Changed between the read and the write: deleted (404) or modified (409).
-    let rev = writes
-        .replace(&key, stored.clone(), current.mod_revision)
-        .await
-        .map_err(|e| write_failed(e, def, name))?;
-    respond(cache, &key, &stored, rev)
+    let rev = if params.dry_run {
+        current.mod_revision
+    } else {
+        // Changed between the read and the write: deleted (404) or modified (409).
+        writes
+            .replace(&key, stored.clone(), current.mod_revision)
+            .await
+            .map_err(|e| write_failed(e, def, name))?
+    };
+    let body = respond(cache, &key, &stored, rev)?;
+    Ok(Written { body, warnings })
 }
 
 /// The stored object as a JSON map, read through the cache's decoder (so a value stored as
@@ -368,6 +412,10 @@ fn stored_object(
             if let Some(Value::Object(meta)) = m.get_mut("metadata") {
                 meta.remove("resourceVersion");
             }
+            // As its type reads it: fields the type does not declare (written by another
+            // client straight to etcd) are not the patch's or the update's to keep or report.
+            let def = cache.definition();
+            unknown_fields(&def.api_version(), &def.kind, &mut m, true);
             Ok(m)
         }
         _ => Err(internal("the stored object is not a JSON object")),
@@ -428,7 +476,7 @@ pub async fn patch(
     body: &[u8],
     status: bool,
     params: &WriteParams,
-) -> Result<Bytes, ApiError> {
+) -> Result<Written, ApiError> {
     let def = cache.definition();
     let key = def.key_for(namespace, name);
     let mut attempt = 0;
@@ -451,6 +499,7 @@ pub async fn patch(
         kind.apply(def, &mut target, body)?;
         let patched = serde_json::to_vec(&target).map_err(internal)?;
         let mut obj = parse_object(def, &patched, namespace, Some(name))?;
+        let warnings = check_fields(def, &mut obj, params.field_validation)?;
         let precondition = take_precondition(&mut obj)?;
         if precondition.is_some_and(|p| p != current.mod_revision) {
             return Err(ApiError::conflict(&def.plural, name));
@@ -459,13 +508,17 @@ pub async fn patch(
         let obj = merge_with_stored(obj, &old, status);
         let stored = encode_checked(cache, &key, &obj)?;
         if params.dry_run {
-            return respond(cache, &key, &stored, current.mod_revision);
+            let body = respond(cache, &key, &stored, current.mod_revision)?;
+            return Ok(Written { body, warnings });
         }
         match writes
             .replace(&key, stored.clone(), current.mod_revision)
             .await
         {
-            Ok(rev) => return respond(cache, &key, &stored, rev),
+            Ok(rev) => {
+                let body = respond(cache, &key, &stored, rev)?;
+                return Ok(Written { body, warnings });
+            }
             Err(WriteError::Conflict) if precondition.is_none() && attempt < PATCH_ATTEMPTS => {
                 tracing::debug!(key, attempt, "patch raced another write: retrying");
             }

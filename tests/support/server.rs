@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use watchcache::etcd::{EtcdCaches, EtcdConfig};
-use watchcache::server::{Served, Server, ServerConfig};
+use watchcache::server::{Served, Server, ServerConfig, TlsConfig};
 use watchcache::{CacheConfig, ResourceDef};
 
 use super::etcd::{Etcd, etcd};
@@ -35,7 +35,12 @@ impl TestServer {
         tune: impl FnOnce(&mut EtcdConfig),
         defs: Vec<ResourceDef>,
     ) -> TestServer {
-        Self::start_with_server(config, tune, defs, |s| s).await
+        Self::start_full(config, tune, defs, None, |s| s).await
+    }
+
+    /// A server on TLS (its `url` is `https://`), with these files.
+    pub async fn start_tls(config: ServerConfig, tls: TlsConfig) -> TestServer {
+        Self::start_full(config, |_| {}, ResourceDef::builtins(), Some(tls), |s| s).await
     }
 
     /// With the server adjusted before it serves (authentication, a proxy).
@@ -43,6 +48,17 @@ impl TestServer {
         config: ServerConfig,
         tune: impl FnOnce(&mut EtcdConfig),
         defs: Vec<ResourceDef>,
+        adjust: impl FnOnce(Server) -> Server,
+    ) -> TestServer {
+        Self::start_full(config, tune, defs, None, adjust).await
+    }
+
+    /// Everything: definitions, TLS, and the server adjusted before it serves.
+    pub async fn start_full(
+        config: ServerConfig,
+        tune: impl FnOnce(&mut EtcdConfig),
+        defs: Vec<ResourceDef>,
+        tls: Option<TlsConfig>,
         adjust: impl FnOnce(Server) -> Server,
     ) -> TestServer {
         let etcd = etcd().await;
@@ -55,14 +71,18 @@ impl TestServer {
             c.wait_ready(Duration::from_secs(30)).await.unwrap();
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = adjust(Server::new(
+        let mut server = adjust(Server::new(
             config,
             caches
                 .caches()
                 .map(|(_, c)| Served::new(c.clone(), caches.writes())),
         ));
+        if let Some(tls) = tls {
+            server = server.with_tls(tls).unwrap();
+        }
         let task = tokio::spawn(async move {
             server
                 .serve(listener, async { stopped.await.ok().unwrap_or(()) })

@@ -12,10 +12,11 @@ use watchcache::apiserver::{
     ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig,
 };
 use watchcache::etcd::{ConsistentReads, Encryption, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd};
-use watchcache::server::{Served, Server, ServerConfig, auth};
+use watchcache::server::{Served, Server, ServerConfig, TlsConfig, auth};
 use watchcache::{CacheConfig, ResourceDef};
 
 mod bench;
+mod pki;
 mod proxy;
 
 // Many small long-lived allocations per watcher: mimalloc keeps their resident cost close to
@@ -37,6 +38,7 @@ enum Command {
     /// Kubernetes API server (--upstream-kubeconfig).
     ///
     /// Logging is filtered by RUST_LOG (default: info), e.g. RUST_LOG=watchcache=debug.
+    // Boxed: the flags are many, and there is one of these per process.
     Serve(Box<ServeArgs>),
     /// Load the cache kubelet-style on a real etcd and report latency, loss and resource use,
     /// optionally side by side with one etcd watch per watcher (the world before the cache).
@@ -92,9 +94,27 @@ struct ServeArgs {
     /// Client port of the local etcd (its peer port is this plus 10; only without --etcd).
     #[arg(long, default_value_t = 23790)]
     local_etcd_port: u16,
-    /// Address to serve HTTP on.
+    /// Address to serve on: HTTPS with --tls-cert-file or --local-pki, plain HTTP without.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// PEM serving certificate (chain, leaf first); with it, --listen serves TLS (HTTP/2 and
+    /// HTTP/1.1). Reloaded when the file changes.
+    #[arg(long, value_name = "FILE", requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// PEM CA bundle: client certificates signed by it are verified during the TLS handshake.
+    /// Clients without a certificate still connect.
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    client_ca_file: Option<PathBuf>,
+    /// Make (first start) or reuse a local CA, serving certificate and admin client certificate
+    /// in --data-dir, serve TLS with them and write <data-dir>/admin.kubeconfig.
+    #[arg(long, conflicts_with_all = ["tls_cert_file", "client_ca_file"])]
+    local_pki: bool,
+    /// Also serve plain HTTP on this address, for development; it must be a loopback address.
+    #[arg(long, value_name = "ADDR")]
+    insecure_listen: Option<SocketAddr>,
     /// Directory of resource definitions (*.toml); they add to, or replace, the built-ins of the
     /// same group and plural.
     #[arg(long, value_name = "DIR")]
@@ -163,8 +183,8 @@ struct ServeArgs {
     /// false when serving TLS, as kube-apiserver's secure port).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     anonymous_auth: Option<bool>,
-    /// Authorizers, in order: comma-separated AlwaysAllow, AlwaysDeny, Node, RBAC (default:
-    /// AlwaysAllow).
+    /// Authorizers, in order: comma-separated AlwaysAllow, AlwaysDeny, Node, RBAC (default, once
+    /// any authentication is configured: Node,RBAC; `system:masters` may do everything).
     #[arg(long, value_delimiter = ',', value_name = "MODES")]
     authorization_mode: Vec<watchcache::server::auth::Mode>,
     /// Directory of RBAC objects (YAML or JSON: Roles, ClusterRoles, RoleBindings,
@@ -322,10 +342,11 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .map(Encryption::load)
         .transpose()?
         .map(std::sync::Arc::new);
-    // Serving TLS and --client-ca-file come with the TLS listener (not on this branch yet):
-    // plain HTTP, no client certificates. Read before anything starts: a bad token file, key
-    // or RBAC directory is a start-up error.
-    let auth = args.auth(false, false)?;
+    // Read before anything starts: bad TLS files, a bad token file, key or RBAC directory is a
+    // start-up error. Client certificates authenticate when a client CA verifies them.
+    let tls = tls_config(&args)?;
+    let client_certs = tls.as_ref().is_some_and(|t| t.client_ca_file.is_some());
+    let auth = args.auth(tls.is_some(), client_certs)?;
     let caches = match &args.upstream_kubeconfig {
         Some(kubeconfig) => follow_api_server(&args, kubeconfig, defs).await?,
         None => {
@@ -369,10 +390,22 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         audit_log_path: args.audit_log_path.clone(),
         ..ServerConfig::default()
     };
-
+    if let Some(addr) = args.insecure_listen
+        && !addr.ip().is_loopback()
+    {
+        return Err(format!("--insecure-listen {addr}: must be a loopback address").into());
+    }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    info!(listen = %args.listen, "watchcache listening");
+    info!(listen = %args.listen, tls = tls.is_some(), "watchcache listening");
     let mut server = Server::new(config, caches.served());
+    if let Some(tls) = tls {
+        server = server.with_tls(tls)?;
+    }
+    if let Some(addr) = args.insecure_listen {
+        let plain = tokio::net::TcpListener::bind(addr).await?;
+        info!(listen = %addr, "watchcache listening on plain HTTP (development)");
+        server = server.with_insecure_listener(plain);
+    }
     if let Some(a) = auth {
         server = server.with_auth(a);
     }
@@ -386,6 +419,36 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     caches.shutdown().await;
     info!("stopped");
     Ok(())
+}
+
+/// The TLS files: given by flags, or the local PKI's.
+fn tls_config(args: &ServeArgs) -> Result<Option<TlsConfig>, Box<dyn std::error::Error>> {
+    if args.local_pki {
+        let pki = pki::LocalPki::ensure(&args.data_dir, args.listen)?;
+        info!(
+            dir = %args.data_dir.display(),
+            created = pki.created,
+            "local PKI"
+        );
+        println!(
+            "watchcache serves TLS on {}; as the admin:\n  kubectl --kubeconfig {} get pods",
+            args.listen,
+            pki.kubeconfig.display()
+        );
+        return Ok(Some(
+            TlsConfig::new(pki.cert_file, pki.key_file).with_client_ca(pki.ca_file),
+        ));
+    }
+    Ok(match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(cert), Some(key)) => {
+            let mut tls = TlsConfig::new(cert, key);
+            if let Some(ca) = &args.client_ca_file {
+                tls = tls.with_client_ca(ca);
+            }
+            Some(tls)
+        }
+        _ => None,
+    })
 }
 
 async fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {

@@ -13,9 +13,11 @@
 //! | `schema.rs` | the shape of a message: field numbers, JSON names, kinds, omission rules |
 //! | `tables.rs` | generated: every message reachable from a served built-in kind |
 //! | `json.rs` | protobuf → JSON with encoding/json's rules |
+//! | `fields.rs` | the fields a JSON object's type does not declare (`fieldValidation`) |
 
+pub(crate) mod fields;
 mod json;
-mod schema;
+pub(crate) mod schema;
 #[rustfmt::skip]
 mod tables;
 mod wire;

@@ -25,6 +25,7 @@ mod attributes;
 mod audit;
 mod authn;
 mod authz;
+pub mod impersonate;
 mod limits;
 mod node;
 mod rbac;
@@ -56,7 +57,8 @@ use crate::server::status::ApiError;
 pub struct AuthConfig {
     /// How users are recognised.
     pub authenticator: Authenticator,
-    /// `--authorization-mode`, in order (empty: `AlwaysAllow`).
+    /// `--authorization-mode`, in order (empty: `Node,RBAC`, what kubeadm, kind and k3s configure:
+    /// once users are told apart, nobody reads what no rule grants them).
     pub modes: Vec<Mode>,
     /// RBAC objects from `--authorization-rbac-dir`, under those of the cache.
     pub rbac_bootstrap: RbacObjects,
@@ -81,7 +83,7 @@ impl Auth {
                 .cloned()
         };
         let modes = if config.modes.is_empty() {
-            vec![Mode::AlwaysAllow]
+            vec![Mode::Node, Mode::Rbac]
         } else {
             config.modes
         };

@@ -24,7 +24,6 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
 
 use crate::server::auth::{Audit, Record, RequestInfo, User};
 use crate::server::conn::ConnInfo;
@@ -94,8 +93,13 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
     let is_watch = form_urlencoded::parse(query.as_bytes())
         .any(|(k, v)| k == "watch" && matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"));
     // A watch that asks for anything but plain JSON (Table, PartialObjectMetadata, or nothing
-    // servable) is hyper's: it negotiates, converts or answers 406.
+    // servable) is hyper's: it negotiates, converts or answers 406. So is one that impersonates
+    // another user: hyper's gate authorizes and applies the impersonation.
     if !is_watch
+        || req
+            .headers
+            .iter()
+            .any(|h| h.name.len() > 12 && h.name[..12].eq_ignore_ascii_case("impersonate-"))
         || header("accept")
             .is_some_and(|a| !std::str::from_utf8(a).is_ok_and(Format::is_plain_json))
     {
@@ -112,8 +116,8 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
 }
 
 /// Reads the first request head and serves it if it is a WATCH.
-pub(crate) async fn first_request(
-    tcp: &mut TcpStream,
+pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
+    tcp: &mut S,
     st: &Arc<AppState>,
     conn: &ConnInfo,
 ) -> std::io::Result<FirstRequest> {
@@ -204,8 +208,8 @@ fn audit(st: &AppState, user: Option<&User>, path: &str, code: u16, started: std
     });
 }
 
-async fn serve_watch(
-    tcp: &mut TcpStream,
+async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
+    tcp: &mut S,
     st: &Arc<AppState>,
     path: &str,
     query: &str,
@@ -289,10 +293,11 @@ async fn serve_watch(
         }
     }
     tcp.write_all(b"0\r\n\r\n").await?;
+    tcp.flush().await?;
     done(!pump.shutting_down(), received)
 }
 
-async fn write_head(tcp: &mut TcpStream, gzip: bool) -> std::io::Result<()> {
+async fn write_head<S: AsyncWrite + Unpin>(tcp: &mut S, gzip: bool) -> std::io::Result<()> {
     let enc = if gzip {
         "Content-Encoding: gzip\r\n"
     } else {
@@ -301,11 +306,12 @@ async fn write_head(tcp: &mut TcpStream, gzip: bool) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{enc}Transfer-Encoding: chunked\r\n\r\n"
     );
-    tcp.write_all(head.as_bytes()).await
+    tcp.write_all(head.as_bytes()).await?;
+    tcp.flush().await
 }
 
 /// Writes one HTTP chunk made of `parts`, vectored: the shared bytes are never copied.
-async fn write_chunk(tcp: &mut TcpStream, parts: &[Bytes]) -> std::io::Result<()> {
+async fn write_chunk<S: AsyncWrite + Unpin>(tcp: &mut S, parts: &[Bytes]) -> std::io::Result<()> {
     let len: usize = parts.iter().map(Bytes::len).sum();
     if len == 0 {
         return Ok(());
@@ -318,7 +324,10 @@ async fn write_chunk(tcp: &mut TcpStream, parts: &[Bytes]) -> std::io::Result<()
     write_all_vectored(tcp, &mut slices).await
 }
 
-async fn write_all_vectored(tcp: &mut TcpStream, slices: &mut [&[u8]]) -> std::io::Result<()> {
+async fn write_all_vectored<S: AsyncWrite + Unpin>(
+    tcp: &mut S,
+    slices: &mut [&[u8]],
+) -> std::io::Result<()> {
     let mut first = 0;
     while first < slices.len() {
         let io: Vec<IoSlice<'_>> = slices[first..].iter().map(|s| IoSlice::new(s)).collect();
@@ -334,10 +343,12 @@ async fn write_all_vectored(tcp: &mut TcpStream, slices: &mut [&[u8]]) -> std::i
             slices[first] = &slices[first][n..];
         }
     }
-    Ok(())
+    // A TLS stream may keep records it could not write yet: they must go now, not with the next
+    // event (a no-op on TCP).
+    tcp.flush().await
 }
 
-async fn write_error(tcp: &mut TcpStream, e: &ApiError) -> std::io::Result<()> {
+async fn write_error<S: AsyncWrite + Unpin>(tcp: &mut S, e: &ApiError) -> std::io::Result<()> {
     let body = e.status_json();
     let retry = e
         .retry_after()
@@ -355,15 +366,15 @@ async fn write_error(tcp: &mut TcpStream, e: &ApiError) -> std::io::Result<()> {
     write_all_vectored(tcp, &mut [head.as_bytes(), &body]).await
 }
 
-/// A connection whose first bytes were already read: replays them, then reads the socket.
-pub(crate) struct Rewind {
+/// A connection whose first bytes were already read: replays them, then reads the stream.
+pub(crate) struct Rewind<S> {
     prefix: Vec<u8>,
     pos: usize,
-    inner: TcpStream,
+    inner: S,
 }
 
-impl Rewind {
-    pub fn new(prefix: Vec<u8>, inner: TcpStream) -> Rewind {
+impl<S> Rewind<S> {
+    pub fn new(prefix: Vec<u8>, inner: S) -> Rewind<S> {
         Rewind {
             prefix,
             pos: 0,
@@ -372,7 +383,7 @@ impl Rewind {
     }
 }
 
-impl AsyncRead for Rewind {
+impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -393,7 +404,7 @@ impl AsyncRead for Rewind {
     }
 }
 
-impl AsyncWrite for Rewind {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

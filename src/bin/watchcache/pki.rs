@@ -1,0 +1,249 @@
+//! `serve --local-pki`: a local PKI in the data dir, made on first start and reused after (as kind
+//! and k3s do): a CA, a serving certificate for localhost, 127.0.0.1 and ::1, an admin client
+//! certificate (CN `kubernetes-admin`, O `system:masters`) and `admin.kubeconfig` using them.
+//!
+//! Files (keys are written 0600):
+//! `<data>/pki/{ca,serving,admin}.{crt,key}` and `<data>/admin.kubeconfig`.
+
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+
+/// Where the local PKI's files are.
+pub struct LocalPki {
+    /// The CA (also the client CA: the admin certificate is signed by it).
+    pub ca_file: PathBuf,
+    /// The serving certificate.
+    pub cert_file: PathBuf,
+    /// The serving key.
+    pub key_file: PathBuf,
+    /// The admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// Whether this start made the certificates (false: they were reused).
+    pub created: bool,
+}
+
+/// Why the local PKI could not be made or read.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// rcgen could not make a key or certificate.
+    #[error("making the local PKI: {0}")]
+    Rcgen(#[from] rcgen::Error),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PkiError + '_ {
+    move |source| PkiError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Writes a file through a temporary name and a rename, so a crash never leaves half a file.
+fn write(path: &Path, contents: &[u8], secret: bool) -> Result<(), PkiError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(if secret { 0o600 } else { 0o644 })
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    f.write_all(contents).map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+impl LocalPki {
+    /// Makes the PKI in `data_dir` unless it is there, and (re)writes `admin.kubeconfig` for a
+    /// server on `listen`.
+    ///
+    /// # Errors
+    /// [`PkiError`].
+    pub fn ensure(data_dir: &Path, listen: SocketAddr) -> Result<LocalPki, PkiError> {
+        let dir = data_dir.join("pki");
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let file = |name: &str| dir.join(name);
+        let names = [
+            "ca.crt",
+            "ca.key",
+            "serving.crt",
+            "serving.key",
+            "admin.crt",
+            "admin.key",
+        ];
+        let created = !names.iter().all(|n| file(n).exists());
+        if created {
+            let (ca_pem, ca_key, issuer) = ca()?;
+            let serving = leaf(&issuer, serving_params()?)?;
+            let admin = leaf(&issuer, admin_params()?)?;
+            for (name, pem, secret) in [
+                ("ca.key", &ca_key, true),
+                ("serving.crt", &serving.0, false),
+                ("serving.key", &serving.1, true),
+                ("admin.crt", &admin.0, false),
+                ("admin.key", &admin.1, true),
+                // Last: its presence with the others means a complete set.
+                ("ca.crt", &ca_pem, false),
+            ] {
+                write(&file(name), pem.as_bytes(), secret)?;
+            }
+        }
+        let read = |name: &str| std::fs::read(file(name)).map_err(io(&file(name)));
+        let kubeconfig = data_dir.join("admin.kubeconfig");
+        let text = kubeconfig_text(
+            listen,
+            &read("ca.crt")?,
+            &read("admin.crt")?,
+            &read("admin.key")?,
+        );
+        if std::fs::read(&kubeconfig).ok().as_deref() != Some(text.as_bytes()) {
+            write(&kubeconfig, text.as_bytes(), true)?;
+        }
+        Ok(LocalPki {
+            ca_file: file("ca.crt"),
+            cert_file: file("serving.crt"),
+            key_file: file("serving.key"),
+            kubeconfig,
+            created,
+        })
+    }
+}
+
+fn ca() -> Result<(String, String, Issuer<'static, KeyPair>), PkiError> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "watchcache-ca");
+    params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+    let key = KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    let key_pem = key.serialize_pem();
+    Ok((cert.pem(), key_pem, Issuer::new(params, key)))
+}
+
+fn serving_params() -> Result<CertificateParams, PkiError> {
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()])?;
+    params.subject_alt_names.extend([
+        SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        SanType::IpAddress(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)),
+    ]);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "watchcache");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    Ok(params)
+}
+
+fn admin_params() -> Result<CertificateParams, PkiError> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "kubernetes-admin");
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "system:masters");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    Ok(params)
+}
+
+/// A certificate signed by the CA: (cert PEM, key PEM).
+fn leaf(
+    issuer: &Issuer<'static, KeyPair>,
+    mut params: CertificateParams,
+) -> Result<(String, String), PkiError> {
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// The server URL a local client uses for `listen` (an unspecified address means loopback).
+fn server_url(listen: SocketAddr) -> String {
+    let ip = if listen.ip().is_unspecified() {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        listen.ip()
+    };
+    format!("https://{}", SocketAddr::new(ip, listen.port()))
+}
+
+fn kubeconfig_text(listen: SocketAddr, ca: &[u8], cert: &[u8], key: &[u8]) -> String {
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: watchcache
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca}
+users:
+- name: kubernetes-admin
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
+contexts:
+- name: kubernetes-admin@watchcache
+  context:
+    cluster: watchcache
+    user: kubernetes-admin
+current-context: kubernetes-admin@watchcache
+",
+        server = server_url(listen),
+        ca = b64(ca),
+        cert = b64(cert),
+        key = b64(key),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pki_is_made_once_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let listen: SocketAddr = "0.0.0.0:6443".parse().unwrap();
+        let first = LocalPki::ensure(dir.path(), listen).unwrap();
+        assert!(first.created);
+        let ca = std::fs::read(&first.ca_file).unwrap();
+        let serving = std::fs::read(&first.cert_file).unwrap();
+        let second = LocalPki::ensure(dir.path(), listen).unwrap();
+        assert!(!second.created);
+        assert_eq!(std::fs::read(&second.ca_file).unwrap(), ca);
+        assert_eq!(std::fs::read(&second.cert_file).unwrap(), serving);
+        let kubeconfig = std::fs::read_to_string(&second.kubeconfig).unwrap();
+        assert!(kubeconfig.contains("server: https://127.0.0.1:6443\n"));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("pki/admin.key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}

@@ -1,0 +1,437 @@
+//! TLS on the serving port: the certificate, its key and the client CA as files, kept current.
+//!
+//! The files are read into one `rustls::ServerConfig`; each handshake takes the config that is
+//! current when the connection is accepted, so a reload changes what new handshakes present and
+//! verify, and nothing about connections already open (their watches go on). A background task
+//! polls the files' (mtime, length) every `reload_interval`; when they change it builds a new
+//! config and swaps it in, or, when the new files do not make one (a key that does not match the
+//! certificate, a half-written file, an empty CA bundle), logs why and keeps the old one. A pair
+//! written in two steps is retried at the next change, so the second write completes the reload.
+//!
+//! Client certificates: with a client CA, rustls' `WebPkiClientVerifier` verifies the chain the
+//! client presents (a certificate from another CA fails the handshake), and a client without a
+//! certificate is let through: it may still authenticate with a token. The verified leaf's DER is
+//! what `ConnInfo::client_cert` carries.
+//!
+//! Lock order: the one `RwLock` over the current config is held only to clone or replace an `Arc`,
+//! never across an await.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::sync::watch as signal;
+use tracing::{info, warn};
+
+use crate::sync::RwLock;
+
+/// ALPN protocols offered, preferred first: HTTP/2 (what client-go negotiates), then HTTP/1.1.
+pub(crate) const ALPN_H2: &[u8] = b"h2";
+const ALPN_HTTP11: &[u8] = b"http/1.1";
+
+/// Where the serving certificate, its key and the client CA are (kube-apiserver's
+/// `--tls-cert-file`, `--tls-private-key-file`, `--client-ca-file`).
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// PEM private key of the leaf (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// PEM bundle of CAs whose client certificates are verified; `None` asks for no certificate.
+    pub client_ca_file: Option<PathBuf>,
+    /// How often the files are checked for changes.
+    pub reload_interval: Duration,
+}
+
+impl TlsConfig {
+    /// A certificate and key, no client CA, checked for changes every second.
+    pub fn new(cert_file: impl Into<PathBuf>, key_file: impl Into<PathBuf>) -> TlsConfig {
+        TlsConfig {
+            cert_file: cert_file.into(),
+            key_file: key_file.into(),
+            client_ca_file: None,
+            reload_interval: Duration::from_secs(1),
+        }
+    }
+
+    /// Verifies client certificates against this CA bundle (clients without one are still let in).
+    #[must_use]
+    pub fn with_client_ca(mut self, client_ca_file: impl Into<PathBuf>) -> TlsConfig {
+        self.client_ca_file = Some(client_ca_file.into());
+        self
+    }
+
+    fn files(&self) -> impl Iterator<Item = &Path> {
+        [
+            Some(&self.cert_file),
+            Some(&self.key_file),
+            self.client_ca_file.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(PathBuf::as_path)
+    }
+}
+
+/// Why the TLS files do not make a server configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read or holds no usable PEM item.
+    #[error("{}: {what}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// rustls refused the combination (e.g. the key does not match the certificate).
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The client CA bundle does not make a verifier.
+    #[error("client CA {}: {what}", path.display())]
+    ClientCa {
+        /// The bundle.
+        path: PathBuf,
+        /// What is wrong with it.
+        what: String,
+    },
+}
+
+/// The current server configuration, and the files it came from.
+pub(crate) struct Tls {
+    config: TlsConfig,
+    current: RwLock<Current>,
+}
+
+/// The configurations built from one reading of the files.
+struct Current {
+    /// What connections are served with.
+    serving: Arc<rustls::ServerConfig>,
+    /// The same, offering only `http/1.1`: for connections over the limit, answered with an
+    /// HTTP/1.1 503 once the handshake is done.
+    refusing: Arc<rustls::ServerConfig>,
+}
+
+impl Current {
+    fn new(serving: rustls::ServerConfig) -> Current {
+        let mut refusing = serving.clone();
+        refusing.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+        Current {
+            serving: Arc::new(serving),
+            refusing: Arc::new(refusing),
+        }
+    }
+}
+
+/// The client's leaf certificate (DER) of a finished handshake: verified against the client CA,
+/// since the verifier accepts no other; `None` when the client sent none.
+pub(crate) fn client_leaf(session: &rustls::ServerConnection) -> Option<bytes::Bytes> {
+    session
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|leaf| bytes::Bytes::copy_from_slice(leaf))
+}
+
+/// Whether the handshake chose HTTP/2.
+pub(crate) fn is_h2(session: &rustls::ServerConnection) -> bool {
+    session.alpn_protocol() == Some(ALPN_H2)
+}
+
+/// What was last seen of each file: (modified, length), `None` when it could not be read.
+type Fingerprint = Vec<Option<(SystemTime, u64)>>;
+
+impl Tls {
+    /// Reads the files; an error here is a start-up error.
+    pub(crate) fn load(config: TlsConfig) -> Result<Arc<Tls>, TlsError> {
+        let built = build(&config)?;
+        Ok(Arc::new(Tls {
+            config,
+            current: RwLock::new(Current::new(built)),
+        }))
+    }
+
+    /// The acceptor for a new connection: the configuration current now.
+    pub(crate) fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        tokio_rustls::TlsAcceptor::from(Arc::clone(&self.current.read().serving))
+    }
+
+    /// The acceptor for a connection over the limit (HTTP/1.1 only, for its 503).
+    pub(crate) fn refusing_acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        tokio_rustls::TlsAcceptor::from(Arc::clone(&self.current.read().refusing))
+    }
+
+    /// Polls the files until `stop` is set, swapping in a new configuration when they change.
+    pub(crate) async fn reload_loop(self: Arc<Self>, mut stop: signal::Receiver<bool>) {
+        let mut seen = fingerprint(&self.config);
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(self.config.reload_interval) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            let now = fingerprint(&self.config);
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            self.reload();
+        }
+    }
+
+    /// Builds a configuration from the files as they are now; keeps the old one on error.
+    fn reload(&self) -> bool {
+        match build(&self.config) {
+            Ok(c) => {
+                let next = Current::new(c);
+                *self.current.write() = next;
+                info!(cert = %self.config.cert_file.display(), "TLS certificate reloaded");
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "TLS files changed but do not load: keeping the previous certificate");
+                false
+            }
+        }
+    }
+}
+
+fn fingerprint(config: &TlsConfig) -> Fingerprint {
+    config
+        .files()
+        .map(|p| {
+            let m = std::fs::metadata(p).ok()?;
+            Some((m.modified().ok()?, m.len()))
+        })
+        .collect()
+}
+
+fn file_error(path: &Path, what: impl std::fmt::Display) -> TlsError {
+    TlsError::File {
+        path: path.to_owned(),
+        what: what.to_string(),
+    }
+}
+
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| file_error(path, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_error(path, e))?;
+    if certs.is_empty() {
+        return Err(file_error(path, "no CERTIFICATE in the file"));
+    }
+    Ok(certs)
+}
+
+/// A server configuration from the files: the certificate with its key (checked to match), the
+/// client verifier, ALPN `h2` then `http/1.1`.
+fn build(config: &TlsConfig) -> Result<rustls::ServerConfig, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = read_certs(&config.cert_file)?;
+    let key = PrivateKeyDer::from_pem_file(&config.key_file)
+        .map_err(|e| file_error(&config.key_file, e))?;
+    // A rotated certificate written before its key must not be served with the old key.
+    let signing = provider.key_provider.load_private_key(key.clone_key())?;
+    rustls::sign::CertifiedKey::new(certs.clone(), signing).keys_match()?;
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()?;
+    let builder = match &config.client_ca_file {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in read_certs(path)? {
+                roots.add(ca).map_err(|e| TlsError::ClientCa {
+                    path: path.clone(),
+                    what: e.to_string(),
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| TlsError::ClientCa {
+                    path: path.clone(),
+                    what: e.to_string(),
+                })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut server = builder.with_single_cert(certs, key)?;
+    server.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()];
+    // No session tickets: each would cost a record written after the handshake, and resumption
+    // buys nothing for connections that live for hours.
+    server.send_tls13_tickets = 0;
+    // No resumption cache either (kubelets and controllers reconnect rarely).
+    server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    Ok(server)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+
+    struct Pki {
+        dir: tempfile::TempDir,
+        issuer: Issuer<'static, KeyPair>,
+    }
+
+    impl Pki {
+        fn new() -> Pki {
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            p.distinguished_name.push(DnType::CommonName, "test-ca");
+            let key = KeyPair::generate().unwrap();
+            let cert = p.self_signed(&key).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("ca.crt"), cert.pem()).unwrap();
+            Pki {
+                dir,
+                issuer: Issuer::new(p, key),
+            }
+        }
+        fn path(&self, name: &str) -> PathBuf {
+            self.dir.path().join(name)
+        }
+        /// (cert PEM, key PEM, cert DER).
+        fn issue(&self, sans: &[&str], cn: &str, client: bool) -> (String, String, Vec<u8>) {
+            let mut p =
+                CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+                    .unwrap();
+            p.distinguished_name.push(DnType::CommonName, cn);
+            p.extended_key_usages = vec![if client {
+                ExtendedKeyUsagePurpose::ClientAuth
+            } else {
+                ExtendedKeyUsagePurpose::ServerAuth
+            }];
+            let key = KeyPair::generate().unwrap();
+            let cert = p.signed_by(&key, &self.issuer).unwrap();
+            (cert.pem(), key.serialize_pem(), cert.der().to_vec())
+        }
+        fn serving(&self) -> TlsConfig {
+            let (c, k, _) = self.issue(&["localhost"], "server", false);
+            std::fs::write(self.path("s.crt"), c).unwrap();
+            std::fs::write(self.path("s.key"), k).unwrap();
+            TlsConfig::new(self.path("s.crt"), self.path("s.key"))
+                .with_client_ca(self.path("ca.crt"))
+        }
+    }
+
+    fn current_cert(tls: &Tls, ca: &Path) -> Vec<u8> {
+        let server = Arc::clone(&tls.current.read().serving);
+        let mut c =
+            rustls::ClientConnection::new(client_config(ca, None), "localhost".try_into().unwrap())
+                .unwrap();
+        let mut s = rustls::ServerConnection::new(server).unwrap();
+        pump(&mut c, &mut s).unwrap();
+        c.peer_certificates().unwrap()[0].to_vec()
+    }
+
+    /// A client trusting `ca`, presenting `cert` (PEM cert and key) when given.
+    fn client_config(ca: &Path, cert: Option<(String, String)>) -> Arc<rustls::ClientConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add_parsable_certificates(
+            CertificateDer::pem_file_iter(ca)
+                .unwrap()
+                .map(Result::unwrap),
+        );
+        let b = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+        Arc::new(match cert {
+            None => b.with_no_client_auth(),
+            Some((c, k)) => b
+                .with_client_auth_cert(
+                    vec![CertificateDer::from_pem_slice(c.as_bytes()).unwrap()],
+                    PrivateKeyDer::from_pem_slice(k.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+        })
+    }
+
+    /// Moves records both ways until neither side has anything to write.
+    fn pump(
+        c: &mut rustls::ClientConnection,
+        s: &mut rustls::ServerConnection,
+    ) -> Result<(), rustls::Error> {
+        for _ in 0..20 {
+            let mut buf = Vec::new();
+            while c.wants_write() {
+                c.write_tls(&mut buf).unwrap();
+            }
+            if !buf.is_empty() {
+                s.read_tls(&mut &buf[..]).unwrap();
+                s.process_new_packets()?;
+            }
+            let mut buf = Vec::new();
+            while s.wants_write() {
+                s.write_tls(&mut buf).unwrap();
+            }
+            if !buf.is_empty() {
+                c.read_tls(&mut &buf[..]).unwrap();
+                c.process_new_packets()?;
+            }
+            if !c.is_handshaking() && !s.is_handshaking() {
+                return Ok(());
+            }
+        }
+        Err(rustls::Error::General("handshake did not finish".into()))
+    }
+
+    #[test]
+    fn a_mismatched_key_is_refused_and_the_old_pair_kept() {
+        let pki = Pki::new();
+        let ca = pki.path("ca.crt");
+        let tls = Tls::load(pki.serving()).unwrap();
+        let before = current_cert(&tls, &ca);
+        // A new certificate written, its key not yet: refused.
+        let (c2, k2, der2) = pki.issue(&["localhost"], "server-2", false);
+        std::fs::write(pki.path("s.crt"), &c2).unwrap();
+        assert!(!tls.reload());
+        assert_eq!(current_cert(&tls, &ca), before);
+        // A half-written key: refused too.
+        std::fs::write(pki.path("s.key"), &k2[..k2.len() / 2]).unwrap();
+        assert!(!tls.reload());
+        assert_eq!(current_cert(&tls, &ca), before);
+        // The whole key: the new pair is served.
+        std::fs::write(pki.path("s.key"), &k2).unwrap();
+        assert!(tls.reload());
+        assert_eq!(current_cert(&tls, &ca), der2);
+        assert!(matches!(
+            Tls::load(TlsConfig::new(pki.path("s.crt"), pki.path("ca.crt"))),
+            Err(TlsError::File { .. })
+        ));
+    }
+
+    #[test]
+    fn client_certificates_are_verified_against_the_client_ca_and_optional() {
+        let pki = Pki::new();
+        let ca = pki.path("ca.crt");
+        let tls = Tls::load(pki.serving()).unwrap();
+        let server = Arc::clone(&tls.current.read().serving);
+        let connect = |cfg| {
+            let mut c =
+                rustls::ClientConnection::new(cfg, "localhost".try_into().unwrap()).unwrap();
+            let mut s = rustls::ServerConnection::new(Arc::clone(&server)).unwrap();
+            pump(&mut c, &mut s).map(|()| client_leaf(&s).map(|b| b.to_vec()))
+        };
+        // No certificate: connects, no client certificate.
+        assert_eq!(connect(client_config(&ca, None)).unwrap(), None);
+        // A certificate from the client CA: the verified leaf.
+        let (c, k, der) = pki.issue(&[], "alice", true);
+        assert_eq!(
+            connect(client_config(&ca, Some((c, k)))).unwrap(),
+            Some(der)
+        );
+        // A certificate from another CA: the handshake fails.
+        let other = Pki::new();
+        let (c, k, _) = other.issue(&[], "mallory", true);
+        assert!(connect(client_config(&ca, Some((c, k)))).is_err());
+    }
+}

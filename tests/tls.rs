@@ -1,0 +1,641 @@
+//! TLS on the serving port with real clients: kube-rs over HTTP/2, raw TLS HTTP/1.1 watches (the
+//! fast path), certificate rotation under an open watch, a broken replacement, client certificates
+//! from the client CA or another, and `watchcache serve --local-pki` with kubectl and the official
+//! Python client.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use futures_util::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use kube::client::ConfigExt;
+use kube::runtime::watcher;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::client::TlsStream;
+
+use support::etcd::put_rev;
+use support::pki::{Ca, Issued};
+use support::server::TestServer;
+use watchcache::server::{ServerConfig, TlsConfig};
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A rustls client trusting `ca`, presenting `cert` when given, offering these ALPN protocols.
+fn client_config(ca: &Path, cert: Option<&Issued>, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let b = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match cert {
+        None => b.with_no_client_auth(),
+        Some(i) => b
+            .with_client_auth_cert(
+                CertificateDer::pem_file_iter(&i.cert_file)
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect(),
+                PrivateKeyDer::from_pem_file(&i.key_file).unwrap(),
+            )
+            .unwrap(),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(config)
+}
+
+fn addr(url: &str) -> String {
+    url.trim_start_matches("https://").to_owned()
+}
+
+async fn connect(
+    url: &str,
+    config: Arc<rustls::ClientConfig>,
+) -> std::io::Result<TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(addr(url)).await?;
+    tokio_rustls::TlsConnector::from(config)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+}
+
+/// The leaf certificate (DER) a new connection is served.
+async fn served_leaf(url: &str, ca: &Path) -> Vec<u8> {
+    let s = connect(url, client_config(ca, None, &[b"http/1.1"]))
+        .await
+        .unwrap();
+    s.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+fn der(pem_file: &Path) -> Vec<u8> {
+    CertificateDer::pem_file_iter(pem_file)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .to_vec()
+}
+
+/// One request over a new TLS HTTP/1.1 connection, answered and closed: the whole answer.
+async fn request(url: &str, ca: &Path, head_and_body: &str) -> String {
+    let mut s = connect(url, client_config(ca, None, &[b"http/1.1"]))
+        .await
+        .unwrap();
+    s.write_all(head_and_body.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    // A close_notify-less close is fine here: the answer is complete.
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Opens a watch on a raw TLS HTTP/1.1 connection and returns the stream after the response head.
+async fn open_watch(
+    url: &str,
+    ca: &Path,
+    query: &str,
+) -> (TlsStream<tokio::net::TcpStream>, String) {
+    let mut s = connect(url, client_config(ca, None, &[b"http/1.1"]))
+        .await
+        .unwrap();
+    s.write_all(format!("GET /api/v1/pods?watch=1&{query} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut b))
+            .await
+            .expect("a response head within 10 s")
+            .unwrap();
+        head.push(b[0]);
+    }
+    (s, String::from_utf8(head).unwrap())
+}
+
+/// Reads from the watch until `needle` has been seen.
+async fn read_until(s: &mut TlsStream<tokio::net::TcpStream>, needle: &str) -> String {
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !String::from_utf8_lossy(&got).contains(needle) {
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout_at(deadline, s.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{needle} within 10 s; got {}",
+                    String::from_utf8_lossy(&got)
+                )
+            })
+            .unwrap();
+        assert!(n > 0, "the watch ended before {needle}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+struct Pki {
+    _dir: tempfile::TempDir,
+    ca: Ca,
+    serving: Issued,
+    dir: PathBuf,
+}
+
+fn pki() -> Pki {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "ca");
+    let serving = ca.server("serving");
+    Pki {
+        dir: dir.path().to_owned(),
+        _dir: dir,
+        ca,
+        serving,
+    }
+}
+
+impl Pki {
+    fn tls(&self) -> TlsConfig {
+        TlsConfig::new(&self.serving.cert_file, &self.serving.key_file)
+            .with_client_ca(&self.ca.cert_file)
+    }
+
+    /// A kubeconfig for `url` with the client certificate `client`.
+    fn kubeconfig(&self, url: &str, client: &Issued) -> PathBuf {
+        let b64 =
+            |p: &Path| base64::engine::general_purpose::STANDARD.encode(std::fs::read(p).unwrap());
+        let path = self.dir.join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\n    certificate-authority-data: {}\nusers:\n- name: u\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n",
+                b64(&self.ca.cert_file),
+                b64(&client.cert_file),
+                b64(&client.key_file)
+            ),
+        )
+        .unwrap();
+        path
+    }
+}
+
+/// `watchcache_connections_total` for this transport and protocol, read over TLS.
+async fn connections(url: &str, ca: &Path, protocol: &str) -> u64 {
+    let answer = request(
+        url,
+        ca,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let key = format!("watchcache_connections_total{{transport=\"tls\",protocol=\"{protocol}\"}} ");
+    answer
+        .lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_rs_watcher_runs_over_tls_with_http2() {
+    let pki = pki();
+    let s = TestServer::start_tls(ServerConfig::default(), pki.tls()).await;
+    let admin = pki
+        .ca
+        .client("admin", "kubernetes-admin", &["system:masters"]);
+    let kubeconfig = kube::config::Kubeconfig::read_from(pki.kubeconfig(&s.url, &admin)).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    // kube's own connector offers only http/1.1; client-go offers h2 first, as this one does.
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config().unwrap())
+        .https_only()
+        .enable_http1()
+        .enable_http2()
+        .build();
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer().unwrap())
+        .service(tower::ServiceExt::map_err(
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build(https),
+            Box::<dyn std::error::Error + Send + Sync>::from,
+        ));
+    let client = kube::Client::new(service, config.default_namespace);
+    let h2_before = connections(&s.url, &pki.ca.cert_file, "h2").await;
+
+    let pods: Api<Pod> = Api::all(client.clone());
+    let mut etcd = support::etcd::client(&[s.etcd.server.url()]).await;
+    put_rev(
+        &mut etcd,
+        &support::key("default", "a"),
+        support::pod("default", "a", "node-1", &[]),
+    )
+    .await;
+    let mut events = watcher(
+        pods.clone(),
+        watcher::Config::default().fields("spec.nodeName=node-1"),
+    )
+    .boxed();
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut wrote_b = false;
+    while !seen.contains(&"b".to_owned()) {
+        let ev = tokio::time::timeout_at(deadline, events.try_next())
+            .await
+            .expect("events within 20 s")
+            .unwrap()
+            .unwrap();
+        match ev {
+            watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
+                seen.push(p.metadata.name.unwrap());
+            }
+            watcher::Event::InitDone if !wrote_b => {
+                wrote_b = true;
+                put_rev(
+                    &mut etcd,
+                    &support::key("default", "b"),
+                    support::pod("default", "b", "node-1", &[]),
+                )
+                .await;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(seen, ["a", "b"]);
+    // A LIST on the same client, multiplexed on the same connection.
+    let list = pods.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 2);
+    let h2_after = connections(&s.url, &pki.ca.cert_file, "h2").await;
+    assert!(
+        h2_after > h2_before,
+        "the kube-rs client was served over h2 ({h2_before} → {h2_after})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_http11_watch_is_served_by_the_fast_path() {
+    let pki = pki();
+    let s = TestServer::start_tls(ServerConfig::default(), pki.tls()).await;
+    let ca = &pki.ca.cert_file;
+    let (mut watch, head) = open_watch(&s.url, ca, "fieldSelector=spec.nodeName%3Dnode-1").await;
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    // hyper writes a date header; the fast path does not.
+    assert!(
+        !head.to_ascii_lowercase().contains("date:"),
+        "the fast path answered: {head}"
+    );
+    let mut etcd = support::etcd::client(&[s.etcd.server.url()]).await;
+    put_rev(
+        &mut etcd,
+        &support::key("default", "a"),
+        support::pod("default", "a", "node-1", &[]),
+    )
+    .await;
+    let got = read_until(&mut watch, "\"name\":\"a\"").await;
+    assert!(got.contains("\"type\":\"ADDED\""), "{got}");
+    // A write over TLS, answered by hyper, and seen by the watch.
+    let body = support::pod("default", "b", "node-1", &[]);
+    let answer = request(
+        &s.url,
+        ca,
+        &format!(
+            "POST /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    read_until(&mut watch, "\"name\":\"b\"").await;
+    assert!(connections(&s.url, ca, "http/1.1").await >= 3);
+}
+
+/// Rewrites the serving files with `issued`'s (cert first, then key, as a careless operator might).
+fn install(pki: &Pki, issued: &Issued) {
+    std::fs::write(
+        &pki.serving.cert_file,
+        std::fs::read(&issued.cert_file).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        &pki.serving.key_file,
+        std::fs::read(&issued.key_file).unwrap(),
+    )
+    .unwrap();
+}
+
+async fn wait_for_leaf(url: &str, ca: &Path, want: &[u8]) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while served_leaf(url, ca).await != want {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new certificate is served within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_keeps_open_watches_and_a_broken_replacement_keeps_the_old_certificate() {
+    let pki = pki();
+    let mut config = pki.tls();
+    config.reload_interval = Duration::from_millis(200);
+    let s = TestServer::start_tls(ServerConfig::default(), config).await;
+    let ca = &pki.ca.cert_file;
+    let first = der(&pki.serving.cert_file);
+    assert_eq!(served_leaf(&s.url, ca).await, first);
+    let (mut watch, head) = open_watch(&s.url, ca, "fieldSelector=spec.nodeName%3Dnode-1").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut etcd = support::etcd::client(&[s.etcd.server.url()]).await;
+
+    // Rotation: a new certificate from the same CA.
+    let second = pki.ca.server("second");
+    install(&pki, &second);
+    let second_der = der(&second.cert_file);
+    assert_ne!(second_der, first);
+    wait_for_leaf(&s.url, ca, &second_der).await;
+    // The watch opened before is still open and delivering.
+    put_rev(
+        &mut etcd,
+        &support::key("default", "a"),
+        support::pod("default", "a", "node-1", &[]),
+    )
+    .await;
+    read_until(&mut watch, "\"name\":\"a\"").await;
+
+    // A broken replacement: a certificate whose key does not match, then a truncated key.
+    let third = pki.ca.server("third");
+    std::fs::write(
+        &pki.serving.cert_file,
+        std::fs::read(&third.cert_file).unwrap(),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        served_leaf(&s.url, ca).await,
+        second_der,
+        "a mismatched pair is not served"
+    );
+    let key = std::fs::read(&third.key_file).unwrap();
+    std::fs::write(&pki.serving.key_file, &key[..key.len() / 2]).unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        served_leaf(&s.url, ca).await,
+        second_der,
+        "a half-written key is not loaded"
+    );
+    // Completing the key completes the rotation.
+    std::fs::write(&pki.serving.key_file, &key).unwrap();
+    wait_for_leaf(&s.url, ca, &der(&third.cert_file)).await;
+    put_rev(
+        &mut etcd,
+        &support::key("default", "b"),
+        support::pod("default", "b", "node-1", &[]),
+    )
+    .await;
+    read_until(&mut watch, "\"name\":\"b\"").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_from_another_ca_fail_the_handshake_and_none_is_fine() {
+    let pki = pki();
+    let s = TestServer::start_tls(ServerConfig::default(), pki.tls()).await;
+    let ca = &pki.ca.cert_file;
+    let get = b"GET /api/v1/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let answer = |cert: Option<Issued>| {
+        let url = s.url.clone();
+        async move {
+            let mut s = connect(&url, client_config(ca, cert.as_ref(), &[b"http/1.1"])).await?;
+            s.write_all(get).await?;
+            let mut out = Vec::new();
+            s.read_to_end(&mut out).await?;
+            Ok::<_, std::io::Error>(String::from_utf8_lossy(&out).into_owned())
+        }
+    };
+    let none = answer(None).await.unwrap();
+    assert!(none.starts_with("HTTP/1.1 200"), "{none}");
+    let ours = answer(Some(pki.ca.client("alice", "alice", &["devs"])))
+        .await
+        .unwrap();
+    assert!(ours.starts_with("HTTP/1.1 200"), "{ours}");
+    // TLS 1.3: the client's side of the handshake ends before the server checks its certificate,
+    // so the refusal (an alert) arrives on the first read.
+    let other = Ca::new(&pki.dir, "other-ca");
+    let theirs = answer(Some(other.client(
+        "mallory",
+        "mallory",
+        &["system:masters"],
+    )))
+    .await;
+    assert!(
+        theirs.is_err(),
+        "a certificate from another CA is refused: {theirs:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_that_never_finishes_gives_its_slot_back() {
+    let pki = pki();
+    let config = ServerConfig {
+        max_connections: 1,
+        header_read_timeout: Duration::from_millis(500),
+        ..ServerConfig::default()
+    };
+    let s = TestServer::start_tls(config, pki.tls()).await;
+    let ca = &pki.ca.cert_file;
+    // Opens TCP and sends nothing: the only slot is taken.
+    let mut idle = tokio::net::TcpStream::connect(addr(&s.url)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused = request(
+        &s.url,
+        ca,
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(
+        refused.starts_with("HTTP/1.1 503"),
+        "over the limit, over TLS: {refused}"
+    );
+    assert!(refused.contains("Retry-After: 1"), "{refused}");
+    // After the handshake timeout the idle client is closed and its slot is free.
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf))
+        .await
+        .expect("the idle connection is closed after the handshake timeout");
+    assert!(matches!(n, Ok(0) | Err(_)));
+    let ok = request(
+        &s.url,
+        ca,
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+}
+
+// `watchcache serve --local-pki`, as ./scripts/run starts it.
+
+fn free_port() -> u16 {
+    watchcache::etcd::free_port().unwrap()
+}
+
+fn venv_bin(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = root.join("target/pyvenv");
+    let status = Command::new(root.join("scripts/python-venv"))
+        .arg(&venv)
+        .status()
+        .expect("run scripts/python-venv");
+    assert!(status.success(), "could not create the Python venv");
+    venv.join("bin").join(name)
+}
+
+struct Serve {
+    child: Child,
+}
+
+impl Serve {
+    fn start(data: &Path, port: u16, etcd_port: u16) -> Serve {
+        let child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+            .args(["serve", "--local-pki", "--data-dir"])
+            .arg(data)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--local-etcd-port", &etcd_port.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Serve { child }
+    }
+
+    fn stop(mut self) -> String {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "watchcache exits cleanly: {status}");
+        let mut out = String::new();
+        use std::io::Read;
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        out
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn kubectl(kubeconfig: &Path, home: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(venv_bin("kubectl"))
+        .env("HOME", home)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Waits for `kubectl get --raw /readyz` to answer ok over TLS with the admin kubeconfig.
+fn wait_ready(kubeconfig: &Path, home: &Path) {
+    for _ in 0..300 {
+        if kubeconfig.exists() {
+            let out = kubectl(kubeconfig, home, &["get", "--raw", "/readyz"]);
+            if out.status.success() {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("watchcache --local-pki did not become ready over TLS");
+}
+
+#[test]
+fn local_pki_is_made_once_and_its_kubeconfig_works_with_kubectl_and_python() {
+    let data = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let (port, etcd_port) = (free_port(), free_port());
+    let kubeconfig = data.path().join("admin.kubeconfig");
+    let files = [
+        "pki/ca.crt",
+        "pki/ca.key",
+        "pki/serving.crt",
+        "pki/serving.key",
+        "pki/admin.crt",
+        "pki/admin.key",
+    ];
+
+    let serve = Serve::start(data.path(), port, etcd_port);
+    wait_ready(&kubeconfig, home.path());
+    let first: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(data.path().join(f)).unwrap())
+        .collect();
+    let created = kubectl(
+        &kubeconfig,
+        home.path(),
+        &["run", "web", "--image=nginx", "--restart=Never"],
+    );
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let out = kubectl(&kubeconfig, home.path(), &["get", "pods", "-o", "name"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "pod/web");
+    // The official Python client with the same kubeconfig.
+    let script = "import sys\nfrom kubernetes import client, config\nconfig.load_kube_config(config_file=sys.argv[1])\nprint(' '.join(p.metadata.name for p in client.CoreV1Api().list_namespaced_pod('default').items))\n";
+    let py = Command::new(venv_bin("python"))
+        .arg("-c")
+        .arg(script)
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&py.stdout).trim(), "web");
+    let printed = serve.stop();
+    assert!(
+        printed.contains("kubectl --kubeconfig"),
+        "it says how to use it: {printed}"
+    );
+
+    // Second start: the same files, and the same kubeconfig still works.
+    let serve = Serve::start(data.path(), port, etcd_port);
+    wait_ready(&kubeconfig, home.path());
+    let second: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(data.path().join(f)).unwrap())
+        .collect();
+    assert!(first == second, "the PKI is reused on the second start");
+    let out = kubectl(&kubeconfig, home.path(), &["get", "pods", "-o", "name"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "pod/web");
+    serve.stop();
+}
