@@ -158,5 +158,101 @@ fn undeclared_path(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench, undeclared_path);
+/// Which frames the watchers of [`wire_formats`] take.
+#[derive(Clone, Copy, Debug)]
+enum Frames {
+    Json,
+    Protobuf,
+    /// Every other watcher protobuf.
+    Mixed,
+}
+
+/// Fan-out of one event to W watchers of everything, each turning it into its wire frame: the
+/// cost per event with every watcher in JSON, every watcher in protobuf, and half of each. The
+/// event's object is kube-apiserver's stored protobuf pod (tests/data/kubernetes-protobuf, 1.3 KB),
+/// decoded fresh for each event (untimed), so each event's encodings are made inside the timing:
+/// once per format in use, whatever W is (checked with the encode counters).
+fn wire_formats(c: &mut Criterion) {
+    let value = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/kubernetes-protobuf/pod.etcd.bin"
+    ))
+    .unwrap();
+    let key = "/registry/pods/default/web-7d4b9c-x2k8p";
+    let w: usize = std::env::var("FANOUT_WIRE_W")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let mut g = c.benchmark_group("fanout_wire");
+    g.throughput(Throughput::Elements(1));
+    g.sample_size(10);
+    for frames in [Frames::Json, Frames::Protobuf, Frames::Mixed] {
+        let cache = support::loaded(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+            Vec::new(),
+            1,
+        );
+        let mut watchers: Vec<WatchStream> = (0..w)
+            .map(|_| {
+                cache
+                    .watch(WatchOptions::new(Selection::all(), ResourceVersion::At(1)))
+                    .now_or_never()
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        let mut rv = 1;
+        let mut frame_len = [0usize; 2];
+        let mut events = 0u64;
+        let before = watchcache::encode_counts();
+        g.bench_function(BenchmarkId::new(format!("{frames:?}"), w), |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    rv += 1;
+                    let obj = cache.decode(key, &value, rv).unwrap();
+                    let t = Instant::now();
+                    cache.apply(rv, [Change::Put(obj)]).unwrap();
+                    for (i, s) in watchers.iter_mut().enumerate() {
+                        let ev = s.next().now_or_never().unwrap().unwrap().unwrap();
+                        let pb = match frames {
+                            Frames::Json => false,
+                            Frames::Protobuf => true,
+                            Frames::Mixed => i % 2 == 1,
+                        };
+                        let f = if pb {
+                            ev.protobuf_frame().unwrap()
+                        } else {
+                            ev.frame()
+                        };
+                        if i < 2 {
+                            frame_len[usize::from(pb)] = f.len();
+                        }
+                        std::hint::black_box(f);
+                    }
+                    spent += t.elapsed();
+                    events += 1;
+                }
+                spent
+            });
+        });
+        let after = watchcache::encode_counts();
+        let (json, pb) = (after.json - before.json, after.protobuf - before.protobuf);
+        // Exactly one encoding per event per format in use (JSON: transcoded from the stored
+        // protobuf; protobuf: the stored bytes with the revision spliced in).
+        let (want_json, want_pb) = match frames {
+            Frames::Json => (events, 0),
+            Frames::Protobuf => (0, events),
+            Frames::Mixed => (events, events),
+        };
+        assert_eq!((json, pb), (want_json, want_pb), "{frames:?}: encodes");
+        println!(
+            "{frames:?}: {events} events, {json} JSON and {pb} protobuf encodings; frame bytes (JSON, protobuf): {frame_len:?}"
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, undeclared_path, wire_formats);
 criterion_main!(benches);

@@ -72,7 +72,7 @@ pub mod upstream;
 pub use cache::{
     BoxFuture, Cache, CacheConfig, CacheStats, Change, Frame, KeyRange, ListOptions, ObjectList,
     OutOfOrder, RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream,
-    WatchEvent, WatchOptions, WatchStream, list_parts,
+    WatchEvent, WatchOptions, WatchStream, list_parts, list_parts_protobuf,
 };
 pub use error::{Error, Result};
 
@@ -80,9 +80,10 @@ pub use error::{Error, Result};
 #[doc(hidden)]
 pub mod fuzz;
 pub use model::{
-    Computed, DecodeError, DefinitionError, EventType, FieldPath, FieldSelector, HistoryConfig,
-    IndexDef, IndexKey, LabelSelector, Object, PrinterColumn, ResourceDef, ResourceVersion,
-    RvMatch, Selection, SelectorError, columns, definition, names, selector,
+    Computed, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType, FieldPath,
+    FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector, Object, PrinterColumn,
+    ResourceDef, ResourceVersion, RvMatch, Selection, SelectorError, columns, definition,
+    encode_counts, names, selector,
 };
 #[cfg(feature = "apiserver")]
 pub use upstream::apiserver;

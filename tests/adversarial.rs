@@ -619,6 +619,8 @@ async fn gzip_watches_flush_every_event_and_end_as_valid_gzip() {
             &writer,
             &s.url,
             "gz",
+            // (Padded in an annotation: pods are stored as protobuf, which keeps only the
+            // fields a Pod has, as kube-apiserver does.)
             &json!({"metadata": {"name": name, "annotations": {"pad": "x".repeat(3000)}}}),
         )
         .await;

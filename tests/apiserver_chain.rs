@@ -781,13 +781,14 @@ async fn the_leaf_forwards_its_clients_identity_by_impersonation() {
         root_port,
     )
     .await;
-    // The leaf: caches pods, proxies the rest; alice may list pods here.
+    // The leaf: caches pods, proxies the rest; alice may read pods and secrets here (the leaf
+    // authorizes every request itself, forwarded or not, whatever the upstream enforces).
     std::fs::write(d.join("leaf-tokens.csv"), "alice-token,alice,2,devs\n").unwrap();
     let mut leaf_rbac = public.to_vec();
     leaf_rbac.extend([
         cluster_role(
             "pod-reader",
-            json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]),
+            json!([{"apiGroups": [""], "resources": ["pods", "secrets"], "verbs": ["get", "list", "watch"]}]),
         ),
         bind(
             "alice-pods",
@@ -839,7 +840,7 @@ async fn the_leaf_forwards_its_clients_identity_by_impersonation() {
     // The leaf's own identity may read secrets at the root...
     let (s, _) = get(format!("{}{secrets}", root_proc.url), "leaf-token").await;
     assert_eq!(s, StatusCode::OK);
-    // ...but alice, through the leaf, is authorized at the root as alice: 403, naming her.
+    // ...and the leaf lets alice ask, but the root authorizes her as alice: 403, naming her.
     let (s, v) = get(format!("{}{secrets}", leaf_proc.url), "alice-token").await;
     assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
     assert_eq!(

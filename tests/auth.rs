@@ -766,3 +766,85 @@ async fn the_official_python_client_uses_a_token_kubeconfig() {
     );
     assert_eq!(stdout.trim(), "OK");
 }
+
+/// Proxy mode's upstream for the test: another watchcache server, reached with reqwest.
+struct ToServer {
+    base: String,
+}
+
+impl watchcache::server::Proxy for ToServer {
+    fn forward(
+        &self,
+        req: axum::http::Request<bytes::Bytes>,
+    ) -> watchcache::BoxFuture<
+        'static,
+        Result<axum::http::Response<watchcache::server::ProxyBody>, String>,
+    > {
+        use http_body_util::BodyExt;
+        let url = format!("{}{}", self.base, req.uri());
+        Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            let mut out = Client::new().request(parts.method, url).body(body);
+            for (k, v) in &parts.headers {
+                out = out.header(k, v);
+            }
+            let resp = out.send().await.map_err(|e| e.to_string())?;
+            let status = resp.status();
+            let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
+            let body = http_body_util::Full::new(bytes)
+                .map_err(|e| -> Box<dyn std::error::Error + Send + Sync> { match e {} })
+                .boxed_unsync();
+            let mut r = axum::http::Response::new(body);
+            *r.status_mut() = status;
+            Ok(r)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_mode_authorizes_before_forwarding() {
+    // The upstream: an open server holding a configmap.
+    let root = TestServer::start(ServerConfig::default()).await;
+    let (code, _) = call(
+        reqwest::Method::POST,
+        &format!("{}/api/v1/namespaces/a/configmaps", root.url),
+        None,
+        Some(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "up"}})),
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED);
+    // The leaf caches pods only and forwards the rest, with authentication and Node,RBAC.
+    let root_url = root.url.clone();
+    let leaf = TestServer::start_with_server(
+        ServerConfig::default(),
+        |_| {},
+        vec![ResourceDef::builtin("pods").unwrap()],
+        move |s| {
+            s.with_proxy(std::sync::Arc::new(ToServer { base: root_url }))
+                .with_auth(auth_config(false))
+        },
+    )
+    .await;
+    let url = format!("{}/api/v1/namespaces/a/configmaps", leaf.url);
+    let (code, v) = get(&url, Some("admin-token")).await;
+    assert_eq!(code, StatusCode::OK, "forwarded: {v}");
+    assert_eq!(v["items"][0]["metadata"]["name"], "up");
+    // The upstream would answer anyone: the leaf refuses first.
+    let (code, v) = get(&url, Some("alice-token")).await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{v}");
+    assert_eq!(
+        v["message"],
+        "configmaps is forbidden: User \"alice\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"a\""
+    );
+    assert_eq!(get(&url, None).await.0, StatusCode::UNAUTHORIZED);
+    // A watch of a forwarded resource leaves the fast path and is authorized too.
+    assert_eq!(
+        watch_at(
+            &leaf.url,
+            "alice-token",
+            "/api/v1/namespaces/a/configmaps?watch=1"
+        )
+        .await,
+        StatusCode::FORBIDDEN
+    );
+}

@@ -95,3 +95,49 @@ fn the_bench_runs_at_smoke_size_and_reports_both_modes() {
     assert!(report["ratios"]["etcd_cpu_s"].is_number());
     assert!(report["ratios"]["latency_p99"].is_number());
 }
+
+/// `--tls`: the same load over TLS, watchers multiplexed on HTTP/2 connections (18 per
+/// connection), delivered exactly once; the server counts only TLS h2 connections.
+#[test]
+fn the_bench_runs_over_tls_with_http2() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+        .args([
+            "bench",
+            "--nodes",
+            "40",
+            "--pods",
+            "200",
+            "--watchers",
+            "40",
+        ])
+        .args(["--unrouted", "2", "--rate", "100", "--duration", "3"])
+        .args(["--mode", "cache", "--tls", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let cache = &report;
+    assert_eq!(cache["mode"], "cache");
+    assert!(cache["delivered"].as_u64().unwrap() > 300, "{cache}");
+    assert_eq!(
+        (&cache["lost"], &cache["duplicated"], &cache["out_of_order"]),
+        (&0.into(), &0.into(), &0.into()),
+        "{cache}"
+    );
+    let connections = cache["server"]["connections"].as_str().unwrap();
+    let h2: u64 = connections
+        .strip_prefix("tls h2 ")
+        .unwrap_or_else(|| panic!("only TLS h2 connections: {connections}"))
+        .parse()
+        .unwrap();
+    // 42 watchers on 3 connections, twice (the idle measurement, then the run), and a few
+    // requests of the tool's own.
+    assert!(h2 < 20, "watchers share HTTP/2 connections: {connections}");
+}

@@ -372,19 +372,25 @@ async fn writes_go_through_etcd_with_preconditions() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 404);
-    // Stored bytes carry no resourceVersion.
+    // A consistent read right after the write sees it.
+    let (_, got) = get_json(&c, &format!("{base}/api/v1/namespaces/a/pods/w")).await;
+    assert_eq!(got["spec"]["nodeName"], "n2");
+    // Stored as kube-apiserver stores a pod (protobuf), with no resourceVersion: ObjectMeta's
+    // field 6, right after the uid (field 5), is empty.
     let mut etcd = etcd_client::Client::connect([s.etcd.server.url()], None)
         .await
         .unwrap();
     let raw = etcd.get("/registry/pods/a/w", None).await.unwrap();
-    let stored: Value = serde_json::from_slice(raw.kvs()[0].value()).unwrap();
+    let raw = raw.kvs()[0].value();
     assert!(
-        stored["metadata"].get("resourceVersion").is_none(),
-        "{stored}"
+        raw.starts_with(b"k8s\0\x0a\x09\x0a\x02v1\x12\x03Pod"),
+        "{raw:02x?}"
     );
-    // A consistent read right after the write sees it.
-    let (_, got) = get_json(&c, &format!("{base}/api/v1/namespaces/a/pods/w")).await;
-    assert_eq!(got["spec"]["nodeName"], "n2");
+    let uid = got["metadata"]["uid"].as_str().unwrap().as_bytes();
+    let mut field = vec![0x2a, uid.len() as u8];
+    field.extend_from_slice(uid);
+    let at = raw.windows(field.len()).position(|w| w == field).unwrap() + field.len();
+    assert_eq!(&raw[at..at + 2], b"\x32\x00", "no resourceVersion stored");
     // Delete with a stale precondition, then for real.
     let stale = json!({"preconditions": {"resourceVersion": r1.to_string()}});
     let r = c

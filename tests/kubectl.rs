@@ -387,7 +387,15 @@ async fn metadata_clients_get_partial_metadata_or_406() {
             "/api/v1/pods",
             "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
         ),
-        ("/api/v1/pods", "application/vnd.kubernetes.protobuf"),
+        // Protobuf is served for built-in kinds only, and not as metadata.
+        (
+            "/apis/example.com/v1alpha1/widgets",
+            "application/vnd.kubernetes.protobuf",
+        ),
+        (
+            "/api/v1/pods",
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        ),
         (
             "/api/v1/namespaces/default/pods/m",
             "application/json;as=Table;g=meta.k8s.io;v=v9",
@@ -858,20 +866,22 @@ async fn generate_name_deletecollection_dry_run_head_and_protobuf_bodies() {
     assert_eq!(r.bytes().await.unwrap().len(), 0);
     k.ok(&["delete", "cm", "keep", "--cascade=foreground"])
         .await;
-    // kubectl create configmap/namespace send protobuf bodies: a clear 415 until protobuf is read.
-    for args in [
-        &["create", "configmap", "lit", "--from-literal=a=b"][..],
-        &["create", "namespace", "fresh"][..],
-    ] {
-        let out = k.run(args).await;
-        let err = String::from_utf8_lossy(&out.stderr);
-        // (When protobuf bodies are read, these succeed: this asserts today's clear refusal.)
-        assert!(!out.status.success(), "{args:?}");
-        assert!(
-            err.contains("unknown format") && err.contains("application/vnd.kubernetes.protobuf"),
-            "{args:?}: {err}"
-        );
-    }
+    // kubectl create configmap/namespace send protobuf bodies: read as the objects they are.
+    must(
+        &k.run(&["create", "configmap", "lit", "--from-literal=a=b"])
+            .await,
+        "create configmap (protobuf body)",
+    );
+    let cm = get_json(&k, &["cm", "lit"]).await;
+    assert_eq!(cm["data"], json!({"a": "b"}));
+    assert_eq!(cm["metadata"]["namespace"], "default");
+    must(
+        &k.run(&["create", "namespace", "fresh"]).await,
+        "create namespace (protobuf body)",
+    );
+    let ns = get_json(&k, &["namespace", "fresh"]).await;
+    assert_eq!(ns["metadata"]["name"], "fresh");
+    assert_eq!(ns["kind"], "Namespace");
 }
 
 /// A pod stored as kube-apiserver stores it (protobuf, from Kubernetes 1.35's own serializer) is

@@ -25,7 +25,14 @@ fn tour() -> String {
 
 fn start_server(dir: &Path) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
-        .args(["serve", "--listen", "127.0.0.1:8080"])
+        .args([
+            "serve",
+            "--local-pki",
+            "--listen",
+            "127.0.0.1:8443",
+            "--insecure-listen",
+            "127.0.0.1:8080",
+        ])
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -89,6 +96,17 @@ fn the_readme_tour_works() {
         .collect();
     assert_eq!(names, ["web-1", "web-4"], "node-1's pods");
     assert!(out.contains(r#"{"type":"ADDED","object":"#), "{out}");
+    let tls_list = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["kind"] == "PodList")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the list over TLS: {out}"));
+    assert_eq!(
+        tls_list["items"].as_array().unwrap().len(),
+        3,
+        "node-1's pods after the move: {out}"
+    );
     assert!(out.contains(r#""nodeName":"node-1""#), "{out}");
     assert!(
         out.contains(r#"{"type":"BOOKMARK""#)

@@ -639,3 +639,41 @@ fn local_pki_is_made_once_and_its_kubeconfig_works_with_kubectl_and_python() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "pod/web");
     serve.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_that_never_sends_its_preface_is_closed() {
+    let pki = pki();
+    let config = ServerConfig {
+        max_connections: 1,
+        header_read_timeout: Duration::from_millis(500),
+        ..ServerConfig::default()
+    };
+    let s = TestServer::start_tls(config, pki.tls()).await;
+    let ca = &pki.ca.cert_file;
+    let mut silent = connect(&s.url, client_config(ca, None, &[b"h2"]))
+        .await
+        .unwrap();
+    assert_eq!(silent.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            // The server's SETTINGS may come first; then the close.
+            match silent.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "closed after the head deadline");
+    let ok = request(
+        &s.url,
+        ca,
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(
+        ok.starts_with("HTTP/1.1 200"),
+        "its slot is free again: {ok}"
+    );
+}

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::model::{HistoryConfig, Object};
+use crate::model::{EncodeError, HistoryConfig, Object};
 
 /// A position that is no longer in the window: events after it were evicted. Serving from it would
 /// skip changes, so it is answered 410 Expired.
@@ -37,6 +37,19 @@ pub(crate) struct Event {
     pub at: Instant,
     /// The previous state re-encoded at this event's revision, made once for all DELETED deliveries.
     deleted_json: OnceLock<Bytes>,
+    /// The same in protobuf with its DELETED frame head, made once for all DELETED deliveries
+    /// to protobuf watchers.
+    deleted_protobuf: OnceLock<Result<(Bytes, Bytes), EncodeError>>,
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Event")
+            .field("seq", &self.seq)
+            .field("rv", &self.rv)
+            .field("key", self.key())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Event {
@@ -54,6 +67,7 @@ impl Event {
             prev,
             at,
             deleted_json: OnceLock::new(),
+            deleted_protobuf: OnceLock::new(),
         }
     }
 
@@ -70,6 +84,21 @@ impl Event {
             Some(p) => p.json_at(self.rv),
             None => Bytes::new(),
         })
+    }
+
+    /// The protobuf a DELETED delivery carries: its frame head and the last state's envelope
+    /// at this event's revision (spliced once, shared by every protobuf watcher).
+    pub fn deleted_protobuf(&self) -> Result<&(Bytes, Bytes), &EncodeError> {
+        self.deleted_protobuf
+            .get_or_init(|| {
+                let env = match &self.prev {
+                    Some(p) => p.protobuf_at(self.rv)?,
+                    None => Bytes::new(),
+                };
+                let head = crate::model::protobuf::watch_frame_head("DELETED", env.len());
+                Ok((Bytes::from(head), env))
+            })
+            .as_ref()
     }
 }
 

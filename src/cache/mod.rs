@@ -46,7 +46,7 @@ pub use resync::Resync;
 pub use state::{CacheStats, Change, OutOfOrder, ResyncOutcome};
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
 pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
-pub use wire::{Frame, list_parts};
+pub use wire::{Frame, list_parts, list_parts_protobuf};
 
 use crate::error::{Error, Result};
 use crate::model::selector::Predicate;

@@ -30,7 +30,7 @@ use crate::cache::upstream::{BoxFuture, RangeCursor, RangePage, Upstream};
 use crate::cache::watcher::{Delivery, Feed, Watcher};
 use crate::cache::wire::{self, Frame};
 use crate::error::Error;
-use crate::model::{EventType, Object, ResourceVersion, Selection};
+use crate::model::{EncodeError, EventType, Object, ResourceVersion, Selection};
 
 /// Objects per page while streaming initial events.
 const INITIAL_PAGE: usize = 256;
@@ -81,30 +81,34 @@ pub struct WatchEvent {
     kind: EventType,
     rv: u64,
     object: Option<Object>,
-    json: Bytes,
+    /// A bookmark's object (JSON); empty for other events, whose encodings are asked of their
+    /// object or history event when a format needs them, never before: a protobuf watcher never
+    /// makes a protobuf-stored object's JSON.
+    bookmark: Bytes,
     initial_events_end: bool,
+    /// The history event of a DELETED delivery: its encodings at the deletion's revision, made
+    /// once for every watcher.
+    deleted: Option<Arc<crate::cache::history::Event>>,
 }
 
 impl WatchEvent {
     fn change(d: &Delivery) -> WatchEvent {
         let ev = &d.event;
-        let (object, json) = match d.kind {
-            EventType::Deleted => (ev.prev.clone(), ev.deleted_json().clone()),
-            _ => {
-                let o = ev
-                    .object
+        let object = match d.kind {
+            EventType::Deleted => ev.prev.clone(),
+            _ => Some(
+                ev.object
                     .clone()
-                    .unwrap_or_else(|| unreachable!("ADDED/MODIFIED carry an object"));
-                let json = o.json().clone();
-                (Some(o), json)
-            }
+                    .unwrap_or_else(|| unreachable!("ADDED/MODIFIED carry an object")),
+            ),
         };
         WatchEvent {
             kind: d.kind,
             rv: ev.rv,
             object,
-            json,
+            bookmark: Bytes::new(),
             initial_events_end: false,
+            deleted: (d.kind == EventType::Deleted).then(|| Arc::clone(ev)),
         }
     }
 
@@ -112,9 +116,10 @@ impl WatchEvent {
         WatchEvent {
             kind: EventType::Added,
             rv: o.resource_version(),
-            json: o.json().clone(),
+            bookmark: Bytes::new(),
             object: Some(o),
             initial_events_end: false,
+            deleted: None,
         }
     }
 
@@ -137,7 +142,11 @@ impl WatchEvent {
 
     /// The event object's JSON as it goes on the wire (shared bytes).
     pub fn json(&self) -> &Bytes {
-        &self.json
+        match (self.kind, &self.deleted, &self.object) {
+            (EventType::Deleted, Some(ev), _) => ev.deleted_json(),
+            (EventType::Bookmark, _, _) | (_, _, None) => &self.bookmark,
+            (_, _, Some(o)) => o.json(),
+        }
     }
 
     /// Whether this bookmark ends the initial events of a WatchList.
@@ -147,7 +156,57 @@ impl WatchEvent {
 
     /// The wire frame: `{"type":...,"object":...}\n`, sharing the object's bytes.
     pub fn frame(&self) -> Frame {
-        Frame::new(self.kind, self.json.clone())
+        Frame::new(self.kind, self.json().clone())
+    }
+
+    /// The event object's protobuf encoding (`k8s\0` + `runtime.Unknown`), shared: the object's
+    /// own (made once per object state), a deletion's last state at the deletion's revision (made
+    /// once per event), or a bookmark's empty object.
+    ///
+    /// # Errors
+    /// An object stored as JSON that its kind's protobuf message cannot hold.
+    pub fn protobuf(&self) -> Result<Bytes, EncodeError> {
+        match (self.kind, &self.object, &self.deleted) {
+            (EventType::Deleted, _, Some(ev)) => ev
+                .deleted_protobuf()
+                .map(|(_, env)| env.clone())
+                .map_err(Clone::clone),
+            (EventType::Deleted, Some(o), None) => o.protobuf_at(self.rv),
+            (_, Some(o), _) => o.protobuf_wire().cloned(),
+            (_, None, _) => self.protobuf_frame().map(|f| f.body().clone()),
+        }
+    }
+
+    /// The protobuf watch frame: a 4-byte big-endian length, then a `metav1.WatchEvent` {type,
+    /// object} whose object holds [`protobuf`](WatchEvent::protobuf). Head and object are both
+    /// shared, made once per event: a delivery copies nothing.
+    ///
+    /// # Errors
+    /// As [`protobuf`](WatchEvent::protobuf).
+    pub fn protobuf_frame(&self) -> Result<Frame, EncodeError> {
+        match (self.kind, &self.object, &self.deleted) {
+            (EventType::Deleted, _, Some(ev)) => {
+                let (head, env) = ev.deleted_protobuf().map_err(Clone::clone)?;
+                Ok(Frame::protobuf_parts(head.clone(), env.clone()))
+            }
+            (EventType::Deleted, Some(o), None) => {
+                Ok(Frame::protobuf("DELETED", o.protobuf_at(self.rv)?))
+            }
+            (kind, Some(o), _) => match o.protobuf_frame(kind)? {
+                Some(frame) => Ok(Frame::protobuf_whole(frame)),
+                None => Ok(Frame::protobuf(kind.as_str(), o.protobuf_wire()?.clone())),
+            },
+            (kind, None, _) => {
+                let fail = |reason: String| EncodeError {
+                    key: String::new(),
+                    reason,
+                };
+                let v: serde_json::Value =
+                    serde_json::from_slice(&self.bookmark).map_err(|e| fail(e.to_string()))?;
+                let env = crate::model::protobuf::encode_json(&v).map_err(fail)?;
+                Ok(Frame::protobuf(kind.as_str(), Bytes::from(env)))
+            }
+        }
     }
 }
 
@@ -302,8 +361,9 @@ impl WatchStream {
             kind: EventType::Bookmark,
             rv,
             object: None,
-            json: wire::bookmark_object(&self.shared.schema.def, rv, end),
+            bookmark: wire::bookmark_object(&self.shared.schema.def, rv, end),
             initial_events_end: end,
+            deleted: None,
         }
     }
 

@@ -9,8 +9,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::cache::list::ObjectList;
-use crate::model::EventType;
 use crate::model::definition::ResourceDef;
+use crate::model::{EncodeError, EventType, Object};
 
 /// One encoded watch event: `head ++ body ++ tail` is a line of JSON ending in `\n`.
 #[derive(Debug, Clone)]
@@ -42,12 +42,42 @@ impl Frame {
         }
     }
 
+    /// A protobuf watch frame: the length and `metav1.WatchEvent` head, then the object's shared
+    /// envelope (`k8s\0` + `runtime.Unknown`), as upstream's protobuf stream framer writes it.
+    pub fn protobuf(event_type: &str, envelope: Bytes) -> Frame {
+        let head = crate::model::protobuf::watch_frame_head(event_type, envelope.len());
+        Frame {
+            parts: [Bytes::from(head), envelope, Bytes::new()],
+        }
+    }
+
+    /// A protobuf watch frame from its shared head (made by the object or event) and envelope.
+    pub(crate) fn protobuf_parts(head: Bytes, envelope: Bytes) -> Frame {
+        Frame {
+            parts: [head, envelope, Bytes::new()],
+        }
+    }
+
+    /// A protobuf watch frame made whole (head and envelope in one shared buffer).
+    pub(crate) fn protobuf_whole(frame: Bytes) -> Frame {
+        Frame {
+            parts: [frame, Bytes::new(), Bytes::new()],
+        }
+    }
+
+    /// A protobuf frame carrying an `ERROR` event with a `Status` object (its envelope).
+    pub fn protobuf_error(status_envelope: Bytes) -> Frame {
+        Frame::protobuf("ERROR", status_envelope)
+    }
+
     /// The pieces to write, in order.
     pub fn parts(&self) -> &[Bytes; 3] {
         &self.parts
     }
 
-    /// The object's bytes inside the frame (shared with every other frame of the same event).
+    /// The object's bytes inside the frame (shared with every other frame of the same event); for
+    /// a protobuf frame made whole ([`WatchEvent::protobuf_frame`](crate::WatchEvent::protobuf_frame)
+    /// of ADDED and MODIFIED events), empty: the frame is its first piece.
     pub fn body(&self) -> &Bytes {
         &self.parts[1]
     }
@@ -85,6 +115,44 @@ pub(crate) fn bookmark_object(def: &ResourceDef, rv: u64, initial_events_end: bo
         def.kind,
         def.api_version()
     ))
+}
+
+/// A `{Kind}List` in protobuf as pieces to write in order: the envelope and list metadata, each
+/// item's head and its shared message bytes (the object's own protobuf, never copied), and the
+/// envelope's tail. Byte for byte what kube-apiserver writes for the same list.
+///
+/// # Errors
+/// An item stored as JSON that its kind's protobuf message cannot hold.
+pub fn list_parts_protobuf(
+    def: &ResourceDef,
+    list: &ObjectList,
+) -> Result<Vec<Bytes>, EncodeError> {
+    use crate::model::protobuf as pb;
+    let items = list
+        .items
+        .iter()
+        .map(Object::protobuf_item)
+        .collect::<Result<Vec<_>, _>>()?;
+    let rv = list.resource_version.to_string();
+    let remaining = list
+        .remaining_item_count
+        .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+    let head = pb::list_head(
+        &def.api_version(),
+        &format!("{}List", def.kind),
+        &rv,
+        list.continue_token.as_deref().unwrap_or(""),
+        remaining,
+        items.iter().map(Bytes::len),
+    );
+    let mut parts = Vec::with_capacity(items.len() * 2 + 2);
+    parts.push(Bytes::from(head));
+    for i in items {
+        parts.push(Bytes::from(pb::item_head(i.len())));
+        parts.push(i);
+    }
+    parts.push(Bytes::from_static(pb::ENVELOPE_TAIL));
+    Ok(parts)
 }
 
 /// A `{Kind}List` as pieces to write in order: the head, each item's shared bytes with separators,

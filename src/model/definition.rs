@@ -475,6 +475,12 @@ impl ResourceDef {
         }
     }
 
+    /// Whether this resource is a built-in kind that kube-apiserver serves and stores in
+    /// protobuf (its message is in the generated tables); custom resources are JSON only.
+    pub fn has_protobuf(&self) -> bool {
+        crate::model::protobuf::has_message(&self.api_version(), &self.kind)
+    }
+
     /// The etcd key of an object.
     pub fn key_for(&self, namespace: Option<&str>, name: &str) -> String {
         match (self.namespaced, namespace) {

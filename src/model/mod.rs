@@ -24,7 +24,7 @@ pub use columns::{Computed, PrinterColumn};
 pub use definition::{DefinitionError, HistoryConfig, IndexDef, IndexKey, ResourceDef};
 pub use event_type::EventType;
 pub use field_path::FieldPath;
-pub use object::{DecodeError, Object};
+pub use object::{DecodeError, EncodeCounts, EncodeError, Object, encode_counts};
 pub use resource_version::{ResourceVersion, RvMatch};
 pub(crate) use schema::{Attr, Schema};
 pub use selector::{FieldSelector, LabelSelector, Selection, SelectorError};

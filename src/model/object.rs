@@ -24,6 +24,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -32,7 +33,7 @@ use serde_json::value::RawValue;
 
 use crate::model::field_memo::FieldMemo;
 use crate::model::field_path::{self, FieldPath};
-use crate::model::{Attr, Schema};
+use crate::model::{Attr, EventType, Schema};
 
 /// One cached object: cheap to clone (an `Arc`), immutable, `Send + Sync`.
 #[derive(Clone)]
@@ -52,6 +53,64 @@ struct Inner {
     fields: Box<[Box<str>]>,
     /// Values of undeclared field paths that selectors use, each read once.
     memo: FieldMemo,
+    /// The protobuf encoding as served, made on first use.
+    pb: OnceLock<Result<PbForm, String>>,
+}
+
+/// The protobuf encoding as served: `k8s\0` + `runtime.Unknown` with `metadata.resourceVersion`
+/// set, and where the object's message is in it (a list's item).
+struct PbForm {
+    envelope: Bytes,
+    raw: (u32, u32),
+    /// The whole protobuf watch frames (length, `WatchEvent` head, envelope) of an ADDED and of a
+    /// MODIFIED event carrying this object, each made on first use: a delivery then shares one
+    /// buffer, as a JSON delivery shares the object's JSON (one reference count, not two; measured
+    /// in design/performance.md). Costs a copy of the envelope per event type used.
+    frames: [OnceLock<Bytes>; 2],
+}
+
+/// JSON encodings made since start (see [`encode_counts`]).
+static JSON_ENCODES: AtomicU64 = AtomicU64::new(0);
+/// Protobuf encodings made since start.
+static PROTOBUF_ENCODES: AtomicU64 = AtomicU64::new(0);
+
+/// How many object encodings were made since the process started: JSON (from protobuf storage,
+/// or a deletion's last state at the deletion's revision) and protobuf (from JSON storage, or the
+/// stored protobuf with a revision spliced in). Each object state and each deletion is encoded at
+/// most once per format, whatever the number of watchers and lists it goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EncodeCounts {
+    /// JSON encodings.
+    pub json: u64,
+    /// Protobuf encodings.
+    pub protobuf: u64,
+}
+
+/// The process-wide [`EncodeCounts`].
+pub fn encode_counts() -> EncodeCounts {
+    EncodeCounts {
+        json: JSON_ENCODES.load(Ordering::Relaxed),
+        protobuf: PROTOBUF_ENCODES.load(Ordering::Relaxed),
+    }
+}
+
+fn count_encode(protobuf: bool) {
+    let c = if protobuf {
+        &PROTOBUF_ENCODES
+    } else {
+        &JSON_ENCODES
+    };
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Why an object could not be encoded in a wire format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("object {key}: {reason}")]
+pub struct EncodeError {
+    /// The etcd key.
+    pub key: String,
+    /// What is wrong.
+    pub reason: String,
 }
 
 /// The JSON encoding, with where its resourceVersion digits are.
@@ -182,6 +241,7 @@ impl Object {
             labels: labels.into_boxed_slice(),
             fields,
             memo: FieldMemo::default(),
+            pb: OnceLock::new(),
         })))
     }
 
@@ -236,6 +296,7 @@ impl Object {
             labels: meta.labels.into_boxed_slice(),
             fields,
             memo: FieldMemo::default(),
+            pb: OnceLock::new(),
         })))
     }
 
@@ -244,6 +305,7 @@ impl Object {
         match &self.0.body {
             Body::Json(f) => f,
             Body::Protobuf { value, json } => json.get_or_init(|| {
+                count_encode(false);
                 match crate::model::protobuf::Envelope::parse(value).and_then(|e| e.encode_json(self.0.rv)) {
                     Ok((json, rv_at, rv_len, item_at)) => JsonForm {
                         json: Bytes::from(json),
@@ -338,6 +400,7 @@ impl Object {
         if rv == self.0.rv {
             return form.json.clone();
         }
+        count_encode(false);
         let j = &form.json;
         let (a, b) = (
             form.rv_at as usize,
@@ -350,6 +413,103 @@ impl Object {
         out.put_slice(digits);
         out.put_slice(j.get(b..).unwrap_or_default());
         out.freeze()
+    }
+
+    fn pb_form(&self) -> Result<&PbForm, EncodeError> {
+        let made = self.0.pb.get_or_init(|| {
+            count_encode(true);
+            let (envelope, raw) = match &self.0.body {
+                // Never transcoded: the stored bytes, the revision spliced in.
+                Body::Protobuf { value, .. } => {
+                    crate::model::protobuf::with_resource_version(value, self.0.rv)?
+                }
+                Body::Json(f) => {
+                    let v: serde_json::Value =
+                        serde_json::from_slice(&f.json).map_err(|e| e.to_string())?;
+                    let env = crate::model::protobuf::encode_json(&v)?;
+                    let raw = crate::model::protobuf::raw_range(&env)
+                        .ok_or("no message in the envelope")?;
+                    (env, raw)
+                }
+            };
+            Ok(PbForm {
+                envelope: Bytes::from(envelope),
+                raw: (raw.start as u32, raw.end as u32),
+                frames: [OnceLock::new(), OnceLock::new()],
+            })
+        });
+        made.as_ref().map_err(|reason| EncodeError {
+            key: self.key().to_owned(),
+            reason: reason.clone(),
+        })
+    }
+
+    /// The protobuf encoding kube-apiserver serves for this object (`k8s\0` +
+    /// `runtime.Unknown` around its message, `metadata.resourceVersion` set), made on first use,
+    /// once, and shared. An object stored as protobuf is never transcoded: this is the stored
+    /// value with the revision spliced into its metadata.
+    ///
+    /// # Errors
+    /// An object stored as JSON that its kind's protobuf message cannot hold (a kind without
+    /// one, a member of the wrong JSON type).
+    pub fn protobuf_wire(&self) -> Result<&Bytes, EncodeError> {
+        self.pb_form().map(|f| &f.envelope)
+    }
+
+    /// The whole protobuf watch frame (length, `WatchEvent` {type, object}, this object's
+    /// [`protobuf_wire`](Object::protobuf_wire)) of an ADDED or MODIFIED event carrying it, made
+    /// once per event type and shared (`None` for other event types).
+    ///
+    /// # Errors
+    /// As [`protobuf_wire`](Object::protobuf_wire).
+    pub fn protobuf_frame(&self, kind: EventType) -> Result<Option<Bytes>, EncodeError> {
+        let f = self.pb_form()?;
+        let (i, name) = match kind {
+            EventType::Added => (0, "ADDED"),
+            EventType::Modified => (1, "MODIFIED"),
+            _ => return Ok(None),
+        };
+        let Some(slot) = f.frames.get(i) else {
+            return Ok(None);
+        };
+        Ok(Some(
+            slot.get_or_init(|| {
+                let mut frame = crate::model::protobuf::watch_frame_head(name, f.envelope.len());
+                frame.extend_from_slice(&f.envelope);
+                Bytes::from(frame)
+            })
+            .clone(),
+        ))
+    }
+
+    /// The object's protobuf message alone, as a list's item (shared with
+    /// [`protobuf_wire`](Object::protobuf_wire), never copied).
+    ///
+    /// # Errors
+    /// As [`protobuf_wire`](Object::protobuf_wire).
+    pub fn protobuf_item(&self) -> Result<Bytes, EncodeError> {
+        self.pb_form()
+            .map(|f| f.envelope.slice(f.raw.0 as usize..f.raw.1 as usize))
+    }
+
+    /// [`protobuf_wire`](Object::protobuf_wire) with `metadata.resourceVersion` = `rv`, as a
+    /// DELETED event carries the last state at the deletion's revision: a splice, not a
+    /// re-encoding.
+    ///
+    /// # Errors
+    /// As [`protobuf_wire`](Object::protobuf_wire).
+    pub fn protobuf_at(&self, rv: u64) -> Result<Bytes, EncodeError> {
+        let f = self.pb_form()?;
+        if rv == self.0.rv {
+            return Ok(f.envelope.clone());
+        }
+        count_encode(true);
+        crate::model::protobuf::with_resource_version(&f.envelope, rv)
+            .map(|(b, _)| Bytes::from(b))
+            .map_err(|reason| EncodeError {
+                key: self.key().to_owned(),
+                reason,
+            })
     }
 
     /// A label's value.
@@ -469,6 +629,17 @@ impl Object {
                 Body::Protobuf { value, json } => {
                     value.len() + json.get().map_or(0, |f| f.json.len())
                 }
+            }
+            + match i.pb.get() {
+                Some(Ok(f)) => {
+                    f.envelope.len()
+                        + f.frames
+                            .iter()
+                            .filter_map(OnceLock::get)
+                            .map(Bytes::len)
+                            .sum::<usize>()
+                }
+                _ => 0,
             }
     }
 }

@@ -18,6 +18,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// How long a client has to send a whole request head, from its first byte wait on (an
     /// absolute deadline, like Go's `ReadHeaderTimeout`: trickling bytes does not extend it).
+    /// On TLS, the handshake has the same deadline from the accept, and an HTTP/2 client must send
+    /// its first bytes within it after the handshake.
     pub header_read_timeout: Duration,
     /// `--max-requests-inflight`: most non-watch requests in progress at once; more get 429
     /// with Retry-After (0: no limit, the library's default; the CLI's is upstream's 400).

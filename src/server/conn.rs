@@ -17,4 +17,8 @@ pub(crate) struct ConnInfo {
     /// The DER of the client's leaf certificate, verified against the client CA during the TLS
     /// handshake; `None` on plain HTTP or when no certificate was presented.
     pub(crate) client_cert: Option<Bytes>,
+    /// Accepted on the plain development listener next to TLS (`Server::with_insecure_listener`,
+    /// `--insecure-listen`, loopback only): kube-apiserver's old insecure port, whose requests
+    /// were neither authenticated nor authorized.
+    pub(crate) insecure_listener: bool,
 }

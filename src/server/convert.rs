@@ -177,7 +177,7 @@ pub(crate) fn list(
                 "items": items,
             })
         }
-        Format::Json | Format::AggregatedDiscovery => {
+        Format::Json | Format::AggregatedDiscovery | Format::Protobuf => {
             unreachable!("negotiation offers only Table and Metadata conversions for a list")
         }
     };
@@ -205,7 +205,9 @@ pub(crate) fn object(
             table(def, v, json!({"resourceVersion": rv}), vec![r], true)
         }
         Format::Metadata(v) => partial_metadata(&obj, v),
-        Format::Json | Format::AggregatedDiscovery => return Ok(Bytes::copy_from_slice(json)),
+        Format::Json | Format::AggregatedDiscovery | Format::Protobuf => {
+            return Ok(Bytes::copy_from_slice(json));
+        }
     };
     Ok(Bytes::from(out.to_string()))
 }
@@ -277,7 +279,7 @@ impl WatchConverter {
                 t
             }
             Format::Metadata(v) => partial_metadata(&obj, v),
-            Format::Json | Format::AggregatedDiscovery => return ev.frame(),
+            Format::Json | Format::AggregatedDiscovery | Format::Protobuf => return ev.frame(),
         };
         Frame::new(ev.kind(), Bytes::from(out.to_string()))
     }

@@ -101,17 +101,8 @@ async fn admit(
         *user = Some(Arc::clone(&u));
         let u = crate::server::auth::impersonate::apply(auth, u, req.headers())?;
         *user = Some(Arc::clone(&u));
-        // Proxy mode: what is forwarded is authorized by the upstream, as the user this server
-        // authenticated (impersonation headers); only what is answered here is authorized here.
-        let forwarded = st.proxy.get().is_some()
-            && !crate::server::forward::is_local(
-                st,
-                &crate::server::state::segments(req.uri().path()),
-            );
-        if !forwarded {
-            let selection = selection_of(info, req.uri().query());
-            auth.check(&u, info, selection.as_ref())?;
-        }
+        let selection = selection_of(info, req.uri().query());
+        auth.check(&u, info, selection.as_ref())?;
         req.extensions_mut().insert(u);
     }
     let _permit = if info.is_long_running() {

@@ -244,13 +244,13 @@ impl Server {
         }
         tokio::pin!(stop);
         loop {
-            let (accepted, tls) = tokio::select! {
-                a = listener.accept() => (a, self.tls.as_ref()),
-                a = accept(insecure.as_ref()) => (a, None),
+            let (accepted, from) = tokio::select! {
+                a = listener.accept() => (a, self.tls.as_ref().map(Listener::Tls).unwrap_or(Listener::Plain)),
+                a = accept(insecure.as_ref()) => (a, Listener::Insecure),
                 _ = &mut stop => break,
             };
             match accepted {
-                Ok((tcp, peer)) => conns.start(tcp, peer, tls, &graceful),
+                Ok((tcp, peer)) => conns.start(tcp, peer, from, &graceful),
                 Err(e) => {
                     // Out of file descriptors, typically: back off instead of spinning.
                     warn!(error = %e, "accept failed");
@@ -289,6 +289,17 @@ async fn accept(
     }
 }
 
+/// Which listener accepted a connection.
+#[derive(Clone, Copy)]
+enum Listener<'a> {
+    /// The main listener, plain HTTP.
+    Plain,
+    /// The main listener, TLS.
+    Tls(&'a Arc<Tls>),
+    /// The plain development listener next to TLS.
+    Insecure,
+}
+
 /// What every connection's task is started with.
 struct Connections {
     state: Arc<AppState>,
@@ -307,9 +318,14 @@ impl Connections {
         &self,
         tcp: tokio::net::TcpStream,
         peer: SocketAddr,
-        tls: Option<&Arc<Tls>>,
+        listener: Listener<'_>,
         graceful: &GracefulShutdown,
     ) {
+        let (tls, insecure_listener) = match listener {
+            Listener::Plain => (None, false),
+            Listener::Tls(tls) => (Some(tls), false),
+            Listener::Insecure => (None, true),
+        };
         let max = self.state.config.max_connections;
         if self.count.fetch_add(1, Ordering::Relaxed) >= max {
             self.count.fetch_sub(1, Ordering::Relaxed);
@@ -350,6 +366,7 @@ impl Connections {
                 let conn = Arc::new(ConnInfo {
                     peer: Some(peer),
                     client_cert: None,
+                    insecure_listener,
                 });
                 st.metrics.count_connection(false, false);
                 tokio::spawn(async move {
@@ -388,14 +405,17 @@ impl Connections {
                     let conn = Arc::new(ConnInfo {
                         peer: Some(peer),
                         client_cert: tls::client_leaf(session),
+                        insecure_listener: false,
                     });
                     let is_h2 = tls::is_h2(session);
                     st.metrics.count_connection(true, is_h2);
                     if is_h2 {
                         let service = service(router, conn);
-                        let served = Box::pin(
-                            watcher.watch(h2.serve_connection(TokioIo::new(stream), service)),
-                        );
+                        // hyper's HTTP/2 server has no head deadline: the preface must come
+                        // within the same time a request head has.
+                        let io = tls::FirstBytesBy::new(stream, timeout);
+                        let served =
+                            Box::pin(watcher.watch(h2.serve_connection(TokioIo::new(io), service)));
                         if let Err(e) = served.await {
                             debug!(error = %e, "HTTP/2 connection ended with an error");
                         }

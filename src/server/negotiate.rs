@@ -12,6 +12,9 @@
 
 use axum::http::{HeaderMap, header};
 
+use bytes::Bytes;
+
+use crate::cache::Frame;
 use crate::server::status::ApiError;
 
 /// What a request is answered with.
@@ -26,7 +29,12 @@ pub(crate) enum Format {
     Metadata(MetaVersion),
     /// Aggregated discovery, `apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`.
     AggregatedDiscovery,
+    /// Kubernetes protobuf (`application/vnd.kubernetes.protobuf`): built-in kinds only.
+    Protobuf,
 }
+
+/// The protobuf media type.
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
 /// The `meta.k8s.io` version a Table or PartialObjectMetadata is asked in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -49,6 +57,38 @@ impl MetaVersion {
             "v1" => Some(MetaVersion::V1),
             "v1beta1" => Some(MetaVersion::V1beta1),
             _ => None,
+        }
+    }
+}
+
+/// The wire format of a watch response's frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// One `{"type":...,"object":...}` line per event (`application/json`).
+    Json,
+    /// Length-prefixed `metav1.WatchEvent` messages
+    /// (`application/vnd.kubernetes.protobuf;stream=watch`).
+    Protobuf,
+}
+
+impl Wire {
+    /// The response's Content-Type.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Wire::Json => "application/json",
+            Wire::Protobuf => "application/vnd.kubernetes.protobuf;stream=watch",
+        }
+    }
+
+    /// The frame of an ERROR event carrying this error's `Status`.
+    pub fn error_frame(self, e: &ApiError) -> Frame {
+        match self {
+            Wire::Json => Frame::error(e.status_json()),
+            Wire::Protobuf => {
+                let json: serde_json::Value =
+                    serde_json::from_slice(&e.status_json()).unwrap_or_default();
+                Frame::protobuf_error(Bytes::from(crate::model::protobuf::status(&json)))
+            }
         }
     }
 }
@@ -105,8 +145,17 @@ fn parse_range(text: &str) -> Option<Range<'_>> {
 }
 
 impl Format {
-    /// The format one media range asks for, if this server can produce it for `answer`.
-    fn from_range(r: &Range<'_>, answer: Answer) -> Option<Format> {
+    /// The format one media range asks for, if this server can produce it for `answer`
+    /// (`protobuf`: the resource is a built-in kind, which upstream also serves in protobuf).
+    fn from_range(r: &Range<'_>, answer: Answer, protobuf: bool) -> Option<Format> {
+        if r.essence.eq_ignore_ascii_case(PROTOBUF) {
+            // Table and PartialObjectMetadata in protobuf are not served: skipped, so the
+            // client's JSON alternative (client-go always sends one) is taken.
+            return (protobuf
+                && r.as_.is_none()
+                && matches!(answer, Answer::List | Answer::Object))
+            .then_some(Format::Protobuf);
+        }
         let json = r.essence.eq_ignore_ascii_case("application/json");
         let any = r.essence == "*/*" || r.essence.eq_ignore_ascii_case("application/*");
         if !(json || any) {
@@ -140,25 +189,50 @@ impl Format {
     /// # Errors
     /// 406 NotAcceptable when no media range of the header can be served for this answer.
     pub fn negotiate(headers: &HeaderMap, answer: Answer) -> Result<Format, ApiError> {
+        Self::negotiate_for(headers, answer, false)
+    }
+
+    /// [`negotiate`](Format::negotiate) for a resource that is served in protobuf too
+    /// (`protobuf`: a built-in kind; custom resources are JSON only, as upstream's).
+    ///
+    /// # Errors
+    /// 406 NotAcceptable when no media range of the header can be served for this answer.
+    pub fn negotiate_for(
+        headers: &HeaderMap,
+        answer: Answer,
+        protobuf: bool,
+    ) -> Result<Format, ApiError> {
         let values: Vec<&str> = headers
             .get_all(header::ACCEPT)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .collect();
         let text = values.join(",");
-        Self::negotiate_text(&text, answer)
+        Self::negotiate_text_for(&text, answer, protobuf)
     }
 
-    /// Whether a watch with this Accept header is answered in plain JSON (the fast path's only
-    /// format).
-    pub fn is_plain_json(accept: &str) -> bool {
-        matches!(
-            Self::negotiate_text(accept, Answer::Object),
-            Ok(Format::Json)
-        )
+    /// The frames of a watch with this Accept header, when the fast path can serve it: for a
+    /// built-in resource, and for a custom one (`None`: hyper negotiates, converts or answers
+    /// 406). `None` overall: hyper serves the watch whatever the resource.
+    pub fn watch_wire(accept: &str) -> Option<(Wire, Option<Wire>)> {
+        let wire = |protobuf| match Self::negotiate_text_for(accept, Answer::Object, protobuf) {
+            Ok(Format::Json) => Some(Wire::Json),
+            Ok(Format::Protobuf) => Some(Wire::Protobuf),
+            _ => None,
+        };
+        Some((wire(true)?, wire(false)))
     }
 
+    #[cfg(test)]
     fn negotiate_text(accept: &str, answer: Answer) -> Result<Format, ApiError> {
+        Self::negotiate_text_for(accept, answer, false)
+    }
+
+    fn negotiate_text_for(
+        accept: &str,
+        answer: Answer,
+        protobuf: bool,
+    ) -> Result<Format, ApiError> {
         let mut ranges: Vec<Range<'_>> = accept.split(',').filter_map(parse_range).collect();
         if ranges.is_empty() {
             return Ok(Format::Json);
@@ -168,8 +242,8 @@ impl Format {
         ranges
             .iter()
             .filter(|r| r.q > 0.0)
-            .find_map(|r| Self::from_range(r, answer))
-            .ok_or_else(|| not_acceptable(accept))
+            .find_map(|r| Self::from_range(r, answer, protobuf))
+            .ok_or_else(|| not_acceptable(accept, protobuf))
     }
 
     /// The Content-Type a response in this format carries.
@@ -190,6 +264,7 @@ impl Format {
             (Format::AggregatedDiscovery, _) => {
                 "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList".into()
             }
+            (Format::Protobuf, _) => PROTOBUF.into(),
         }
     }
 }
@@ -202,12 +277,17 @@ fn version(v: MetaVersion) -> &'static str {
 }
 
 /// Upstream's answer when nothing in Accept can be served (`NewNotAcceptableError`).
-fn not_acceptable(accept: &str) -> ApiError {
+fn not_acceptable(accept: &str, protobuf: bool) -> ApiError {
+    let pb = if protobuf {
+        ", application/vnd.kubernetes.protobuf"
+    } else {
+        ""
+    };
     ApiError::new(
         406,
         "NotAcceptable",
         format!(
-            "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io (asked for: {accept})"
+            "only the following media types are accepted: application/json{pb}, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io (asked for: {accept})"
         ),
     )
 }
@@ -302,6 +382,76 @@ mod tests {
                 Answer::List
             ),
             Ok(Format::Json)
+        );
+    }
+
+    fn neg_pb(accept: &str, answer: Answer) -> Result<Format, u16> {
+        Format::negotiate_text_for(accept, answer, true).map_err(|e| e.code())
+    }
+
+    #[test]
+    fn protobuf_is_served_for_built_ins_only() {
+        let pb = "application/vnd.kubernetes.protobuf";
+        let kubelet = "application/vnd.kubernetes.protobuf, */*";
+        let client_go = "application/vnd.kubernetes.protobuf,application/json";
+        for a in [
+            pb,
+            kubelet,
+            client_go,
+            "application/vnd.kubernetes.protobuf;stream=watch",
+        ] {
+            assert_eq!(neg_pb(a, Answer::Object), Ok(Format::Protobuf), "{a}");
+            assert_eq!(neg_pb(a, Answer::List), Ok(Format::Protobuf), "{a}");
+        }
+        // Custom resources: JSON when JSON is acceptable, else 406.
+        assert_eq!(neg(kubelet, Answer::Object), Ok(Format::Json));
+        assert_eq!(neg(client_go, Answer::List), Ok(Format::Json));
+        assert_eq!(neg(pb, Answer::Object), Err(406));
+        // q-values and wildcards: `*/*` is JSON, the first of upstream's serializers.
+        assert_eq!(neg_pb("*/*", Answer::List), Ok(Format::Json));
+        assert_eq!(
+            neg_pb(
+                "application/vnd.kubernetes.protobuf;q=0.5,application/json",
+                Answer::List
+            ),
+            Ok(Format::Json)
+        );
+        assert_eq!(
+            neg_pb(
+                "application/json;q=0.5,application/vnd.kubernetes.protobuf",
+                Answer::List
+            ),
+            Ok(Format::Protobuf)
+        );
+        assert_eq!(
+            neg_pb("application/vnd.kubernetes.protobuf;q=0", Answer::List),
+            Err(406)
+        );
+        // Tables and metadata in protobuf are skipped for their JSON alternative.
+        let informer = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+        assert_eq!(
+            neg_pb(informer, Answer::Object),
+            Ok(Format::Metadata(MetaVersion::V1))
+        );
+        // Writes' answers and discovery stay JSON.
+        assert_eq!(neg_pb(client_go, Answer::Plain), Ok(Format::Json));
+        assert_eq!(neg_pb(pb, Answer::Plain), Err(406));
+    }
+
+    #[test]
+    fn the_fast_path_knows_which_watches_it_serves() {
+        assert_eq!(Format::watch_wire(""), Some((Wire::Json, Some(Wire::Json))));
+        assert_eq!(
+            Format::watch_wire("application/vnd.kubernetes.protobuf, */*"),
+            Some((Wire::Protobuf, Some(Wire::Json)))
+        );
+        assert_eq!(
+            Format::watch_wire("application/vnd.kubernetes.protobuf"),
+            Some((Wire::Protobuf, None))
+        );
+        assert_eq!(
+            Format::watch_wire("application/json;as=Table;v=v1;g=meta.k8s.io"),
+            None
         );
     }
 }

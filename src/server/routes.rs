@@ -8,7 +8,10 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::cache::{Cache, list_parts};
+use bytes::Bytes;
+
+use crate::cache::{Cache, ObjectList, list_parts, list_parts_protobuf};
+use crate::model::ResourceDef;
 use crate::server::auth::User;
 use crate::server::convert::{self, IncludeObject, WatchConverter};
 use crate::server::discovery::{self, Entry};
@@ -21,7 +24,7 @@ use crate::server::patch::PatchKind;
 use crate::server::response::{body_of, gzip_encoded, json_response, wants_gzip};
 use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
-use crate::server::watch;
+use crate::server::watch::{self, Wire};
 use crate::server::writes;
 
 pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
@@ -170,18 +173,26 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         .headers
         .get(header::CONTENT_TYPE)
         .map(|v| v.to_str().unwrap_or("(not text)"));
-    let patch_kind = if method == Method::PATCH {
-        Some(PatchKind::from_content_type(ct, cache.definition())?)
+    let (patch_kind, protobuf_body) = if method == Method::PATCH {
+        (
+            Some(PatchKind::from_content_type(ct, cache.definition())?),
+            false,
+        )
     } else {
-        if method != Method::DELETE {
-            check_content_type(&parts.headers)?;
-        }
-        None
+        (
+            None,
+            body_is_protobuf(&parts.headers, &method, cache.definition())?,
+        )
     };
     let params = WriteParams::parse(query)?;
     let body = axum::body::to_bytes(body, st.config.max_body_bytes)
         .await
         .map_err(|_| ApiError::too_large("the request body", st.config.max_body_bytes))?;
+    let body = if protobuf_body {
+        protobuf_body_as_json(&body)?
+    } else {
+        body
+    };
     let (code, written) = match (&method, name, patch_kind) {
         (&Method::POST, _, _) => (
             StatusCode::CREATED,
@@ -270,9 +281,9 @@ async fn read(
     } else {
         Answer::List
     };
-    let format = Format::negotiate(headers, answer)?;
-    let include = IncludeObject::from_query(query)?;
     let def = cache.definition();
+    let format = Format::negotiate_for(headers, answer, def.has_protobuf())?;
+    let include = IncludeObject::from_query(query)?;
     let typed = |r: Response| retype(r, format, answer);
     if params.watch {
         if let Some(n) = name {
@@ -280,26 +291,71 @@ async fn read(
         }
         let convert = WatchConverter::new(def, format, include);
         let opts = params.watch_options(ns)?;
-        let pump = watch::start(st, cache, opts, params.timeout, gzip, convert, user).await?;
+        let wire = watch_wire(format);
+        let pump = watch::start(st, cache, opts, params.timeout, gzip, wire, convert, user).await?;
         let resp = json_response(StatusCode::OK, Body::from_stream(watch::body::body(pump)));
-        return Ok(typed(if gzip { gzip_encoded(resp) } else { resp }));
+        let mut resp = typed(if gzip { gzip_encoded(resp) } else { resp });
+        if wire == Wire::Protobuf {
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(Wire::Protobuf.content_type()),
+            );
+        }
+        return Ok(resp);
     }
     if let Some(n) = name {
         let obj = cache.get(ns, n, params.resource_version).await?;
-        let body = match format {
-            Format::Json => obj.json().clone(),
-            _ => convert::object(def, obj.json(), format, include)?,
-        };
+        let body = object_body(def, &obj, format, include)?;
         return Ok(typed(body_of(vec![body], gzip, StatusCode::OK)));
     }
     let started = Instant::now();
     let list = cache.list(&params.list_options(ns)?).await?;
     st.metrics.observe_list(&def.plural, started.elapsed());
-    let parts = match format {
-        Format::Json => list_parts(def, &list),
-        _ => vec![convert::list(def, &list, format, include)?],
-    };
+    let parts = list_body(def, &list, format, include)?;
     Ok(typed(body_of(parts, gzip, StatusCode::OK)))
+}
+
+/// A watch's frames in `format`.
+fn watch_wire(format: Format) -> Wire {
+    match format {
+        Format::Protobuf => Wire::Protobuf,
+        _ => Wire::Json,
+    }
+}
+
+/// A GET's body in the negotiated format: the object's shared JSON or protobuf, or a conversion.
+fn object_body(
+    def: &ResourceDef,
+    obj: &crate::model::Object,
+    format: Format,
+    include: IncludeObject,
+) -> Result<Bytes, ApiError> {
+    match format {
+        Format::Json => Ok(obj.json().clone()),
+        Format::Protobuf => obj.protobuf_wire().cloned().map_err(encode_error),
+        _ => convert::object(def, obj.json(), format, include),
+    }
+}
+
+/// A LIST's body pieces in the negotiated format.
+fn list_body(
+    def: &ResourceDef,
+    list: &ObjectList,
+    format: Format,
+    include: IncludeObject,
+) -> Result<Vec<Bytes>, ApiError> {
+    match format {
+        Format::Json => Ok(list_parts(def, list)),
+        Format::Protobuf => list_parts_protobuf(def, list).map_err(encode_error),
+        _ => Ok(vec![convert::list(def, list, format, include)?]),
+    }
+}
+
+/// An object its kind's protobuf message cannot hold (stored as JSON of another shape): 500, as
+/// upstream answers an object it cannot encode.
+fn encode_error(e: crate::model::EncodeError) -> ApiError {
+    tracing::error!(error = %e, "protobuf encoding failed");
+    ApiError::new(500, "InternalError", e.to_string())
 }
 
 /// A response labelled with its format's Content-Type.
@@ -317,10 +373,59 @@ fn retype(mut r: Response, format: Format, answer: Answer) -> Response {
     r
 }
 
+/// Whether a create, update or delete body is protobuf (`application/vnd.kubernetes.protobuf`,
+/// for built-in kinds only, as upstream: custom resources read JSON alone) rather than JSON.
+/// A DELETE body with another Content-Type is read as JSON, as before; any other body must be
+/// JSON (see [`check_content_type`]).
+///
+/// # Errors
+/// 415 for a body type this server cannot read for this resource.
+fn body_is_protobuf(
+    headers: &axum::http::HeaderMap,
+    method: &Method,
+    def: &ResourceDef,
+) -> Result<bool, ApiError> {
+    let text = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or_default());
+    let essence = text
+        .and_then(|t| t.split(';').next())
+        .unwrap_or_default()
+        .trim();
+    if essence.eq_ignore_ascii_case("application/vnd.kubernetes.protobuf") {
+        return if def.has_protobuf() {
+            Ok(true)
+        } else {
+            Err(ApiError::unsupported_media_type(text.unwrap_or_default()))
+        };
+    }
+    if method != Method::DELETE {
+        check_content_type(headers)?;
+    }
+    Ok(false)
+}
+
+/// A protobuf body (an object, or DeleteOptions) as the JSON it stands for: from here it takes
+/// the JSON bodies' path (validation, 4xx answers).
+///
+/// # Errors
+/// 400 BadRequest for a body that is not well-formed protobuf of a type this server reads.
+fn protobuf_body_as_json(body: &[u8]) -> Result<Bytes, ApiError> {
+    crate::model::protobuf::request_json(body)
+        .map(Bytes::from)
+        .map_err(|e| {
+            ApiError::new(
+                400,
+                "BadRequest",
+                format!("the protobuf request body could not be read: {e}"),
+            )
+        })
+}
+
 /// A write body must be JSON: `application/json` (any parameters), or no Content-Type at all, which
 /// upstream reads as its first supported type, JSON. Anything else is 415, as upstream: a browser
 /// page can send `text/plain` or a form cross-site without a preflight, and must not create objects.
-/// (YAML and protobuf bodies are 415 until they are supported.)
+/// (Protobuf bodies of built-in kinds are read by [`body_is_protobuf`]; YAML is 415.)
 fn check_content_type(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Ok(());

@@ -84,7 +84,7 @@ impl ApiError {
             "UnsupportedMediaType",
             format!(
                 "the body of the request was in an unknown format - accepted media types include: \
-                 application/json (got \"{content_type}\")"
+                 application/json, application/vnd.kubernetes.protobuf (built-in kinds) (got \"{content_type}\")"
             ),
         )
     }

@@ -17,12 +17,15 @@
 //! never across an await.
 
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch as signal;
 use tracing::{info, warn};
 
@@ -265,6 +268,69 @@ fn build(config: &TlsConfig) -> Result<rustls::ServerConfig, TlsError> {
     // No resumption cache either (kubelets and controllers reconnect rarely).
     server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     Ok(server)
+}
+
+/// A stream that fails its reads when nothing at all has arrived by a deadline: an HTTP/2 client
+/// that finishes the handshake but never sends its preface does not hold a connection slot
+/// forever (hyper's HTTP/2 server has no such deadline of its own). The timer is dropped with the
+/// first bytes.
+pub(crate) struct FirstBytesBy<S> {
+    inner: S,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> FirstBytesBy<S> {
+    pub(crate) fn new(inner: S, within: Duration) -> FirstBytesBy<S> {
+        FirstBytesBy {
+            inner,
+            deadline: Some(Box::pin(tokio::time::sleep(within))),
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for FirstBytesBy<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Some(deadline) = &mut self.deadline {
+            if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+                self.deadline = None;
+            } else if deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(std::io::ErrorKind::TimedOut.into()));
+            }
+        }
+        read
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for FirstBytesBy<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 #[cfg(test)]

@@ -227,6 +227,10 @@ fn encode_checked(cache: &Cache, key: &str, obj: &Map<String, Value>) -> Result<
     cache
         .decode(key, &stored, 1)
         .map_err(|e| ApiError::bad_request(format!("the object cannot be stored: {}", e.reason)))?;
+    // A built-in kind goes to etcd in protobuf: an object its message cannot hold is refused
+    // here, before anything is written.
+    crate::model::protobuf::storage_form(&stored)
+        .map_err(|e| ApiError::bad_request(format!("the object cannot be stored: {e}")))?;
     Ok(stored)
 }
 
@@ -259,10 +263,13 @@ fn take_precondition(obj: &mut Map<String, Value>) -> Result<Option<u64>, ApiErr
     }
 }
 
-/// The stored object at `rev`, encoded by the cache (so it carries `metadata.resourceVersion`).
+/// The stored object at `rev`, encoded by the cache (so it carries `metadata.resourceVersion`):
+/// a built-in kind as its protobuf storage form reads back, so that the answer is what every
+/// later read of it shows.
 fn respond(cache: &Cache, key: &str, stored: &[u8], rev: u64) -> Result<Bytes, ApiError> {
+    let pb = crate::model::protobuf::storage_form(stored).map_err(internal)?;
     cache
-        .decode(key, stored, rev)
+        .decode(key, pb.as_deref().unwrap_or(stored), rev)
         .map(|o| o.json().clone())
         .map_err(internal)
 }

@@ -81,6 +81,11 @@ struct BenchArgs {
     /// Write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Run the cache mode over TLS (the server started with --local-pki): `h2` (the default)
+    /// multiplexes watchers on HTTP/2 connections, 18 per connection like a kubelet's; `http1`
+    /// opens one TLS HTTP/1.1 connection per watcher.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "h2", value_name = "PROTO")]
+    tls: Option<bench::TlsMode>,
 }
 
 #[derive(clap::Args)]
@@ -466,6 +471,7 @@ async fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         delivery_grace: std::time::Duration::from_secs(30),
         progress: true,
         etcd_data_dir: args.etcd_data_dir,
+        tls: args.tls,
     };
     let report = bench::run(cfg).await?;
     print!("{}", bench::table(&report));

@@ -15,7 +15,7 @@ use super::schema::{Card, Field, Kind, Message, Omit, message};
 use super::wire::{Fields, Value};
 
 /// Seconds from 1970 to Go's zero `time.Time` (January 1, year 1, UTC).
-const GO_ZERO_UNIX: i64 = -62_135_596_800;
+pub(crate) const GO_ZERO_UNIX: i64 = -62_135_596_800;
 
 /// The wire fields of one message, in wire order.
 pub(crate) type Entries<'a> = Vec<(u32, Value<'a>)>;
@@ -71,6 +71,32 @@ pub(crate) fn write_object(
         .rv_pos
         .ok_or_else(|| format!("{}: no metadata", msg.name))?;
     Ok((at, len, fields_at))
+}
+
+/// Writes the top-level object as [`write_object`] does, with the message's own
+/// `metadata.resourceVersion` (a request body's).
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
+pub(crate) fn write_object_as_sent(
+    out: &mut Vec<u8>,
+    api_version: &str,
+    kind: &str,
+    msg: &'static Message,
+    bytes: &[u8],
+) -> Result<(), String> {
+    out.extend_from_slice(b"{\"kind\":");
+    write_str(out, kind);
+    out.extend_from_slice(b",\"apiVersion\":");
+    write_str(out, api_version);
+    let mut w = Writer {
+        out,
+        stack: Vec::with_capacity(64),
+        rv: None,
+        rv_pos: None,
+    };
+    let mut first = false;
+    w.fields(msg, bytes, &mut first, 0)?;
+    w.out.push(b'}');
+    Ok(())
 }
 
 /// Writes one field of a message alone, as `"name":value`, or nothing when Go leaves it out.

@@ -14,9 +14,15 @@
 //! | `tables.rs` | generated: every message reachable from a served built-in kind |
 //! | `json.rs` | protobuf → JSON with encoding/json's rules |
 //! | `fields.rs` | the fields a JSON object's type does not declare (`fieldValidation`) |
+//! | `request.rs` | protobuf request bodies (objects, DeleteOptions) read as the JSON they stand for |
+//! | `encode.rs` | JSON → protobuf with gogo's rules; the envelope, watch and list framing, the resourceVersion splice |
 
+mod encode;
 pub(crate) mod fields;
 mod json;
+// Only the server reads request bodies.
+#[cfg(feature = "server")]
+mod request;
 pub(crate) mod schema;
 #[rustfmt::skip]
 mod tables;
@@ -26,6 +32,48 @@ use schema::{Card, Kind, Message, kind_message, message};
 use wire::{Fields, Value};
 
 use crate::model::FieldPath;
+
+#[cfg(feature = "server")]
+pub(crate) use encode::status;
+pub(crate) use encode::{
+    ENVELOPE_TAIL, encode_json, item_head, list_head, raw_range, watch_frame_head,
+    with_resource_version,
+};
+#[cfg(feature = "server")]
+pub(crate) use request::request_json;
+
+/// Whether kube-apiserver serves this kind in protobuf (a built-in kind with a message in the
+/// tables); custom resources are JSON only.
+pub(crate) fn has_message(api_version: &str, kind: &str) -> bool {
+    kind_message(api_version, kind).is_some()
+}
+
+/// kube-apiserver's storage form of a value written as JSON: for an object of a built-in kind,
+/// `k8s\0` + `runtime.Unknown` around its message (without a resourceVersion, which is never
+/// stored); `None` for anything else (custom resources stay JSON; a value already in protobuf is
+/// kept as it is).
+///
+/// # Errors
+/// JSON of a built-in kind that its message cannot hold (a member of the wrong type).
+// Used by the etcd write path and the server (which checks a write before it is sent).
+#[cfg_attr(not(any(feature = "etcd", feature = "server")), allow(dead_code))]
+pub(crate) fn storage_form(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    if value.starts_with(MAGIC) {
+        return Ok(None);
+    }
+    let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(value) else {
+        return Ok(None);
+    };
+    let av = v.get("apiVersion").and_then(|x| x.as_str()).unwrap_or("");
+    let kind = v.get("kind").and_then(|x| x.as_str()).unwrap_or("");
+    if !has_message(av, kind) {
+        return Ok(None);
+    }
+    if let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        meta.remove("resourceVersion");
+    }
+    encode_json(&v).map(Some)
+}
 
 /// The prefix of every protobuf value kube-apiserver stores.
 pub(crate) const MAGIC: &[u8] = b"k8s\0";
@@ -207,6 +255,19 @@ impl<'a> Envelope<'a> {
     /// What `encode_json` would fail on.
     pub fn validate(&self) -> Result<(), String> {
         json::validate(self.msg, self.raw, 0)
+    }
+
+    /// The JSON encoding with the object's own `metadata.resourceVersion` (a request body's:
+    /// an update's precondition).
+    ///
+    /// # Errors
+    /// Malformed protobuf anywhere in the object, or embedded JSON that is not JSON.
+    // Only the server reads request bodies.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub fn encode_json_as_sent(&self) -> Result<Vec<u8>, String> {
+        let mut out = Vec::with_capacity(self.raw.len() * 2 + 64);
+        json::write_object_as_sent(&mut out, self.api_version, self.kind, self.msg, self.raw)?;
+        Ok(out)
     }
 
     /// The JSON encoding with `metadata.resourceVersion` = `rv`: the bytes, where the revision's

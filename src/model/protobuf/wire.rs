@@ -65,6 +65,11 @@ impl<'a> Fields<'a> {
         Fields { buf, pos: 0 }
     }
 
+    /// Where the next field starts (the end of the buffer once done or failed).
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
     #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         let end = self.pos.checked_add(n).ok_or(WireError::Truncated)?;

@@ -34,7 +34,7 @@ use crate::server::params::ReadParams;
 use crate::server::response::wants_gzip_value;
 use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
-use crate::server::watch;
+use crate::server::watch::{self, Wire};
 
 /// Largest request head the fast path reads before giving the connection to hyper.
 const MAX_HEAD: usize = 16 * 1024;
@@ -58,6 +58,31 @@ pub(crate) struct WatchRequest {
     head_len: usize,
     /// The `Authorization` header's value, when sent.
     authorization: Option<Vec<u8>>,
+    /// The frames for a built-in resource, and for a custom one (`None`: hyper's).
+    wire: (Wire, Option<Wire>),
+}
+
+/// The frames a watch's Accept header asks for, when they are plain JSON or protobuf; a watch
+/// that asks for anything else (Table, PartialObjectMetadata, or nothing servable) is hyper's:
+/// it negotiates, converts or answers 406.
+fn watch_wire(accept: Option<&[u8]>) -> Option<(Wire, Option<Wire>)> {
+    match accept {
+        None => Some((Wire::Json, Some(Wire::Json))),
+        Some(a) => Format::watch_wire(std::str::from_utf8(a).ok()?),
+    }
+}
+
+/// The frames of this watch for the resource it names (`None`: hyper's, see [`watch_wire`]).
+fn wire_for(st: &AppState, req: &WatchRequest) -> Option<Wire> {
+    match req.wire {
+        (Wire::Json, _) => Some(Wire::Json),
+        (builtin, custom) => match st.resolve(&segments(&req.path)) {
+            Some(t) if t.served.cache.definition().has_protobuf() => Some(builtin),
+            Some(_) => custom,
+            // Nothing there: the fast path answers the 404.
+            None => Some(Wire::Json),
+        },
+    }
 }
 
 pub(crate) enum Head {
@@ -92,20 +117,21 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let is_watch = form_urlencoded::parse(query.as_bytes())
         .any(|(k, v)| k == "watch" && matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"));
-    // A watch that asks for anything but plain JSON (Table, PartialObjectMetadata, or nothing
-    // servable) is hyper's: it negotiates, converts or answers 406. So is one that impersonates
-    // another user: hyper's gate authorizes and applies the impersonation.
+    // A watch that impersonates another user is hyper's: its gate authorizes and applies the
+    // impersonation.
     if !is_watch
         || req
             .headers
             .iter()
             .any(|h| h.name.len() > 12 && h.name[..12].eq_ignore_ascii_case("impersonate-"))
-        || header("accept")
-            .is_some_and(|a| !std::str::from_utf8(a).is_ok_and(Format::is_plain_json))
     {
         return Head::NotAWatch;
     }
+    let Some(wire) = watch_wire(header("accept")) else {
+        return Head::NotAWatch;
+    };
     Head::Watch(WatchRequest {
+        wire,
         path: path.to_owned(),
         query: query.to_owned(),
         keep_alive: !header("connection").is_some_and(|v| v.eq_ignore_ascii_case(b"close")),
@@ -125,7 +151,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
     // One deadline for the whole head, not one per read: a client trickling a byte at a time
     // must not hold the connection open for days (slowloris).
     let deadline = tokio::time::Instant::now() + st.config.header_read_timeout;
-    let mut req = loop {
+    let req = loop {
         if buf.len() >= MAX_HEAD {
             return Ok(FirstRequest::NotAWatch(buf));
         }
@@ -153,9 +179,13 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
             {
                 return Ok(FirstRequest::NotAWatch(buf));
             }
-            Head::Watch(req) => break req,
+            Head::Watch(req) => match wire_for(st, &req) {
+                Some(wire) => break (req, wire),
+                None => return Ok(FirstRequest::NotAWatch(buf)),
+            },
         }
     };
+    let (mut req, wire) = req;
     let mut rest = buf.split_off(req.head_len);
     drop(buf);
     rest.shrink_to_fit();
@@ -182,7 +212,16 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
         },
     };
     drop(authorization);
-    let outcome = serve_watch(tcp, st, &req.path, &req.query, req.gzip, user.as_deref()).await?;
+    let outcome = serve_watch(
+        tcp,
+        st,
+        &req.path,
+        &req.query,
+        req.gzip,
+        user.as_deref(),
+        wire,
+    )
+    .await?;
     rest.extend(outcome.received);
     Ok(FirstRequest::Served {
         rest,
@@ -215,6 +254,7 @@ async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
     query: &str,
     gzip: bool,
     user: Option<&User>,
+    wire: Wire,
 ) -> std::io::Result<Outcome> {
     let done = |clean, received| Ok(Outcome { clean, received });
     let began = std::time::Instant::now();
@@ -258,6 +298,7 @@ async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
             opts,
             params.timeout,
             gzip,
+            wire,
             None,
             user,
         )
@@ -275,7 +316,7 @@ async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
             return done(true, Vec::new());
         }
     };
-    write_head(tcp, gzip).await?;
+    write_head(tcp, gzip, wire).await?;
     let mut received = Vec::new();
     let mut probe = [0u8; 256];
     loop {
@@ -297,14 +338,19 @@ async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
     done(!pump.shutting_down(), received)
 }
 
-async fn write_head<S: AsyncWrite + Unpin>(tcp: &mut S, gzip: bool) -> std::io::Result<()> {
+async fn write_head<S: AsyncWrite + Unpin>(
+    tcp: &mut S,
+    gzip: bool,
+    wire: Wire,
+) -> std::io::Result<()> {
     let enc = if gzip {
         "Content-Encoding: gzip\r\n"
     } else {
         ""
     };
     let head = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{enc}Transfer-Encoding: chunked\r\n\r\n"
+        "HTTP/1.1 200 OK\r\nContent-Type: {}\r\n{enc}Transfer-Encoding: chunked\r\n\r\n",
+        wire.content_type()
     );
     tcp.write_all(head.as_bytes()).await?;
     tcp.flush().await

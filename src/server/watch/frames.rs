@@ -30,6 +30,7 @@ use flate2::{Compress, Compression, Crc, FlushCompress};
 use crate::cache::{Frame, WatchEvent};
 use crate::error::Error;
 use crate::server::convert::WatchConverter;
+pub(crate) use crate::server::negotiate::Wire;
 use crate::server::status::ApiError;
 
 /// The gzip member header: magic, deflate, no flags, no mtime, no extra flags, unknown OS.
@@ -105,24 +106,36 @@ impl FrameEncoder {
 
     /// The chunks for a watch stream's next item, and whether the response ends with them: an error
     /// goes out as an ERROR event and ends it, and the end of the stream closes the gzip stream.
-    /// `convert` answers events as Table or PartialObjectMetadata.
+    /// `convert` answers events as Table or PartialObjectMetadata; `wire` is the frames' format.
     pub fn item(
         &mut self,
         item: Option<Result<WatchEvent, Error>>,
         convert: Option<&mut WatchConverter>,
+        wire: Wire,
     ) -> (Vec<Bytes>, bool) {
         match item {
             Some(Ok(ev)) => {
-                let frame = match convert {
-                    None => ev.frame(),
-                    Some(c) => c.frame(&ev),
+                let frame = match (convert, wire) {
+                    (Some(c), _) => c.frame(&ev),
+                    (None, Wire::Json) => ev.frame(),
+                    (None, Wire::Protobuf) => match ev.protobuf_frame() {
+                        Ok(f) => f,
+                        Err(e) => {
+                            // A JSON-stored object its kind's message cannot hold: the watch
+                            // ends with an ERROR event naming it, as upstream ends a watch whose
+                            // object fails to encode.
+                            tracing::error!(error = %e, "protobuf encoding of a watch event failed");
+                            let err = ApiError::new(500, "InternalError", e.to_string());
+                            return (self.last(&wire.error_frame(&err)), true);
+                        }
+                    },
                 };
                 (self.chunks(&frame), false)
             }
-            Some(Err(e)) => (
-                self.last(&Frame::error(ApiError::from(e).status_json())),
-                true,
-            ),
+            Some(Err(e)) => {
+                let frame = wire.error_frame(&ApiError::from(e));
+                (self.last(&frame), true)
+            }
             None => (self.finish().into_iter().collect(), true),
         }
     }

@@ -10,6 +10,7 @@
 pub(crate) mod body;
 pub(crate) mod fast_path;
 mod frames;
+pub(crate) use frames::Wire;
 pub(crate) mod pump;
 
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::time::Instant;
 
 use crate::cache::WatchOptions;
-use crate::cache::{Cache, Frame, WatchStream};
+use crate::cache::{Cache, WatchStream};
 use crate::error::Error;
 use crate::server::auth::{User, UserWatchSlot};
 use crate::server::convert::WatchConverter;
@@ -57,12 +58,16 @@ pub(crate) struct StartedWatch {
 ///
 /// # Errors
 /// 429 over the watch limit or the user's, and the cache's start errors (400, 429, 504).
+// The watch's parts come from both transports (hyper's request, the fast path's head), each
+// parsed its own way: one struct would only be built to be taken apart here.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn start(
     st: &AppState,
     cache: &Cache,
     opts: WatchOptions,
     timeout: Option<std::time::Duration>,
     gzip: bool,
+    wire: Wire,
     convert: Option<WatchConverter>,
     user: Option<&User>,
 ) -> Result<WatchPump, ApiError> {
@@ -96,10 +101,10 @@ pub(crate) async fn start(
                 _slot: slot,
                 _user_slot: user_slot,
             };
-            Ok(WatchPump::events(w, shutdown, gzip, convert))
+            Ok(WatchPump::events(w, shutdown, gzip, wire, convert))
         }
         Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => Ok(WatchPump::single(
-            Frame::error(ApiError::from(e).status_json()),
+            wire.error_frame(&ApiError::from(e)),
             shutdown,
             gzip,
         )),

@@ -9,13 +9,15 @@ use tokio::sync::watch;
 use crate::cache::Frame;
 use crate::server::convert::WatchConverter;
 use crate::server::watch::StartedWatch;
-use crate::server::watch::frames::FrameEncoder;
+use crate::server::watch::frames::{FrameEncoder, Wire};
 
 /// A watch response in progress.
 pub(crate) struct WatchPump {
     phase: Phase,
     shutdown: watch::Receiver<bool>,
     encoder: FrameEncoder,
+    /// The frames' format.
+    wire: Wire,
     /// Set when the watch is answered as Table or PartialObjectMetadata (see `convert.rs`). Boxed:
     /// a plain JSON watch (nearly all) carries one pointer, not the state.
     convert: Option<Box<WatchConverter>>,
@@ -31,17 +33,20 @@ enum Phase {
 
 impl WatchPump {
     /// Streams a started watch until its deadline, server shutdown, an error, or its end.
-    /// `convert` answers the events as Table or PartialObjectMetadata.
+    /// `wire` is the frames' format; `convert` answers the events as Table or
+    /// PartialObjectMetadata.
     pub fn events(
         w: StartedWatch,
         shutdown: watch::Receiver<bool>,
         gzip: bool,
+        wire: Wire,
         convert: Option<WatchConverter>,
     ) -> WatchPump {
         WatchPump {
             phase: Phase::Streaming(w),
             shutdown,
             encoder: FrameEncoder::new(gzip),
+            wire,
             convert: convert.map(Box::new),
         }
     }
@@ -52,6 +57,7 @@ impl WatchPump {
             phase: Phase::Single(frame),
             shutdown,
             encoder: FrameEncoder::new(gzip),
+            wire: Wire::Json,
             convert: None,
         }
     }
@@ -78,7 +84,9 @@ impl WatchPump {
             _ = self.shutdown.wait_for(|stop| *stop).map(|_| ()) => None,
         };
         let (chunks, done) = match item {
-            Some(ev) => self.encoder.item(ev, self.convert.as_deref_mut()),
+            Some(ev) => self
+                .encoder
+                .item(ev, self.convert.as_deref_mut(), self.wire),
             None => (self.encoder.finish().into_iter().collect(), true),
         };
         if done {

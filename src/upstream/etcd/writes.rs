@@ -46,8 +46,19 @@ impl EtcdWrites {
             .map(|(_, t)| &**t)
     }
 
-    /// The value as etcd stores it.
+    /// The value as etcd stores it: a built-in kind in kube-apiserver's protobuf (`k8s\0` +
+    /// `runtime.Unknown`), as kube-apiserver writes it, so that both can share one etcd; custom
+    /// resources as the JSON given. Then encrypted with the resource's first provider.
     fn encrypt(&self, key: &str, value: Bytes) -> Result<Vec<u8>, WriteError> {
+        let value = match crate::model::protobuf::storage_form(&value) {
+            Ok(Some(pb)) => Bytes::from(pb),
+            Ok(None) => value,
+            Err(e) => {
+                return Err(WriteError::Upstream(format!(
+                    "encoding {key} as protobuf: {e}"
+                )));
+            }
+        };
         match self.transformer(key) {
             None => Ok(value.to_vec()),
             Some(t) => t

@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use tokio::sync::{Semaphore, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::http::Http;
 use super::pods;
 
 /// One received event: revision, pod id, receive time (µs since the epoch).
@@ -62,21 +63,20 @@ fn parse_line(line: &[u8]) -> Option<Result<(u64, u32), ()>> {
 
 /// A kubelet- or controller-style HTTP watch on the cache.
 pub async fn http_watcher(
-    client: reqwest::Client,
+    client: Http,
     url: String,
     rec: Arc<Recorder>,
     counters: Arc<Counters>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let resp = match client.get(&url).send().await {
-        Ok(r) if r.status().is_success() => r,
+    let mut body = match client.get(&url).await {
+        Ok((status, body)) if (200..300).contains(&status) => body,
         _ => {
             counters.failed.fetch_add(1, Ordering::Relaxed);
             return;
         }
     };
     counters.connected.fetch_add(1, Ordering::Relaxed);
-    let mut body = resp.bytes_stream();
     let mut buf: Vec<u8> = Vec::new();
     loop {
         let chunk = tokio::select! {

@@ -8,6 +8,7 @@
 //! exactly once, in revision order. The writer stops at D whatever rate it reached, delivery is
 //! awaited for at most 30 s more, and anything undelivered counts as lost.
 
+mod http;
 mod load;
 mod pods;
 mod procstat;
@@ -42,6 +43,19 @@ pub enum Mode {
     Both,
 }
 
+/// How the cache mode's clients reach the server over TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum TlsMode {
+    /// HTTP/2, [`WATCHERS_PER_H2_CONNECTION`] watchers per connection.
+    H2,
+    /// HTTP/1.1, one connection per watcher.
+    Http1,
+}
+
+/// Watch streams per HTTP/2 connection under `--tls h2`: a kubelet's watches on its one
+/// connection.
+pub const WATCHERS_PER_H2_CONNECTION: usize = 18;
+
 /// A bench run's parameters.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
@@ -72,6 +86,8 @@ pub struct BenchConfig {
     /// Where the local etcd keeps its data (a fresh directory under it per mode); default: the
     /// system temp dir.
     pub etcd_data_dir: Option<PathBuf>,
+    /// The cache mode over TLS (a server started by the bench only).
+    pub tls: Option<TlsMode>,
 }
 
 fn bar(cfg: &BenchConfig, len: u64, what: &str) -> ProgressBar {
@@ -166,7 +182,7 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
     info!(mode = name, nodes = cfg.nodes, pods = cfg.pods, watchers = cfg.watchers, unrouted = cfg.unrouted, rate = cfg.rate, duration = ?cfg.duration, "bench");
     let stack = Stack::start(cfg, mode).await?;
     let rss_per_watcher = match (&stack.server_url, stack.server_pid()) {
-        (Some(url), Some(pid)) => watchers::idle_watcher_rss(cfg, url, pid).await,
+        (Some(url), Some(pid)) => watchers::idle_watcher_rss(cfg, &stack, url, pid).await,
         _ => None,
     };
     let start_rev = seed(cfg, &stack).await?;
@@ -195,7 +211,7 @@ async fn seed(cfg: &BenchConfig, stack: &Stack) -> Result<u64, String> {
     let start_rev = seeded.max(stack::current_revision(&stack.client).await?);
     info!(pods = cfg.pods, revision = start_rev, "seeded");
     if let Some(url) = &stack.server_url {
-        stack::wait_for_revision(url, start_rev).await?;
+        stack::wait_for_revision(&stack.http_client(), url, start_rev).await?;
     }
     Ok(start_rev)
 }
@@ -214,10 +230,14 @@ async fn open(
     let nodes: Vec<Option<usize>> = (0..total)
         .map(|i| (i < cfg.watchers).then_some(i))
         .collect();
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .map_err(|e| e.to_string())?;
+    // One client per connection group: HTTP/2 multiplexes a client's watchers on one connection.
+    let per_client = match cfg.tls {
+        Some(TlsMode::H2) => WATCHERS_PER_H2_CONNECTION,
+        _ => total.max(1),
+    };
+    let http: Vec<http::Http> = (0..total.div_ceil(per_client).max(1))
+        .map(|_| stack.http_client())
+        .collect();
     let mut etcd_clients = Vec::new();
     if mode == Mode::DirectEtcd {
         for _ in 0..16.min(total.max(1)) {
@@ -239,7 +259,8 @@ async fn open(
                     .unwrap_or_default();
                 let url =
                     format!("{url}/api/v1/pods?watch=1&resourceVersion={start_rev}{selector}");
-                tokio::spawn(load::http_watcher(http.clone(), url, rec, counters, stop))
+                let client = http[i / per_client].clone();
+                tokio::spawn(load::http_watcher(client, url, rec, counters, stop))
             }
             None => {
                 let client = etcd_clients[i % etcd_clients.len()].clone();
@@ -317,6 +338,10 @@ async fn churn(cfg: &BenchConfig, stack: &Stack, w: &Watchers, start_rev: u64) -
             rss_bytes: server_pid.and_then(procstat::rss_bytes),
             cpu_s: spent(server0, server_pid),
             rss_per_watcher_bytes: None,
+            connections: match &stack.server_url {
+                Some(url) => stack::connections(stack, url).await,
+                None => None,
+            },
         },
         etcd: EtcdStats {
             rss_bytes: etcd_pid.and_then(procstat::rss_bytes),

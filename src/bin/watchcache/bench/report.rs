@@ -37,6 +37,9 @@ pub struct ServerStats {
     pub cpu_s: Option<f64>,
     /// Resident memory added per idle watcher (measured before the churn).
     pub rss_per_watcher_bytes: Option<f64>,
+    /// Connections the server accepted, by transport and protocol (its
+    /// `watchcache_connections_total`), e.g. `tls h2 4, tcp http/1.1 2`.
+    pub connections: Option<String>,
 }
 
 /// etcd process figures.
@@ -217,6 +220,13 @@ pub fn table(report: &Report) -> String {
             modes
                 .iter()
                 .map(|m| opt(m.server.rss_per_watcher_bytes, 1.0, 0))
+                .collect(),
+        ),
+        (
+            "server connections".into(),
+            modes
+                .iter()
+                .map(|m| m.server.connections.clone().unwrap_or_else(|| "-".into()))
                 .collect(),
         ),
         (

@@ -1,13 +1,15 @@
 //! What a mode runs against: etcd (a fresh local one, or the given one emptied) and, for the cache
 //! mode, a watchcache server process.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use watchcache::etcd::{LocalEtcd, free_port};
 
-use super::{BenchConfig, Mode};
+use super::http::Http;
+use super::{BenchConfig, Mode, TlsMode};
 
 /// etcd and the server for one mode, stopped on drop (the server first).
 pub struct Stack {
@@ -18,6 +20,16 @@ pub struct Stack {
     pub endpoints: Vec<String>,
     pub local: Option<LocalEtcd>,
     dir: PathBuf,
+    /// The server's TLS, when the bench started it with `--local-pki`.
+    tls: Option<ClientTls>,
+    /// The plain HTTP client (cloned: one pool).
+    plain: Http,
+}
+
+/// What a client needs to reach a `--local-pki` server: its CA, the admin identity, the ALPN.
+struct ClientTls {
+    config: Arc<rustls::ClientConfig>,
+    mode: TlsMode,
 }
 
 impl Stack {
@@ -48,13 +60,13 @@ impl Stack {
             .map_err(|e| format!("etcd: {e}"))?;
         }
         let base_rev = current_revision(&client).await?;
-        let (server_url, server) = match (mode, &cfg.server) {
-            (Mode::Cache, Some(url)) => (Some(url.clone()), None),
+        let (server_url, server, tls) = match (mode, &cfg.server) {
+            (Mode::Cache, Some(url)) => (Some(url.clone()), None, None),
             (Mode::Cache, None) => {
-                let (url, p) = start_server(cfg, &endpoints[0], base_rev).await?;
-                (Some(url), Some(p))
+                let (url, p, tls) = start_server(cfg, &endpoints[0], base_rev, &dir).await?;
+                (Some(url), Some(p), tls)
             }
-            _ => (None, None),
+            _ => (None, None, None),
         };
         Ok(Stack {
             server,
@@ -63,7 +75,19 @@ impl Stack {
             endpoints,
             local,
             dir,
+            tls,
+            plain: Http::plain()?,
         })
+    }
+
+    /// An HTTP client for the server: plain, or TLS with the local PKI's CA and admin certificate
+    /// (offering `h2` and `http/1.1`, or `http/1.1` only, as the run asks). Each client has its own
+    /// connections.
+    pub fn http_client(&self) -> Http {
+        match &self.tls {
+            Some(t) => Http::tls(Arc::clone(&t.config), t.mode),
+            None => self.plain.clone(),
+        }
     }
 
     pub fn server_pid(&self) -> Option<u32> {
@@ -103,9 +127,20 @@ async fn start_server(
     cfg: &BenchConfig,
     etcd_url: &str,
     from_rev: u64,
-) -> Result<(String, ServerProcess), String> {
+    dir: &Path,
+) -> Result<(String, ServerProcess, Option<ClientTls>), String> {
     let port = free_port().map_err(|e| e.to_string())?;
-    let url = format!("http://127.0.0.1:{port}");
+    let scheme = if cfg.tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://127.0.0.1:{port}");
+    let server_dir = dir.join("server");
+    let mut tls_args: Vec<std::ffi::OsString> = Vec::new();
+    if cfg.tls.is_some() {
+        tls_args.extend([
+            "--local-pki".into(),
+            "--data-dir".into(),
+            server_dir.clone().into(),
+        ]);
+    }
     let child = Command::new(&cfg.server_binary)
         .args([
             "serve",
@@ -120,6 +155,7 @@ async fn start_server(
             "--max-watchers",
             &(2 * (cfg.watchers + cfg.unrouted) + 100).to_string(),
         ])
+        .args(tls_args)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -127,23 +163,64 @@ async fn start_server(
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", cfg.server_binary.display()))?;
     let server = ServerProcess(child);
-    wait_for_revision(&url, from_rev).await?;
-    Ok((url, server))
+    let tls = match cfg.tls {
+        Some(mode) => Some(client_tls(&server_dir.join("pki"), mode).await?),
+        None => None,
+    };
+    let client = match &tls {
+        Some(t) => Http::tls(Arc::clone(&t.config), t.mode),
+        None => Http::plain()?,
+    };
+    wait_for_revision(&client, &url, from_rev).await?;
+    Ok((url, server, tls))
+}
+
+/// The client side of the local PKI the server makes at start (waited for).
+async fn client_tls(pki: &Path, mode: TlsMode) -> Result<ClientTls, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let ca = pki.join("ca.crt");
+    for _ in 0..600 {
+        if ca.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let err = |e: &dyn std::fmt::Display| format!("local PKI in {}: {e}", pki.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&ca).map_err(|e| err(&e))? {
+        roots.add(c.map_err(|e| err(&e))?).map_err(|e| err(&e))?;
+    }
+    let certs = CertificateDer::pem_file_iter(pki.join("admin.crt"))
+        .map_err(|e| err(&e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(&e))?;
+    let key = PrivateKeyDer::from_pem_file(pki.join("admin.key")).map_err(|e| err(&e))?;
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| err(&e))?
+    .with_root_certificates(roots)
+    .with_client_auth_cert(certs, key)
+    .map_err(|e| err(&e))?;
+    config.alpn_protocols = match mode {
+        TlsMode::H2 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        TlsMode::Http1 => vec![b"http/1.1".to_vec()],
+    };
+    Ok(ClientTls {
+        config: Arc::new(config),
+        mode,
+    })
 }
 
 /// Waits until the server's pods cache has reached `rev`.
-pub async fn wait_for_revision(url: &str, rev: u64) -> Result<(), String> {
-    let client = reqwest::Client::new();
+pub async fn wait_for_revision(client: &Http, url: &str, rev: u64) -> Result<(), String> {
     let probe = format!(
         "{url}/api/v1/pods?resourceVersion={rev}&resourceVersionMatch=NotOlderThan&limit=1"
     );
     for _ in 0..600 {
-        if client
-            .get(&probe)
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
+        if client.text(&probe).await.is_ok() {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -151,6 +228,35 @@ pub async fn wait_for_revision(url: &str, rev: u64) -> Result<(), String> {
     Err(format!(
         "the watchcache server did not reach revision {rev} within 60 s"
     ))
+}
+
+/// The server's `watchcache_connections_total`, as `transport protocol count` items.
+pub async fn connections(stack: &Stack, url: &str) -> Option<String> {
+    let text = stack
+        .http_client()
+        .text(&format!("{url}/metrics"))
+        .await
+        .ok()?;
+    let items: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            let labels = l.strip_prefix("watchcache_connections_total{")?;
+            let (labels, count) = labels.split_once("} ")?;
+            let value = |k: &str| {
+                labels
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(k)?.strip_prefix("=\""))
+                    .map(|v| v.trim_end_matches('"').to_owned())
+            };
+            Some(format!(
+                "{} {} {}",
+                value("transport")?,
+                value("protocol")?,
+                count.trim()
+            ))
+        })
+        .collect();
+    Some(items.join(", "))
 }
 
 /// Watches open on etcd (`etcd_debugging_mvcc_watcher_total`).

@@ -9,9 +9,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::BenchConfig;
 use super::load::{self, Counters, Recorder};
 use super::procstat;
+use super::stack::Stack;
+use super::{BenchConfig, TlsMode, WATCHERS_PER_H2_CONNECTION};
 
 /// Opens `total` watchers with `spawn(i)`, paced so the server's accept queue keeps up, and waits
 /// (at most 120 s) until each has connected or failed.
@@ -43,15 +44,23 @@ pub async fn open_watchers(
 
 /// Resident memory per idle watcher: the server's RSS before and after opening as many idle
 /// watches as the run will (selecting nodes and labels no pod has), closed again afterwards.
-pub async fn idle_watcher_rss(cfg: &BenchConfig, url: &str, pid: u32) -> Option<f64> {
+pub async fn idle_watcher_rss(
+    cfg: &BenchConfig,
+    stack: &Stack,
+    url: &str,
+    pid: u32,
+) -> Option<f64> {
     let total = cfg.watchers + cfg.unrouted;
     let before = procstat::rss_bytes(pid)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let counters = Arc::new(Counters::default());
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .ok()?;
+    let per_client = match cfg.tls {
+        Some(TlsMode::H2) => WATCHERS_PER_H2_CONNECTION,
+        _ => total.max(1),
+    };
+    let http: Vec<_> = (0..total.div_ceil(per_client).max(1))
+        .map(|_| stack.http_client())
+        .collect();
     let tasks = open_watchers(total, &counters, &ProgressBar::hidden(), |i| {
         let selector = if i < cfg.watchers {
             format!("&fieldSelector=spec.nodeName%3Didle-{i}")
@@ -61,7 +70,7 @@ pub async fn idle_watcher_rss(cfg: &BenchConfig, url: &str, pid: u32) -> Option<
         let u = format!("{url}/api/v1/pods?watch=1&resourceVersion=0{selector}");
         let rec = Arc::new(Recorder::default());
         tokio::spawn(load::http_watcher(
-            http.clone(),
+            http[i / per_client].clone(),
             u,
             rec,
             Arc::clone(&counters),

@@ -1,0 +1,163 @@
+//! The load tool's HTTP client for the server: reqwest on plain HTTP, and on TLS (`--tls`) hyper's
+//! client connections over tokio-rustls, so that HTTP/2 streams share one connection the way a
+//! kubelet's watches do. (reqwest's own TLS would make every reqwest client in the crate's tests
+//! need a process-wide crypto provider.)
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use http_body_util::{BodyStream, Empty};
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls_pki_types::ServerName;
+
+use super::TlsMode;
+
+/// A response body as a stream of chunks.
+pub type BodyChunks = Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>>;
+
+/// A client of the server. Clones share connections (an HTTP/2 client's one connection).
+#[derive(Clone)]
+pub enum Http {
+    /// Plain HTTP: reqwest, no pooled idle connections (one connection per open watch).
+    Plain(reqwest::Client),
+    /// TLS: a new connection per request (HTTP/1.1), or one shared connection (HTTP/2).
+    Tls(Arc<TlsClient>),
+}
+
+/// A TLS client of the server.
+pub struct TlsClient {
+    connector: tokio_rustls::TlsConnector,
+    mode: TlsMode,
+    /// The shared HTTP/2 connection, made by the first request.
+    h2: tokio::sync::Mutex<Option<SendRequest<Empty<Bytes>>>>,
+}
+
+impl Http {
+    /// A plain HTTP client.
+    pub fn plain() -> Result<Http, String> {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .map(Http::Plain)
+            .map_err(|e| e.to_string())
+    }
+
+    /// A TLS client with this configuration (its ALPN decides the protocol).
+    pub fn tls(config: Arc<rustls::ClientConfig>, mode: TlsMode) -> Http {
+        Http::Tls(Arc::new(TlsClient {
+            connector: tokio_rustls::TlsConnector::from(config),
+            mode,
+            h2: tokio::sync::Mutex::new(None),
+        }))
+    }
+
+    /// GET `url`: its status, and its body as it comes.
+    pub async fn get(&self, url: &str) -> Result<(u16, BodyChunks), String> {
+        match self {
+            Http::Plain(c) => {
+                let resp = c.get(url).send().await.map_err(|e| e.to_string())?;
+                let status = resp.status().as_u16();
+                let body = resp.bytes_stream().map(|c| c.map_err(|e| e.to_string()));
+                Ok((status, Box::pin(body)))
+            }
+            Http::Tls(t) => t.get(url).await,
+        }
+    }
+
+    /// GET `url` and read the whole body as text, when the status is a success.
+    pub async fn text(&self, url: &str) -> Result<String, String> {
+        let (status, mut body) = self.get(url).await?;
+        if !(200..300).contains(&status) {
+            return Err(format!("{url}: {status}"));
+        }
+        let mut out = Vec::new();
+        while let Some(chunk) = body.next().await {
+            out.extend_from_slice(&chunk?);
+        }
+        String::from_utf8(out).map_err(|e| e.to_string())
+    }
+}
+
+impl TlsClient {
+    async fn connect(
+        &self,
+        uri: &hyper::Uri,
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+        let host = uri.host().ok_or("no host")?.to_owned();
+        let port = uri.port_u16().unwrap_or(443);
+        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .map_err(|e| format!("{host}:{port}: {e}"))?;
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        let name = ServerName::try_from(host).map_err(|e| e.to_string())?;
+        self.connector
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS: {e}"))
+    }
+
+    async fn get(&self, url: &str) -> Result<(u16, BodyChunks), String> {
+        let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+        let req = |uri: hyper::Uri| {
+            hyper::Request::get(uri)
+                .body(Empty::<Bytes>::new())
+                .map_err(|e| e.to_string())
+        };
+        let resp = match self.mode {
+            TlsMode::H2 => {
+                // Under the lock, so requests made together wait for one connection.
+                let mut send = {
+                    let mut shared = self.h2.lock().await;
+                    match &*shared {
+                        Some(s) if !s.is_closed() => s.clone(),
+                        _ => {
+                            let tls = self.connect(&uri).await?;
+                            let (send, conn) =
+                                hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+                                    .handshake(TokioIo::new(tls))
+                                    .await
+                                    .map_err(|e| format!("HTTP/2: {e}"))?;
+                            tokio::spawn(conn);
+                            *shared = Some(send.clone());
+                            send
+                        }
+                    }
+                };
+                send.ready().await.map_err(|e| e.to_string())?;
+                send.send_request(req(uri)?)
+                    .await
+                    .map_err(|e| e.to_string())?
+            }
+            TlsMode::Http1 => {
+                let path = uri
+                    .path_and_query()
+                    .map_or("/".to_owned(), ToString::to_string);
+                let host = uri.authority().map(ToString::to_string).unwrap_or_default();
+                let tls = self.connect(&uri).await?;
+                let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+                    .await
+                    .map_err(|e| format!("HTTP/1.1: {e}"))?;
+                tokio::spawn(conn);
+                let mut r = req(path.parse().map_err(|e| format!("{path}: {e}"))?)?;
+                r.headers_mut().insert(
+                    hyper::header::HOST,
+                    host.parse().map_err(|e| format!("{host}: {e}"))?,
+                );
+                send.send_request(r).await.map_err(|e| e.to_string())?
+            }
+        };
+        let status = resp.status().as_u16();
+        let body = BodyStream::new(resp.into_body()).filter_map(|frame| async move {
+            match frame {
+                Ok(f) => f.into_data().ok().map(Ok),
+                Err(e) => Some(Err(e.to_string())),
+            }
+        });
+        Ok((status, Box::pin(body)))
+    }
+}
