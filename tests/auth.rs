@@ -13,7 +13,37 @@ use support::server::TestServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use watchcache::ResourceDef;
 use watchcache::server::ServerConfig;
-use watchcache::server::auth::{AuthConfig, Authenticator, Mode, RbacObjects, TokenFile};
+use watchcache::server::auth::{
+    AuthConfig, Authenticator, Mode, RbacObjects, ServiceAccounts, TokenFile,
+};
+
+/// Keys made for the unit tests of service-account tokens.
+const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/server/auth/testdata");
+
+/// A projected service-account token for `ns`/`name`, signed with the test RSA or EC key.
+fn sa_token(ns: &str, name: &str, iss: &str, exp_in: i64, ec: bool) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let claims = json!({"iss": iss, "aud": [iss], "exp": now + exp_in, "iat": now, "nbf": now,
+        "sub": format!("system:serviceaccount:{ns}:{name}"),
+        "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": "uid-1"}}});
+    let (alg, key) = if ec {
+        let pem = std::fs::read(Path::new(TESTDATA).join("sa-ec.key")).unwrap();
+        (
+            jsonwebtoken::Algorithm::ES256,
+            jsonwebtoken::EncodingKey::from_ec_pem(&pem).unwrap(),
+        )
+    } else {
+        let pem = std::fs::read(Path::new(TESTDATA).join("sa-rsa.key")).unwrap();
+        (
+            jsonwebtoken::Algorithm::RS256,
+            jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap(),
+        )
+    };
+    jsonwebtoken::encode(&jsonwebtoken::Header::new(alg), &claims, &key).unwrap()
+}
 
 const TOKENS: &str = "\
 admin-token,admin,0,system:masters
@@ -43,7 +73,17 @@ fn auth_config(anonymous: bool) -> AuthConfig {
         authenticator: Authenticator {
             client_certs: true,
             tokens: Some(TokenFile::parse("tokens.csv", TOKENS).unwrap()),
-            service_accounts: None,
+            service_accounts: Some(
+                ServiceAccounts::load(
+                    &[
+                        Path::new(TESTDATA).join("sa-rsa.pub"),
+                        Path::new(TESTDATA).join("sa-ec.pub"),
+                    ],
+                    vec!["https://issuer.test".into()],
+                    vec![],
+                )
+                .unwrap(),
+            ),
             anonymous,
         },
         modes: vec![Mode::Node, Mode::Rbac],
@@ -79,7 +119,11 @@ async fn call(
     }
     let resp = r.send().await.unwrap();
     let status = resp.status();
-    let text = resp.text().await.unwrap();
+    // A whole answer: a watch that should have been refused streams instead, and fails here.
+    let text = tokio::time::timeout(Duration::from_secs(10), resp.text())
+        .await
+        .expect("a whole answer within 10 s")
+        .unwrap();
     (
         status,
         serde_json::from_str(&text).unwrap_or(Value::String(text)),
@@ -193,6 +237,16 @@ async fn no_credentials_and_bad_tokens_are_401_and_unbound_users_403() {
         v["message"],
         "pods is forbidden: User \"alice\" cannot watch resource \"pods\" in API group \"\" in the namespace \"ns\""
     );
+    // /readyz once RBAC has read its caches (the test server waits for the caches only).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get(&format!("{}/readyz", s.url), Some("admin-token"))
+        .await
+        .0
+        != StatusCode::OK
+    {
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // system:masters may do anything.
     assert_eq!(
         get(
@@ -360,12 +414,11 @@ async fn nodes_read_their_own_pods_and_referenced_secrets_only() {
         .collect();
     assert_eq!(names, ["p1"]);
     // Watches through the fast path: its own pods stream, another node's are 403.
-    let (code, v) = get(
-        &format!("{base}/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dn2"),
-        Some("n1-token"),
-    )
-    .await;
-    assert_eq!(code, StatusCode::FORBIDDEN, "{v}");
+    assert_eq!(
+        watch_status(base, "n1-token", "n2").await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(watch_status(base, "n2-token", "n2").await, StatusCode::OK);
     let resp = Client::new()
         .get(format!(
             "{base}/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dn1&resourceVersion=0"
@@ -454,7 +507,7 @@ async fn watch_caps_inflight_limits_metrics_rules_and_the_audit_file() {
     })
     .await;
     let base = &s.url;
-    // Two watches of n1 are open (fast path, then hyper's path with a Table-less Accept)...
+    // Two watches of n1 are open...
     let watch = |accept: &'static str| {
         let url = format!("{base}/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dn1");
         async move {
@@ -584,12 +637,20 @@ async fn watch_caps_inflight_limits_metrics_rules_and_the_audit_file() {
 }
 
 async fn watch_status(base: &str, token: &str, node: &str) -> StatusCode {
+    watch_at(
+        base,
+        token,
+        &format!("/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3D{node}"),
+    )
+    .await
+}
+
+/// The status of a watch sent as the first request of a new connection (the fast path's).
+async fn watch_at(base: &str, token: &str, target: &str) -> StatusCode {
     let mut tcp = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
         .await
         .unwrap();
-    let head = format!(
-        "GET /api/v1/pods?watch=1&fieldSelector=spec.nodeName%3D{node} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
-    );
+    let head = format!("GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n");
     tcp.write_all(head.as_bytes()).await.unwrap();
     let mut buf = [0u8; 64];
     let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
@@ -599,6 +660,61 @@ async fn watch_status(base: &str, token: &str, node: &str) -> StatusCode {
     let line = String::from_utf8_lossy(&buf[..n]);
     let code: u16 = line.split(' ').nth(1).unwrap().parse().unwrap();
     StatusCode::from_u16(code).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_account_tokens_are_verified_and_bound_by_rbac() {
+    let s = server(ServerConfig::default()).await;
+    let mut etcd = support::etcd::client(&[s.etcd.server.url()]).await;
+    let url = format!("{}/api/v1/namespaces/team/configmaps", s.url);
+    let rs = sa_token("team", "builder", "https://issuer.test", 600, false);
+    let es = sa_token("team", "builder", "https://issuer.test", 600, true);
+    let (code, v) = get(&url, Some(&rs)).await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    assert_eq!(
+        v["message"],
+        "configmaps is forbidden: User \"system:serviceaccount:team:builder\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"team\""
+    );
+    // A binding to the service account's group (every service account of the namespace).
+    etcd.put(
+        "/registry/rolebindings/team/sa-view",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "sa-view", "namespace": "team"},
+               "subjects": [{"kind": "Group", "name": "system:serviceaccounts:team"}],
+               "roleRef": {"kind": "ClusterRole", "name": "cm-view"}})
+        .to_string(),
+        None,
+    )
+    .await
+    .unwrap();
+    etcd.put(
+        "/registry/clusterroles/cm-view",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "cm-view"},
+               "rules": [{"verbs": ["list", "watch"], "apiGroups": [""], "resources": ["configmaps"]}]})
+        .to_string(),
+        None,
+    )
+    .await
+    .unwrap();
+    until_status(&url, &rs, StatusCode::OK).await;
+    assert_eq!(get(&url, Some(&es)).await.0, StatusCode::OK, "ES256");
+    // The fast path authenticates the same token.
+    assert_eq!(
+        watch_at(&s.url, &rs, "/api/v1/namespaces/team/configmaps?watch=1").await,
+        StatusCode::OK
+    );
+    for bad in [
+        sa_token("team", "builder", "https://issuer.test", -3600, false),
+        sa_token("team", "builder", "https://other.test", 600, false),
+        format!("{rs}x"),
+    ] {
+        assert_eq!(get(&url, Some(&bad)).await.0, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            watch_at(&s.url, &bad, "/api/v1/namespaces/team/configmaps?watch=1").await,
+            StatusCode::UNAUTHORIZED
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -649,4 +765,86 @@ async fn the_official_python_client_uses_a_token_kubeconfig() {
         "python auth test failed:\n{stdout}\n{stderr}"
     );
     assert_eq!(stdout.trim(), "OK");
+}
+
+/// Proxy mode's upstream for the test: another watchcache server, reached with reqwest.
+struct ToServer {
+    base: String,
+}
+
+impl watchcache::server::Proxy for ToServer {
+    fn forward(
+        &self,
+        req: axum::http::Request<bytes::Bytes>,
+    ) -> watchcache::BoxFuture<
+        'static,
+        Result<axum::http::Response<watchcache::server::ProxyBody>, String>,
+    > {
+        use http_body_util::BodyExt;
+        let url = format!("{}{}", self.base, req.uri());
+        Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            let mut out = Client::new().request(parts.method, url).body(body);
+            for (k, v) in &parts.headers {
+                out = out.header(k, v);
+            }
+            let resp = out.send().await.map_err(|e| e.to_string())?;
+            let status = resp.status();
+            let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
+            let body = http_body_util::Full::new(bytes)
+                .map_err(|e| -> Box<dyn std::error::Error + Send + Sync> { match e {} })
+                .boxed_unsync();
+            let mut r = axum::http::Response::new(body);
+            *r.status_mut() = status;
+            Ok(r)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_mode_authorizes_before_forwarding() {
+    // The upstream: an open server holding a configmap.
+    let root = TestServer::start(ServerConfig::default()).await;
+    let (code, _) = call(
+        reqwest::Method::POST,
+        &format!("{}/api/v1/namespaces/a/configmaps", root.url),
+        None,
+        Some(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "up"}})),
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED);
+    // The leaf caches pods only and forwards the rest, with authentication and Node,RBAC.
+    let root_url = root.url.clone();
+    let leaf = TestServer::start_with_server(
+        ServerConfig::default(),
+        |_| {},
+        vec![ResourceDef::builtin("pods").unwrap()],
+        move |s| {
+            s.with_proxy(std::sync::Arc::new(ToServer { base: root_url }))
+                .with_auth(auth_config(false))
+        },
+    )
+    .await;
+    let url = format!("{}/api/v1/namespaces/a/configmaps", leaf.url);
+    let (code, v) = get(&url, Some("admin-token")).await;
+    assert_eq!(code, StatusCode::OK, "forwarded: {v}");
+    assert_eq!(v["items"][0]["metadata"]["name"], "up");
+    // The upstream would answer anyone: the leaf refuses first.
+    let (code, v) = get(&url, Some("alice-token")).await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{v}");
+    assert_eq!(
+        v["message"],
+        "configmaps is forbidden: User \"alice\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"a\""
+    );
+    assert_eq!(get(&url, None).await.0, StatusCode::UNAUTHORIZED);
+    // A watch of a forwarded resource leaves the fast path and is authorized too.
+    assert_eq!(
+        watch_at(
+            &leaf.url,
+            "alice-token",
+            "/api/v1/namespaces/a/configmaps?watch=1"
+        )
+        .await,
+        StatusCode::FORBIDDEN
+    );
 }

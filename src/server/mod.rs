@@ -26,6 +26,7 @@
 //! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
 //! | `proxy.rs`, `forward.rs` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
 //! | `auth/` | authentication, authorization (RBAC, Node), per-client limits, the audit log |
+//! | `gate.rs` | every hyper request through authentication, authorization, the in-flight limit, audit |
 //!
 //! # Examples
 //! A cache fed in process, served over HTTP with writes:
@@ -49,6 +50,7 @@ pub(crate) mod conn;
 mod convert;
 mod discovery;
 mod forward;
+mod gate;
 mod metrics;
 mod negotiate;
 mod openapi;
@@ -166,7 +168,8 @@ impl Server {
     /// authorized by `config`'s methods and modes; without it, nothing is.
     #[must_use]
     pub fn with_auth(self, config: auth::AuthConfig) -> Server {
-        let a = auth::Auth::new(config, &self.state.served);
+        let caches: Vec<crate::cache::Cache> = self.state.caches().cloned().collect();
+        let a = auth::Auth::new(config, &caches);
         if self.state.auth.set(Arc::new(a)).is_err() {
             warn!("authentication was already set; keeping the first");
         }
@@ -182,7 +185,7 @@ impl Server {
             .fallback(routes::api)
             .layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&self.state),
-                auth::gate::gate,
+                gate::gate,
             ))
             .with_state(Arc::clone(&self.state))
     }

@@ -28,11 +28,14 @@ use crate::server::watch::{self, Wire};
 use crate::server::writes;
 
 pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
-    let not_ready: Vec<&str> = st
+    let mut not_ready: Vec<&str> = st
         .caches()
         .filter(|c| !c.is_ready())
         .map(|c| c.definition().plural.as_str())
         .collect();
+    if st.auth.get().is_some_and(|a| !a.ready()) {
+        not_ready.push("rbac (the authorizer has not read the RBAC caches yet)");
+    }
     if not_ready.is_empty() {
         (StatusCode::OK, "ok").into_response()
     } else {

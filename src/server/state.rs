@@ -89,6 +89,11 @@ pub(crate) struct Target<'a> {
 }
 
 impl AppState {
+    /// Whether requests are audited: with authentication, or with an audit file.
+    pub fn auditing(&self) -> bool {
+        self.auth.get().is_some() || self.audit.has_file()
+    }
+
     pub fn caches(&self) -> impl Iterator<Item = &Cache> {
         self.served.iter().map(|s| &s.cache)
     }

@@ -186,7 +186,9 @@ impl ApiError {
         let this = &self.0;
         let mut details = serde_json::Map::new();
         if let Some((kind, name)) = &this.details {
-            if !name.is_empty() {
+            // Forbidden (the only error with a group) leaves an empty name out, as Go's
+            // omitempty does; the others keep the shape they always had.
+            if !name.is_empty() || this.group.is_empty() && this.code != 403 {
                 details.insert("name".into(), json!(name));
             }
             if !this.group.is_empty() {

@@ -527,3 +527,72 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve_args(args: &[&str]) -> ServeArgs {
+        let mut argv = vec!["watchcache", "serve"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Serve(a) => *a,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn auth_flags_parse_as_kube_apiservers() {
+        // None of them: the open server of before.
+        let a = serve_args(&[]);
+        assert!(a.auth(false, false).unwrap().is_none());
+        assert_eq!(
+            (a.max_requests_inflight, a.max_watches_per_user),
+            (400, 50_000)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens.csv");
+        std::fs::write(&tokens, "t,alice,1,\"a,b\"\n").unwrap();
+        let a = serve_args(&[
+            "--token-auth-file",
+            tokens.to_str().unwrap(),
+            "--authorization-mode",
+            "Node,RBAC",
+            "--max-watches-per-user",
+            "7",
+        ]);
+        let c = a.auth(false, false).unwrap().unwrap();
+        assert_eq!(c.modes, [auth::Mode::Node, auth::Mode::Rbac]);
+        assert!(
+            c.authenticator.anonymous,
+            "plain HTTP: anonymous by default"
+        );
+        assert!(
+            !a.auth(true, true).unwrap().unwrap().authenticator.anonymous,
+            "TLS: not"
+        );
+        assert_eq!(c.authenticator.tokens.unwrap().len(), 1);
+        let a = serve_args(&[
+            "--anonymous-auth=false",
+            "--authorization-mode",
+            "AlwaysAllow",
+        ]);
+        assert!(
+            !a.auth(false, false)
+                .unwrap()
+                .unwrap()
+                .authenticator
+                .anonymous
+        );
+        assert!(serve_args(&["--anonymous-auth"]).anonymous_auth.unwrap());
+        assert!(
+            Cli::try_parse_from(["watchcache", "serve", "--authorization-mode", "Webhook"])
+                .is_err()
+        );
+        std::fs::write(&tokens, "t,alice\n").unwrap();
+        let e = serve_args(&["--token-auth-file", tokens.to_str().unwrap()])
+            .auth(false, false)
+            .unwrap_err();
+        assert!(e.to_string().contains("tokens.csv:1:"), "{e}");
+    }
+}

@@ -1,6 +1,7 @@
 //! The audit log: one structured line per write and per denied (401, 403, 429) request, through
 //! `tracing` (target `watchcache::audit`) and, with `--audit-log-path`, appended to a file as JSON
-//! lines.
+//! lines. It is on when authentication is configured or the file is given (an open development
+//! server logs no line per write, as before).
 //!
 //! The file never stalls a request: lines go through a bounded channel to one writer task; when
 //! the channel is full (the disk is slower than the requests), the line is dropped and counted
@@ -75,6 +76,11 @@ impl Audit {
             }
         });
         Ok(())
+    }
+
+    /// Whether the file is open.
+    pub fn has_file(&self) -> bool {
+        self.file.get().is_some()
     }
 
     /// Lines dropped because the file's writer fell behind.

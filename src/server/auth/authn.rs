@@ -51,7 +51,8 @@ impl Authenticator {
                 Err(e) => tracing::debug!(error = %e, "client certificate names no user"),
             }
         }
-        // Basic auth and other schemes are not supported (upstream removed basic auth).
+        // Basic auth and other schemes are not supported (upstream removed basic auth): such a
+        // request goes on as if it had no Authorization header.
         if let Some(token) = authorization.and_then(bearer) {
             if let Some(u) = self.tokens.as_ref().and_then(|t| t.user(token)) {
                 return Ok(Arc::clone(u));

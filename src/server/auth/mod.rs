@@ -14,7 +14,9 @@
 //! | `node.rs` | the Node authorizer, from the pods cache's `spec.nodeName` index |
 //! | `limits.rs` | `--max-requests-inflight`, `--max-watches-per-user` |
 //! | `audit.rs` | the audit log (tracing, and a JSON-lines file) |
-//! | `gate.rs` | hyper's requests through all of the above |
+//!
+//! `src/server/gate.rs` puts hyper's requests through all of the above; the watch fast path
+//! does the same itself.
 //!
 //! With no [`AuthConfig`] given to the server, nothing is authenticated or authorized (the
 //! library's and the development listener's behaviour); limits and audit still apply.
@@ -23,7 +25,6 @@ mod attributes;
 mod audit;
 mod authn;
 mod authz;
-pub(crate) mod gate;
 pub mod impersonate;
 mod limits;
 mod node;
@@ -49,7 +50,6 @@ pub use x509::user_of as user_of_certificate;
 
 use crate::cache::Cache;
 use crate::model::Selection;
-use crate::server::state::Served;
 use crate::server::status::ApiError;
 
 /// What a server authenticates and authorizes with.
@@ -75,11 +75,10 @@ pub struct Auth {
 impl Auth {
     /// Builds the authorizers over the served resources: the Node authorizer reads the pods
     /// cache, RBAC follows the four RBAC caches (those that are served).
-    pub(crate) fn new(config: AuthConfig, served: &[Served]) -> Auth {
+    pub(crate) fn new(config: AuthConfig, served: &[Cache]) -> Auth {
         let find = |group: &str, plural: &str| {
             served
                 .iter()
-                .map(|s| &s.cache)
                 .find(|c| c.definition().group == group && c.definition().plural == plural)
                 .cloned()
         };
@@ -121,6 +120,11 @@ impl Auth {
         {
             tokio::spawn(Arc::clone(rbac).follow(self.rbac_caches.clone()));
         }
+    }
+
+    /// Whether authorization is ready: RBAC, when it follows caches, has read them once.
+    pub(crate) fn ready(&self) -> bool {
+        self.rbac_caches.is_empty() || self.authz.rbac.as_ref().is_none_or(|r| r.synced())
     }
 
     /// Authorizes one request.

@@ -2,7 +2,9 @@
 //! from the cache's own indexes instead of upstream's graph.
 //!
 //! - pods: list and watch only with a field selector pinning `spec.nodeName` to its own name
-//!   (read from the request's already-parsed selection); get of a pod bound to it;
+//!   (read from the request's already-parsed selection); get, watch by name, delete and status
+//!   updates of a pod bound to it;
+//! - its Lease in `kube-node-lease` (heartbeats);
 //! - its own Node: get, list and watch (by name or with `metadata.name` pinned), and updates of
 //!   its status;
 //! - get of the secrets, configmaps and persistentvolumeclaims the pods bound to it reference.
@@ -158,10 +160,21 @@ impl NodeAuthorizer {
         let Some(r) = &a.info.resource else {
             return Decision::NoOpinion(String::new());
         };
+        let verb = a.info.verb.as_str();
+        // Its heartbeat: the Lease named after it in kube-node-lease (upstream's node lease rule).
+        if r.group == "coordination.k8s.io" && r.resource == "leases" && r.subresource.is_empty() {
+            return if r.namespace == "kube-node-lease"
+                && r.name == node
+                && matches!(verb, "get" | "create" | "update" | "patch" | "delete")
+            {
+                Decision::Allow
+            } else {
+                Decision::NoOpinion(String::new())
+            };
+        }
         if !r.group.is_empty() {
             return Decision::NoOpinion(String::new());
         }
-        let verb = a.info.verb.as_str();
         let read = matches!(verb, "get" | "list" | "watch");
         let pinned = |field: &str| {
             a.selection
@@ -174,7 +187,7 @@ impl NodeAuthorizer {
             ))
         };
         match (r.resource.as_str(), r.subresource.as_str()) {
-            ("pods", "") if verb == "list" || verb == "watch" => {
+            ("pods", "") if (verb == "list" || verb == "watch") && r.name.is_empty() => {
                 if pinned("spec.nodeName") {
                     Decision::Allow
                 } else {
@@ -183,7 +196,16 @@ impl NodeAuthorizer {
                     )
                 }
             }
-            ("pods", "") if verb == "get" => {
+            // One pod by name (a get, a watch on its path, a delete; its status written): one
+            // bound to the node. (Creating mirror pods needs upstream's NodeRestriction
+            // admission, which is not here: no opinion.)
+            ("pods", "") | ("pods", "status")
+                if matches!(
+                    (r.subresource.as_str(), verb),
+                    ("", "get" | "list" | "watch" | "delete")
+                        | ("status", "get" | "update" | "patch")
+                ) =>
+            {
                 if self
                     .refs(node)
                     .pods
@@ -197,8 +219,15 @@ impl NodeAuthorizer {
             ("nodes", "") if read => {
                 if r.name == node || (r.name.is_empty() && pinned("metadata.name")) {
                     Decision::Allow
+                } else if r.name.is_empty() {
+                    Decision::NoOpinion(format!(
+                        "node '{node}' cannot read all nodes, only its own Node object"
+                    ))
                 } else {
-                    Decision::NoOpinion(String::new())
+                    Decision::NoOpinion(format!(
+                        "node '{node}' cannot read '{}', only its own Node object",
+                        r.name
+                    ))
                 }
             }
             ("nodes", "status") if matches!(verb, "get" | "update" | "patch") && r.name == node => {
@@ -343,11 +372,48 @@ mod tests {
         ));
         assert_eq!(ask("GET", "/api/v1/nodes/n1", false, None), Decision::Allow);
         assert_eq!(
-            ask("PATCH", "/api/v1/nodes/n1/status", false, None),
+            ask("PATCH", "/api/v1/namespaces/a/pods/p1/status", false, None),
             Decision::Allow
         );
         assert!(matches!(
+            ask("PATCH", "/api/v1/namespaces/a/pods/p2/status", false, None),
+            Decision::NoOpinion(_)
+        ));
+        assert!(matches!(
+            ask("POST", "/api/v1/namespaces/a/pods", false, None),
+            Decision::NoOpinion(_)
+        ));
+        let lease = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+        assert_eq!(
+            ask("PUT", &format!("{lease}/n1"), false, None),
+            Decision::Allow
+        );
+        assert!(matches!(
+            ask("PUT", &format!("{lease}/n2"), false, None),
+            Decision::NoOpinion(_)
+        ));
+        assert!(matches!(
+            ask("GET", lease, false, None),
+            Decision::NoOpinion(_)
+        ));
+        assert_eq!(
+            ask("PATCH", "/api/v1/nodes/n1/status", false, None),
+            Decision::Allow
+        );
+        assert_eq!(
             ask("GET", "/api/v1/nodes/n2", false, None),
+            Decision::NoOpinion("node 'n1' cannot read 'n2', only its own Node object".into())
+        );
+        assert_eq!(
+            ask("GET", "/api/v1/nodes", false, Some(&all)),
+            Decision::NoOpinion("node 'n1' cannot read all nodes, only its own Node object".into())
+        );
+        assert_eq!(
+            ask("GET", "/api/v1/namespaces/a/pods/p1", true, None),
+            Decision::Allow
+        );
+        assert!(matches!(
+            ask("GET", "/api/v1/namespaces/a/pods/p2", true, None),
             Decision::NoOpinion(_)
         ));
         let by_name = Selection::parse(None, "metadata.name=n1", "").unwrap();

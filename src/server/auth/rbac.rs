@@ -33,6 +33,16 @@ use super::authz::Decision;
 /// How long the follower waits after an event for more before rebuilding.
 pub const DEBOUNCE: Duration = Duration::from_millis(20);
 
+/// A list or map that may be written `null` (Go's encoding of a nil slice, as kube-apiserver
+/// stores an aggregated ClusterRole's `rules` before the controller fills them): empty.
+fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
 /// The API group of the RBAC resources.
 pub const GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -41,19 +51,19 @@ pub const GROUP: &str = "rbac.authorization.k8s.io";
 #[serde(rename_all = "camelCase")]
 pub struct PolicyRule {
     /// Verbs, or `*`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub verbs: Vec<String>,
     /// API groups, or `*`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub api_groups: Vec<String>,
     /// Resources (`pods`, `pods/status`, `*/status`), or `*`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub resources: Vec<String>,
     /// Object names; empty: all.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub resource_names: Vec<String>,
     /// Non-resource paths (`/metrics`, `/api*`), or `*`.
-    #[serde(default, rename = "nonResourceURLs")]
+    #[serde(default, rename = "nonResourceURLs", deserialize_with = "nullable")]
     pub non_resource_urls: Vec<String>,
 }
 
@@ -63,7 +73,7 @@ struct Meta {
     name: String,
     #[serde(default)]
     namespace: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     labels: BTreeMap<String, String>,
 }
 
@@ -72,7 +82,7 @@ struct Meta {
 struct RoleObj {
     #[serde(default)]
     metadata: Meta,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     rules: Vec<PolicyRule>,
     #[serde(default)]
     aggregation_rule: Option<AggregationRule>,
@@ -81,16 +91,16 @@ struct RoleObj {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct AggregationRule {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     cluster_role_selectors: Vec<LabelSelectorSpec>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct LabelSelectorSpec {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     match_labels: BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     match_expressions: Vec<Requirement>,
 }
 
@@ -98,7 +108,7 @@ struct LabelSelectorSpec {
 struct Requirement {
     key: String,
     operator: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     values: Vec<String>,
 }
 
@@ -127,7 +137,7 @@ impl LabelSelectorSpec {
 struct BindingObj {
     #[serde(default)]
     metadata: Meta,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     subjects: Vec<Subject>,
     role_ref: RoleRef,
 }
@@ -402,6 +412,9 @@ pub fn rule_allows(rule: &PolicyRule, a: &Attributes<'_>) -> bool {
 pub struct Rbac {
     bootstrap: Objects,
     index: RwLock<Arc<Index>>,
+    /// Whether the index holds the caches' objects (a first rebuild succeeded): until then
+    /// `/readyz` says not ready, as upstream's RBAC post-start hook.
+    synced: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Rbac {
@@ -414,7 +427,16 @@ impl Rbac {
     /// An authorizer with these bootstrap objects (and whatever the caches will hold).
     pub fn new(bootstrap: Objects) -> Rbac {
         let index = RwLock::new(Arc::new(bootstrap.compile()));
-        Rbac { bootstrap, index }
+        Rbac {
+            bootstrap,
+            index,
+            synced: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the caches' RBAC objects are in the index.
+    pub fn synced(&self) -> bool {
+        self.synced.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Allows what a rule grants; otherwise no opinion (the next mode decides).
@@ -452,6 +474,8 @@ impl Rbac {
             }
         }
         *self.index.write() = Arc::new(objects.compile());
+        self.synced
+            .store(true, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
@@ -657,6 +681,43 @@ mod tests {
         };
         assert!(sel.matches(&BTreeMap::new()));
         assert!(!sel.matches(&BTreeMap::from([("tier".into(), "x".into())])));
+    }
+
+    #[tokio::test]
+    async fn synced_once_a_rebuild_from_the_caches_succeeded() {
+        let cache = Cache::new(
+            crate::ResourceDef::builtin("clusterroles").unwrap(),
+            crate::CacheConfig::default(),
+        );
+        let rbac = Rbac::new(Objects::default());
+        assert!(!rbac.synced());
+        // A cache that is not ready cannot be read: still not synced.
+        assert!(rbac.rebuild(std::slice::from_ref(&cache)).await.is_err());
+        assert!(!rbac.synced());
+        let _src = crate::MemorySource::new(cache.clone(), 1, []);
+        rbac.rebuild(&[cache]).await.unwrap();
+        assert!(rbac.synced());
+    }
+
+    #[test]
+    fn null_lists_are_empty_as_go_writes_nil_slices() {
+        let mut o = Objects::default();
+        o.add(json!({"kind": "ClusterRole", "metadata": {"name": "view", "labels": null},
+            "rules": null, "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"a": "b"}, "matchExpressions": null}]}}))
+            .unwrap();
+        o.add(json!({"kind": "ClusterRole", "metadata": {"name": "member", "labels": {"a": "b"}},
+            "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["nodes"], "resourceNames": null, "nonResourceURLs": null}]}))
+            .unwrap();
+        o.add(
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "b"}, "subjects": null,
+            "roleRef": {"kind": "ClusterRole", "name": "view"}}),
+        )
+        .unwrap();
+        o.add(json!({"kind": "ClusterRoleBinding", "metadata": {"name": "c"},
+            "subjects": [{"kind": "User", "name": "u"}], "roleRef": {"kind": "ClusterRole", "name": "view"}}))
+            .unwrap();
+        let u = User::authenticated("u", "", vec![]);
+        assert!(allowed(&o.compile(), &u, "GET", "/api/v1/nodes/n1"));
     }
 
     #[test]

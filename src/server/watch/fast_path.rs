@@ -185,23 +185,25 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
             },
         }
     };
-    let (req, wire) = req;
+    let (mut req, wire) = req;
     let mut rest = buf.split_off(req.head_len);
     drop(buf);
     rest.shrink_to_fit();
-    // Authentication, as hyper's requests have in the gate (auth/gate.rs): never bypassed.
+    // Authentication, as hyper's requests have in the gate (server/gate.rs): never bypassed.
+    // Taken: the header's bytes (a JWT is ~1 KiB) must not live as long as the watch.
+    let authorization = req.authorization.take();
+    let began = std::time::Instant::now();
     let user = match st.auth.get().filter(|_| !conn.insecure_listener) {
         None => None,
         Some(auth) => match auth
             .authn
-            .authenticate(conn.client_cert.as_deref(), req.authorization.as_deref())
+            .authenticate(conn.client_cert.as_deref(), authorization.as_deref())
         {
             Ok(u) => Some(u),
             Err(why) => {
                 debug!(path = %req.path, why = %why.0, "unauthorized");
-                let started = std::time::Instant::now();
                 write_error(tcp, &ApiError::unauthorized()).await?;
-                audit(st, None, &req.path, 401, started);
+                audit(st, None, &req.path, 401, began);
                 return Ok(FirstRequest::Served {
                     rest,
                     keep_alive: req.keep_alive,
@@ -209,6 +211,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
             }
         },
     };
+    drop(authorization);
     let outcome = serve_watch(
         tcp,
         st,
@@ -307,7 +310,7 @@ async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(pump) => pump,
         Err(e) => {
             write_error(tcp, &e).await?;
-            if Audit::wants(&RequestInfo::default(), e.code()) {
+            if st.auditing() && Audit::wants(&RequestInfo::default(), e.code()) {
                 audit(st, user, path, e.code(), began);
             }
             return done(true, Vec::new());

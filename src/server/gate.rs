@@ -1,7 +1,7 @@
 //! Every request hyper serves (all but `/livez`) passes here first: authentication (401),
 //! authorization (403), `--max-requests-inflight` (429), then the handler; the answer is
-//! audited when it is a write or a denial. The watch fast path does the same itself
-//! (src/server/watch/fast_path.rs).
+//! audited when it is a write or a denial (src/server/auth/ has each part). The watch fast path
+//! does the same itself (src/server/watch/fast_path.rs).
 //!
 //! A list or watch is authorized with its field selector parsed here (the Node authorizer reads
 //! `spec.nodeName`); the handler parses the query again for the cache. The fast path, where
@@ -15,10 +15,8 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::attributes::RequestInfo;
-use super::audit::{Audit, Record};
-use super::user::User;
 use crate::model::Selection;
+use crate::server::auth::{Audit, Record, RequestInfo, User};
 use crate::server::conn::ConnInfo;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
@@ -65,7 +63,7 @@ pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Ne
         Err(e) => e.into_response(),
     };
     let code = resp.status().as_u16();
-    if Audit::wants(&info, code) {
+    if st.auditing() && Audit::wants(&info, code) {
         st.audit.record(&Record {
             user: user.as_deref(),
             info: &info,
@@ -107,7 +105,7 @@ async fn admit(
                 ApiError::unauthorized()
             })?;
         *user = Some(Arc::clone(&u));
-        let u = super::impersonate::apply(auth, u, req.headers())?;
+        let u = crate::server::auth::impersonate::apply(auth, u, req.headers())?;
         *user = Some(Arc::clone(&u));
         let selection = selection_of(info, req.uri().query());
         auth.check(&u, info, selection.as_ref())?;
