@@ -18,6 +18,8 @@
 //! | `encode.rs` | JSON → protobuf with gogo's rules; the envelope, watch and list framing, the resourceVersion splice |
 
 mod encode;
+// Only the server checks request bodies' fields (`fieldValidation`).
+#[cfg(feature = "server")]
 pub(crate) mod fields;
 mod json;
 // Only the server reads request bodies.
