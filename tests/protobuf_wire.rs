@@ -655,12 +655,21 @@ async fn protobuf_bodies_create_update_and_delete_through_the_json_path() {
     assert_eq!(r.status(), 415);
     let r = http
         .post(&coll)
-        .header("Content-Type", "application/yaml")
+        .header("Content-Type", "text/plain")
         .body("a: b")
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 415);
+    // YAML is read (as the JSON it stands for), and this document names no object: 422.
+    let r = http
+        .post(&coll)
+        .header("Content-Type", "application/yaml")
+        .body("a: b")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
 
     // DELETE with protobuf DeleteOptions: a stale precondition is 409, the right one deletes.
     let r = send(
