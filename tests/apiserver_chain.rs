@@ -271,12 +271,7 @@ async fn a_chain_of_processes_keeps_every_client_stream_exactly_once_through_kil
 
     // The official Python client runs against the leaf: lists, watches, writes, conflicts.
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = manifest.join("target/pyvenv");
-    let status = Command::new(manifest.join("scripts/python-venv"))
-        .arg(&venv)
-        .status()
-        .expect("run scripts/python-venv");
-    assert!(status.success());
+    let venv = support::venv::venv();
     let (script, url) = (
         manifest.join("tests/python/client_test.py"),
         leaf_url.clone(),

@@ -720,15 +720,7 @@ async fn service_account_tokens_are_verified_and_bound_by_rbac() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_client_uses_a_token_kubeconfig() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv: PathBuf = root.join("target/pyvenv");
-    let status = std::process::Command::new(root.join("scripts/python-venv"))
-        .arg(&venv)
-        .status()
-        .expect("run scripts/python-venv");
-    assert!(
-        status.success(),
-        "no Python venv with the kubernetes client"
-    );
+    let venv: PathBuf = support::venv::venv();
     let s = server(ServerConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = |name: &str, token: &str| {

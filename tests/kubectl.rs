@@ -6,7 +6,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -18,14 +18,7 @@ use watchcache::server::ServerConfig;
 
 /// kubectl from the project's venv (installed on demand).
 fn kubectl_bin() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = root.join("target/pyvenv");
-    let status = Command::new(root.join("scripts/python-venv"))
-        .arg(&venv)
-        .status()
-        .expect("run scripts/python-venv");
-    assert!(status.success(), "could not install kubectl into the venv");
-    venv.join("bin/kubectl")
+    support::venv::bin("kubectl")
 }
 
 /// Runs kubectl against the server, with a fresh discovery cache so every test sees this server.

@@ -13,15 +13,7 @@ use watchcache::server::ServerConfig;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_client_works_unchanged() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = root.join("target/pyvenv");
-    let status = Command::new(root.join("scripts/python-venv"))
-        .arg(&venv)
-        .status()
-        .expect("run scripts/python-venv");
-    assert!(
-        status.success(),
-        "could not create the Python venv with the kubernetes client"
-    );
+    let venv = support::venv::venv();
     let s = TestServer::start(ServerConfig::default()).await;
     let script = root.join("tests/python/client_test.py");
     let url = s.url.clone();
@@ -50,12 +42,7 @@ async fn the_official_python_client_works_unchanged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_dynamic_client_patches_and_deletes_collections() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = root.join("target/pyvenv");
-    let status = Command::new(root.join("scripts/python-venv"))
-        .arg(&venv)
-        .status()
-        .expect("run scripts/python-venv");
-    assert!(status.success(), "could not create the Python venv");
+    let venv = support::venv::venv();
     let s = TestServer::start(ServerConfig::default()).await;
     let script = root.join("tests/python/dynamic_test.py");
     let url = s.url.clone();

@@ -486,17 +486,6 @@ fn free_port() -> u16 {
     watchcache::etcd::free_port().unwrap()
 }
 
-fn venv_bin(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = root.join("target/pyvenv");
-    let status = Command::new(root.join("scripts/python-venv"))
-        .arg(&venv)
-        .status()
-        .expect("run scripts/python-venv");
-    assert!(status.success(), "could not create the Python venv");
-    venv.join("bin").join(name)
-}
-
 struct Serve {
     child: Child,
 }
@@ -541,7 +530,7 @@ impl Drop for Serve {
 }
 
 fn kubectl(kubeconfig: &Path, home: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(venv_bin("kubectl"))
+    Command::new(support::venv::bin("kubectl"))
         .env("HOME", home)
         .arg("--kubeconfig")
         .arg(kubeconfig)
@@ -604,7 +593,7 @@ fn local_pki_is_made_once_and_its_kubeconfig_works_with_kubectl_and_python() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "pod/web");
     // The official Python client with the same kubeconfig.
     let script = "import sys\nfrom kubernetes import client, config\nconfig.load_kube_config(config_file=sys.argv[1])\nprint(' '.join(p.metadata.name for p in client.CoreV1Api().list_namespaced_pod('default').items))\n";
-    let py = Command::new(venv_bin("python"))
+    let py = Command::new(support::venv::bin("python"))
         .arg("-c")
         .arg(script)
         .arg(&kubeconfig)

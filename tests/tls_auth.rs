@@ -15,17 +15,6 @@ use watchcache::ResourceDef;
 use watchcache::server::auth::{AuthConfig, Authenticator, Mode, RbacObjects, TokenFile};
 use watchcache::server::{ServerConfig, TlsConfig};
 
-fn venv_python() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = root.join("target/pyvenv");
-    let status = Command::new(root.join("scripts/python-venv"))
-        .arg(&venv)
-        .status()
-        .expect("run scripts/python-venv");
-    assert!(status.success(), "could not create the Python venv");
-    venv.join("bin/python")
-}
-
 fn b64(p: &Path) -> String {
     base64::engine::general_purpose::STANDARD.encode(std::fs::read(p).unwrap())
 }
@@ -88,7 +77,7 @@ except ApiException as e:
 "#;
 
 fn python(kubeconfig: &Path, action: &str) -> Value {
-    let out = Command::new(venv_python())
+    let out = Command::new(support::venv::bin("python"))
         .arg("-c")
         .arg(SCRIPT)
         .arg(kubeconfig)
@@ -174,7 +163,7 @@ async fn the_python_client_authenticates_with_certificates_and_tokens_over_tls()
     // The same group through a token.
     assert_eq!(python(&as_bob, "list-secrets")["status"], 200);
     // A certificate from another CA fails the handshake: the client never gets an answer.
-    let out = Command::new(venv_python())
+    let out = Command::new(support::venv::bin("python"))
         .arg("-c")
         .arg(SCRIPT)
         .arg(&as_stranger)

@@ -68,3 +68,4 @@ pub mod etcd;
 pub mod pki;
 #[cfg(all(feature = "etcd", feature = "server"))]
 pub mod server;
+pub mod venv;
