@@ -24,7 +24,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::model::ResourceDef;
-use crate::model::protobuf::schema::{Card, Kind, Message, kind_message, message};
+use crate::model::protobuf::schema::{Card, Kind, Message, kind_message, message, object_meta};
 use crate::server::discovery::{Entry, KUBERNETES_MINOR};
 
 /// The schema name of a kind, as upstream names them (`io.k8s.api.core.v1.Pod` for the core
@@ -180,23 +180,6 @@ fn kind_schemas(d: &ResourceDef, dialect: Dialect, out: &mut BTreeMap<String, Va
     own["x-kubernetes-group-version-kind"] = json!([gvk(d)]);
     out.insert(name, own);
 }
-
-/// `metav1.ObjectMeta`, every kind's `metadata`.
-fn object_meta() -> &'static Message {
-    kind_message("v1", "ConfigMap")
-        .and_then(|cm| cm.json_field("metadata"))
-        .and_then(|(f, _)| match f.kind {
-            Kind::Msg(i) => Some(message(i)),
-            _ => None,
-        })
-        .unwrap_or(&EMPTY_MESSAGE)
-}
-
-static EMPTY_MESSAGE: Message = Message {
-    name: "apimachinery/pkg/apis/meta/v1.ObjectMeta",
-    by_num: &[],
-    fields: &[],
-};
 
 fn gvk(d: &ResourceDef) -> Value {
     json!({"group": d.group, "version": d.version, "kind": d.kind})

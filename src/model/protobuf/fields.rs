@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use super::schema::{Card, Kind, Message, kind_message, message};
+use super::schema::{Card, Kind, Message, kind_message, message, object_meta};
 
 /// How deep the walk goes: the JSON decoder already refuses nesting beyond 100 levels, this only
 /// keeps the recursion bounded whatever the caller hands in.
@@ -38,29 +38,6 @@ pub(crate) fn unknown_fields(
     }
     out
 }
-
-fn object_meta() -> &'static Message {
-    // The ObjectMeta message is reachable from every kind; its index is fixed by the generator,
-    // but finding it by name keeps this independent of the table's order.
-    static META: std::sync::OnceLock<Option<u16>> = std::sync::OnceLock::new();
-    let index = META.get_or_init(|| {
-        super::tables::MESSAGES
-            .iter()
-            .position(|m| m.name == "apimachinery/pkg/apis/meta/v1.ObjectMeta")
-            .and_then(|i| u16::try_from(i).ok())
-    });
-    match index {
-        Some(i) => message(*i),
-        // The generator always emits ObjectMeta; an empty message would accept nothing.
-        None => &EMPTY,
-    }
-}
-
-static EMPTY: Message = Message {
-    name: "",
-    by_num: &[],
-    fields: &[],
-};
 
 fn push_segment(path: &mut String, name: &str) {
     if !path.is_empty() {

@@ -119,6 +119,27 @@ pub(crate) fn message(i: u16) -> &'static Message {
     &super::tables::MESSAGES[i as usize]
 }
 
+/// `metav1.ObjectMeta`, every kind's `metadata` (custom resources' too): found by name once, so
+/// this does not depend on the generated table's order. The generator always emits it; were it
+/// missing, an empty message (no fields) stands in. (Read by field validation and OpenAPI,
+/// which only the server has.)
+#[cfg(feature = "server")]
+pub(crate) fn object_meta() -> &'static Message {
+    static INDEX: std::sync::OnceLock<Option<u16>> = std::sync::OnceLock::new();
+    static EMPTY: Message = Message {
+        name: "apimachinery/pkg/apis/meta/v1.ObjectMeta",
+        by_num: &[],
+        fields: &[],
+    };
+    let index = INDEX.get_or_init(|| {
+        super::tables::MESSAGES
+            .iter()
+            .position(|m| m.name == "apimachinery/pkg/apis/meta/v1.ObjectMeta")
+            .and_then(|i| u16::try_from(i).ok())
+    });
+    index.map_or(&EMPTY, message)
+}
+
 /// The message of a top-level built-in type, by `apiVersion` and `kind`.
 pub(crate) fn kind_message(api_version: &str, kind: &str) -> Option<&'static Message> {
     let kinds = &super::tables::KINDS;
