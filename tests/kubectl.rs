@@ -110,25 +110,7 @@ impl Kubectl {
     async fn create(&self, doc: &str, extra: &[&str]) -> Output {
         let mut args = vec!["create", "-f", "-"];
         args.extend_from_slice(extra);
-        let mut c = self.command(&args);
-        c.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let doc = doc.to_owned();
-        tokio::task::spawn_blocking(move || {
-            use std::io::Write;
-            let mut child = c.spawn().expect("spawn kubectl");
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(doc.as_bytes())
-                .unwrap();
-            child.wait_with_output()
-        })
-        .await
-        .unwrap()
-        .expect("run kubectl")
+        with_stdin(self, &args, doc).await
     }
 }
 
