@@ -81,6 +81,11 @@ struct BenchArgs {
     /// Write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Write every delivered event as a CSV line to this file (`watcher,node,rev,sent_us,ack_us,
+    /// at_us`: the watcher's index, its node or empty when unrouted, then the write's start, etcd's
+    /// ack and the receipt on the bench's clock), to see where a tail comes from.
+    #[arg(long, value_name = "FILE")]
+    samples: Option<PathBuf>,
     /// Run the cache mode over TLS (the server started with --local-pki): `h2` (the default)
     /// multiplexes watchers on HTTP/2 connections, 18 per connection like a kubelet's; `http1`
     /// opens one TLS HTTP/1.1 connection per watcher.
@@ -472,6 +477,7 @@ async fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         progress: true,
         etcd_data_dir: args.etcd_data_dir,
         tls: args.tls,
+        samples: args.samples,
     };
     let report = bench::run(cfg).await?;
     print!("{}", bench::table(&report));

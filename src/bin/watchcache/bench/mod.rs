@@ -18,6 +18,7 @@ mod verify;
 mod watchers;
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -88,6 +89,8 @@ pub struct BenchConfig {
     pub etcd_data_dir: Option<PathBuf>,
     /// The cache mode over TLS (a server started by the bench only).
     pub tls: Option<TlsMode>,
+    /// Write every delivered event here as CSV (the cache mode's last run).
+    pub samples: Option<PathBuf>,
 }
 
 fn bar(cfg: &BenchConfig, len: u64, what: &str) -> ProgressBar {
@@ -378,9 +381,16 @@ async fn verdict(
     let mut lat: Vec<f64> = Vec::new();
     let mut after_ack: Vec<f64> = Vec::new();
     let mut errors = w.counters.failed.load(Ordering::Relaxed) as u64;
-    for (rec, exp) in w.recorders.iter().zip(&expected) {
+    let mut samples = String::new();
+    for (i, (rec, exp)) in w.recorders.iter().zip(&expected).enumerate() {
         let got = rec.events.lock();
+        let node = w.nodes[i].map(|n| n.to_string()).unwrap_or_default();
         tally += verify::tally(&got, exp, c.end_rev, |rev, at| {
+            if cfg.samples.is_some()
+                && let Some((sent, ack)) = c.sent.get(&rev)
+            {
+                let _ = writeln!(samples, "{i},{node},{rev},{sent},{ack},{at}");
+            }
             lat.extend(verify::latency_ms(&c.sent, rev, at));
             after_ack.extend(
                 c.sent
@@ -389,6 +399,10 @@ async fn verdict(
             );
         });
         errors += rec.errors.load(Ordering::Relaxed);
+    }
+    if let Some(path) = &cfg.samples {
+        std::fs::write(path, samples)
+            .map_err(|e| format!("writing samples to {}: {e}", path.display()))?;
     }
     let mut acks: Vec<f64> = c
         .sent
