@@ -665,6 +665,71 @@ async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_i
     assert_eq!(r.status(), StatusCode::OK);
     let r = c.get(format!("{cms}/c")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // Writes of the cached resource are the root's too: every verb through the leaf, its answers
+    // the root's, and a consistent read on the leaf right after sees each.
+    let pods = format!("{leaf_url}/api/v1/namespaces/ns/pods");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"}, "spec": {"nodeName": "n1"}});
+    let r = c.post(&pods).json(&pod).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let created: Value = r.json().await.unwrap();
+    let r = c.post(&pods).json(&pod).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["reason"], "AlreadyExists", "{v}");
+    let got: Value = c
+        .get(format!("{pods}/w"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got, created);
+    let r = c
+        .patch(format!("{pods}/w"))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(r#"{"metadata":{"labels":{"via":"leaf"}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let patched: Value = r.json().await.unwrap();
+    let r = c
+        .put(format!("{pods}/w"))
+        .json(&created)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT, "a stale replace");
+    let got: Value = c
+        .get(format!("{pods}/w"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got, patched);
+    assert_eq!(got["metadata"]["labels"]["via"], "leaf");
+    // Whatever the root answers to server-side apply comes back unchanged.
+    let apply = |base: String| {
+        let c = c.clone();
+        async move {
+            let r = c
+                .patch(format!("{base}/api/v1/namespaces/ns/pods/w?fieldManager=t"))
+                .header("Content-Type", "application/apply-patch+yaml")
+                .body("apiVersion: v1\nkind: Pod\nmetadata:\n  name: w\n")
+                .send()
+                .await
+                .unwrap();
+            (r.status(), r.text().await.unwrap())
+        }
+    };
+    assert_eq!(apply(leaf_url.clone()).await, apply(root_url.clone()).await);
+    let r = c.delete(format!("{pods}/w")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = c.get(format!("{pods}/w")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
     // A subresource is the root's answer, whatever it is.
     let sub = "/api/v1/namespaces/ns/pods/x/status";
     let (a, b) = (
@@ -783,7 +848,10 @@ async fn the_leaf_forwards_its_clients_identity_by_impersonation() {
     leaf_rbac.extend([
         cluster_role(
             "pod-reader",
-            json!([{"apiGroups": [""], "resources": ["pods", "secrets"], "verbs": ["get", "list", "watch"]}]),
+            json!([
+                {"apiGroups": [""], "resources": ["pods", "secrets"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}
+            ]),
         ),
         bind(
             "alice-pods",
@@ -859,6 +927,22 @@ async fn the_leaf_forwards_its_clients_identity_by_impersonation() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // Writes of the cached resource carry her identity too: the leaf lets her create pods, the
+    // root does not, and says so naming her (the leaf's own identity may not create them either).
+    let r = c
+        .post(format!("{}/api/v1/namespaces/ns/pods", leaf_proc.url))
+        .bearer_auth("alice-token")
+        .json(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(status, StatusCode::FORBIDDEN, "{v}");
+    assert_eq!(
+        v["message"],
+        r#"pods is forbidden: User "alice" cannot create resource "pods" in API group "" in the namespace "ns""#
+    );
     // The root grants alice's group secrets; through the leaf she now reads them.
     let grant = [
         cluster_role(

@@ -10,11 +10,15 @@ use crate::server::status::ApiError;
 use axum::http;
 use axum::response::IntoResponse;
 
-/// Whether a request path is answered locally when a proxy is set: only the cached resources'
-/// own paths (no subresources, no discovery).
-pub(crate) fn is_local(st: &AppState, segs: &[&str]) -> bool {
-    // Subresources (`/status`) are the upstream's in proxy mode, as everything not cached.
-    st.resolve(segs).is_some_and(|t| !t.status)
+/// Whether a request is answered locally when a proxy is set: only reads (GET, LIST, WATCH) of
+/// the cached resources' own paths (no subresources, no discovery). Writes, even of cached
+/// resources, are the upstream's: it runs admission, defaulting, server-side apply and dry-run,
+/// and sees the client's identity by impersonation; the cache sees the write when its watch
+/// brings it, as any other change.
+pub(crate) fn is_local(st: &AppState, method: &http::Method, segs: &[&str]) -> bool {
+    (method == http::Method::GET || method == http::Method::HEAD)
+        // Subresources (`/status`) are the upstream's in proxy mode, as everything not cached.
+        && st.resolve(segs).is_some_and(|t| !t.status)
 }
 
 /// Forwards one request through the server's proxy and streams the answer back.

@@ -10,8 +10,8 @@
 //!   writes through to the resource's upstream with preconditions.
 //! - `/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`: discovery.
 //! - `/metrics`, `/readyz`, `/livez`.
-//! - With [`Server::with_proxy`], everything else (other resources, subresources, discovery) is
-//!   forwarded to an upstream API server and streamed back.
+//! - With [`Server::with_proxy`], everything but reads of the served resources (writes, other
+//!   resources, subresources, discovery) is forwarded to an upstream API server and streamed back.
 //!
 //! | file | concept |
 //! |---|---|
@@ -153,9 +153,9 @@ impl Server {
         self
     }
 
-    /// Proxy mode: requests for anything but the served resources (other resources,
-    /// subresources, discovery, `/version`) go to `proxy` and stream back unchanged; 503 when it
-    /// cannot be reached.
+    /// Proxy mode: every request but reads (GET, LIST, WATCH) of the served resources (writes,
+    /// other resources, subresources, discovery, `/version`) goes to `proxy` and streams back
+    /// unchanged; 503 when it cannot be reached.
     #[must_use]
     pub fn with_proxy(self, proxy: Arc<dyn Proxy>) -> Server {
         if self.state.proxy.set(proxy).is_err() {

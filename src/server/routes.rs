@@ -62,7 +62,7 @@ pub(crate) async fn metrics_handler(State(st): State<Arc<AppState>>) -> Response
 
 pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Response {
     if let Some(p) = st.proxy.get()
-        && !forward::is_local(&st, &segments(req.uri().path()))
+        && !forward::is_local(&st, req.method(), &segments(req.uri().path()))
     {
         return forward::forward(&st, &**p, req).await;
     }

@@ -175,7 +175,11 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
             // Proxy mode: a watch of anything not cached is hyper's to forward.
             Head::Watch(req)
                 if st.proxy.get().is_some()
-                    && !crate::server::forward::is_local(st, &segments(&req.path)) =>
+                    && !crate::server::forward::is_local(
+                        st,
+                        &axum::http::Method::GET,
+                        &segments(&req.path),
+                    ) =>
             {
                 return Ok(FirstRequest::NotAWatch(buf));
             }
