@@ -50,17 +50,22 @@ async fn root_with(etcd_url: &str, port: u16, reads: ConsistentReads) -> Running
     config.consistent_reads = reads;
     let caches = EtcdCaches::connect(
         config,
-        vec![ResourceDef::builtin("pods").unwrap()],
+        vec![
+            ResourceDef::builtin("pods").unwrap(),
+            ResourceDef::builtin("configmaps").unwrap(),
+        ],
         CacheConfig::default(),
     )
     .await
     .unwrap();
-    caches
-        .cache("pods")
-        .unwrap()
-        .wait_ready(Duration::from_secs(30))
-        .await
-        .unwrap();
+    for plural in ["pods", "configmaps"] {
+        caches
+            .cache(plural)
+            .unwrap()
+            .wait_ready(Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
@@ -549,5 +554,77 @@ async fn the_embedded_cache_reads_typed_objects_by_index_and_routes_watches() {
         .unwrap();
     assert_eq!((kind, name(&pod)), (EventType::Added, "here".to_owned()));
     pods.shutdown().await;
+    root.stop().await;
+}
+
+#[tokio::test]
+async fn the_embedded_cache_holds_dynamic_objects_of_a_discovered_resource() {
+    use kube::core::{DynamicObject, GroupVersionKind};
+    use watchcache::kube::{KubeCache, definition_for_api_resource};
+    use watchcache::{EventType, Selection};
+
+    let (_etcd, mut root, c) = setup().await;
+    let configmap = |name: &str, team: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "ns", "labels": {"team": team}},
+               "data": {"k": name}})
+    };
+    for (name, team) in [("a1", "a"), ("b1", "b"), ("a2", "a")] {
+        let r = c
+            .post(format!("{}/api/v1/namespaces/ns/configmaps", root.url))
+            .json(&configmap(name, team))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+    let client = kube::Client::try_from(kube::Config::new(root.url.parse().unwrap())).unwrap();
+    // What the resource is comes from kube-rs's discovery against the server, not from a type.
+    let (ar, caps) =
+        kube::discovery::pinned_kind(&client, &GroupVersionKind::gvk("", "v1", "ConfigMap"))
+            .await
+            .unwrap();
+    let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
+    assert!(namespaced);
+    let def = definition_for_api_resource(&ar, namespaced, &[("label:team", true)]).unwrap();
+    let cms: KubeCache<DynamicObject> = KubeCache::start(client, def).await.unwrap();
+    let mut team_a: Vec<String> = cms
+        .by_index("label:team", "a")
+        .unwrap()
+        .into_iter()
+        .map(|o| o.metadata.name.unwrap())
+        .collect();
+    team_a.sort();
+    assert_eq!(team_a, ["a1", "a2"]);
+    let b1 = cms.get(Some("ns"), "b1").await.unwrap().unwrap();
+    assert_eq!(b1.data["data"]["k"], "b1");
+    // A watch routed by the label trigger: team b's change is not delivered to team a's watcher.
+    let mut w = cms
+        .watch(Selection::all().with_labels("team=a").unwrap())
+        .await
+        .unwrap();
+    for (name, team) in [("b2", "b"), ("a3", "a")] {
+        let r = c
+            .post(format!("{}/api/v1/namespaces/ns/configmaps", root.url))
+            .json(&configmap(name, team))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+    let (kind, obj) = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            kind,
+            obj.metadata.name.as_deref(),
+            obj.types.map(|t| t.kind)
+        ),
+        (EventType::Added, Some("a3"), Some("ConfigMap".to_owned()))
+    );
+    cms.shutdown().await;
     root.stop().await;
 }

@@ -21,6 +21,27 @@
 //!     .await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Dynamic: any resource the server serves, found by kube-rs's discovery, as
+//! [`DynamicObject`](kube::core::DynamicObject)s.
+//!
+//! ```no_run
+//! use kube::core::{DynamicObject, GroupVersionKind};
+//! use kube::discovery::{Scope, pinned_kind};
+//! use watchcache::kube::{KubeCache, definition_for_api_resource};
+//!
+//! # async fn run(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! let gvk = GroupVersionKind::gvk("apps", "v1", "Deployment");
+//! let (resource, caps) = pinned_kind(&client, &gvk).await?;
+//! let def = definition_for_api_resource(
+//!     &resource,
+//!     caps.scope == Scope::Namespaced,
+//!     &[("label:team", true)],
+//! )?;
+//! let deployments: KubeCache<DynamicObject> = KubeCache::start(client, def).await?;
+//! let of_team = deployments.by_index("label:team", "payments")?;
+//! # Ok(()) }
+//! ```
 
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -45,11 +66,52 @@ where
 {
     let namespaced = std::any::TypeId::of::<K::Scope>()
         == std::any::TypeId::of::<k8s_openapi::NamespaceResourceScope>();
-    let (group, version, kind, plural) =
-        (K::group(&()), K::version(&()), K::kind(&()), K::plural(&()));
+    definition(
+        &K::group(&()),
+        &K::version(&()),
+        &K::kind(&()),
+        &K::plural(&()),
+        namespaced,
+        indexes,
+    )
+}
+
+/// A definition for a resource known only at run time, e.g. found by kube-rs's discovery
+/// (`kube::discovery::pinned_kind`), to cache it as [`DynamicObject`](kube::core::DynamicObject)s;
+/// `namespaced` from the discovery's scope. Indexes as in [`definition_for`].
+///
+/// # Errors
+/// [`Error::BadRequest`] naming what is invalid in the indexes or the resource's names.
+pub fn definition_for_api_resource(
+    resource: &kube::core::ApiResource,
+    namespaced: bool,
+    indexes: &[(&str, bool)],
+) -> Result<ResourceDef> {
+    definition(
+        &resource.group,
+        &resource.version,
+        &resource.kind,
+        &resource.plural,
+        namespaced,
+        indexes,
+    )
+}
+
+fn definition(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+    indexes: &[(&str, bool)],
+) -> Result<ResourceDef> {
     let mut toml = format!(
-        "kind = \"{kind}\"\nplural = \"{plural}\"\ngroup = \"{group}\"\nversion = \"{version}\"\n\
-         prefix = \"/{group}/{plural}/\"\nnamespaced = {namespaced}\n"
+        "kind = {}\nplural = {}\ngroup = {}\nversion = {}\nprefix = {}\nnamespaced = {namespaced}\n",
+        toml_string(kind),
+        toml_string(plural),
+        toml_string(group),
+        toml_string(version),
+        toml_string(&format!("/{group}/{plural}/")),
     );
     for (index, trigger) in indexes {
         let (key, value) = match index.strip_prefix("label:") {
@@ -216,6 +278,34 @@ fn decode<K: DeserializeOwned>(o: &Object) -> Result<K> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Node, Pod};
+
+    #[test]
+    fn definitions_come_from_a_discovered_resource() {
+        let ar = kube::core::ApiResource {
+            group: "example.com".into(),
+            version: "v1".into(),
+            api_version: "example.com/v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        };
+        let d = definition_for_api_resource(&ar, false, &[("label:team", true)]).unwrap();
+        assert_eq!(
+            (
+                d.group.as_str(),
+                d.kind.as_str(),
+                d.plural.as_str(),
+                d.namespaced
+            ),
+            ("example.com", "Widget", "widgets", false)
+        );
+        assert_eq!(d.prefix, "/example.com/widgets/");
+        // A name that would break out of its TOML string stays a (rejected) name.
+        let bad = kube::core::ApiResource {
+            plural: "w\"\nnamespaced = true".into(),
+            ..ar
+        };
+        assert!(definition_for_api_resource(&bad, false, &[]).is_err());
+    }
 
     #[test]
     fn definitions_come_from_the_type() {
