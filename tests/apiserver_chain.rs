@@ -988,3 +988,207 @@ async fn the_leaf_forwards_its_clients_identity_by_impersonation() {
     let (s, _) = get(format!("{}{secrets}", root_proc.url), "alice-root-token").await;
     assert_eq!(s, StatusCode::FORBIDDEN);
 }
+
+/// An upstream that answers upgrades only, standing in for a kubelet's exec and port-forward
+/// streams (no cluster runs here; the relay under test is byte for byte whatever the protocol):
+/// `101 Switching Protocols` with the protocol headers it was asked for, then every byte echoed
+/// back in upper case. Anything else is 503. Each upgrade request is recorded.
+async fn upgrade_echo_upstream() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use http_body_util::Full;
+    use hyper::body::Incoming;
+    use hyper_util::rt::TokioIo;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let record = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let record = record.clone();
+            let svc = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+                let record = record.clone();
+                async move {
+                    let h = |n: &str| {
+                        req.headers()
+                            .get(n)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_owned()
+                    };
+                    let Some(proto) = req.headers().get("upgrade").cloned() else {
+                        return Ok::<_, std::convert::Infallible>(
+                            hyper::Response::builder()
+                                .status(503)
+                                .body(Full::new(bytes::Bytes::from_static(b"no")))
+                                .unwrap(),
+                        );
+                    };
+                    record.lock().unwrap().push(format!(
+                        "{} {} upgrade={} protocol={}{} impersonate={}",
+                        req.method(),
+                        req.uri(),
+                        h("upgrade"),
+                        h("sec-websocket-protocol"),
+                        h("x-stream-protocol-version"),
+                        h("impersonate-user"),
+                    ));
+                    let mut res = hyper::Response::builder()
+                        .status(101)
+                        .header("connection", "Upgrade")
+                        .header("upgrade", proto);
+                    for name in ["sec-websocket-protocol", "x-stream-protocol-version"] {
+                        if let Some(v) = req.headers().get(name) {
+                            res = res.header(name, v.clone());
+                        }
+                    }
+                    let on = hyper::upgrade::on(&mut req);
+                    tokio::spawn(async move {
+                        let mut io = TokioIo::new(on.await.unwrap());
+                        let mut buf = [0u8; 1024];
+                        loop {
+                            match io.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => {
+                                    if io.write_all(&buf[..n].to_ascii_uppercase()).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                    });
+                    Ok(res.body(Full::new(bytes::Bytes::new())).unwrap())
+                }
+            });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    (url, seen)
+}
+
+#[tokio::test]
+async fn the_leaf_relays_exec_and_port_forward_upgrades_both_ways() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (upstream, seen) = upgrade_echo_upstream().await;
+    let port = free_port().unwrap();
+    // The leaf never syncs from this upstream (its LIST is 503): it is live, not ready, and
+    // proxies all the same.
+    let child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--upstream-kubeconfig"])
+        .arg(kubeconfig(dir.path(), &upstream))
+        .args(["--upstream-context", "root", "--resources", "pods"])
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _leaf = Proc {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let c = Client::new();
+    for i in 0.. {
+        if let Ok(r) = c.get(format!("{}/livez", _leaf.url)).send().await
+            && r.status() == StatusCode::OK
+        {
+            break;
+        }
+        assert!(i < 300, "the leaf never came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The upstream's 503 comes back at once, as it is (kube-rs's own retries are off): the
+    // client retries, not the leaf.
+    let started = std::time::Instant::now();
+    let r = c
+        .get(format!("{}/api/v1/namespaces/ns/pods/p/log", _leaf.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.text().await.unwrap(), "no");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // kubectl exec over WebSocket (1.30+), and its SPDY fallback and port-forward's.
+    let cases = [
+        (
+            "GET /api/v1/namespaces/ns/pods/p/exec?command=sh&stdin=true&stdout=true",
+            "websocket",
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: v5.channel.k8s.io\r\n",
+            "sec-websocket-protocol: v5.channel.k8s.io",
+        ),
+        (
+            "POST /api/v1/namespaces/ns/pods/p/portforward",
+            "SPDY/3.1",
+            "X-Stream-Protocol-Version: portforward.k8s.io\r\nContent-Length: 0\r\n",
+            "x-stream-protocol-version: portforward.k8s.io",
+        ),
+    ];
+    for (line, proto, extra, echoed) in cases {
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        tcp.write_all(
+            format!(
+                "{line} HTTP/1.1\r\nHost: leaf\r\nConnection: Upgrade\r\nUpgrade: {proto}\r\n{extra}\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut b = [0u8; 1];
+            let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut b))
+                .await
+                .expect("the 101 in time")
+                .unwrap();
+            assert_eq!(n, 1, "the leaf closed before its answer: {head:?}");
+            head.push(b[0]);
+        }
+        let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 101"), "{head}");
+        assert!(
+            head.contains(&format!("upgrade: {}", proto.to_ascii_lowercase())),
+            "{head}"
+        );
+        assert!(head.contains(echoed), "{head}");
+        // Bytes both ways, more than once, through the same relay.
+        for msg in ["hello", "stdin line 2"] {
+            tcp.write_all(msg.as_bytes()).await.unwrap();
+            let mut back = vec![0u8; msg.len()];
+            tokio::time::timeout(Duration::from_secs(10), tcp.read_exact(&mut back))
+                .await
+                .expect("the echo in time")
+                .unwrap();
+            assert_eq!(back, msg.to_ascii_uppercase().as_bytes());
+        }
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            "GET /api/v1/namespaces/ns/pods/p/exec?command=sh&stdin=true&stdout=true upgrade=websocket protocol=v5.channel.k8s.io impersonate=",
+            "POST /api/v1/namespaces/ns/pods/p/portforward upgrade=SPDY/3.1 protocol=portforward.k8s.io impersonate=",
+        ]
+    );
+    // After the upgrades, plain requests are proxied as before.
+    let r = c
+        .get(format!("{}/api/v1/namespaces/ns/pods/p/log", _leaf.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+}

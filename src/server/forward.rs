@@ -2,6 +2,13 @@
 //! server's [`Proxy`] with their answers streamed back. With authentication on, a forwarded
 //! request carries its client's identity as impersonation headers (and not the client's own
 //! credentials), so the upstream authorizes the client, not the proxy.
+//!
+//! Upgrades (`kubectl exec`, `attach`, `port-forward`, `cp`: WebSocket or SPDY) are relayed: the
+//! request goes up with its `Connection: Upgrade` and `Upgrade` headers, the upstream's
+//! `101 Switching Protocols` comes back with its headers, and then both upgraded connections are
+//! joined byte for byte until either side closes. The server serves a connection whose first
+//! request asks for an upgrade with hyper's upgrades on ([`wants_upgrade`]); such a connection is
+//! not waited for by graceful shutdown (an exec session may last hours).
 
 use crate::server::auth::{User, impersonate};
 use crate::server::proxy::{HOP_BY_HOP, Proxy};
@@ -9,6 +16,40 @@ use crate::server::state::AppState;
 use crate::server::status::ApiError;
 use axum::http;
 use axum::response::IntoResponse;
+use hyper_util::rt::TokioIo;
+use tracing::{debug, info};
+
+/// Whether a request's headers ask for a protocol upgrade (`Connection: Upgrade` and an
+/// `Upgrade` protocol).
+fn is_upgrade(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(http::header::UPGRADE)
+        && headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// Whether the first request read on a connection (its head, possibly with more bytes after it)
+/// asks for an upgrade: the connection is then served with hyper's upgrades on.
+pub(crate) fn wants_upgrade(first: &[u8]) -> bool {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut headers);
+    if !matches!(req.parse(first), Ok(httparse::Status::Complete(_))) {
+        return false;
+    }
+    let mut map = http::HeaderMap::new();
+    for h in req.headers.iter() {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(h.name.as_bytes()),
+            http::HeaderValue::from_bytes(h.value),
+        ) {
+            map.append(name, value);
+        }
+    }
+    is_upgrade(&map)
+}
 
 /// Whether a request is answered locally when a proxy is set: only reads (GET, LIST, WATCH) of
 /// the cached resources' own paths (no subresources, no discovery). Writes, even of cached
@@ -27,7 +68,14 @@ pub(crate) async fn forward(
     proxy: &dyn Proxy,
     req: axum::extract::Request,
 ) -> axum::response::Response {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    let upgrade = is_upgrade(&parts.headers);
+    // The client's side of the upgrade: present when this connection is served with upgrades.
+    let client_upgrade = if upgrade {
+        parts.extensions.remove::<hyper::upgrade::OnUpgrade>()
+    } else {
+        None
+    };
     let body = match axum::body::to_bytes(body, st.config.max_body_bytes).await {
         Ok(b) => b,
         Err(e) => {
@@ -55,6 +103,14 @@ pub(crate) async fn forward(
             out = out.header(name, value);
         }
     }
+    if client_upgrade.is_some() {
+        // The two hop-by-hop headers an upgrade needs on the next hop too.
+        for name in [http::header::CONNECTION, http::header::UPGRADE] {
+            for value in parts.headers.get_all(&name) {
+                out = out.header(&name, value);
+            }
+        }
+    }
     if let Some(user) = parts.extensions.get::<std::sync::Arc<User>>() {
         for (name, value) in impersonate::headers_for(user) {
             out = out.header(name, value);
@@ -67,14 +123,28 @@ pub(crate) async fn forward(
         }
     };
     match proxy.forward(out).await {
-        Ok(resp) => {
+        Ok(mut resp) => {
+            let switching = resp.status() == http::StatusCode::SWITCHING_PROTOCOLS;
+            let relay = match client_upgrade {
+                Some(client) if switching => {
+                    let upstream = hyper::upgrade::on(&mut resp);
+                    Some((client, upstream))
+                }
+                _ => None,
+            };
             let (parts, body) = resp.into_parts();
             let mut r = axum::response::Response::new(axum::body::Body::new(body));
             *r.status_mut() = parts.status;
             for (name, value) in &parts.headers {
-                if !HOP_BY_HOP.contains(&name.as_str()) {
+                let keep = !HOP_BY_HOP.contains(&name.as_str())
+                    || (relay.is_some()
+                        && (name == http::header::CONNECTION || name == http::header::UPGRADE));
+                if keep {
                     r.headers_mut().append(name, value.clone());
                 }
+            }
+            if let Some((client, upstream)) = relay {
+                tokio::spawn(join_upgraded(uri, client, upstream));
             }
             r
         }
@@ -87,5 +157,26 @@ pub(crate) async fn forward(
             )
             .into_response()
         }
+    }
+}
+
+/// Joins the client's and the upstream's upgraded connections until either side closes.
+async fn join_upgraded(
+    uri: String,
+    client: hyper::upgrade::OnUpgrade,
+    upstream: hyper::upgrade::OnUpgrade,
+) {
+    let (client, upstream) = match tokio::join!(client, upstream) {
+        (Ok(c), Ok(u)) => (c, u),
+        (c, u) => {
+            debug!(%uri, client = ?c.err(), upstream = ?u.err(), "an upgrade did not complete");
+            return;
+        }
+    };
+    info!(%uri, "relaying an upgraded connection");
+    let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
+    match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        Ok((up, down)) => debug!(%uri, up, down, "upgraded connection closed"),
+        Err(e) => debug!(%uri, error = %e, "upgraded connection ended"),
     }
 }

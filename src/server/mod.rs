@@ -470,8 +470,17 @@ async fn http1<S>(
         Ok(FirstRequest::Close) => return,
         Err(e) => return fast_path::log_io(&e),
     };
+    let upgrade = st.proxy.get().is_some() && forward::wants_upgrade(&prefix);
     let io = TokioIo::new(fast_path::Rewind::new(prefix, io));
     let service = service(router, conn);
+    if upgrade {
+        // Relayed exec/attach/port-forward: hyper hands the connection over after the 101, which
+        // graceful shutdown cannot watch (see forward.rs).
+        if let Err(e) = http.serve_connection(io, service).with_upgrades().await {
+            debug!(error = %e, "connection ended with an error");
+        }
+        return;
+    }
     // Boxed: the task of an idle fast-path watch then does not carry room for hyper's connection
     // state (about 4 KiB).
     if let Err(e) = Box::pin(watcher.watch(http.serve_connection(io, service))).await {

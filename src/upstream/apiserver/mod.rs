@@ -143,9 +143,13 @@ pub async fn client_from_kubeconfig(
         context: context.map(str::to_owned),
         ..Default::default()
     };
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
         .map_err(|e| err(e.to_string()))?;
+    // kube-rs retries 429, 503 and 504 by itself (with backoff, for minutes). Not here: a proxy
+    // answers the upstream's 429/503/504 as they are, for its client to retry with the
+    // upstream's Retry-After, and the followers have their own backoff and readiness.
+    config.default_retry = false;
     kube::Client::try_from(config).map_err(|e| err(e.to_string()))
 }
 
