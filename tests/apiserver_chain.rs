@@ -1192,3 +1192,84 @@ async fn the_leaf_relays_exec_and_port_forward_upgrades_both_ways() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
+
+#[tokio::test]
+async fn a_leaf_follows_a_tls_root_with_the_client_certificate_of_its_kubeconfig() {
+    let etcd = support::etcd::etcd().await;
+    let data = tempfile::tempdir().unwrap();
+    let root_port = free_port().unwrap();
+    // The root serves TLS only, and writes an admin kubeconfig (its CA, a client certificate
+    // of system:masters) as a cluster's installer would.
+    let child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+        .args(["serve", "--local-pki", "--etcd", &etcd.server.url()])
+        .args(["--listen", &format!("127.0.0.1:{root_port}")])
+        .arg("--data-dir")
+        .arg(data.path())
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _root = Proc {
+        child,
+        url: format!("https://127.0.0.1:{root_port}"),
+    };
+    let kubeconfig = data.path().join("admin.kubeconfig");
+    for i in 0.. {
+        if kubeconfig.exists() {
+            break;
+        }
+        assert!(i < 300, "no admin kubeconfig");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The leaf is plain HTTP itself; it becomes ready only by syncing over the root's TLS.
+    let leaf_port = free_port().unwrap();
+    let leaf = spawn(
+        &[
+            "--upstream-kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--resources",
+            "pods",
+        ],
+        leaf_port,
+    )
+    .await;
+    let c = Client::new();
+    // Plain HTTP to the root is refused: everything the leaf sees came over TLS.
+    assert!(
+        c.get(format!("http://127.0.0.1:{root_port}/readyz"))
+            .send()
+            .await
+            .map_or(true, |r| !r.status().is_success())
+    );
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t"}, "spec": {"nodeName": "n"}});
+    let r = c
+        .post(format!("{}/api/v1/namespaces/ns/pods", leaf.url))
+        .json(&pod)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED, "forwarded to the TLS root");
+    let created: Value = r.json().await.unwrap();
+    // A consistent read on the leaf waits for its watch on the root to bring the pod.
+    let got: Value = c
+        .get(format!("{}/api/v1/namespaces/ns/pods/t", leaf.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got, created);
+    let list: Value = c
+        .get(format!(
+            "{}/api/v1/pods?fieldSelector=spec.nodeName%3Dn",
+            leaf.url
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
+}
