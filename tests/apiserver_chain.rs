@@ -1273,3 +1273,107 @@ async fn a_leaf_follows_a_tls_root_with_the_client_certificate_of_its_kubeconfig
         .unwrap();
     assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
 }
+
+/// kubectl (the PyPI wheel's 1.37, unchanged) against `server`, with its own HOME so that its
+/// discovery cache is this test's.
+fn kubectl(server: &str, home: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new(support::venv::bin("kubectl"))
+        .env("HOME", home)
+        .args(["--server", server])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test]
+async fn kubectl_works_through_the_leaf() {
+    let etcd = support::etcd::etcd().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (root_port, leaf_port) = (free_port().unwrap(), free_port().unwrap());
+    let root_proc = root(&etcd.server.url(), root_port).await;
+    let leaf_proc = leaf(&kubeconfig(dir.path(), &root_proc.url), leaf_port).await;
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let (url, home2) = (leaf_proc.url.clone(), home.clone());
+    let k = move |args: &'static [&'static str], stdin: Option<&'static str>| {
+        let (url, home) = (url.clone(), home2.clone());
+        async move {
+            tokio::task::spawn_blocking(move || kubectl(&url, &home, args, stdin))
+                .await
+                .unwrap()
+        }
+    };
+    let manifest = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\n  labels: {app: web}\nspec:\n  nodeName: n1\n  containers: [{name: c, image: nginx}]\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: default\ndata: {mode: fast}\n";
+    // Client-side apply: discovery and OpenAPI come from the root through the leaf, the GETs
+    // of the pod from the leaf's cache, the creates (and later patches) go to the root.
+    let (ok, out) = k(&["apply", "-f", "-"], Some(manifest)).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("pod/web created") && out.contains("configmap/settings created"),
+        "{out}"
+    );
+    let changed = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\n  labels: {app: web, tier: front}\nspec:\n  nodeName: n1\n  containers: [{name: c, image: nginx}]\n";
+    let (ok, out) = k(&["apply", "-f", "-"], Some(changed)).await;
+    assert!(ok && out.contains("pod/web configured"), "{out}");
+    // Reads of the cached pods are the leaf's; configmaps are proxied.
+    let (ok, out) = k(&["get", "pods", "-l", "tier=front", "-o", "name"], None).await;
+    assert!(ok && out.trim() == "pod/web", "{out}");
+    let (ok, out) = k(
+        &[
+            "get",
+            "configmap",
+            "settings",
+            "-o",
+            "jsonpath={.data.mode}",
+        ],
+        None,
+    )
+    .await;
+    assert!(ok && out == "fast", "{out}");
+    let (ok, out) = k(&["label", "pod", "web", "checked=yes"], None).await;
+    assert!(ok && out.contains("pod/web labeled"), "{out}");
+    let (ok, out) = k(
+        &[
+            "get",
+            "pods",
+            "--field-selector",
+            "spec.nodeName=n1",
+            "-o",
+            "jsonpath={.items[0].metadata.labels.checked}",
+        ],
+        None,
+    )
+    .await;
+    assert!(ok && out == "yes", "{out}");
+    let (ok, out) = k(&["delete", "pod", "web", "--wait=false"], None).await;
+    assert!(ok && out.contains("deleted"), "{out}");
+    let (ok, out) = k(&["get", "pods", "-o", "name"], None).await;
+    assert!(ok && out.trim().is_empty(), "{out}");
+    // The root agrees.
+    let at_root: Value = Client::new()
+        .get(format!(
+            "{}/api/v1/namespaces/default/configmaps/settings",
+            root_proc.url
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(at_root["data"]["mode"], "fast");
+}

@@ -17,6 +17,7 @@ use crate::server::status::ApiError;
 use axum::http;
 use axum::response::IntoResponse;
 use hyper_util::rt::TokioIo;
+use std::time::{Duration, Instant};
 use tracing::{debug, info};
 
 /// Whether a request's headers ask for a protocol upgrade (`Connection: Upgrade` and an
@@ -60,6 +61,55 @@ pub(crate) fn is_local(st: &AppState, method: &http::Method, segs: &[&str]) -> b
     (method == http::Method::GET || method == http::Method::HEAD)
         // Subresources (`/status`) are the upstream's in proxy mode, as everything not cached.
         && st.resolve(segs).is_some_and(|t| !t.status)
+}
+
+/// Resources whose consistent reads timed out in the cache recently (the upstream's bookmarks
+/// did not reach its current resourceVersion): for [`STALLED_FOR`] after a timeout, their
+/// consistent reads go straight to the upstream instead of waiting 3 s each for the same answer.
+#[derive(Debug, Default)]
+pub(crate) struct StalledReads(std::sync::Mutex<std::collections::HashMap<String, Instant>>);
+
+/// How long a resource's consistent reads go to the upstream after one timed out in the cache.
+pub(crate) const STALLED_FOR: Duration = Duration::from_secs(10);
+
+impl StalledReads {
+    pub fn is_stalled(&self, prefix: &str) -> bool {
+        let map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(prefix).is_some_and(|t| t.elapsed() < STALLED_FOR)
+    }
+
+    pub fn mark(&self, prefix: &str) {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.insert(prefix.to_owned(), Instant::now());
+    }
+}
+
+/// Whether a GET is a consistent read: not a watch, `resourceVersion` unset.
+pub(crate) fn is_consistent_read(uri: &http::Uri) -> bool {
+    !form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()).any(|(k, v)| {
+        (k == "resourceVersion" && !v.is_empty())
+            || (k == "watch" && matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
+    })
+}
+
+/// A copy of a bodiless request (method, target, headers, and the identity the gate attached),
+/// to forward it after a local attempt.
+pub(crate) fn replay(req: &axum::extract::Request) -> axum::extract::Request {
+    let mut again = axum::extract::Request::new(axum::body::Body::empty());
+    *again.method_mut() = req.method().clone();
+    *again.uri_mut() = req.uri().clone();
+    *again.version_mut() = req.version();
+    *again.headers_mut() = req.headers().clone();
+    if let Some(user) = req.extensions().get::<std::sync::Arc<User>>() {
+        again.extensions_mut().insert(user.clone());
+    }
+    again
 }
 
 /// Forwards one request through the server's proxy and streams the answer back.
@@ -178,5 +228,30 @@ async fn join_upgraded(
     match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
         Ok((up, down)) => debug!(%uri, up, down, "upgraded connection closed"),
         Err(e) => debug!(%uri, error = %e, "upgraded connection ended"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consistent_reads_are_the_gets_without_a_resource_version() {
+        let read = |q: &str| is_consistent_read(&format!("/api/v1/pods{q}").parse().unwrap());
+        assert!(read(""));
+        assert!(read("?limit=5&resourceVersion="));
+        assert!(!read("?resourceVersion=0"));
+        assert!(!read("?resourceVersion=12&resourceVersionMatch=Exact"));
+        assert!(!read("?watch=true"));
+        assert!(read("?watch=false"));
+    }
+
+    #[test]
+    fn a_stalled_resource_is_remembered_per_resource() {
+        let s = StalledReads::default();
+        assert!(!s.is_stalled("/registry/pods/"));
+        s.mark("/registry/pods/");
+        assert!(s.is_stalled("/registry/pods/"));
+        assert!(!s.is_stalled("/registry/configmaps/"));
     }
 }

@@ -126,6 +126,7 @@ impl Server {
             auth: std::sync::OnceLock::new(),
             limits,
             audit: auth::Audit::default(),
+            stalled: forward::StalledReads::default(),
         };
         Server {
             state: Arc::new(state),

@@ -26,6 +26,7 @@ use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
 use crate::server::watch::{self, Wire};
 use crate::server::writes;
+use tracing::debug;
 
 pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
     let mut not_ready: Vec<&str> = st
@@ -61,13 +62,38 @@ pub(crate) async fn metrics_handler(State(st): State<Arc<AppState>>) -> Response
 }
 
 pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Response {
-    if let Some(p) = st.proxy.get()
-        && !forward::is_local(&st, req.method(), &segments(req.uri().path()))
-    {
+    let Some(p) = st.proxy.get() else {
+        return route(&st, req)
+            .await
+            .unwrap_or_else(IntoResponse::into_response);
+    };
+    let segs = segments(req.uri().path());
+    if !forward::is_local(&st, req.method(), &segs) {
         return forward::forward(&st, &**p, req).await;
     }
+    // A read the cache could not show fresh in time (504: the upstream's bookmarks did not reach
+    // its current resourceVersion, as with a watchcache root on an etcd without reliable progress
+    // notifications) is the upstream's to answer, as kube-apiserver hands such reads to etcd; and
+    // for a while after, that resource's consistent reads go there at once.
+    let prefix = st
+        .resolve(&segs)
+        .map(|t| t.served.cache.definition().prefix.clone())
+        .unwrap_or_default();
+    let consistent = forward::is_consistent_read(req.uri());
+    if consistent && st.stalled.is_stalled(&prefix) {
+        return forward::forward(&st, &**p, req).await;
+    }
+    // Local reads are GETs: they have no body to keep.
+    let again = forward::replay(&req);
     match route(&st, req).await {
         Ok(r) => r,
+        Err(e) if e.code() == 504 => {
+            debug!(resource = %prefix, "a read timed out in the cache; answered by the upstream");
+            if consistent {
+                st.stalled.mark(&prefix);
+            }
+            forward::forward(&st, &**p, again).await
+        }
         Err(e) => e.into_response(),
     }
 }

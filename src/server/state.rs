@@ -77,6 +77,8 @@ pub(crate) struct AppState {
     pub limits: crate::server::auth::Limits,
     /// The audit log.
     pub audit: crate::server::auth::Audit,
+    /// Proxy mode: resources whose consistent reads go to the upstream for now.
+    pub stalled: crate::server::forward::StalledReads,
 }
 
 /// What a resource path names.
