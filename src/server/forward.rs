@@ -17,7 +17,6 @@ use crate::server::status::ApiError;
 use axum::http;
 use axum::response::IntoResponse;
 use hyper_util::rt::TokioIo;
-use std::time::{Duration, Instant};
 use tracing::{debug, info};
 
 /// Whether a request's headers ask for a protocol upgrade (`Connection: Upgrade` and an
@@ -61,33 +60,6 @@ pub(crate) fn is_local(st: &AppState, method: &http::Method, segs: &[&str]) -> b
     (method == http::Method::GET || method == http::Method::HEAD)
         // Subresources (`/status`) are the upstream's in proxy mode, as everything not cached.
         && st.resolve(segs).is_some_and(|t| !t.status)
-}
-
-/// Resources whose consistent reads timed out in the cache recently (the upstream's bookmarks
-/// did not reach its current resourceVersion): for [`STALLED_FOR`] after a timeout, their
-/// consistent reads go straight to the upstream instead of waiting 3 s each for the same answer.
-#[derive(Debug, Default)]
-pub(crate) struct StalledReads(std::sync::Mutex<std::collections::HashMap<String, Instant>>);
-
-/// How long a resource's consistent reads go to the upstream after one timed out in the cache.
-pub(crate) const STALLED_FOR: Duration = Duration::from_secs(10);
-
-impl StalledReads {
-    pub fn is_stalled(&self, prefix: &str) -> bool {
-        let map = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.get(prefix).is_some_and(|t| t.elapsed() < STALLED_FOR)
-    }
-
-    pub fn mark(&self, prefix: &str) {
-        let mut map = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.insert(prefix.to_owned(), Instant::now());
-    }
 }
 
 /// Whether a GET is a consistent read: not a watch, `resourceVersion` unset.
@@ -244,14 +216,5 @@ mod tests {
         assert!(!read("?resourceVersion=12&resourceVersionMatch=Exact"));
         assert!(!read("?watch=true"));
         assert!(read("?watch=false"));
-    }
-
-    #[test]
-    fn a_stalled_resource_is_remembered_per_resource() {
-        let s = StalledReads::default();
-        assert!(!s.is_stalled("/registry/pods/"));
-        s.mark("/registry/pods/");
-        assert!(s.is_stalled("/registry/pods/"));
-        assert!(!s.is_stalled("/registry/configmaps/"));
     }
 }

@@ -126,7 +126,7 @@ impl Server {
             auth: std::sync::OnceLock::new(),
             limits,
             audit: auth::Audit::default(),
-            stalled: forward::StalledReads::default(),
+            stalled: state::StalledReads::default(),
         };
         Server {
             state: Arc::new(state),

@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -78,7 +79,34 @@ pub(crate) struct AppState {
     /// The audit log.
     pub audit: crate::server::auth::Audit,
     /// Proxy mode: resources whose consistent reads go to the upstream for now.
-    pub stalled: crate::server::forward::StalledReads,
+    pub stalled: StalledReads,
+}
+
+/// Resources whose consistent reads timed out in the cache recently (the upstream's bookmarks
+/// did not reach its current resourceVersion): for `STALLED_FOR` after a timeout, their
+/// consistent reads go straight to the upstream instead of waiting 3 s each for the same answer.
+#[derive(Debug, Default)]
+pub(crate) struct StalledReads(std::sync::Mutex<std::collections::HashMap<String, Instant>>);
+
+/// How long a resource's consistent reads go to the upstream after one timed out in the cache.
+pub(crate) const STALLED_FOR: Duration = Duration::from_secs(10);
+
+impl StalledReads {
+    pub fn is_stalled(&self, prefix: &str) -> bool {
+        let map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(prefix).is_some_and(|t| t.elapsed() < STALLED_FOR)
+    }
+
+    pub fn mark(&self, prefix: &str) {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.insert(prefix.to_owned(), Instant::now());
+    }
 }
 
 /// What a resource path names.
@@ -158,6 +186,15 @@ pub(crate) fn segments(path: &str) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_stalled_resource_is_remembered_per_resource() {
+        let s = StalledReads::default();
+        assert!(!s.is_stalled("/registry/pods/"));
+        s.mark("/registry/pods/");
+        assert!(s.is_stalled("/registry/pods/"));
+        assert!(!s.is_stalled("/registry/configmaps/"));
+    }
+
     use super::*;
 
     #[test]
