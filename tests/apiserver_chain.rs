@@ -14,6 +14,7 @@ use etcd_client::Client as EtcdClient;
 use futures_util::StreamExt;
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
+use support::kubectl::{Kubectl, must};
 use watchcache::etcd::free_port;
 
 /// A `watchcache serve` process, killed with SIGKILL on drop.
@@ -35,7 +36,8 @@ impl Drop for Proc {
     }
 }
 
-async fn spawn(args: &[&str], port: u16) -> Proc {
+/// Starts `watchcache serve` on `port` (`scheme`: what its URL will be) without waiting for it.
+fn start(args: &[&str], port: u16, scheme: &str) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
         .arg("serve")
         .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -47,10 +49,15 @@ async fn spawn(args: &[&str], port: u16) -> Proc {
         .stdout(Stdio::null())
         .spawn()
         .expect("spawn watchcache");
-    let p = Proc {
+    Proc {
         child,
-        url: format!("http://127.0.0.1:{port}"),
-    };
+        url: format!("{scheme}://127.0.0.1:{port}"),
+    }
+}
+
+/// Starts `watchcache serve` on plain HTTP and waits until it is ready.
+async fn spawn(args: &[&str], port: u16) -> Proc {
+    let p = start(args, port, "http");
     let c = Client::new();
     for _ in 0..300 {
         if let Ok(r) = c.get(format!("{}/readyz", p.url)).send().await
@@ -94,6 +101,11 @@ async fn leaf(kubeconfig: &Path, port: u16) -> Proc {
         port,
     )
     .await
+}
+
+/// GETs `url` and reads its JSON answer.
+async fn get_json(c: &Client, url: impl reqwest::IntoUrl) -> Value {
+    c.get(url).send().await.unwrap().json().await.unwrap()
 }
 
 fn rv(v: &Value) -> u64 {
@@ -293,14 +305,7 @@ async fn a_chain_of_processes_keeps_every_client_stream_exactly_once_through_kil
     );
 
     // A client resumes on the leaf from a resourceVersion the root gave it: no relist.
-    let list: Value = c
-        .get(format!("{root_url}/api/v1/pods"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = get_json(&c, format!("{root_url}/api/v1/pods")).await;
     let from = rv(&list);
     write(&c, &root_url, 0).await;
     let r = c
@@ -345,24 +350,10 @@ async fn a_chain_of_processes_keeps_every_client_stream_exactly_once_through_kil
     writer.await.unwrap();
     // The leaf catches up with the root; then the clients stop.
     let root_rv = {
-        let l: Value = c
-            .get(format!("{root_url}/api/v1/pods"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let l: Value = get_json(&c, format!("{root_url}/api/v1/pods")).await;
         rv(&l)
     };
-    let l: Value = c
-        .get(format!("{leaf_url}/api/v1/pods"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let l: Value = get_json(&c, format!("{leaf_url}/api/v1/pods")).await;
     assert!(rv(&l) >= root_rv);
     let final_state: std::collections::BTreeMap<String, u64> = l["items"]
         .as_array()
@@ -477,14 +468,7 @@ fn kube_watch(
 }
 
 async fn pods_of(c: &Client, url: &str) -> std::collections::BTreeMap<String, u64> {
-    let l: Value = c
-        .get(format!("{url}/api/v1/pods"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let l: Value = get_json(c, format!("{url}/api/v1/pods")).await;
     l["items"]
         .as_array()
         .unwrap()
@@ -584,14 +568,7 @@ async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_i
     let leaf_url = leaf_proc.url.clone();
     let c = Client::new();
     // Discovery is the root's: configmaps are listed though the leaf caches only pods.
-    let d: Value = c
-        .get(format!("{leaf_url}/api/v1"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let d: Value = get_json(&c, format!("{leaf_url}/api/v1")).await;
     assert!(
         d["resources"]
             .as_array()
@@ -643,23 +620,10 @@ async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_i
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::CONFLICT);
-    let got: Value = c
-        .get(format!("{cms}/c"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let got: Value = get_json(&c, format!("{cms}/c")).await;
     assert_eq!(got["data"]["k"], "2");
-    let at_root: Value = c
-        .get(format!("{root_url}/api/v1/namespaces/ns/configmaps/c"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let at_root: Value =
+        get_json(&c, format!("{root_url}/api/v1/namespaces/ns/configmaps/c")).await;
     assert_eq!(got, at_root);
     let r = c.delete(format!("{cms}/c")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
@@ -676,14 +640,7 @@ async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_i
     assert_eq!(r.status(), StatusCode::CONFLICT);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["reason"], "AlreadyExists", "{v}");
-    let got: Value = c
-        .get(format!("{pods}/w"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let got: Value = get_json(&c, format!("{pods}/w")).await;
     assert_eq!(got, created);
     let r = c
         .patch(format!("{pods}/w"))
@@ -701,14 +658,7 @@ async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_i
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::CONFLICT, "a stale replace");
-    let got: Value = c
-        .get(format!("{pods}/w"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let got: Value = get_json(&c, format!("{pods}/w")).await;
     assert_eq!(got, patched);
     assert_eq!(got["metadata"]["labels"]["via"], "leaf");
     // Whatever the root answers to server-side apply comes back unchanged.
@@ -740,14 +690,7 @@ async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_i
     assert_eq!(a.text().await.unwrap(), b.text().await.unwrap());
     // The root goes down: proxied requests are 503 ServiceUnavailable; cached reads still work.
     write(&c, &root_url, 1).await;
-    let l: Value = c
-        .get(format!("{leaf_url}/api/v1/pods"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let l: Value = get_json(&c, format!("{leaf_url}/api/v1/pods")).await;
     root_proc.kill9();
     let r = c.get(&cms).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -1083,19 +1026,19 @@ async fn the_leaf_relays_exec_and_port_forward_upgrades_both_ways() {
     let port = free_port().unwrap();
     // The leaf never syncs from this upstream (its LIST is 503): it is live, not ready, and
     // proxies all the same.
-    let child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--upstream-kubeconfig"])
-        .arg(kubeconfig(dir.path(), &upstream))
-        .args(["--upstream-context", "root", "--resources", "pods"])
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _leaf = Proc {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-    };
+    let kubeconfig = kubeconfig(dir.path(), &upstream);
+    let _leaf = start(
+        &[
+            "--upstream-kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--upstream-context",
+            "root",
+            "--resources",
+            "pods",
+        ],
+        port,
+        "http",
+    );
     let c = Client::new();
     for i in 0.. {
         if let Ok(r) = c.get(format!("{}/livez", _leaf.url)).send().await
@@ -1200,19 +1143,17 @@ async fn a_leaf_follows_a_tls_root_with_the_client_certificate_of_its_kubeconfig
     let root_port = free_port().unwrap();
     // The root serves TLS only, and writes an admin kubeconfig (its CA, a client certificate
     // of system:masters) as a cluster's installer would.
-    let child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
-        .args(["serve", "--local-pki", "--etcd", &etcd.server.url()])
-        .args(["--listen", &format!("127.0.0.1:{root_port}")])
-        .arg("--data-dir")
-        .arg(data.path())
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _root = Proc {
-        child,
-        url: format!("https://127.0.0.1:{root_port}"),
-    };
+    let _root = start(
+        &[
+            "--local-pki",
+            "--etcd",
+            &etcd.server.url(),
+            "--data-dir",
+            data.path().to_str().unwrap(),
+        ],
+        root_port,
+        "https",
+    );
     let kubeconfig = data.path().join("admin.kubeconfig");
     for i in 0.. {
         if kubeconfig.exists() {
@@ -1251,52 +1192,14 @@ async fn a_leaf_follows_a_tls_root_with_the_client_certificate_of_its_kubeconfig
     assert_eq!(r.status(), StatusCode::CREATED, "forwarded to the TLS root");
     let created: Value = r.json().await.unwrap();
     // A consistent read on the leaf waits for its watch on the root to bring the pod.
-    let got: Value = c
-        .get(format!("{}/api/v1/namespaces/ns/pods/t", leaf.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let got: Value = get_json(&c, format!("{}/api/v1/namespaces/ns/pods/t", leaf.url)).await;
     assert_eq!(got, created);
-    let list: Value = c
-        .get(format!(
-            "{}/api/v1/pods?fieldSelector=spec.nodeName%3Dn",
-            leaf.url
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = get_json(
+        &c,
+        format!("{}/api/v1/pods?fieldSelector=spec.nodeName%3Dn", leaf.url),
+    )
+    .await;
     assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
-}
-
-/// kubectl (the PyPI wheel's 1.37, unchanged) against `server`, with its own HOME so that its
-/// discovery cache is this test's.
-fn kubectl(server: &str, home: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String) {
-    use std::io::Write;
-    let mut child = Command::new(support::venv::bin("kubectl"))
-        .env("HOME", home)
-        .args(["--server", server])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
-    drop(input);
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 #[tokio::test]
@@ -1306,74 +1209,61 @@ async fn kubectl_works_through_the_leaf() {
     let (root_port, leaf_port) = (free_port().unwrap(), free_port().unwrap());
     let root_proc = root(&etcd.server.url(), root_port).await;
     let leaf_proc = leaf(&kubeconfig(dir.path(), &root_proc.url), leaf_port).await;
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let (url, home2) = (leaf_proc.url.clone(), home.clone());
-    let k = move |args: &'static [&'static str], stdin: Option<&'static str>| {
-        let (url, home) = (url.clone(), home2.clone());
-        async move {
-            tokio::task::spawn_blocking(move || kubectl(&url, &home, args, stdin))
-                .await
-                .unwrap()
-        }
-    };
+    let k = Kubectl::new(&leaf_proc.url);
     let manifest = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\n  labels: {app: web}\nspec:\n  nodeName: n1\n  containers: [{name: c, image: nginx}]\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: default\ndata: {mode: fast}\n";
     // Client-side apply: discovery and OpenAPI come from the root through the leaf, the GETs
     // of the pod from the leaf's cache, the creates (and later patches) go to the root.
-    let (ok, out) = k(&["apply", "-f", "-"], Some(manifest)).await;
-    assert!(ok, "{out}");
+    let out = must(
+        &k.with_stdin(&["apply", "-f", "-"], manifest).await,
+        "apply",
+    );
     assert!(
         out.contains("pod/web created") && out.contains("configmap/settings created"),
         "{out}"
     );
     let changed = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\n  labels: {app: web, tier: front}\nspec:\n  nodeName: n1\n  containers: [{name: c, image: nginx}]\n";
-    let (ok, out) = k(&["apply", "-f", "-"], Some(changed)).await;
-    assert!(ok && out.contains("pod/web configured"), "{out}");
+    let out = must(&k.with_stdin(&["apply", "-f", "-"], changed).await, "apply");
+    assert!(out.contains("pod/web configured"), "{out}");
     // Reads of the cached pods are the leaf's; configmaps are proxied.
-    let (ok, out) = k(&["get", "pods", "-l", "tier=front", "-o", "name"], None).await;
-    assert!(ok && out.trim() == "pod/web", "{out}");
-    let (ok, out) = k(
-        &[
+    let out = k
+        .ok(&["get", "pods", "-l", "tier=front", "-o", "name"])
+        .await;
+    assert_eq!(out.trim(), "pod/web");
+    let out = k
+        .ok(&[
             "get",
             "configmap",
             "settings",
             "-o",
             "jsonpath={.data.mode}",
-        ],
-        None,
-    )
-    .await;
-    assert!(ok && out == "fast", "{out}");
-    let (ok, out) = k(&["label", "pod", "web", "checked=yes"], None).await;
-    assert!(ok && out.contains("pod/web labeled"), "{out}");
-    let (ok, out) = k(
-        &[
+        ])
+        .await;
+    assert_eq!(out, "fast");
+    let out = k.ok(&["label", "pod", "web", "checked=yes"]).await;
+    assert!(out.contains("pod/web labeled"), "{out}");
+    let out = k
+        .ok(&[
             "get",
             "pods",
             "--field-selector",
             "spec.nodeName=n1",
             "-o",
             "jsonpath={.items[0].metadata.labels.checked}",
-        ],
-        None,
-    )
-    .await;
-    assert!(ok && out == "yes", "{out}");
-    let (ok, out) = k(&["delete", "pod", "web", "--wait=false"], None).await;
-    assert!(ok && out.contains("deleted"), "{out}");
-    let (ok, out) = k(&["get", "pods", "-o", "name"], None).await;
-    assert!(ok && out.trim().is_empty(), "{out}");
+        ])
+        .await;
+    assert_eq!(out, "yes");
+    let out = k.ok(&["delete", "pod", "web", "--wait=false"]).await;
+    assert!(out.contains("deleted"), "{out}");
+    let out = k.ok(&["get", "pods", "-o", "name"]).await;
+    assert!(out.trim().is_empty(), "{out}");
     // The root agrees.
-    let at_root: Value = Client::new()
-        .get(format!(
+    let at_root: Value = get_json(
+        &Client::new(),
+        format!(
             "{}/api/v1/namespaces/default/configmaps/settings",
             root_proc.url
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        ),
+    )
+    .await;
     assert_eq!(at_root["data"]["mode"], "fast");
 }

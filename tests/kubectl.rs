@@ -6,88 +6,14 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::Stdio;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use support::kubectl::{Kubectl, must};
 use support::server::TestServer;
 use watchcache::server::ServerConfig;
-
-/// kubectl from the project's venv (installed on demand).
-fn kubectl_bin() -> PathBuf {
-    support::venv::bin("kubectl")
-}
-
-/// Runs kubectl against the server, with a fresh discovery cache so every test sees this server.
-struct Kubectl {
-    bin: PathBuf,
-    server: String,
-    home: PathBuf,
-}
-
-impl Kubectl {
-    fn new(server: &str) -> Kubectl {
-        let home = std::env::temp_dir().join(format!(
-            "wc-kubectl-{}-{}",
-            std::process::id(),
-            fastrand_suffix()
-        ));
-        std::fs::create_dir_all(&home).unwrap();
-        Kubectl {
-            bin: kubectl_bin(),
-            server: server.to_owned(),
-            home,
-        }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.bin);
-        c.env("HOME", &self.home)
-            .env("KUBECONFIG", self.home.join("none"))
-            .arg("--server")
-            .arg(&self.server)
-            .arg("--cache-dir")
-            .arg(self.home.join("cache"))
-            .args(args);
-        c
-    }
-
-    async fn run(&self, args: &[&str]) -> Output {
-        let mut c = self.command(args);
-        tokio::task::spawn_blocking(move || c.output())
-            .await
-            .unwrap()
-            .expect("run kubectl")
-    }
-
-    /// Runs a command that must succeed and returns its stdout.
-    async fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args).await;
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        );
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\nstdout:\n{stdout}\nstderr:\n{stderr}"
-        );
-        stdout
-    }
-}
-
-impl Drop for Kubectl {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.home);
-    }
-}
-
-fn fastrand_suffix() -> u64 {
-    use std::hash::{BuildHasher, RandomState};
-    RandomState::new().hash_one(std::time::SystemTime::now())
-}
 
 /// A pod with one ready container of two, on a node, with an IP.
 fn pod(name: &str, node: &str, ip: &str) -> String {
@@ -103,15 +29,6 @@ fn pod(name: &str, node: &str, ip: &str) -> String {
              "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}
     })
     .to_string()
-}
-
-impl Kubectl {
-    /// `kubectl create -f -` with a JSON document on stdin.
-    async fn create(&self, doc: &str, extra: &[&str]) -> Output {
-        let mut args = vec!["create", "-f", "-"];
-        args.extend_from_slice(extra);
-        with_stdin(self, &args, doc).await
-    }
 }
 
 /// The rows of kubectl's table output, split on runs of 2+ spaces.
@@ -417,39 +334,6 @@ async fn metadata_clients_get_partial_metadata_or_406() {
     );
 }
 
-/// Runs a kubectl command with a document on stdin.
-async fn with_stdin(k: &Kubectl, args: &[&str], doc: &str) -> Output {
-    let mut c = k.command(args);
-    c.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let doc = doc.to_owned();
-    tokio::task::spawn_blocking(move || {
-        use std::io::Write;
-        let mut child = c.spawn().expect("spawn kubectl");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(doc.as_bytes())
-            .unwrap();
-        child.wait_with_output()
-    })
-    .await
-    .unwrap()
-    .expect("run kubectl")
-}
-
-fn must(out: &Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 async fn get_json(k: &Kubectl, args: &[&str]) -> Value {
     let mut a = vec!["get"];
     a.extend_from_slice(args);
@@ -576,9 +460,13 @@ async fn kubectl_apply_twice_and_the_errors_an_operator_sees() {
             "metadata": {"name": "settings", "namespace": "default"}, "data": {"mode": v}})
         .to_string()
     };
-    let out = with_stdin(&k, &["apply", "-f", "-", "--validate=false"], &cm("a")).await;
+    let out = k
+        .with_stdin(&["apply", "-f", "-", "--validate=false"], &cm("a"))
+        .await;
     assert!(must(&out, "apply 1").contains("created"));
-    let out = with_stdin(&k, &["apply", "-f", "-", "--validate=false"], &cm("b")).await;
+    let out = k
+        .with_stdin(&["apply", "-f", "-", "--validate=false"], &cm("b"))
+        .await;
     assert!(must(&out, "apply 2").contains("configured"));
     let got = get_json(&k, &["cm", "settings"]).await;
     assert_eq!(got["data"]["mode"], "b");
@@ -600,11 +488,12 @@ async fn kubectl_apply_twice_and_the_errors_an_operator_sees() {
         .to_string()
     };
     must(
-        &with_stdin(&k, &["apply", "-f", "-"], &pod(&["a", "b"])).await,
+        &k.with_stdin(&["apply", "-f", "-"], &pod(&["a", "b"])).await,
         "apply pod",
     );
     must(
-        &with_stdin(&k, &["apply", "-f", "-"], &pod(&["c", "b", "a"])).await,
+        &k.with_stdin(&["apply", "-f", "-"], &pod(&["c", "b", "a"]))
+            .await,
         "apply pod reordered",
     );
     let got = get_json(&k, &["pod", "ordered"]).await;
@@ -622,11 +511,13 @@ async fn kubectl_apply_twice_and_the_errors_an_operator_sees() {
         .to_string()
     };
     must(
-        &with_stdin(&k, &["apply", "-f", "-", "--validate=false"], &w("x")).await,
+        &k.with_stdin(&["apply", "-f", "-", "--validate=false"], &w("x"))
+            .await,
         "apply widget",
     );
     must(
-        &with_stdin(&k, &["apply", "-f", "-", "--validate=false"], &w("y")).await,
+        &k.with_stdin(&["apply", "-f", "-", "--validate=false"], &w("y"))
+            .await,
         "apply widget again",
     );
     assert_eq!(get_json(&k, &["widgets", "w"]).await["spec"]["owner"], "y");
@@ -647,12 +538,12 @@ async fn kubectl_apply_twice_and_the_errors_an_operator_sees() {
         "{err}"
     );
     // Server-side apply is refused with a message saying what to use instead.
-    let out = with_stdin(
-        &k,
-        &["apply", "--server-side", "-f", "-", "--validate=false"],
-        &cm("c"),
-    )
-    .await;
+    let out = k
+        .with_stdin(
+            &["apply", "--server-side", "-f", "-", "--validate=false"],
+            &cm("c"),
+        )
+        .await;
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("server-side apply"), "{err}");
@@ -695,10 +586,10 @@ async fn kubectl_create_and_apply_validate_and_explain_with_openapi_v3() {
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "c", "namespace": "default"}, "data": {"k": "v"}})
     .to_string();
-    assert!(must(&with_stdin(&k, &["apply", "-f", "-"], &cm).await, "apply").contains("created"));
+    assert!(must(&k.with_stdin(&["apply", "-f", "-"], &cm).await, "apply").contains("created"));
     assert!(
         must(
-            &with_stdin(&k, &["apply", "-f", "-"], &cm).await,
+            &k.with_stdin(&["apply", "-f", "-"], &cm).await,
             "apply again"
         )
         .contains("unchanged")

@@ -12,23 +12,31 @@
 
 use crate::server::auth::{User, impersonate};
 use crate::server::proxy::{HOP_BY_HOP, Proxy};
-use crate::server::state::AppState;
+use crate::server::state::{AppState, Target};
 use crate::server::status::ApiError;
 use axum::http;
 use axum::response::IntoResponse;
 use hyper_util::rt::TokioIo;
 use tracing::{debug, info};
 
-/// Whether a request's headers ask for a protocol upgrade (`Connection: Upgrade` and an
-/// `Upgrade` protocol).
+/// Whether headers (name, value) ask for a protocol upgrade: an `Upgrade` protocol and
+/// `Connection: Upgrade`.
+fn asks_upgrade<'a>(headers: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> bool {
+    let (mut protocol, mut connection) = (false, false);
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("upgrade") {
+            protocol = true;
+        } else if name.eq_ignore_ascii_case("connection") {
+            connection |= value
+                .split(|b| *b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
+        }
+    }
+    protocol && connection
+}
+
 fn is_upgrade(headers: &http::HeaderMap) -> bool {
-    headers.contains_key(http::header::UPGRADE)
-        && headers
-            .get_all(http::header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+    asks_upgrade(headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())))
 }
 
 /// Whether the first request read on a connection (its head, possibly with more bytes after it)
@@ -36,30 +44,25 @@ fn is_upgrade(headers: &http::HeaderMap) -> bool {
 pub(crate) fn wants_upgrade(first: &[u8]) -> bool {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut req = httparse::Request::new(&mut headers);
-    if !matches!(req.parse(first), Ok(httparse::Status::Complete(_))) {
-        return false;
-    }
-    let mut map = http::HeaderMap::new();
-    for h in req.headers.iter() {
-        if let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(h.name.as_bytes()),
-            http::HeaderValue::from_bytes(h.value),
-        ) {
-            map.append(name, value);
-        }
-    }
-    is_upgrade(&map)
+    matches!(req.parse(first), Ok(httparse::Status::Complete(_)))
+        && asks_upgrade(req.headers.iter().map(|h| (h.name, h.value)))
 }
 
-/// Whether a request is answered locally when a proxy is set: only reads (GET, LIST, WATCH) of
-/// the cached resources' own paths (no subresources, no discovery). Writes, even of cached
-/// resources, are the upstream's: it runs admission, defaulting, server-side apply and dry-run,
-/// and sees the client's identity by impersonation; the cache sees the write when its watch
-/// brings it, as any other change.
-pub(crate) fn is_local(st: &AppState, method: &http::Method, segs: &[&str]) -> bool {
+/// The cached resource a request reads locally when a proxy is set: only reads (GET, LIST,
+/// WATCH) of the cached resources' own paths (no subresources, no discovery). Writes, even of
+/// cached resources, are the upstream's: it runs admission, defaulting, server-side apply and
+/// dry-run, and sees the client's identity by impersonation; the cache sees the write when its
+/// watch brings it, as any other change.
+pub(crate) fn local_read<'a>(
+    st: &'a AppState,
+    method: &http::Method,
+    segs: &[&str],
+) -> Option<Target<'a>> {
     (method == http::Method::GET || method == http::Method::HEAD)
+        .then(|| st.resolve(segs))
+        .flatten()
         // Subresources (`/status`) are the upstream's in proxy mode, as everything not cached.
-        && st.resolve(segs).is_some_and(|t| !t.status)
+        .filter(|t| !t.status)
 }
 
 /// Whether a GET is a consistent read: not a watch, `resourceVersion` unset.
@@ -206,6 +209,21 @@ async fn join_upgraded(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upgrades_need_both_headers() {
+        let head =
+            |h: &str| wants_upgrade(format!("GET /x HTTP/1.1\r\nHost: a\r\n{h}\r\n").as_bytes());
+        assert!(head("Connection: Upgrade\r\nUpgrade: websocket\r\n"));
+        assert!(head(
+            "connection: keep-alive, upgrade\r\nupgrade: SPDY/3.1\r\n"
+        ));
+        assert!(!head("Upgrade: websocket\r\n"));
+        assert!(!head("Connection: Upgrade\r\n"));
+        assert!(!wants_upgrade(
+            b"GET /x HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n"
+        ));
+    }
 
     #[test]
     fn consistent_reads_are_the_gets_without_a_resource_version() {

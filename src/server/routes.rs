@@ -68,19 +68,16 @@ pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Respon
             .unwrap_or_else(IntoResponse::into_response);
     };
     let segs = segments(req.uri().path());
-    if !forward::is_local(&st, req.method(), &segs) {
+    let Some(target) = forward::local_read(&st, req.method(), &segs) else {
         return forward::forward(&st, &**p, req).await;
-    }
+    };
     // A read the cache could not show fresh in time (504: the upstream's bookmarks did not reach
     // its current resourceVersion, as with a watchcache root on an etcd without reliable progress
     // notifications) is the upstream's to answer, as kube-apiserver hands such reads to etcd; and
     // for a while after, that resource's consistent reads go there at once.
-    let prefix = st
-        .resolve(&segs)
-        .map(|t| t.served.cache.definition().prefix.clone())
-        .unwrap_or_default();
+    let prefix = &target.served.cache.definition().prefix;
     let consistent = forward::is_consistent_read(req.uri());
-    if consistent && st.stalled.is_stalled(&prefix) {
+    if consistent && st.stalled.is_stalled(prefix) {
         return forward::forward(&st, &**p, req).await;
     }
     // Local reads are GETs: they have no body to keep.
@@ -90,7 +87,7 @@ pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Respon
         Err(e) if e.code() == 504 => {
             debug!(resource = %prefix, "a read timed out in the cache; answered by the upstream");
             if consistent {
-                st.stalled.mark(&prefix);
+                st.stalled.mark(prefix);
             }
             forward::forward(&st, &**p, again).await
         }

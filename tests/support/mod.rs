@@ -64,6 +64,7 @@ pub fn summary(evs: &[Result<WatchEvent, Error>]) -> Vec<(EventType, String, u64
 }
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod kubectl;
 #[cfg(feature = "cli")]
 pub mod pki;
 #[cfg(all(feature = "etcd", feature = "server"))]

@@ -175,11 +175,12 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
             // Proxy mode: a watch of anything not cached is hyper's to forward.
             Head::Watch(req)
                 if st.proxy.get().is_some()
-                    && !crate::server::forward::is_local(
+                    && crate::server::forward::local_read(
                         st,
                         &axum::http::Method::GET,
                         &segments(&req.path),
-                    ) =>
+                    )
+                    .is_none() =>
             {
                 return Ok(FirstRequest::NotAWatch(buf));
             }
