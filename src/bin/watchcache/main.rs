@@ -83,7 +83,8 @@ struct BenchArgs {
     json: Option<PathBuf>,
     /// Write every delivered event as a CSV line to this file (`watcher,node,rev,sent_us,ack_us,
     /// at_us`: the watcher's index, its node or empty when unrouted, then the write's start, etcd's
-    /// ack and the receipt on the bench's clock), to see where a tail comes from.
+    /// ack and the receipt on the bench's clock), to see where a tail comes from. With `--mode both`,
+    /// the last mode's.
     #[arg(long, value_name = "FILE")]
     samples: Option<PathBuf>,
     /// Run the cache mode over TLS (the server started with --local-pki): `h2` (the default)

@@ -1,6 +1,6 @@
 //! Checks what each watcher received against etcd's own history of the run.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, WatchOptions};
@@ -131,12 +131,6 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
     sorted[i.min(sorted.len() - 1)]
-}
-
-/// Send times by revision, and latencies in ms for delivered events.
-pub fn latency_ms(sent: &HashMap<u64, (u64, u64)>, rev: u64, at_us: u64) -> Option<f64> {
-    sent.get(&rev)
-        .map(|(s, _)| at_us.saturating_sub(*s) as f64 / 1000.0)
 }
 
 #[cfg(test)]
