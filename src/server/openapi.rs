@@ -24,7 +24,8 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::model::ResourceDef;
-use crate::model::protobuf::schema::{Card, Kind, Message, kind_message, message, object_meta};
+use crate::model::protobuf::catalog::{kind_message, message, object_meta};
+use crate::model::protobuf::schema::{Card, Kind, Message};
 use crate::server::discovery::{Entry, KUBERNETES_MINOR};
 
 /// The schema name of a kind, as upstream names them (`io.k8s.api.core.v1.Pod` for the core

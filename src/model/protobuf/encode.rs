@@ -24,8 +24,9 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value as Json};
 
 use super::MAGIC;
+use super::catalog::{kind_message, message};
 use super::json::GO_ZERO_UNIX;
-use super::schema::{Card, Field, Kind, Message, kind_message, message};
+use super::schema::{Card, Field, Kind, Message};
 use super::wire::{Fields, Value};
 
 /// The deepest nesting encoded (the decoder's limit too).

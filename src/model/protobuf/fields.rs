@@ -8,7 +8,8 @@
 
 use serde_json::{Map, Value};
 
-use super::schema::{Card, Kind, Message, kind_message, message, object_meta};
+use super::catalog::{kind_message, message, object_meta};
+use super::schema::{Card, Kind, Message};
 
 /// How deep the walk goes: the JSON decoder already refuses nesting beyond 100 levels, this only
 /// keeps the recursion bounded whatever the caller hands in.

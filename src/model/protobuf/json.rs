@@ -11,7 +11,8 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-use super::schema::{Card, Field, Kind, Message, Omit, message};
+use super::catalog::message;
+use super::schema::{Card, Field, Kind, Message, Omit};
 use super::wire::{Fields, Value};
 
 /// Seconds from 1970 to Go's zero `time.Time` (January 1, year 1, UTC).

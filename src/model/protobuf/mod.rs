@@ -12,11 +12,13 @@
 //! | `wire.rs` | varints and tagged fields over a byte slice |
 //! | `schema.rs` | the shape of a message: field numbers, JSON names, kinds, omission rules |
 //! | `tables.rs` | generated: every message reachable from a served built-in kind |
+//! | `catalog.rs` | lookups over the tables: a message by index or kind, a field by JSON name |
 //! | `json.rs` | protobuf → JSON with encoding/json's rules |
 //! | `fields.rs` | the fields a JSON object's type does not declare (`fieldValidation`) |
 //! | `request.rs` | protobuf request bodies (objects, DeleteOptions) read as the JSON they stand for |
 //! | `encode.rs` | JSON → protobuf with gogo's rules; the envelope, watch and list framing, the resourceVersion splice |
 
+pub(crate) mod catalog;
 mod encode;
 // Only the server checks request bodies' fields (`fieldValidation`).
 #[cfg(feature = "server")]
@@ -30,7 +32,8 @@ pub(crate) mod schema;
 mod tables;
 mod wire;
 
-use schema::{Card, Kind, Message, kind_message, message};
+use catalog::{kind_message, message};
+use schema::{Card, Kind, Message};
 use wire::{Fields, Value};
 
 use crate::model::FieldPath;

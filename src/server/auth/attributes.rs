@@ -1,10 +1,21 @@
 //! What a request asks, as authorizers see it (upstream's `authorizer.Attributes` and the
 //! `RequestInfo` it is built from): a verb on a resource (group, resource, subresource,
-//! namespace, name), or a verb on a non-resource path.
+//! namespace, name), or a verb on a non-resource path; and an authorizer's answer to it.
 
 use crate::model::Selection;
 
 use super::user::User;
+
+/// One authorizer's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Allowed.
+    Allow,
+    /// Denied, why.
+    Deny(String),
+    /// This authorizer does not decide (the reason, if any, is part of a final denial).
+    NoOpinion(String),
+}
 
 /// A resource request's target.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

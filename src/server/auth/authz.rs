@@ -5,21 +5,10 @@
 
 use std::sync::Arc;
 
-use super::attributes::Attributes;
+use super::attributes::{Attributes, Decision};
 use super::node::NodeAuthorizer;
 use super::rbac::Rbac;
 use super::user::MASTERS;
-
-/// One authorizer's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// Allowed.
-    Allow,
-    /// Denied, why.
-    Deny(String),
-    /// This authorizer does not decide (the reason, if any, is part of a final denial).
-    NoOpinion(String),
-}
 
 /// One `--authorization-mode` entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

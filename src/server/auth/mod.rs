@@ -8,7 +8,7 @@
 //! | `token_file.rs` | `--token-auth-file` (CSV) |
 //! | `service_account.rs` | service-account JWTs (RS256, ES256), remembered briefly |
 //! | `x509.rs` | the user a verified client certificate names |
-//! | `attributes.rs` | what a request asks (verb, resource, path), Forbidden's message |
+//! | `attributes.rs` | what a request asks (verb, resource, path), an authorizer's answer, Forbidden's message |
 //! | `authz.rs` | `--authorization-mode`: the modes, in order |
 //! | `rbac.rs` | the RBAC authorizer, its index, following the RBAC caches |
 //! | `node.rs` | the Node authorizer, from the pods cache's `spec.nodeName` index |
@@ -36,10 +36,10 @@ mod x509;
 
 use std::sync::Arc;
 
-pub use attributes::{Attributes, RequestInfo, ResourceInfo};
+pub use attributes::{Attributes, Decision, RequestInfo, ResourceInfo};
 pub use audit::{Audit, Record};
 pub use authn::{Authenticator, Unauthenticated};
-pub use authz::{Authorizer, Decision, Mode};
+pub use authz::{Authorizer, Mode};
 pub use limits::{InflightPermit, Limits, UserWatchSlot};
 pub use node::{NodeAuthorizer, RefSet};
 pub use rbac::{Objects as RbacObjects, PolicyRule, Rbac};

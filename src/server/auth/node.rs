@@ -23,8 +23,7 @@ use serde_json::Value;
 
 use crate::cache::Cache;
 
-use super::attributes::Attributes;
-use super::authz::Decision;
+use super::attributes::{Attributes, Decision};
 
 /// The objects the pods of one node reference, by (namespace, name).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

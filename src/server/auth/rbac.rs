@@ -27,8 +27,7 @@ use serde::Deserialize;
 use crate::cache::{Cache, ListOptions, WatchOptions};
 use crate::model::{ResourceVersion, Selection};
 
-use super::attributes::Attributes;
-use super::authz::Decision;
+use super::attributes::{Attributes, Decision};
 
 /// How long the follower waits after an event for more before rebuilding.
 pub const DEBOUNCE: Duration = Duration::from_millis(20);
