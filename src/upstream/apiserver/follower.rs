@@ -145,29 +145,32 @@ impl Follower {
                     info!(resource = %self.plural(), "the API server does not do WatchList; using LIST then watch");
                     *watch_list = false;
                 }
-                Err(e) => return Err(e),
+                Err(e) if self.config.initial_list == InitialList::WatchList || *self.shutdown.borrow() => {
+                    return Err(e);
+                }
+                // As client-go's reflector: a WatchList that fails for any reason falls back to
+                // LIST then watch for this sync ("making progress is better than deadlocking").
+                // kube-apiserver on an etcd without progress requests refuses it with a 500
+                // ("the required storage feature RequestWatchProgress is disabled"), every time:
+                // a refusal the server chose (any status but 410 and 429) turns it off for good.
+                Err(e) => {
+                    let refused = e.code().is_some_and(|c| c != 410 && c != 429);
+                    warn!(resource = %self.plural(), error = %e, for_good = refused, "WatchList failed; falling back to LIST then watch");
+                    if refused {
+                        *watch_list = false;
+                    }
+                }
             }
         }
         self.sync_list().await.map(Synced::Listed)
     }
 
-    /// A WatchList. `Ok(None)`: the server refused `sendInitialEvents` (an error other than 410,
-    /// 429 and 5xx), or ended the watch without the initial-events-end bookmark.
+    /// A WatchList. `Ok(None)`: the server ended the watch without the initial-events-end
+    /// bookmark (it ignored `sendInitialEvents`); an error when it refused or failed.
     async fn sync_watch_list(&mut self) -> Result<Option<Synced>, RestError> {
         let started = Instant::now();
         let timeout = self.watch_timeout();
-        let mut stream = match self.rest.watch(None, true, timeout).await {
-            Ok(s) => s,
-            Err(RestError::Status { code, .. })
-                if code != 410
-                    && code != 429
-                    && code < 500
-                    && self.config.initial_list == InitialList::Auto =>
-            {
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        };
+        let mut stream = self.rest.watch(None, true, timeout).await?;
         let mut objects: Vec<Object> = Vec::new();
         let deadline = tokio::time::Instant::now()
             + Duration::from_secs(timeout)
@@ -535,6 +538,81 @@ mod tests {
             "{broken:?}"
         );
         assert!(started.elapsed() >= Duration::from_millis(300));
+        peer.abort();
+    }
+
+    /// kube-apiserver on Debian's etcd 3.4.23 refuses every WatchList with a 500 ("the required
+    /// storage feature RequestWatchProgress is disabled"). The follower must fall back to LIST
+    /// then watch, as client-go's reflector does, and become ready, not retry the WatchList.
+    #[tokio::test]
+    async fn a_refused_watch_list_falls_back_to_list_then_watch() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let watch_lists = Arc::new(AtomicUsize::new(0));
+        let counted = watch_lists.clone();
+        let peer = tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let n = s.read(&mut buf).await.unwrap();
+                    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let first = head.lines().next().unwrap_or_default().to_owned();
+                    if first.contains("sendInitialEvents=true") {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the required storage feature RequestWatchProgress is disabled","reason":"InternalError","code":500}"#;
+                        let r = format!("HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                        s.write_all(r.as_bytes()).await.unwrap();
+                    } else if first.contains("watch=true") {
+                        let ev = r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"b","namespace":"ns","resourceVersion":"6"},"spec":{"nodeName":"n1"}}}"#;
+                        let r = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{ev}\n\r\n", ev.len() + 1);
+                        s.write_all(r.as_bytes()).await.unwrap();
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                    } else {
+                        let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"4"},"spec":{"nodeName":"n1"}}]}"#;
+                        let r = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                        s.write_all(r.as_bytes()).await.unwrap();
+                    }
+                });
+            }
+        });
+        let cache = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let (_stop, shutdown) = watch::channel(false);
+        let f = Follower {
+            rest: Rest::new(client, cache.definition(), Duration::from_secs(2)),
+            cache: cache.clone(),
+            config: ApiServerConfig::default(),
+            progress: Arc::new(Notify::new()),
+            shutdown,
+        };
+        let task = tokio::spawn(f.run());
+        cache
+            .wait_ready(Duration::from_secs(5))
+            .await
+            .expect("ready after falling back to LIST");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while cache.resource_version() < 6 {
+            assert!(Instant::now() < deadline, "the watch after the LIST delivers");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let names: Vec<String> = cache
+            .list(&ListOptions::all())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|o| o.name().to_owned())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(watch_lists.load(Ordering::SeqCst), 1, "WatchList asked once, then off");
+        task.abort();
         peer.abort();
     }
 

@@ -57,8 +57,10 @@ use upstream::ApiUpstream;
 /// How a follower reads the full state (at start and after 410 Expired).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InitialList {
-    /// WatchList, falling back to LIST for good when the server refuses `sendInitialEvents` or
-    /// ends the watch without the initial-events-end bookmark.
+    /// WatchList. Any failure of it falls back to LIST then watch for that sync, as client-go's
+    /// reflector does; for good when the server refuses it (a status other than 410 and 429, such
+    /// as kube-apiserver's 500 on an etcd without progress requests) or ends the watch without
+    /// the initial-events-end bookmark.
     #[default]
     Auto,
     /// WatchList only.
