@@ -75,6 +75,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Coalescer<K> {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<u64>> + Send + 'static,
     {
+        // The runner is a task of its own, so that a read goes on for its other waiters when the
+        // request that started it is dropped. Without a tokio runtime (a cache driven by another
+        // executor) nothing is shared: the read is the caller's own.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return read().await;
+        }
         let mut rx = {
             let mut slots = self.slots.lock();
             let alive = slots.contains_key(&key);
