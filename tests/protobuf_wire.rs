@@ -299,7 +299,18 @@ async fn lists_watches_and_gets_are_upstreams_protobuf_byte_for_byte() {
         }
         kv.txn(Txn::new().and_then(ops)).await.unwrap();
     }
-    advance_to(&kv, 12345).await;
+    // The vectors were read at 12345, and a consistent read answers at the cache's revision
+    // (the last change of pods; see design/semantics.md, "Consistent reads on etcd"): the last
+    // write of the run is a pod elsewhere, selected by neither the LIST nor the WATCH.
+    advance_to(&kv, 12344).await;
+    let mut elsewhere = list_pods[2].clone();
+    elsewhere["metadata"]["namespace"] = "elsewhere".into();
+    let at = format!(
+        "/registry/pods/elsewhere/{}",
+        elsewhere["metadata"]["name"].as_str().unwrap()
+    );
+    let r = support::etcd::put_rev(&mut kv, &at, stored_json(elsewhere)).await;
+    assert_eq!(r, 12345);
 
     // LIST: pods stored as JSON, encoded once each, framed as upstream's PodList.
     let mut c = Conn::open(&base).await;

@@ -5,6 +5,7 @@
 //! | `mod.rs` | the facade: the public API, carrying out the read plans |
 //! | `state.rs` | the one lock; the commit shared by live apply and resync; readiness; metrics |
 //! | `consistent.rs` | where each read is served from and what it waits for (pure) |
+//! | `fresh.rs` | how a consistent read learns the cache is fresh, one upstream read shared by a burst |
 //! | `resync.rs` | relists, applied as a difference |
 //! | `store.rs`, `history.rs` | the current state with its indexes; the window of recent events |
 //! | `router.rs`, `registry.rs`, `watcher.rs` | which watchers an event is offered to; fan-out; queues and parking |
@@ -21,6 +22,7 @@
 mod config;
 mod consistent;
 pub(crate) mod continue_token;
+mod fresh;
 mod history;
 mod list;
 #[cfg(all(test, watchcache_loom))]
@@ -51,14 +53,12 @@ pub use wire::{Frame, list_parts, list_parts_protobuf};
 use crate::error::{Error, Result};
 use crate::model::selector::Predicate;
 use crate::model::{DecodeError, Object, ResourceDef, ResourceVersion, Schema, Selection};
-use consistent::{GetPlan, ListPlan, Wait, WatchPlan};
-use history::Evicted;
+use consistent::{ListPlan, Wait, WatchPlan};
 use state::{From, Shared};
 use stream::InitialEvents;
 
-/// Keys per range request when a read is served by the upstream: small enough that a page of ~2 KB
-/// objects stays a few MB per read in flight (the resync's pages are the follower's own).
-const UPSTREAM_PAGE: usize = 1_000;
+/// Keys per keys-only range request of a freshness proof (`fresh.rs`): about 100 bytes each.
+const KEYS_PAGE: usize = 10_000;
 
 /// One resource's watch cache. Cheap to clone; every clone is the same cache. `Send + Sync`.
 ///
@@ -106,12 +106,6 @@ impl Cache {
     /// The upstream set with [`set_upstream`](Cache::set_upstream).
     pub fn upstream(&self) -> Option<Arc<dyn Upstream>> {
         self.shared.upstream()
-    }
-
-    /// The upstream that serves consistent reads itself because its progress notifications cannot
-    /// be trusted, if that is the case.
-    fn upstream_reads(&self) -> Option<Arc<dyn Upstream>> {
-        self.upstream().filter(|u| !u.progress_is_reliable())
     }
 
     /// The cache's revision: every change up to it has been applied.
@@ -263,21 +257,81 @@ impl Cache {
         }
     }
 
-    /// Waits until the cache is as fresh as the upstream is now: a consistent read's start.
-    async fn fresh(&self) -> Result<u64> {
-        let target = match self.upstream() {
-            Some(s) => s.current_revision().await?,
-            None => self.resource_version(),
+    /// Waits until the cache is as fresh as the upstream is now for the keys in `keys`: a
+    /// consistent read's start. Returns the cache revision the read may be served at. One upstream
+    /// read, started after this call, is shared by every read waiting at once (`fresh.rs`).
+    async fn fresh(&self, keys: &KeyRange) -> Result<u64> {
+        let Some(up) = self.upstream() else {
+            return Ok(self.resource_version());
         };
-        self.wait_for(target).await
+        let reads = &self.shared.fresh_reads;
+        if up.progress_is_reliable() {
+            let target = reads
+                .join(None, move || {
+                    let up = Arc::clone(&up);
+                    async move { up.current_revision().await }
+                })
+                .await?;
+            return self.wait_for(target).await;
+        }
+        let cache = self.clone();
+        let range = keys.clone();
+        reads
+            .join(Some(keys.clone()), move || {
+                let (cache, range) = (cache.clone(), range.clone());
+                async move { cache.prove_fresh(&range).await }
+            })
+            .await
     }
 
-    /// Carries out a [`Wait`]; returns the cache revision it reached (for `Nothing`, the current
-    /// one).
-    async fn meet(&self, wait: Wait) -> Result<u64> {
+    /// The freshness proof for an upstream whose progress notifications cannot be trusted (see
+    /// `fresh.rs`): a keys-only read of `keys` at the upstream's current revision R, then the
+    /// cache revision at which the cache holds exactly those keys at their revisions, or any
+    /// revision from R on.
+    async fn prove_fresh(&self, keys: &KeyRange) -> Result<u64> {
+        let up = self
+            .upstream()
+            .ok_or_else(|| Error::Upstream("no upstream to prove freshness with".into()))?;
+        let mut reader = RangeReader::within(&*up, None, keys.clone(), None, KEYS_PAGE).keys_only();
+        let mut held = Vec::new();
+        let mut newest = 0;
+        while let Some(page) = reader.next_page().await {
+            for kv in page?.kvs {
+                newest = newest.max(kv.mod_revision);
+                held.push(kv.key);
+            }
+        }
+        let r = reader.revision().unwrap_or_default();
+        let mut rx = self.shared.subscribe();
+        let deadline = tokio::time::Instant::now() + self.shared.config.too_large_wait;
+        loop {
+            let c = *rx.borrow_and_update();
+            if c >= r {
+                return Ok(c);
+            }
+            if c >= newest
+                && let Some(c) = self.shared.holds_only(keys, &held)
+            {
+                return Ok(c);
+            }
+            if !matches!(
+                tokio::time::timeout_at(deadline, rx.changed()).await,
+                Ok(Ok(()))
+            ) {
+                return Err(Error::TooLargeResourceVersion {
+                    requested: r,
+                    current: self.resource_version(),
+                });
+            }
+        }
+    }
+
+    /// Carries out a [`Wait`] for a read of `keys`; returns the cache revision it reached (for
+    /// `Nothing`, the current one).
+    async fn meet(&self, wait: Wait, keys: &KeyRange) -> Result<u64> {
         match wait {
             Wait::Nothing => Ok(self.resource_version()),
-            Wait::Fresh => self.fresh().await,
+            Wait::Fresh => self.fresh(keys).await,
             Wait::For(n) => self.wait_for(n).await,
         }
     }
@@ -292,52 +346,32 @@ impl Cache {
     pub async fn list(&self, opts: &ListOptions) -> Result<ObjectList> {
         self.shared.check_ready()?;
         let continuing = opts.continue_token.is_some();
-        let upstream = self.upstream_reads();
-        let plan = consistent::plan_list(
+        let ListPlan { wait, at, after } = consistent::plan_list(
             opts.resource_version,
             opts.rv_match,
             opts.continue_token.as_deref(),
             &self.shared.schema.def.prefix,
-            upstream.is_some(),
-            self.resource_version(),
         )?;
         let limit = opts.limit.filter(|l| *l > 0);
         let pred = Predicate::compile(&self.shared.schema, &opts.selection);
-        let expired = |requested: u64, e: Evicted| {
-            if continuing {
-                Error::ContinueExpired {
-                    requested,
-                    oldest: e.oldest,
+        self.meet(wait, &self.key_range(&pred)).await?;
+        let (rv, page) = self
+            .shared
+            .page(at, &pred, after.as_deref(), limit)
+            .map_err(|e| {
+                let requested = at.unwrap_or_default();
+                if continuing {
+                    Error::ContinueExpired {
+                        requested,
+                        oldest: e.oldest,
+                    }
+                } else {
+                    Error::Expired {
+                        requested,
+                        oldest: e.oldest,
+                    }
                 }
-            } else {
-                Error::Expired {
-                    requested,
-                    oldest: e.oldest,
-                }
-            }
-        };
-        let (rv, page) = match (plan, upstream) {
-            (ListPlan::Upstream { revision, after }, Some(up)) => {
-                return self
-                    .list_from_upstream(&*up, &pred, revision, after, limit)
-                    .await
-                    .map_err(|e| match e {
-                        Error::Expired { requested, oldest } if continuing => {
-                            Error::ContinueExpired { requested, oldest }
-                        }
-                        e => e,
-                    });
-            }
-            (ListPlan::Upstream { .. }, None) => {
-                return Err(Error::Upstream("no upstream to serve the read from".into()));
-            }
-            (ListPlan::Cache { wait, at, after }, _) => {
-                self.meet(wait).await?;
-                self.shared
-                    .page(at, &pred, after.as_deref(), limit)
-                    .map_err(|e| expired(at.unwrap_or_default(), e))?
-            }
-        };
+            })?;
         Ok(self.object_list(rv, page.items, page.more, page.remaining))
     }
 
@@ -378,61 +412,9 @@ impl Cache {
             kind: def.plural.clone(),
             name: name.to_owned(),
         };
-        let upstream = self.upstream_reads();
-        match (consistent::plan_get(rv, upstream.is_some()), upstream) {
-            (GetPlan::Upstream, Some(up)) => {
-                let _permit = self.shared.upstream_read_permit()?;
-                let page = up.range(None, KeyRange::one(&key), 1).await?;
-                // An undecodable value is not an object, as in the cache (see `change_for_put`).
-                page.kvs
-                    .into_iter()
-                    .find(|kv| kv.key == key)
-                    .and_then(|kv| self.decode_or_skip(&kv.key, &kv.value, kv.mod_revision))
-                    .ok_or_else(not_found)
-            }
-            (GetPlan::Upstream, None) => {
-                Err(Error::Upstream("no upstream to serve the read from".into()))
-            }
-            (GetPlan::Cache(wait), _) => {
-                self.meet(wait).await?;
-                self.shared.get(&key).ok_or_else(not_found)
-            }
-        }
-    }
-
-    /// Reads a LIST page from the upstream instead of the cache: the consistent read on an upstream
-    /// whose progress notifications cannot be trusted, and its continuations. Decodes, filters and
-    /// pages exactly as the cache would.
-    async fn list_from_upstream(
-        &self,
-        up: &dyn Upstream,
-        pred: &Predicate,
-        revision: Option<u64>,
-        after: Option<String>,
-        limit: Option<usize>,
-    ) -> Result<ObjectList> {
-        let _permit = self.shared.upstream_read_permit()?;
-        let keys = self.key_range(pred);
-        let mut reader = RangeReader::within(up, revision, keys, after.as_deref(), UPSTREAM_PAGE);
-        let mut items: Vec<Object> = Vec::new();
-        let mut more = false;
-        'pages: while let Some(page) = reader.next_page().await {
-            for kv in page?.kvs {
-                let Some(obj) = self.decode_or_skip(&kv.key, &kv.value, kv.mod_revision) else {
-                    continue;
-                };
-                if !pred.matches(&self.shared.schema, &obj) {
-                    continue;
-                }
-                if limit.is_some_and(|l| items.len() >= l) {
-                    more = true;
-                    break 'pages;
-                }
-                items.push(obj);
-            }
-        }
-        let rv = reader.revision().unwrap_or_default();
-        Ok(self.object_list(rv, items, more, None))
+        self.meet(consistent::plan_get(rv), &KeyRange::one(&key))
+            .await?;
+        self.shared.get(&key).ok_or_else(not_found)
     }
 
     /// The narrowest range of keys that can hold a match of `pred`: one key when the selection
@@ -475,33 +457,17 @@ impl Cache {
     /// the stream's last item.
     pub async fn watch(&self, opts: WatchOptions) -> Result<WatchStream> {
         self.shared.check_ready()?;
-        let upstream = self.upstream_reads();
-        let plan = consistent::plan_watch(
-            opts.resource_version,
-            opts.send_initial_events,
-            upstream.is_some(),
-        );
+        let plan = consistent::plan_watch(opts.resource_version, opts.send_initial_events);
         let end_bookmark = opts.send_initial_events == Some(true);
         let pred = Predicate::compile(&self.shared.schema, &opts.selection);
-        let no_upstream = || Error::Upstream("no upstream to serve the read from".into());
-        let (from, preloaded) = match plan {
-            WatchPlan::UpstreamSnapshot => {
-                let up = upstream.ok_or_else(no_upstream)?;
-                let permit = self.shared.upstream_read_permit()?;
-                let rv = up.current_revision().await?;
-                let cursor = RangeCursor::new(Some(rv), self.key_range(&pred), None, UPSTREAM_PAGE);
-                (From::After(rv), Some((up, cursor, permit, rv)))
-            }
-            WatchPlan::AfterUpstream => {
-                let up = upstream.ok_or_else(no_upstream)?;
-                (From::After(up.current_revision().await?), None)
-            }
+        let keys = self.key_range(&pred);
+        let from = match plan {
             WatchPlan::Snapshot(wait) => {
-                self.meet(wait).await?;
-                (From::Snapshot, None)
+                self.meet(wait, &keys).await?;
+                From::Snapshot
             }
-            WatchPlan::AfterCache(wait) => (From::After(self.meet(wait).await?), None),
-            WatchPlan::After(n) => (From::After(n), None),
+            WatchPlan::AfterCache(wait) => From::After(self.meet(wait, &keys).await?),
+            WatchPlan::After(n) => From::After(n),
         };
         let requested = match from {
             From::After(n) => n,
@@ -514,21 +480,11 @@ impl Cache {
                 requested,
                 oldest: e.oldest,
             })?;
-        let initial = match (reg.snapshot_seq, preloaded) {
-            (Some(seq), _) => Some(InitialEvents::Store {
-                seq,
-                rv: reg.start_rv,
-                end_bookmark,
-            }),
-            (None, Some((upstream, cursor, permit, rv))) => Some(InitialEvents::Upstream {
-                upstream,
-                cursor,
-                permit,
-                rv,
-                end_bookmark,
-            }),
-            (None, None) => None,
-        };
+        let initial = reg.snapshot_seq.map(|seq| InitialEvents {
+            seq,
+            rv: reg.start_rv,
+            end_bookmark,
+        });
         let bookmarks = opts
             .allow_bookmarks
             .then_some(self.shared.config.bookmark_interval);

@@ -23,11 +23,12 @@ use hashbrown::HashSet;
 use tracing::{debug, error, info, warn};
 
 use crate::cache::config::CacheConfig;
+use crate::cache::fresh::Coalescer;
 use crate::cache::history::{Event, Evicted, History};
 use crate::cache::list::{self, Page, Rollback};
 use crate::cache::registry::{Fanout, Registry};
 use crate::cache::store::Store;
-use crate::cache::upstream::Upstream;
+use crate::cache::upstream::{KeyRange, Upstream};
 use crate::cache::watcher::Watcher;
 use crate::error::Error;
 use crate::model::selector::Predicate;
@@ -93,6 +94,8 @@ pub struct CacheStats {
     pub decode_errors: u64,
     /// Resyncs after the initial sync.
     pub resyncs: u64,
+    /// Upstream reads made to prove consistent reads fresh (one per burst, not per request).
+    pub fresh_reads: u64,
     /// Whether the cache serves requests.
     pub ready: bool,
 }
@@ -249,15 +252,16 @@ pub(crate) struct Shared {
     dispatched_rv: AtomicU64,
     rv_tx: tokio::sync::watch::Sender<u64>,
     upstream: RwLock<Option<Arc<dyn Upstream>>>,
-    /// Bounds the reads served by the upstream itself ([`CacheConfig::max_upstream_reads`]).
-    upstream_reads: Arc<tokio::sync::Semaphore>,
+    /// The upstream reads consistent reads wait for, shared by a burst (`fresh.rs`): keyed by
+    /// the keys a proof covers, `None` for a read of the upstream's current revision.
+    pub fresh_reads: Arc<Coalescer<Option<KeyRange>>>,
     /// The keys of `State::json_paths`, read by decode outside the state lock.
     json_paths: RwLock<Arc<[FieldPath]>>,
 }
 
 impl Shared {
     pub fn new(schema: Schema, config: CacheConfig) -> Shared {
-        let upstream_reads = Arc::new(tokio::sync::Semaphore::new(config.max_upstream_reads));
+        let fresh_reads = Arc::new(Coalescer::new(config.max_upstream_reads));
         let state = State {
             store: Store::new(&schema),
             history: History::new(schema.def.history),
@@ -276,7 +280,7 @@ impl Shared {
             dispatched_rv: AtomicU64::new(0),
             rv_tx: tokio::sync::watch::Sender::new(0),
             upstream: RwLock::new(None),
-            upstream_reads,
+            fresh_reads,
             json_paths: RwLock::new(Arc::from([])),
         }
     }
@@ -302,22 +306,6 @@ impl Shared {
 
     pub fn upstream(&self) -> Option<Arc<dyn Upstream>> {
         self.upstream.read().clone()
-    }
-
-    /// A place among the reads served by the upstream, held until the read is done.
-    ///
-    /// # Errors
-    /// [`Error::TooManyRequests`] when all are taken.
-    pub fn upstream_read_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
-        Arc::clone(&self.upstream_reads)
-            .try_acquire_owned()
-            .map_err(|_| Error::TooManyRequests {
-                why: format!(
-                    "{} consistent reads of {} served by the upstream are in flight",
-                    self.config.max_upstream_reads, self.schema.def.plural
-                ),
-                retry_after: Duration::from_secs(1),
-            })
     }
 
     // ---- writer side ----
@@ -551,6 +539,20 @@ impl Shared {
         self.state.read().store.get(key).cloned()
     }
 
+    /// The cache's revision, if every key the store holds in `keys` is in `held` (sorted, as
+    /// the upstream lists keys): the cache-side half of a freshness proof (`fresh.rs`).
+    pub fn holds_only(&self, keys: &KeyRange, held: &[String]) -> Option<u64> {
+        let st = self.state.read();
+        let mut upstream = held.iter().map(String::as_str).peekable();
+        for key in st.store.keys_in(keys) {
+            // Both are in byte order: skip the upstream's keys the cache does not hold (values
+            // it could not decode), and fail on one it holds that the upstream does not.
+            while upstream.next_if(|k| *k < key).is_some() {}
+            upstream.next_if_eq(&key)?;
+        }
+        Some(st.rv)
+    }
+
     pub fn lookup(&self, slot: usize, value: &str) -> Vec<Object> {
         self.state.read().store.lookup(slot, value)
     }
@@ -674,6 +676,7 @@ impl Shared {
             expired: Metrics::get(&m.expired),
             decode_errors: Metrics::get(&m.decode_errors),
             resyncs: Metrics::get(&m.resyncs),
+            fresh_reads: self.fresh_reads.reads(),
             ready: matches!(st.readiness, Readiness::Ready),
         }
     }

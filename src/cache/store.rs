@@ -14,6 +14,7 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 use roaring::RoaringBitmap;
 
+use crate::cache::upstream::KeyRange;
 use crate::model::Object;
 use crate::model::Schema;
 use crate::model::selector::Predicate;
@@ -146,6 +147,19 @@ impl Store {
     }
 
     /// Every object, in key order.
+    /// The keys in `range`, in key order.
+    pub fn keys_in<'a>(&'a self, range: &'a KeyRange) -> impl Iterator<Item = &'a str> + 'a {
+        let from = range
+            .from
+            .as_deref()
+            .map_or(Bound::Unbounded, Bound::Included);
+        let end = range
+            .end
+            .as_deref()
+            .map_or(Bound::Unbounded, Bound::Excluded);
+        self.by_key.range::<str, _>((from, end)).map(|(k, _)| &**k)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Object> {
         self.by_key.values().map(|&s| self.slot(s))
     }

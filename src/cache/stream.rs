@@ -23,10 +23,7 @@ use tokio::time::Sleep;
 
 use std::future::Future;
 
-use tokio::sync::OwnedSemaphorePermit;
-
 use crate::cache::state::{Registered, Shared};
-use crate::cache::upstream::{BoxFuture, RangeCursor, RangePage, Upstream};
 use crate::cache::watcher::{Delivery, Feed, Watcher};
 use crate::cache::wire::{self, Frame};
 use crate::error::Error;
@@ -221,42 +218,19 @@ enum Phase {
     Done,
 }
 
-/// Where a watch's initial events come from.
-pub(crate) enum InitialEvents {
-    /// The store as of history sequence number `seq` (revision `rv`), read page by page.
-    Store {
-        seq: u64,
-        rv: u64,
-        end_bookmark: bool,
-    },
-    /// The upstream's state at revision `rv`, read page by page as the stream is consumed, with
-    /// a place among the upstream reads held until the last page.
-    Upstream {
-        upstream: Arc<dyn Upstream>,
-        cursor: RangeCursor,
-        permit: OwnedSemaphorePermit,
-        rv: u64,
-        end_bookmark: bool,
-    },
-}
-
-/// Where the pages of initial events are read from.
-enum Source {
-    /// The store as of the state before this history sequence number; `after` is the last key
-    /// read.
-    Store { seq: u64, after: Option<Arc<str>> },
-    /// The upstream; `pending` is the page being read (in a mutex only so that the stream is
-    /// `Sync`: it is reached through `&mut` and never locked).
-    Upstream {
-        upstream: Arc<dyn Upstream>,
-        cursor: RangeCursor,
-        pending: Option<std::sync::Mutex<BoxFuture<'static, crate::error::Result<RangePage>>>>,
-        _permit: OwnedSemaphorePermit,
-    },
+/// A watch's initial events: the store as of history sequence number `seq` (revision `rv`), read
+/// page by page.
+pub(crate) struct InitialEvents {
+    pub seq: u64,
+    pub rv: u64,
+    pub end_bookmark: bool,
 }
 
 struct Initial {
-    source: Source,
+    /// The history sequence number whose state is listed.
+    seq: u64,
+    /// The last key read.
+    after: Option<Arc<str>>,
     rv: u64,
     page: VecDeque<Object>,
     exhausted: bool,
@@ -288,30 +262,13 @@ impl WatchStream {
             ..
         } = registered;
         let phase = match initial {
-            Some(InitialEvents::Store {
+            Some(InitialEvents {
                 seq,
                 rv,
                 end_bookmark,
             }) => Phase::Initial(Initial {
-                source: Source::Store { seq, after: None },
-                rv,
-                page: VecDeque::new(),
-                exhausted: false,
-                end_bookmark,
-            }),
-            Some(InitialEvents::Upstream {
-                upstream,
-                cursor,
-                permit,
-                rv,
-                end_bookmark,
-            }) => Phase::Initial(Initial {
-                source: Source::Upstream {
-                    upstream,
-                    cursor,
-                    pending: None,
-                    _permit: permit,
-                },
+                seq,
+                after: None,
                 rv,
                 page: VecDeque::new(),
                 exhausted: false,
@@ -368,61 +325,26 @@ impl WatchStream {
     }
 
     /// Reads the next page of initial events into `init.page`.
-    fn next_initial_page(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+    fn next_initial_page(&mut self) -> Result<(), Error> {
         let Phase::Initial(init) = &mut self.phase else {
-            return Poll::Ready(Ok(()));
+            return Ok(());
         };
-        let pred = &self.watcher.predicate;
-        match &mut init.source {
-            Source::Store { seq, after } => {
-                let page = self
-                    .shared
-                    .snapshot_page(*seq, pred, after.as_deref(), INITIAL_PAGE)
-                    .map_err(|e| Error::Expired {
-                        requested: init.rv,
-                        oldest: e.oldest,
-                    })?;
-                init.exhausted = !page.more;
-                *after = page.items.last().map(|o| o.key_arc().clone());
-                init.page.extend(page.items);
-            }
-            Source::Upstream {
-                upstream,
-                cursor,
-                pending,
-                ..
-            } => {
-                let read = match pending {
-                    Some(read) => read,
-                    None => {
-                        let Some((rev, keys, limit)) = cursor.request() else {
-                            init.exhausted = true;
-                            return Poll::Ready(Ok(()));
-                        };
-                        let up = Arc::clone(upstream);
-                        let read: BoxFuture<'static, _> =
-                            Box::pin(async move { up.range(rev, keys, limit).await });
-                        pending.insert(std::sync::Mutex::new(read))
-                    }
-                };
-                let read = read.get_mut().unwrap_or_else(|e| e.into_inner());
-                let page = std::task::ready!(read.as_mut().poll(cx));
-                *pending = None;
-                cursor.advance(&page);
-                let schema = &self.shared.schema;
-                for kv in page?.kvs {
-                    if let Some(o) = self
-                        .shared
-                        .decode_or_skip(&kv.key, &kv.value, kv.mod_revision)
-                        && pred.matches(schema, &o)
-                    {
-                        init.page.push_back(o);
-                    }
-                }
-                init.exhausted = cursor.is_done();
-            }
-        }
-        Poll::Ready(Ok(()))
+        let page = self
+            .shared
+            .snapshot_page(
+                init.seq,
+                &self.watcher.predicate,
+                init.after.as_deref(),
+                INITIAL_PAGE,
+            )
+            .map_err(|e| Error::Expired {
+                requested: init.rv,
+                oldest: e.oldest,
+            })?;
+        init.exhausted = !page.more;
+        init.after = page.items.last().map(|o| o.key_arc().clone());
+        init.page.extend(page.items);
+        Ok(())
     }
 
     fn poll_live(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<WatchEvent, Error>>> {
@@ -497,15 +419,11 @@ impl Stream for WatchStream {
                         }
                         continue;
                     }
-                    match this.next_initial_page(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Ok(())) => {}
-                        Poll::Ready(Err(e)) => {
-                            if let Error::Expired { .. } = e {
-                                this.shared.record_expired();
-                            }
-                            this.phase = Phase::Failed(e);
+                    if let Err(e) = this.next_initial_page() {
+                        if let Error::Expired { .. } = e {
+                            this.shared.record_expired();
                         }
+                        this.phase = Phase::Failed(e);
                     }
                 }
             }

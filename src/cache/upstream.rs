@@ -42,7 +42,7 @@ pub struct RangePage {
 /// A range of one resource's keys, `[from, end)`. `None` bounds are the resource's own: a
 /// consistent read narrows its range to what its selection can match (a namespace, one key), so
 /// that it never reads the whole resource for one namespace's objects.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct KeyRange {
     /// The first key (inclusive); `None`: the start of the resource.
     pub from: Option<String>,
@@ -119,6 +119,20 @@ pub trait Upstream: Send + Sync + 'static {
     ) -> std::result::Result<std::borrow::Cow<'v, [u8]>, String> {
         let _ = key;
         Ok(std::borrow::Cow::Borrowed(value))
+    }
+
+    /// Like [`range`](Upstream::range), without values (they may be left empty): what a freshness
+    /// proof reads. By default, a `range`.
+    ///
+    /// # Errors
+    /// As `range`.
+    fn range_keys(
+        &self,
+        revision: Option<u64>,
+        keys: KeyRange,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<RangePage>> {
+        self.range(revision, keys, limit)
     }
 
     /// Reads the resource's keys in `keys` at `revision` (`None`: current, linearizable), at most
@@ -210,6 +224,7 @@ impl RangeCursor {
 pub struct RangeReader<'a> {
     upstream: &'a dyn Upstream,
     cursor: RangeCursor,
+    keys_only: bool,
 }
 
 impl<'a> RangeReader<'a> {
@@ -235,7 +250,14 @@ impl<'a> RangeReader<'a> {
         RangeReader {
             upstream,
             cursor: RangeCursor::new(revision, keys, after, page_size),
+            keys_only: false,
         }
+    }
+
+    /// Reads keys and their revisions only ([`Upstream::range_keys`]).
+    pub fn keys_only(mut self) -> RangeReader<'a> {
+        self.keys_only = true;
+        self
     }
 
     /// The revision the pages are read at, once the first page fixed it.
@@ -250,7 +272,11 @@ impl<'a> RangeReader<'a> {
     /// done after an error.
     pub async fn next_page(&mut self) -> Option<Result<RangePage>> {
         let (revision, keys, limit) = self.cursor.request()?;
-        let page = self.upstream.range(revision, keys, limit).await;
+        let page = if self.keys_only {
+            self.upstream.range_keys(revision, keys, limit).await
+        } else {
+            self.upstream.range(revision, keys, limit).await
+        };
         self.cursor.advance(&page);
         Some(page)
     }

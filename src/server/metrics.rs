@@ -141,6 +141,11 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
         &mut reg,
     );
     let resyncs = counter("resyncs", "Relists after the initial sync", &mut reg);
+    let fresh_reads = counter(
+        "fresh_reads",
+        "Upstream reads that proved consistent reads fresh (shared by the reads waiting at once)",
+        &mut reg,
+    );
     let rv = gauge("resource_version", "The cache's resourceVersion", &mut reg);
     let lag = gauge(
         "lag_revisions",
@@ -191,6 +196,7 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
         expired.get_or_create(&l).inc_by(s.expired);
         decode_errors.get_or_create(&l).inc_by(s.decode_errors);
         resyncs.get_or_create(&l).inc_by(s.resyncs);
+        fresh_reads.get_or_create(&l).inc_by(s.fresh_reads);
         rv.get_or_create(&l).set(s.resource_version as i64);
         if let Some(e) = upstream_rev {
             lag.get_or_create(&l)

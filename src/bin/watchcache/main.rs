@@ -92,6 +92,11 @@ struct BenchArgs {
     /// opens one TLS HTTP/1.1 connection per watcher.
     #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "h2", value_name = "PROTO")]
     tls: Option<bench::TlsMode>,
+    /// After seeding, send this many fresh requests (no resourceVersion) within one second: half
+    /// WatchLists, half consistent LISTs of one node's pods (a fleet reconnecting). Reports how
+    /// many were served, refused (429) or failed, and the etcd reads they cost.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    burst: usize,
 }
 
 #[derive(clap::Args)]
@@ -479,6 +484,7 @@ async fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         etcd_data_dir: args.etcd_data_dir,
         tls: args.tls,
         samples: args.samples,
+        burst: args.burst,
     };
     let report = bench::run(cfg).await?;
     print!("{}", bench::table(&report));

@@ -71,21 +71,25 @@ async fn current_revision(kv: &mut KvClient, key: &str) -> Result<u64> {
 }
 
 /// One page of `keys` (bounded by `[prefix, prefix end)`) at `revision` (0: current,
-/// linearizable).
+/// linearizable), with or without values.
 pub(crate) async fn read_page(
     kv: &mut KvClient,
     prefix: &str,
     revision: Option<u64>,
     keys: KeyRange,
     limit: usize,
+    keys_only: bool,
 ) -> Result<RangePage> {
     let end = keys
         .end
         .map_or_else(|| prefix_end(prefix), String::into_bytes);
-    let opts = GetOptions::new()
+    let mut opts = GetOptions::new()
         .with_range(end)
         .with_limit(limit as i64)
         .with_revision(revision.unwrap_or(0) as i64);
+    if keys_only {
+        opts = opts.with_keys_only();
+    }
     let start = keys.from.unwrap_or_else(|| prefix.to_owned());
     let resp = match tokio::time::timeout(REQUEST_TIMEOUT, kv.get(start, Some(opts)))
         .await
@@ -173,7 +177,19 @@ impl Upstream for EtcdUpstream {
         limit: usize,
     ) -> BoxFuture<'_, Result<RangePage>> {
         let mut kv = self.kv.clone();
-        Box::pin(async move { read_page(&mut kv, &self.prefix, revision, keys, limit).await })
+        Box::pin(
+            async move { read_page(&mut kv, &self.prefix, revision, keys, limit, false).await },
+        )
+    }
+
+    fn range_keys(
+        &self,
+        revision: Option<u64>,
+        keys: KeyRange,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<RangePage>> {
+        let mut kv = self.kv.clone();
+        Box::pin(async move { read_page(&mut kv, &self.prefix, revision, keys, limit, true).await })
     }
 }
 

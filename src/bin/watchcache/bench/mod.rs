@@ -8,6 +8,7 @@
 //! exactly once, in revision order. The writer stops at D whatever rate it reached, delivery is
 //! awaited for at most 30 s more, and anything undelivered counts as lost.
 
+mod burst;
 mod http;
 mod load;
 mod pods;
@@ -91,6 +92,9 @@ pub struct BenchConfig {
     pub tls: Option<TlsMode>,
     /// Write every delivered event here as CSV (with [`Mode::Both`], the last mode's).
     pub samples: Option<PathBuf>,
+    /// Fresh requests (no resourceVersion) sent within one second after seeding, in the cache
+    /// mode: a fleet reconnecting (0: none).
+    pub burst: usize,
 }
 
 fn bar(cfg: &BenchConfig, len: u64, what: &str) -> ProgressBar {
@@ -189,10 +193,25 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
         _ => None,
     };
     let start_rev = seed(cfg, &stack).await?;
+    let burst = match &stack.server_url {
+        Some(url) if cfg.burst > 0 => {
+            // HTTP/2 carries 100 streams per connection (kube-apiserver's limit); plain HTTP and
+            // TLS HTTP/1.1 open a connection per request.
+            let clients: Vec<http::Http> = match cfg.tls {
+                Some(TlsMode::H2) => (0..cfg.burst.div_ceil(100))
+                    .map(|_| stack.http_client())
+                    .collect(),
+                _ => vec![stack.http_client()],
+            };
+            Some(burst::run(cfg, &clients, url, &stack.endpoints[0]).await)
+        }
+        _ => None,
+    };
     let watchers = open(cfg, &stack, mode, start_rev).await?;
     let mut churned = churn(cfg, &stack, &watchers, start_rev).await;
     churned.server.rss_per_watcher_bytes = rss_per_watcher;
-    let report = verdict(cfg, name, &stack, watchers, churned, start_rev).await?;
+    let mut report = verdict(cfg, name, &stack, watchers, churned, start_rev).await?;
+    report.burst = burst;
     drop(stack);
     info!(
         mode = name,
@@ -425,5 +444,6 @@ async fn verdict(
         client_cpu_s: c.client_cpu_s,
         server: c.server,
         etcd: c.etcd,
+        burst: None,
     })
 }

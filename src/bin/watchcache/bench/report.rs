@@ -94,6 +94,33 @@ pub struct ModeReport {
     pub server: ServerStats,
     /// etcd figures.
     pub etcd: EtcdStats,
+    /// The burst of fresh requests (`--burst`), when asked for.
+    pub burst: Option<BurstReport>,
+}
+
+/// What a burst of fresh requests (`--burst N`) got.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BurstReport {
+    /// Requests sent: half WatchLists, half consistent LISTs, each of one node's pods.
+    pub requests: usize,
+    /// How long sending them took.
+    pub sent_in_s: f64,
+    /// Served to their end (a WatchList to its initial-events-end bookmark).
+    pub served: usize,
+    /// Answered 429.
+    pub too_many: usize,
+    /// Failed otherwise.
+    pub failed: usize,
+    /// From the first request sent to the last one served.
+    pub all_done_s: f64,
+    /// Each served request, from sent to served: median.
+    pub p50_ms: f64,
+    /// And 99th percentile.
+    pub p99_ms: f64,
+    /// The server's upstream reads that proved the requests fresh.
+    pub fresh_reads: Option<u64>,
+    /// Range requests etcd served meanwhile (the server's, and the bench's own few).
+    pub etcd_ranges: Option<u64>,
 }
 
 /// The whole run.
@@ -189,6 +216,46 @@ pub fn table(report: &Report) -> String {
         (
             "delivered".into(),
             modes.iter().map(|m| m.delivered.to_string()).collect(),
+        ),
+        (
+            "burst: served / 429 / failed of N".into(),
+            modes
+                .iter()
+                .map(|m| {
+                    m.burst.as_ref().map_or("-".to_owned(), |b| {
+                        format!(
+                            "{} / {} / {} of {}",
+                            b.served, b.too_many, b.failed, b.requests
+                        )
+                    })
+                })
+                .collect(),
+        ),
+        (
+            "burst: p50 / p99 ms, all done s".into(),
+            modes
+                .iter()
+                .map(|m| {
+                    m.burst.as_ref().map_or("-".to_owned(), |b| {
+                        format!("{:.1} / {:.1}, {:.2}", b.p50_ms, b.p99_ms, b.all_done_s)
+                    })
+                })
+                .collect(),
+        ),
+        (
+            "burst: fresh reads / etcd ranges".into(),
+            modes
+                .iter()
+                .map(|m| {
+                    m.burst.as_ref().map_or("-".to_owned(), |b| {
+                        format!(
+                            "{} / {}",
+                            opt(b.fresh_reads.map(|v| v as f64), 1.0, 0),
+                            opt(b.etcd_ranges.map(|v| v as f64), 1.0, 0)
+                        )
+                    })
+                })
+                .collect(),
         ),
         (
             "lost / duplicated / out of order".into(),
