@@ -37,12 +37,17 @@ type informed struct {
 	data    string // the data key "v" where the object carries data (typed and dynamic)
 	goType  string
 	initial bool
+	// deleting: the object has a deletionTimestamp.
+	deleting bool
 }
 
 func (i informed) String() string {
 	s := fmt.Sprintf("%s %s rv=%s v=%s", i.op, i.name, i.rv, i.v)
 	if i.initial {
 		s += " (initial)"
+	}
+	if i.deleting {
+		s += " deleting"
 	}
 	return s
 }
@@ -61,6 +66,7 @@ func (h *handlerLog) record(op string, obj any, initial bool) {
 	i := informed{op: op, initial: initial, goType: fmt.Sprintf("%T", obj)}
 	if m, err := meta.Accessor(obj); err == nil {
 		i.name, i.rv, i.v = m.GetName(), m.GetResourceVersion(), m.GetLabels()["v"]
+		i.deleting = m.GetDeletionTimestamp() != nil
 	}
 	switch o := obj.(type) {
 	case *corev1.ConfigMap:
@@ -167,7 +173,7 @@ func expectCalls(kind informerKind, got []informed, want ...informed) error {
 	last := uint64(0)
 	for i := range got {
 		g, w := got[i], want[i]
-		if g.op != w.op || g.name != w.name || (w.v != "" && g.v != w.v) || g.initial != w.initial {
+		if g.op != w.op || g.name != w.name || (w.v != "" && g.v != w.v) || g.initial != w.initial || (w.op != "delete" && g.deleting != w.deleting) {
 			return fmt.Errorf("call %d is %v, want %v (all: %v)", i, g, w, got)
 		}
 		rv, err := strconv.ParseUint(g.rv, 10, 64)
@@ -223,8 +229,9 @@ func storeNames(inf cache.SharedIndexInformer) []string {
 
 // requestMode tells from the exchanges of one informer's collection whether its reflector used
 // WatchList (a watch with sendInitialEvents and no LIST) or LIST then WATCH, and fails when it
-// was not the one asked for: client-go falls back from a refused WatchList to LIST silently.
-func requestMode(xs []exchange, collection, selector string, watchList bool) (string, error) {
+// was not the one asked for: client-go falls back from a refused WatchList to LIST silently (a
+// fallback passes only when WatchList is not required).
+func requestMode(xs []exchange, collection, selector string, watchList, required bool) (string, error) {
 	var mine []exchange
 	for _, x := range xs {
 		if x.path == collection && (x.query.Get("labelSelector") == selector || x.query.Get("fieldSelector") == selector) {
@@ -250,6 +257,9 @@ func requestMode(xs []exchange, collection, selector string, watchList bool) (st
 		return strings.Join(s, " | ")
 	}
 	if watchList {
+		if len(watchLists) > 0 && len(lists) > 0 && len(watches) > 0 && !required {
+			return "WatchList refused, client-go fell back to LIST then WATCH: " + describe(mine), nil
+		}
 		if len(watchLists) == 0 || len(lists) > 0 || watchLists[0].status != 200 {
 			return "", fmt.Errorf("WatchListClient on: want one WatchList request answered 200 and no LIST; requests: %s", describe(mine))
 		}
@@ -322,7 +332,7 @@ func (e *env) informerLifecycle(ctx context.Context, kind informerKind, watchLis
 	if err := checkObjects(kind, calls); err != nil {
 		return "", err
 	}
-	return requestMode(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/configmaps", selector, watchList)
+	return requestMode(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/configmaps", selector, watchList, e.watchListRequired)
 }
 
 // informerFieldSelector: a kubelet's informer (pods of one node) holds and sees that node's pods
@@ -377,9 +387,11 @@ func (e *env) informerFieldSelector(ctx context.Context, watchList bool) (string
 	for i := range after {
 		after[i].data = after[i].v // pods carry no data key
 	}
+	// Deleting a bound pod sets its deletionTimestamp first (see watchNodeName).
 	if err := expectCalls(typedInformer, after,
 		informed{op: "add", name: newA, v: "1"},
 		informed{op: "update", name: newA, v: "2"},
+		informed{op: "update", name: newA, v: "2", deleting: true},
 		informed{op: "delete", name: newA, v: "2"},
 	); err != nil {
 		return "", err
@@ -387,7 +399,7 @@ func (e *env) informerFieldSelector(ctx context.Context, watchList bool) (string
 	if got := storeNames(s.informer); !slices.Equal(got, []string{preA}) {
 		return "", fmt.Errorf("the store holds %v, want [%s]", got, preA)
 	}
-	return requestMode(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/pods", selector, watchList)
+	return requestMode(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/pods", selector, watchList, e.watchListRequired)
 }
 
 // informerLabelSelector: an object entering an informer's label selector is added, and leaving
@@ -444,7 +456,7 @@ func (e *env) informerLabelSelector(ctx context.Context, watchList bool) (string
 	if got := storeNames(s.informer); !slices.Equal(got, []string{blue}) {
 		return "", fmt.Errorf("the store holds %v, want [%s]", got, blue)
 	}
-	return requestMode(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/configmaps", selector, watchList)
+	return requestMode(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/configmaps", selector, watchList, e.watchListRequired)
 }
 
 // informerResync: with a resync period, the handler is called again for each object it holds,

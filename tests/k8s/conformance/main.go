@@ -50,8 +50,12 @@ type env struct {
 	ns      string
 	timeout time.Duration
 	only    string
-	failed  int
-	out     *json.Encoder
+	// watchListRequired: a refused WatchList fails the checks. Without it, a server may refuse
+	// (kube-apiserver does on an etcd without working progress requests, < 3.4.31 or < 3.5.13)
+	// and the checks then judge client-go's fallback to LIST.
+	watchListRequired bool
+	failed            int
+	out               *json.Encoder
 }
 
 // watchListOn is what client-go's WatchListClient gate answers; the informer checks switch it.
@@ -73,6 +77,7 @@ func main() {
 	timeout := flag.Duration("timeout", 60*time.Second, "time limit of one check")
 	only := flag.String("only", "", "run only the checks whose name contains this")
 	keep := flag.Bool("keep", false, "keep the namespace afterwards")
+	watchList := flag.String("watchlist", "required", "required: the server must serve WatchList; optional: it may refuse it (client-go then falls back to LIST)")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
 	verbosity := flag.String("v", "0", "client-go's log verbosity (klog -v), logs on stderr")
@@ -98,13 +103,18 @@ func main() {
 	cfg.QPS, cfg.Burst = 200, 400
 	cfg.Timeout = *timeout
 
+	if *watchList != "required" && *watchList != "optional" {
+		fmt.Fprintf(os.Stderr, "wc-conformance: --watchlist is required or optional, not %q\n", *watchList)
+		os.Exit(2)
+	}
 	e := &env{
-		ctx:     context.Background(),
-		rec:     rec,
-		ns:      fmt.Sprintf("wcc-%05d", rand.IntN(100000)),
-		timeout: *timeout,
-		only:    *only,
-		out:     json.NewEncoder(os.Stdout),
+		watchListRequired: *watchList == "required",
+		ctx:               context.Background(),
+		rec:               rec,
+		ns:                fmt.Sprintf("wcc-%05d", rand.IntN(100000)),
+		timeout:           *timeout,
+		only:              *only,
+		out:               json.NewEncoder(os.Stdout),
 	}
 	e.cs = kubernetes.NewForConfigOrDie(cfg)
 	e.dyn = dynamic.NewForConfigOrDie(cfg)

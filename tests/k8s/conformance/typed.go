@@ -263,10 +263,16 @@ type seenEvent struct {
 	name string
 	rv   string
 	v    string
+	// deleting: the object has a deletionTimestamp.
+	deleting bool
 }
 
 func (s seenEvent) String() string {
-	return fmt.Sprintf("%s %s rv=%s v=%s", s.typ, s.name, s.rv, s.v)
+	d := ""
+	if s.deleting {
+		d = " deleting"
+	}
+	return fmt.Sprintf("%s %s rv=%s v=%s%s", s.typ, s.name, s.rv, s.v, d)
 }
 
 func describe(ev watch.Event) seenEvent {
@@ -274,6 +280,7 @@ func describe(ev watch.Event) seenEvent {
 	if o, ok := ev.Object.(metav1.Object); ok {
 		s.name, s.rv = o.GetName(), o.GetResourceVersion()
 		s.v = o.GetLabels()["v"]
+		s.deleting = o.GetDeletionTimestamp() != nil
 	}
 	if st, ok := ev.Object.(*metav1.Status); ok {
 		s.name = fmt.Sprintf("Status %d %s: %s", st.Code, st.Reason, st.Message)
@@ -311,7 +318,7 @@ func expect(got []seenEvent, want ...seenEvent) error {
 	}
 	last := uint64(0)
 	for i := range got {
-		if got[i].typ != want[i].typ || got[i].name != want[i].name || (want[i].v != "" && got[i].v != want[i].v) {
+		if got[i].typ != want[i].typ || got[i].name != want[i].name || (want[i].v != "" && got[i].v != want[i].v) || (want[i].typ != watch.Deleted && got[i].deleting != want[i].deleting) {
 			return fmt.Errorf("event %d is %v, want %v (all: %v)", i, got[i], want[i], got)
 		}
 		if want[i].rv != "" && got[i].rv != want[i].rv {
@@ -399,6 +406,8 @@ func (e *env) selectList(ctx context.Context) (string, error) {
 		{true, "spec.nodeName=" + nodeA, "tier=x", []string{"sel-a1"}},
 		{true, "spec.nodeName!=" + nodeA, "sel", []string{"sel-b1"}},
 		{false, "spec.nodeName=" + nodeA, "", []string{"sel-a1", "sel-a2"}},
+		// kube-scheduler's pod informer.
+		{false, "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName=" + nodeA, "", []string{"sel-a1", "sel-a2"}},
 		{false, "metadata.namespace=" + e.ns + ",spec.nodeName=" + nodeB, "", []string{"sel-b1"}},
 	}
 	for _, tc := range cases {
@@ -419,10 +428,10 @@ func (e *env) selectList(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("list (all namespaces: %v) fieldSelector=%q labelSelector=%q: got %v, want %v", !tc.ns, tc.field, tc.labels, got, tc.want)
 		}
 	}
-	// A field the resource does not index is refused, as kube-apiserver does.
-	_, err := c.List(ctx, metav1.ListOptions{FieldSelector: "spec.restartPolicy=Always"})
+	// A field the resource does not select on is refused, as kube-apiserver does.
+	_, err := c.List(ctx, metav1.ListOptions{FieldSelector: "spec.dnsPolicy=ClusterFirst"})
 	if !apierrors.IsBadRequest(err) {
-		return "", fmt.Errorf("list fieldSelector=spec.restartPolicy=Always: want 400 BadRequest, got %v", err)
+		return "", fmt.Errorf("list fieldSelector=spec.dnsPolicy=ClusterFirst: want 400 BadRequest, got %v", err)
 	}
 	return fmt.Sprintf("%d selections", len(cases)), nil
 }
@@ -457,13 +466,16 @@ func (e *env) watchNodeName(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("delete %s: %w", n, err)
 		}
 	}
-	got, err := next(ctx, w, 3)
+	got, err := next(ctx, w, 4)
 	if err != nil {
 		return "", err
 	}
+	// Deleting a pod bound to a node, even with gracePeriodSeconds=0, first sets its
+	// deletionTimestamp (MODIFIED), then removes it.
 	return "", expect(got,
 		seenEvent{typ: watch.Added, name: "watch-a", v: "1"},
 		seenEvent{typ: watch.Modified, name: "watch-a", v: "2"},
+		seenEvent{typ: watch.Modified, name: "watch-a", v: "2", deleting: true},
 		seenEvent{typ: watch.Deleted, name: "watch-a"},
 	)
 }
@@ -555,7 +567,8 @@ func (e *env) watchLabelTransitions(ctx context.Context) (string, error) {
 }
 
 // bookmarks: a watch that allows them gets at least one before its timeout ends it (the cacher
-// sends one 2 s before the deadline), at a resourceVersion not older than the watch's start.
+// sends one 2 s before the deadline), at a resourceVersion past the writes made before it that
+// the watch does not select.
 func (e *env) bookmarks(ctx context.Context) (string, error) {
 	c := e.cs.CoreV1().ConfigMaps(e.ns)
 	l, err := c.List(ctx, metav1.ListOptions{})
@@ -569,6 +582,12 @@ func (e *env) bookmarks(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("watch: %w", err)
 	}
 	defer w.Stop()
+	// A write the watch does not select: its bookmarks must move past it.
+	bump, err := c.Create(ctx, configMaps.make("bookmark-bump", "1"), metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("create: %w", err)
+	}
+	bumped, _ := strconv.ParseUint(bump.ResourceVersion, 10, 64)
 	var marks []string
 	for {
 		select {
@@ -591,6 +610,9 @@ func (e *env) bookmarks(ctx context.Context) (string, error) {
 			rv, err := strconv.ParseUint(cm.ResourceVersion, 10, 64)
 			if err != nil || rv < start {
 				return "", fmt.Errorf("a BOOKMARK at resourceVersion %q, the watch started at %d", cm.ResourceVersion, start)
+			}
+			if rv < bumped {
+				return "", fmt.Errorf("a BOOKMARK at resourceVersion %d, older than a write at %d before it (the watch started at %d)", rv, bumped, start)
 			}
 			marks = append(marks, cm.ResourceVersion)
 		}
@@ -628,6 +650,9 @@ func (e *env) watchListRaw(ctx context.Context) (string, error) {
 		if ev.Type == watch.Added {
 			initial = append(initial, describe(ev).name)
 			continue
+		}
+		if ev.Type == watch.Error && !e.watchListRequired {
+			return fmt.Sprintf("refused: %v", describe(ev)), nil
 		}
 		if ev.Type != watch.Bookmark {
 			return "", fmt.Errorf("event %v among the initial events %v", describe(ev), initial)
