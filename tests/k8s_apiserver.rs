@@ -114,3 +114,106 @@ async fn watchcache_on_kube_apiservers_etcd_reads_what_it_wrote() {
     let got = json(&kw.ok(&["get", "secret", "s1", "-o", "json"]).await);
     assert_eq!(got["data"]["password"], "aHVudGVyMg==");
 }
+
+/// Polls `kubectl get RESOURCE -o json` until `done` holds for its items, panicking with the last
+/// answer after `limit`, or as soon as a component exits.
+async fn wait_items(
+    k: &Kubectl,
+    args: &[&str],
+    limit: std::time::Duration,
+    procs: &mut [&mut support::kube::Proc],
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let start = std::time::Instant::now();
+    let mut last = Vec::new();
+    while start.elapsed() < limit {
+        for p in procs.iter_mut() {
+            p.assert_running();
+        }
+        let out = k.run(args).await;
+        if out.status.success() {
+            last = json(&String::from_utf8_lossy(&out.stdout))["items"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if done(&last) {
+                return last;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    panic!(
+        "kubectl {args:?}: not done within {limit:?}; last items: {}",
+        serde_json::to_string_pretty(&last).unwrap()
+    );
+}
+
+fn condition(item: &Value, kind: &str) -> bool {
+    item["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == kind && c["status"] == "True")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_control_plane_runs_a_deployment_on_hollow_nodes() {
+    use support::kube::{Target, controller_manager, hollow_nodes, scheduler};
+    let etcd = etcd_version(EtcdVersion::V36).await;
+    let kas = KubeApiserver::start(&etcd.server.url()).await;
+    let target = Target {
+        url: &kas.url,
+        ca: &kas.pki.ca.cert_file,
+    };
+    let dir = kas.dir.path();
+    let mut kcm = controller_manager(&kas.pki, target, dir);
+    let mut sched = scheduler(&kas.pki, target, dir);
+    let mut nodes = hollow_nodes(&kas.pki, target, dir, "hollow", 2);
+    let k = Kubectl::with_kubeconfig(&kas.admin_kubeconfig);
+    let limit = std::time::Duration::from_secs(120);
+    let mut procs: Vec<&mut support::kube::Proc> = vec![&mut kcm, &mut sched];
+    procs.extend(nodes.iter_mut());
+
+    let ready = wait_items(
+        &k,
+        &["get", "nodes", "-o", "json"],
+        limit,
+        &mut procs,
+        |items| items.len() == 2 && items.iter().all(|n| condition(n, "Ready")),
+    )
+    .await;
+    let mut names: Vec<&str> = ready
+        .iter()
+        .map(|n| n["metadata"]["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["hollow-0", "hollow-1"]);
+
+    must(
+        &k.run(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=registry.k8s.io/pause:3.10",
+            "--replicas=3",
+        ])
+        .await,
+        "create deployment",
+    );
+    let pods = wait_items(
+        &k,
+        &["get", "pods", "-l", "app=web", "-o", "json"],
+        limit,
+        &mut procs,
+        |items| {
+            items.len() == 3
+                && items
+                    .iter()
+                    .all(|p| p["status"]["phase"] == "Running" && condition(p, "Ready"))
+        },
+    )
+    .await;
+    for p in &pods {
+        let node = p["spec"]["nodeName"].as_str().unwrap();
+        assert!(names.contains(&node), "{node}");
+    }
+}

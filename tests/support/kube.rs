@@ -661,7 +661,8 @@ impl Watchcache {
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-            );
+            )
+            .env("NO_COLOR", "1");
         let proc = Proc::spawn("watchcache", cmd, dir.path().join("watchcache.log"));
         let admin_kubeconfig = kubeconfig(
             &dir.path().join("admin.kubeconfig"),
