@@ -621,8 +621,8 @@ pub fn hollow_node(pki: &KubePki, target: Target<'_>, dir: &Path, name: &str) ->
     Proc::spawn(&format!("kubemark {name}"), cmd, home.join("kubemark.log"))
 }
 
-/// `watchcache serve` as a process in front of a Kubernetes cluster's etcd, as kube-apiserver
-/// is: TLS with a certificate of the cluster's CA, the cluster's client CA, service-account
+/// `watchcache serve` as a process in front of a Kubernetes cluster's etcd (as kube-apiserver
+/// is) or of its kube-apiserver (proxy mode): TLS with a certificate of the cluster's CA, the cluster's client CA, service-account
 /// tokens, `Node,RBAC` (the RBAC objects kube-apiserver keeps in etcd) and its
 /// EncryptionConfiguration.
 pub struct Watchcache {
@@ -637,6 +637,17 @@ pub struct Watchcache {
 impl Watchcache {
     /// Starts it on `etcd_url` with the cluster's PKI and waits until `/readyz` answers ok.
     pub async fn on_etcd(pki: &KubePki, etcd_url: &str, extra: &[&str]) -> Watchcache {
+        Self::start(pki, &["--etcd", etcd_url], extra).await
+    }
+
+    /// Starts it in proxy mode in front of an API server (`--upstream-kubeconfig`), with the
+    /// cluster's PKI, and waits until `/readyz` answers ok.
+    pub async fn proxy(pki: &KubePki, upstream_kubeconfig: &Path, extra: &[&str]) -> Watchcache {
+        let kc = upstream_kubeconfig.display().to_string();
+        Self::start(pki, &["--upstream-kubeconfig", &kc], extra).await
+    }
+
+    async fn start(pki: &KubePki, upstream: &[&str], extra: &[&str]) -> Watchcache {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port().unwrap();
         let url = format!("https://127.0.0.1:{port}");
@@ -644,7 +655,7 @@ impl Watchcache {
         let f = |p: &Path| p.display().to_string();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_watchcache"));
         cmd.arg("serve")
-            .args(["--etcd", etcd_url])
+            .args(upstream)
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--data-dir", &f(&dir.path().join("data"))])
             .args(["--tls-cert-file", &f(&serving.cert_file)])

@@ -204,15 +204,42 @@ func checkObjects(kind informerKind, calls []informed) error {
 	return nil
 }
 
-// initialNames splits off the initial adds and returns their sorted names.
-func initialNames(calls []informed) ([]string, []informed) {
-	var names []string
+// allAdded: every named object has had an add.
+func allAdded(names []string) func([]informed) bool {
+	return func(calls []informed) bool {
+		for _, n := range names {
+			if !hasCall("add", n)(calls) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// splitStart takes off the adds of the objects that were there before the informer started (pre)
+// and returns the calls after them. They come as initial adds; an object the initial LIST missed
+// comes as a plain add right after: legal for client-go's LIST at resourceVersion=0 (any state,
+// possibly stale, as a cache's is), not for WatchList (consistent). note says which came late.
+func splitStart(calls []informed, pre []string, watchList bool) (after []informed, note string, err error) {
+	var initial, late []string
 	i := 0
 	for ; i < len(calls) && calls[i].op == "add" && calls[i].initial; i++ {
-		names = append(names, calls[i].name)
+		initial = append(initial, calls[i].name)
 	}
-	slices.Sort(names)
-	return names, calls[i:]
+	for ; i < len(calls) && calls[i].op == "add" && slices.Contains(pre, calls[i].name) && !slices.Contains(initial, calls[i].name); i++ {
+		late = append(late, calls[i].name)
+	}
+	got := slices.Sorted(slices.Values(append(slices.Clone(initial), late...)))
+	if !slices.Equal(got, pre) {
+		return nil, "", fmt.Errorf("the objects there before the informer: adds of %v, want %v (calls: %v)", got, pre, calls)
+	}
+	if len(late) > 0 {
+		if watchList {
+			return nil, "", fmt.Errorf("WatchList's initial events missed %v (they came later as adds; calls: %v)", late, calls)
+		}
+		note = fmt.Sprintf("; the initial LIST (resourceVersion=0) was stale: %v came by the watch", late)
+	}
+	return calls[i:], note, nil
 }
 
 // storeNames is the sorted names in an informer's store.
@@ -293,12 +320,12 @@ func (e *env) informerLifecycle(ctx context.Context, kind informerKind, watchLis
 		return "", err
 	}
 	defer s.stop()
-	calls, err := h.wait(ctx, "initial adds", func(c []informed) bool { return len(c) >= 3 })
+	calls, err := h.wait(ctx, "initial adds", allAdded(pre))
 	if err != nil {
 		return "", err
 	}
-	if names, _ := initialNames(calls); !slices.Equal(names, pre) {
-		return "", fmt.Errorf("initial adds %v, want %v", calls, pre)
+	if _, _, err := splitStart(calls, pre, watchList); err != nil {
+		return "", err
 	}
 	name := "inf-" + id + "-new"
 	cm := configMaps.make(name, "1")
@@ -318,7 +345,10 @@ func (e *env) informerLifecycle(ctx context.Context, kind informerKind, watchLis
 	if err != nil {
 		return "", err
 	}
-	_, after := initialNames(calls)
+	after, note, err := splitStart(calls, pre, watchList)
+	if err != nil {
+		return "", err
+	}
 	if err := expectCalls(kind, after,
 		informed{op: "add", name: name, v: "1"},
 		informed{op: "update", name: name, v: "2"},
@@ -332,7 +362,8 @@ func (e *env) informerLifecycle(ctx context.Context, kind informerKind, watchLis
 	if err := checkObjects(kind, calls); err != nil {
 		return "", err
 	}
-	return requestMode(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/configmaps", selector, watchList, e.watchListRequired)
+	mode, err := requestMode(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/configmaps", selector, watchList, e.watchListRequired)
+	return mode + note, err
 }
 
 // informerFieldSelector: a kubelet's informer (pods of one node) holds and sees that node's pods
@@ -356,12 +387,12 @@ func (e *env) informerFieldSelector(ctx context.Context, watchList bool) (string
 		return "", err
 	}
 	defer s.stop()
-	calls, err := h.wait(ctx, "initial adds", func(c []informed) bool { return len(c) >= 1 })
+	calls, err := h.wait(ctx, "initial adds", allAdded([]string{preA}))
 	if err != nil {
 		return "", err
 	}
-	if names, _ := initialNames(calls); !slices.Equal(names, []string{preA}) {
-		return "", fmt.Errorf("initial adds %v, want [%s]", calls, preA)
+	if _, _, err := splitStart(calls, []string{preA}, watchList); err != nil {
+		return "", err
 	}
 	if _, err := c.Create(ctx, pod(newB, nodeB, map[string]string{"v": "1"}), metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("create %s: %w", newB, err)
@@ -383,7 +414,10 @@ func (e *env) informerFieldSelector(ctx context.Context, watchList bool) (string
 	if err != nil {
 		return "", err
 	}
-	_, after := initialNames(calls)
+	after, note, err := splitStart(calls, []string{preA}, watchList)
+	if err != nil {
+		return "", err
+	}
 	for i := range after {
 		after[i].data = after[i].v // pods carry no data key
 	}
@@ -399,7 +433,8 @@ func (e *env) informerFieldSelector(ctx context.Context, watchList bool) (string
 	if got := storeNames(s.informer); !slices.Equal(got, []string{preA}) {
 		return "", fmt.Errorf("the store holds %v, want [%s]", got, preA)
 	}
-	return requestMode(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/pods", selector, watchList, e.watchListRequired)
+	mode, err := requestMode(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/pods", selector, watchList, e.watchListRequired)
+	return mode + note, err
 }
 
 // informerLabelSelector: an object entering an informer's label selector is added, and leaving
@@ -423,12 +458,12 @@ func (e *env) informerLabelSelector(ctx context.Context, watchList bool) (string
 		return "", err
 	}
 	defer s.stop()
-	calls, err := h.wait(ctx, "initial adds", func(c []informed) bool { return len(c) >= 1 })
+	calls, err := h.wait(ctx, "initial adds", allAdded([]string{blue}))
 	if err != nil {
 		return "", err
 	}
-	if names, _ := initialNames(calls); !slices.Equal(names, []string{blue}) {
-		return "", fmt.Errorf("initial adds %v, want [%s]", calls, blue)
+	if _, _, err := splitStart(calls, []string{blue}, watchList); err != nil {
+		return "", err
 	}
 	cur, err := c.Get(ctx, red, metav1.GetOptions{})
 	if err != nil {
@@ -445,7 +480,10 @@ func (e *env) informerLabelSelector(ctx context.Context, watchList bool) (string
 	if err != nil {
 		return "", err
 	}
-	_, after := initialNames(calls)
+	after, note, err := splitStart(calls, []string{blue}, watchList)
+	if err != nil {
+		return "", err
+	}
 	if err := expectCalls(typedInformer, after,
 		informed{op: "add", name: red, v: "1"},
 		informed{op: "update", name: red, v: "2"},
@@ -456,7 +494,8 @@ func (e *env) informerLabelSelector(ctx context.Context, watchList bool) (string
 	if got := storeNames(s.informer); !slices.Equal(got, []string{blue}) {
 		return "", fmt.Errorf("the store holds %v, want [%s]", got, blue)
 	}
-	return requestMode(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/configmaps", selector, watchList, e.watchListRequired)
+	mode, err := requestMode(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/configmaps", selector, watchList, e.watchListRequired)
+	return mode + note, err
 }
 
 // informerResync: with a resync period, the handler is called again for each object it holds,
