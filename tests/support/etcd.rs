@@ -18,11 +18,32 @@ pub struct Etcd {
 }
 
 pub async fn etcd() -> Etcd {
+    etcd_version(EtcdVersion::Debian34).await
+}
+
+/// The etcd versions the tests run: Debian's etcd-server package (3.4.23: no working progress
+/// requests) and etcd 3.6 built from its Go modules by scripts/k8s-peers (what clusters run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EtcdVersion {
+    Debian34,
+    V36,
+}
+
+/// A single-node etcd of that version on free loopback ports, data in a temp dir, stopped on drop.
+pub async fn etcd_version(version: EtcdVersion) -> Etcd {
     init_tracing();
     let dir = tempfile::tempdir().unwrap();
-    let server = LocalEtcd::start(dir.path())
-        .await
-        .expect("etcd starts (apt-get install -y etcd-server)");
+    let server = match version {
+        EtcdVersion::Debian34 => LocalEtcd::start(dir.path())
+            .await
+            .expect("etcd starts (apt-get install -y etcd-server)"),
+        #[cfg(feature = "cli")]
+        EtcdVersion::V36 => LocalEtcd::start_binary(&super::kube::etcd36_bin(), dir.path())
+            .await
+            .expect("etcd 3.6 starts"),
+        #[cfg(not(feature = "cli"))]
+        EtcdVersion::V36 => panic!("etcd 3.6 needs the cli feature (tests/support/kube.rs)"),
+    };
     Etcd { server, dir }
 }
 

@@ -13,12 +13,22 @@ pub fn kubectl_bin() -> PathBuf {
 /// Runs kubectl against the server, with a fresh discovery cache so every test sees this server.
 pub struct Kubectl {
     bin: PathBuf,
-    server: String,
+    /// `--server URL` (no credentials), or `--kubeconfig FILE`.
+    target: [String; 2],
     pub home: PathBuf,
 }
 
 impl Kubectl {
     pub fn new(server: &str) -> Kubectl {
+        Self::to(["--server".into(), server.to_owned()])
+    }
+
+    /// With a kubeconfig: its server, CA and credentials.
+    pub fn with_kubeconfig(kubeconfig: &std::path::Path) -> Kubectl {
+        Self::to(["--kubeconfig".into(), kubeconfig.display().to_string()])
+    }
+
+    fn to(target: [String; 2]) -> Kubectl {
         let home = std::env::temp_dir().join(format!(
             "wc-kubectl-{}-{}",
             std::process::id(),
@@ -27,7 +37,7 @@ impl Kubectl {
         std::fs::create_dir_all(&home).unwrap();
         Kubectl {
             bin: kubectl_bin(),
-            server: server.to_owned(),
+            target,
             home,
         }
     }
@@ -36,8 +46,7 @@ impl Kubectl {
         let mut c = Command::new(&self.bin);
         c.env("HOME", &self.home)
             .env("KUBECONFIG", self.home.join("none"))
-            .arg("--server")
-            .arg(&self.server)
+            .args(&self.target)
             .arg("--cache-dir")
             .arg(self.home.join("cache"))
             .args(args);

@@ -64,6 +64,8 @@ pub fn summary(evs: &[Result<WatchEvent, Error>]) -> Vec<(EventType, String, u64
 }
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(all(feature = "etcd", feature = "cli"))]
+pub mod kube;
 pub mod kubectl;
 #[cfg(feature = "cli")]
 pub mod pki;

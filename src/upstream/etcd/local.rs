@@ -1,5 +1,6 @@
-//! A local etcd process (the `etcd` binary from PATH, e.g. Debian's `etcd-server`) on loopback
-//! ports: the server's embedded default and the test suite's real etcd. Stopped on drop.
+//! A local etcd process (the `etcd` binary from PATH, e.g. Debian's `etcd-server`, or a given
+//! one) on loopback ports: the server's embedded default and the test suite's real etcd. Stopped
+//! on drop.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -51,6 +52,7 @@ pub struct LocalEtcdTls {
 /// One member of a local etcd (a single node, or a member of a local cluster).
 #[derive(Debug)]
 pub struct LocalEtcd {
+    binary: PathBuf,
     tls: Option<LocalEtcdTls>,
     name: String,
     data_dir: PathBuf,
@@ -76,6 +78,34 @@ impl LocalEtcd {
         Self::start_on(data_dir, client_port, peer_port).await
     }
 
+    /// Like [`start`](LocalEtcd::start), running `binary` instead of `etcd` from PATH (another
+    /// etcd version; it must take etcd 3.4's flags).
+    ///
+    /// # Errors
+    /// [`LocalEtcdError`].
+    pub async fn start_binary(binary: &Path, data_dir: &Path) -> Result<LocalEtcd, LocalEtcdError> {
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let mut e = Self::unstarted(data_dir, client_port, peer_port);
+        e.binary = binary.to_owned();
+        e.spawn()?;
+        e.wait_healthy(Duration::from_secs(20)).await?;
+        Ok(e)
+    }
+
+    fn unstarted(data_dir: &Path, client_port: u16, peer_port: u16) -> LocalEtcd {
+        let name = "watchcache".to_owned();
+        LocalEtcd {
+            binary: PathBuf::from("etcd"),
+            tls: None,
+            initial_cluster: format!("{name}=http://127.0.0.1:{peer_port}"),
+            name,
+            data_dir: data_dir.to_owned(),
+            client_port,
+            peer_port,
+            child: None,
+        }
+    }
+
     /// Like [`start`](LocalEtcd::start), on given ports.
     ///
     /// # Errors
@@ -85,17 +115,7 @@ impl LocalEtcd {
         client_port: u16,
         peer_port: u16,
     ) -> Result<LocalEtcd, LocalEtcdError> {
-        let name = "watchcache".to_owned();
-        let initial_cluster = format!("{name}=http://127.0.0.1:{peer_port}");
-        let mut e = LocalEtcd {
-            tls: None,
-            name,
-            data_dir: data_dir.to_owned(),
-            client_port,
-            peer_port,
-            initial_cluster,
-            child: None,
-        };
+        let mut e = Self::unstarted(data_dir, client_port, peer_port);
         e.spawn()?;
         e.wait_healthy(Duration::from_secs(20)).await?;
         Ok(e)
@@ -111,16 +131,8 @@ impl LocalEtcd {
         tls: LocalEtcdTls,
     ) -> Result<LocalEtcd, LocalEtcdError> {
         let (client_port, peer_port) = (free_port()?, free_port()?);
-        let name = "watchcache".to_owned();
-        let mut e = LocalEtcd {
-            tls: Some(tls),
-            initial_cluster: format!("{name}=http://127.0.0.1:{peer_port}"),
-            name,
-            data_dir: data_dir.to_owned(),
-            client_port,
-            peer_port,
-            child: None,
-        };
+        let mut e = Self::unstarted(data_dir, client_port, peer_port);
+        e.tls = Some(tls);
         e.spawn()?;
         e.wait_healthy(Duration::from_secs(20)).await?;
         Ok(e)
@@ -134,6 +146,7 @@ impl LocalEtcd {
         let mut members = Vec::with_capacity(n);
         for i in 0..n {
             members.push(LocalEtcd {
+                binary: PathBuf::from("etcd"),
                 tls: None,
                 name: format!("m{i}"),
                 data_dir: base_dir.join(format!("member-{i}")),
@@ -162,7 +175,7 @@ impl LocalEtcd {
         let log = std::fs::File::create(self.log_path())?;
         let p = self.peer_port;
         let url = self.url();
-        let mut cmd = Command::new("etcd");
+        let mut cmd = Command::new(&self.binary);
         if let Some(tls) = &self.tls {
             cmd.arg("--cert-file")
                 .arg(&tls.cert_file)
@@ -193,7 +206,7 @@ impl LocalEtcd {
             .stderr(log)
             .spawn()
             .map_err(|source| LocalEtcdError::Spawn {
-                binary: "etcd".into(),
+                binary: self.binary.display().to_string(),
                 source,
             })?;
         info!(name = %self.name, url = %self.url(), data_dir = %self.data_dir.display(), pid = child.id(), "started etcd");

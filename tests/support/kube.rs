@@ -1,0 +1,776 @@
+//! Real Kubernetes components for the integration tests, unchanged: kube-apiserver 1.35 on a
+//! given etcd, and kube-controller-manager, kube-scheduler and kubemark hollow nodes pointed at
+//! any server URL (kube-apiserver itself, or a watchcache in front of it). Built by
+//! `scripts/k8s-peers` into `target/k8s/v1.35.4/` (run on demand: a test never skips for want of
+//! them). Each runs on free loopback ports in a temporary directory, is stopped on drop, and
+//! writes its output to a log file whose tail is printed when the test fails.
+//!
+//! What kube-apiserver 1.35 needs to run here (see [`KubeApiserver::args`]): a serving
+//! certificate, a client CA, a service-account signing key and issuer, a service cluster IP
+//! range, and the etcd servers. Nothing else: no feature gates, no cloud provider, no
+//! aggregation layer certificates (it warns that it cannot authenticate aggregated API servers).
+//! On Debian's etcd 3.4.23 it runs too: it finds the etcd version lacks working progress
+//! requests (needs 3.4.31+ or 3.5.13+), serves consistent LISTs from etcd instead of its watch
+//! cache, and answers a WatchList request (`sendInitialEvents=true`) with a 500 ERROR event
+//! ("the required storage feature RequestWatchProgress is disabled") after which client-go's
+//! reflector falls back to LIST then WATCH.
+#![allow(dead_code)]
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use watchcache::etcd::free_port;
+
+use super::pki::{Ca, Issued};
+
+/// The Kubernetes version the peers are built at (tests/k8s/go.mod).
+pub const K8S_VERSION: &str = "v1.35.4";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `scripts/k8s-peers` once per test process: it builds what is missing or stale and
+/// returns at once when everything is there.
+fn build_peers() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let status = Command::new(root().join("scripts/k8s-peers"))
+            .stdin(Stdio::null())
+            .status()
+            .expect("run scripts/k8s-peers (needs Go 1.26)");
+        assert!(
+            status.success(),
+            "scripts/k8s-peers failed ({status}): the Kubernetes peers could not be built"
+        );
+    });
+}
+
+/// A Kubernetes binary of [`K8S_VERSION`] (`kube-apiserver`, `kube-controller-manager`,
+/// `kube-scheduler`, `kubemark`, `wc-conformance`), built first when needed.
+pub fn k8s_bin(name: &str) -> PathBuf {
+    build_peers();
+    let p = root().join("target/k8s").join(K8S_VERSION).join(name);
+    assert!(
+        p.exists(),
+        "{} is missing after scripts/k8s-peers",
+        p.display()
+    );
+    p
+}
+
+/// The etcd 3.6 server built from tests/etcd36, built first when needed.
+pub fn etcd36_bin() -> PathBuf {
+    build_peers();
+    let gomod = std::fs::read_to_string(root().join("tests/etcd36/go.mod")).unwrap();
+    let version = gomod
+        .lines()
+        .find_map(|l| l.strip_prefix("require go.etcd.io/etcd/server/v3 "))
+        .expect("tests/etcd36/go.mod requires go.etcd.io/etcd/server/v3")
+        .trim();
+    let p = root().join("target/etcd").join(version).join("etcd");
+    assert!(
+        p.exists(),
+        "{} is missing after scripts/k8s-peers",
+        p.display()
+    );
+    p
+}
+
+/// A child process whose output goes to a log file; stopped (SIGTERM, then SIGKILL after 10 s)
+/// on drop, and its log's tail printed to stderr when the test is failing.
+pub struct Proc {
+    pub name: String,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Proc {
+    /// Spawns `cmd` with stdout and stderr to `log`.
+    pub fn spawn(name: &str, mut cmd: Command, log: PathBuf) -> Proc {
+        let out = std::fs::File::create(&log).unwrap();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name} ({cmd:?}): {e}"));
+        tracing::info!(name, pid = child.id(), log = %log.display(), "started");
+        Proc {
+            name: name.to_owned(),
+            log,
+            child: Some(child),
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The exit status when it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// The last `n` lines of its log.
+    pub fn tail(&self, n: usize) -> String {
+        tail(&self.log, n)
+    }
+
+    /// Panics with its log's tail when it has exited.
+    pub fn assert_running(&mut self) {
+        if let Some(status) = self.exited() {
+            panic!(
+                "{} exited ({status}); the end of its log {}:\n{}",
+                self.name,
+                self.log.display(),
+                self.tail(60)
+            );
+        }
+    }
+
+    /// SIGKILL, and wait.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, wait up to 10 s, then SIGKILL.
+    pub fn stop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- the end of {}'s log ({}) ----\n{}",
+                self.name,
+                self.log.display(),
+                self.tail(40)
+            );
+        }
+        self.stop();
+    }
+}
+
+/// The last `n` lines of a file (reading at most its last 256 KiB).
+pub fn tail(path: &Path, n: usize) -> String {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return format!("({} cannot be read)", path.display());
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(256 << 10)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// The PKI of a test cluster, as kubeadm lays it out: one CA that signs the serving certificates
+/// and every client certificate (so it is also the client CA), an admin in `system:masters`, a
+/// service-account key pair, and an EncryptionConfiguration.
+pub struct KubePki {
+    pub dir: PathBuf,
+    pub ca: Ca,
+    /// kube-apiserver's serving certificate (localhost, 127.0.0.1).
+    pub serving: Issued,
+    /// CN `kubernetes-admin`, O `system:masters`.
+    pub admin: Issued,
+    /// The service-account signing key (ECDSA P-256, PKCS#8) and its public key.
+    pub sa_key: PathBuf,
+    pub sa_pub: PathBuf,
+    /// Secrets encrypted with aescbc, configmaps with secretbox, leases with aesgcm; each
+    /// resource reads all three and identity.
+    pub encryption_config: PathBuf,
+}
+
+impl KubePki {
+    pub fn new(dir: &Path) -> KubePki {
+        std::fs::create_dir_all(dir).unwrap();
+        let ca = Ca::new(dir, "ca");
+        let serving = ca.server("apiserver");
+        let admin = ca.client("admin", "kubernetes-admin", &["system:masters"]);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let (sa_key, sa_pub) = (dir.join("sa.key"), dir.join("sa.pub"));
+        std::fs::write(&sa_key, key.serialize_pem()).unwrap();
+        std::fs::write(&sa_pub, key.public_key_pem()).unwrap();
+        let encryption_config = dir.join("encryption-config.yaml");
+        std::fs::write(&encryption_config, encryption_config_yaml()).unwrap();
+        KubePki {
+            dir: dir.to_owned(),
+            ca,
+            serving,
+            admin,
+            sa_key,
+            sa_pub,
+            encryption_config,
+        }
+    }
+
+    /// A client certificate: CN is the user, each O a group.
+    pub fn client(&self, name: &str, user: &str, groups: &[&str]) -> Issued {
+        self.ca.client(name, user, groups)
+    }
+
+    /// A kubeconfig (`DIR/NAME.kubeconfig`) for `server`, trusting this PKI's CA, as `user`.
+    pub fn kubeconfig(&self, name: &str, server: &str, user: &Issued) -> PathBuf {
+        kubeconfig(
+            &self.dir.join(format!("{name}.kubeconfig")),
+            server,
+            &self.ca.cert_file,
+            user,
+        )
+    }
+}
+
+/// Writes a kubeconfig with the files embedded.
+pub fn kubeconfig(path: &Path, server: &str, ca: &Path, user: &Issued) -> PathBuf {
+    let b64 =
+        |p: &Path| base64::engine::general_purpose::STANDARD.encode(std::fs::read(p).unwrap());
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\nusers:\n- name: u\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n",
+            b64(ca),
+            b64(&user.cert_file),
+            b64(&user.key_file)
+        ),
+    )
+    .unwrap();
+    path.to_owned()
+}
+
+fn random_key(len: usize) -> String {
+    let mut key = vec![0u8; len];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut key)
+        .unwrap();
+    base64::engine::general_purpose::STANDARD.encode(key)
+}
+
+/// kube-apiserver's EncryptionConfiguration: each of aescbc, aesgcm and secretbox is the writing
+/// provider of one resource, and every resource can read all of them (and plain values).
+fn encryption_config_yaml() -> String {
+    let (cbc, gcm, sbox) = (random_key(32), random_key(32), random_key(32));
+    let provider = |name: &str| match name {
+        "aescbc" => format!(
+            "      - aescbc:\n          keys:\n          - name: cbc\n            secret: {cbc}\n"
+        ),
+        "aesgcm" => format!(
+            "      - aesgcm:\n          keys:\n          - name: gcm\n            secret: {gcm}\n"
+        ),
+        "secretbox" => format!(
+            "      - secretbox:\n          keys:\n          - name: box\n            secret: {sbox}\n"
+        ),
+        _ => "      - identity: {}\n".to_owned(),
+    };
+    let mut y = String::from(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n",
+    );
+    for (resource, order) in [
+        ("secrets", ["aescbc", "aesgcm", "secretbox"]),
+        ("configmaps", ["secretbox", "aescbc", "aesgcm"]),
+        (
+            "leases.coordination.k8s.io",
+            ["aesgcm", "aescbc", "secretbox"],
+        ),
+    ] {
+        y.push_str(&format!(
+            "  - resources:\n      - {resource}\n    providers:\n"
+        ));
+        for p in order {
+            y.push_str(&provider(p));
+        }
+        y.push_str(&provider("identity"));
+    }
+    y
+}
+
+/// One HTTPS GET over a new TLS connection, trusting `ca`, with a client certificate:
+/// (status, body). HTTP/1.1, `Connection: close`, chunked bodies decoded.
+pub async fn https_get(
+    url: &str,
+    ca: &Path,
+    client: Option<&Issued>,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).map_err(std::io::Error::other)? {
+        roots
+            .add(c.map_err(std::io::Error::other)?)
+            .map_err(std::io::Error::other)?;
+    }
+    let b = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(std::io::Error::other)?
+    .with_root_certificates(roots);
+    let config = match client {
+        None => b.with_no_client_auth(),
+        Some(i) => b
+            .with_client_auth_cert(
+                CertificateDer::pem_file_iter(&i.cert_file)
+                    .map_err(std::io::Error::other)?
+                    .map(|c| c.map_err(std::io::Error::other))
+                    .collect::<Result<_, _>>()?,
+                PrivateKeyDer::from_pem_file(&i.key_file).map_err(std::io::Error::other)?,
+            )
+            .map_err(std::io::Error::other)?,
+    };
+    let addr = url.trim_start_matches("https://").trim_end_matches('/');
+    let io = async {
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let mut s = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+        let mut out = Vec::new();
+        // A close without close_notify after a complete answer is fine.
+        let _ = s.read_to_end(&mut out).await;
+        Ok::<_, std::io::Error>(out)
+    };
+    let out = tokio::time::timeout(Duration::from_secs(10), io)
+        .await
+        .map_err(|_| std::io::Error::other(format!("GET {url}{path}: no answer within 10 s")))??;
+    parse_response(&out).ok_or_else(|| {
+        std::io::Error::other(format!(
+            "GET {url}{path}: not an HTTP answer: {}",
+            String::from_utf8_lossy(&out)
+        ))
+    })
+}
+
+fn parse_response(raw: &[u8]) -> Option<(u16, String)> {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&raw[..split]);
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let mut body = raw[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size =
+                usize::from_str_radix(String::from_utf8_lossy(&rest[..eol]).trim(), 16).ok()?;
+            if size == 0 {
+                break;
+            }
+            let start = eol + 2;
+            out.extend_from_slice(rest.get(start..start + size)?);
+            rest = rest.get(start + size + 2..)?;
+        }
+        body = out;
+    }
+    Some((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// kube-apiserver 1.35 on an etcd, with this PKI, encryption at rest and `Node,RBAC`.
+pub struct KubeApiserver {
+    /// `https://127.0.0.1:PORT`.
+    pub url: String,
+    pub etcd_url: String,
+    /// The admin's kubeconfig (system:masters).
+    pub admin_kubeconfig: PathBuf,
+    // Dropped in this order: the process stops before its directory goes.
+    pub proc: Proc,
+    pub pki: KubePki,
+    pub dir: TempDir,
+}
+
+impl KubeApiserver {
+    /// Starts it on `etcd_url` and waits until `/readyz` answers ok.
+    pub async fn start(etcd_url: &str) -> KubeApiserver {
+        Self::start_with(etcd_url, &[]).await
+    }
+
+    /// With extra flags (later flags win).
+    pub async fn start_with(etcd_url: &str, extra: &[&str]) -> KubeApiserver {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = KubePki::new(&dir.path().join("pki"));
+        let port = free_port().unwrap();
+        let url = format!("https://127.0.0.1:{port}");
+        let mut cmd = Command::new(k8s_bin("kube-apiserver"));
+        cmd.args(Self::args(&pki, etcd_url, port, dir.path()))
+            .args(extra);
+        let proc = Proc::spawn("kube-apiserver", cmd, dir.path().join("kube-apiserver.log"));
+        let admin_kubeconfig = pki.kubeconfig("admin", &url, &pki.admin);
+        let mut s = KubeApiserver {
+            url,
+            etcd_url: etcd_url.to_owned(),
+            admin_kubeconfig,
+            proc,
+            pki,
+            dir,
+        };
+        s.wait_ready(Duration::from_secs(90)).await;
+        s
+    }
+
+    /// Its flags: what kube-apiserver 1.35 needs to run here, plus encryption at rest and
+    /// `Node,RBAC`.
+    pub fn args(pki: &KubePki, etcd_url: &str, port: u16, dir: &Path) -> Vec<String> {
+        let f = |p: &Path| p.display().to_string();
+        vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--cert-dir={}", f(&dir.join("certs"))),
+            format!("--tls-cert-file={}", f(&pki.serving.cert_file)),
+            format!("--tls-private-key-file={}", f(&pki.serving.key_file)),
+            format!("--client-ca-file={}", f(&pki.ca.cert_file)),
+            format!("--service-account-key-file={}", f(&pki.sa_pub)),
+            format!("--service-account-signing-key-file={}", f(&pki.sa_key)),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            "--authorization-mode=Node,RBAC".into(),
+            format!("--encryption-provider-config={}", f(&pki.encryption_config)),
+            // No cloud, no kube-proxy: nothing to reach pods or nodes on.
+            "--enable-admission-plugins=NodeRestriction".into(),
+            "--allow-privileged=true".into(),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ]
+    }
+
+    /// Waits until `/readyz` answers 200 to the admin; panics with the log's tail when it exits or
+    /// does not within `limit`.
+    pub async fn wait_ready(&mut self, limit: Duration) {
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < limit {
+            self.proc.assert_running();
+            match https_get(
+                &self.url,
+                &self.pki.ca.cert_file,
+                Some(&self.pki.admin),
+                "/readyz",
+            )
+            .await
+            {
+                Ok((200, _)) => {
+                    tracing::info!(waited = ?start.elapsed(), url = %self.url, "kube-apiserver ready");
+                    return;
+                }
+                Ok((code, body)) => last = format!("{code}: {body}"),
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        panic!(
+            "kube-apiserver not ready within {limit:?} (last /readyz: {last}); the end of its log:\n{}",
+            self.proc.tail(60)
+        );
+    }
+
+    /// GET as the admin: (status, body).
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        https_get(
+            &self.url,
+            &self.pki.ca.cert_file,
+            Some(&self.pki.admin),
+            path,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+}
+
+/// Where a component connects: a server URL and the CA of its serving certificate.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub url: &'a str,
+    pub ca: &'a Path,
+}
+
+/// kube-controller-manager as kubeadm runs it (its own identity, one service account per
+/// controller, leader election off), with a kubeconfig for `target`.
+pub fn controller_manager(pki: &KubePki, target: Target<'_>, dir: &Path) -> Proc {
+    let id = pki.client("controller-manager", "system:kube-controller-manager", &[]);
+    let kc = kubeconfig(
+        &dir.join("controller-manager.kubeconfig"),
+        target.url,
+        target.ca,
+        &id,
+    );
+    let kc = kc.display().to_string();
+    let mut cmd = Command::new(k8s_bin("kube-controller-manager"));
+    cmd.args([
+        format!("--kubeconfig={kc}"),
+        format!("--authentication-kubeconfig={kc}"),
+        format!("--authorization-kubeconfig={kc}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={}", free_port().unwrap()),
+        format!(
+            "--cert-dir={}",
+            dir.join("controller-manager-certs").display()
+        ),
+        "--leader-elect=false".into(),
+        "--use-service-account-credentials=true".into(),
+        format!(
+            "--service-account-private-key-file={}",
+            pki.sa_key.display()
+        ),
+        format!("--root-ca-file={}", pki.ca.cert_file.display()),
+        "--v=1".into(),
+    ]);
+    Proc::spawn(
+        "kube-controller-manager",
+        cmd,
+        dir.join("kube-controller-manager.log"),
+    )
+}
+
+/// kube-scheduler as kubeadm runs it (leader election off), with a kubeconfig for `target`.
+pub fn scheduler(pki: &KubePki, target: Target<'_>, dir: &Path) -> Proc {
+    let id = pki.client("scheduler", "system:kube-scheduler", &[]);
+    let kc = kubeconfig(
+        &dir.join("scheduler.kubeconfig"),
+        target.url,
+        target.ca,
+        &id,
+    );
+    let kc = kc.display().to_string();
+    let mut cmd = Command::new(k8s_bin("kube-scheduler"));
+    cmd.args([
+        format!("--kubeconfig={kc}"),
+        format!("--authentication-kubeconfig={kc}"),
+        format!("--authorization-kubeconfig={kc}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={}", free_port().unwrap()),
+        format!("--cert-dir={}", dir.join("scheduler-certs").display()),
+        "--leader-elect=false".into(),
+        "--v=1".into(),
+    ]);
+    Proc::spawn("kube-scheduler", cmd, dir.join("kube-scheduler.log"))
+}
+
+/// `n` kubemark hollow nodes (the real kubelet with a fake runtime) named `PREFIX-i`, each with
+/// its own client certificate (CN `system:node:NAME`, O `system:nodes`), kubeconfig for `target`,
+/// kubelet port and temporary directory.
+pub fn hollow_nodes(
+    pki: &KubePki,
+    target: Target<'_>,
+    dir: &Path,
+    prefix: &str,
+    n: usize,
+) -> Vec<Proc> {
+    (0..n)
+        .map(|i| hollow_node(pki, target, dir, &format!("{prefix}-{i}")))
+        .collect()
+}
+
+/// One hollow node; see [`hollow_nodes`].
+pub fn hollow_node(pki: &KubePki, target: Target<'_>, dir: &Path, name: &str) -> Proc {
+    let home = dir.join(name);
+    std::fs::create_dir_all(&home).unwrap();
+    let id = pki.client(
+        &format!("node-{name}"),
+        &format!("system:node:{name}"),
+        &["system:nodes"],
+    );
+    let kc = kubeconfig(&home.join("kubeconfig"), target.url, target.ca, &id);
+    let mut cmd = Command::new(k8s_bin("kubemark"));
+    cmd.args([
+        "--morph=kubelet".to_owned(),
+        format!("--name={name}"),
+        format!("--kubeconfig={}", kc.display()),
+        format!("--kubelet-port={}", free_port().unwrap()),
+        "--kubelet-read-only-port=0".into(),
+        // The fake image service: there is no containerd here.
+        "--use-host-image-service=false".into(),
+        "--v=1".into(),
+    ])
+    // Its root, static-pod and log directories are made under TMPDIR.
+    .env("TMPDIR", &home);
+    Proc::spawn(&format!("kubemark {name}"), cmd, home.join("kubemark.log"))
+}
+
+/// `watchcache serve` as a process in front of a Kubernetes cluster's etcd (as kube-apiserver
+/// is) or of its kube-apiserver (proxy mode): TLS with a certificate of the cluster's CA, the cluster's client CA, service-account
+/// tokens, `Node,RBAC` (the RBAC objects kube-apiserver keeps in etcd) and its
+/// EncryptionConfiguration.
+pub struct Watchcache {
+    /// `https://127.0.0.1:PORT`.
+    pub url: String,
+    /// The admin's kubeconfig for it.
+    pub admin_kubeconfig: PathBuf,
+    pub proc: Proc,
+    pub dir: TempDir,
+}
+
+impl Watchcache {
+    /// Starts it on `etcd_url` with the cluster's PKI and waits until `/readyz` answers ok.
+    pub async fn on_etcd(pki: &KubePki, etcd_url: &str, extra: &[&str]) -> Watchcache {
+        Self::start(pki, &["--etcd", etcd_url], extra).await
+    }
+
+    /// Starts it in proxy mode in front of an API server (`--upstream-kubeconfig`), with the
+    /// cluster's PKI, and waits until `/readyz` answers ok.
+    pub async fn proxy(pki: &KubePki, upstream_kubeconfig: &Path, extra: &[&str]) -> Watchcache {
+        let kc = upstream_kubeconfig.display().to_string();
+        Self::start(pki, &["--upstream-kubeconfig", &kc], extra).await
+    }
+
+    async fn start(pki: &KubePki, upstream: &[&str], extra: &[&str]) -> Watchcache {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port().unwrap();
+        let url = format!("https://127.0.0.1:{port}");
+        let serving = pki.ca.server("watchcache");
+        let f = |p: &Path| p.display().to_string();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_watchcache"));
+        cmd.arg("serve")
+            .args(upstream)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--data-dir", &f(&dir.path().join("data"))])
+            .args(["--tls-cert-file", &f(&serving.cert_file)])
+            .args(["--tls-private-key-file", &f(&serving.key_file)])
+            .args(["--client-ca-file", &f(&pki.ca.cert_file)])
+            .args(["--service-account-key-file", &f(&pki.sa_pub)])
+            .args([
+                "--service-account-issuer",
+                "https://kubernetes.default.svc.cluster.local",
+            ])
+            .args(["--authorization-mode", "Node,RBAC"])
+            .args(["--encryption-provider-config", &f(&pki.encryption_config)])
+            .args(extra)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .env("NO_COLOR", "1");
+        let proc = Proc::spawn("watchcache", cmd, dir.path().join("watchcache.log"));
+        let admin_kubeconfig = kubeconfig(
+            &dir.path().join("admin.kubeconfig"),
+            &url,
+            &pki.ca.cert_file,
+            &pki.admin,
+        );
+        let mut w = Watchcache {
+            url,
+            admin_kubeconfig,
+            proc,
+            dir,
+        };
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < Duration::from_secs(60) {
+            w.proc.assert_running();
+            match https_get(&w.url, &pki.ca.cert_file, Some(&pki.admin), "/readyz").await {
+                Ok((200, _)) => return w,
+                Ok((code, body)) => last = format!("{code}: {body}"),
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "watchcache not ready within 60 s (last /readyz: {last}); the end of its log:\n{}",
+            w.proc.tail(60)
+        );
+    }
+}
+
+/// One line of wc-conformance's output.
+#[derive(Debug, serde::Deserialize)]
+pub struct Check {
+    pub check: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// What wc-conformance found.
+#[derive(Debug)]
+pub struct Conformance {
+    pub checks: Vec<Check>,
+    pub passed: bool,
+    pub stderr: String,
+}
+
+impl Conformance {
+    pub fn check(&self, name: &str) -> &Check {
+        self.checks
+            .iter()
+            .find(|c| c.check == name)
+            .unwrap_or_else(|| panic!("no check {name} in {:#?}", self.checks))
+    }
+
+    /// Panics listing every failed check, with its detail.
+    pub fn assert_passed(&self, against: &str) {
+        let failed: Vec<String> = self
+            .checks
+            .iter()
+            .filter(|c| !c.ok)
+            .map(|c| format!("  {}: {}", c.check, c.detail))
+            .collect();
+        assert!(
+            self.passed && failed.is_empty() && self.checks.len() > 20,
+            "wc-conformance against {against}: {} checks, {} failed:\n{}\nstderr:\n{}",
+            self.checks.len(),
+            failed.len(),
+            failed.join("\n"),
+            self.stderr
+        );
+    }
+}
+
+/// Runs the client-go conformance program (tests/k8s/conformance) against a kubeconfig's
+/// server, with a time limit of 5 minutes.
+pub async fn conformance(kubeconfig: &Path, args: &[&str]) -> Conformance {
+    let out = tokio::time::timeout(
+        Duration::from_secs(300),
+        tokio::process::Command::new(k8s_bin("wc-conformance"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg("--timeout=30s")
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("wc-conformance ends within 5 minutes")
+    .expect("run wc-conformance");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let checks = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    Conformance {
+        checks,
+        passed: out.status.success(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
