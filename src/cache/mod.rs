@@ -430,6 +430,12 @@ impl Cache {
         }
     }
 
+    /// The object stored at `key` in the cache now, without waiting for anything (what a GET with
+    /// resourceVersion `0` reads), or `None`; also before the cache is ready.
+    pub fn peek(&self, key: &str) -> Option<Object> {
+        self.shared.get(key)
+    }
+
     /// The current objects whose index `index` has `value`, sorted by key. Index names are field
     /// paths (`spec.nodeName`, `metadata.namespace`) or `label:KEY`.
     ///

@@ -177,6 +177,16 @@ struct ServeArgs {
     /// The kubeconfig context to use (default: its current context).
     #[arg(long, value_name = "CTX", requires = "upstream_kubeconfig")]
     upstream_context: Option<String>,
+    /// The recommended set-up in front of a real cluster: read the cluster's etcd directly (one
+    /// watch per resource, as kube-apiserver's own cache), and forward writes, subresources and
+    /// resources not cached here to the kube-apiserver this kubeconfig names, with the client's
+    /// identity as impersonation headers; so admission, defaulting and validation stay
+    /// kube-apiserver's. Its user must be allowed to impersonate.
+    #[arg(long, value_name = "FILE", conflicts_with = "upstream_kubeconfig")]
+    apiserver_kubeconfig: Option<PathBuf>,
+    /// The context of --apiserver-kubeconfig (default: its current context).
+    #[arg(long, value_name = "CTX", requires = "apiserver_kubeconfig")]
+    apiserver_context: Option<String>,
     /// How the upstream API server's full state is read: WatchList when it does it, else a
     /// paginated LIST (auto), WatchList only (watchlist), or LIST then watch (list).
     #[arg(long, default_value = "auto", value_parser = ["auto", "watchlist", "list"],
@@ -425,11 +435,20 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(a) = auth {
         server = server.with_auth(a);
     }
-    if let Caches::ApiServer(c) = &caches {
-        // Proxy mode: what is not cached here goes to the upstream.
-        server = server.with_proxy(Arc::new(proxy::KubeProxy {
-            client: c.client().clone(),
-        }));
+    // What is not read from the cache goes to kube-apiserver: the API server this cache follows
+    // (proxy mode), or the one beside the etcd it reads (--apiserver-kubeconfig).
+    let forward_to = match (&caches, &args.apiserver_kubeconfig) {
+        (Caches::ApiServer(c), _) => Some(c.client().clone()),
+        (_, Some(kubeconfig)) => {
+            let client =
+                client_from_kubeconfig(kubeconfig, args.apiserver_context.as_deref()).await?;
+            info!(kubeconfig = %kubeconfig.display(), context = ?args.apiserver_context, "writes and uncached requests go to kube-apiserver");
+            Some(client)
+        }
+        _ => None,
+    };
+    if let Some(client) = forward_to {
+        server = server.with_proxy(Arc::new(proxy::KubeProxy { client }));
     }
     server.serve(listener, shutdown_signal()).await?;
     caches.shutdown().await;

@@ -41,7 +41,7 @@ pub use audit::{Audit, Record};
 pub use authn::{Authenticator, Unauthenticated};
 pub use authz::{Authorizer, Mode};
 pub use limits::{InflightPermit, Limits, UserWatchSlot};
-pub use node::{NodeAuthorizer, RefSet};
+pub use node::{NodeAuthorizer, NodeCaches, RefSet};
 pub use rbac::{Objects as RbacObjects, PolicyRule, Rbac};
 pub use service_account::ServiceAccounts;
 pub use token_file::{TokenFile, TokenFileError};
@@ -103,9 +103,14 @@ impl Auth {
         let rbac = modes
             .contains(&Mode::Rbac)
             .then(|| Arc::new(Rbac::new(config.rbac_bootstrap)));
-        let node = modes
-            .contains(&Mode::Node)
-            .then(|| NodeAuthorizer::new(find("", "pods")));
+        let node = modes.contains(&Mode::Node).then(|| {
+            NodeAuthorizer::new(NodeCaches {
+                pods: find("", "pods"),
+                pvcs: find("", "persistentvolumeclaims"),
+                volume_attachments: find("storage.k8s.io", "volumeattachments"),
+                resource_slices: find("resource.k8s.io", "resourceslices"),
+            })
+        });
         Auth {
             authn: config.authenticator,
             authz: Authorizer::new(modes, rbac, node),
