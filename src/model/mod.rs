@@ -14,6 +14,7 @@ pub(crate) mod field_memo;
 pub(crate) mod field_path;
 pub(crate) mod labels;
 pub mod names;
+pub(crate) mod quantity;
 mod object;
 pub(crate) mod protobuf;
 mod resource_version;

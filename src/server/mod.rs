@@ -21,6 +21,8 @@
 //! | `watch/` | watch responses: start, the one pump loop, frames, the fast path, hyper's body |
 //! | `params.rs`, `writes.rs`, `response.rs`, `status.rs` | query parsing, write bodies, response bodies, `Status` errors |
 //! | `patch.rs` | PATCH: json-patch, merge-patch, strategic merge patch with declared merge keys |
+//! | `strategy.rs` | what upstream's registry does to a write's object: system fields, status, `stringData`, key validation |
+//! | `admission.rs` | admission of writes: NamespaceLifecycle, RBAC's escalation check |
 //! | `discovery.rs`, `metrics.rs` | discovery documents (legacy, aggregated v2, `/version`), `/metrics` |
 //! | `openapi.rs` | `/openapi/v3` and its group-version documents (permissive schemas) |
 //! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
@@ -44,6 +46,7 @@
 //! # }
 //! ```
 
+mod admission;
 pub mod auth;
 mod config;
 pub(crate) mod conn;
@@ -61,6 +64,7 @@ mod response;
 mod routes;
 mod state;
 mod status;
+mod strategy;
 mod tls;
 pub(crate) mod watch;
 mod writes;
@@ -127,6 +131,7 @@ impl Server {
             limits,
             audit: auth::Audit::default(),
             stalled: state::StalledReads::default(),
+            system_namespaces: std::sync::atomic::AtomicBool::new(false),
         };
         Server {
             state: Arc::new(state),
@@ -221,6 +226,9 @@ impl Server {
         if let Some(a) = self.state.auth.get() {
             a.start();
         }
+        tokio::spawn(admission::create_system_namespaces(Arc::clone(
+            &self.state,
+        )));
         let router = self.router();
         let graceful = GracefulShutdown::new();
         let mut http = hyper::server::conn::http1::Builder::new();
