@@ -352,9 +352,10 @@ fn pod_status(pod: &Value) -> String {
         reason = r.to_owned();
     }
     // A pod held by scheduling gates says so (the condition its creation adds).
-    if list(pod, "status.conditions").iter().any(|c| {
-        str_at(c, "type") == "PodScheduled" && str_at(c, "reason") == "SchedulingGated"
-    }) {
+    if list(pod, "status.conditions")
+        .iter()
+        .any(|c| str_at(c, "type") == "PodScheduled" && str_at(c, "reason") == "SchedulingGated")
+    {
         reason = "SchedulingGated".to_owned();
     }
     // Init containers first: a pod whose init containers have not finished shows Init:i/n.

@@ -127,7 +127,15 @@ mod tests {
 
     #[test]
     fn config_keys_are_file_names_that_stay_in_their_directory() {
-        for ok in ["a", "key.name", "KEY_NAME", "key-name", ".hidden", "a..b", &"k".repeat(253)] {
+        for ok in [
+            "a",
+            "key.name",
+            "KEY_NAME",
+            "key-name",
+            ".hidden",
+            "a..b",
+            &"k".repeat(253),
+        ] {
             assert_eq!(validate_config_key(ok), Ok(()), "{ok}");
         }
         assert_eq!(

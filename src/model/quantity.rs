@@ -68,7 +68,10 @@ impl Quantity {
             other => {
                 let e = other.strip_prefix(['e', 'E'])?;
                 let digits = e.strip_prefix(['+', '-']).unwrap_or(e);
-                if digits.is_empty() || digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                if digits.is_empty()
+                    || digits.len() > 3
+                    || !digits.bytes().all(|b| b.is_ascii_digit())
+                {
                     return None;
                 }
                 (e.parse::<i32>().ok()?, 0)

@@ -20,9 +20,9 @@ use std::time::Duration;
 use crate::cache::Cache;
 use crate::model::{FieldPath, ResourceDef, ResourceVersion};
 use crate::server::auth::{RequestInfo, User};
+use crate::server::params::WriteParams;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
-use crate::server::params::WriteParams;
 use crate::server::writes;
 
 /// The served namespaces cache, if any.
@@ -34,7 +34,7 @@ fn namespaces(st: &AppState) -> Option<&Cache> {
 }
 
 /// NamespaceLifecycle for a create (`creating`), update or patch of an object of `def` in
-/// `namespace`.
+/// `namespace`; `name` gives the object's name (read from the body only for the rare 403).
 ///
 /// # Errors
 /// 404 when the namespace does not exist; 403 when creating in a terminating namespace; the
@@ -44,7 +44,7 @@ pub(crate) async fn namespace_lifecycle(
     def: &ResourceDef,
     namespace: Option<&str>,
     creating: bool,
-    name: &str,
+    name: impl FnOnce() -> String,
 ) -> Result<(), ApiError> {
     let (Some(ns), true) = (namespace, def.namespaced) else {
         return Ok(());
@@ -72,6 +72,7 @@ pub(crate) async fn namespace_lifecycle(
             .ok()
             .and_then(|p| namespace_obj.field(&p).map(|v| v.into_owned()));
         if phase.as_deref() == Some("Terminating") {
+            let name = name();
             return Err(ApiError::forbidden(
                 format!(
                     "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
@@ -79,7 +80,7 @@ pub(crate) async fn namespace_lifecycle(
                 ),
                 def.group.clone(),
                 def.plural.clone(),
-                name.to_owned(),
+                name,
             )
             .with_cause(
                 "NamespaceTerminating",

@@ -226,9 +226,7 @@ impl Server {
         if let Some(a) = self.state.auth.get() {
             a.start();
         }
-        tokio::spawn(admission::create_system_namespaces(Arc::clone(
-            &self.state,
-        )));
+        tokio::spawn(admission::create_system_namespaces(Arc::clone(&self.state)));
         let router = self.router();
         let graceful = GracefulShutdown::new();
         let mut http = hyper::server::conn::http1::Builder::new();

@@ -225,13 +225,12 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         BodyFormat::Yaml | BodyFormat::Json => body,
     };
     if method != Method::DELETE {
-        admission::namespace_lifecycle(
-            st,
-            cache.definition(),
-            ns,
-            method == Method::POST,
-            name.unwrap_or_default(),
-        )
+        admission::namespace_lifecycle(st, cache.definition(), ns, method == Method::POST, || {
+            match name {
+                Some(n) => n.to_owned(),
+                None => writes::name_in(&body),
+            }
+        })
         .await?;
     }
     let user = parts.extensions.get::<Arc<User>>().map(|u| &**u);

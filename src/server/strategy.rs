@@ -118,7 +118,11 @@ pub(crate) fn convert(def: &ResourceDef, obj: &mut Map<String, Value>) -> Result
 /// `BeforeCreate`: system fields set by the server, and the kind's `PrepareForCreate`.
 pub(crate) fn prepare_for_create(def: &ResourceDef, obj: &mut Map<String, Value>, uid: String) {
     let meta = meta_of(obj);
-    for wiped in ["deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+    for wiped in [
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+    ] {
         meta.remove(wiped);
     }
     meta.insert("uid".into(), Value::String(uid));
@@ -222,7 +226,11 @@ fn qos_class(spec: Option<&Value>) -> &'static str {
     let (mut any_request, mut any_limit) = ([false; 2], [false; 2]);
     let mut guaranteed = true;
     let mut add = |resources: Option<&Value>| {
-        let list = |field: &str| resources.and_then(|r| r.get(field)).and_then(Value::as_object);
+        let list = |field: &str| {
+            resources
+                .and_then(|r| r.get(field))
+                .and_then(Value::as_object)
+        };
         let (reqs, lims) = (list("requests"), list("limits"));
         let mut limited = [false; 2];
         for (i, name) in QOS_RESOURCES.iter().enumerate() {
@@ -257,7 +265,10 @@ fn qos_class(spec: Option<&Value>) -> &'static str {
             guaranteed = false;
         }
     };
-    match spec.and_then(|s| s.get("resources")).filter(|r| r.is_object()) {
+    match spec
+        .and_then(|s| s.get("resources"))
+        .filter(|r| r.is_object())
+    {
         Some(pod_level) => add(Some(pod_level)),
         None => {
             for field in ["containers", "initContainers"] {
@@ -393,7 +404,10 @@ fn shown_value(v: &Value) -> String {
         Value::String(s) => match humantime::parse_rfc3339_weak(s) {
             Ok(t) => {
                 let text = humantime::format_rfc3339_seconds(t).to_string();
-                format!("{} +0000 UTC", text.trim_end_matches('Z').replacen('T', " ", 1))
+                format!(
+                    "{} +0000 UTC",
+                    text.trim_end_matches('Z').replacen('T', " ", 1)
+                )
             }
             Err(_) => quoted(s),
         },
@@ -495,9 +509,13 @@ mod tests {
 
     #[test]
     fn string_data_is_merged_into_data_and_gone() {
-        let mut s = obj(json!({"data": {"a": "eA==", "b": "eQ=="}, "stringData": {"b": "new", "c": "ç"}}));
+        let mut s =
+            obj(json!({"data": {"a": "eA==", "b": "eQ=="}, "stringData": {"b": "new", "c": "ç"}}));
         convert(&def("secrets"), &mut s).unwrap();
-        assert_eq!(s, obj(json!({"data": {"a": "eA==", "b": "bmV3", "c": "w6c="}})));
+        assert_eq!(
+            s,
+            obj(json!({"data": {"a": "eA==", "b": "bmV3", "c": "w6c="}}))
+        );
         let mut bad = obj(json!({"stringData": {"b": 1}}));
         assert_eq!(convert(&def("secrets"), &mut bad).unwrap_err().code(), 400);
         let mut cm = obj(json!({"stringData": {"b": "x"}}));
@@ -515,15 +533,22 @@ mod tests {
             "requests default to limits"
         );
         assert_eq!(
-            pod(json!([{"resources": {"requests": {"cpu": "0.1", "memory": "1024Mi"},
-                                      "limits": {"cpu": "100m", "memory": "1Gi"}}}])),
+            pod(
+                json!([{"resources": {"requests": {"cpu": "0.1", "memory": "1024Mi"},
+                                      "limits": {"cpu": "100m", "memory": "1Gi"}}}])
+            ),
             "Guaranteed"
         );
         assert_eq!(
-            pod(json!([{"resources": {"requests": {"cpu": "50m"}, "limits": {"cpu": "100m", "memory": "1Gi"}}}])),
+            pod(
+                json!([{"resources": {"requests": {"cpu": "50m"}, "limits": {"cpu": "100m", "memory": "1Gi"}}}])
+            ),
             "Burstable"
         );
-        assert_eq!(pod(json!([{"resources": {"requests": {"cpu": "1"}}}])), "Burstable");
+        assert_eq!(
+            pod(json!([{"resources": {"requests": {"cpu": "1"}}}])),
+            "Burstable"
+        );
         assert_eq!(
             pod(json!([{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}, {"name": "b"}])),
             "Burstable",
@@ -535,8 +560,10 @@ mod tests {
             "only cpu and memory count"
         );
         assert_eq!(
-            qos_class(Some(&json!({"resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
-                                    "containers": [{"name": "a"}]}))),
+            qos_class(Some(
+                &json!({"resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+                                    "containers": [{"name": "a"}]})
+            )),
             "Guaranteed",
             "pod-level resources decide"
         );
@@ -544,14 +571,22 @@ mod tests {
 
     #[test]
     fn creates_get_fresh_system_fields_and_their_kinds_status() {
-        let mut p = obj(json!({"metadata": {"name": "p", "uid": "mine", "creationTimestamp": null,
+        let mut p = obj(
+            json!({"metadata": {"name": "p", "uid": "mine", "creationTimestamp": null,
             "deletionTimestamp": "2020-01-01T00:00:00Z", "deletionGracePeriodSeconds": 30},
-            "spec": {"schedulingGates": [{"name": "g"}]}, "status": {"phase": "Running"}}));
+            "spec": {"schedulingGates": [{"name": "g"}]}, "status": {"phase": "Running"}}),
+        );
         prepare_for_create(&def("pods"), &mut p, "u-1".into());
         let m = &p["metadata"];
         assert_eq!(m["uid"], "u-1");
-        assert!(m["creationTimestamp"].as_str().is_some_and(|t| t.ends_with('Z')));
-        assert!(m.get("deletionTimestamp").is_none() && m.get("deletionGracePeriodSeconds").is_none());
+        assert!(
+            m["creationTimestamp"]
+                .as_str()
+                .is_some_and(|t| t.ends_with('Z'))
+        );
+        assert!(
+            m.get("deletionTimestamp").is_none() && m.get("deletionGracePeriodSeconds").is_none()
+        );
         assert_eq!(p["status"]["phase"], "Pending");
         assert_eq!(p["status"]["qosClass"], "BestEffort");
         assert_eq!(p["status"]["conditions"][0]["reason"], "SchedulingGated");
@@ -560,10 +595,16 @@ mod tests {
         assert_eq!(ns["status"], json!({"phase": "Active"}));
         assert_eq!(ns["spec"]["finalizers"], json!(["x", "kubernetes"]));
         assert_eq!(ns["metadata"]["labels"][NAMESPACE_NAME_LABEL], "team");
-        let mut node = obj(json!({"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "4"}}}));
+        let mut node =
+            obj(json!({"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "4"}}}));
         prepare_for_create(&def("nodes"), &mut node, "u".into());
-        assert_eq!(node["status"]["capacity"]["cpu"], "4", "nodes keep their status");
-        let mut svc = obj(json!({"metadata": {"name": "s"}, "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}}));
+        assert_eq!(
+            node["status"]["capacity"]["cpu"], "4",
+            "nodes keep their status"
+        );
+        let mut svc = obj(
+            json!({"metadata": {"name": "s"}, "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}}),
+        );
         prepare_for_create(&def("services"), &mut svc, "u".into());
         assert_eq!(svc["status"], json!({}));
         let mut w = obj(json!({"metadata": {"name": "w"}, "status": {"x": 1}}));
@@ -571,32 +612,51 @@ mod tests {
         assert!(w.get("status").is_none());
         let mut cm = obj(json!({"metadata": {"name": "c"}, "status": {"x": 1}}));
         prepare_for_create(&def("configmaps"), &mut cm, "u".into());
-        assert_eq!(cm["status"]["x"], 1, "no status subresource: nothing special");
+        assert_eq!(
+            cm["status"]["x"], 1,
+            "no status subresource: nothing special"
+        );
     }
 
     #[test]
     fn updates_keep_the_stored_system_fields_and_refuse_a_new_uid() {
-        let old = obj(json!({"metadata": {"name": "p", "uid": "u-1", "creationTimestamp": "2026-01-01T00:00:00Z",
-            "generation": 3}, "spec": {"a": 1}, "status": {"phase": "Running"}}));
-        let mut new = obj(json!({"metadata": {"name": "p", "creationTimestamp": "1999-01-01T00:00:00Z",
-            "generation": 99}, "spec": {"a": 2}, "status": {"phase": "Failed"}}));
+        let old = obj(
+            json!({"metadata": {"name": "p", "uid": "u-1", "creationTimestamp": "2026-01-01T00:00:00Z",
+            "generation": 3}, "spec": {"a": 1}, "status": {"phase": "Running"}}),
+        );
+        let mut new = obj(
+            json!({"metadata": {"name": "p", "creationTimestamp": "1999-01-01T00:00:00Z",
+            "generation": 99}, "spec": {"a": 2}, "status": {"phase": "Failed"}}),
+        );
         prepare_for_update(&def("pods"), &mut new, &old).unwrap();
         assert_eq!(new["metadata"]["uid"], "u-1");
         assert_eq!(new["metadata"]["creationTimestamp"], "2026-01-01T00:00:00Z");
-        assert_eq!(new["metadata"]["generation"], 4, "bumped from the stored one");
-        assert_eq!(new["status"]["phase"], "Running", "status is the subresource's");
+        assert_eq!(
+            new["metadata"]["generation"], 4,
+            "bumped from the stored one"
+        );
+        assert_eq!(
+            new["status"]["phase"], "Running",
+            "status is the subresource's"
+        );
         let mut other = obj(json!({"metadata": {"name": "p", "uid": "u-2"}}));
         let causes = prepare_for_update(&def("pods"), &mut other, &old).unwrap_err();
         assert_eq!(causes[0].1, "metadata.uid");
         assert_eq!(causes[0].2, "Invalid value: \"u-2\": field is immutable");
-        let mut deleting = obj(json!({"metadata": {"name": "p", "deletionTimestamp": "2026-02-03T04:05:06Z"}}));
+        let mut deleting =
+            obj(json!({"metadata": {"name": "p", "deletionTimestamp": "2026-02-03T04:05:06Z"}}));
         let causes = prepare_for_update(&def("pods"), &mut deleting, &old).unwrap_err();
         assert_eq!(
             causes[0].2,
             "Invalid value: 2026-02-03 04:05:06 +0000 UTC: field is immutable"
         );
         let mut cm = obj(json!({"metadata": {"name": "c"}, "status": {"x": 2}}));
-        prepare_for_update(&def("configmaps"), &mut cm, &obj(json!({"status": {"x": 1}}))).unwrap();
+        prepare_for_update(
+            &def("configmaps"),
+            &mut cm,
+            &obj(json!({"status": {"x": 1}})),
+        )
+        .unwrap();
         assert_eq!(cm["status"]["x"], 2);
     }
 
@@ -604,17 +664,32 @@ mod tests {
     fn config_map_and_secret_keys_are_validated() {
         let causes = validate(
             &def("configmaps"),
-            &obj(json!({"data": {"../escape": "x", "ok": "y", "both": "z"}, "binaryData": {"a/b": "", "both": ""}})),
+            &obj(
+                json!({"data": {"../escape": "x", "ok": "y", "both": "z"}, "binaryData": {"a/b": "", "both": ""}}),
+            ),
         );
         let fields: Vec<&str> = causes.iter().map(|c| c.1.as_str()).collect();
         assert_eq!(
             fields,
-            ["data[../escape]", "data[../escape]", "data[both]", "binaryData[a/b]", "binaryData[both]"]
+            [
+                "data[../escape]",
+                "data[../escape]",
+                "data[both]",
+                "binaryData[a/b]",
+                "binaryData[both]"
+            ]
         );
-        assert!(causes[1].2.ends_with("must not start with '..'"), "{causes:?}");
+        assert!(
+            causes[1].2.ends_with("must not start with '..'"),
+            "{causes:?}"
+        );
         let causes = validate(&def("secrets"), &obj(json!({"data": {"a/b": "eA=="}})));
         assert_eq!(causes.len(), 1);
-        assert!(causes[0].2.starts_with("Invalid value: \"a/b\": a valid config key"));
+        assert!(
+            causes[0]
+                .2
+                .starts_with("Invalid value: \"a/b\": a valid config key")
+        );
         let big = BASE64.encode(vec![0u8; MAX_DATA_BYTES + 1]);
         let causes = validate(&def("secrets"), &obj(json!({"data": {"k": big}})));
         assert_eq!(causes[0].0, "FieldValueTooLong");

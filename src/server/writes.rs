@@ -247,6 +247,17 @@ fn meta_mut(obj: &mut Map<String, Value>) -> &mut Map<String, Value> {
     }
 }
 
+/// `metadata.name` of a JSON body, or empty.
+pub(crate) fn name_in(body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .as_ref()
+        .and_then(|v| v.pointer("/metadata/name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
 fn name_of(obj: &Map<String, Value>) -> String {
     obj.get("metadata")
         .and_then(|m| m.get("name"))

@@ -12,7 +12,8 @@ use watchcache::{CacheConfig, ResourceDef};
 use super::etcd::{Etcd, etcd};
 
 /// What the server creates at start (as kube-apiserver).
-pub const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+pub const SYSTEM_NAMESPACES: [&str; 4] =
+    ["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// Namespaces the tests write into, there from the start as in a cluster where someone created
 /// them (a create in a namespace that does not exist is 404, as upstream).
@@ -30,9 +31,13 @@ pub async fn put_namespaces(etcd: &Etcd, names: &[&str]) {
             "spec": {"finalizers": ["kubernetes"]},
             "status": {"phase": "Active"},
         });
-        c.put(format!("/registry/namespaces/{ns}"), value.to_string(), None)
-            .await
-            .unwrap();
+        c.put(
+            format!("/registry/namespaces/{ns}"),
+            value.to_string(),
+            None,
+        )
+        .await
+        .unwrap();
     }
 }
 

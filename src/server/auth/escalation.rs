@@ -200,12 +200,7 @@ fn full_authority() -> Vec<PolicyRule> {
 
 /// `ConfirmNoEscalation`: `None` when the user's rules in `namespace` cover `rules`; otherwise
 /// upstream's description of what is missing.
-fn not_covered(
-    auth: &Auth,
-    user: &User,
-    namespace: &str,
-    rules: &[PolicyRule],
-) -> Option<String> {
+fn not_covered(auth: &Auth, user: &User, namespace: &str, rules: &[PolicyRule]) -> Option<String> {
     let owner = auth
         .rbac_index()
         .map(|ix| ix.rules_for(user, namespace))
@@ -287,15 +282,14 @@ fn rule_covers(owner: &PolicyRule, sub: &PolicyRule) -> bool {
         || has_all(&owner.resources, &sub.resources)
         || sub.resources.iter().all(|path| {
             has(&owner.resources, path)
-                || path
-                    .split_once('/')
-                    .is_some_and(|(_, subresource)| has(&owner.resources, &format!("*/{subresource}")))
+                || path.split_once('/').is_some_and(|(_, subresource)| {
+                    has(&owner.resources, &format!("*/{subresource}"))
+                })
         });
     let urls = sub.non_resource_urls.iter().all(|path| {
         owner.non_resource_urls.iter().any(|o| {
             o == path
-                || o
-                    .strip_suffix('*')
+                || o.strip_suffix('*')
                     .is_some_and(|_| path.starts_with(o.trim_end_matches('*')))
         })
     });
@@ -416,7 +410,9 @@ mod tests {
         assert_eq!(
             missing(
                 &[json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]})],
-                &[json!({"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods", "secrets"]})]
+                &[
+                    json!({"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods", "secrets"]})
+                ]
             ),
             [
                 r#"{APIGroups:[""], Resources:["pods"], Verbs:["list" "watch"]}"#,
@@ -424,8 +420,7 @@ mod tests {
             ]
         );
         // Names: a named owner covers only its names; an unnamed one covers all.
-        let one_secret =
-            json!({"verbs": ["get"], "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a"]});
+        let one_secret = json!({"verbs": ["get"], "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a"]});
         assert!(missing(&[one_secret.clone()], std::slice::from_ref(&one_secret)).is_empty());
         assert_eq!(
             missing(
@@ -454,7 +449,10 @@ mod tests {
             .is_empty()
         );
         assert_eq!(
-            missing(&[metrics], &[json!({"verbs": ["post"], "nonResourceURLs": ["/metrics"]})]),
+            missing(
+                &[metrics],
+                &[json!({"verbs": ["post"], "nonResourceURLs": ["/metrics"]})]
+            ),
             [r#"{NonResourceURLs:["/metrics"], Verbs:["post"]}"#]
         );
         assert_eq!(

@@ -387,7 +387,12 @@ impl Index {
     /// The rules a role reference names, as a binding in `namespace` would grant them
     /// (upstream's `GetRoleReferenceRules`): a ClusterRole's, or a Role's in that namespace.
     /// `None` when the role does not exist.
-    pub fn role_ref_rules(&self, kind: &str, name: &str, namespace: &str) -> Option<Arc<[PolicyRule]>> {
+    pub fn role_ref_rules(
+        &self,
+        kind: &str,
+        name: &str,
+        namespace: &str,
+    ) -> Option<Arc<[PolicyRule]>> {
         match kind {
             "ClusterRole" => self.cluster_roles.get(name).cloned(),
             "Role" => self
