@@ -1363,3 +1363,187 @@ sam-token,sam,4
         }
     }
 }
+
+mod issue20_tokens {
+    use super::*;
+    use std::path::Path;
+    use watchcache::ResourceDef;
+    use watchcache::server::auth::{
+        AuthConfig, Authenticator, Mode, RbacObjects, ServiceAccounts, TokenFile,
+    };
+
+    const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/server/auth/testdata");
+    const ISSUER: &str = "https://issuer.test";
+
+    /// A projected token of `team/builder` with these `kubernetes.io` claims.
+    fn token(claims: Value) -> String {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let body = json!({"iss": ISSUER, "aud": [ISSUER], "exp": now + 600, "iat": now, "nbf": now,
+            "sub": "system:serviceaccount:team:builder", "kubernetes.io": claims});
+        let pem = std::fs::read(Path::new(TESTDATA).join("sa-rsa.key")).unwrap();
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
+            &body,
+            &jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap(),
+        )
+        .unwrap()
+    }
+
+    async fn server() -> TestServer {
+        let mut rbac = RbacObjects::default();
+        rbac.add(
+            json!({"kind": "ClusterRole", "metadata": {"name": "pod-lister"},
+            "rules": [{"verbs": ["list"], "apiGroups": [""], "resources": ["pods"]}]}),
+        )
+        .unwrap();
+        rbac.add(
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "team-sas"},
+            "subjects": [{"kind": "Group", "name": "system:serviceaccounts:team"}],
+            "roleRef": {"kind": "ClusterRole", "name": "pod-lister"}}),
+        )
+        .unwrap();
+        TestServer::start_with_server(
+            ServerConfig::default(),
+            |_| {},
+            ResourceDef::builtins(),
+            move |s| {
+                s.with_auth(AuthConfig {
+                    authenticator: Authenticator {
+                        client_certs: false,
+                        tokens: Some(
+                            TokenFile::parse("t.csv", "admin-token,admin,0,system:masters\n")
+                                .unwrap(),
+                        ),
+                        service_accounts: Some(
+                            ServiceAccounts::load(
+                                &[Path::new(TESTDATA).join("sa-rsa.pub")],
+                                vec![ISSUER.into()],
+                                vec![],
+                            )
+                            .unwrap(),
+                        ),
+                        anonymous: false,
+                    },
+                    modes: vec![Mode::Node, Mode::Rbac],
+                    rbac_bootstrap: rbac,
+                })
+            },
+        )
+        .await
+    }
+
+    async fn as_admin(method: reqwest::Method, url: &str, body: Option<&Value>) -> Value {
+        let mut r = reqwest::Client::new()
+            .request(method, url)
+            .bearer_auth("admin-token");
+        if let Some(b) = body {
+            r = r.json(b);
+        }
+        let r = r.send().await.unwrap();
+        assert!(r.status().is_success(), "{url}: {}", r.status());
+        r.json().await.unwrap()
+    }
+
+    async fn list_pods(s: &TestServer, token: &str) -> u16 {
+        reqwest::Client::new()
+            .get(format!("{}/api/v1/namespaces/team/pods", s.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
+    /// Polls until the answer is `want` (the cache sees a write within milliseconds).
+    async fn becomes(s: &TestServer, token: &str, want: u16) {
+        let mut got = 0;
+        for _ in 0..100 {
+            got = list_pods(s, token).await;
+            if got == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("answered {got}, not {want}, after 2 s");
+    }
+
+    /// Item 7: a token of a deleted service account authenticated. The account, and the pod or
+    /// secret a token is bound to, are looked up on every request (`--service-account-lookup`,
+    /// default true): gone, recreated (another uid) or never there is 401.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tokens_of_deleted_service_accounts_and_pods_are_refused() {
+        let s = server().await;
+        let api = format!("{}/api/v1/namespaces/team", s.url);
+        let sa = as_admin(
+            reqwest::Method::POST,
+            &format!("{api}/serviceaccounts"),
+            Some(&json!({"metadata": {"name": "builder"}})),
+        )
+        .await;
+        let sa_uid = sa["metadata"]["uid"].as_str().unwrap().to_owned();
+        let pod = as_admin(
+            reqwest::Method::POST,
+            &format!("{api}/pods"),
+            Some(&json!({"metadata": {"name": "runner"}})),
+        )
+        .await;
+        let pod_uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+        let plain = token(
+            json!({"namespace": "team", "serviceaccount": {"name": "builder", "uid": sa_uid}}),
+        );
+        let bound = token(
+            json!({"namespace": "team", "serviceaccount": {"name": "builder", "uid": sa_uid},
+            "pod": {"name": "runner", "uid": pod_uid}}),
+        );
+        let stranger = token(
+            json!({"namespace": "team", "serviceaccount": {"name": "builder", "uid": "not-its-uid"}}),
+        );
+        becomes(&s, &plain, 200).await;
+        assert_eq!(list_pods(&s, &bound).await, 200);
+        assert_eq!(list_pods(&s, &stranger).await, 401, "another account's uid");
+        // The pod goes: its bound token with it; the account's other token stays.
+        as_admin(reqwest::Method::DELETE, &format!("{api}/pods/runner"), None).await;
+        becomes(&s, &bound, 401).await;
+        assert_eq!(list_pods(&s, &plain).await, 200);
+        // The account goes: every token of it, at once (not after a memo expires).
+        as_admin(
+            reqwest::Method::DELETE,
+            &format!("{api}/serviceaccounts/builder"),
+            None,
+        )
+        .await;
+        becomes(&s, &plain, 401).await;
+        // Recreated under the same name: a new uid, the old tokens stay refused.
+        as_admin(
+            reqwest::Method::POST,
+            &format!("{api}/serviceaccounts"),
+            Some(&json!({"metadata": {"name": "builder"}})),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(list_pods(&s, &plain).await, 401);
+        // A token bound to a secret: the secret must be there with its uid.
+        let secret = as_admin(
+            reqwest::Method::POST,
+            &format!("{api}/secrets"),
+            Some(&json!({"metadata": {"name": "tok"}})),
+        )
+        .await;
+        let sa = as_admin(
+            reqwest::Method::GET,
+            &format!("{api}/serviceaccounts/builder"),
+            None,
+        )
+        .await;
+        let secret_bound = token(json!({"namespace": "team",
+            "serviceaccount": {"name": "builder", "uid": sa["metadata"]["uid"]},
+            "secret": {"name": "tok", "uid": secret["metadata"]["uid"]}}));
+        becomes(&s, &secret_bound, 200).await;
+        as_admin(reqwest::Method::DELETE, &format!("{api}/secrets/tok"), None).await;
+        becomes(&s, &secret_bound, 401).await;
+    }
+}

@@ -400,6 +400,15 @@ impl Cache {
         }
     }
 
+    /// The object's current state in the cache, without waiting and without reading the upstream:
+    /// `None` when it is absent, or when the cache is not ready. For lookups on a path that cannot
+    /// wait (authentication).
+    pub fn peek(&self, namespace: Option<&str>, name: &str) -> Option<Object> {
+        self.shared.check_ready().ok()?;
+        self.shared
+            .get(&self.shared.schema.def.key_for(namespace, name))
+    }
+
     /// Reads a LIST page from the upstream instead of the cache: the consistent read on an upstream
     /// whose progress notifications cannot be trusted, and its continuations. Decodes, filters and
     /// pages exactly as the cache would.

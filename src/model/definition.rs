@@ -226,6 +226,10 @@ const BUILTINS: &[(&str, &str)] = &[
         include_str!("../../indexers/configmaps.toml"),
     ),
     ("secrets.toml", include_str!("../../indexers/secrets.toml")),
+    (
+        "serviceaccounts.toml",
+        include_str!("../../indexers/serviceaccounts.toml"),
+    ),
     ("leases.toml", include_str!("../../indexers/leases.toml")),
     ("events.toml", include_str!("../../indexers/events.toml")),
     ("roles.toml", include_str!("../../indexers/roles.toml")),
@@ -252,7 +256,7 @@ pub const MAX_INDEXES: usize = 32;
 
 impl ResourceDef {
     /// The definitions compiled into the binary: pods, nodes, namespaces, services, endpointslices,
-    /// configmaps, secrets, leases, events, the four RBAC resources (roles, clusterroles,
+    /// configmaps, secrets, serviceaccounts, leases, events, the four RBAC resources (roles, clusterroles,
     /// rolebindings, clusterrolebindings) and the example custom resource `widgets.example.com`.
     pub fn builtins() -> Vec<ResourceDef> {
         BUILTINS
@@ -583,6 +587,7 @@ mod tests {
             "endpointslices",
             "configmaps",
             "secrets",
+            "serviceaccounts",
             "leases",
             "events",
             "roles",

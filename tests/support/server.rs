@@ -19,28 +19,6 @@ pub const SYSTEM_NAMESPACES: [&str; 4] =
 /// them (a create in a namespace that does not exist is 404, as upstream).
 pub const FIXTURE_NAMESPACES: [&str; 6] = ["a", "b", "ns", "gz", "other", "team"];
 
-/// Namespaces written straight into etcd, as kube-apiserver stores them (minus protobuf).
-pub async fn put_namespaces(etcd: &Etcd, names: &[&str]) {
-    let mut c = super::etcd::client(&[etcd.server.url()]).await;
-    for ns in names {
-        let value = serde_json::json!({
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": ns, "uid": format!("uid-{ns}"),
-                         "creationTimestamp": "2026-01-01T00:00:00Z",
-                         "labels": {"kubernetes.io/metadata.name": ns}},
-            "spec": {"finalizers": ["kubernetes"]},
-            "status": {"phase": "Active"},
-        });
-        c.put(
-            format!("/registry/namespaces/{ns}"),
-            value.to_string(),
-            None,
-        )
-        .await
-        .unwrap();
-    }
-}
-
 pub struct TestServer {
     pub url: String,
     pub etcd: Etcd,
@@ -97,7 +75,7 @@ impl TestServer {
             .any(|d| d.group.is_empty() && d.plural == "namespaces");
         let mut ec = super::etcd::config(&[etcd.server.url()]);
         if serves_namespaces {
-            put_namespaces(&etcd, &FIXTURE_NAMESPACES).await;
+            super::etcd::put_namespaces(&etcd.server.url(), &FIXTURE_NAMESPACES).await;
         }
         tune(&mut ec);
         let caches = EtcdCaches::connect(ec, defs, CacheConfig::default())
@@ -143,7 +121,7 @@ impl TestServer {
     /// Creates namespaces straight in etcd (as kube-apiserver would have; no authentication
     /// needed), for tests that write into them (a create finds them with a consistent read).
     pub async fn namespaces(&self, names: &[&str]) {
-        put_namespaces(&self.etcd, names).await;
+        super::etcd::put_namespaces(&self.etcd.server.url(), names).await;
     }
 
     async fn wait_for_namespaces(&self, names: &[&str]) {

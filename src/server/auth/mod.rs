@@ -108,8 +108,12 @@ impl Auth {
         let node = modes
             .contains(&Mode::Node)
             .then(|| NodeAuthorizer::new(find("", "pods")));
+        let mut authn = config.authenticator;
+        if let Some(sa) = authn.service_accounts.as_mut() {
+            sa.look_up_in(served);
+        }
         Auth {
-            authn: config.authenticator,
+            authn,
             authz: Authorizer::new(modes, rbac, node),
             rbac_caches,
         }
