@@ -28,6 +28,7 @@
 //! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
 //! | `proxy.rs`, `forward.rs` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
 //! | `auth/` | authentication, authorization (RBAC, Node), per-client limits, the audit log |
+//! | `client_cert.rs` | client certificate verification: webpki, and X.509 v1 leaves by Go's rules |
 //! | `gate.rs` | every hyper request through authentication, authorization, the in-flight limit, audit |
 //!
 //! # Examples
@@ -48,6 +49,7 @@
 
 mod admission;
 pub mod auth;
+mod client_cert;
 mod config;
 pub(crate) mod conn;
 mod convert;
