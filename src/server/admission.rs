@@ -23,7 +23,7 @@ use crate::server::auth::{RequestInfo, User};
 use crate::server::params::WriteParams;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
-use crate::server::writes;
+use crate::server::writes::{self, AdmitFn};
 
 /// The served namespaces cache, if any.
 fn namespaces(st: &AppState) -> Option<&Cache> {
@@ -106,16 +106,11 @@ pub(crate) fn object_admission<'a>(
     st: &'a AppState,
     user: Option<&'a User>,
     info: &'a RequestInfo,
-) -> impl Fn(
-    &serde_json::Map<String, serde_json::Value>,
-    Option<&serde_json::Map<String, serde_json::Value>>,
-) -> Result<(), ApiError>
-+ Sync
-+ 'a {
-    move |obj, old| match (st.auth.get(), user) {
+) -> Box<AdmitFn<'a>> {
+    Box::new(move |obj, old| match (st.auth.get(), user) {
         (Some(auth), Some(user)) => auth.confirm_no_escalation(user, info, obj, old),
         _ => Ok(()),
-    }
+    })
 }
 
 /// The namespaces kube-apiserver makes sure of (`default` by its bootstrap controller, the others

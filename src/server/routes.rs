@@ -239,16 +239,16 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let (code, written) = match (&method, name, patch_kind) {
         (&Method::POST, _, _) => (
             StatusCode::CREATED,
-            writes::create(cache, &**writes, ns, &body, &params, &admit).await?,
+            writes::create(cache, &**writes, ns, &body, &params, &*admit).await?,
         ),
         (&Method::PUT, Some(n), _) => (
             StatusCode::OK,
-            writes::update(cache, &**writes, ns, n, &body, status, &params, &admit).await?,
+            writes::update(cache, &**writes, ns, n, &body, status, &params, &*admit).await?,
         ),
         (&Method::PATCH, Some(n), Some(kind)) => (
             StatusCode::OK,
             writes::patch(
-                cache, &**writes, ns, n, kind, &body, status, &params, &admit,
+                cache, &**writes, ns, n, kind, &body, status, &params, &*admit,
             )
             .await?,
         ),

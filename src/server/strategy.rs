@@ -36,9 +36,9 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value, json};
 
+use crate::model::Quantity;
 use crate::model::ResourceDef;
 use crate::model::names;
-use crate::model::quantity::Quantity;
 use crate::server::status::ApiError;
 
 /// One 422 cause: (reason, field, message), as [`ApiError::invalid`] takes them.
@@ -204,13 +204,16 @@ fn pod_status_on_create(pod: &Map<String, Value>) -> Value {
         .and_then(|s| s.get("schedulingGates"))
         .and_then(Value::as_array)
         .is_some_and(|g| !g.is_empty());
-    if gated {
-        status["conditions"] = json!([{
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": "SchedulingGated",
-            "message": "Scheduling is blocked due to non-empty scheduling gates",
-        }]);
+    if let (true, Value::Object(status)) = (gated, &mut status) {
+        status.insert(
+            "conditions".into(),
+            json!([{
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "SchedulingGated",
+                "message": "Scheduling is blocked due to non-empty scheduling gates",
+            }]),
+        );
     }
     status
 }

@@ -31,8 +31,13 @@ use crate::upstream::{Stored, WriteError, Writes};
 /// Admission of the object a write is about to store, given the stored one for an update: the
 /// caller's checks beyond the object's own rules (RBAC's escalation check). Runs on the object as
 /// it will be stored, so a PATCH is checked on its result.
-pub(crate) type Admit<'a> =
-    &'a (dyn Fn(&Map<String, Value>, Option<&Map<String, Value>>) -> Result<(), ApiError> + Sync);
+pub(crate) type Admit<'a> = &'a AdmitFn<'a>;
+
+/// The function behind [`Admit`].
+pub(crate) type AdmitFn<'a> = dyn Fn(&Map<String, Value>, Option<&Map<String, Value>>) -> Result<(), ApiError>
+    + Send
+    + Sync
+    + 'a;
 
 /// How many times a PATCH without a resourceVersion precondition is retried when the object
 /// changes between its read and its write (upstream retries too: a patch applies to the latest).
@@ -372,6 +377,7 @@ fn not_found(def: &ResourceDef, name: &str) -> ApiError {
 /// PUT: update an existing object; `metadata.resourceVersion`, when given, must equal the stored
 /// mod revision (409 Conflict otherwise). On `/status` (`status`), only the body's `status` is
 /// taken; everything else stays as stored.
+#[allow(clippy::too_many_arguments)]
 pub async fn update(
     cache: &Cache,
     writes: &dyn Writes,
