@@ -400,7 +400,9 @@ mod tests {
                 p
             })
             .collect();
-        ServiceAccounts::load(&files, vec!["https://issuer".into()], vec![]).unwrap()
+        ServiceAccounts::load(&files, vec!["https://issuer".into()], vec![])
+            .unwrap()
+            .without_lookup()
     }
 
     fn claims(iss: &str, exp_in: i64) -> serde_json::Value {
@@ -474,6 +476,46 @@ mod tests {
                 .is_err()
         );
         assert!(sa.verify("not.a.jwt").is_err());
+    }
+
+    #[test]
+    fn lookups_need_the_account_with_its_uid_and_fail_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k.pem");
+        std::fs::write(&p, RSA_PUBLIC).unwrap();
+        let token = rs(&claims("https://issuer", 600));
+        let mut looked_up =
+            ServiceAccounts::load(&[&p], vec!["https://issuer".into()], vec![]).unwrap();
+        // No caches known, or no serviceaccounts served: refused, not waved through.
+        assert!(looked_up.verify(&token).is_err());
+        looked_up.look_up_in(&[]);
+        let e = looked_up.verify(&token).unwrap_err();
+        assert!(e.contains("not served"), "{e}");
+        let cache = Cache::new(
+            crate::ResourceDef::builtin("serviceaccounts").unwrap(),
+            crate::CacheConfig::default(),
+        );
+        let src = crate::MemorySource::new(cache.clone(), 1, []);
+        looked_up.look_up_in(std::slice::from_ref(&cache));
+        assert!(looked_up.verify(&token).unwrap_err().contains("not found"));
+        let account = |uid: &str| {
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "builder", "namespace": "ns1", "uid": uid}})
+            .to_string()
+        };
+        src.put("/registry/serviceaccounts/ns1/builder", account("u-1"))
+            .unwrap();
+        assert_eq!(
+            looked_up.verify(&token).unwrap().name,
+            "system:serviceaccount:ns1:builder"
+        );
+        // Recreated: another uid. The remembered signature does not save the token.
+        src.put("/registry/serviceaccounts/ns1/builder", account("u-2"))
+            .unwrap();
+        let e = looked_up.verify(&token).unwrap_err();
+        assert!(e.contains("does not match claim"), "{e}");
+        src.delete("/registry/serviceaccounts/ns1/builder");
+        assert!(looked_up.verify(&token).is_err());
     }
 
     #[test]
