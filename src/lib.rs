@@ -82,7 +82,7 @@ pub mod fuzz;
 pub use model::{
     Computed, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType, FieldPath,
     FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector, Object, PrinterColumn,
-    ResourceDef, ResourceVersion, RvMatch, Selection, SelectorError, columns, definition,
+    Quantity, ResourceDef, ResourceVersion, RvMatch, Selection, SelectorError, columns, definition,
     encode_counts, names, selector,
 };
 #[cfg(feature = "apiserver")]

@@ -220,15 +220,18 @@ async fn writes_the_cache_would_refuse_are_never_stored() {
         assert_eq!(v["details"]["kind"], "Pod", "{v}");
         assert_eq!(cause_fields(&v), fields, "{v}");
     }
+    // A namespace that cannot exist is not found, as upstream's NamespaceLifecycle answers
+    // before validation (without a namespaces resource it is 422 for metadata.namespace).
     let r = c
         .post(format!("{base}/api/v1/namespaces/Bad_NS/pods"))
         .json(&json!({"metadata": {"name": "x"}}))
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 422);
+    assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap();
-    assert_eq!(cause_fields(&v), ["metadata.namespace"], "{v}");
+    assert_eq!(v["message"], "namespaces \"Bad_NS\" not found", "{v}");
+    assert!(!in_etcd(&s, "/registry/pods/Bad_NS/x").await);
     // Annotations: at most 256 KiB in all (FieldValueTooLong), string values (400).
     let r = create(
         &c,
@@ -655,5 +658,892 @@ async fn gzip_watches_flush_every_event_and_end_as_valid_gzip() {
             got.len(),
             text.len()
         );
+    }
+}
+
+// ---- Issue 20: writes, RBAC and status as kube-apiserver handles them. ----
+
+mod issue20 {
+    use super::*;
+    use watchcache::ResourceDef;
+    use watchcache::server::auth::{AuthConfig, Authenticator, Mode, RbacObjects, TokenFile};
+
+    const TOKENS: &str = "\
+admin-token,admin,0,system:masters
+bob-token,bob,1
+carol-token,carol,2
+dave-token,dave,3
+sam-token,sam,4
+";
+
+    /// bob may create RBAC objects (and read and write roles in `team`); carol may `bind`
+    /// cluster-admin by name; dave may `escalate` clusterroles; sam may read any `*/status`.
+    fn rbac() -> RbacObjects {
+        let mut o = RbacObjects::default();
+        for v in [
+            json!({"kind": "ClusterRole", "metadata": {"name": "cluster-admin"}, "rules": [
+                {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]},
+                {"verbs": ["*"], "nonResourceURLs": ["*"]}]}),
+            json!({"kind": "ClusterRole", "metadata": {"name": "rbac-writer"}, "rules": [
+                {"verbs": ["create", "patch", "update", "get"], "apiGroups": ["rbac.authorization.k8s.io"],
+                 "resources": ["clusterrolebindings", "clusterroles", "rolebindings", "roles"]}]}),
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "rbac-writers"},
+                "subjects": [{"kind": "User", "name": "bob"}, {"kind": "User", "name": "carol"},
+                             {"kind": "User", "name": "dave"}],
+                "roleRef": {"kind": "ClusterRole", "name": "rbac-writer"}}),
+            json!({"kind": "Role", "metadata": {"name": "pod-reader", "namespace": "team"}, "rules": [
+                {"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}]}),
+            json!({"kind": "RoleBinding", "metadata": {"name": "bob-reads", "namespace": "team"},
+                "subjects": [{"kind": "User", "name": "bob"}],
+                "roleRef": {"kind": "Role", "name": "pod-reader"}}),
+            json!({"kind": "ClusterRole", "metadata": {"name": "bind-admin"}, "rules": [
+                {"verbs": ["bind"], "apiGroups": ["rbac.authorization.k8s.io"],
+                 "resources": ["clusterroles"], "resourceNames": ["cluster-admin"]}]}),
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "carol-binds"},
+                "subjects": [{"kind": "User", "name": "carol"}],
+                "roleRef": {"kind": "ClusterRole", "name": "bind-admin"}}),
+            json!({"kind": "ClusterRole", "metadata": {"name": "escalator"}, "rules": [
+                {"verbs": ["escalate"], "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"]}]}),
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "dave-escalates"},
+                "subjects": [{"kind": "User", "name": "dave"}],
+                "roleRef": {"kind": "ClusterRole", "name": "escalator"}}),
+            json!({"kind": "ClusterRole", "metadata": {"name": "status-reader"}, "rules": [
+                {"verbs": ["get"], "apiGroups": ["*"], "resources": ["*/status"]}]}),
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "sam-status"},
+                "subjects": [{"kind": "User", "name": "sam"}],
+                "roleRef": {"kind": "ClusterRole", "name": "status-reader"}}),
+        ] {
+            o.add(v).unwrap();
+        }
+        o
+    }
+
+    async fn auth_server() -> TestServer {
+        TestServer::start_with_server(
+            ServerConfig::default(),
+            |_| {},
+            ResourceDef::builtins(),
+            |s| {
+                s.with_auth(AuthConfig {
+                    authenticator: Authenticator {
+                        client_certs: false,
+                        tokens: Some(TokenFile::parse("tokens.csv", TOKENS).unwrap()),
+                        service_accounts: None,
+                        anonymous: false,
+                    },
+                    modes: vec![Mode::Node, Mode::Rbac],
+                    rbac_bootstrap: rbac(),
+                })
+            },
+        )
+        .await
+    }
+
+    async fn send(
+        method: reqwest::Method,
+        url: &str,
+        token: Option<&str>,
+        body: Option<(&str, &Value)>,
+    ) -> (u16, Value) {
+        let mut r = reqwest::Client::new().request(method, url);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        if let Some((ct, b)) = body {
+            r = r.header("content-type", ct).body(b.to_string());
+        }
+        let resp = r.send().await.unwrap();
+        let code = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (
+            code,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn post(url: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
+        send(
+            reqwest::Method::POST,
+            url,
+            token,
+            Some(("application/json", body)),
+        )
+        .await
+    }
+
+    fn crb(name: &str, user: &str, role: &str) -> Value {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name}, "subjects": [{"kind": "User", "name": user}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}})
+    }
+
+    fn escalation(resource: &str, name: &str, user: &str, missing: &[&str]) -> String {
+        format!(
+            "{resource}.rbac.authorization.k8s.io \"{name}\" is forbidden: user \"{user}\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{}",
+            missing.join("\n")
+        )
+    }
+
+    const ALL: &str = r#"{APIGroups:["*"], Resources:["*"], Verbs:["*"]}"#;
+    const ALL_PATHS: &str = r#"{NonResourceURLs:["*"], Verbs:["*"]}"#;
+
+    /// Item 2: a user who may only create ClusterRoleBindings bound himself to `*` (201) and then
+    /// listed every secret. Writes of roles and bindings need the permissions they grant, or
+    /// `escalate` / `bind`; PATCH included; upstream's message.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rbac_writes_cannot_grant_what_the_writer_does_not_hold() {
+        let s = auth_server().await;
+        let rbac_api = format!("{}/apis/rbac.authorization.k8s.io/v1", s.url);
+        let crbs = format!("{rbac_api}/clusterrolebindings");
+        // The reproduction: refused, nothing stored, and the secrets stay out of reach.
+        let (code, v) = post(
+            &crbs,
+            Some("bob-token"),
+            &crb("bob-admin", "bob", "cluster-admin"),
+        )
+        .await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(v["reason"], "Forbidden");
+        assert_eq!(
+            v["message"],
+            escalation("clusterrolebindings", "bob-admin", "bob", &[ALL, ALL_PATHS])
+        );
+        assert_eq!(
+            v["details"],
+            json!({"name": "bob-admin", "group": "rbac.authorization.k8s.io", "kind": "clusterrolebindings"})
+        );
+        assert!(!in_etcd(&s, "/registry/clusterrolebindings/bob-admin").await);
+        let (code, _) = send(
+            reqwest::Method::GET,
+            &format!("{}/api/v1/secrets", s.url),
+            Some("bob-token"),
+            None,
+        )
+        .await;
+        assert_eq!(code, 403);
+        // A role granting more than bob holds: refused; one within what he holds: created.
+        let roles = format!("{rbac_api}/namespaces/team/roles");
+        let role = |name: &str, verbs: Value| {
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name},
+                "rules": [{"verbs": verbs, "apiGroups": [""], "resources": ["pods"]}]})
+        };
+        let (code, v) = post(
+            &roles,
+            Some("bob-token"),
+            &role("wider", json!(["get", "delete", "watch"])),
+        )
+        .await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(
+            v["message"],
+            escalation(
+                "roles",
+                "wider",
+                "bob",
+                &[r#"{APIGroups:[""], Resources:["pods"], Verbs:["delete" "watch"]}"#]
+            )
+        );
+        let (code, v) = post(&roles, Some("bob-token"), &role("narrow", json!(["get"]))).await;
+        assert_eq!(code, 201, "{v}");
+        // PATCH: widening a role he wrote is refused the same way.
+        let (code, v) = send(
+            reqwest::Method::PATCH,
+            &format!("{roles}/narrow"),
+            Some("bob-token"),
+            Some((
+                "application/merge-patch+json",
+                &json!({"rules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]}),
+            )),
+        )
+        .await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(v["message"], escalation("roles", "narrow", "bob", &[ALL]));
+        // A binding in `team` of a role whose rules bob holds there: allowed.
+        let rb = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "share"}, "subjects": [{"kind": "User", "name": "eve"}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"}});
+        let (code, v) = post(
+            &format!("{rbac_api}/namespaces/team/rolebindings"),
+            Some("bob-token"),
+            &rb,
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+        // ... but not in a namespace where he does not hold them (the role is the binding's
+        // namespace's: there is none in `other`).
+        let (code, v) = post(
+            &format!("{rbac_api}/namespaces/other/rolebindings"),
+            Some("bob-token"),
+            &rb,
+        )
+        .await;
+        assert_eq!(code, 404, "{v}");
+        assert_eq!(
+            v["message"],
+            "roles.rbac.authorization.k8s.io \"pod-reader\" not found"
+        );
+        // A ClusterRole of everything, and an aggregated one: refused.
+        let cr = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "everything"}, "rules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]});
+        let (code, v) = post(&format!("{rbac_api}/clusterroles"), Some("bob-token"), &cr).await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(
+            v["message"],
+            escalation("clusterroles", "everything", "bob", &[ALL])
+        );
+        let agg = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "gatherer"}, "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"}}]}});
+        let (code, v) = post(&format!("{rbac_api}/clusterroles"), Some("bob-token"), &agg).await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(
+            v["message"],
+            "clusterroles.rbac.authorization.k8s.io \"gatherer\" is forbidden: must have cluster-admin privileges to use the aggregationRule"
+        );
+        // `escalate` on clusterroles lets dave write any; `bind` on cluster-admin lets carol
+        // bind it (only it); system:masters is never checked.
+        let (code, v) = post(&format!("{rbac_api}/clusterroles"), Some("dave-token"), &cr).await;
+        assert_eq!(code, 201, "{v}");
+        let (code, v) = post(
+            &crbs,
+            Some("carol-token"),
+            &crb("carol-admin", "carol", "cluster-admin"),
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+        let (code, v) = post(
+            &crbs,
+            Some("carol-token"),
+            &crb("carol-all", "carol", "status-reader"),
+        )
+        .await;
+        assert_eq!(code, 403, "{v}");
+        let (code, v) = post(
+            &crbs,
+            Some("carol-token"),
+            &crb("dangling", "carol", "nope"),
+        )
+        .await;
+        assert_eq!(code, 404, "{v}");
+        assert_eq!(
+            v["message"],
+            "clusterroles.rbac.authorization.k8s.io \"nope\" not found"
+        );
+        let (code, v) = post(
+            &crbs,
+            Some("admin-token"),
+            &crb("root", "bob", "cluster-admin"),
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+    }
+
+    /// Item 3: `GET secrets/NAME/status` by a user granted only `*/status` returned the whole
+    /// Secret. Only resources with a status subresource upstream serve `/status`; the others are
+    /// 404, and discovery lists only the real ones.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn status_is_served_only_where_upstream_has_it() {
+        let s = auth_server().await;
+        let api = format!("{}/api/v1/namespaces/team", s.url);
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "data": {"password": "aHVudGVyMg=="}});
+        assert_eq!(
+            post(&format!("{api}/secrets"), Some("admin-token"), &secret)
+                .await
+                .0,
+            201
+        );
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}});
+        assert_eq!(
+            post(&format!("{api}/configmaps"), Some("admin-token"), &cm)
+                .await
+                .0,
+            201
+        );
+        assert_eq!(
+            post(
+                &format!("{api}/pods"),
+                Some("admin-token"),
+                &json!({"metadata": {"name": "p"}})
+            )
+            .await
+            .0,
+            201
+        );
+        for path in ["secrets/s/status", "configmaps/c/status"] {
+            let (code, v) = send(
+                reqwest::Method::GET,
+                &format!("{api}/{path}"),
+                Some("sam-token"),
+                None,
+            )
+            .await;
+            assert_eq!(code, 404, "{path}: {v}");
+            assert_eq!(v["reason"], "NotFound");
+            assert_eq!(
+                v["message"],
+                "the server could not find the requested resource"
+            );
+            assert!(!v.to_string().contains("aHVudGVyMg"), "{v}");
+        }
+        let (code, v) = send(
+            reqwest::Method::PUT,
+            &format!("{api}/configmaps/c/status"),
+            Some("admin-token"),
+            Some(("application/json", &cm)),
+        )
+        .await;
+        assert_eq!(code, 404, "{v}");
+        let (code, v) = send(
+            reqwest::Method::GET,
+            &format!("{api}/pods/p/status"),
+            Some("sam-token"),
+            None,
+        )
+        .await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["status"]["phase"], "Pending");
+        let (_, d) = send(
+            reqwest::Method::GET,
+            &format!("{}/api/v1", s.url),
+            Some("admin-token"),
+            None,
+        )
+        .await;
+        let names: Vec<&str> = d["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        assert!(
+            names.contains(&"pods/status") && names.contains(&"namespaces/status"),
+            "{names:?}"
+        );
+        assert!(
+            !names.contains(&"secrets/status") && !names.contains(&"configmaps/status"),
+            "{names:?}"
+        );
+    }
+
+    /// Item 6: create kept a client's uid, creationTimestamp and deletionTimestamp (and
+    /// `"creationTimestamp": null` from kubectl run stored none); PATCH and PUT changed uid and
+    /// creationTimestamp; a new Pod had no phase, a new Namespace none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn server_owned_metadata_and_status_are_the_servers() {
+        let s = TestServer::start(ServerConfig::default()).await;
+        let pods = format!("{}/api/v1/namespaces/ns/pods", s.url);
+        let (code, v) = post(&pods, None, &json!({"metadata": {"name": "p", "uid": "mine",
+            "creationTimestamp": null, "deletionTimestamp": "2020-01-01T00:00:00Z", "deletionGracePeriodSeconds": 0},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1"}})).await;
+        assert_eq!(code, 201, "{v}");
+        let uid = v["metadata"]["uid"].as_str().unwrap().to_owned();
+        assert!(uid != "mine" && uid.len() == 36, "{uid}");
+        let created = v["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            created.starts_with("20") && created.ends_with('Z'),
+            "{created}"
+        );
+        assert!(v["metadata"].get("deletionTimestamp").is_none(), "{v}");
+        assert!(
+            v["metadata"].get("deletionGracePeriodSeconds").is_none(),
+            "{v}"
+        );
+        assert_eq!(
+            v["status"],
+            json!({"phase": "Pending", "qosClass": "Guaranteed"})
+        );
+        // PUT: a different uid is refused; another creationTimestamp and status are not taken.
+        let mut put = v.clone();
+        put["metadata"]["uid"] = json!("theirs");
+        let (code, e) = send(
+            reqwest::Method::PUT,
+            &format!("{pods}/p"),
+            None,
+            Some(("application/json", &put)),
+        )
+        .await;
+        assert_eq!(code, 422, "{e}");
+        assert_eq!(
+            e["message"],
+            "Pod \"p\" is invalid: metadata.uid: Invalid value: \"theirs\": field is immutable"
+        );
+        let mut put = v.clone();
+        put["metadata"]["creationTimestamp"] = json!("1999-01-01T00:00:00Z");
+        put["status"]["phase"] = json!("Succeeded");
+        put["metadata"]["labels"] = json!({"a": "b"});
+        let (code, u) = send(
+            reqwest::Method::PUT,
+            &format!("{pods}/p"),
+            None,
+            Some(("application/json", &put)),
+        )
+        .await;
+        assert_eq!(code, 200, "{u}");
+        assert_eq!(u["metadata"]["creationTimestamp"], created.as_str());
+        assert_eq!(u["metadata"]["uid"], uid.as_str());
+        assert_eq!(
+            u["status"]["phase"], "Pending",
+            "status is the subresource's to write"
+        );
+        assert_eq!(u["metadata"]["labels"]["a"], "b");
+        // PATCH: the same rules.
+        let merge = |p: Value| ("application/merge-patch+json", p);
+        let (code, e) = send(
+            reqwest::Method::PATCH,
+            &format!("{pods}/p"),
+            None,
+            Some((merge(json!({})).0, &json!({"metadata": {"uid": "x"}}))),
+        )
+        .await;
+        assert_eq!(code, 422, "{e}");
+        let (code, u) = send(
+            reqwest::Method::PATCH,
+            &format!("{pods}/p"),
+            None,
+            Some((
+                "application/merge-patch+json",
+                &json!({"metadata": {"creationTimestamp": "2000-01-01T00:00:00Z"}}),
+            )),
+        )
+        .await;
+        assert_eq!(code, 200, "{u}");
+        assert_eq!(u["metadata"]["creationTimestamp"], created.as_str());
+        let (code, e) = send(
+            reqwest::Method::PATCH,
+            &format!("{pods}/p"),
+            None,
+            Some((
+                "application/merge-patch+json",
+                &json!({"metadata": {"deletionTimestamp": "2030-01-01T00:00:00Z"}}),
+            )),
+        )
+        .await;
+        assert_eq!(code, 422, "{e}");
+        assert_eq!(
+            e["message"],
+            "Pod \"p\" is invalid: metadata.deletionTimestamp: Invalid value: 2030-01-01 00:00:00 +0000 UTC: field is immutable"
+        );
+        // The status subresource writes the status.
+        let (code, u) = send(
+            reqwest::Method::PATCH,
+            &format!("{pods}/p/status"),
+            None,
+            Some((
+                "application/merge-patch+json",
+                &json!({"status": {"phase": "Running"}}),
+            )),
+        )
+        .await;
+        assert_eq!(code, 200, "{u}");
+        assert_eq!(u["status"]["phase"], "Running");
+        // A namespace is Active with the kubernetes finalizer and its name label.
+        let (code, n) = post(
+            &format!("{}/api/v1/namespaces", s.url),
+            None,
+            &json!({"metadata": {"name": "fresh"}, "status": {"phase": "Terminating"}}),
+        )
+        .await;
+        assert_eq!(code, 201, "{n}");
+        assert_eq!(n["status"]["phase"], "Active");
+        assert_eq!(n["spec"]["finalizers"], json!(["kubernetes"]));
+        assert_eq!(
+            n["metadata"]["labels"]["kubernetes.io/metadata.name"],
+            "fresh"
+        );
+        // What kubectl shows: STATUS Pending and an age, not <unknown>.
+        let (_, table) = {
+            let r = reqwest::Client::new()
+                .get(format!("{pods}/p"))
+                .header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+                .send()
+                .await
+                .unwrap();
+            (r.status(), r.json::<Value>().await.unwrap())
+        };
+        let cells = &table["rows"][0]["cells"];
+        assert_eq!(cells[2], "Running", "{table}");
+        assert!(
+            cells[4].as_str().is_some_and(|age| age != "<unknown>"),
+            "{table}"
+        );
+    }
+
+    /// Item 8: a Secret's stringData was stored and served as sent. It is merged into data
+    /// (base64) on create, update and patch, and never stored or answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn secret_string_data_is_merged_into_data() {
+        let s = TestServer::start(ServerConfig::default()).await;
+        let secrets = format!("{}/api/v1/namespaces/ns/secrets", s.url);
+        let (code, v) = post(
+            &secrets,
+            None,
+            &json!({"metadata": {"name": "s"},
+            "data": {"a": "YQ==", "b": "Yg=="}, "stringData": {"b": "over", "c": "new"}}),
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+        assert_eq!(
+            v["data"],
+            json!({"a": "YQ==", "b": "b3Zlcg==", "c": "bmV3"})
+        );
+        assert!(v.get("stringData").is_none(), "{v}");
+        let raw = etcd_client(&s)
+            .await
+            .get("/registry/secrets/ns/s", None)
+            .await
+            .unwrap();
+        let stored = raw.kvs()[0].value();
+        // Stored as kube-apiserver stores a Secret (protobuf, data as bytes): "over" once, in
+        // data, and no stringData beside it.
+        assert_eq!(
+            stored.windows(4).filter(|w| *w == b"over").count(),
+            1,
+            "stored as data only"
+        );
+        let (code, v) = send(
+            reqwest::Method::PATCH,
+            &format!("{secrets}/s"),
+            None,
+            Some((
+                "application/merge-patch+json",
+                &json!({"stringData": {"a": "patched"}}),
+            )),
+        )
+        .await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["data"]["a"], "cGF0Y2hlZA==");
+        assert!(v.get("stringData").is_none(), "{v}");
+        let mut put = v.clone();
+        put["stringData"] = json!({"d": "put"});
+        let (code, v) = send(
+            reqwest::Method::PUT,
+            &format!("{secrets}/s"),
+            None,
+            Some(("application/json", &put)),
+        )
+        .await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["data"]["d"], "cHV0");
+        let (_, got) = send(reqwest::Method::GET, &format!("{secrets}/s"), None, None).await;
+        assert!(got.get("stringData").is_none(), "{got}");
+        assert_eq!(got["data"].as_object().unwrap().len(), 4, "{got}");
+    }
+
+    /// Item 9: ConfigMap and Secret keys were not validated (`../escape`, `a/b` accepted).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn config_map_and_secret_keys_are_validated() {
+        let s = TestServer::start(ServerConfig::default()).await;
+        let base = format!("{}/api/v1/namespaces/ns", s.url);
+        let (code, v) = post(
+            &format!("{base}/configmaps"),
+            None,
+            &json!({"metadata": {"name": "c"}, "data": {"../escape": "x"}}),
+        )
+        .await;
+        assert_eq!(code, 422, "{v}");
+        assert_eq!(
+            v["message"],
+            "ConfigMap \"c\" is invalid: [data[../escape]: Invalid value: \"../escape\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+'), data[../escape]: Invalid value: \"../escape\": must not start with '..']"
+        );
+        assert_eq!(cause_fields(&v), ["data[../escape]", "data[../escape]"]);
+        let (code, v) = post(
+            &format!("{base}/secrets"),
+            None,
+            &json!({"metadata": {"name": "s"}, "stringData": {"a/b": "x"}}),
+        )
+        .await;
+        assert_eq!(code, 422, "{v}");
+        assert_eq!(cause_fields(&v), ["data[a/b]"]);
+        let (code, v) = post(
+            &format!("{base}/configmaps"),
+            None,
+            &json!({"metadata": {"name": "d"}, "data": {"k": "x"}, "binaryData": {"k": "eA=="}}),
+        )
+        .await;
+        assert_eq!(code, 422, "{v}");
+        assert_eq!(cause_fields(&v), ["data[k]", "binaryData[k]"]);
+        for key in [
+            "/registry/configmaps/ns/c",
+            "/registry/secrets/ns/s",
+            "/registry/configmaps/ns/d",
+        ] {
+            assert!(!in_etcd(&s, key).await, "{key}");
+        }
+        // An update is checked the same way.
+        let (code, v) = post(
+            &format!("{base}/configmaps"),
+            None,
+            &json!({"metadata": {"name": "ok"}, "data": {"k": "x"}}),
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+        let (code, v) = send(
+            reqwest::Method::PATCH,
+            &format!("{base}/configmaps/ok"),
+            None,
+            Some(("application/merge-patch+json", &json!({"data": {".": "x"}}))),
+        )
+        .await;
+        assert_eq!(code, 422, "{v}");
+    }
+
+    /// Item 12: objects in namespaces that do not exist were created. Upstream's
+    /// NamespaceLifecycle: 404 for a missing namespace, 403 while it terminates; a namespace
+    /// created just before is found; the system namespaces exist from the start.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn objects_need_a_live_namespace() {
+        let s = TestServer::start(ServerConfig::default()).await;
+        let pod = json!({"metadata": {"name": "p"}});
+        let (code, v) = post(
+            &format!("{}/api/v1/namespaces/nowhere/pods", s.url),
+            None,
+            &pod,
+        )
+        .await;
+        assert_eq!(code, 404, "{v}");
+        assert_eq!(v["message"], "namespaces \"nowhere\" not found");
+        assert_eq!(
+            v["details"],
+            json!({"name": "nowhere", "kind": "namespaces"})
+        );
+        assert!(!in_etcd(&s, "/registry/pods/nowhere/p").await);
+        let (code, _) = send(
+            reqwest::Method::PUT,
+            &format!("{}/api/v1/namespaces/nowhere/pods/p", s.url),
+            None,
+            Some(("application/json", &pod)),
+        )
+        .await;
+        assert_eq!(code, 404);
+        // Created, then used at once.
+        let (code, _) = post(
+            &format!("{}/api/v1/namespaces", s.url),
+            None,
+            &json!({"metadata": {"name": "new"}}),
+        )
+        .await;
+        assert_eq!(code, 201);
+        let (code, v) = post(&format!("{}/api/v1/namespaces/new/pods", s.url), None, &pod).await;
+        assert_eq!(code, 201, "{v}");
+        // Terminating (as kube-apiserver marks it while it deletes it): no new content.
+        etcd_client(&s)
+            .await
+            .put("/registry/namespaces/dying", json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "dying", "uid": "u", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Terminating"}}).to_string(), None)
+            .await
+            .unwrap();
+        let (code, v) = post(
+            &format!("{}/api/v1/namespaces/dying/pods", s.url),
+            None,
+            &pod,
+        )
+        .await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(
+            v["message"],
+            "pods \"p\" is forbidden: unable to create new content in namespace dying because it is being terminated"
+        );
+        assert_eq!(v["details"]["causes"][0]["reason"], "NamespaceTerminating");
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let (code, v) = send(
+                reqwest::Method::GET,
+                &format!("{}/api/v1/namespaces/{ns}", s.url),
+                None,
+                None,
+            )
+            .await;
+            assert_eq!(code, 200, "{ns}");
+            assert_eq!(v["status"]["phase"], "Active");
+        }
+    }
+}
+
+mod issue20_tokens {
+    use super::*;
+    use std::path::Path;
+    use watchcache::ResourceDef;
+    use watchcache::server::auth::{
+        AuthConfig, Authenticator, Mode, RbacObjects, ServiceAccounts, TokenFile,
+    };
+
+    const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/server/auth/testdata");
+    const ISSUER: &str = "https://issuer.test";
+
+    /// A projected token of `team/builder` with these `kubernetes.io` claims.
+    fn token(claims: Value) -> String {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let body = json!({"iss": ISSUER, "aud": [ISSUER], "exp": now + 600, "iat": now, "nbf": now,
+            "sub": "system:serviceaccount:team:builder", "kubernetes.io": claims});
+        let pem = std::fs::read(Path::new(TESTDATA).join("sa-rsa.key")).unwrap();
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
+            &body,
+            &jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap(),
+        )
+        .unwrap()
+    }
+
+    async fn server() -> TestServer {
+        let mut rbac = RbacObjects::default();
+        rbac.add(
+            json!({"kind": "ClusterRole", "metadata": {"name": "pod-lister"},
+            "rules": [{"verbs": ["list"], "apiGroups": [""], "resources": ["pods"]}]}),
+        )
+        .unwrap();
+        rbac.add(
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "team-sas"},
+            "subjects": [{"kind": "Group", "name": "system:serviceaccounts:team"}],
+            "roleRef": {"kind": "ClusterRole", "name": "pod-lister"}}),
+        )
+        .unwrap();
+        TestServer::start_with_server(
+            ServerConfig::default(),
+            |_| {},
+            ResourceDef::builtins(),
+            move |s| {
+                s.with_auth(AuthConfig {
+                    authenticator: Authenticator {
+                        client_certs: false,
+                        tokens: Some(
+                            TokenFile::parse("t.csv", "admin-token,admin,0,system:masters\n")
+                                .unwrap(),
+                        ),
+                        service_accounts: Some(
+                            ServiceAccounts::load(
+                                &[Path::new(TESTDATA).join("sa-rsa.pub")],
+                                vec![ISSUER.into()],
+                                vec![],
+                            )
+                            .unwrap(),
+                        ),
+                        anonymous: false,
+                    },
+                    modes: vec![Mode::Node, Mode::Rbac],
+                    rbac_bootstrap: rbac,
+                })
+            },
+        )
+        .await
+    }
+
+    async fn as_admin(method: reqwest::Method, url: &str, body: Option<&Value>) -> Value {
+        let mut r = reqwest::Client::new()
+            .request(method, url)
+            .bearer_auth("admin-token");
+        if let Some(b) = body {
+            r = r.json(b);
+        }
+        let r = r.send().await.unwrap();
+        assert!(r.status().is_success(), "{url}: {}", r.status());
+        r.json().await.unwrap()
+    }
+
+    async fn list_pods(s: &TestServer, token: &str) -> u16 {
+        reqwest::Client::new()
+            .get(format!("{}/api/v1/namespaces/team/pods", s.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
+    /// Polls until the answer is `want` (the cache sees a write within milliseconds).
+    async fn becomes(s: &TestServer, token: &str, want: u16) {
+        let mut got = 0;
+        for _ in 0..100 {
+            got = list_pods(s, token).await;
+            if got == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("answered {got}, not {want}, after 2 s");
+    }
+
+    /// Item 7: a token of a deleted service account authenticated. The account, and the pod or
+    /// secret a token is bound to, are looked up on every request (`--service-account-lookup`,
+    /// default true): gone, recreated (another uid) or never there is 401.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tokens_of_deleted_service_accounts_and_pods_are_refused() {
+        let s = server().await;
+        let api = format!("{}/api/v1/namespaces/team", s.url);
+        let sa = as_admin(
+            reqwest::Method::POST,
+            &format!("{api}/serviceaccounts"),
+            Some(&json!({"metadata": {"name": "builder"}})),
+        )
+        .await;
+        let sa_uid = sa["metadata"]["uid"].as_str().unwrap().to_owned();
+        let pod = as_admin(
+            reqwest::Method::POST,
+            &format!("{api}/pods"),
+            Some(&json!({"metadata": {"name": "runner"}})),
+        )
+        .await;
+        let pod_uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+        let plain = token(
+            json!({"namespace": "team", "serviceaccount": {"name": "builder", "uid": sa_uid}}),
+        );
+        let bound = token(
+            json!({"namespace": "team", "serviceaccount": {"name": "builder", "uid": sa_uid},
+            "pod": {"name": "runner", "uid": pod_uid}}),
+        );
+        let stranger = token(
+            json!({"namespace": "team", "serviceaccount": {"name": "builder", "uid": "not-its-uid"}}),
+        );
+        becomes(&s, &plain, 200).await;
+        assert_eq!(list_pods(&s, &bound).await, 200);
+        assert_eq!(list_pods(&s, &stranger).await, 401, "another account's uid");
+        // The pod goes: its bound token with it; the account's other token stays.
+        as_admin(reqwest::Method::DELETE, &format!("{api}/pods/runner"), None).await;
+        becomes(&s, &bound, 401).await;
+        assert_eq!(list_pods(&s, &plain).await, 200);
+        // The account goes: every token of it, at once (not after a memo expires).
+        as_admin(
+            reqwest::Method::DELETE,
+            &format!("{api}/serviceaccounts/builder"),
+            None,
+        )
+        .await;
+        becomes(&s, &plain, 401).await;
+        // Recreated under the same name: a new uid, the old tokens stay refused.
+        as_admin(
+            reqwest::Method::POST,
+            &format!("{api}/serviceaccounts"),
+            Some(&json!({"metadata": {"name": "builder"}})),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(list_pods(&s, &plain).await, 401);
+        // A token bound to a secret: the secret must be there with its uid.
+        let secret = as_admin(
+            reqwest::Method::POST,
+            &format!("{api}/secrets"),
+            Some(&json!({"metadata": {"name": "tok"}})),
+        )
+        .await;
+        let sa = as_admin(
+            reqwest::Method::GET,
+            &format!("{api}/serviceaccounts/builder"),
+            None,
+        )
+        .await;
+        let secret_bound = token(json!({"namespace": "team",
+            "serviceaccount": {"name": "builder", "uid": sa["metadata"]["uid"]},
+            "secret": {"name": "tok", "uid": secret["metadata"]["uid"]}}));
+        becomes(&s, &secret_bound, 200).await;
+        as_admin(reqwest::Method::DELETE, &format!("{api}/secrets/tok"), None).await;
+        becomes(&s, &secret_bound, 401).await;
     }
 }

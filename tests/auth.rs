@@ -669,6 +669,19 @@ async fn service_account_tokens_are_verified_and_bound_by_rbac() {
     let url = format!("{}/api/v1/namespaces/team/configmaps", s.url);
     let rs = sa_token("team", "builder", "https://issuer.test", 600, false);
     let es = sa_token("team", "builder", "https://issuer.test", 600, true);
+    // The account does not exist (yet): its tokens are refused (`--service-account-lookup`).
+    assert_eq!(get(&url, Some(&rs)).await.0, StatusCode::UNAUTHORIZED);
+    // The service account, as kube-apiserver stored it, with the uid the tokens name.
+    etcd.put(
+        "/registry/serviceaccounts/team/builder",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "builder", "namespace": "team", "uid": "uid-1"}})
+        .to_string(),
+        None,
+    )
+    .await
+    .unwrap();
+    until_status(&url, &rs, StatusCode::FORBIDDEN).await;
     let (code, v) = get(&url, Some(&rs)).await;
     assert_eq!(code, StatusCode::FORBIDDEN);
     assert_eq!(

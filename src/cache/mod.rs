@@ -417,6 +417,15 @@ impl Cache {
         self.shared.get(&key).ok_or_else(not_found)
     }
 
+    /// The object's current state in the cache, without waiting and without reading the upstream:
+    /// `None` when it is absent, or when the cache is not ready. For lookups on a path that cannot
+    /// wait (authentication).
+    pub fn peek(&self, namespace: Option<&str>, name: &str) -> Option<Object> {
+        self.shared.check_ready().ok()?;
+        self.shared
+            .get(&self.shared.schema.def.key_for(namespace, name))
+    }
+
     /// The narrowest range of keys that can hold a match of `pred`: one key when the selection
     /// pins a name (and, for a namespaced resource, a namespace), one namespace's keys when it pins
     /// a namespace, else the whole resource.
@@ -428,12 +437,6 @@ impl Cache {
             (false, _, Some(name)) => KeyRange::one(&def.key_for(None, name)),
             _ => KeyRange::all(),
         }
-    }
-
-    /// The object stored at `key` in the cache now, without waiting for anything (what a GET with
-    /// resourceVersion `0` reads), or `None`; also before the cache is ready.
-    pub fn peek(&self, key: &str) -> Option<Object> {
-        self.shared.get(key)
     }
 
     /// The current objects whose index `index` has `value`, sorted by key. Index names are field

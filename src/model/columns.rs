@@ -351,6 +351,13 @@ fn pod_status(pod: &Value) -> String {
     if let Some(r) = get(pod, "status.reason").and_then(Value::as_str) {
         reason = r.to_owned();
     }
+    // A pod held by scheduling gates says so (the condition its creation adds).
+    if list(pod, "status.conditions")
+        .iter()
+        .any(|c| str_at(c, "type") == "PodScheduled" && str_at(c, "reason") == "SchedulingGated")
+    {
+        reason = "SchedulingGated".to_owned();
+    }
     // Init containers first: a pod whose init containers have not finished shows Init:i/n.
     let inits = list(pod, "status.initContainerStatuses");
     let n_init = list(pod, "spec.initContainers").len();
@@ -564,6 +571,9 @@ mod tests {
         let deleting = json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
             "status": {"phase": "Running"}});
         assert_eq!(pod_status(&deleting), "Terminating");
+        let gated = json!({"status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}});
+        assert_eq!(pod_status(&gated), "SchedulingGated");
         let node = json!({"spec": {"unschedulable": true},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
         assert_eq!(node_status(&node), "Ready,SchedulingDisabled");

@@ -142,6 +142,11 @@ pub struct ResourceDef {
     /// Lists a strategic merge patch merges by key; `metadata.finalizers` and
     /// `metadata.ownerReferences` (by uid) are always included when strategic merge is on.
     pub merge_lists: Vec<MergeList>,
+    /// Whether the resource has a `/status` subresource (`status_subresource` in the file). By
+    /// default what kube-apiserver 1.35 serves for a built-in resource ([`upstream_has_status`]);
+    /// a custom resource has one only when its CRD's `subresources.status` says so, so it must be
+    /// declared. Without it `/status` paths are 404 and status is a field like any other.
+    pub status_subresource: bool,
 }
 
 /// A definition file that could not be used: the file and what is wrong with it.
@@ -180,6 +185,8 @@ struct RawDef {
     strategic_merge_patch: bool,
     #[serde(default, rename = "merge_list")]
     merge_lists: Vec<MergeList>,
+    #[serde(default)]
+    status_subresource: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -219,6 +226,10 @@ const BUILTINS: &[(&str, &str)] = &[
         include_str!("../../indexers/configmaps.toml"),
     ),
     ("secrets.toml", include_str!("../../indexers/secrets.toml")),
+    (
+        "serviceaccounts.toml",
+        include_str!("../../indexers/serviceaccounts.toml"),
+    ),
     ("leases.toml", include_str!("../../indexers/leases.toml")),
     ("events.toml", include_str!("../../indexers/events.toml")),
     ("roles.toml", include_str!("../../indexers/roles.toml")),
@@ -245,7 +256,7 @@ pub const MAX_INDEXES: usize = 32;
 
 impl ResourceDef {
     /// The definitions compiled into the binary: pods, nodes, namespaces, services, endpointslices,
-    /// configmaps, secrets, leases, events, the four RBAC resources (roles, clusterroles,
+    /// configmaps, secrets, serviceaccounts, leases, events, the four RBAC resources (roles, clusterroles,
     /// rolebindings, clusterrolebindings) and the example custom resource `widgets.example.com`.
     pub fn builtins() -> Vec<ResourceDef> {
         BUILTINS
@@ -448,7 +459,11 @@ impl ResourceDef {
                 }
             }
         }
+        let status_subresource = raw
+            .status_subresource
+            .unwrap_or_else(|| upstream_has_status(&raw.group, &raw.plural));
         Ok(ResourceDef {
+            status_subresource,
             strategic_merge_patch: raw.strategic_merge_patch,
             merge_lists,
             singular,
@@ -500,6 +515,52 @@ impl ResourceDef {
     }
 }
 
+/// Whether kube-apiserver 1.35 serves a `/status` subresource for this built-in resource (group,
+/// plural). Everything else (configmaps, secrets, events, leases, endpointslices, the RBAC kinds,
+/// and any custom resource) has none: its `/status` path is not found.
+pub fn upstream_has_status(group: &str, plural: &str) -> bool {
+    const WITH_STATUS: &[(&str, &[&str])] = &[
+        (
+            "",
+            &[
+                "namespaces",
+                "nodes",
+                "persistentvolumeclaims",
+                "persistentvolumes",
+                "pods",
+                "replicationcontrollers",
+                "resourcequotas",
+                "services",
+            ],
+        ),
+        (
+            "apps",
+            &["daemonsets", "deployments", "replicasets", "statefulsets"],
+        ),
+        ("batch", &["cronjobs", "jobs"]),
+        ("autoscaling", &["horizontalpodautoscalers"]),
+        ("policy", &["poddisruptionbudgets"]),
+        ("networking.k8s.io", &["ingresses", "servicecidrs"]),
+        ("certificates.k8s.io", &["certificatesigningrequests"]),
+        ("apiextensions.k8s.io", &["customresourcedefinitions"]),
+        ("apiregistration.k8s.io", &["apiservices"]),
+        ("storage.k8s.io", &["volumeattachments"]),
+        (
+            "flowcontrol.apiserver.k8s.io",
+            &["flowschemas", "prioritylevelconfigurations"],
+        ),
+        (
+            "admissionregistration.k8s.io",
+            &["validatingadmissionpolicies"],
+        ),
+        ("resource.k8s.io", &["resourceclaims"]),
+        ("internal.apiserver.k8s.io", &["storageversions"]),
+    ];
+    WITH_STATUS
+        .iter()
+        .any(|(g, plurals)| *g == group && plurals.contains(&plural))
+}
+
 fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
@@ -526,6 +587,7 @@ mod tests {
             "endpointslices",
             "configmaps",
             "secrets",
+            "serviceaccounts",
             "leases",
             "events",
             "roles",

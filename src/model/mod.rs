@@ -16,6 +16,7 @@ pub(crate) mod labels;
 pub mod names;
 mod object;
 pub(crate) mod protobuf;
+mod quantity;
 mod resource_version;
 pub(crate) mod schema;
 pub mod selector;
@@ -25,6 +26,7 @@ pub use definition::{DefinitionError, HistoryConfig, IndexDef, IndexKey, Resourc
 pub use event_type::EventType;
 pub use field_path::FieldPath;
 pub use object::{DecodeError, EncodeCounts, EncodeError, Object, encode_counts};
+pub use quantity::Quantity;
 pub use resource_version::{ResourceVersion, RvMatch};
 pub(crate) use schema::{Attr, Schema};
 pub use selector::{FieldSelector, LabelSelector, Selection, SelectorError};

@@ -21,11 +21,15 @@
 //! | `watch/` | watch responses: start, the one pump loop, frames, the fast path, hyper's body |
 //! | `params.rs`, `writes.rs`, `response.rs`, `status.rs` | query parsing, write bodies, response bodies, `Status` errors |
 //! | `patch.rs` | PATCH: json-patch, merge-patch, strategic merge patch with declared merge keys |
+//! | `strategy.rs` | what upstream's registry does to a write's object: system fields, status, `stringData`, key validation |
+//! | `admission.rs` | admission of writes: NamespaceLifecycle, RBAC's escalation check |
+//! | `node_restriction.rs` | NodeRestriction: what a kubelet may write, for the writes applied here |
 //! | `discovery.rs`, `metrics.rs` | discovery documents (legacy, aggregated v2, `/version`), `/metrics` |
 //! | `openapi.rs` | `/openapi/v3` and its group-version documents (permissive schemas) |
 //! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
 //! | `proxy.rs`, `forward.rs` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
 //! | `auth/` | authentication, authorization (RBAC, Node), per-client limits, the audit log |
+//! | `client_cert.rs` | client certificate verification: webpki, and X.509 v1 leaves by Go's rules |
 //! | `gate.rs` | every hyper request through authentication, authorization, the in-flight limit, audit |
 //!
 //! # Examples
@@ -44,7 +48,9 @@
 //! # }
 //! ```
 
+mod admission;
 pub mod auth;
+mod client_cert;
 mod config;
 pub(crate) mod conn;
 mod convert;
@@ -53,6 +59,7 @@ mod forward;
 mod gate;
 mod metrics;
 mod negotiate;
+mod node_restriction;
 mod openapi;
 pub(crate) mod params;
 mod patch;
@@ -61,6 +68,7 @@ mod response;
 mod routes;
 mod state;
 mod status;
+mod strategy;
 mod tls;
 pub(crate) mod watch;
 mod writes;
@@ -127,6 +135,7 @@ impl Server {
             limits,
             audit: auth::Audit::default(),
             stalled: state::StalledReads::default(),
+            system_namespaces: std::sync::atomic::AtomicBool::new(false),
         };
         Server {
             state: Arc::new(state),
@@ -221,6 +230,7 @@ impl Server {
         if let Some(a) = self.state.auth.get() {
             a.start();
         }
+        tokio::spawn(admission::create_system_namespaces(Arc::clone(&self.state)));
         let router = self.router();
         let graceful = GracefulShutdown::new();
         let mut http = hyper::server::conn::http1::Builder::new();

@@ -12,7 +12,8 @@ use bytes::Bytes;
 
 use crate::cache::{Cache, ObjectList, list_parts, list_parts_protobuf};
 use crate::model::ResourceDef;
-use crate::server::auth::User;
+use crate::server::admission;
+use crate::server::auth::{RequestInfo, User};
 use crate::server::convert::{self, IncludeObject, WatchConverter};
 use crate::server::discovery::{self, Entry};
 use crate::server::forward;
@@ -36,6 +37,12 @@ pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
         .collect();
     if st.auth.get().is_some_and(|a| !a.ready()) {
         not_ready.push("rbac (the authorizer has not read the RBAC caches yet)");
+    }
+    if !st
+        .system_namespaces
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        not_ready.push("system namespaces (default, kube-system, ... not created yet)");
     }
     if not_ready.is_empty() {
         (StatusCode::OK, "ok").into_response()
@@ -217,18 +224,36 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         BodyFormat::Yaml if !body.is_empty() => yaml_body_as_json(&body)?,
         BodyFormat::Yaml | BodyFormat::Json => body,
     };
+    if method != Method::DELETE {
+        admission::namespace_lifecycle(st, cache.definition(), ns, method == Method::POST, || {
+            match name {
+                Some(n) => n.to_owned(),
+                None => writes::name_in(&body),
+            }
+        })
+        .await?;
+    }
+    let user = parts.extensions.get::<Arc<User>>().map(|u| &**u);
+    let info = RequestInfo::new(method.as_str(), parts.uri.path(), false);
+    let admit = admission::object_admission(st, cache.definition(), user, &info);
+    if let (&Method::DELETE, Some(n)) = (&method, name) {
+        admission::pod_delete_admission(st, cache, user, ns, n).await?;
+    }
     let (code, written) = match (&method, name, patch_kind) {
         (&Method::POST, _, _) => (
             StatusCode::CREATED,
-            writes::create(cache, &**writes, ns, &body, &params).await?,
+            writes::create(cache, &**writes, ns, &body, &params, &*admit).await?,
         ),
         (&Method::PUT, Some(n), _) => (
             StatusCode::OK,
-            writes::update(cache, &**writes, ns, n, &body, status, &params).await?,
+            writes::update(cache, &**writes, ns, n, &body, status, &params, &*admit).await?,
         ),
         (&Method::PATCH, Some(n), Some(kind)) => (
             StatusCode::OK,
-            writes::patch(cache, &**writes, ns, n, kind, &body, status, &params).await?,
+            writes::patch(
+                cache, &**writes, ns, n, kind, &body, status, &params, &*admit,
+            )
+            .await?,
         ),
         (&Method::DELETE, Some(n), _) => (
             StatusCode::OK,

@@ -105,13 +105,40 @@ impl ApiError {
         e
     }
 
-    /// 404 NotFound for a path that names no resource.
+    /// 404 NotFound for a path that names no resource (a `/status` of a resource without that
+    /// subresource included), in kube-apiserver's router's words; the path is logged, not echoed.
     pub fn no_route(path: &str) -> ApiError {
+        tracing::debug!(path, "no route");
         ApiError::new(
             404,
             "NotFound",
-            format!("the server could not find the requested resource ({path})"),
+            "the server could not find the requested resource",
         )
+    }
+
+    /// 404 NotFound for an object of a resource in an API group (`clusterroles.rbac.authorization.k8s.io
+    /// "x" not found`), with upstream's `details`.
+    pub fn not_found(group: &str, resource: &str, name: &str) -> ApiError {
+        let qualified = if group.is_empty() {
+            resource.to_owned()
+        } else {
+            format!("{resource}.{group}")
+        };
+        let mut e = ApiError::new(404, "NotFound", format!("{qualified} \"{name}\" not found"));
+        e.0.details = Some((resource.to_owned(), name.to_owned()));
+        e.0.group = group.to_owned();
+        e
+    }
+
+    /// The same error with one more `details.causes` entry.
+    #[must_use]
+    pub fn with_cause(mut self, reason: &'static str, message: String, field: &str) -> ApiError {
+        self.0.causes.push(Cause {
+            reason,
+            message,
+            field: Some(field.to_owned()),
+        });
+        self
     }
 
     /// 409 AlreadyExists.
@@ -179,6 +206,11 @@ impl ApiError {
     /// The HTTP code.
     pub fn code(&self) -> u16 {
         self.0.code
+    }
+
+    /// The `Status` message.
+    pub fn message(&self) -> &str {
+        &self.0.message
     }
 
     /// The `Status` object as JSON.

@@ -205,6 +205,12 @@ struct ServeArgs {
     /// Audiences a service-account token must name one of (default: the issuers).
     #[arg(long, value_delimiter = ',', value_name = "AUD")]
     api_audiences: Vec<String>,
+    /// Look a service-account token's account (and the pod, secret or node it is bound to) up on
+    /// every request: a token of a deleted account is refused. Needs the serviceaccounts
+    /// resource served.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    service_account_lookup: bool,
     /// Serve requests without credentials as `system:anonymous` (default: true on plain HTTP,
     /// false when serving TLS, as kube-apiserver's secure port).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
@@ -256,11 +262,16 @@ impl ServeArgs {
         let service_accounts = if self.service_account_key_file.is_empty() {
             None
         } else {
-            Some(auth::ServiceAccounts::load(
+            let sa = auth::ServiceAccounts::load(
                 &self.service_account_key_file,
                 self.service_account_issuer.clone(),
                 self.api_audiences.clone(),
-            )?)
+            )?;
+            Some(if self.service_account_lookup {
+                sa
+            } else {
+                sa.without_lookup()
+            })
         };
         let rbac_bootstrap = match &self.authorization_rbac_dir {
             Some(d) => auth::RbacObjects::load_dir(d)?,
@@ -373,6 +384,14 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let tls = tls_config(&args)?;
     let client_certs = tls.as_ref().is_some_and(|t| t.client_ca_file.is_some());
     let auth = args.auth(tls.is_some(), client_certs)?;
+    if args.service_account_lookup
+        && !args.service_account_key_file.is_empty()
+        && !defs
+            .iter()
+            .any(|d| d.group.is_empty() && d.plural == "serviceaccounts")
+    {
+        return Err("--service-account-lookup needs the serviceaccounts resource served (add it to --resources or --indexers), or pass --service-account-lookup=false".into());
+    }
     let caches = match &args.upstream_kubeconfig {
         Some(kubeconfig) => follow_api_server(&args, kubeconfig, defs).await?,
         None => {

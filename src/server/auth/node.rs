@@ -281,8 +281,7 @@ impl NodeAuthorizer {
         if let Some(pvcs) = &self.caches.pvcs {
             let mut pvs = HashSet::new();
             for (ns, name) in &set.pvcs {
-                let key = pvcs.definition().key_for(Some(ns), name);
-                if let Some(claim) = pvcs.peek(&key)
+                if let Some(claim) = pvcs.peek(Some(ns), name)
                     && let Ok(v) = serde_json::from_slice::<Value>(claim.json())
                     && let Some(pv) = v["spec"]["volumeName"].as_str().filter(|n| !n.is_empty())
                 {
@@ -305,7 +304,7 @@ impl NodeAuthorizer {
     /// (volumeattachments, resourceslices).
     fn on_node(cache: Option<&Cache>, name: &str, node: &str) -> bool {
         cache.is_some_and(|c| {
-            c.peek(&c.definition().key_for(None, name))
+            c.peek(None, name)
                 .and_then(|o| serde_json::from_slice::<Value>(o.json()).ok())
                 .is_some_and(|v| v["spec"]["nodeName"].as_str() == Some(node))
         })
