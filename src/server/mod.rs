@@ -26,7 +26,8 @@
 //! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
 //! | `proxy.rs`, `forward.rs` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
 //! | `auth/` | authentication, authorization (RBAC, Node), per-client limits, the audit log |
-//! | `gate.rs` | every hyper request through authentication, authorization, the in-flight limit, audit |
+//! | `admission.rs` | the one admission path of both transports: the request parsed once, authentication, impersonation, authorization; the in-flight permit and the audit line |
+//! | `gate.rs` | every hyper request through admission, its body read and its in-flight permit taken within `--request-timeout` |
 //!
 //! # Examples
 //! A cache fed in process, served over HTTP with writes:
@@ -44,6 +45,7 @@
 //! # }
 //! ```
 
+mod admission;
 pub mod auth;
 mod config;
 pub(crate) mod conn;
@@ -277,6 +279,12 @@ impl Server {
     /// Open watches.
     pub fn watchers(&self) -> usize {
         self.state.watchers.load(Ordering::Relaxed)
+    }
+
+    /// The state handlers share, for unit tests of what reads it.
+    #[cfg(test)]
+    pub(crate) fn state_for_tests(self) -> Arc<AppState> {
+        Arc::clone(&self.state)
     }
 }
 

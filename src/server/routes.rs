@@ -16,6 +16,7 @@ use crate::server::auth::User;
 use crate::server::convert::{self, IncludeObject, WatchConverter};
 use crate::server::discovery::{self, Entry};
 use crate::server::forward;
+use crate::server::gate::ParsedRead;
 use crate::server::metrics;
 use crate::server::negotiate::{Answer, Format};
 use crate::server::openapi;
@@ -96,7 +97,7 @@ pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Respon
 }
 
 async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().trim_end_matches('/').to_owned();
     let segs = segments(&path);
     let entries: Vec<Entry<'_>> = st
@@ -168,6 +169,12 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let cache = &served.cache;
     // HEAD is a GET whose body hyper leaves out.
     if method == Method::GET || method == Method::HEAD {
+        // The query as admission parsed (and authorized) it; parsed here only when the router
+        // is served without the gate.
+        let params = match parts.extensions.remove::<ParsedRead>() {
+            Some(ParsedRead(p)) => p?,
+            None => ReadParams::parse(query, st.config.max_selector_len)?,
+        };
         let user = parts.extensions.get::<Arc<User>>().map(|u| &**u);
         return read(
             st,
@@ -175,7 +182,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
             &parts.headers,
             ns,
             name,
-            query,
+            (query, params),
             gzip,
             target.status,
             user,
@@ -208,9 +215,10 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         )
     };
     let params = WriteParams::parse(query)?;
+    // Read whole by the gate already (within the request's deadline): this takes its bytes.
     let body = axum::body::to_bytes(body, st.config.max_body_bytes)
         .await
-        .map_err(|_| ApiError::too_large("the request body", st.config.max_body_bytes))?;
+        .map_err(|_| ApiError::too_large(st.config.max_body_bytes))?;
     let body = match format {
         BodyFormat::Protobuf => protobuf_body_as_json(&body)?,
         // An empty DELETE body stays empty (no DeleteOptions), whatever its type says.
@@ -288,12 +296,11 @@ async fn read(
     headers: &axum::http::HeaderMap,
     ns: Option<&str>,
     name: Option<&str>,
-    query: Option<&str>,
+    (query, mut params): (Option<&str>, ReadParams),
     gzip: bool,
     status: bool,
     user: Option<&User>,
 ) -> Result<Response, ApiError> {
-    let mut params = ReadParams::parse(query, st.config.max_selector_len)?;
     if status && params.watch {
         return Err(ApiError::method_not_allowed(
             "WATCH",

@@ -125,10 +125,19 @@ impl RequestInfo {
         }
     }
 
-    /// Whether this is a read that streams or can be long (watch): not counted by
-    /// `--max-requests-inflight`.
+    /// Whether this request streams or may last long, by upstream's rule
+    /// (`BasicLongRunningRequestCheck`): a watch, or (forwarded in proxy mode) `proxy`, `exec`,
+    /// `attach`, `portforward` or `log`. Such a request is not counted by
+    /// `--max-requests-inflight` and has no `--request-timeout`.
     pub fn is_long_running(&self) -> bool {
         self.verb == "watch"
+            || self.verb == "proxy"
+            || self.resource.as_ref().is_some_and(|r| {
+                matches!(
+                    r.subresource.as_str(),
+                    "proxy" | "exec" | "attach" | "portforward" | "log"
+                )
+            })
     }
 
     /// Whether this request changes something (the audit log records every one).

@@ -46,6 +46,7 @@ pub use rbac::{Objects as RbacObjects, PolicyRule, Rbac};
 pub use service_account::ServiceAccounts;
 pub use token_file::{TokenFile, TokenFileError};
 pub use user::User;
+pub(crate) use user::MASTERS;
 pub use x509::user_of as user_of_certificate;
 
 use crate::cache::Cache;

@@ -25,12 +25,12 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use crate::server::auth::{Audit, Record, RequestInfo, User};
+use crate::server::admission::{self, Admission, Incoming};
 use crate::server::conn::ConnInfo;
 use tracing::debug;
 
 use crate::server::negotiate::Format;
-use crate::server::params::ReadParams;
+use crate::server::params;
 use crate::server::response::wants_gzip_value;
 use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
@@ -115,11 +115,9 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
         return Head::NotAWatch;
     };
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let is_watch = form_urlencoded::parse(query.as_bytes())
-        .any(|(k, v)| k == "watch" && matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"));
     // A watch that impersonates another user is hyper's: its gate authorizes and applies the
     // impersonation.
-    if !is_watch
+    if !params::is_watch(Some(query))
         || req
             .headers
             .iter()
@@ -194,39 +192,23 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
     let mut rest = buf.split_off(req.head_len);
     drop(buf);
     rest.shrink_to_fit();
-    // Authentication, as hyper's requests have in the gate (server/gate.rs): never bypassed.
-    // Taken: the header's bytes (a JWT is ~1 KiB) must not live as long as the watch.
+    // Admission, the same as hyper's requests have in the gate (server/admission.rs): never
+    // bypassed. Taken: the header's bytes (a JWT is ~1 KiB) must not live as long as the watch.
     let authorization = req.authorization.take();
     let began = std::time::Instant::now();
-    let user = match st.auth.get().filter(|_| !conn.insecure_listener) {
-        None => None,
-        Some(auth) => match auth
-            .authn
-            .authenticate(conn.client_cert.as_deref(), authorization.as_deref())
-        {
-            Ok(u) => Some(u),
-            Err(why) => {
-                debug!(path = %req.path, why = %why.0, "unauthorized");
-                write_error(tcp, &ApiError::unauthorized()).await?;
-                audit(st, None, &req.path, 401, began);
-                return Ok(FirstRequest::Served {
-                    rest,
-                    keep_alive: req.keep_alive,
-                });
-            }
-        },
-    };
-    drop(authorization);
-    let outcome = serve_watch(
-        tcp,
+    let mut adm = admission::admit(
         st,
-        &req.path,
-        &req.query,
-        req.gzip,
-        user.as_deref(),
-        wire,
-    )
-    .await?;
+        &Incoming {
+            method: "GET",
+            path: &req.path,
+            query: Some(&req.query),
+            authorization: authorization.as_deref(),
+            headers: None,
+            conn,
+        },
+    );
+    drop(authorization);
+    let outcome = serve_watch(tcp, st, &req.path, req.gzip, &mut adm, wire, began).await?;
     rest.extend(outcome.received);
     Ok(FirstRequest::Served {
         rest,
@@ -241,62 +223,39 @@ struct Outcome {
     received: Vec<u8>,
 }
 
-/// Records a denied fast-path watch in the audit log.
-fn audit(st: &AppState, user: Option<&User>, path: &str, code: u16, started: std::time::Instant) {
-    let info = RequestInfo::new("GET", path, true);
-    st.audit.record(&Record {
-        user,
-        info: &info,
-        code,
-        latency: started.elapsed(),
-    });
-}
-
 async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
     tcp: &mut S,
     st: &Arc<AppState>,
     path: &str,
-    query: &str,
     gzip: bool,
-    user: Option<&User>,
+    adm: &mut Admission,
     wire: Wire,
+    began: std::time::Instant,
 ) -> std::io::Result<Outcome> {
     let done = |clean, received| Ok(Outcome { clean, received });
-    let began = std::time::Instant::now();
-    // Authorized before anything else, as upstream (a path naming nothing is 404 only to
-    // whom may watch it).
-    let authorize_path = |st: &AppState| -> Result<(), ApiError> {
-        match (st.auth.get(), user) {
-            (Some(auth), Some(u)) => auth.check(u, &RequestInfo::new("GET", path, true), None),
-            _ => Ok(()),
-        }
+    let refused = async |tcp: &mut S, adm: &Admission, e: &ApiError| {
+        write_error(tcp, e).await?;
+        adm.audit(st, e.code(), began);
+        done(true, Vec::new())
     };
+    // Refused before anything else, as upstream (a path naming nothing is 404 only to whom may
+    // watch it).
+    if let Err(e) = &adm.decision {
+        return refused(tcp, adm, e).await;
+    }
     // A subresource (`/status`) is not watchable: 404, as for any path naming nothing.
     let Some(target) = st.resolve(&segments(path)).filter(|t| !t.status) else {
-        let e = authorize_path(st)
-            .err()
-            .unwrap_or_else(|| ApiError::no_route(path));
-        write_error(tcp, &e).await?;
-        if e.code() == 403 {
-            audit(st, user, path, 403, began);
-        }
-        return done(true, Vec::new());
+        return refused(tcp, adm, &ApiError::no_route(path)).await;
     };
+    let user = adm.user.clone();
+    let read = adm.read.take();
     let started = async {
-        let mut params = ReadParams::parse(Some(query), st.config.max_selector_len)?;
+        // The query admission parsed, authorized and (its first `watch=`) found a watch.
+        let mut params = read.unwrap_or_else(|| Err(ApiError::no_route(path)))?;
         if let Some(n) = &target.name {
             params.watch_one(n);
         }
         let opts = params.watch_options(target.namespace.as_deref())?;
-        // The authorizers read the selection parsed for the cache (the Node authorizer: a
-        // kubelet's `spec.nodeName`), parsed once.
-        if let (Some(auth), Some(u)) = (st.auth.get(), user) {
-            auth.check(
-                u,
-                &RequestInfo::new("GET", path, true),
-                Some(&opts.selection),
-            )?;
-        }
         watch::start(
             st,
             &target.served.cache,
@@ -305,7 +264,7 @@ async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
             gzip,
             wire,
             None,
-            user,
+            user.as_deref(),
         )
         .await
     };
@@ -313,13 +272,7 @@ async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
     // idle watch then only holds the streaming state.
     let mut pump = match Box::pin(started).await {
         Ok(pump) => pump,
-        Err(e) => {
-            write_error(tcp, &e).await?;
-            if st.auditing() && Audit::wants(&RequestInfo::default(), e.code()) {
-                audit(st, user, path, e.code(), began);
-            }
-            return done(true, Vec::new());
-        }
+        Err(e) => return refused(tcp, adm, &e).await,
     };
     write_head(tcp, gzip, wire).await?;
     let mut received = Vec::new();
