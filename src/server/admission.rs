@@ -162,7 +162,10 @@ impl Admission {
         if self.is_long_running() {
             return Ok(None);
         }
-        let privileged = self.user.as_ref().is_some_and(|u| u.in_group(auth::MASTERS));
+        let privileged = self
+            .user
+            .as_ref()
+            .is_some_and(|u| u.in_group(auth::MASTERS));
         st.limits.request(privileged).map(Some)
     }
 
@@ -190,7 +193,10 @@ mod tests {
     /// A server state with tokens for `alice` (may only watch pods in `a`, and get or list the
     /// pod `one` there by name) and `admin` (system:masters), and `--max-requests-inflight 1`.
     fn state() -> Arc<AppState> {
-        let cache = Cache::new(ResourceDef::builtin("pods").unwrap(), CacheConfig::default());
+        let cache = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
         let source = MemorySource::new(cache.clone(), 1, []);
         let mut rbac = RbacObjects::default();
         for o in [

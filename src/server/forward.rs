@@ -78,7 +78,8 @@ pub(crate) fn local_read<'a>(
 /// Whether a GET is a consistent read: not a watch, `resourceVersion` unset.
 pub(crate) fn is_consistent_read(uri: &http::Uri) -> bool {
     let query = uri.query();
-    !params::is_watch(query) && params::query_value(query, "resourceVersion").is_none_or(|v| v.is_empty())
+    !params::is_watch(query)
+        && params::query_value(query, "resourceVersion").is_none_or(|v| v.is_empty())
 }
 
 /// A copy of a bodiless request (method, target, headers, and the identity the gate attached),
@@ -236,10 +237,20 @@ mod tests {
 
     #[test]
     fn front_proxy_identity_headers_are_recognised() {
-        for h in ["x-remote-user", "x-remote-group", "x-remote-extra-scopes", "x-remote-extra-"] {
+        for h in [
+            "x-remote-user",
+            "x-remote-group",
+            "x-remote-extra-scopes",
+            "x-remote-extra-",
+        ] {
             assert!(is_front_proxy_identity(h), "{h}");
         }
-        for h in ["x-remote", "x-remote-userx", "x-forwarded-for", "remote-user"] {
+        for h in [
+            "x-remote",
+            "x-remote-userx",
+            "x-forwarded-for",
+            "remote-user",
+        ] {
             assert!(!is_front_proxy_identity(h), "{h}");
         }
     }

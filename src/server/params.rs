@@ -23,7 +23,9 @@ use crate::server::status::ApiError;
 /// that way (Go's `url.Values.Get`, and its parameter codec's conversion of a repeated value to a
 /// single field), so `?watch=1&watch=0` is a watch wherever it is read: authorized as one, served
 /// as one. Names are compared percent-decoded, as Go's `url.ParseQuery` decodes them.
-pub(crate) fn query_pairs(query: Option<&str>) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> {
+pub(crate) fn query_pairs(
+    query: Option<&str>,
+) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> {
     let mut seen: HashSet<Cow<'_, str>> = HashSet::new();
     form_urlencoded::parse(query.unwrap_or("").as_bytes())
         .filter(move |(k, _)| seen.insert(k.clone()))
@@ -39,7 +41,8 @@ pub(crate) fn query_value<'q>(query: Option<&'q str>, name: &str) -> Option<Cow<
 /// Whether a query asks for a watch: its first `watch` value is true in one of Go's boolean
 /// spellings (`strconv.ParseBool`).
 pub(crate) fn is_watch(query: Option<&str>) -> bool {
-    query_value(query, "watch").is_some_and(|v| matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
+    query_value(query, "watch")
+        .is_some_and(|v| matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
 }
 
 /// Parsed query of a read request.

@@ -114,7 +114,9 @@ mod tests {
             "system:anonymous"
         );
         assert_eq!(
-            a.authenticate(None, Some(b"Bearer good trailing")).unwrap().name,
+            a.authenticate(None, Some(b"Bearer good trailing"))
+                .unwrap()
+                .name,
             "alice"
         );
         // A bad token is refused even with anonymous on.

@@ -45,8 +45,8 @@ pub use node::{NodeAuthorizer, RefSet};
 pub use rbac::{Objects as RbacObjects, PolicyRule, Rbac};
 pub use service_account::ServiceAccounts;
 pub use token_file::{TokenFile, TokenFileError};
-pub use user::User;
 pub(crate) use user::MASTERS;
+pub use user::User;
 pub use x509::user_of as user_of_certificate;
 
 use crate::cache::Cache;
