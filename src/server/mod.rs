@@ -20,7 +20,8 @@
 //! | `routes.rs` | requests hyper serves |
 //! | `watch/` | watch responses: start, the one pump loop, frames, the fast path, hyper's body |
 //! | `params.rs`, `writes.rs`, `response.rs`, `status.rs` | query parsing, write bodies, response bodies, `Status` errors |
-//! | `patch.rs` | PATCH: json-patch, merge-patch, strategic merge patch with declared merge keys |
+//! | `patch.rs` | PATCH: json-patch with upstream's limits, merge-patch, strategic merge patch with declared merge keys, in linear time |
+//! | `blocking.rs` | heavy request work (patches, large bodies) on blocking threads, one job per core |
 //! | `discovery.rs`, `metrics.rs` | discovery documents (legacy, aggregated v2, `/version`), `/metrics` |
 //! | `openapi.rs` | `/openapi/v3` and its group-version documents (permissive schemas) |
 //! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
@@ -47,6 +48,7 @@
 
 mod admission;
 pub mod auth;
+mod blocking;
 mod config;
 pub(crate) mod conn;
 mod convert;

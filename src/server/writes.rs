@@ -486,6 +486,8 @@ pub async fn patch(
 ) -> Result<Written, ApiError> {
     let def = cache.definition();
     let key = def.key_for(namespace, name);
+    // Owned once: each attempt's patch is applied off the reactor.
+    let body = Bytes::copy_from_slice(body);
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -503,7 +505,9 @@ pub async fn patch(
                 Value::String(current.mod_revision.to_string()),
             );
         }
-        kind.apply(def, &mut target, body)?;
+        let target = kind
+            .apply_off_reactor(def.clone(), target, body.clone())
+            .await?;
         let patched = serde_json::to_vec(&target).map_err(internal)?;
         let mut obj = parse_object(def, &patched, namespace, Some(name))?;
         let warnings = check_fields(def, &mut obj, params.field_validation)?;
