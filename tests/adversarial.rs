@@ -842,6 +842,46 @@ async fn json_patches_cannot_amplify_the_object() {
     assert_eq!(v["data"].as_object().map(|d| d.len()), Some(1));
 }
 
+/// Issue 20, item 10: a POST with 100 000 unknown fields was answered with 7 162 `Warning`
+/// headers (300 KB), more than HTTP clients accept. They are deduplicated and capped as upstream
+/// caps them: 4 KiB of text, each cut to 256 characters past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warnings_are_capped_as_upstream_caps_them() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let mut spec = serde_json::Map::new();
+    for i in 0..100_000 {
+        spec.insert(format!("f{i}"), json!(1));
+    }
+    let r = create(
+        &reqwest::Client::new(),
+        &s.url,
+        "a",
+        &json!({"metadata": {"name": "w"}, "spec": spec}),
+    )
+    .await;
+    assert_eq!(r.status(), 201);
+    let lines: Vec<&str> = r
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    let bytes: usize = lines.iter().map(|w| w.len()).sum();
+    // Upstream's cap: about 4 KiB of text, some 150 short warnings, several to a line.
+    assert!(
+        !lines.is_empty() && lines.len() <= 10 && bytes < 8 * 1024,
+        "{} lines, {bytes} bytes",
+        lines.len()
+    );
+    assert!(
+        lines[0].starts_with(r#"299 - "unknown field \"spec.f"#),
+        "{}",
+        lines[0]
+    );
+    let values = lines.iter().flat_map(|l| l.split(r#"", 299 - ""#)).count();
+    assert!((100..200).contains(&values), "{values}");
+}
+
 /// Sends `bytes` one at a time, `every` apart, until the server closes the connection; returns
 /// how long the connection lived (or `None` if it outlived `within`).
 async fn trickle(

@@ -19,7 +19,7 @@
 //! | `state.rs` | what handlers share; path resolution |
 //! | `routes.rs` | requests hyper serves |
 //! | `watch/` | watch responses: start, the one pump loop, frames, the fast path, hyper's body |
-//! | `params.rs`, `writes.rs`, `response.rs`, `status.rs` | query parsing, write bodies, response bodies, `Status` errors |
+//! | `params.rs`, `writes.rs`, `response.rs`, `status.rs`, `warning.rs` | query parsing, write bodies, response bodies, `Status` errors, `Warning` headers |
 //! | `patch.rs` | PATCH: json-patch with upstream's limits, merge-patch, strategic merge patch with declared merge keys, in linear time |
 //! | `blocking.rs` | heavy request work (patches, large bodies) on blocking threads, one job per core |
 //! | `discovery.rs`, `metrics.rs` | discovery documents (legacy, aggregated v2, `/version`), `/metrics` |
@@ -66,6 +66,7 @@ mod routes;
 mod state;
 mod status;
 mod tls;
+mod warning;
 pub(crate) mod watch;
 mod writes;
 

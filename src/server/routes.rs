@@ -25,6 +25,7 @@ use crate::server::patch::PatchKind;
 use crate::server::response::{body_of, gzip_encoded, json_response, wants_gzip};
 use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
+use crate::server::warning;
 use crate::server::watch::{self, Wire};
 use crate::server::writes;
 use tracing::debug;
@@ -261,32 +262,12 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         _ => return Err(ApiError::method_not_allowed(method.as_str(), &path)),
     };
     let mut response = json_response(code, Body::from(written.body));
-    for warning in &written.warnings {
-        if let Ok(v) = header::HeaderValue::from_str(&warning_header(warning)) {
+    for warning in warning::headers(&written.warnings) {
+        if let Ok(v) = header::HeaderValue::from_str(&warning) {
             response.headers_mut().append(header::WARNING, v);
         }
     }
     Ok(response)
-}
-
-/// A `Warning` header's value as kube-apiserver writes it (RFC 7234: code 299, no agent, the text
-/// quoted with `"` and `\` escaped).
-fn warning_header(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 8);
-    out.push_str("299 - \"");
-    for c in text.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        // Header values are visible ASCII: anything else is replaced rather than refused.
-        out.push(if c.is_ascii() && !c.is_ascii_control() {
-            c
-        } else {
-            '?'
-        });
-    }
-    out.push('"');
-    out
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -550,14 +531,5 @@ mod tests {
             yaml_body_as_json(b"\xff: 1").map_err(|e| e.code()),
             Err(400)
         );
-    }
-
-    #[test]
-    fn warnings_are_quoted_and_escaped_as_upstream_writes_them() {
-        assert_eq!(
-            warning_header(r#"unknown field "spec.foo""#),
-            r#"299 - "unknown field \"spec.foo\"""#
-        );
-        assert_eq!(warning_header("a\\b\u{7}é"), r#"299 - "a\\b??""#);
     }
 }
