@@ -44,6 +44,11 @@ fn write_failed(e: WriteError, def: &ResourceDef, name: &str) -> ApiError {
         WriteError::NotFound => not_found(def, name),
         WriteError::Conflict => ApiError::conflict(&def.plural, name),
         WriteError::Timeout => ApiError::new(504, "Timeout", "the upstream did not answer in time"),
+        // Not etcd's gRPC text: what is too large, and which limit.
+        WriteError::TooLarge => ApiError::entity_too_large(format!(
+            "{} \"{name}\" is larger than the storage takes in one write (etcd's --max-request-bytes, 1.5 MiB by default)",
+            def.plural
+        )),
         WriteError::Upstream(m) => internal(m),
     }
 }
