@@ -13,6 +13,7 @@ use bytes::Bytes;
 use crate::cache::{Cache, ObjectList, list_parts, list_parts_protobuf};
 use crate::model::ResourceDef;
 use crate::server::auth::User;
+use crate::server::blocking;
 use crate::server::convert::{self, IncludeObject, WatchConverter};
 use crate::server::discovery::{self, Entry};
 use crate::server::forward;
@@ -221,10 +222,15 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         .await
         .map_err(|_| ApiError::too_large(st.config.max_body_bytes))?;
     let body = match format {
-        BodyFormat::Protobuf => protobuf_body_as_json(&body)?,
         // An empty DELETE body stays empty (no DeleteOptions), whatever its type says.
-        BodyFormat::Yaml if !body.is_empty() => yaml_body_as_json(&body)?,
-        BodyFormat::Yaml | BodyFormat::Json => body,
+        BodyFormat::Yaml if body.is_empty() => body,
+        BodyFormat::Json => body,
+        // A large one is read on the blocking pool, off the reactor's workers.
+        f if body.len() > OFF_REACTOR_BODY_BYTES => {
+            let max_body = st.config.max_body_bytes;
+            blocking::run(move || body_as_json(f, &body, max_body)).await??
+        }
+        f => body_as_json(f, &body, st.config.max_body_bytes)?,
     };
     let (code, written) = match (&method, name, patch_kind) {
         (&Method::POST, _, _) => (
@@ -432,6 +438,21 @@ fn body_format(
     check_content_type(headers)
 }
 
+/// Protobuf and YAML bodies larger than this are read as JSON on the blocking pool (a 2 MB
+/// protobuf body may stand for tens of MB of JSON).
+const OFF_REACTOR_BODY_BYTES: usize = 64 * 1024;
+
+/// A protobuf or YAML body as the JSON it stands for (a JSON body as it is). A protobuf body's
+/// JSON may be at most twice the body limit: the same object sent as JSON would be within the
+/// body limit, and the JSON written for protobuf holds the fields Go writes empty.
+fn body_as_json(format: BodyFormat, body: &[u8], max_body: usize) -> Result<Bytes, ApiError> {
+    match format {
+        BodyFormat::Protobuf => protobuf_body_as_json(body, max_body.saturating_mul(2)),
+        BodyFormat::Yaml => yaml_body_as_json(body),
+        BodyFormat::Json => Ok(Bytes::copy_from_slice(body)),
+    }
+}
+
 /// A YAML body (one document) as the JSON it stands for: from here it takes the JSON bodies'
 /// path.
 ///
@@ -452,16 +473,19 @@ fn yaml_body_as_json(body: &[u8]) -> Result<Bytes, ApiError> {
 /// the JSON bodies' path (validation, 4xx answers).
 ///
 /// # Errors
-/// 400 BadRequest for a body that is not well-formed protobuf of a type this server reads.
-fn protobuf_body_as_json(body: &[u8]) -> Result<Bytes, ApiError> {
-    crate::model::protobuf::request_json(body)
+/// 400 BadRequest for a body that is not well-formed protobuf of a type this server reads; 413
+/// for one whose JSON would be longer than `max_json`.
+fn protobuf_body_as_json(body: &[u8], max_json: usize) -> Result<Bytes, ApiError> {
+    use crate::model::protobuf::RequestBodyError;
+    crate::model::protobuf::request_json(body, max_json)
         .map(Bytes::from)
-        .map_err(|e| {
-            ApiError::new(
-                400,
-                "BadRequest",
-                format!("the protobuf request body could not be read: {e}"),
-            )
+        .map_err(|e| match e {
+            RequestBodyError::Malformed(e) => {
+                ApiError::bad_request(format!("the protobuf request body could not be read: {e}"))
+            }
+            RequestBodyError::TooLarge(limit) => ApiError::entity_too_large(format!(
+                "the protobuf body stands for more than {limit} bytes of JSON"
+            )),
         })
 }
 
