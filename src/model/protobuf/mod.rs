@@ -269,7 +269,7 @@ impl<'a> Envelope<'a> {
     /// Malformed protobuf anywhere in the object, or embedded JSON that is not JSON; JSON longer
     /// than `limit`.
     // Only the server reads request bodies.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    #[cfg(feature = "server")]
     pub fn encode_json_as_sent(&self, limit: usize) -> Result<Vec<u8>, RequestBodyError> {
         let mut out = Vec::with_capacity((self.raw.len() * 2 + 64).min(limit));
         let written = json::write_object_as_sent(
