@@ -265,6 +265,28 @@ mod tests {
         }
         assert!(RequestInfo::new("POST", "/api/v1/namespaces/a/pods", false).is_write());
         assert!(!RequestInfo::new("GET", "/api/v1/pods", false).is_write());
+        // Upstream's long-running requests: no in-flight permit, no request timeout.
+        for (method, path, watch) in [
+            ("GET", "/api/v1/pods", true),
+            ("POST", "/api/v1/namespaces/a/pods/p/exec", false),
+            ("GET", "/api/v1/namespaces/a/pods/p/log", false),
+            ("POST", "/api/v1/namespaces/a/pods/p/portforward", false),
+        ] {
+            assert!(
+                RequestInfo::new(method, path, watch).is_long_running(),
+                "{path}"
+            );
+        }
+        for path in [
+            "/api/v1/pods",
+            "/api/v1/namespaces/a/pods/p/status",
+            "/readyz",
+        ] {
+            assert!(
+                !RequestInfo::new("GET", path, false).is_long_running(),
+                "{path}"
+            );
+        }
     }
 
     #[test]
