@@ -25,7 +25,7 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use crate::server::admission::{self, Admission, Incoming};
+use crate::server::admission::{self, Incoming};
 use crate::server::conn::ConnInfo;
 use tracing::debug;
 
@@ -34,6 +34,7 @@ use crate::server::params;
 use crate::server::response::wants_gzip_value;
 use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
+use crate::server::watch::pump::WatchPump;
 use crate::server::watch::{self, Wire};
 
 /// Largest request head the fast path reads before giving the connection to hyper.
@@ -192,23 +193,19 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
     let mut rest = buf.split_off(req.head_len);
     drop(buf);
     rest.shrink_to_fit();
-    // Admission, the same as hyper's requests have in the gate (server/admission.rs): never
-    // bypassed. Taken: the header's bytes (a JWT is ~1 KiB) must not live as long as the watch.
+    // Taken: the header's bytes (a JWT is ~1 KiB) must not live as long as the watch.
     let authorization = req.authorization.take();
-    let began = std::time::Instant::now();
-    let mut adm = admission::admit(
-        st,
-        &Incoming {
-            method: "GET",
-            path: &req.path,
-            query: Some(&req.query),
-            authorization: authorization.as_deref(),
-            headers: None,
-            conn,
-        },
-    );
-    drop(authorization);
-    let outcome = serve_watch(tcp, st, &req.path, req.gzip, &mut adm, wire, began).await?;
+    // Boxed: admission and the watch's start (which may read etcd) are large futures needed
+    // once; the task of an idle watch then holds only the streaming state.
+    let Some(mut pump) =
+        Box::pin(admit_and_start(tcp, st, conn, &req, authorization, wire)).await?
+    else {
+        return Ok(FirstRequest::Served {
+            rest,
+            keep_alive: req.keep_alive,
+        });
+    };
+    let outcome = stream(tcp, &mut pump, req.gzip, wire).await?;
     rest.extend(outcome.received);
     Ok(FirstRequest::Served {
         rest,
@@ -223,57 +220,79 @@ struct Outcome {
     received: Vec<u8>,
 }
 
-async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
+/// Admits a watch (server/admission.rs, the same function hyper's requests pass in the gate:
+/// never bypassed) and starts it. A refusal, a path naming nothing and a start that fails are
+/// answered here (and audited): `None`.
+async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
     tcp: &mut S,
     st: &Arc<AppState>,
-    path: &str,
-    gzip: bool,
-    adm: &mut Admission,
+    conn: &ConnInfo,
+    req: &WatchRequest,
+    authorization: Option<Vec<u8>>,
     wire: Wire,
-    began: std::time::Instant,
-) -> std::io::Result<Outcome> {
-    let done = |clean, received| Ok(Outcome { clean, received });
-    let refused = async |tcp: &mut S, adm: &Admission, e: &ApiError| {
-        write_error(tcp, e).await?;
-        adm.audit(st, e.code(), began);
-        done(true, Vec::new())
-    };
-    // Refused before anything else, as upstream (a path naming nothing is 404 only to whom may
-    // watch it).
-    if let Err(e) = &adm.decision {
-        return refused(tcp, adm, e).await;
-    }
-    // A subresource (`/status`) is not watchable: 404, as for any path naming nothing.
-    let Some(target) = st.resolve(&segments(path)).filter(|t| !t.status) else {
-        return refused(tcp, adm, &ApiError::no_route(path)).await;
-    };
-    let user = adm.user.clone();
+) -> std::io::Result<Option<WatchPump>> {
+    let began = std::time::Instant::now();
+    let mut adm = admission::admit(
+        st,
+        &Incoming {
+            method: "GET",
+            path: &req.path,
+            query: Some(&req.query),
+            authorization: authorization.as_deref(),
+            headers: None,
+            conn,
+        },
+    );
+    drop(authorization);
+    let path = req.path.as_str();
     let read = adm.read.take();
     let started = async {
+        // Refused before anything else, as upstream (a path naming nothing is 404 only to whom
+        // may watch it).
+        adm.decision.clone()?;
+        // A subresource (`/status`) is not watchable: 404, as any path naming nothing.
+        let target = st
+            .resolve(&segments(path))
+            .filter(|t| !t.status)
+            .ok_or_else(|| ApiError::no_route(path))?;
         // The query admission parsed, authorized and (its first `watch=`) found a watch.
         let mut params = read.unwrap_or_else(|| Err(ApiError::no_route(path)))?;
         if let Some(n) = &target.name {
             params.watch_one(n);
         }
         let opts = params.watch_options(target.namespace.as_deref())?;
+        let user = adm.user.as_deref();
         watch::start(
             st,
             &target.served.cache,
             opts,
             params.timeout,
-            gzip,
+            req.gzip,
             wire,
             None,
-            user.as_deref(),
+            user,
         )
         .await
-    };
-    // Boxed: starting a watch (which may read etcd) is a large future needed once; the task of an
-    // idle watch then only holds the streaming state.
-    let mut pump = match Box::pin(started).await {
-        Ok(pump) => pump,
-        Err(e) => return refused(tcp, adm, &e).await,
-    };
+    }
+    .await;
+    match started {
+        Ok(pump) => Ok(Some(pump)),
+        Err(e) => {
+            write_error(tcp, &e).await?;
+            adm.audit(st, e.code(), began);
+            Ok(None)
+        }
+    }
+}
+
+/// Streams a started watch's chunks until it ends or the client goes away.
+async fn stream<S: AsyncRead + AsyncWrite + Unpin>(
+    tcp: &mut S,
+    pump: &mut WatchPump,
+    gzip: bool,
+    wire: Wire,
+) -> std::io::Result<Outcome> {
+    let done = |clean, received| Ok(Outcome { clean, received });
     write_head(tcp, gzip, wire).await?;
     let mut received = Vec::new();
     let mut probe = [0u8; 256];
