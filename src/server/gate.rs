@@ -1,4 +1,4 @@
-//! Every request hyper serves (all but `/livez`) passes here first: admission (`admission.rs`:
+//! Every request hyper serves (all but `/livez`) passes here first: admission (`filters.rs`:
 //! authentication, impersonation, authorization, the request parsed once), then, for a request
 //! that is not long-running, its body read whole and its `--max-requests-inflight` permit taken,
 //! all within `--request-timeout`, then the handler; the answer is audited when it is a write or a
@@ -19,8 +19,8 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::server::admission::{self, Admission, Incoming};
 use crate::server::conn::ConnInfo;
+use crate::server::filters::{self, Admission, Incoming};
 use crate::server::params::ReadParams;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
@@ -41,7 +41,7 @@ pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Ne
         .get::<Arc<ConnInfo>>()
         .cloned()
         .unwrap_or_default();
-    let mut adm = admission::admit(
+    let mut adm = filters::admit(
         &st,
         &Incoming {
             method: req.method().as_str(),

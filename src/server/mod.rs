@@ -27,7 +27,7 @@
 //! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
 //! | `proxy.rs`, `forward.rs` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
 //! | `auth/` | authentication, authorization (RBAC, Node), per-client limits, the audit log |
-//! | `admission.rs` | the one admission path of both transports: the request parsed once, authentication, impersonation, authorization; the in-flight permit and the audit line |
+//! | `filters.rs` | the request filters as upstream's handler chain, one function for both transports: the request parsed once, authentication, impersonation, authorization; the in-flight permit and the audit line |
 //! | `gate.rs` | every hyper request through admission, its body read and its in-flight permit taken within `--request-timeout` |
 //!
 //! # Examples
@@ -46,13 +46,13 @@
 //! # }
 //! ```
 
-mod admission;
 pub mod auth;
 mod blocking;
 mod config;
 pub(crate) mod conn;
 mod convert;
 mod discovery;
+mod filters;
 mod forward;
 mod gate;
 mod metrics;

@@ -25,8 +25,8 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use crate::server::admission::{self, Incoming};
 use crate::server::conn::ConnInfo;
+use crate::server::filters::{self, Incoming};
 use tracing::debug;
 
 use crate::server::negotiate::Format;
@@ -220,7 +220,7 @@ struct Outcome {
     received: Vec<u8>,
 }
 
-/// Admits a watch (server/admission.rs, the same function hyper's requests pass in the gate:
+/// Admits a watch (server/filters.rs, the same function hyper's requests pass in the gate:
 /// never bypassed) and starts it. A refusal, a path naming nothing and a start that fails are
 /// answered here (and audited): `None`.
 async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
@@ -232,7 +232,7 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
     wire: Wire,
 ) -> std::io::Result<Option<WatchPump>> {
     let began = std::time::Instant::now();
-    let mut adm = admission::admit(
+    let mut adm = filters::admit(
         st,
         &Incoming {
             method: "GET",
