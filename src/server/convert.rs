@@ -43,7 +43,7 @@ impl IncludeObject {
     /// 400 for a value other than None, Metadata or Object (upstream's message).
     pub fn from_query(query: Option<&str>) -> Result<IncludeObject, ApiError> {
         let mut out = IncludeObject::default();
-        for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        for (k, v) in crate::server::params::query_pairs(query) {
             if k == "includeObject" {
                 out = match &*v {
                     "None" => IncludeObject::None,

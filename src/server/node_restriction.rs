@@ -109,7 +109,7 @@ fn same(a: Option<&Value>, b: Option<&Value>) -> bool {
     norm(a) == norm(b)
 }
 
-fn arr<'a>(v: Option<&'a Value>) -> &'a [Value] {
+fn arr(v: Option<&Value>) -> &[Value] {
     v.and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 

@@ -166,12 +166,27 @@ impl ApiError {
         e
     }
 
-    /// 413 RequestEntityTooLarge.
-    pub fn too_large(what: &str, limit: usize) -> ApiError {
+    /// 413 RequestEntityTooLarge for a request body over `limit` bytes, with upstream's message.
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError::entity_too_large(format!("limit is {limit}"))
+    }
+
+    /// 413 RequestEntityTooLarge, as upstream's `NewRequestEntityTooLargeError` words it.
+    pub fn entity_too_large(message: impl std::fmt::Display) -> ApiError {
         ApiError::new(
             413,
             "RequestEntityTooLarge",
-            format!("{what} exceeds the limit of {limit} bytes"),
+            format!("Request entity too large: {message}"),
+        )
+    }
+
+    /// 504 Timeout: the request did not complete within `--request-timeout`, as upstream's
+    /// timeout filter answers (`NewTimeoutError`).
+    pub fn request_timeout() -> ApiError {
+        ApiError::new(
+            504,
+            "Timeout",
+            "Timeout: request did not complete within the allotted timeout",
         )
     }
 

@@ -54,6 +54,11 @@ fn write_failed(e: WriteError, def: &ResourceDef, name: &str) -> ApiError {
         WriteError::NotFound => not_found(def, name),
         WriteError::Conflict => ApiError::conflict(&def.plural, name),
         WriteError::Timeout => ApiError::new(504, "Timeout", "the upstream did not answer in time"),
+        // Not etcd's gRPC text: what is too large, and which limit.
+        WriteError::TooLarge => ApiError::entity_too_large(format!(
+            "{} \"{name}\" is larger than the storage takes in one write (etcd's --max-request-bytes, 1.5 MiB by default)",
+            def.plural
+        )),
         WriteError::Upstream(m) => internal(m),
     }
 }
@@ -497,6 +502,8 @@ pub async fn patch(
 ) -> Result<Written, ApiError> {
     let def = cache.definition();
     let key = def.key_for(namespace, name);
+    // Owned once: each attempt's patch is applied off the reactor.
+    let body = Bytes::copy_from_slice(body);
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -514,7 +521,9 @@ pub async fn patch(
                 Value::String(current.mod_revision.to_string()),
             );
         }
-        kind.apply(def, &mut target, body)?;
+        let target = kind
+            .apply_off_reactor(def.clone(), target, body.clone())
+            .await?;
         let patched = serde_json::to_vec(&target).map_err(internal)?;
         let mut obj = parse_object(def, &patched, namespace, Some(name))?;
         let warnings = check_fields(def, &mut obj, params.field_validation)?;

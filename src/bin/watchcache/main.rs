@@ -227,6 +227,10 @@ struct ServeArgs {
     /// Most non-watch requests in progress at once; more are answered 429 (0: no limit).
     #[arg(long, default_value_t = 400)]
     max_requests_inflight: usize,
+    /// How long a request other than a watch may take, reading its body included; past it the
+    /// answer is 504 Timeout (kube-apiserver's flag and default; a Go duration: `60s`, `1m0s`).
+    #[arg(long, default_value = "1m0s", value_name = "DURATION", value_parser = positive_duration)]
+    request_timeout: std::time::Duration,
     /// Most concurrent watches of one user; more are answered 429 (0: no limit). A quarter of
     /// --max-watchers: a DaemonSet's service account on 5000 nodes still fits.
     #[arg(long, default_value_t = 50_000)]
@@ -235,6 +239,15 @@ struct ServeArgs {
     /// the log, target watchcache::audit).
     #[arg(long, value_name = "FILE")]
     audit_log_path: Option<PathBuf>,
+}
+
+/// A duration flag (`60s`, `1m0s`, `1m 30s`), which must be above zero.
+fn positive_duration(s: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Err("must be above zero".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 impl ServeArgs {
@@ -433,6 +446,7 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         max_requests_inflight: args.max_requests_inflight,
         max_watches_per_user: args.max_watches_per_user,
         audit_log_path: args.audit_log_path.clone(),
+        request_timeout: args.request_timeout,
         ..ServerConfig::default()
     };
     if let Some(addr) = args.insecure_listen
@@ -601,6 +615,20 @@ mod tests {
             (a.max_requests_inflight, a.max_watches_per_user),
             (400, 50_000)
         );
+        assert_eq!(a.request_timeout, std::time::Duration::from_secs(60));
+        for (flag, secs) in [("90s", 90), ("1m0s", 60), ("2m30s", 150)] {
+            assert_eq!(
+                serve_args(&["--request-timeout", flag]).request_timeout,
+                std::time::Duration::from_secs(secs),
+                "{flag}"
+            );
+        }
+        for bad in ["0s", "soon", "-1s"] {
+            assert!(
+                Cli::try_parse_from(["watchcache", "serve", "--request-timeout", bad]).is_err(),
+                "{bad}"
+            );
+        }
         let dir = tempfile::tempdir().unwrap();
         let tokens = dir.path().join("tokens.csv");
         std::fs::write(&tokens, "t,alice,1,\"a,b\"\n").unwrap();

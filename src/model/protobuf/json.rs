@@ -64,6 +64,7 @@ pub(crate) fn write_object(
         stack: Vec::with_capacity(64),
         rv: Some(rv),
         rv_pos: None,
+        limit: usize::MAX,
     };
     let mut first = false;
     w.fields(msg, bytes, &mut first, 0)?;
@@ -75,7 +76,8 @@ pub(crate) fn write_object(
 }
 
 /// Writes the top-level object as [`write_object`] does, with the message's own
-/// `metadata.resourceVersion` (a request body's).
+/// `metadata.resourceVersion` (a request body's), stopping with an error once the output is
+/// longer than `limit`.
 #[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) fn write_object_as_sent(
     out: &mut Vec<u8>,
@@ -83,6 +85,7 @@ pub(crate) fn write_object_as_sent(
     kind: &str,
     msg: &'static Message,
     bytes: &[u8],
+    limit: usize,
 ) -> Result<(), String> {
     out.extend_from_slice(b"{\"kind\":");
     write_str(out, kind);
@@ -93,6 +96,7 @@ pub(crate) fn write_object_as_sent(
         stack: Vec::with_capacity(64),
         rv: None,
         rv_pos: None,
+        limit,
     };
     let mut first = false;
     w.fields(msg, bytes, &mut first, 0)?;
@@ -112,6 +116,7 @@ pub(crate) fn write_one_field(
         stack: Vec::new(),
         rv: None,
         rv_pos: None,
+        limit: usize::MAX,
     };
     push_entries(&mut w.stack, msg, bytes)?;
     let r = range_of(&w.stack, f.num);
@@ -143,9 +148,21 @@ struct Writer<'o, 'b> {
     /// The revision to write as the top-level `metadata.resourceVersion`.
     rv: Option<u64>,
     rv_pos: Option<(u32, u8)>,
+    /// The longest output wanted: past it, writing stops with an error (a request body's
+    /// 2 bytes of an empty repeated message stand for tens of bytes of JSON).
+    limit: usize,
 }
 
 impl<'b> Writer<'_, 'b> {
+    /// An error once the output is longer than the limit (the caller sees the length).
+    fn within_limit(&self) -> Result<(), String> {
+        if self.out.len() > self.limit {
+            Err(format!("the JSON is longer than {} bytes", self.limit))
+        } else {
+            Ok(())
+        }
+    }
+
     /// Writes the fields of a message (without braces), `,`-separated after `*first`. `depth` 1
     /// with `self.rv` set is the top-level metadata.
     fn fields(
@@ -158,6 +175,7 @@ impl<'b> Writer<'_, 'b> {
         if depth > 64 {
             return Err(format!("{}: nested too deeply", msg.name));
         }
+        self.within_limit()?;
         let start = self.stack.len();
         push_entries(&mut self.stack, msg, bytes)?;
         let end = self.stack.len();
@@ -244,6 +262,7 @@ impl<'b> Writer<'_, 'b> {
             Card::Rep => {
                 let mut any = false;
                 for i in r {
+                    self.within_limit()?;
                     let v = self.stack[i].1;
                     let out = &mut *self.out;
                     if !any {

@@ -45,7 +45,7 @@ pub(crate) use encode::{
     with_resource_version,
 };
 #[cfg(feature = "server")]
-pub(crate) use request::request_json;
+pub(crate) use request::{RequestBodyError, request_json};
 
 /// Whether kube-apiserver serves this kind in protobuf (a built-in kind with a message in the
 /// tables); custom resources are JSON only.
@@ -263,16 +263,28 @@ impl<'a> Envelope<'a> {
     }
 
     /// The JSON encoding with the object's own `metadata.resourceVersion` (a request body's:
-    /// an update's precondition).
+    /// an update's precondition), at most `limit` bytes of it.
     ///
     /// # Errors
-    /// Malformed protobuf anywhere in the object, or embedded JSON that is not JSON.
+    /// Malformed protobuf anywhere in the object, or embedded JSON that is not JSON; JSON longer
+    /// than `limit`.
     // Only the server reads request bodies.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub fn encode_json_as_sent(&self) -> Result<Vec<u8>, String> {
-        let mut out = Vec::with_capacity(self.raw.len() * 2 + 64);
-        json::write_object_as_sent(&mut out, self.api_version, self.kind, self.msg, self.raw)?;
-        Ok(out)
+    #[cfg(feature = "server")]
+    pub fn encode_json_as_sent(&self, limit: usize) -> Result<Vec<u8>, RequestBodyError> {
+        let mut out = Vec::with_capacity((self.raw.len() * 2 + 64).min(limit));
+        let written = json::write_object_as_sent(
+            &mut out,
+            self.api_version,
+            self.kind,
+            self.msg,
+            self.raw,
+            limit,
+        );
+        match written {
+            _ if out.len() > limit => Err(RequestBodyError::TooLarge(limit)),
+            Ok(()) => Ok(out),
+            Err(e) => Err(RequestBodyError::Malformed(e)),
+        }
     }
 
     /// The JSON encoding with `metadata.resourceVersion` = `rv`: the bytes, where the revision's

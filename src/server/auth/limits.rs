@@ -55,22 +55,26 @@ impl Limits {
         }
     }
 
-    /// A slot for one non-watch request.
+    /// A slot for one non-watch request. A `privileged` requester (`system:masters`) takes one
+    /// when one is free and is served without one when none is: upstream's limit always answers
+    /// its super-admins, so an operator can still act on a server that others saturate.
     ///
     /// # Errors
     /// 429 with Retry-After 1 when the limit is reached.
-    pub fn request(&self) -> Result<InflightPermit, ApiError> {
-        match &self.inflight {
-            None => Ok(InflightPermit(None)),
-            Some(s) => Arc::clone(s).try_acquire_owned().map(|p| InflightPermit(Some(p))).map_err(|_| {
-                ApiError::too_many(
-                    format!(
-                        "Too many requests, please try again later. (the limit of {} requests in flight is reached)",
-                        self.max_inflight
-                    ),
-                    1,
-                )
-            }),
+    pub fn request(&self, privileged: bool) -> Result<InflightPermit, ApiError> {
+        let Some(s) = &self.inflight else {
+            return Ok(InflightPermit(None));
+        };
+        match Arc::clone(s).try_acquire_owned() {
+            Ok(p) => Ok(InflightPermit(Some(p))),
+            Err(_) if privileged => Ok(InflightPermit(None)),
+            Err(_) => Err(ApiError::too_many(
+                format!(
+                    "Too many requests, please try again later. (the limit of {} requests in flight is reached)",
+                    self.max_inflight
+                ),
+                1,
+            )),
         }
     }
 
@@ -112,11 +116,12 @@ mod tests {
     #[test]
     fn per_user_watch_caps_and_inflight_slots_free_on_drop() {
         let l = Limits::new(1, 2);
-        let a = l.request().unwrap();
-        let e = l.request().unwrap_err();
+        let a = l.request(false).unwrap();
+        let e = l.request(false).unwrap_err();
         assert_eq!((e.code(), e.retry_after()), (429, Some(1)));
+        assert!(l.request(true).is_ok(), "system:masters is always answered");
         drop(a);
-        assert!(l.request().is_ok());
+        assert!(l.request(false).is_ok());
         let w1 = l.watch("u").unwrap();
         let _w2 = l.watch("u").unwrap();
         assert_eq!(l.watch("u").unwrap_err().code(), 429);
@@ -128,6 +133,6 @@ mod tests {
         assert!(l.watch("u").is_ok());
         let none = Limits::new(0, 0);
         assert!(none.watch("u").unwrap().is_none());
-        assert!(none.request().is_ok());
+        assert!(none.request(false).is_ok());
     }
 }

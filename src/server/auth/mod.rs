@@ -47,6 +47,7 @@ pub use node::{NodeAuthorizer, NodeCaches, RefSet};
 pub use rbac::{Objects as RbacObjects, PolicyRule, Rbac};
 pub use service_account::ServiceAccounts;
 pub use token_file::{TokenFile, TokenFileError};
+pub(crate) use user::MASTERS;
 pub use user::User;
 pub use x509::user_of as user_of_certificate;
 

@@ -73,6 +73,7 @@ fn upstream(e: RestError) -> WriteError {
     match e {
         RestError::Timeout(_) => WriteError::Timeout,
         RestError::Status { code: 504, .. } => WriteError::Timeout,
+        RestError::Status { code: 413, .. } => WriteError::TooLarge,
         other => WriteError::Upstream(other.to_string()),
     }
 }
@@ -241,6 +242,10 @@ mod tests {
         assert_eq!(
             refused(StatusCode::GATEWAY_TIMEOUT, b""),
             WriteError::Timeout
+        );
+        assert_eq!(
+            refused(StatusCode::PAYLOAD_TOO_LARGE, b""),
+            WriteError::TooLarge
         );
     }
 
