@@ -31,6 +31,8 @@ use serde::Deserialize;
 
 use crate::model::FieldPath;
 use crate::model::columns::{Computed, PrinterColumn, RawColumn};
+pub use crate::model::field_labels::FieldLabels;
+use crate::model::field_labels::RawFieldLabels;
 use crate::model::labels::validate_key as validate_label_key;
 
 /// Sizing of a resource's history window. Defaults follow upstream: start at 100 events and double
@@ -142,6 +144,9 @@ pub struct ResourceDef {
     /// Lists a strategic merge patch merges by key; `metadata.finalizers` and
     /// `metadata.ownerReferences` (by uid) are always included when strategic merge is on.
     pub merge_lists: Vec<MergeList>,
+    /// The field selectors accepted, as kube-apiserver's field label conversion for the kind;
+    /// `None` accepts any field path (a custom resource's definition may declare none).
+    pub field_labels: Option<FieldLabels>,
 }
 
 /// A definition file that could not be used: the file and what is wrong with it.
@@ -180,6 +185,8 @@ struct RawDef {
     strategic_merge_patch: bool,
     #[serde(default, rename = "merge_list")]
     merge_lists: Vec<MergeList>,
+    #[serde(default)]
+    field_selectors: Option<RawFieldLabels>,
 }
 
 #[derive(Deserialize)]
@@ -199,54 +206,96 @@ struct RawIndex {
     trigger: bool,
 }
 
-const BUILTINS: &[(&str, &str)] = &[
-    ("pods.toml", include_str!("../../indexers/pods.toml")),
-    ("nodes.toml", include_str!("../../indexers/nodes.toml")),
-    (
-        "namespaces.toml",
-        include_str!("../../indexers/namespaces.toml"),
-    ),
-    (
-        "services.toml",
-        include_str!("../../indexers/services.toml"),
-    ),
-    (
-        "endpointslices.toml",
-        include_str!("../../indexers/endpointslices.toml"),
-    ),
-    (
-        "configmaps.toml",
-        include_str!("../../indexers/configmaps.toml"),
-    ),
-    ("secrets.toml", include_str!("../../indexers/secrets.toml")),
-    ("leases.toml", include_str!("../../indexers/leases.toml")),
-    ("events.toml", include_str!("../../indexers/events.toml")),
-    ("roles.toml", include_str!("../../indexers/roles.toml")),
-    (
-        "clusterroles.toml",
-        include_str!("../../indexers/clusterroles.toml"),
-    ),
-    (
-        "rolebindings.toml",
-        include_str!("../../indexers/rolebindings.toml"),
-    ),
-    (
-        "clusterrolebindings.toml",
-        include_str!("../../indexers/clusterrolebindings.toml"),
-    ),
-    (
-        "widgets.example.com.toml",
-        include_str!("../../indexers/widgets.example.com.toml"),
-    ),
+/// The definitions compiled in: each file of `indexers/` (a unit test checks that none is left
+/// out).
+macro_rules! builtins {
+    ($($file:literal),* $(,)?) => {
+        &[$(($file, include_str!(concat!("../../indexers/", $file)))),*]
+    };
+}
+
+const BUILTINS: &[(&str, &str)] = builtins![
+    // core/v1
+    "configmaps.toml",
+    "endpoints.toml",
+    "events.toml",
+    "limitranges.toml",
+    "namespaces.toml",
+    "nodes.toml",
+    "persistentvolumeclaims.toml",
+    "persistentvolumes.toml",
+    "pods.toml",
+    "podtemplates.toml",
+    "replicationcontrollers.toml",
+    "resourcequotas.toml",
+    "secrets.toml",
+    "serviceaccounts.toml",
+    "services.toml",
+    // admissionregistration.k8s.io/v1
+    "mutatingwebhookconfigurations.admissionregistration.k8s.io.toml",
+    "validatingadmissionpolicies.admissionregistration.k8s.io.toml",
+    "validatingadmissionpolicybindings.admissionregistration.k8s.io.toml",
+    "validatingwebhookconfigurations.admissionregistration.k8s.io.toml",
+    // apiextensions.k8s.io/v1, apiregistration.k8s.io/v1
+    "customresourcedefinitions.apiextensions.k8s.io.toml",
+    "apiservices.apiregistration.k8s.io.toml",
+    // apps/v1
+    "controllerrevisions.apps.toml",
+    "daemonsets.apps.toml",
+    "deployments.apps.toml",
+    "replicasets.apps.toml",
+    "statefulsets.apps.toml",
+    // autoscaling/v2, batch/v1
+    "horizontalpodautoscalers.autoscaling.toml",
+    "cronjobs.batch.toml",
+    "jobs.batch.toml",
+    // certificates.k8s.io/v1, coordination.k8s.io/v1, discovery.k8s.io/v1, events.k8s.io/v1
+    "certificatesigningrequests.certificates.k8s.io.toml",
+    "leases.coordination.k8s.io.toml",
+    "endpointslices.discovery.k8s.io.toml",
+    "events.events.k8s.io.toml",
+    // flowcontrol.apiserver.k8s.io/v1
+    "flowschemas.flowcontrol.apiserver.k8s.io.toml",
+    "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io.toml",
+    // networking.k8s.io/v1
+    "ingressclasses.networking.k8s.io.toml",
+    "ingresses.networking.k8s.io.toml",
+    "ipaddresses.networking.k8s.io.toml",
+    "networkpolicies.networking.k8s.io.toml",
+    "servicecidrs.networking.k8s.io.toml",
+    // node.k8s.io/v1, policy/v1
+    "runtimeclasses.node.k8s.io.toml",
+    "poddisruptionbudgets.policy.toml",
+    // rbac.authorization.k8s.io/v1
+    "clusterrolebindings.rbac.authorization.k8s.io.toml",
+    "clusterroles.rbac.authorization.k8s.io.toml",
+    "rolebindings.rbac.authorization.k8s.io.toml",
+    "roles.rbac.authorization.k8s.io.toml",
+    // resource.k8s.io/v1
+    "deviceclasses.resource.k8s.io.toml",
+    "resourceclaims.resource.k8s.io.toml",
+    "resourceclaimtemplates.resource.k8s.io.toml",
+    "resourceslices.resource.k8s.io.toml",
+    // scheduling.k8s.io/v1
+    "priorityclasses.scheduling.k8s.io.toml",
+    // storage.k8s.io/v1
+    "csidrivers.storage.k8s.io.toml",
+    "csinodes.storage.k8s.io.toml",
+    "csistoragecapacities.storage.k8s.io.toml",
+    "storageclasses.storage.k8s.io.toml",
+    "volumeattachments.storage.k8s.io.toml",
+    "volumeattributesclasses.storage.k8s.io.toml",
+    // The example custom resource.
+    "widgets.example.com.toml",
 ];
 
 /// Most indexes one resource may declare; each costs memory per object and work per event.
 pub const MAX_INDEXES: usize = 32;
 
 impl ResourceDef {
-    /// The definitions compiled into the binary: pods, nodes, namespaces, services, endpointslices,
-    /// configmaps, secrets, leases, events, the four RBAC resources (roles, clusterroles,
-    /// rolebindings, clusterrolebindings) and the example custom resource `widgets.example.com`.
+    /// The definitions compiled into the binary: every resource kube-apiserver 1.35 stores in
+    /// etcd and serves by default (57, in their preferred stable version), and the example custom
+    /// resource `widgets.example.com`.
     pub fn builtins() -> Vec<ResourceDef> {
         BUILTINS
             .iter()
@@ -256,9 +305,14 @@ impl ResourceDef {
             .collect()
     }
 
-    /// The built-in definition for a plural name, e.g. `pods`.
-    pub fn builtin(plural: &str) -> Option<ResourceDef> {
-        Self::builtins().into_iter().find(|d| d.plural == plural)
+    /// The built-in definition for a resource name: a plural (`pods`, `deployments`: the first
+    /// built-in of that plural, the core group's first) or a plural qualified by its group
+    /// (`events.events.k8s.io`), as [`ResourceDef::resource_name`] writes it.
+    pub fn builtin(name: &str) -> Option<ResourceDef> {
+        let defs = Self::builtins();
+        let exact = defs.iter().position(|d| d.resource_name() == name);
+        let i = exact.or_else(|| defs.iter().position(|d| d.plural == name))?;
+        defs.into_iter().nth(i)
     }
 
     /// Loads every `*.toml` file of a directory, sorted by file name.
@@ -417,13 +471,14 @@ impl ResourceDef {
         }
         if columns.is_empty() {
             columns.push(PrinterColumn {
-                name: "AGE".into(),
+                name: "Age".into(),
                 type_: "date".into(),
                 format: String::new(),
-                description: "Time since the object was created".into(),
+                description: CREATION_TIMESTAMP_DOC.into(),
                 priority: 0,
                 json_path: Vec::new(),
                 computed: Some(Computed::Age),
+                missing: None,
             });
         }
         let mut merge_lists = raw.merge_lists;
@@ -448,7 +503,26 @@ impl ResourceDef {
                 }
             }
         }
+        let field_labels = raw
+            .field_selectors
+            .map(RawFieldLabels::compile)
+            .transpose()
+            .map_err(err)?;
+        if let Some(labels) = &field_labels {
+            // An index is there to answer selectors: one on a field no selector may name is a
+            // mistake (upstream answers 400 for it).
+            for ix in &indexes {
+                if let IndexKey::Field(p) = &ix.key
+                    && !labels.accepts(p.as_str())
+                {
+                    return Err(err(format!(
+                        "index {p}: not among field_selectors, so no selector could use it"
+                    )));
+                }
+            }
+        }
         Ok(ResourceDef {
+            field_labels,
             strategic_merge_patch: raw.strategic_merge_patch,
             merge_lists,
             singular,
@@ -464,6 +538,16 @@ impl ResourceDef {
             indexes,
             history,
         })
+    }
+
+    /// The resource's name as kubectl writes a group resource: `pods`, `deployments.apps`,
+    /// `events.events.k8s.io`. Unique among served resources.
+    pub fn resource_name(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
     }
 
     /// `group/version`, or just `version` for the core group.
@@ -499,6 +583,10 @@ impl ResourceDef {
         self
     }
 }
+
+/// `metav1.ObjectMeta`'s documentation of `creationTimestamp`: upstream's description of every
+/// AGE and Created At column.
+pub const CREATION_TIMESTAMP_DOC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
 
 fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
