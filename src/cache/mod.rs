@@ -37,6 +37,7 @@ mod upstream;
 mod watcher;
 mod wire;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -290,6 +291,7 @@ impl Cache {
     /// [`Error::ContinueExpired`] when the requested revision left the window,
     /// [`Error::TooLargeResourceVersion`], [`Error::NotReady`].
     pub async fn list(&self, opts: &ListOptions) -> Result<ObjectList> {
+        let selection = self.field_labels(&opts.selection)?;
         self.shared.check_ready()?;
         let continuing = opts.continue_token.is_some();
         let upstream = self.upstream_reads();
@@ -302,7 +304,7 @@ impl Cache {
             self.resource_version(),
         )?;
         let limit = opts.limit.filter(|l| *l > 0);
-        let pred = Predicate::compile(&self.shared.schema, &opts.selection);
+        let pred = Predicate::compile(&self.shared.schema, &selection);
         let expired = |requested: u64, e: Evicted| {
             if continuing {
                 Error::ContinueExpired {
@@ -474,6 +476,7 @@ impl Cache {
     /// [`Error::TooLargeResourceVersion`], [`Error::NotReady`]. Errors after the start arrive as
     /// the stream's last item.
     pub async fn watch(&self, opts: WatchOptions) -> Result<WatchStream> {
+        let selection = self.field_labels(&opts.selection)?;
         self.shared.check_ready()?;
         let upstream = self.upstream_reads();
         let plan = consistent::plan_watch(
@@ -482,7 +485,7 @@ impl Cache {
             upstream.is_some(),
         );
         let end_bookmark = opts.send_initial_events == Some(true);
-        let pred = Predicate::compile(&self.shared.schema, &opts.selection);
+        let pred = Predicate::compile(&self.shared.schema, &selection);
         let no_upstream = || Error::Upstream("no upstream to serve the read from".into());
         let (from, preloaded) = match plan {
             WatchPlan::UpstreamSnapshot => {
@@ -543,6 +546,26 @@ impl Cache {
     /// A snapshot of sizes and counters.
     pub fn stats(&self) -> CacheStats {
         self.shared.stats()
+    }
+
+    /// The selection as upstream's field label conversion leaves it: renamed labels (a pod's
+    /// `spec.host`) read their field, and a label the resource does not support is refused with
+    /// upstream's 400 message, before anything else is checked, as kube-apiserver does.
+    fn field_labels<'a>(&self, selection: &'a Selection) -> Result<Cow<'a, Selection>> {
+        let Some(labels) = &self.shared.schema.def.field_labels else {
+            return Ok(Cow::Borrowed(selection));
+        };
+        let reqs = selection.fields.requirements();
+        if reqs.iter().all(|r| labels.accepts(r.path().as_str())) {
+            return Ok(Cow::Borrowed(selection));
+        }
+        let fields = labels
+            .convert(&selection.fields)
+            .map_err(Error::BadRequest)?;
+        Ok(Cow::Owned(Selection {
+            fields,
+            ..selection.clone()
+        }))
     }
 
     /// Whether `obj` passes `selection`, compiled against this resource.

@@ -8,6 +8,7 @@
 //! on it.
 
 pub mod columns;
+mod crd_storage;
 pub mod definition;
 mod event_type;
 pub(crate) mod field_labels;

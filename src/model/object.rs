@@ -159,6 +159,10 @@ impl Object {
         }
         let text = std::str::from_utf8(value).map_err(|e| fail(format!("not UTF-8: {e}")))?;
         let top = members(text).map_err(|e| fail(format!("not a JSON object: {e}")))?;
+        // A built-in kind kube-apiserver stores as another version (or kind): read as served.
+        if let Some(converted) = Object::stored_json_as_served(schema, &top, text).map_err(&fail)? {
+            return Object::decode(schema, key, &converted, rv);
+        }
         check_servable(text).map_err(fail)?;
         let meta_raw = find(&top, "metadata").ok_or_else(|| fail("no metadata".into()))?;
         let meta =
@@ -212,14 +216,15 @@ impl Object {
         let fields = schema
             .fields
             .iter()
-            .map(|p| {
-                field_in_members(&top, p)
-                    .unwrap_or_default()
-                    .into_boxed_str()
-            })
+            .enumerate()
+            .map(|(i, p)| schema.field_value(i, field_in_members(&top, p)))
             .collect();
 
-        let (json, rv_at, rv_len) = encode(&top, &meta, rv);
+        // A built-in kind kube-apiserver stores as JSON keeps its Go member order, and its
+        // resourceVersion goes where Go writes it (after uid); anything else gets it last.
+        let go_order = crate::model::protobuf::stored::JSON_STORED
+            .contains(&(def.api_version().as_str(), def.kind.as_str()));
+        let (json, rv_at, rv_len) = encode(&top, &meta, rv, go_order);
         let prefix_len = def.prefix.len() as u32;
         let (ns, name_at) = if def.namespaced {
             let ns_end = prefix_len + namespace.len() as u32;
@@ -245,6 +250,52 @@ impl Object {
         })))
     }
 
+    /// A JSON value of a built-in kind stored as another type, as the served kind would have
+    /// stored it: a v1beta1 CustomResourceDefinition as v1 JSON; JSON of a type a protobuf rule
+    /// reads (a core v1 Event for events.k8s.io) as its served protobuf. `None` for anything else
+    /// (read as it is).
+    fn stored_json_as_served(
+        schema: &Schema,
+        top: &Members<'_>,
+        text: &str,
+    ) -> Result<Option<Vec<u8>>, String> {
+        let def = &schema.def;
+        let member =
+            |k: &str| find(top, k).and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+        let (Some(av), Some(kind)) = (member("apiVersion"), member("kind")) else {
+            return Ok(None);
+        };
+        let want = def.api_version();
+        if kind == def.kind && av == want {
+            // A kind kube-apiserver stores as JSON (APIService) is read through its Go type,
+            // as kube-apiserver reads it: its protobuf message gives Go's member order and
+            // omissions.
+            let json_stored = crate::model::protobuf::stored::JSON_STORED
+                .contains(&(want.as_str(), def.kind.as_str()));
+            if json_stored && def.has_protobuf() {
+                let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+                return crate::model::protobuf::encode_json(&v).map(Some);
+            }
+            return Ok(None);
+        }
+        if (want.as_str(), def.kind.as_str())
+            == ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+            && av == crate::model::crd_storage::V1BETA1
+            && kind == def.kind
+        {
+            return crate::model::crd_storage::v1beta1_to_v1(text).map(Some);
+        }
+        if crate::model::protobuf::stored::rule((&want, &def.kind), (&av, &kind)).is_none() {
+            return Ok(None);
+        }
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let pb = crate::model::protobuf::encode_json(&v)?;
+        let raw = crate::model::protobuf::raw_range(&pb)
+            .and_then(|r| pb.get(r))
+            .ok_or("an envelope without its message")?;
+        crate::model::protobuf::stored::read_as_served((&want, &def.kind), (&av, &kind), raw)
+    }
+
     /// Decodes kube-apiserver's protobuf storage encoding (`k8s\0` + `runtime.Unknown`): name,
     /// namespace, labels and declared fields are read from the message's bytes, and the JSON
     /// encoding is kube-apiserver's for the same object (see `model/protobuf`).
@@ -267,10 +318,21 @@ impl Object {
             Cow::Owned(format!("{}/{}", def.group, def.version))
         };
         if env.kind != def.kind || env.api_version != want_av {
-            return Err(fail(format!(
-                "protobuf envelope holds {} {}, not this resource's {want_av} {}",
-                env.api_version, env.kind, def.kind
-            )));
+            // Stored as another type kube-apiserver serves this resource from (an events.k8s.io
+            // Event stored as a core Event, a VolumeAttributesClass in v1beta1): read as served.
+            return match crate::model::protobuf::stored::read_as_served(
+                (&want_av, &def.kind),
+                (env.api_version, env.kind),
+                env.raw,
+            )
+            .map_err(&fail)?
+            {
+                Some(served) => Object::decode_protobuf(schema, key, &served, rv),
+                None => Err(fail(format!(
+                    "protobuf envelope holds {} {}, not this resource's {want_av} {}",
+                    env.api_version, env.kind, def.kind
+                ))),
+            };
         }
         let meta = env.meta().map_err(&fail)?;
         if meta.name.is_empty() {
@@ -280,7 +342,8 @@ impl Object {
         let fields = schema
             .fields
             .iter()
-            .map(|p| env.field(p).map(|v| v.unwrap_or_default().into_boxed_str()))
+            .enumerate()
+            .map(|(i, p)| env.field(p).map(|v| schema.field_value(i, v)))
             .collect::<Result<_, _>>()
             .map_err(&fail)?;
         env.validate().map_err(&fail)?;
@@ -713,7 +776,7 @@ fn key_layout(
     })
 }
 
-type Members<'a> = Vec<(Cow<'a, str>, &'a RawValue)>;
+pub(crate) type Members<'a> = Vec<(Cow<'a, str>, &'a RawValue)>;
 
 fn find<'a>(m: &Members<'a>, key: &str) -> Option<&'a RawValue> {
     m.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
@@ -743,7 +806,7 @@ fn field_in_members(top: &Members<'_>, path: &FieldPath) -> Option<String> {
 }
 
 /// The members of a JSON object, in order, values left raw. Later duplicates replace earlier ones.
-fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
+pub(crate) fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
     struct V;
     impl<'de> Visitor<'de> for V {
         type Value = Members<'de>;
@@ -906,7 +969,7 @@ fn hex4(b: &[u8], at: usize) -> Option<u16> {
 
 /// Writes the object compactly with `metadata.resourceVersion` = `rv` as the last metadata member.
 /// Returns the bytes and where the revision's digits are.
-fn encode(top: &Members<'_>, meta: &Members<'_>, rv: u64) -> (Bytes, u32, u8) {
+fn encode(top: &Members<'_>, meta: &Members<'_>, rv: u64, go_order: bool) -> (Bytes, u32, u8) {
     let size: usize = top
         .iter()
         .map(|(k, v)| k.len() + v.get().len() + 4)
@@ -923,25 +986,48 @@ fn encode(top: &Members<'_>, meta: &Members<'_>, rv: u64) -> (Bytes, u32, u8) {
         write_key(&mut out, k);
         if k == "metadata" {
             out.push(b'{');
+            let rest: Vec<_> = meta
+                .iter()
+                .filter(|(mk, _)| mk != "resourceVersion")
+                .collect();
+            // ObjectMeta's members before resourceVersion, in Go's order.
+            let before = if go_order {
+                rest.iter()
+                    .take_while(|(mk, _)| {
+                        matches!(
+                            &**mk,
+                            "name" | "generateName" | "namespace" | "selfLink" | "uid"
+                        )
+                    })
+                    .count()
+            } else {
+                rest.len()
+            };
             let mut first = true;
-            for (mk, mv) in meta.iter().filter(|(mk, _)| mk != "resourceVersion") {
+            let mut member = |out: &mut Vec<u8>, mk: &str, mv: &str| {
                 if !first {
                     out.push(b',');
                 }
                 first = false;
-                write_key(&mut out, mk);
-                write_compact(&mut out, mv.get());
+                write_key(out, mk);
+                write_compact(out, mv);
+            };
+            for (mk, mv) in rest.iter().take(before) {
+                member(&mut out, mk, mv.get());
             }
-            if !first {
-                out.push(b',');
-            }
-            out.extend_from_slice(b"\"resourceVersion\":\"");
-            rv_at = out.len() as u32;
             let mut digits = itoa::Buffer::new();
             let d = digits.format(rv);
+            member(&mut out, "resourceVersion", "\"\"");
+            // The digits go between the quotes just written.
+            out.pop();
+            rv_at = out.len() as u32;
             rv_len = d.len() as u8;
             out.extend_from_slice(d.as_bytes());
-            out.extend_from_slice(b"\"}");
+            out.push(b'"');
+            for (mk, mv) in rest.iter().skip(before) {
+                member(&mut out, mk, mv.get());
+            }
+            out.push(b'}');
         } else {
             write_compact(&mut out, v.get());
         }

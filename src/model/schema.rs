@@ -23,6 +23,9 @@ pub(crate) struct Schema {
     pub def: ResourceDef,
     /// Declared field indexes, in slot order; every object carries their values.
     pub fields: Vec<FieldPath>,
+    /// What each declared field reads when the object leaves it out (upstream's field set gives
+    /// some fields Go's zero value: a node's `spec.unschedulable` is `false`); empty otherwise.
+    pub field_defaults: Vec<Box<str>>,
     /// Declared label indexes, in slot order.
     pub labels: Vec<String>,
     /// Attributes with a store index (bitmap per value), in store index order.
@@ -68,13 +71,38 @@ impl Schema {
         if def.namespaced {
             triggers.push(Attr::Namespace);
         }
+        let field_defaults = fields
+            .iter()
+            .map(|p| {
+                def.field_labels
+                    .as_ref()
+                    .and_then(|l| l.default_of(p.as_str()))
+                    .unwrap_or_default()
+                    .into()
+            })
+            .collect();
         Schema {
             def,
             fields,
+            field_defaults,
             labels,
             indexed,
             triggers,
         }
+    }
+
+    /// The value an object carries for declared field `i`, read as `value`: upstream's default
+    /// when the object leaves the field out (or empty).
+    pub fn field_value(&self, i: usize, value: Option<String>) -> Box<str> {
+        match value {
+            Some(v) if !v.is_empty() => v.into_boxed_str(),
+            _ => self.field_defaults.get(i).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// What an undeclared field reads when the object leaves it out: upstream's default, if any.
+    pub fn default_of(&self, path: &str) -> Option<&str> {
+        self.def.field_labels.as_ref()?.default_of(path)
     }
 
     /// The attribute that answers a field path, if the object carries it pre-extracted.

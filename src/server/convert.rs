@@ -429,7 +429,7 @@ mod tests {
             .collect();
         assert_eq!(
             &names[..7],
-            ["Name", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
+            ["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node"]
         );
         let cells = &t["rows"][0]["cells"];
         assert_eq!(cells[0], "web");

@@ -84,6 +84,7 @@ fn value_schema(kind: Kind, dialect: Dialect, out: &mut BTreeMap<String, Value>)
                 "anyOf": [{"type": "integer"}, {"type": "string"}]}),
         },
         Kind::Raw => json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        Kind::StrList => json!({"type": "array", "items": {"type": "string"}}),
         Kind::Msg(i) => {
             let m = message(i);
             let name = message_schema_name(m);

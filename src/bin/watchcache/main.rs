@@ -153,7 +153,8 @@ struct ServeArgs {
     /// resource's first provider. KMS providers are refused.
     #[arg(long, value_name = "FILE")]
     encryption_provider_config: Option<PathBuf>,
-    /// Serve only these resources (plural names, comma-separated); default: every definition.
+    /// Serve only these resources (comma-separated): a plural names that resource in every group
+    /// (`events`), `plural.group` one (`deployments.apps`); default: every definition.
     #[arg(long, value_delimiter = ',', value_name = "PLURAL")]
     resources: Vec<String>,
     /// PEM CA bundle that verifies etcd's serving certificate (for https:// etcd URLs).
@@ -337,14 +338,17 @@ fn definitions(dir: Option<&PathBuf>) -> Result<Vec<ResourceDef>, watchcache::De
 async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut defs = definitions(args.indexers.as_ref())?;
     if !args.resources.is_empty() {
+        // A plural names the resources of that plural in every group (`events`: both event
+        // APIs); `plural.group` names one (`events.events.k8s.io`).
+        let named = |d: &ResourceDef, r: &String| d.plural == *r || d.resource_name() == *r;
         if let Some(unknown) = args
             .resources
             .iter()
-            .find(|r| !defs.iter().any(|d| &d.plural == *r))
+            .find(|r| !defs.iter().any(|d| named(d, r)))
         {
             return Err(format!("--resources: no definition for \"{unknown}\"").into());
         }
-        defs.retain(|d| args.resources.contains(&d.plural));
+        defs.retain(|d| args.resources.iter().any(|r| named(d, r)));
     }
     // Before anything starts: a bad or KMS configuration is a start-up error.
     let encryption = args

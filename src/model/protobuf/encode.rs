@@ -228,8 +228,8 @@ fn write_zero(out: &mut Vec<u8>, f: &Field, depth: u32) -> Result<(), String> {
             Ok(())
         })
         .unwrap_or(()),
-        // A nil raw inside an empty message.
-        Kind::Raw => put_len(out, f.num, b""),
+        // A nil raw inside an empty message; a nil string list, an empty wrapper.
+        Kind::Raw | Kind::StrList => put_len(out, f.num, b""),
     }
     Ok(())
 }
@@ -330,6 +330,15 @@ fn write_value(
                 Ok(())
             })
             .unwrap_or(());
+        }
+        Kind::StrList => {
+            let items = v.as_array().ok_or("expected an array of strings")?;
+            nested(out, num, |out| {
+                for item in items {
+                    put_len(out, 1, text(item)?.as_bytes());
+                }
+                Ok::<(), String>(())
+            })?;
         }
         Kind::Raw => {
             let json = serde_json::to_vec(v).map_err(|e| e.to_string())?;

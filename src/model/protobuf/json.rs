@@ -337,7 +337,8 @@ impl<'b> Writer<'_, 'b> {
                         | Kind::MicroTime
                         | Kind::Quantity
                         | Kind::IntOrString
-                        | Kind::Raw,
+                        | Kind::Raw
+                        | Kind::StrList,
                     ) => false,
                     (_, _) => is_zero(msg, f, f.kind, v)?,
                 };
@@ -396,7 +397,7 @@ fn is_zero(msg: &Message, f: &Field, kind: Kind, v: Option<Value<'_>>) -> Result
             s == GO_ZERO_UNIX && (kind == Kind::Time || n / 1000 == 0) || b.is_empty()
         }
         (Kind::Msg(m), Value::Len(b)) => message_is_zero(message(m), b)?,
-        (Kind::Quantity | Kind::IntOrString | Kind::Raw, Value::Len(b)) => {
+        (Kind::Quantity | Kind::IntOrString | Kind::Raw | Kind::StrList, Value::Len(b)) => {
             message_is_zero(&ANY, b)?
         }
         _ => return Err(wire_type(msg, f)),
@@ -603,9 +604,25 @@ fn validate_value(msg: &Message, f: &Field, v: Value<'_>, depth: u32) -> Result<
         (Kind::Raw, Value::Len(b)) => {
             raw_json(msg, f, b)?;
         }
+        (Kind::StrList, Value::Len(b)) => {
+            str_list(msg, f, b)?;
+        }
         _ => return Err(wire_type(msg, f)),
     }
     Ok(())
+}
+
+/// The items of a wrapped string list (`ExtraValue`): field 1, repeated.
+fn str_list<'b>(msg: &Message, f: &Field, b: &'b [u8]) -> Result<Vec<&'b [u8]>, String> {
+    let mut items = Vec::new();
+    for e in Fields::new(b) {
+        match e.map_err(|e| format!("{}.{}: {e}", msg.name, f.json))? {
+            (1, Value::Len(x)) => items.push(x),
+            (1, _) => return Err(wire_type(msg, f)),
+            _ => {}
+        }
+    }
+    Ok(items)
 }
 
 /// Writes one value of `kind` (`None`: an absent value field, i.e. Go's zero value).
@@ -663,6 +680,22 @@ fn write_value(
             Err(int) => out.extend_from_slice(itoa::Buffer::new().format(int).as_bytes()),
             Ok(text) => write_str(out, &String::from_utf8_lossy(text)),
         },
+        (Kind::StrList, None) => out.extend_from_slice(b"null"),
+        (Kind::StrList, Some(Value::Len(b))) => {
+            let items = str_list(msg, f, b)?;
+            if items.is_empty() {
+                out.extend_from_slice(b"null");
+            } else {
+                out.push(b'[');
+                for (i, item) in items.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_str(out, &String::from_utf8_lossy(item));
+                }
+                out.push(b']');
+            }
+        }
         (Kind::Raw, None) => out.extend_from_slice(b"null"),
         (Kind::Raw, Some(Value::Len(b))) => match raw_json(msg, f, b)? {
             None => out.extend_from_slice(b"null"),

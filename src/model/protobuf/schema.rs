@@ -26,6 +26,9 @@ pub(crate) enum Kind {
     IntOrString,
     /// `runtime.RawExtension` and `metav1.FieldsV1`: JSON bytes written as they are.
     Raw,
+    /// A named `[]string` as a map value (certificates' `ExtraValue`): protobuf wraps it in a
+    /// message {repeated string items = 1}; JSON is the bare list, `null` when empty (nil).
+    StrList,
 }
 
 /// How many values a field holds and how Go declares it.

@@ -119,7 +119,7 @@ pub enum ApiServerError {
         /// What went wrong.
         message: String,
     },
-    /// Two definitions have the same plural name.
+    /// Two definitions have the same resource name (plural and group).
     #[error("resource {0} is defined twice")]
     Duplicate(String),
     /// A setting is out of range.
@@ -196,7 +196,7 @@ impl ApiServerCaches {
         let mut tasks = Vec::new();
         let mut all_defs = Vec::new();
         for def in defs {
-            let name = def.plural.clone();
+            let name = def.resource_name();
             if caches.contains_key(&name) {
                 return Err(ApiServerError::Duplicate(name));
             }
@@ -236,12 +236,13 @@ impl ApiServerCaches {
         })
     }
 
-    /// The cache of a resource, by plural name.
+    /// The cache of a resource, by its name: the plural for the core group (`pods`), else
+    /// `plural.group` (`deployments.apps`), as [`ResourceDef::resource_name`] writes it.
     pub fn cache(&self, plural: &str) -> Option<&Cache> {
         self.caches.get(plural)
     }
 
-    /// Every cache, by plural name.
+    /// Every cache, by resource name.
     pub fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
         self.caches.iter().map(|(k, v)| (k.as_str(), v))
     }
