@@ -366,7 +366,9 @@ impl PrinterColumn {
     /// booleans, where upstream leaves the cell empty (null).
     pub fn cell(&self, obj: &Value, now: SystemTime) -> Value {
         use crate::model::printers as p;
-        let at_path = at(obj, &self.json_path).filter(|v| !v.is_null());
+        // Absent, null, or (where the column says what upstream shows for none) empty.
+        let at_path = at(obj, &self.json_path)
+            .filter(|v| !v.is_null() && !(self.missing.is_some() && v.as_str() == Some("")));
         let missing = |default: &str| {
             self.missing
                 .clone()

@@ -75,10 +75,13 @@ pub(crate) fn partial_metadata(obj: &Value, v: MetaVersion) -> Value {
 const NAME_DOC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
 
 /// Whether the Table starts with the implicit NAME column: unless the definition declares its own
-/// (a column of format `name`, as the StorageClass printer's NAME with `(default)`, or an event's
-/// NAME among the wide columns).
+/// (a column `Name` of format `name`, as the StorageClass printer's NAME with `(default)`, or an
+/// event's NAME among the wide columns).
 fn implicit_name(def: &ResourceDef) -> bool {
-    !def.columns.iter().any(|c| c.format == "name")
+    !def
+        .columns
+        .iter()
+        .any(|c| c.format == "name" && c.name == "Name")
 }
 
 /// The Table's column definitions: NAME (unless declared), then the definition's columns.
