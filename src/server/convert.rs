@@ -78,8 +78,7 @@ const NAME_DOC: &str = "Name must be unique within a namespace. Is required when
 /// (a column `Name` of format `name`, as the StorageClass printer's NAME with `(default)`, or an
 /// event's NAME among the wide columns).
 fn implicit_name(def: &ResourceDef) -> bool {
-    !def
-        .columns
+    !def.columns
         .iter()
         .any(|c| c.format == "name" && c.name == "Name")
 }
