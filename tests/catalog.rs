@@ -336,6 +336,10 @@ async fn field_selectors_are_kube_apiservers() {
             vec!["ev2"],
         ),
         (
+            "/api/v1/namespaces/demo/events?fieldSelector=source%3Dkubelet",
+            vec!["ev1"],
+        ),
+        (
             "/apis/certificates.k8s.io/v1/certificatesigningrequests?fieldSelector=spec.signerName%3Dexample.com/signer",
             vec!["csr1"],
         ),
