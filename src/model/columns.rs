@@ -367,8 +367,8 @@ impl PrinterColumn {
     pub fn cell(&self, obj: &Value, now: SystemTime) -> Value {
         use crate::model::printers as p;
         // Absent, null, or (where the column says what upstream shows for none) empty.
-        let at_path = at(obj, &self.json_path)
-            .filter(|v| !v.is_null() && !(self.missing.is_some() && v.as_str() == Some("")));
+        let empty = |v: &Value| v.is_null() || (self.missing.is_some() && v.as_str() == Some(""));
+        let at_path = at(obj, &self.json_path).filter(|v| !empty(v));
         let missing = |default: &str| {
             self.missing
                 .clone()

@@ -13,7 +13,7 @@
 
 use serde_json::value::RawValue;
 
-use crate::model::object::{Members, members};
+use crate::model::members::{Members, members};
 
 /// The stored `apiVersion` this module reads.
 pub(crate) const V1BETA1: &str = "apiextensions.k8s.io/v1beta1";

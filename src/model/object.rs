@@ -28,11 +28,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use serde::de::{self, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::model::field_memo::FieldMemo;
 use crate::model::field_path::{self, FieldPath};
+use crate::model::members::{Members, find, members};
 use crate::model::{Attr, EventType, Schema};
 
 /// One cached object: cheap to clone (an `Arc`), immutable, `Send + Sync`.
@@ -776,12 +776,6 @@ fn key_layout(
     })
 }
 
-pub(crate) type Members<'a> = Vec<(Cow<'a, str>, &'a RawValue)>;
-
-fn find<'a>(m: &Members<'a>, key: &str) -> Option<&'a RawValue> {
-    m.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
-}
-
 fn string_member<'a>(m: &Members<'a>, key: &str) -> Result<Option<String>, String> {
     match find(m, key) {
         None => Ok(None),
@@ -803,68 +797,6 @@ fn field_in_members(top: &Members<'_>, path: &FieldPath) -> Option<String> {
         }
     }
     field_path::scalar_text(cur)
-}
-
-/// The members of a JSON object, in order, values left raw. Later duplicates replace earlier ones.
-pub(crate) fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
-    struct V;
-    impl<'de> Visitor<'de> for V {
-        type Value = Members<'de>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut out: Members<'de> = Vec::new();
-            while let Some(k) = map.next_key::<Cow<'de, str>>()? {
-                let v: &'de RawValue = map.next_value()?;
-                out.push((k, v));
-            }
-            Ok(dedup_last_wins(out))
-        }
-    }
-    let mut de = serde_json::Deserializer::from_str(text);
-    let m = de::Deserializer::deserialize_map(&mut de, V)?;
-    de.end()?;
-    Ok(m)
-}
-
-/// Drops every member that a later member of the same name replaces, keeping the survivors in the
-/// position of their last occurrence. Linear: a body of 100 000 members must not cost 100 000²
-/// comparisons (issue 9, item 1); small objects, the common case, skip the hash map.
-fn dedup_last_wins(mut m: Members<'_>) -> Members<'_> {
-    const SMALL: usize = 16;
-    if m.len() <= SMALL {
-        let mut i = 0;
-        while let Some((key, _)) = m.get(i) {
-            let replaced = m.iter().skip(i + 1).any(|(k, _)| k == key);
-            if replaced {
-                m.remove(i);
-            } else {
-                i += 1;
-            }
-        }
-        return m;
-    }
-    let keep: Vec<bool> = {
-        let mut last: hashbrown::HashMap<&str, usize> = hashbrown::HashMap::with_capacity(m.len());
-        for (i, (k, _)) in m.iter().enumerate() {
-            last.insert(k, i);
-        }
-        if last.len() == m.len() {
-            Vec::new()
-        } else {
-            m.iter()
-                .enumerate()
-                .map(|(i, (k, _))| last.get(&**k) == Some(&i))
-                .collect()
-        }
-    };
-    if keep.is_empty() {
-        return m;
-    }
-    let mut flags = keep.into_iter();
-    m.retain(|_| flags.next().unwrap_or(false));
-    m
 }
 
 /// Deepest nesting of objects and arrays a cached object may have. serde_json (so kube-rs) refuses
