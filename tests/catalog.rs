@@ -169,7 +169,8 @@ async fn seeded() -> (TestServer, Vec<(String, String, String, u64)>) {
         let f: Vec<&str> = line.split_whitespace().collect();
         let rev = put_rev(&mut etcd, f[1], data(&format!("{}.etcd.bin", f[0]))).await;
         let obj = json_data(&format!("{}.json", f[0]));
-        let path = object_path(f[0], &obj);
+        // `NAME-more` is another object of resource NAME.
+        let path = object_path(f[0].split('-').next().unwrap_or_default(), &obj);
         objects.push((f[0].to_owned(), f[1].to_owned(), path, rev));
     }
     (s, objects)

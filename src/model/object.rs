@@ -220,11 +220,7 @@ impl Object {
             .map(|(i, p)| schema.field_value(i, field_in_members(&top, p)))
             .collect();
 
-        // A built-in kind kube-apiserver stores as JSON keeps its Go member order, and its
-        // resourceVersion goes where Go writes it (after uid); anything else gets it last.
-        let go_order = crate::model::protobuf::stored::JSON_STORED
-            .contains(&(def.api_version().as_str(), def.kind.as_str()));
-        let (json, rv_at, rv_len) = encode(&top, &meta, rv, go_order);
+        let (json, rv_at, rv_len) = encode(&top, &meta, rv);
         let prefix_len = def.prefix.len() as u32;
         let (ns, name_at) = if def.namespaced {
             let ns_end = prefix_len + namespace.len() as u32;
@@ -259,6 +255,9 @@ impl Object {
         top: &Members<'_>,
         text: &str,
     ) -> Result<Option<Vec<u8>>, String> {
+        if !schema.stored_otherwise {
+            return Ok(None);
+        }
         let def = &schema.def;
         let member =
             |k: &str| find(top, k).and_then(|v| serde_json::from_str::<String>(v.get()).ok());
@@ -901,7 +900,7 @@ fn hex4(b: &[u8], at: usize) -> Option<u16> {
 
 /// Writes the object compactly with `metadata.resourceVersion` = `rv` as the last metadata member.
 /// Returns the bytes and where the revision's digits are.
-fn encode(top: &Members<'_>, meta: &Members<'_>, rv: u64, go_order: bool) -> (Bytes, u32, u8) {
+fn encode(top: &Members<'_>, meta: &Members<'_>, rv: u64) -> (Bytes, u32, u8) {
     let size: usize = top
         .iter()
         .map(|(k, v)| k.len() + v.get().len() + 4)
@@ -918,48 +917,25 @@ fn encode(top: &Members<'_>, meta: &Members<'_>, rv: u64, go_order: bool) -> (By
         write_key(&mut out, k);
         if k == "metadata" {
             out.push(b'{');
-            let rest: Vec<_> = meta
-                .iter()
-                .filter(|(mk, _)| mk != "resourceVersion")
-                .collect();
-            // ObjectMeta's members before resourceVersion, in Go's order.
-            let before = if go_order {
-                rest.iter()
-                    .take_while(|(mk, _)| {
-                        matches!(
-                            &**mk,
-                            "name" | "generateName" | "namespace" | "selfLink" | "uid"
-                        )
-                    })
-                    .count()
-            } else {
-                rest.len()
-            };
             let mut first = true;
-            let mut member = |out: &mut Vec<u8>, mk: &str, mv: &str| {
+            for (mk, mv) in meta.iter().filter(|(mk, _)| mk != "resourceVersion") {
                 if !first {
                     out.push(b',');
                 }
                 first = false;
-                write_key(out, mk);
-                write_compact(out, mv);
-            };
-            for (mk, mv) in rest.iter().take(before) {
-                member(&mut out, mk, mv.get());
+                write_key(&mut out, mk);
+                write_compact(&mut out, mv.get());
             }
+            if !first {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"resourceVersion\":\"");
+            rv_at = out.len() as u32;
             let mut digits = itoa::Buffer::new();
             let d = digits.format(rv);
-            member(&mut out, "resourceVersion", "\"\"");
-            // The digits go between the quotes just written.
-            out.pop();
-            rv_at = out.len() as u32;
             rv_len = d.len() as u8;
             out.extend_from_slice(d.as_bytes());
-            out.push(b'"');
-            for (mk, mv) in rest.iter().skip(before) {
-                member(&mut out, mk, mv.get());
-            }
-            out.push(b'}');
+            out.extend_from_slice(b"\"}");
         } else {
             write_compact(&mut out, v.get());
         }

@@ -32,6 +32,10 @@ pub(crate) struct Schema {
     pub indexed: Vec<Attr>,
     /// Attributes that route watchers, in order of preference (most selective first).
     pub triggers: Vec<Attr>,
+    /// Whether kube-apiserver stores this kind as another type or as JSON read through its Go
+    /// type (`model/protobuf/stored.rs`, `model/crd_storage.rs`): only then does ingest look at
+    /// a JSON value's apiVersion and kind.
+    pub stored_otherwise: bool,
 }
 
 impl Schema {
@@ -81,7 +85,13 @@ impl Schema {
                     .into()
             })
             .collect();
+        let served = (def.api_version(), def.kind.clone());
+        let stored_otherwise = crate::model::protobuf::stored::stored_otherwise((
+            served.0.as_str(),
+            served.1.as_str(),
+        ));
         Schema {
+            stored_otherwise,
             def,
             fields,
             field_defaults,

@@ -63,6 +63,11 @@ pub(crate) const JSON_STORED: &[(&str, &str)] = &[
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
 ];
 
+/// Whether a served kind may be stored as another type, or as JSON read through its Go type.
+pub(crate) fn stored_otherwise(served: (&str, &str)) -> bool {
+    JSON_STORED.contains(&served) || STORAGE_VERSIONS.iter().any(|r| r.served == served)
+}
+
 /// The rule reading values stored as (`api_version`, `kind`) for a resource served as
 /// `served`, if there is one.
 pub(crate) fn rule(served: (&str, &str), stored: (&str, &str)) -> Option<&'static StorageVersion> {
