@@ -689,10 +689,9 @@ mod tests {
                 .find(|d| d.resource_name() == *name)
                 .unwrap_or_else(|| panic!("{name} is not built in"));
             assert_eq!(d.version, *version, "{name}");
-            // Served in protobuf, as kube-apiserver serves every built-in kind; but for CRDs,
-            // whose JSONSchemaProps the tables do not model (design/semantics.md).
+            // Served in protobuf, as kube-apiserver serves every built-in kind.
             assert!(
-                d.has_protobuf() || *name == "customresourcedefinitions.apiextensions.k8s.io",
+                d.has_protobuf(),
                 "{name}: no protobuf message for {}",
                 d.kind
             );
