@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use watchcache::apiserver::{
     ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig,
 };
@@ -316,6 +316,13 @@ async fn follow_api_server(
         ..ApiServerConfig::default()
     };
     info!(kubeconfig = %kubeconfig.display(), context = ?args.upstream_context, "following an API server");
+    // Resources the server does not serve (a CRD not installed, an API group its version lacks)
+    // are left to it: their requests are proxied.
+    let (defs, missing) = watchcache::apiserver::served_by(&client, defs).await;
+    if !missing.is_empty() {
+        let names: Vec<String> = missing.iter().map(ResourceDef::resource_name).collect();
+        warn!(resources = ?names, "not served by the upstream: not cached (requests for them are proxied)");
+    }
     Ok(Caches::ApiServer(ApiServerCaches::connect(
         client,
         config,
