@@ -831,3 +831,97 @@ async fn kubectl_run_makes_a_pending_pod_with_an_age() {
         "{err}"
     );
 }
+
+/// What a new user does first: `kubectl create deployment`, then list deployments and their
+/// ReplicaSets (no controller runs here: the ReplicaSet a controller would make is created as
+/// kube-controller-manager would, owned by the Deployment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_deployment_then_get_deployments_and_replicasets() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let k = Kubectl::new(&s.url);
+    let out = k
+        .ok(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.25",
+            "--replicas=2",
+        ])
+        .await;
+    assert_eq!(out.trim(), "deployment.apps/web created");
+    let dep = get_json(&k, &["deployment", "web"]).await;
+    assert_eq!(dep["apiVersion"], "apps/v1");
+    assert_eq!(dep["spec"]["replicas"], 2);
+    let uid = dep["metadata"]["uid"].as_str().unwrap().to_owned();
+    let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web-5d8f7c6b9", "namespace": "default",
+            "labels": {"app": "web", "pod-template-hash": "5d8f7c6b9"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"replicas": 2,
+            "selector": {"matchLabels": {"app": "web", "pod-template-hash": "5d8f7c6b9"}},
+            "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "5d8f7c6b9"}},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx:1.25"}]}}}});
+    must(&k.create(&rs.to_string(), &[]).await, "create rs");
+    let out = k.ok(&["get", "deployments,rs"]).await;
+    let r = rows(&out);
+    assert_eq!(
+        r[0],
+        ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+        "{out}"
+    );
+    assert_eq!(
+        r[1][0..4],
+        ["deployment.apps/web", "0/2", "0", "0"],
+        "{out}"
+    );
+    let at = r
+        .iter()
+        .position(|l| l.first().is_some_and(|c| c == "NAME") && l.len() == 5 && l[1] == "DESIRED")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(
+        r[at],
+        ["NAME", "DESIRED", "CURRENT", "READY", "AGE"],
+        "{out}"
+    );
+    assert_eq!(
+        r[at + 1][0..4],
+        ["replicaset.apps/web-5d8f7c6b9", "2", "0", "0"],
+        "{out}"
+    );
+    // -o wide: containers, images and the selector, as upstream's printer.
+    let wide = rows(&k.ok(&["get", "deploy", "web", "-o", "wide"]).await);
+    assert_eq!(
+        wide[0],
+        [
+            "NAME",
+            "READY",
+            "UP-TO-DATE",
+            "AVAILABLE",
+            "AGE",
+            "CONTAINERS",
+            "IMAGES",
+            "SELECTOR"
+        ]
+    );
+    assert_eq!(wide[1][5..], ["nginx", "nginx:1.25", "app=web"]);
+    // The short names and the `all` category reach them; ReplicaSets by their owner's labels.
+    let all = k.ok(&["get", "all"]).await;
+    assert!(all.contains("deployment.apps/web"), "{all}");
+    assert!(all.contains("replicaset.apps/web-5d8f7c6b9"), "{all}");
+    let by_label = k.ok(&["get", "rs", "-l", "app=web", "-o", "name"]).await;
+    assert_eq!(by_label.trim(), "replicaset.apps/web-5d8f7c6b9");
+    // An unsupported field selector is kube-apiserver's error.
+    let out = k
+        .run(&["get", "deploy", "--field-selector", "spec.replicas=2"])
+        .await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#""spec.replicas" is not a known field selector: only "metadata.name", "metadata.namespace""#),
+        "{err}"
+    );
+    must(&k.run(&["delete", "deployment", "web"]).await, "delete");
+    let gone = k.run(&["get", "deployment", "web"]).await;
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("NotFound"));
+}

@@ -39,6 +39,7 @@ mod upstream;
 mod watcher;
 mod wire;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -344,6 +345,7 @@ impl Cache {
     /// [`Error::ContinueExpired`] when the requested revision left the window,
     /// [`Error::TooLargeResourceVersion`], [`Error::NotReady`].
     pub async fn list(&self, opts: &ListOptions) -> Result<ObjectList> {
+        let selection = self.field_labels(&opts.selection)?;
         self.shared.check_ready()?;
         let continuing = opts.continue_token.is_some();
         let ListPlan { wait, at, after } = consistent::plan_list(
@@ -353,7 +355,7 @@ impl Cache {
             &self.shared.schema.def.prefix,
         )?;
         let limit = opts.limit.filter(|l| *l > 0);
-        let pred = Predicate::compile(&self.shared.schema, &opts.selection);
+        let pred = Predicate::compile(&self.shared.schema, &selection);
         self.meet(wait, &self.key_range(&pred)).await?;
         let (rv, page) = self
             .shared
@@ -465,10 +467,11 @@ impl Cache {
     /// [`Error::TooLargeResourceVersion`], [`Error::NotReady`]. Errors after the start arrive as
     /// the stream's last item.
     pub async fn watch(&self, opts: WatchOptions) -> Result<WatchStream> {
+        let selection = self.field_labels(&opts.selection)?;
         self.shared.check_ready()?;
         let plan = consistent::plan_watch(opts.resource_version, opts.send_initial_events);
         let end_bookmark = opts.send_initial_events == Some(true);
-        let pred = Predicate::compile(&self.shared.schema, &opts.selection);
+        let pred = Predicate::compile(&self.shared.schema, &selection);
         let keys = self.key_range(&pred);
         let from = match plan {
             WatchPlan::Snapshot(wait) => {
@@ -508,6 +511,26 @@ impl Cache {
     /// A snapshot of sizes and counters.
     pub fn stats(&self) -> CacheStats {
         self.shared.stats()
+    }
+
+    /// The selection as upstream's field label conversion leaves it: renamed labels (a pod's
+    /// `spec.host`) read their field, and a label the resource does not support is refused with
+    /// upstream's 400 message, before anything else is checked, as kube-apiserver does.
+    fn field_labels<'a>(&self, selection: &'a Selection) -> Result<Cow<'a, Selection>> {
+        let Some(labels) = &self.shared.schema.def.field_labels else {
+            return Ok(Cow::Borrowed(selection));
+        };
+        let reqs = selection.fields.requirements();
+        if reqs.iter().all(|r| labels.accepts(r.path().as_str())) {
+            return Ok(Cow::Borrowed(selection));
+        }
+        let fields = labels
+            .convert(&selection.fields)
+            .map_err(Error::BadRequest)?;
+        Ok(Cow::Owned(Selection {
+            fields,
+            ..selection.clone()
+        }))
     }
 
     /// Whether `obj` passes `selection`, compiled against this resource.

@@ -8,13 +8,17 @@
 //! on it.
 
 pub mod columns;
+mod crd_storage;
 pub mod definition;
 mod event_type;
+pub(crate) mod field_labels;
 pub(crate) mod field_memo;
 pub(crate) mod field_path;
 pub(crate) mod labels;
+pub(crate) mod members;
 pub mod names;
 mod object;
+pub(crate) mod printers;
 pub(crate) mod protobuf;
 mod quantity;
 mod resource_version;
@@ -22,7 +26,9 @@ pub(crate) mod schema;
 pub mod selector;
 
 pub use columns::{Computed, PrinterColumn};
-pub use definition::{DefinitionError, HistoryConfig, IndexDef, IndexKey, ResourceDef};
+pub use definition::{
+    DefinitionError, FieldLabels, HistoryConfig, IndexDef, IndexKey, ResourceDef,
+};
 pub use event_type::EventType;
 pub use field_path::FieldPath;
 pub use object::{DecodeError, EncodeCounts, EncodeError, Object, encode_counts};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use watchcache::apiserver::{
     ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig,
 };
@@ -158,7 +158,8 @@ struct ServeArgs {
     /// resource's first provider. KMS providers are refused.
     #[arg(long, value_name = "FILE")]
     encryption_provider_config: Option<PathBuf>,
-    /// Serve only these resources (plural names, comma-separated); default: every definition.
+    /// Serve only these resources (comma-separated): a plural names that resource in every group
+    /// (`events`), `plural.group` one (`deployments.apps`); default: every definition.
     #[arg(long, value_delimiter = ',', value_name = "PLURAL")]
     resources: Vec<String>,
     /// PEM CA bundle that verifies etcd's serving certificate (for https:// etcd URLs).
@@ -354,6 +355,13 @@ async fn follow_api_server(
         ..ApiServerConfig::default()
     };
     info!(kubeconfig = %kubeconfig.display(), context = ?args.upstream_context, "following an API server");
+    // Resources the server does not serve (a CRD not installed, an API group its version lacks)
+    // are left to it: their requests are proxied.
+    let (defs, missing) = watchcache::apiserver::served_by(&client, defs).await;
+    if !missing.is_empty() {
+        let names: Vec<String> = missing.iter().map(ResourceDef::resource_name).collect();
+        warn!(resources = ?names, "not served by the upstream: not cached (requests for them are proxied)");
+    }
     Ok(Caches::ApiServer(ApiServerCaches::connect(
         client,
         config,
@@ -376,14 +384,17 @@ fn definitions(dir: Option<&PathBuf>) -> Result<Vec<ResourceDef>, watchcache::De
 async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut defs = definitions(args.indexers.as_ref())?;
     if !args.resources.is_empty() {
+        // A plural names the resources of that plural in every group (`events`: both event
+        // APIs); `plural.group` names one (`events.events.k8s.io`).
+        let named = |d: &ResourceDef, r: &String| d.plural == *r || d.resource_name() == *r;
         if let Some(unknown) = args
             .resources
             .iter()
-            .find(|r| !defs.iter().any(|d| &d.plural == *r))
+            .find(|r| !defs.iter().any(|d| named(d, r)))
         {
             return Err(format!("--resources: no definition for \"{unknown}\"").into());
         }
-        defs.retain(|d| args.resources.contains(&d.plural));
+        defs.retain(|d| args.resources.iter().any(|r| named(d, r)));
     }
     // Before anything starts: a bad or KMS configuration is a start-up error.
     let encryption = args

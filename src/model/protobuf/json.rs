@@ -356,7 +356,11 @@ impl<'b> Writer<'_, 'b> {
                         | Kind::MicroTime
                         | Kind::Quantity
                         | Kind::IntOrString
-                        | Kind::Raw,
+                        | Kind::Raw
+                        | Kind::StrList
+                        | Kind::OrArray(_)
+                        | Kind::OrBool(_)
+                        | Kind::OrStrings(_),
                     ) => false,
                     (_, _) => is_zero(msg, f, f.kind, v)?,
                 };
@@ -383,6 +387,9 @@ impl<'b> Writer<'_, 'b> {
         v: Option<Value<'b>>,
         depth: u32,
     ) -> Result<(), String> {
+        if let Kind::OrArray(m) | Kind::OrBool(m) | Kind::OrStrings(m) = f.kind {
+            return self.either(msg, f, m, v, depth);
+        }
         if let Kind::Msg(m) = f.kind {
             let b = match v {
                 None => &[][..],
@@ -395,6 +402,125 @@ impl<'b> Writer<'_, 'b> {
             return Ok(());
         }
         write_value(self.out, msg, f, f.kind, v)
+    }
+
+    /// One of apiextensions' either-or wrappers, as its `MarshalJSON` writes it.
+    fn either(
+        &mut self,
+        msg: &'static Message,
+        f: &Field,
+        props: u16,
+        v: Option<Value<'b>>,
+        depth: u32,
+    ) -> Result<(), String> {
+        let b = match v {
+            None => &[][..],
+            Some(Value::Len(b)) => b,
+            Some(_) => return Err(wire_type(msg, f)),
+        };
+        let Either {
+            schema,
+            items,
+            allows,
+        } = either_fields(msg, f, b)?;
+        let props = message(props);
+        let object = |this: &mut Self, x: &'b [u8]| -> Result<(), String> {
+            this.out.push(b'{');
+            this.fields(props, x, &mut true, depth + 1)?;
+            this.out.push(b'}');
+            Ok(())
+        };
+        match f.kind {
+            Kind::OrArray(_) if !items.is_empty() => {
+                self.out.push(b'[');
+                for (i, x) in items.into_iter().enumerate() {
+                    if i > 0 {
+                        self.out.push(b',');
+                    }
+                    object(self, x)?;
+                }
+                self.out.push(b']');
+            }
+            Kind::OrStrings(_) if !items.is_empty() => {
+                self.out.push(b'[');
+                for (i, x) in items.into_iter().enumerate() {
+                    if i > 0 {
+                        self.out.push(b',');
+                    }
+                    write_str(self.out, &String::from_utf8_lossy(x));
+                }
+                self.out.push(b']');
+            }
+            _ => match schema {
+                Some(x) => object(self, x)?,
+                None if matches!(f.kind, Kind::OrBool(_)) => {
+                    self.out
+                        .extend_from_slice(if allows { b"true" } else { b"false" });
+                }
+                None => self.out.extend_from_slice(b"null"),
+            },
+        }
+        Ok(())
+    }
+}
+
+/// The fields of an either-or wrapper: its schema, its repeated items (schemas or strings, by
+/// kind), and `allows`.
+struct Either<'b> {
+    schema: Option<&'b [u8]>,
+    items: Vec<&'b [u8]>,
+    allows: bool,
+}
+
+fn either_fields<'b>(msg: &Message, f: &Field, b: &'b [u8]) -> Result<Either<'b>, String> {
+    let mut e = Either {
+        schema: None,
+        items: Vec::new(),
+        allows: false,
+    };
+    let schema_num = if matches!(f.kind, Kind::OrBool(_)) {
+        2
+    } else {
+        1
+    };
+    for x in Fields::new(b) {
+        match x.map_err(|x| format!("{}.{}: {x}", msg.name, f.json))? {
+            (n, Value::Len(s)) if n == schema_num => e.schema = Some(s),
+            (2, Value::Len(s)) => e.items.push(s),
+            (1, Value::Varint(a)) if matches!(f.kind, Kind::OrBool(_)) => e.allows = a != 0,
+            (1 | 2, _) => return Err(wire_type(msg, f)),
+            _ => {}
+        }
+    }
+    Ok(e)
+}
+
+/// Go's encoding/json float64: the shortest round-tripping digits, in exponent form below 1e-6
+/// or from 1e21 (`1e+21`, `1e-7`), else plain.
+fn write_f64(out: &mut Vec<u8>, x: f64) {
+    if !x.is_finite() {
+        // encoding/json refuses NaN and infinities; upstream can never have stored one.
+        out.extend_from_slice(b"null");
+        return;
+    }
+    let abs = x.abs();
+    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
+        let s = format!("{x:e}");
+        let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+        let (sign, digits) = match exp.strip_prefix('-') {
+            Some(d) => ('-', d),
+            None => ('+', exp),
+        };
+        out.extend_from_slice(mantissa.as_bytes());
+        out.push(b'e');
+        out.push(sign as u8);
+        // Go writes at least two exponent digits, then drops a leading 0 of a negative one.
+        if digits.len() < 2 && sign == '+' {
+            out.push(b'0');
+        }
+        out.extend_from_slice(digits.as_bytes());
+    } else {
+        out.extend_from_slice(format!("{x}").as_bytes());
     }
 }
 
@@ -415,9 +541,17 @@ fn is_zero(msg: &Message, f: &Field, kind: Kind, v: Option<Value<'_>>) -> Result
             s == GO_ZERO_UNIX && (kind == Kind::Time || n / 1000 == 0) || b.is_empty()
         }
         (Kind::Msg(m), Value::Len(b)) => message_is_zero(message(m), b)?,
-        (Kind::Quantity | Kind::IntOrString | Kind::Raw, Value::Len(b)) => {
-            message_is_zero(&ANY, b)?
-        }
+        (
+            Kind::Quantity
+            | Kind::IntOrString
+            | Kind::Raw
+            | Kind::StrList
+            | Kind::OrArray(_)
+            | Kind::OrBool(_)
+            | Kind::OrStrings(_),
+            Value::Len(b),
+        ) => message_is_zero(&ANY, b)?,
+        (Kind::F64, Value::Fixed64(x)) => x == 0,
         _ => return Err(wire_type(msg, f)),
     })
 }
@@ -595,7 +729,9 @@ pub(crate) fn validate(msg: &'static Message, bytes: &[u8], depth: u32) -> Resul
                     return Err(bad(super::wire::WireError::Truncated));
                 }
                 pos += n;
-                if let Some(f) = f {
+                if let Some(f) = f
+                    && !(f.kind == Kind::F64 && n == 8)
+                {
                     return Err(wire_type(msg, f));
                 }
             }
@@ -622,9 +758,37 @@ fn validate_value(msg: &Message, f: &Field, v: Value<'_>, depth: u32) -> Result<
         (Kind::Raw, Value::Len(b)) => {
             raw_json(msg, f, b)?;
         }
+        (Kind::StrList, Value::Len(b)) => {
+            str_list(msg, f, b)?;
+        }
+        (Kind::F64, Value::Fixed64(_)) => {}
+        (Kind::OrArray(m) | Kind::OrBool(m) | Kind::OrStrings(m), Value::Len(b)) => {
+            let e = either_fields(msg, f, b)?;
+            if let Some(s) = e.schema {
+                validate(message(m), s, depth + 1)?;
+            }
+            if matches!(f.kind, Kind::OrArray(_)) {
+                for s in e.items {
+                    validate(message(m), s, depth + 1)?;
+                }
+            }
+        }
         _ => return Err(wire_type(msg, f)),
     }
     Ok(())
+}
+
+/// The items of a wrapped string list (`ExtraValue`): field 1, repeated.
+fn str_list<'b>(msg: &Message, f: &Field, b: &'b [u8]) -> Result<Vec<&'b [u8]>, String> {
+    let mut items = Vec::new();
+    for e in Fields::new(b) {
+        match e.map_err(|e| format!("{}.{}: {e}", msg.name, f.json))? {
+            (1, Value::Len(x)) => items.push(x),
+            (1, _) => return Err(wire_type(msg, f)),
+            _ => {}
+        }
+    }
+    Ok(items)
 }
 
 /// Writes one value of `kind` (`None`: an absent value field, i.e. Go's zero value).
@@ -682,6 +846,24 @@ fn write_value(
             Err(int) => out.extend_from_slice(itoa::Buffer::new().format(int).as_bytes()),
             Ok(text) => write_str(out, &String::from_utf8_lossy(text)),
         },
+        (Kind::F64, None) => out.push(b'0'),
+        (Kind::F64, Some(Value::Fixed64(x))) => write_f64(out, f64::from_bits(x)),
+        (Kind::StrList, None) => out.extend_from_slice(b"null"),
+        (Kind::StrList, Some(Value::Len(b))) => {
+            let items = str_list(msg, f, b)?;
+            if items.is_empty() {
+                out.extend_from_slice(b"null");
+            } else {
+                out.push(b'[');
+                for (i, item) in items.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_str(out, &String::from_utf8_lossy(item));
+                }
+                out.push(b']');
+            }
+        }
         (Kind::Raw, None) => out.extend_from_slice(b"null"),
         (Kind::Raw, Some(Value::Len(b))) => match raw_json(msg, f, b)? {
             None => out.extend_from_slice(b"null"),
@@ -698,18 +880,40 @@ fn write_value(
     Ok(())
 }
 
-/// A JSON string.
+/// A JSON string as Go's encoding/json writes it (kube-apiserver's serializer): `<`, `>` and
+/// `&` escaped as `\u003c`, `\u003e`, `\u0026` (its HTML-safe default), U+2028 and U+2029 as
+/// `\u2028` and `\u2029`, control characters as `\n`, `\r`, `\t`, `\b`, `\f` or `\u00xx`.
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
     if s.bytes()
-        .all(|c| c >= 0x20 && c != b'"' && c != b'\\' && c < 0x7f)
+        .all(|c| (0x20..0x7f).contains(&c) && !matches!(c, b'"' | b'\\' | b'<' | b'>' | b'&'))
     {
-        out.push(b'"');
         out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
     } else {
-        serde_json::to_writer(&mut *out, s)
-            .unwrap_or_else(|_| unreachable!("writing a str to a Vec cannot fail"));
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut buf = [0u8; 4];
+        for ch in s.chars() {
+            match ch {
+                '"' => out.extend_from_slice(b"\\\""),
+                '\\' => out.extend_from_slice(b"\\\\"),
+                '\n' => out.extend_from_slice(b"\\n"),
+                '\r' => out.extend_from_slice(b"\\r"),
+                '\t' => out.extend_from_slice(b"\\t"),
+                '\u{8}' => out.extend_from_slice(b"\\b"),
+                '\u{c}' => out.extend_from_slice(b"\\f"),
+                '\u{2028}' => out.extend_from_slice(b"\\u2028"),
+                '\u{2029}' => out.extend_from_slice(b"\\u2029"),
+                c if (c as u32) < 0x20 || matches!(c, '<' | '>' | '&') => {
+                    let n = c as u32;
+                    out.extend_from_slice(b"\\u00");
+                    out.push(HEX[(n >> 4) as usize & 0xf]);
+                    out.push(HEX[n as usize & 0xf]);
+                }
+                c => out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes()),
+            }
+        }
     }
+    out.push(b'"');
 }
 
 /// RFC 3339 in UTC, with six fractional digits when `micros` is given.
@@ -786,10 +990,36 @@ mod tests {
     }
 
     #[test]
+    fn floats_are_written_as_go_writes_them() {
+        for (x, want) in [
+            (0.0, "0"),
+            (1.0, "1"),
+            (1.5, "1.5"),
+            (-3.25, "-3.25"),
+            (100.0, "100"),
+            (0.000001, "0.000001"),
+            (1e-7, "1e-7"),
+            (1.5e-10, "1.5e-10"),
+            (1e20, "100000000000000000000"),
+            (1e21, "1e+21"),
+            (1.25e100, "1.25e+100"),
+            (0.1, "0.1"),
+        ] {
+            let mut out = Vec::new();
+            write_f64(&mut out, x);
+            assert_eq!(String::from_utf8(out).unwrap(), want, "{x}");
+        }
+    }
+
+    #[test]
     fn strings_are_escaped_like_json() {
         let mut out = Vec::new();
         write_str(&mut out, "a\"b\\c\nd\u{1}é");
         let back: String = serde_json::from_slice(&out).unwrap();
         assert_eq!(back, "a\"b\\c\nd\u{1}é");
+        // Go's HTML-safe escapes, as kube-apiserver writes `self.size >= 0` in a CRD.
+        let mut out = Vec::new();
+        write_str(&mut out, "<a> & b\u{2028}\u{8}");
+        assert_eq!(out, br#""\u003ca\u003e \u0026 b\u2028\b""#);
     }
 }

@@ -28,6 +28,7 @@ mod json;
 #[cfg(feature = "server")]
 mod request;
 pub(crate) mod schema;
+pub(crate) mod stored;
 #[rustfmt::skip]
 mod tables;
 mod wire;
@@ -44,6 +45,7 @@ pub(crate) use encode::{
     ENVELOPE_TAIL, encode_json, item_head, list_head, raw_range, watch_frame_head,
     with_resource_version,
 };
+pub(crate) use json::write_str as write_json_str;
 #[cfg(feature = "server")]
 pub(crate) use request::{RequestBodyError, request_json};
 
@@ -71,13 +73,21 @@ pub(crate) fn storage_form(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
     };
     let av = v.get("apiVersion").and_then(|x| x.as_str()).unwrap_or("");
     let kind = v.get("kind").and_then(|x| x.as_str()).unwrap_or("");
-    if !has_message(av, kind) {
+    if !has_message(av, kind) || stored::JSON_STORED.contains(&(av, kind)) {
         return Ok(None);
     }
+    let (av, kind) = (av.to_owned(), kind.to_owned());
     if let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
         meta.remove("resourceVersion");
     }
-    encode_json(&v).map(Some)
+    let pb = encode_json(&v)?;
+    // A kind kube-apiserver stores as another (events.k8s.io/v1 Event as a core v1 Event).
+    let raw = raw_range(&pb)
+        .and_then(|r| pb.get(r))
+        .ok_or("an envelope without its message")?;
+    Ok(Some(
+        stored::write_as_stored((&av, &kind), raw)?.unwrap_or(pb),
+    ))
 }
 
 /// The prefix of every protobuf value kube-apiserver stores.
