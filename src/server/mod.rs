@@ -127,7 +127,13 @@ impl Server {
     /// A server for these resources.
     pub fn new(config: ServerConfig, served: impl IntoIterator<Item = Served>) -> Server {
         let (shutdown, rx) = signal::channel(false);
-        let limits = auth::Limits::new(config.max_requests_inflight, config.max_watches_per_user);
+        // kube-apiserver's queue wait: a quarter of the request timeout, at most 15 s.
+        let queue_wait = (config.request_timeout / 4).min(std::time::Duration::from_secs(15));
+        let limits = auth::Limits::new(
+            config.max_requests_inflight,
+            config.max_watches_per_user,
+            queue_wait,
+        );
         let state = AppState {
             served: served.into_iter().collect(),
             config,

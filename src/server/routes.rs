@@ -90,11 +90,14 @@ pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Respon
     if consistent && st.stalled.is_stalled(prefix) {
         return forward::forward(&st, &**p, req).await;
     }
-    // Local reads are GETs: they have no body to keep.
+    // Local reads are GETs: they have no body to keep. A watch is never handed up: it would hold
+    // an upstream watch for its whole life (a fleet of kubelets starting would each hold one);
+    // its client retries the 504 as it retries upstream's.
     let again = forward::replay(&req);
+    let watch = crate::server::params::is_watch(again.uri().query());
     match route(&st, req).await {
         Ok(r) => r,
-        Err(e) if e.code() == 504 => {
+        Err(e) if e.code() == 504 && !watch => {
             debug!(resource = %prefix, "a read timed out in the cache; answered by the upstream");
             if consistent {
                 st.stalled.mark(prefix);
