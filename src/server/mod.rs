@@ -48,6 +48,7 @@ pub mod auth;
 mod config;
 pub(crate) mod conn;
 mod convert;
+mod deletion;
 mod discovery;
 mod forward;
 mod gate;

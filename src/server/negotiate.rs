@@ -102,6 +102,10 @@ pub(crate) enum Answer {
     Object,
     /// A discovery document (`/api`, `/apis`).
     Discovery,
+    /// A write's answer (the object, a `Status`, or a deleted collection) or an error's
+    /// `Status`: JSON, or protobuf for built-ins; never converted (upstream's
+    /// `DefaultEndpointRestrictions` skip `as=` targets there).
+    Written,
     /// A write's answer, or any other document: JSON only.
     Plain,
 }
@@ -153,7 +157,7 @@ impl Format {
             // client's JSON alternative (client-go always sends one) is taken.
             return (protobuf
                 && r.as_.is_none()
-                && matches!(answer, Answer::List | Answer::Object))
+                && matches!(answer, Answer::List | Answer::Object | Answer::Written))
             .then_some(Format::Protobuf);
         }
         let json = r.essence.eq_ignore_ascii_case("application/json");
@@ -433,9 +437,15 @@ mod tests {
             neg_pb(informer, Answer::Object),
             Ok(Format::Metadata(MetaVersion::V1))
         );
-        // Writes' answers and discovery stay JSON.
+        // Discovery stays JSON; writes' answers and errors are protobuf for protobuf clients,
+        // and never a conversion.
         assert_eq!(neg_pb(client_go, Answer::Plain), Ok(Format::Json));
         assert_eq!(neg_pb(pb, Answer::Plain), Err(406));
+        assert_eq!(neg_pb(client_go, Answer::Written), Ok(Format::Protobuf));
+        assert_eq!(neg_pb(informer, Answer::Written), Ok(Format::Json));
+        assert_eq!(neg(client_go, Answer::Written), Ok(Format::Json));
+        let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+        assert_eq!(neg_pb(kubectl, Answer::Written), Ok(Format::Json));
     }
 
     #[test]

@@ -139,6 +139,24 @@ impl ApiError {
         e
     }
 
+    /// 409 Conflict with upstream's `NewConflict` message for `reason`, naming the group and
+    /// `resource` (upstream's delete preconditions name the kind there).
+    pub fn conflict_because(group: &str, resource: &str, name: &str, reason: &str) -> ApiError {
+        let qualified = if group.is_empty() {
+            resource.to_owned()
+        } else {
+            format!("{resource}.{group}")
+        };
+        let mut e = ApiError::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {qualified} \"{name}\": {reason}"),
+        );
+        e.0.details = Some((resource.to_owned(), name.to_owned()));
+        e.0.group = group.to_owned();
+        e
+    }
+
     /// 413 RequestEntityTooLarge.
     pub fn too_large(what: &str, limit: usize) -> ApiError {
         ApiError::new(
@@ -244,19 +262,36 @@ impl From<Error> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The error as an HTTP answer, its `Status` in protobuf when `protobuf` (a client of a
+    /// built-in resource that prefers protobuf: kube-apiserver writes its errors in the format
+    /// negotiated for the request), else in JSON.
+    pub fn into_response_as(self, protobuf: bool) -> Response {
         let code = StatusCode::from_u16(self.0.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut resp = (
-            code,
-            [(header::CONTENT_TYPE, "application/json")],
-            self.status_json(),
-        )
-            .into_response();
+        let (content_type, body) = if protobuf {
+            let json: serde_json::Value =
+                serde_json::from_slice(&self.status_json()).unwrap_or_default();
+            (
+                "application/vnd.kubernetes.protobuf",
+                crate::model::protobuf::status(&json),
+            )
+        } else {
+            // Ends with a newline, as Go's json.Encoder writes kube-apiserver's Status.
+            let mut body = self.status_json().to_vec();
+            body.push(b'\n');
+            ("application/json", body)
+        };
+        let mut resp = (code, [(header::CONTENT_TYPE, content_type)], body).into_response();
         if let Some(s) = self.0.retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         resp
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.into_response_as(false)
     }
 }
