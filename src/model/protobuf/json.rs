@@ -667,11 +667,12 @@ fn write_value(
         (Kind::Raw, Some(Value::Len(b))) => match raw_json(msg, f, b)? {
             None => out.extend_from_slice(b"null"),
             Some(x) => {
-                // Written as it is, but compact (a watch frame is one line).
-                let val: serde_json::Value = serde_json::from_slice(x)
+                // Written as it is, compacted as Go's encoding/json compacts a Marshaler's
+                // output: members keep their order (a FieldsV1's is structured-merge-diff's, not
+                // sorted), whitespace goes (a watch frame is one line), HTML characters escaped.
+                serde_json::from_slice::<serde::de::IgnoredAny>(x)
                     .map_err(|e| format!("{}.{}: embedded JSON: {e}", msg.name, f.json))?;
-                serde_json::to_writer(&mut *out, &val)
-                    .map_err(|e| format!("{}.{}: {e}", msg.name, f.json))?;
+                write_compact_go(out, x);
             }
         },
         _ => return Err(wire_type(msg, f)),
@@ -679,18 +680,97 @@ fn write_value(
     Ok(())
 }
 
+/// Valid JSON without its insignificant whitespace, `<`, `>`, `&`, U+2028 and U+2029 in strings
+/// escaped: Go's `json.Compact` with HTML escaping, as encoding/json writes a `json.Marshaler`'s
+/// output (a `RawExtension`, `FieldsV1`, `JSON`).
+pub(crate) fn write_compact_go(out: &mut Vec<u8>, raw: &[u8]) {
+    let mut in_str = false;
+    let mut escaped = false;
+    let mut i = 0;
+    while let Some(&c) = raw.get(i) {
+        i += 1;
+        if !in_str {
+            if !matches!(c, b' ' | b'\n' | b'\r' | b'\t') {
+                out.push(c);
+                in_str = c == b'"';
+            }
+            continue;
+        }
+        if escaped {
+            escaped = false;
+            out.push(c);
+            continue;
+        }
+        match c {
+            b'\\' => {
+                escaped = true;
+                out.push(c);
+            }
+            b'"' => {
+                in_str = false;
+                out.push(c);
+            }
+            b'<' => out.extend_from_slice(b"\\u003c"),
+            b'>' => out.extend_from_slice(b"\\u003e"),
+            b'&' => out.extend_from_slice(b"\\u0026"),
+            0xe2 if raw.get(i) == Some(&0x80) && matches!(raw.get(i + 1), Some(0xa8 | 0xa9)) => {
+                let last = if raw.get(i + 1) == Some(&0xa8) { b'8' } else { b'9' };
+                out.extend_from_slice(b"\\u202");
+                out.push(last);
+                i += 2;
+            }
+            _ => out.push(c),
+        }
+    }
+}
+
 /// A JSON string.
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
-    if s.bytes()
-        .all(|c| c >= 0x20 && c != b'"' && c != b'\\' && c < 0x7f)
-    {
+    if s.bytes().all(|c| {
+        c >= 0x20 && c < 0x7f && !matches!(c, b'"' | b'\\' | b'<' | b'>' | b'&')
+    }) {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
     } else {
-        serde_json::to_writer(&mut *out, s)
-            .unwrap_or_else(|_| unreachable!("writing a str to a Vec cannot fail"));
+        write_go_escaped(out, s);
     }
+}
+
+/// A string as Go's encoding/json writes it (kube-apiserver's encoder, `EscapeHTML` on): `"` and
+/// `\` escaped, `\n`, `\r` and `\t` short, every other control character and `<`, `>`, `&`,
+/// U+2028 and U+2029 as `\u00XX` with lower-case hex.
+fn write_go_escaped(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        let short: Option<&[u8]> = match c {
+            '"' => Some(b"\\\""),
+            '\\' => Some(b"\\\\"),
+            '\n' => Some(b"\\n"),
+            '\r' => Some(b"\\r"),
+            '\t' => Some(b"\\t"),
+            _ => None,
+        };
+        let long = matches!(c, '\u{0}'..='\u{1f}' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}');
+        if short.is_none() && !long {
+            continue;
+        }
+        out.extend_from_slice(s.as_bytes().get(start..i).unwrap_or_default());
+        start = i + c.len_utf8();
+        if let Some(esc) = short {
+            out.extend_from_slice(esc);
+            continue;
+        }
+        let n = c as u32;
+        out.extend_from_slice(b"\\u");
+        for shift in [12, 8, 4, 0] {
+            out.push(HEX.get(((n >> shift) & 0xf) as usize).copied().unwrap_or(b'0'));
+        }
+    }
+    out.extend_from_slice(s.as_bytes().get(start..).unwrap_or_default());
+    out.push(b'"');
 }
 
 /// RFC 3339 in UTC, with six fractional digits when `micros` is given.
@@ -749,6 +829,34 @@ mod tests {
         let mut out = Vec::new();
         write_time(&mut out, secs, micros);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn strings_are_escaped_as_go_escapes_them() {
+        let w = |s: &str| {
+            let mut out = Vec::new();
+            write_str(&mut out, s);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(w("plain"), r#""plain""#);
+        assert_eq!(w("a<b && c>d"), r#""a\u003cb \u0026\u0026 c\u003ed""#);
+        assert_eq!(w("q\"\\\n\r\t"), r#""q\"\\\n\r\t""#);
+        assert_eq!(w("\u{8}\u{c}\u{1}"), r#""\u0008\u000c\u0001""#);
+        assert_eq!(w("é\u{2028}x\u{2029}"), "\"é\\u2028x\\u2029\"");
+        assert_eq!(w("\u{7f}"), "\"\u{7f}\"");
+    }
+
+    #[test]
+    fn embedded_json_is_compacted_in_order_with_html_escaped() {
+        let mut out = Vec::new();
+        write_compact_go(
+            &mut out,
+            "{ \"f:b\": {}, \"f:a\" : [1, \"x <y> & \\\"z\\\" \u{2028}\"] }".as_bytes(),
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"f:b":{},"f:a":[1,"x \u003cy\u003e \u0026 \"z\" \u2028"]}"#
+        );
     }
 
     #[test]
