@@ -51,6 +51,7 @@ mod convert;
 mod deletion;
 mod discovery;
 mod forward;
+mod go_json;
 mod gate;
 mod metrics;
 mod negotiate;

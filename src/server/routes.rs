@@ -387,7 +387,7 @@ async fn read(
 /// A JSON body ends with a newline, as Go's `json.Encoder` (kube-apiserver's serializer) writes
 /// it; protobuf bodies end where the message does.
 fn end_line(parts: &mut Vec<Bytes>, format: Format) {
-    if format != Format::Protobuf {
+    if !matches!(format, Format::Protobuf | Format::MetadataProtobuf) {
         parts.push(Bytes::from_static(b"\n"));
     }
 }
@@ -395,7 +395,7 @@ fn end_line(parts: &mut Vec<Bytes>, format: Format) {
 /// A watch's frames in `format`.
 fn watch_wire(format: Format) -> Wire {
     match format {
-        Format::Protobuf => Wire::Protobuf,
+        Format::Protobuf | Format::MetadataProtobuf => Wire::Protobuf,
         _ => Wire::Json,
     }
 }
@@ -410,6 +410,7 @@ fn object_body(
     match format {
         Format::Json => Ok(obj.json().clone()),
         Format::Protobuf => obj.protobuf_wire().cloned().map_err(encode_error),
+        Format::MetadataProtobuf => convert::object_metadata_protobuf(def, obj),
         _ => convert::object(def, obj.json(), format, include),
     }
 }
@@ -424,7 +425,7 @@ fn list_body(
     match format {
         Format::Json => Ok(list_parts(def, list)),
         Format::Protobuf => list_parts_protobuf(def, list).map_err(encode_error),
-        _ => Ok(vec![convert::list(def, list, format, include)?]),
+        _ => convert::list(def, list, format, include),
     }
 }
 

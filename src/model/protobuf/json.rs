@@ -100,6 +100,30 @@ pub(crate) fn write_object_as_sent(
     Ok(())
 }
 
+/// Writes a message as a JSON object (a nested type's, such as `ObjectMeta`), as encoding/json
+/// writes its Go struct.
+///
+/// # Errors
+/// Bytes that are not that message.
+#[cfg(feature = "server")]
+pub(crate) fn write_message_json(
+    out: &mut Vec<u8>,
+    msg: &'static Message,
+    bytes: &[u8],
+) -> Result<(), String> {
+    out.push(b'{');
+    let mut w = Writer {
+        out,
+        stack: Vec::with_capacity(64),
+        rv: None,
+        rv_pos: None,
+    };
+    let mut first = true;
+    w.fields(msg, bytes, &mut first, 2)?;
+    w.out.push(b'}');
+    Ok(())
+}
+
 /// Writes one field of a message alone, as `"name":value`, or nothing when Go leaves it out.
 pub(crate) fn write_one_field(
     out: &mut Vec<u8>,

@@ -17,6 +17,7 @@
 //! | `fields.rs` | the fields a JSON object's type does not declare (`fieldValidation`) |
 //! | `request.rs` | protobuf request bodies (objects, DeleteOptions) read as the JSON they stand for |
 //! | `encode.rs` | JSON → protobuf with gogo's rules; the envelope, watch and list framing, the resourceVersion splice |
+//! | `partial.rs` | `PartialObjectMetadata`: an object's `ObjectMeta` in protobuf and in JSON, as kube-apiserver writes them |
 
 pub(crate) mod catalog;
 mod encode;
@@ -24,6 +25,9 @@ mod encode;
 #[cfg(feature = "server")]
 pub(crate) mod fields;
 mod json;
+// Only the server converts objects to PartialObjectMetadata.
+#[cfg(feature = "server")]
+pub(crate) mod partial;
 // Only the server reads request bodies.
 #[cfg(feature = "server")]
 mod request;
@@ -40,6 +44,9 @@ use crate::model::FieldPath;
 
 #[cfg(feature = "server")]
 pub(crate) use encode::status;
+/// A JSON string as Go's encoding/json writes it (the server's converted formats use it too).
+#[cfg(feature = "server")]
+pub(crate) use json::write_str as write_go_string;
 pub(crate) use encode::{
     ENVELOPE_TAIL, encode_json, item_head, list_head, raw_range, watch_frame_head,
     with_resource_version,
