@@ -226,6 +226,20 @@ impl Cache {
         self.shared.is_ready()
     }
 
+    /// The upstream does not serve this resource (it answered its collection with 404: a custom
+    /// resource whose CRD is not installed). The cache is not ready, but a server does not wait
+    /// for it (`/readyz` leaves it out, proxy mode forwards its requests); the next finished
+    /// [`resync`](Cache::resync) makes it ready.
+    pub fn set_absent(&self) {
+        self.shared.set_absent();
+    }
+
+    /// Whether the upstream said it does not serve this resource (see
+    /// [`set_absent`](Cache::set_absent)).
+    pub fn is_absent(&self) -> bool {
+        self.shared.is_absent()
+    }
+
     // ---- reader side ----
 
     /// Waits until the cache has reached `rv`, asking the upstream for progress meanwhile.

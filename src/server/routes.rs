@@ -31,7 +31,8 @@ use tracing::debug;
 pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
     let mut not_ready: Vec<&str> = st
         .caches()
-        .filter(|c| !c.is_ready())
+        // A resource the upstream does not serve is not waited for.
+        .filter(|c| !c.is_ready() && !c.is_absent())
         .map(|c| c.definition().plural.as_str())
         .collect();
     if st.auth.get().is_some_and(|a| !a.ready()) {
