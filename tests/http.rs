@@ -506,10 +506,12 @@ async fn watches_stream_events_bookmarks_initial_events_and_410() {
     create(&c, &base, "a", &pod("c", "n1", "web")).await;
     // A bound pod deleted with grace 0: its deletionTimestamp is written, then it is removed,
     // as kube-apiserver does.
-    c.delete(format!("{base}/api/v1/namespaces/a/pods/a?gracePeriodSeconds=0"))
-        .send()
-        .await
-        .unwrap();
+    c.delete(format!(
+        "{base}/api/v1/namespaces/a/pods/a?gracePeriodSeconds=0"
+    ))
+    .send()
+    .await
+    .unwrap();
     let lines = watcher.await.unwrap();
     let got: Vec<(String, String)> = lines
         .iter()
@@ -530,7 +532,10 @@ async fn watches_stream_events_bookmarks_initial_events_and_410() {
         ]
     );
     assert!(lines[2]["object"]["metadata"]["deletionTimestamp"].is_string());
-    assert_eq!(lines[2]["object"]["metadata"]["deletionGracePeriodSeconds"], 0);
+    assert_eq!(
+        lines[2]["object"]["metadata"]["deletionGracePeriodSeconds"],
+        0
+    );
     // WatchList: initial events, then the initial-events-end bookmark.
     let url = format!(
         "{base}/api/v1/namespaces/a/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=5"

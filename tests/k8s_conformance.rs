@@ -14,8 +14,12 @@ mod support;
 use support::etcd::{EtcdVersion, etcd_version};
 use support::kube::{KubeApiserver, Watchcache, conformance};
 
+/// One cluster at a time: they would share two cores.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The program against watchcache on kube-apiserver's etcd.
 async fn on_etcd(version: EtcdVersion, watchlist: &str) {
+    let _one = ONE_AT_A_TIME.lock().await;
     let etcd = etcd_version(version).await;
     let kas = KubeApiserver::start(&etcd.server.url()).await;
     let wc = Watchcache::on_etcd(&kas.pki, &etcd.server.url(), &[]).await;
@@ -40,6 +44,7 @@ async fn client_go_passes_against_watchcache_on_etcd_3_6() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_go_passes_against_watchcache_in_front_of_kube_apiserver() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let etcd = etcd_version(EtcdVersion::V36).await;
     let kas = KubeApiserver::start(&etcd.server.url()).await;
     // The default definitions include widgets.example.com, whose CRD this cluster does not have:
@@ -51,6 +56,7 @@ async fn client_go_passes_against_watchcache_in_front_of_kube_apiserver() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_go_passes_against_a_leaf_of_a_leaf() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let etcd = etcd_version(EtcdVersion::V36).await;
     let kas = KubeApiserver::start(&etcd.server.url()).await;
     let inner = Watchcache::proxy(&kas.pki, &kas.admin_kubeconfig, &[]).await;

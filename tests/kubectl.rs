@@ -308,7 +308,10 @@ async fn metadata_clients_get_partial_metadata_or_406() {
         .await
         .unwrap();
         assert_eq!(r.status(), 200, "{path}");
-        assert_eq!(r.headers()["content-type"], "application/vnd.kubernetes.protobuf");
+        assert_eq!(
+            r.headers()["content-type"],
+            "application/vnd.kubernetes.protobuf"
+        );
         let body = r.bytes().await.unwrap();
         assert!(body.starts_with(b"k8s\0"), "{path}");
         assert!(
@@ -765,10 +768,19 @@ async fn generate_name_deletecollection_dry_run_head_and_protobuf_bodies() {
     // Foreground deletion adds the garbage collector's finalizer: the object stays, being
     // deleted, until its finalizers are gone (no garbage collector runs here, so a patch takes
     // it off), as with kube-apiserver.
-    k.ok(&["delete", "cm", "keep", "--cascade=foreground", "--wait=false"])
-        .await;
+    k.ok(&[
+        "delete",
+        "cm",
+        "keep",
+        "--cascade=foreground",
+        "--wait=false",
+    ])
+    .await;
     let kept = get_json(&k, &["cm", "keep"]).await;
-    assert_eq!(kept["metadata"]["finalizers"], json!(["foregroundDeletion"]));
+    assert_eq!(
+        kept["metadata"]["finalizers"],
+        json!(["foregroundDeletion"])
+    );
     assert!(kept["metadata"]["deletionTimestamp"].is_string());
     assert_eq!(kept["metadata"]["deletionGracePeriodSeconds"], 0);
     k.ok(&[

@@ -571,8 +571,17 @@ async fn protobuf_bodies_create_update_and_delete_through_the_json_path() {
     assert_eq!(r.headers()["content-type"], PROTOBUF);
     let answered = r.bytes().await.unwrap();
     assert!(answered.starts_with(b"k8s\0\x0a\x0f\x0a\x02v1\x12\x09ConfigMap\x12"));
-    let r = http.get(format!("{coll}/web-config")).header("Accept", PROTOBUF).send().await.unwrap();
-    assert_eq!(r.bytes().await.unwrap(), answered, "the answer is what a GET reads");
+    let r = http
+        .get(format!("{coll}/web-config"))
+        .header("Accept", PROTOBUF)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.bytes().await.unwrap(),
+        answered,
+        "the answer is what a GET reads"
+    );
     let created: Value = http
         .get(format!("{coll}/web-config"))
         .send()
@@ -666,7 +675,10 @@ async fn protobuf_bodies_create_update_and_delete_through_the_json_path() {
     assert_eq!(r.status(), 422);
     assert_eq!(r.headers()["content-type"], PROTOBUF);
     let st = r.bytes().await.unwrap();
-    assert!(st.starts_with(b"k8s\0\x0a\x0c\x0a\x02v1\x12\x06Status"), "{st:02x?}");
+    assert!(
+        st.starts_with(b"k8s\0\x0a\x0c\x0a\x02v1\x12\x06Status"),
+        "{st:02x?}"
+    );
     assert!(st.windows(7).any(|w| w == b"Invalid"));
     // Garbage protobuf: 400; a protobuf body for a custom resource: 415; YAML: 415.
     let r = send(http.post(&coll), b"k8s\0\x0a\xff\x01".to_vec())

@@ -215,7 +215,10 @@ fn unstructured_list_parts(def: &ResourceDef, list: &ObjectList) -> Vec<Bytes> {
     if let Some(n) = list.remaining_item_count {
         tail.push_str(&format!(r#","remainingItemCount":{n}"#));
     }
-    tail.push_str(&format!(r#","resourceVersion":"{}"}}}}"#, list.resource_version));
+    tail.push_str(&format!(
+        r#","resourceVersion":"{}"}}}}"#,
+        list.resource_version
+    ));
     parts.push(Bytes::from(tail));
     parts
 }

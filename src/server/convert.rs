@@ -385,7 +385,10 @@ pub(crate) fn object(
             write_table(&mut out, def, v, &meta, &[(r, json)], include, true)?;
         }
         Format::Metadata(v) => write_partial(&mut out, v, &meta_json(def, json)?),
-        Format::Json | Format::AggregatedDiscovery | Format::Protobuf | Format::MetadataProtobuf => {
+        Format::Json
+        | Format::AggregatedDiscovery
+        | Format::Protobuf
+        | Format::MetadataProtobuf => {
             return Ok(Bytes::copy_from_slice(json));
         }
     }
@@ -401,7 +404,9 @@ pub(crate) fn object_metadata_protobuf(
     obj: &crate::model::Object,
 ) -> Result<Bytes, ApiError> {
     let meta = meta_protobuf(def, || obj.json().clone(), || obj.protobuf_wire().cloned())?;
-    Ok(Bytes::from(crate::model::protobuf::partial::partial_envelope(&meta)))
+    Ok(Bytes::from(
+        crate::model::protobuf::partial::partial_envelope(&meta),
+    ))
 }
 
 /// Converts a watch's events for one watcher: each event's object becomes a one-row Table (column
@@ -515,7 +520,9 @@ impl WatchConverter {
                     first,
                 )
             }
-            Format::Metadata(v) => meta_json(&self.def, ev.json()).map(|m| write_partial(&mut out, v, &m)),
+            Format::Metadata(v) => {
+                meta_json(&self.def, ev.json()).map(|m| write_partial(&mut out, v, &m))
+            }
             Format::Json
             | Format::AggregatedDiscovery
             | Format::Protobuf

@@ -64,7 +64,9 @@ impl DeleteOptions {
             ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
         })?;
         let Value::Object(m) = v else {
-            return Err(ApiError::bad_request("the DeleteOptions body must be an object"));
+            return Err(ApiError::bad_request(
+                "the DeleteOptions body must be an object",
+            ));
         };
         let mut o = DeleteOptions {
             grace_period_seconds: int(&m, "gracePeriodSeconds")?,
@@ -142,6 +144,42 @@ impl DeleteOptions {
         }
         o.validate()?;
         Ok(o)
+    }
+
+    /// The options as a `DeleteOptions` JSON body (to send them on to an upstream API server),
+    /// with `dryRun: ["All"]` when asked.
+    pub fn to_json(&self, dry_run: bool) -> Vec<u8> {
+        let mut m = Map::new();
+        m.insert("kind".into(), Value::from("DeleteOptions"));
+        m.insert("apiVersion".into(), Value::from("v1"));
+        if let Some(g) = self.grace_period_seconds {
+            m.insert("gracePeriodSeconds".into(), Value::from(g));
+        }
+        if let Some(p) = self.propagation {
+            let p = match p {
+                Propagation::Orphan => "Orphan",
+                Propagation::Background => "Background",
+                Propagation::Foreground => "Foreground",
+            };
+            m.insert("propagationPolicy".into(), Value::from(p));
+        }
+        if let Some(o) = self.orphan_dependents {
+            m.insert("orphanDependents".into(), Value::from(o));
+        }
+        let mut pre = Map::new();
+        if let Some(u) = &self.uid {
+            pre.insert("uid".into(), Value::from(u.as_str()));
+        }
+        if let Some(rv) = self.resource_version {
+            pre.insert("resourceVersion".into(), Value::from(rv.to_string()));
+        }
+        if !pre.is_empty() {
+            m.insert("preconditions".into(), Value::Object(pre));
+        }
+        if dry_run {
+            m.insert("dryRun".into(), Value::from(vec!["All"]));
+        }
+        serde_json::to_vec(&Value::Object(m)).unwrap_or_default()
     }
 
     fn validate(&self) -> Result<(), ApiError> {
@@ -271,7 +309,10 @@ pub enum Plan {
     /// Write this state of the object (deletion timestamp, grace period, finalizers). Then, with
     /// `delete`, remove it (a graceful deletion with a grace period of 0); else it stays until its
     /// grace period ends or its finalizers are gone (`deleted = false`).
-    Update { object: Map<String, Value>, delete: bool },
+    Update {
+        object: Map<String, Value>,
+        delete: bool,
+    },
     /// Being deleted already, with a grace period no longer than the one asked: nothing changes,
     /// and the answer is the object as it is.
     Pending,
@@ -410,7 +451,10 @@ fn before_delete(
     if str_at(obj, &["spec", "nodeName"]).is_none_or(str::is_empty) {
         period = 0;
     }
-    if matches!(str_at(obj, &["status", "phase"]), Some("Failed" | "Succeeded")) {
+    if matches!(
+        str_at(obj, &["status", "phase"]),
+        Some("Failed" | "Succeeded")
+    ) {
         period = 0;
     }
     if period < 0 {
@@ -429,7 +473,11 @@ fn before_delete(
 
 /// `deletionFinalizersForGarbageCollection`: the finalizers after the options' GC policy, when
 /// they change.
-fn gc_finalizers(strategy: Strategy, obj: &Map<String, Value>, o: &DeleteOptions) -> Option<Vec<String>> {
+fn gc_finalizers(
+    strategy: Strategy,
+    obj: &Map<String, Value>,
+    o: &DeleteOptions,
+) -> Option<Vec<String>> {
     let current = finalizers(obj);
     // The first of the two the object has decides when the request says nothing.
     let first = current.iter().find(|c| *c == ORPHAN || *c == FOREGROUND);
@@ -567,7 +615,9 @@ pub fn before_update(
     new: &mut Map<String, Value>,
 ) -> Result<(), ApiError> {
     let old_meta = meta(old).cloned().unwrap_or_default();
-    let name = str_at(new, &["metadata", "name"]).unwrap_or_default().to_owned();
+    let name = str_at(new, &["metadata", "name"])
+        .unwrap_or_default()
+        .to_owned();
     let mut causes = Vec::new();
     {
         let m = meta_mut(new);
@@ -584,13 +634,19 @@ pub fn before_update(
                 format!("Invalid value: {shown}: field is immutable"),
             ));
         }
-        if let Some(g) = old_meta.get("deletionGracePeriodSeconds").filter(|v| !v.is_null())
-            && m.get("deletionGracePeriodSeconds").is_none_or(Value::is_null)
+        if let Some(g) = old_meta
+            .get("deletionGracePeriodSeconds")
+            .filter(|v| !v.is_null())
+            && m.get("deletionGracePeriodSeconds")
+                .is_none_or(Value::is_null)
         {
             m.insert("deletionGracePeriodSeconds".into(), g.clone());
         }
     }
-    if old_meta.get("deletionTimestamp").is_some_and(|v| !v.is_null()) {
+    if old_meta
+        .get("deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+    {
         let before = finalizers(old);
         let mut extra: Vec<String> = finalizers(new)
             .into_iter()
@@ -621,7 +677,10 @@ pub fn before_update(
 fn go_time(t: SystemTime) -> String {
     let s = humantime::format_rfc3339_seconds(t).to_string();
     // 2006-01-02T15:04:05Z → 2006-01-02 15:04:05 +0000 UTC
-    format!("{} +0000 UTC", s.trim_end_matches('Z').replacen('T', " ", 1))
+    format!(
+        "{} +0000 UTC",
+        s.trim_end_matches('Z').replacen('T', " ", 1)
+    )
 }
 
 /// `ShouldDeleteDuringUpdate`: an update that leaves no finalizers on an object being deleted
@@ -655,9 +714,11 @@ mod tests {
     }
 
     fn bound_pod() -> Map<String, Value> {
-        obj(json!({"metadata": {"name": "p", "uid": "u1", "generation": 1},
+        obj(
+            json!({"metadata": {"name": "p", "uid": "u1", "generation": 1},
             "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 30},
-            "status": {"phase": "Running"}}))
+            "status": {"phase": "Running"}}),
+        )
     }
 
     fn planned(s: Strategy, o: &Map<String, Value>, opts: &DeleteOptions) -> Plan {
@@ -679,7 +740,10 @@ mod tests {
         assert_eq!(o["metadata"]["deletionGracePeriodSeconds"], 30);
         assert_eq!(o["metadata"]["generation"], 2);
         // Asked again with the same or a longer period: pending, nothing changes.
-        assert_eq!(planned(pods(), &o, &DeleteOptions::default()), Plan::Pending);
+        assert_eq!(
+            planned(pods(), &o, &DeleteOptions::default()),
+            Plan::Pending
+        );
         let longer = DeleteOptions {
             grace_period_seconds: Some(60),
             ..DeleteOptions::default()
@@ -703,7 +767,10 @@ mod tests {
         assert_eq!(o3["metadata"]["deletionTimestamp"], NOW);
         assert_eq!(o3["metadata"]["deletionGracePeriodSeconds"], 0);
         // Once at 0, a further DELETE removes it.
-        assert_eq!(planned(pods(), &o3, &DeleteOptions::default()), Plan::Delete);
+        assert_eq!(
+            planned(pods(), &o3, &DeleteOptions::default()),
+            Plan::Delete
+        );
     }
 
     #[test]
@@ -768,7 +835,10 @@ mod tests {
         assert_eq!(o["metadata"]["generation"], 4);
         let (o, _) = updated(planned(deploy, &d, &with(Propagation::Foreground)));
         assert_eq!(o["metadata"]["finalizers"], json!(["foregroundDeletion"]));
-        assert_eq!(planned(deploy, &d, &with(Propagation::Background)), Plan::Delete);
+        assert_eq!(
+            planned(deploy, &d, &with(Propagation::Background)),
+            Plan::Delete
+        );
         let orphan_flag = DeleteOptions {
             orphan_dependents: Some(true),
             ..DeleteOptions::default()
@@ -786,7 +856,10 @@ mod tests {
         let (o, _) = updated(planned(rc, &d, &DeleteOptions::default()));
         assert_eq!(o["metadata"]["finalizers"], json!(["orphan"]));
         let events = Strategy::for_resource("", "events");
-        assert_eq!(planned(events, &d, &with(Propagation::Orphan)), Plan::Delete);
+        assert_eq!(
+            planned(events, &d, &with(Propagation::Orphan)),
+            Plan::Delete
+        );
     }
 
     #[test]
@@ -802,7 +875,12 @@ mod tests {
             resource_version: Some(6),
             ..DeleteOptions::default()
         };
-        assert_eq!(plan(pods(), ("", "Pod"), &p, 7, &rv, at(NOW)).unwrap_err().code(), 409);
+        assert_eq!(
+            plan(pods(), ("", "Pod"), &p, 7, &rv, at(NOW))
+                .unwrap_err()
+                .code(),
+            409
+        );
         assert_eq!(
             DeleteOptions::from_json(br#"{"propagationPolicy":"Sideways"}"#)
                 .unwrap_err()
@@ -815,12 +893,15 @@ mod tests {
                 .code(),
             422
         );
-        let q = DeleteOptions::from_query(Some("gracePeriodSeconds=0&propagationPolicy=Foreground"))
-            .unwrap();
+        let q =
+            DeleteOptions::from_query(Some("gracePeriodSeconds=0&propagationPolicy=Foreground"))
+                .unwrap();
         assert_eq!(q.grace_period_seconds, Some(0));
         assert_eq!(q.propagation, Some(Propagation::Foreground));
         assert_eq!(
-            DeleteOptions::from_query(Some("gracePeriodSeconds=x")).unwrap_err().code(),
+            DeleteOptions::from_query(Some("gracePeriodSeconds=x"))
+                .unwrap_err()
+                .code(),
             400
         );
     }
@@ -838,7 +919,12 @@ mod tests {
         assert_eq!(e.code(), 422);
         let live = obj(json!({"metadata": {"name": "c"}}));
         let mut set = obj(json!({"metadata": {"name": "c", "deletionTimestamp": NOW}}));
-        assert_eq!(before_update("ConfigMap", &live, &mut set).unwrap_err().code(), 422);
+        assert_eq!(
+            before_update("ConfigMap", &live, &mut set)
+                .unwrap_err()
+                .code(),
+            422
+        );
         assert_eq!(go_time(at(NOW)), "2026-03-04 05:06:07 +0000 UTC");
     }
 }

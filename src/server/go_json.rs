@@ -79,6 +79,9 @@ mod tests {
         );
         let mut out = Vec::new();
         value(&mut out, &json!({"b": [1, "&"], "a": null}));
-        assert_eq!(String::from_utf8(out).unwrap(), r#"{"a":null,"b":[1,"\u0026"]}"#);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"a":null,"b":[1,"\u0026"]}"#
+        );
     }
 }

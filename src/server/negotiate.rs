@@ -163,10 +163,18 @@ impl Format {
                 (None, _, _, Answer::List | Answer::Object | Answer::Written) if protobuf => {
                     Some(Format::Protobuf)
                 }
-                (Some("PartialObjectMetadataList"), Some("meta.k8s.io"), Some("v1"), Answer::List)
-                | (Some("PartialObjectMetadata"), Some("meta.k8s.io"), Some("v1"), Answer::Object) => {
-                    Some(Format::MetadataProtobuf)
-                }
+                (
+                    Some("PartialObjectMetadataList"),
+                    Some("meta.k8s.io"),
+                    Some("v1"),
+                    Answer::List,
+                )
+                | (
+                    Some("PartialObjectMetadata"),
+                    Some("meta.k8s.io"),
+                    Some("v1"),
+                    Answer::Object,
+                ) => Some(Format::MetadataProtobuf),
                 _ => None,
             };
         }
@@ -274,7 +282,6 @@ impl Format {
     }
 }
 
-
 /// Upstream's answer when nothing in Accept can be served (`NewNotAcceptableError`).
 fn not_acceptable(accept: &str, protobuf: bool) -> ApiError {
     let pb = if protobuf {
@@ -342,7 +349,8 @@ mod tests {
             ),
             Err(406)
         );
-        let informer = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+        let informer =
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
         assert_eq!(
             neg(informer, Answer::Object),
             Ok(Format::Metadata(MetaVersion::V1))
@@ -429,7 +437,10 @@ mod tests {
         // Metadata is served in protobuf (custom resources too); Tables in protobuf are
         // skipped for their JSON alternative.
         let informer = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
-        assert_eq!(neg_pb(informer, Answer::Object), Ok(Format::MetadataProtobuf));
+        assert_eq!(
+            neg_pb(informer, Answer::Object),
+            Ok(Format::MetadataProtobuf)
+        );
         assert_eq!(neg(informer, Answer::Object), Ok(Format::MetadataProtobuf));
         assert_eq!(
             neg_pb(

@@ -224,7 +224,10 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         .get(header::CONTENT_TYPE)
         .map(|v| v.to_str().unwrap_or("(not text)"));
     let (patch_kind, format) = if method == Method::PATCH {
-        (Some(PatchKind::from_content_type(ct, def)?), BodyFormat::Json)
+        (
+            Some(PatchKind::from_content_type(ct, def)?),
+            BodyFormat::Json,
+        )
     } else {
         (None, body_format(&parts.headers, &method, def)?)
     };
@@ -282,7 +285,9 @@ fn reply_response(
 ) -> Result<Response, ApiError> {
     let protobuf = format == Format::Protobuf;
     let mut parts = match reply {
-        writes::Reply::Object(o) if protobuf => vec![o.protobuf_wire().cloned().map_err(encode_error)?],
+        writes::Reply::Object(o) if protobuf => {
+            vec![o.protobuf_wire().cloned().map_err(encode_error)?]
+        }
         writes::Reply::Object(o) => vec![o.json().clone()],
         writes::Reply::Status(json) if protobuf => {
             let v: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();

@@ -20,10 +20,10 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::cache::{Cache, ObjectList};
-use crate::model::{Object, ResourceDef};
 use crate::model::labels;
 use crate::model::names::{self, NameRule};
 use crate::model::protobuf::fields::unknown_fields;
+use crate::model::{Object, ResourceDef};
 use crate::server::deletion::{self, DeleteOptions, Plan};
 use crate::server::params::{FieldValidation, WriteParams};
 use crate::server::patch::PatchKind;
@@ -417,7 +417,8 @@ pub async fn update(
     deletion::before_update(&def.kind, &old, &mut obj)?;
     let stored = encode_checked(cache, &key, &obj)?;
     if deletion::deletes_on_update(&old, &obj) {
-        let body = delete_emptied(cache, writes, &key, &stored, current.mod_revision, params).await?;
+        let body =
+            delete_emptied(cache, writes, &key, &stored, current.mod_revision, params).await?;
         return Ok(Written::object(body, 200, warnings));
     }
     let rev = if params.dry_run {
@@ -604,6 +605,7 @@ pub async fn delete_collection(
     query: Option<&str>,
     params: &WriteParams,
 ) -> Result<Written, ApiError> {
+    let def = cache.definition();
     let options = delete_options(body, query)?;
     let list = cache.list(opts).await?;
     let mut items = Vec::with_capacity(list.items.len());
@@ -613,7 +615,20 @@ pub async fn delete_collection(
             items.push(o.clone());
             continue;
         }
-        match delete_one(cache, writes, o.key(), o.name(), &options, params).await {
+        let deleted = if writes.deletes_itself() {
+            writes
+                .delete_with(o.key(), Bytes::from(options.to_json(false)))
+                .await
+                .map_err(|e| write_failed(e, def, o.name()))
+                .and_then(|(rev, body)| respond(cache, o.key(), &body, rev))
+                .map(|last| Deleted {
+                    last: Some(last),
+                    deleted: true,
+                })
+        } else {
+            delete_one(cache, writes, o.key(), o.name(), &options, params).await
+        };
+        match deleted {
             Ok(Deleted {
                 last: Some(last), ..
             }) => {
@@ -674,6 +689,19 @@ pub async fn delete(
     let def = cache.definition();
     let options = delete_options(body, query)?;
     let key = def.key_for(namespace, name);
+    if writes.deletes_itself() {
+        // An API server upstream applies the deletion rules itself: the DELETE goes on with its
+        // options, and its answer is relayed.
+        let (rev, body) = writes
+            .delete_with(&key, Bytes::from(options.to_json(params.dry_run)))
+            .await
+            .map_err(|e| write_failed(e, def, name))?;
+        return Ok(Written::object(
+            respond(cache, &key, &body, rev)?,
+            200,
+            Vec::new(),
+        ));
+    }
     let d = delete_one(cache, writes, &key, name, &options, params).await?;
     let strategy = deletion::Strategy::for_resource(&def.group, &def.plural);
     let code = if !d.deleted && options.orphan_dependents == Some(false) {
@@ -697,7 +725,11 @@ pub async fn delete(
 fn success_status(def: &ResourceDef, name: &str, obj: Option<&Object>) -> Bytes {
     let uid = obj
         .and_then(|o| o.parse::<Value>().ok())
-        .and_then(|v| v.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_owned))
+        .and_then(|v| {
+            v.pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
         .unwrap_or_default();
     let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
     let group = if def.group.is_empty() {

@@ -115,7 +115,10 @@ pub(crate) fn encode_json(value: &Json) -> Result<Vec<u8>, String> {
 /// # Errors
 /// A member of the wrong JSON type.
 #[cfg(feature = "server")]
-pub(crate) fn encode_message(msg: &'static Message, obj: &Map<String, Json>) -> Result<Vec<u8>, String> {
+pub(crate) fn encode_message(
+    msg: &'static Message,
+    obj: &Map<String, Json>,
+) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(512);
     write_message(&mut out, msg, obj, 0)?;
     Ok(out)

@@ -738,7 +738,11 @@ pub(crate) fn write_compact_go(out: &mut Vec<u8>, raw: &[u8]) {
             b'>' => out.extend_from_slice(b"\\u003e"),
             b'&' => out.extend_from_slice(b"\\u0026"),
             0xe2 if raw.get(i) == Some(&0x80) && matches!(raw.get(i + 1), Some(0xa8 | 0xa9)) => {
-                let last = if raw.get(i + 1) == Some(&0xa8) { b'8' } else { b'9' };
+                let last = if raw.get(i + 1) == Some(&0xa8) {
+                    b'8'
+                } else {
+                    b'9'
+                };
                 out.extend_from_slice(b"\\u202");
                 out.push(last);
                 i += 2;
@@ -750,9 +754,9 @@ pub(crate) fn write_compact_go(out: &mut Vec<u8>, raw: &[u8]) {
 
 /// A JSON string.
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
-    if s.bytes().all(|c| {
-        c >= 0x20 && c < 0x7f && !matches!(c, b'"' | b'\\' | b'<' | b'>' | b'&')
-    }) {
+    if s.bytes()
+        .all(|c| c >= 0x20 && c < 0x7f && !matches!(c, b'"' | b'\\' | b'<' | b'>' | b'&'))
+    {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
@@ -777,7 +781,10 @@ fn write_go_escaped(out: &mut Vec<u8>, s: &str) {
             '\t' => Some(b"\\t"),
             _ => None,
         };
-        let long = matches!(c, '\u{0}'..='\u{1f}' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}');
+        let long = matches!(
+            c,
+            '\u{0}'..='\u{1f}' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}'
+        );
         if short.is_none() && !long {
             continue;
         }
@@ -790,7 +797,11 @@ fn write_go_escaped(out: &mut Vec<u8>, s: &str) {
         let n = c as u32;
         out.extend_from_slice(b"\\u");
         for shift in [12, 8, 4, 0] {
-            out.push(HEX.get(((n >> shift) & 0xf) as usize).copied().unwrap_or(b'0'));
+            out.push(
+                HEX.get(((n >> shift) & 0xf) as usize)
+                    .copied()
+                    .unwrap_or(b'0'),
+            );
         }
     }
     out.extend_from_slice(s.as_bytes().get(start..).unwrap_or_default());

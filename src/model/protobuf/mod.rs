@@ -44,13 +44,13 @@ use crate::model::FieldPath;
 
 #[cfg(feature = "server")]
 pub(crate) use encode::status;
-/// A JSON string as Go's encoding/json writes it (the server's converted formats use it too).
-#[cfg(feature = "server")]
-pub(crate) use json::write_str as write_go_string;
 pub(crate) use encode::{
     ENVELOPE_TAIL, encode_json, item_head, list_head, raw_range, watch_frame_head,
     with_resource_version,
 };
+/// A JSON string as Go's encoding/json writes it (the server's converted formats use it too).
+#[cfg(feature = "server")]
+pub(crate) use json::write_str as write_go_string;
 #[cfg(feature = "server")]
 pub(crate) use request::request_json;
 

@@ -12,8 +12,8 @@ use serde_json::{Map, Value as Json};
 use super::catalog::object_meta;
 use super::encode::{encode_message, envelope, put_len};
 use super::json::write_message_json;
-use super::wire::{Fields, Value};
 use super::raw_range;
+use super::wire::{Fields, Value};
 
 /// The API version of the `PartialObjectMetadata` served here.
 pub(crate) const META_V1: &str = "meta.k8s.io/v1";

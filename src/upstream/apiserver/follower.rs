@@ -160,7 +160,10 @@ impl Follower {
                     info!(resource = %self.plural(), "the API server does not do WatchList; using LIST then watch");
                     *watch_list = false;
                 }
-                Err(e) if self.config.initial_list == InitialList::WatchList || *self.shutdown.borrow() => {
+                Err(e)
+                    if self.config.initial_list == InitialList::WatchList
+                        || *self.shutdown.borrow() =>
+                {
                     return Err(e);
                 }
                 // As client-go's reflector: a WatchList that fails for any reason falls back to
@@ -580,16 +583,25 @@ mod tests {
                     if first.contains("sendInitialEvents=true") {
                         counted.fetch_add(1, Ordering::SeqCst);
                         let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the required storage feature RequestWatchProgress is disabled","reason":"InternalError","code":500}"#;
-                        let r = format!("HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                        let r = format!(
+                            "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
                         s.write_all(r.as_bytes()).await.unwrap();
                     } else if first.contains("watch=true") {
                         let ev = r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"b","namespace":"ns","resourceVersion":"6"},"spec":{"nodeName":"n1"}}}"#;
-                        let r = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{ev}\n\r\n", ev.len() + 1);
+                        let r = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{ev}\n\r\n",
+                            ev.len() + 1
+                        );
                         s.write_all(r.as_bytes()).await.unwrap();
                         tokio::time::sleep(Duration::from_secs(30)).await;
                     } else {
                         let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"4"},"spec":{"nodeName":"n1"}}]}"#;
-                        let r = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                        let r = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
                         s.write_all(r.as_bytes()).await.unwrap();
                     }
                 });
@@ -615,7 +627,10 @@ mod tests {
             .expect("ready after falling back to LIST");
         let deadline = Instant::now() + Duration::from_secs(5);
         while cache.resource_version() < 6 {
-            assert!(Instant::now() < deadline, "the watch after the LIST delivers");
+            assert!(
+                Instant::now() < deadline,
+                "the watch after the LIST delivers"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let names: Vec<String> = cache
@@ -627,7 +642,11 @@ mod tests {
             .map(|o| o.name().to_owned())
             .collect();
         assert_eq!(names, ["a", "b"]);
-        assert_eq!(watch_lists.load(Ordering::SeqCst), 1, "WatchList asked once, then off");
+        assert_eq!(
+            watch_lists.load(Ordering::SeqCst),
+            1,
+            "WatchList asked once, then off"
+        );
         task.abort();
         peer.abort();
     }
@@ -653,12 +672,18 @@ mod tests {
                     let first = head.lines().next().unwrap_or_default().to_owned();
                     let r = if !serving.load(Ordering::SeqCst) {
                         let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}"#;
-                        format!("HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len())
+                        format!(
+                            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
                     } else if first.contains("watch=true") {
                         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_owned()
                     } else {
                         let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"4"},"spec":{"nodeName":"n1"}}]}"#;
-                        format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len())
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
                     };
                     s.write_all(r.as_bytes()).await.unwrap();
                     tokio::time::sleep(Duration::from_secs(30)).await;
