@@ -705,6 +705,18 @@ async fn current_rv(c: &Raw) -> u64 {
         .unwrap()
 }
 
+/// With `WC_EQ_DUMP=DIR`, watchcache's log is copied there when the test ends (pass or fail).
+struct KeepLog(std::path::PathBuf);
+
+impl Drop for KeepLog {
+    fn drop(&mut self) {
+        if let Ok(dir) = std::env::var("WC_EQ_DUMP") {
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::copy(&self.0, Path::new(&dir).join("watchcache.log"));
+        }
+    }
+}
+
 /// One control plane at a time: the two tests would share two cores.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -792,6 +804,7 @@ async fn equality(version: EtcdVersion) {
     }
 
     let wc = Watchcache::on_etcd(&kas.pki, &etcd.server.url(), &[]).await;
+    let _keep = KeepLog(wc.proc.log.clone());
     let kas_c = Raw::new(&kas.admin_kubeconfig, "kube-apiserver").await;
     let wc_c = Raw::new(&wc.admin_kubeconfig, "watchcache").await;
     let resources = discover(&wc_c).await;
