@@ -8,8 +8,8 @@ use std::sync::Arc;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use watchcache::server::auth::{
-    Attributes, Authorizer, Decision, Mode, NodeAuthorizer, Rbac, RbacObjects, RequestInfo,
-    ServiceAccounts, User,
+    Attributes, Authorizer, Decision, Mode, NodeAuthorizer, NodeCaches, Rbac, RbacObjects,
+    RequestInfo, ServiceAccounts, User,
 };
 use watchcache::{Cache, CacheConfig, MemorySource, ResourceDef, Selection};
 
@@ -56,7 +56,10 @@ fn bench(c: &mut Criterion) {
     let authz = Authorizer::new(
         vec![Mode::Node, Mode::Rbac],
         Some(Arc::new(rbac())),
-        Some(NodeAuthorizer::new(Some(pods.clone()))),
+        Some(NodeAuthorizer::new(NodeCaches {
+            pods: Some(pods.clone()),
+            ..NodeCaches::default()
+        })),
     );
     let kubelet = User::authenticated("system:node:node-7", "", vec!["system:nodes".into()]);
     let selection = Selection::all()

@@ -7,15 +7,26 @@ each field's `protobuf:"<wire>,<number>,<opt|rep>,name=..."` tag gives its proto
 encoding/json writes for it. This script reads those tags (no Go toolchain needed) and writes one
 static table per message for the transcoder in src/model/protobuf/json.rs.
 
-Usage (sources from `git archive` of the tags that match the test vectors):
-    scripts/gen-protobuf-tables.py API_DIR APIMACHINERY_DIR > src/model/protobuf/tables.rs
-where API_DIR is k8s.io/api at v0.35.7 and APIMACHINERY_DIR is k8s.io/apimachinery at v0.35.7.
+Usage (sources from `git archive` of the tags that match the test vectors, or `go mod download`):
+    scripts/gen-protobuf-tables.py API_DIR APIMACHINERY_DIR AGGREGATOR_DIR APIEXTENSIONS_DIR \
+        > src/model/protobuf/tables.rs
+where API_DIR is k8s.io/api, APIMACHINERY_DIR k8s.io/apimachinery, AGGREGATOR_DIR
+k8s.io/kube-aggregator (APIService) and APIEXTENSIONS_DIR k8s.io/apiextensions-apiserver
+(CustomResourceDefinition), all at v0.35.7.
+
+apiextensions' JSONSchemaProps brings types whose JSON is not their struct's: `JSON` (raw JSON,
+as RawExtension), and three either-or wrappers (`JSONSchemaPropsOrArray`, `...OrBool`,
+`...OrStringArray`) whose JSON is one of their fields; they become kinds of their own.
+
+Besides every kind of the stable group versions below, one kind of a beta version is generated:
+storage.k8s.io/v1beta1 VolumeAttributesClass, which kube-apiserver 1.35 still stores (its v1 is the
+same message; src/model/protobuf/stored.rs reads one as the other).
 """
 import os
 import re
 import sys
 
-API, AM = sys.argv[1], sys.argv[2]
+API, AM, AGG, APIEXT = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 
 # Go import path -> directory.
 PACKAGES = {
@@ -25,10 +36,17 @@ GROUP_VERSIONS = [
     "core/v1", "apps/v1", "batch/v1", "discovery/v1", "coordination/v1", "events/v1",
     "networking/v1", "rbac/v1", "policy/v1", "storage/v1", "scheduling/v1", "node/v1",
     "autoscaling/v1", "autoscaling/v2", "admissionregistration/v1",
-    "flowcontrol/v1",
+    "flowcontrol/v1", "certificates/v1", "resource/v1",
 ]
 for gv in GROUP_VERSIONS:
     PACKAGES["k8s.io/api/" + gv] = os.path.join(API, gv)
+AGGREGATOR = "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+PACKAGES[AGGREGATOR] = os.path.join(AGG, "pkg/apis/apiregistration/v1")
+APIEXTENSIONS = "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+PACKAGES[APIEXTENSIONS] = os.path.join(APIEXT, "pkg/apis/apiextensions/v1")
+PACKAGES["k8s.io/api/storage/v1beta1"] = os.path.join(API, "storage/v1beta1")
+# Kinds of other versions that kube-apiserver stores: (package, kind).
+EXTRA_KINDS = [("k8s.io/api/storage/v1beta1", "VolumeAttributesClass")]
 
 # Types whose JSON is not their struct's: (import path, name) -> kind in the table.
 SPECIAL = {
@@ -39,6 +57,13 @@ SPECIAL = {
     ("k8s.io/apimachinery/pkg/api/resource", "Quantity"): "Quantity",
     ("k8s.io/apimachinery/pkg/util/intstr", "IntOrString"): "IntOrString",
     ("k8s.io/apimachinery/pkg/runtime", "RawExtension"): "Raw",
+    (APIEXTENSIONS, "JSON"): "Raw",
+}
+# The either-or wrappers of JSONSchemaProps: kind name, with the index of JSONSchemaProps.
+EITHER = {
+    (APIEXTENSIONS, "JSONSchemaPropsOrArray"): "OrArray",
+    (APIEXTENSIONS, "JSONSchemaPropsOrBool"): "OrBool",
+    (APIEXTENSIONS, "JSONSchemaPropsOrStringArray"): "OrStrings",
 }
 SCALARS = {
     "string": "Str", "bool": "Bool", "int32": "I32", "int64": "I64", "int": "I64",
@@ -78,7 +103,7 @@ class Pkg:
             m = re.search(r'GroupName\s*=\s*"([^"]*)"', src)
             if m:
                 self.group = m.group(1)
-            for m in re.finditer(r"^type (\w+) struct \{", src, flags=re.M):
+            for m in re.finditer(r"^type (\w+) struct\s*\{", src, flags=re.M):
                 i = m.end()
                 depth = 1
                 j = i
@@ -127,6 +152,8 @@ def kind_of(pkg, t, where):
         return k
     if (path, name) in SPECIAL:
         return SPECIAL[(path, name)]
+    if (path, name) in EITHER:
+        return f"{EITHER[(path, name)]}({message(APIEXTENSIONS, 'JSONSchemaProps')})"
     if path == "k8s.io/apimachinery/pkg/types" and name in ("UID", "NodeName", "NamespacedName"):
         return "Str"
     if path not in pkgs:
@@ -136,6 +163,10 @@ def kind_of(pkg, t, where):
         return f"Msg({message(path, name)})"
     if name in p.named:
         u = p.named[name]
+        # A named []string as a map value: protobuf wraps it in a message {repeated string
+        # items = 1} (certificates' ExtraValue); JSON is the bare list.
+        if u == "[]string":
+            return "StrList"
         if u.startswith("[]") and u != "[]byte" or u.startswith("map["):
             raise SystemExit(f"{where}: named collection {t} = {u} (needs a wrapper message)")
         return kind_of(p, u, where)
@@ -233,12 +264,16 @@ def kk_to_key(kk, where):
 
 
 # Top-level kinds: structs with TypeMeta embedded and an ObjectMeta `metadata` (lists excluded).
-kinds = []
-for gv in GROUP_VERSIONS:
-    path = "k8s.io/api/" + gv
+def api_version_of(path):
     p = pkgs[path]
-    version = gv.split("/")[1]
-    api_version = version if p.group == "" else f"{p.group}/{version}"
+    version = path.rsplit("/", 1)[1]
+    return version if p.group == "" else f"{p.group}/{version}"
+
+
+kinds = []
+for path in ["k8s.io/api/" + gv for gv in GROUP_VERSIONS] + [AGGREGATOR, APIEXTENSIONS]:
+    p = pkgs[path]
+    api_version = api_version_of(path)
     for name, body in sorted(p.structs.items()):
         if re.search(r"^\s*metav1\.TypeMeta\b", body, flags=re.M) and re.search(
             r"^\s*metav1\.ObjectMeta\b", body, flags=re.M
@@ -249,8 +284,12 @@ for gv in GROUP_VERSIONS:
                 print(f"skipping {api_version} {name}: {e}", file=sys.stderr)
                 raise
 
-print("// @generated by scripts/gen-protobuf-tables.py from k8s.io/api and k8s.io/apimachinery")
-print("// v0.35.7 (Kubernetes 1.35.7). Do not edit; rerun the script.")
+for path, name in EXTRA_KINDS:
+    kinds.append((api_version_of(path), name, message(path, name)))
+
+print("// @generated by scripts/gen-protobuf-tables.py from k8s.io/api, k8s.io/apimachinery,")
+print("// k8s.io/kube-aggregator and k8s.io/apiextensions-apiserver v0.35.7 (Kubernetes 1.35.7).")
+print("// Do not edit; rerun the script.")
 print("#![allow(clippy::all)]")
 print("use super::schema::{Card::*, Field, Key, Kind::*, Message, Omit::*};")
 print()
@@ -262,7 +301,9 @@ for (path, name) in order:
     for i, f in enumerate(fs):
         by_num[f[0]] = i + 1
     assert len(fs) < 255
-    print(f'    Message {{ name: "{path.rsplit("k8s.io/", 1)[1]}.{name}", by_num: &{by_num}, fields: &[')
+    short = {AGGREGATOR: "apiregistration/v1", APIEXTENSIONS: "apiextensions/v1"}.get(
+        path, path.rsplit("k8s.io/", 1)[-1])
+    print(f'    Message {{ name: "{short}.{name}", by_num: &{by_num}, fields: &[')
     for (num, js, kind, card, omit) in fs:
         print(f'        Field {{ num: {num}, json: "{js}", kind: {kind}, card: {card}, omit: {omit} }},')
     print("    ] },")

@@ -80,10 +80,10 @@ pub use error::{Error, Result};
 #[doc(hidden)]
 pub mod fuzz;
 pub use model::{
-    Computed, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType, FieldPath,
-    FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector, Object, PrinterColumn,
-    ResourceDef, ResourceVersion, RvMatch, Selection, SelectorError, columns, definition,
-    encode_counts, names, selector,
+    Computed, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType, FieldLabels,
+    FieldPath, FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector, Object,
+    PrinterColumn, Quantity, ResourceDef, ResourceVersion, RvMatch, Selection, SelectorError,
+    columns, definition, encode_counts, names, selector,
 };
 #[cfg(feature = "apiserver")]
 pub use upstream::apiserver;

@@ -634,3 +634,34 @@ async fn the_embedded_cache_holds_dynamic_objects_of_a_discovered_resource() {
     cms.shutdown().await;
     root.stop().await;
 }
+
+/// A leaf over a root that serves only pods and configmaps: of every built-in definition it
+/// follows those two, and leaves the rest (a whole group the root lacks, a resource missing from
+/// a group version it serves) to the root, so that it becomes ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_follows_only_what_its_upstream_serves() {
+    let (_etcd, root, _c) = setup().await;
+    let client =
+        kube::Client::try_from(kube::Config::new(root.url.parse().unwrap())).expect("a client");
+    let (served, missing) =
+        watchcache::apiserver::served_by(&client, ResourceDef::builtins()).await;
+    let mut served: Vec<String> = served.iter().map(ResourceDef::resource_name).collect();
+    served.sort();
+    assert_eq!(served, ["configmaps", "pods"]);
+    assert_eq!(missing.len(), ResourceDef::builtins().len() - 2);
+    assert!(missing.iter().any(|d| d.plural == "secrets"));
+    assert!(
+        missing
+            .iter()
+            .any(|d| d.resource_name() == "deployments.apps")
+    );
+    // An upstream that cannot answer discovery: everything is followed, as before.
+    let down = kube::Client::try_from(kube::Config::new(
+        format!("http://127.0.0.1:{}", free_port().unwrap())
+            .parse()
+            .unwrap(),
+    ))
+    .unwrap();
+    let (all, none) = watchcache::apiserver::served_by(&down, ResourceDef::builtins()).await;
+    assert_eq!((all.len(), none.len()), (ResourceDef::builtins().len(), 0));
+}

@@ -70,7 +70,9 @@ async fn spawn(args: &[&str], port: u16) -> Proc {
     panic!("watchcache {args:?} never became ready");
 }
 
+/// A root on `etcd`, where the tests' namespace `ns` exists.
 async fn root(etcd: &str, port: u16) -> Proc {
+    support::etcd::put_namespaces(etcd, &["ns"]).await;
     spawn(&["--etcd", etcd], port).await
 }
 
@@ -769,6 +771,7 @@ async fn the_leaf_forwards_its_clients_identity_by_impersonation() {
         ),
     ]);
     rbac_file(&d.join("root-rbac"), "objects", &root_rbac);
+    support::etcd::put_namespaces(&etcd.server.url(), &["ns"]).await;
     let root_port = free_port().unwrap();
     let root_proc = spawn(
         &[
@@ -1140,6 +1143,7 @@ async fn the_leaf_relays_exec_and_port_forward_upgrades_both_ways() {
 async fn a_leaf_follows_a_tls_root_with_the_client_certificate_of_its_kubeconfig() {
     let etcd = support::etcd::etcd().await;
     let data = tempfile::tempdir().unwrap();
+    support::etcd::put_namespaces(&etcd.server.url(), &["ns"]).await;
     let root_port = free_port().unwrap();
     // The root serves TLS only, and writes an admin kubeconfig (its CA, a client certificate
     // of system:masters) as a cluster's installer would.

@@ -502,6 +502,8 @@ async fn watch_caps_inflight_limits_metrics_rules_and_the_audit_file() {
     let s = server(ServerConfig {
         max_watches_per_user: 2,
         max_requests_inflight: 1,
+        // A request over the in-flight limit waits a quarter of this for a place: 500 ms.
+        request_timeout: Duration::from_secs(2),
         audit_log_path: Some(audit.clone()),
         ..ServerConfig::default()
     })
@@ -550,21 +552,43 @@ async fn watch_caps_inflight_limits_metrics_rules_and_the_audit_file() {
         StatusCode::FORBIDDEN
     );
 
-    // --max-requests-inflight 1: a POST whose body is still coming holds the only slot.
+    // --max-requests-inflight 1: a POST whose body is still coming holds no slot (issue 20,
+    // item 4: the permit is taken once the body has arrived) ...
     let addr = base.trim_start_matches("http://").to_owned();
     let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
     slow.write_all(b"POST /api/v1/namespaces/a/configmaps HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer admin-token\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{").await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let n1_pods = format!("{base}/api/v1/pods?fieldSelector=spec.nodeName%3Dn1");
+    assert_eq!(get(&n1_pods, Some("n1-token")).await.0, StatusCode::OK);
+    drop(slow);
+    // ... a read that waits for a resourceVersion the cache has not reached does: the node's
+    // next request waits for the place and, none freeing up in time, is 429 with Retry-After;
+    // system:masters is still served.
+    let waiting = tokio::spawn({
+        let url = format!(
+            "{base}/api/v1/namespaces/a/configmaps?resourceVersion=999999999&resourceVersionMatch=NotOlderThan"
+        );
+        async move { get(&url, Some("admin-token")).await.0 }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let resp = Client::new()
-        .get(format!("{base}/api/v1/namespaces/a/configmaps"))
-        .bearer_auth("admin-token")
+        .get(&n1_pods)
+        .bearer_auth("n1-token")
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(resp.headers()["retry-after"], "1");
-    drop(slow);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        get(
+            &format!("{base}/api/v1/namespaces/a/configmaps"),
+            Some("admin-token")
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+    assert_eq!(waiting.await.unwrap(), StatusCode::GATEWAY_TIMEOUT);
     // 415 for a text/plain write (the cross-site form POST).
     let resp = Client::new()
         .post(format!("{base}/api/v1/namespaces/a/configmaps"))
@@ -606,7 +630,7 @@ async fn watch_caps_inflight_limits_metrics_rules_and_the_audit_file() {
     };
     assert!(has("system:node:n1", "watch", 429), "{lines:?}");
     assert!(has("alice", "get", 403), "{lines:?}");
-    assert!(has("admin", "list", 429), "{lines:?}");
+    assert!(has("system:node:n1", "list", 429), "{lines:?}");
     assert!(has("admin", "create", 415), "{lines:?}");
     assert!(has("", "list", 401), "{lines:?}");
     let created = lines
@@ -669,6 +693,19 @@ async fn service_account_tokens_are_verified_and_bound_by_rbac() {
     let url = format!("{}/api/v1/namespaces/team/configmaps", s.url);
     let rs = sa_token("team", "builder", "https://issuer.test", 600, false);
     let es = sa_token("team", "builder", "https://issuer.test", 600, true);
+    // The account does not exist (yet): its tokens are refused (`--service-account-lookup`).
+    assert_eq!(get(&url, Some(&rs)).await.0, StatusCode::UNAUTHORIZED);
+    // The service account, as kube-apiserver stored it, with the uid the tokens name.
+    etcd.put(
+        "/registry/serviceaccounts/team/builder",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "builder", "namespace": "team", "uid": "uid-1"}})
+        .to_string(),
+        None,
+    )
+    .await
+    .unwrap();
+    until_status(&url, &rs, StatusCode::FORBIDDEN).await;
     let (code, v) = get(&url, Some(&rs)).await;
     assert_eq!(code, StatusCode::FORBIDDEN);
     assert_eq!(
@@ -839,4 +876,82 @@ async fn proxy_mode_authorizes_before_forwarding() {
         .await,
         StatusCode::FORBIDDEN
     );
+}
+
+/// Issue 20, item 14: a forwarding leaf passed its client's `X-Remote-User`, `X-Remote-Group`
+/// and `X-Remote-Extra-*` headers on, which an upstream trusting the leaf as a front proxy takes
+/// as the requester's identity. They are dropped; the identity goes up as impersonation only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_mode_drops_front_proxy_identity_headers() {
+    // The upstream: a socket that records the request heads it gets and answers an empty list.
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", upstream.local_addr().unwrap());
+    let (heads, mut got) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        loop {
+            let (mut sock, _) = upstream.accept().await.unwrap();
+            let heads = heads.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                let _ = heads.send(String::from_utf8_lossy(&head).to_lowercase());
+                let body = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{},"items":[]}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    let leaf = TestServer::start_with_server(
+        ServerConfig::default(),
+        |_| {},
+        vec![ResourceDef::builtin("pods").unwrap()],
+        move |s| {
+            s.with_proxy(std::sync::Arc::new(ToServer { base }))
+                .with_auth(auth_config(false))
+        },
+    )
+    .await;
+    let resp = Client::new()
+        .get(format!("{}/api/v1/namespaces/a/configmaps", leaf.url))
+        .bearer_auth("viewer-token")
+        .header("X-Remote-User", "admin")
+        .header("X-Remote-Group", "system:masters")
+        .header("X-Remote-Extra-Scopes", "everything")
+        .header("X-Remote-Extra-", "x")
+        .send()
+        .await
+        .unwrap();
+    // vera has no grant on configmaps at the leaf: 403, nothing forwarded.
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let resp = Client::new()
+        .get(format!("{}/api/v1/namespaces/a/configmaps", leaf.url))
+        .bearer_auth("admin-token")
+        .header("X-Remote-User", "mallory")
+        .header("X-Remote-Group", "system:masters")
+        .header("X-Remote-Extra-Scopes", "everything")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let head = tokio::time::timeout(Duration::from_secs(10), got.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        head.starts_with("get /api/v1/namespaces/a/configmaps"),
+        "{head}"
+    );
+    assert!(head.contains("impersonate-user: admin\r\n"), "{head}");
+    assert!(!head.contains("x-remote-"), "{head}");
+    assert!(!head.contains("mallory"), "{head}");
+    assert!(got.try_recv().is_err(), "one request forwarded");
 }

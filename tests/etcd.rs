@@ -946,7 +946,7 @@ async fn an_exact_read_past_a_quiet_resources_last_change_is_proven_on_etcd_3_4(
         let r = c.delete(key("ns", "a"), None).await.unwrap();
         r.header().unwrap().revision() as u64
     };
-    wait_rv(&cache, gone).await;
+    wait_rv(cache, gone).await;
     let list = cache
         .list(&ListOptions::all().at(ResourceVersion::At(at), Some(watchcache::RvMatch::Exact)))
         .await

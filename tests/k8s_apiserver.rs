@@ -8,7 +8,7 @@ mod support;
 
 use serde_json::Value;
 use support::etcd::{EtcdVersion, etcd_version};
-use support::kube::{KubeApiserver, Watchcache, conformance, https_get};
+use support::kube::{KubeApiserver, Watchcache, condition, conformance, https_get, wait_items};
 use support::kubectl::{Kubectl, must};
 
 fn json(text: &str) -> Value {
@@ -113,46 +113,6 @@ async fn watchcache_on_kube_apiservers_etcd_reads_what_it_wrote() {
     let kw = Kubectl::with_kubeconfig(&wc.admin_kubeconfig);
     let got = json(&kw.ok(&["get", "secret", "s1", "-o", "json"]).await);
     assert_eq!(got["data"]["password"], "aHVudGVyMg==");
-}
-
-/// Polls `kubectl get RESOURCE -o json` until `done` holds for its items, panicking with the last
-/// answer after `limit`, or as soon as a component exits.
-async fn wait_items(
-    k: &Kubectl,
-    args: &[&str],
-    limit: std::time::Duration,
-    procs: &mut [&mut support::kube::Proc],
-    done: impl Fn(&[Value]) -> bool,
-) -> Vec<Value> {
-    let start = std::time::Instant::now();
-    let mut last = Vec::new();
-    while start.elapsed() < limit {
-        for p in procs.iter_mut() {
-            p.assert_running();
-        }
-        let out = k.run(args).await;
-        if out.status.success() {
-            last = json(&String::from_utf8_lossy(&out.stdout))["items"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            if done(&last) {
-                return last;
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
-    panic!(
-        "kubectl {args:?}: not done within {limit:?}; last items: {}",
-        serde_json::to_string_pretty(&last).unwrap()
-    );
-}
-
-fn condition(item: &Value, kind: &str) -> bool {
-    item["status"]["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == kind && c["status"] == "True")
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,6 +31,26 @@ fn pod(name: &str, node: &str, ip: &str) -> String {
     .to_string()
 }
 
+/// Creates `pod(name, node, ip)` with kubectl, then reports its status as its kubelet would,
+/// through `/status` (a create starts every pod `Pending`, as upstream's).
+async fn create_running(k: &Kubectl, name: &str, node: &str, ip: &str) {
+    must(
+        &k.create(&pod(name, node, ip), &["--validate=false"]).await,
+        "create",
+    );
+    let status = serde_json::from_str::<Value>(&pod(name, node, ip)).unwrap()["status"].clone();
+    k.ok(&[
+        "patch",
+        "pod",
+        name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &json!({ "status": status }).to_string(),
+    ])
+    .await;
+}
+
 /// The rows of kubectl's table output, split on runs of 2+ spaces.
 fn rows(text: &str) -> Vec<Vec<String>> {
     text.lines()
@@ -105,17 +125,7 @@ async fn kubectl_get_prints_the_declared_columns() {
     let s = TestServer::start(ServerConfig::default()).await;
     let k = Kubectl::new(&s.url);
     for (i, node) in ["n1", "n2", "n1"].iter().enumerate() {
-        let created = k
-            .create(
-                &pod(&format!("web-{i}"), node, &format!("10.0.0.{i}")),
-                &["--validate=false"],
-            )
-            .await;
-        assert!(
-            created.status.success(),
-            "{}",
-            String::from_utf8_lossy(&created.stderr)
-        );
+        create_running(&k, &format!("web-{i}"), node, &format!("10.0.0.{i}")).await;
     }
     let out = rows(&k.ok(&["get", "pods"]).await);
     assert_eq!(out[0], ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
@@ -169,14 +179,7 @@ async fn kubectl_get_watch_with_a_field_selector_sees_an_update() {
     let s = TestServer::start(ServerConfig::default()).await;
     let k = Kubectl::new(&s.url);
     for (name, node) in [("a", "n1"), ("b", "n2")] {
-        let created = k
-            .create(&pod(name, node, "10.0.0.9"), &["--validate=false"])
-            .await;
-        assert!(
-            created.status.success(),
-            "{}",
-            String::from_utf8_lossy(&created.stderr)
-        );
+        create_running(&k, name, node, "10.0.0.9").await;
     }
     let mut c = k.command(&["get", "pods", "-w", "--field-selector", "spec.nodeName=n1"]);
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -209,7 +212,13 @@ async fn kubectl_get_watch_with_a_field_selector_sees_an_update() {
     updated["status"]["containerStatuses"][1]["state"] = json!({"running": {}});
     let body = updated.to_string();
     let replaced = {
-        let mut c = k.command(&["replace", "-f", "-", "--validate=false"]);
+        let mut c = k.command(&[
+            "replace",
+            "--subresource=status",
+            "-f",
+            "-",
+            "--validate=false",
+        ]);
         c.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -380,11 +389,7 @@ async fn get_json(k: &Kubectl, args: &[&str]) -> Value {
 async fn kubectl_label_annotate_apply_edit_and_set_image_patch() {
     let s = TestServer::start(ServerConfig::default()).await;
     let k = Kubectl::new(&s.url);
-    must(
-        &k.create(&pod("p", "n1", "10.0.0.1"), &["--validate=false"])
-            .await,
-        "create",
-    );
+    create_running(&k, "p", "n1", "10.0.0.1").await;
     let created = get_json(&k, &["pod", "p"]).await;
     assert_eq!(created["metadata"]["generation"], 1);
     // label and annotate: merge patches.
@@ -863,4 +868,130 @@ async fn kubectl_patches_a_pod_stored_as_protobuf() {
         "registry.example.com/web:2"
     );
     assert_eq!(p["spec"]["containers"].as_array().unwrap().len(), 1);
+}
+
+/// Issue 20, item 6: `kubectl run` sends `"creationTimestamp": null`; the pod was stored without
+/// one (AGE `<unknown>`) and without a phase (STATUS empty). A create sets both, as upstream's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_run_makes_a_pending_pod_with_an_age() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let k = Kubectl::new(&s.url);
+    k.ok(&["run", "web", "--image=nginx:1"]).await;
+    let out = rows(&k.ok(&["get", "pod", "web"]).await);
+    assert_eq!(out[0], ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
+    assert_eq!(&out[1][..4], ["web", "0/1", "Pending", "0"], "{out:?}");
+    assert!(
+        out[1][4].ends_with('s') && out[1][4] != "<unknown>",
+        "{out:?}"
+    );
+    let p = get_json(&k, &["pod", "web"]).await;
+    assert_eq!(p["status"]["qosClass"], "BestEffort");
+    // A namespace shows Active.
+    k.ok(&["create", "namespace", "team-x"]).await;
+    let ns = rows(&k.ok(&["get", "namespace", "team-x"]).await);
+    assert_eq!(&ns[1][..2], ["team-x", "Active"], "{ns:?}");
+    // In a namespace that does not exist: upstream's answer.
+    let out = k
+        .run(&["run", "web", "--image=nginx:1", "-n", "nowhere"])
+        .await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#"Error from server (NotFound): namespaces "nowhere" not found"#),
+        "{err}"
+    );
+}
+
+/// What a new user does first: `kubectl create deployment`, then list deployments and their
+/// ReplicaSets (no controller runs here: the ReplicaSet a controller would make is created as
+/// kube-controller-manager would, owned by the Deployment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_deployment_then_get_deployments_and_replicasets() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let k = Kubectl::new(&s.url);
+    let out = k
+        .ok(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.25",
+            "--replicas=2",
+        ])
+        .await;
+    assert_eq!(out.trim(), "deployment.apps/web created");
+    let dep = get_json(&k, &["deployment", "web"]).await;
+    assert_eq!(dep["apiVersion"], "apps/v1");
+    assert_eq!(dep["spec"]["replicas"], 2);
+    let uid = dep["metadata"]["uid"].as_str().unwrap().to_owned();
+    let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web-5d8f7c6b9", "namespace": "default",
+            "labels": {"app": "web", "pod-template-hash": "5d8f7c6b9"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"replicas": 2,
+            "selector": {"matchLabels": {"app": "web", "pod-template-hash": "5d8f7c6b9"}},
+            "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "5d8f7c6b9"}},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx:1.25"}]}}}});
+    must(&k.create(&rs.to_string(), &[]).await, "create rs");
+    let out = k.ok(&["get", "deployments,rs"]).await;
+    let r = rows(&out);
+    assert_eq!(
+        r[0],
+        ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+        "{out}"
+    );
+    assert_eq!(
+        r[1][0..4],
+        ["deployment.apps/web", "0/2", "0", "0"],
+        "{out}"
+    );
+    let at = r
+        .iter()
+        .position(|l| l.first().is_some_and(|c| c == "NAME") && l.len() == 5 && l[1] == "DESIRED")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(
+        r[at],
+        ["NAME", "DESIRED", "CURRENT", "READY", "AGE"],
+        "{out}"
+    );
+    assert_eq!(
+        r[at + 1][0..4],
+        ["replicaset.apps/web-5d8f7c6b9", "2", "0", "0"],
+        "{out}"
+    );
+    // -o wide: containers, images and the selector, as upstream's printer.
+    let wide = rows(&k.ok(&["get", "deploy", "web", "-o", "wide"]).await);
+    assert_eq!(
+        wide[0],
+        [
+            "NAME",
+            "READY",
+            "UP-TO-DATE",
+            "AVAILABLE",
+            "AGE",
+            "CONTAINERS",
+            "IMAGES",
+            "SELECTOR"
+        ]
+    );
+    assert_eq!(wide[1][5..], ["nginx", "nginx:1.25", "app=web"]);
+    // The short names and the `all` category reach them; ReplicaSets by their owner's labels.
+    let all = k.ok(&["get", "all"]).await;
+    assert!(all.contains("deployment.apps/web"), "{all}");
+    assert!(all.contains("replicaset.apps/web-5d8f7c6b9"), "{all}");
+    let by_label = k.ok(&["get", "rs", "-l", "app=web", "-o", "name"]).await;
+    assert_eq!(by_label.trim(), "replicaset.apps/web-5d8f7c6b9");
+    // An unsupported field selector is kube-apiserver's error.
+    let out = k
+        .run(&["get", "deploy", "--field-selector", "spec.replicas=2"])
+        .await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#""spec.replicas" is not a known field selector: only "metadata.name", "metadata.namespace""#),
+        "{err}"
+    );
+    must(&k.run(&["delete", "deployment", "web"]).await, "delete");
+    let gone = k.run(&["get", "deployment", "web"]).await;
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("NotFound"));
 }

@@ -49,9 +49,9 @@ async fn lists_by_index_with_the_rest_of_the_predicate_on_candidates() {
         .collect();
     assert_eq!(names(&list.items), want);
     assert_eq!(list.resource_version, cache.resource_version());
-    // An unindexed field path works too, by evaluation.
+    // An unindexed field path works too, by evaluation...
     let sel = Selection::all()
-        .with_fields("spec.nodeName=n2,apiVersion=v1")
+        .with_fields("spec.nodeName=n2,spec.restartPolicy!=Never")
         .unwrap();
     assert_eq!(
         cache
@@ -62,6 +62,16 @@ async fn lists_by_index_with_the_rest_of_the_predicate_on_candidates() {
             .len(),
         10
     );
+    // ...when kube-apiserver accepts it as a field selector for the kind; else 400, upstream's.
+    let sel = Selection::all()
+        .with_fields("spec.nodeName=n2,apiVersion=v1")
+        .unwrap();
+    let err = cache
+        .list(&ListOptions::all().select(sel))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 400);
+    assert_eq!(err.to_string(), "field label not supported: apiVersion");
     assert_eq!(names(&cache.lookup("label:app", "web").unwrap()).len(), 14);
     let err = cache.lookup("spec.schedulerName", "x").unwrap_err();
     assert_eq!(err.code(), 400);

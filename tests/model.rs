@@ -553,6 +553,9 @@ fn drain(w: &mut LiveWatch, max: usize, model: &Model, history: Option<usize>) {
 
 fn run(case: Case) -> Result<(), TestCaseError> {
     let mut def = ResourceDef::builtin("pods").unwrap();
+    // Selectors here name an undeclared field (`spec.gen`, evaluated from each object), which
+    // kube-apiserver's pods refuse: a definition without field_selectors accepts any path.
+    def.field_labels = None;
     if let Some(h) = case.history {
         def.history = HistoryConfig {
             min_events: h,

@@ -660,8 +660,26 @@ async fn protobuf_bodies_create_update_and_delete_through_the_json_path() {
     let got = r.bytes().await.unwrap();
     assert!(got.starts_with(b"k8s\0") && got.windows(rv.len()).any(|w| w == rv.as_bytes()));
 
-    // Update (PUT) in protobuf: the body's resourceVersion is the precondition.
+    // Update (PUT) in protobuf. The vector carries upstream's uid, which the create replaced
+    // with a new one (as kube-apiserver's): the uid cannot change, 422.
     let r = send(http.put(format!("{coll}/web-config")), body.clone())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["message"],
+        "ConfigMap \"web-config\" is invalid: metadata.uid: Invalid value: \"5f607182-93a4-4cb5-86d7-e8f90a1b2c3d\": field is immutable"
+    );
+    // With the object's own uid (same length, spliced into the bytes) it is taken.
+    let uid = created["metadata"]["uid"].as_str().unwrap();
+    let mut same = body.clone();
+    let at = same
+        .windows(36)
+        .position(|w| w == b"5f607182-93a4-4cb5-86d7-e8f90a1b2c3d")
+        .unwrap();
+    same[at..at + 36].copy_from_slice(uid.as_bytes());
+    let r = send(http.put(format!("{coll}/web-config")), same)
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "no resourceVersion: unconditional");

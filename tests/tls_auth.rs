@@ -100,6 +100,10 @@ async fn the_python_client_authenticates_with_certificates_and_tokens_over_tls()
     let serving = ca.server("serving");
     let admin = ca.client("admin", "kubernetes-admin", &["system:masters"]);
     let alice = ca.client("alice", "alice", &["devs"]);
+    // Issue 20, item 11: X.509 v1 certificates (`openssl x509 -req`) failed the handshake.
+    let carol_v1 = ca.client_v1("carol", "carol", &["devs"]);
+    let stranger_v1 =
+        Ca::new(dir.path(), "stranger-v1-ca").client_v1("eve", "eve", &["system:masters"]);
     // Signed by a CA the server does not trust: the handshake refuses it.
     let stranger =
         Ca::new(dir.path(), "stranger-ca").client("mallory", "mallory", &["system:masters"]);
@@ -129,6 +133,8 @@ async fn the_python_client_authenticates_with_certificates_and_tokens_over_tls()
     let as_bob = kubeconfig(d, "bob", &s.url, &ca.cert_file, "    token: bob-token\n");
     let nobody = kubeconfig(d, "nobody", &s.url, &ca.cert_file, "    {}\n");
     let as_stranger = kubeconfig(d, "stranger", &s.url, &ca.cert_file, &cert_user(&stranger));
+    let as_carol_v1 = kubeconfig(d, "carol", &s.url, &ca.cert_file, &cert_user(&carol_v1));
+    let as_stranger_v1 = kubeconfig(d, "eve", &s.url, &ca.cert_file, &cert_user(&stranger_v1));
 
     // No credentials: 401 with a Status.
     let v = python(&nobody, "list-pods");
@@ -160,19 +166,31 @@ async fn the_python_client_authenticates_with_certificates_and_tokens_over_tls()
             "the grant never took effect: {v}"
         );
     }
-    // The same group through a token.
+    // The same group through a token, and through a v1 certificate (verified by the same rules
+    // as kube-apiserver's: the chain to the client CA, the validity period).
     assert_eq!(python(&as_bob, "list-secrets")["status"], 200);
-    // A certificate from another CA fails the handshake: the client never gets an answer.
-    let out = Command::new(support::venv::bin("python"))
-        .arg("-c")
-        .arg(SCRIPT)
-        .arg(&as_stranger)
-        .arg("list-pods")
-        .output()
-        .unwrap();
+    let v = python(&as_carol_v1, "list-secrets");
+    assert_eq!(v["status"], 200, "{v}");
+    let v = python(&as_carol_v1, "list-pods");
+    assert_eq!(v["status"], 403, "{v}");
     assert!(
-        !out.status.success(),
-        "a stranger's certificate was accepted: {}",
-        String::from_utf8_lossy(&out.stdout)
+        v["message"].as_str().unwrap().contains(r#"User "carol""#),
+        "{v}"
     );
+    // A certificate from another CA fails the handshake, v3 or v1: the client never gets an
+    // answer.
+    for (who, kubeconfig) in [("v3", &as_stranger), ("v1", &as_stranger_v1)] {
+        let out = Command::new(support::venv::bin("python"))
+            .arg("-c")
+            .arg(SCRIPT)
+            .arg(kubeconfig)
+            .arg("list-pods")
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success(),
+            "a stranger's {who} certificate was accepted: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
 }

@@ -39,6 +39,7 @@ mod upstream;
 mod watcher;
 mod wire;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -379,6 +380,7 @@ impl Cache {
     /// [`Error::ContinueExpired`] when the requested revision left the window,
     /// [`Error::TooLargeResourceVersion`], [`Error::NotReady`].
     pub async fn list(&self, opts: &ListOptions) -> Result<ObjectList> {
+        let selection = self.field_labels(&opts.selection)?;
         self.shared.check_ready()?;
         let continuing = opts.continue_token.is_some();
         let ListPlan { wait, at, after } = consistent::plan_list(
@@ -388,7 +390,7 @@ impl Cache {
             &self.shared.schema.def.prefix,
         )?;
         let limit = opts.limit.filter(|l| *l > 0);
-        let pred = Predicate::compile(&self.shared.schema, &opts.selection);
+        let pred = Predicate::compile(&self.shared.schema, &selection);
         self.meet(wait, &self.key_range(&pred)).await?;
         let (rv, page) = self
             .shared
@@ -452,6 +454,15 @@ impl Cache {
         self.shared.get(&key).ok_or_else(not_found)
     }
 
+    /// The object's current state in the cache, without waiting and without reading the upstream:
+    /// `None` when it is absent, or when the cache is not ready. For lookups on a path that cannot
+    /// wait (authentication).
+    pub fn peek(&self, namespace: Option<&str>, name: &str) -> Option<Object> {
+        self.shared.check_ready().ok()?;
+        self.shared
+            .get(&self.shared.schema.def.key_for(namespace, name))
+    }
+
     /// The narrowest range of keys that can hold a match of `pred`: one key when the selection
     /// pins a name (and, for a namespaced resource, a namespace), one namespace's keys when it pins
     /// a namespace, else the whole resource.
@@ -491,10 +502,11 @@ impl Cache {
     /// [`Error::TooLargeResourceVersion`], [`Error::NotReady`]. Errors after the start arrive as
     /// the stream's last item.
     pub async fn watch(&self, opts: WatchOptions) -> Result<WatchStream> {
+        let selection = self.field_labels(&opts.selection)?;
         self.shared.check_ready()?;
         let plan = consistent::plan_watch(opts.resource_version, opts.send_initial_events);
         let end_bookmark = opts.send_initial_events == Some(true);
-        let pred = Predicate::compile(&self.shared.schema, &opts.selection);
+        let pred = Predicate::compile(&self.shared.schema, &selection);
         let keys = self.key_range(&pred);
         let from = match plan {
             WatchPlan::Snapshot(wait) => {
@@ -534,6 +546,26 @@ impl Cache {
     /// A snapshot of sizes and counters.
     pub fn stats(&self) -> CacheStats {
         self.shared.stats()
+    }
+
+    /// The selection as upstream's field label conversion leaves it: renamed labels (a pod's
+    /// `spec.host`) read their field, and a label the resource does not support is refused with
+    /// upstream's 400 message, before anything else is checked, as kube-apiserver does.
+    fn field_labels<'a>(&self, selection: &'a Selection) -> Result<Cow<'a, Selection>> {
+        let Some(labels) = &self.shared.schema.def.field_labels else {
+            return Ok(Cow::Borrowed(selection));
+        };
+        let reqs = selection.fields.requirements();
+        if reqs.iter().all(|r| labels.accepts(r.path().as_str())) {
+            return Ok(Cow::Borrowed(selection));
+        }
+        let fields = labels
+            .convert(&selection.fields)
+            .map_err(Error::BadRequest)?;
+        Ok(Cow::Owned(Selection {
+            fields,
+            ..selection.clone()
+        }))
     }
 
     /// Whether `obj` passes `selection`, compiled against this resource.

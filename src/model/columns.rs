@@ -1,22 +1,49 @@
 //! Printer columns: what `kubectl get` shows for a resource, declared per definition the way a CRD
-//! declares `additionalPrinterColumns` (a name, a type, a JSONPath, a priority), plus a few computed
+//! declares `additionalPrinterColumns` (a name, a type, a JSONPath, a priority), plus computed
 //! cells that upstream's built-in printers derive from several fields (a pod's READY, STATUS and
-//! RESTARTS, a node's STATUS, an object's AGE).
+//! RESTARTS, a Deployment's READY, an event's LAST SEEN...: `model/printers.rs`), and the value
+//! upstream's printer shows for an absent field (`missing`).
 //!
 //! Cells are computed from an object's JSON DOM; this is the Table path (kubectl's output), not the
 //! watch hot path, and each cell follows upstream's printer (`pkg/printers/internalversion`).
 
-use std::time::{Duration, SystemTime};
+pub use crate::model::printers::{human_duration, parse_timestamp};
+
+use std::time::SystemTime;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// A cell that no single JSONPath gives: computed as upstream's printer does.
+/// A cell that no single JSONPath gives: computed as upstream's printer does
+/// (`model/printers.rs`). Those marked *(path)* read the value at the column's `json_path`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Computed {
     /// Time since `metadata.creationTimestamp`, as kubectl prints durations (`5m`, `3d4h`).
     Age,
+    /// *(path)* Time since the timestamp there; `<unknown>` (or `missing`) when absent.
+    Since,
+    /// *(path)* The number of entries of the map or list there.
+    Size,
+    /// *(path)* The strings of the list there joined with `,`; empty (or `missing`) for none.
+    Join,
+    /// *(path)* The names of the containers listed there, joined with `,`.
+    Containers,
+    /// *(path)* The images of the containers listed there, joined with `,`.
+    Images,
+    /// *(path)* A `LabelSelector` as `metav1.FormatLabelSelector` prints it (`app=web,tier in
+    /// (a,b)`); `<none>` (or `missing`) for an empty or absent one.
+    LabelSelector,
+    /// *(path)* A string map as `labels.FormatLabels` prints it; `<none>` (or `missing`) for none.
+    Labels,
+    /// *(path)* A boolean as `printBoolPtr` prints it: `True`, `False`, `<unset>` (or `missing`).
+    BoolText,
+    /// *(path)* The scalar there as text (an int-or-string's `String()`); `<none>` (or `missing`).
+    Text,
+    /// *(path)* `kind/name` of the reference there.
+    KindName,
+    /// *(path)* Access modes as `RWO,ROX,RWX,RWOP`.
+    AccessModes,
     /// Ready containers over containers, `1/2`.
     PodReady,
     /// The pod's status reason: `Running`, `Completed`, `CrashLoopBackOff`, `Init:0/1`,
@@ -24,11 +51,125 @@ pub enum Computed {
     PodStatus,
     /// Restarts summed over containers, with the last one's age: `3 (5m ago)`.
     PodRestarts,
+    /// The pod's readiness gates whose condition is true, over its gates: `1/2`, or `<none>`.
+    PodReadinessGates,
     /// `Ready`, `NotReady` or `Unknown` from the node's Ready condition, plus
     /// `,SchedulingDisabled` when cordoned.
     NodeStatus,
-    /// The number of entries of the map or list at the column's `json_path`.
-    Size,
+    /// The node's roles from its `node-role.kubernetes.io/*` labels.
+    NodeRoles,
+    /// The node's first InternalIP address.
+    NodeInternalIp,
+    /// The node's first ExternalIP address.
+    NodeExternalIp,
+    /// `status.readyReplicas/spec.replicas` (Deployments, StatefulSets).
+    ReadyReplicas,
+    /// A Job's status from its conditions.
+    JobStatus,
+    /// A Job's `succeeded/completions`.
+    JobCompletions,
+    /// A Job's run time.
+    JobDuration,
+    /// An HPA's metrics, current over target.
+    HpaTargets,
+    /// The controlling owner, `kind.group/name` in lowercase (ControllerRevisions).
+    Controller,
+    /// A Service's external IPs or load balancer ingress.
+    ServiceExternalIp,
+    /// A Service's ports, `80/TCP,443:30443/TCP`.
+    ServicePorts,
+    /// An Endpoints' addresses, `ip:port`, three at most.
+    Endpoints,
+    /// An EndpointSlice's ports.
+    EndpointSlicePorts,
+    /// An EndpointSlice's addresses.
+    EndpointSliceEndpoints,
+    /// An Ingress's rule hosts.
+    IngressHosts,
+    /// The load balancer ingress of `status.loadBalancer` (Ingresses).
+    LoadBalancerIngress,
+    /// An Ingress's ports: `80`, or `80, 443` with TLS.
+    IngressPorts,
+    /// An IngressClass's parameters reference.
+    IngressClassParameters,
+    /// An IPAddress's parent reference.
+    IpAddressParentRef,
+    /// When an event was last seen (series, last timestamp, first timestamp, event time).
+    EventLastSeen,
+    /// When an event was first seen.
+    EventFirstSeen,
+    /// How many times an event occurred.
+    EventCount,
+    /// The event's object, `kind/name` with the kind in lowercase.
+    EventObject,
+    /// The event's object's field path.
+    EventSubobject,
+    /// The event's source: component (or reporting controller) and host (or instance).
+    EventSource,
+    /// The event's message, trimmed.
+    EventMessage,
+    /// A volume's or claim's phase, `Terminating` once deleted.
+    VolumePhase,
+    /// A volume's or claim's storage class (the beta annotation first).
+    VolumeClass,
+    /// A volume's claim, `namespace/name`.
+    PvClaim,
+    /// A claim's bound capacity.
+    PvcCapacity,
+    /// A claim's bound access modes.
+    PvcAccessModes,
+    /// A StorageClass's name, with ` (default)` for the default class.
+    StorageClassName,
+    /// A CSIDriver's token request audiences.
+    CsiTokenRequests,
+    /// A binding's User subjects.
+    SubjectsUsers,
+    /// A binding's Group subjects.
+    SubjectsGroups,
+    /// A binding's ServiceAccount subjects, `namespace/name`.
+    SubjectsServiceAccounts,
+    /// A CSR's condition: Approved, Denied or Pending, and Failed, Issued.
+    CsrCondition,
+    /// A CSR's requested duration.
+    CsrRequestedDuration,
+    /// A ValidatingAdmissionPolicy's param kind.
+    ParamKind,
+    /// A ValidatingAdmissionPolicyBinding's param reference.
+    ParamRef,
+    /// A ResourceQuota's requests, `used/hard` per resource.
+    ResourceQuotaRequest,
+    /// A ResourceQuota's limits.
+    ResourceQuotaLimit,
+    /// A FlowSchema's Dangling condition.
+    FlowSchemaDangling,
+    /// A ResourceClaim's state.
+    ResourceClaimState,
+    /// An APIService's service, or `Local`.
+    ApiServiceService,
+    /// An APIService's availability.
+    ApiServiceAvailable,
+    /// A ConfigMap's entries, `data` and `binaryData` together.
+    ConfigMapData,
+}
+
+impl Computed {
+    /// Whether the cell reads the column's `json_path`.
+    fn takes_path(self) -> bool {
+        matches!(
+            self,
+            Computed::Since
+                | Computed::Size
+                | Computed::Join
+                | Computed::Containers
+                | Computed::Images
+                | Computed::LabelSelector
+                | Computed::Labels
+                | Computed::BoolText
+                | Computed::Text
+                | Computed::KindName
+                | Computed::AccessModes
+        )
+    }
 }
 
 /// One declared printer column.
@@ -46,8 +187,13 @@ pub struct PrinterColumn {
     pub priority: u32,
     /// Where the cell's value is read from, as dotted segments (`status.podIP`, `[0]` indexes a list).
     pub json_path: Vec<PathSegment>,
-    /// A computed cell instead of (or, for [`Computed::Size`], on top of) the path.
+    /// A computed cell instead of (or, for the computed cells that read a path, on top of) the
+    /// path.
     pub computed: Option<Computed>,
+    /// The cell when the value is absent, as upstream's printer writes it for a field the
+    /// object leaves out (`""`, `0`, `false`, `<none>`, `<unset>`...). Without it: `<none>` for
+    /// strings and `null` for numbers and booleans, as a CRD's column shows.
+    pub missing: Option<Value>,
 }
 
 /// One step of a printer column's JSONPath.
@@ -76,6 +222,8 @@ pub(crate) struct RawColumn {
     json_path: Option<String>,
     #[serde(default)]
     computed: Option<Computed>,
+    #[serde(default)]
+    missing: Option<toml::Value>,
 }
 
 fn string_type() -> String {
@@ -107,14 +255,27 @@ impl RawColumn {
                     self.name
                 ));
             }
-            (Some(Computed::Size), true) => {
+            (Some(c), true) if c.takes_path() => {
                 return Err(format!(
-                    "column {}: computed = \"size\" counts the entries at `json_path`, which is missing",
-                    self.name
+                    "column {}: computed = \"{}\" reads `json_path`, which is missing",
+                    self.name,
+                    kebab(c)
                 ));
             }
             _ => {}
         }
+        let missing = match self.missing {
+            None => None,
+            Some(toml::Value::String(s)) => Some(Value::String(s)),
+            Some(toml::Value::Integer(i)) => Some(json!(i)),
+            Some(toml::Value::Boolean(b)) => Some(Value::Bool(b)),
+            Some(other) => {
+                return Err(format!(
+                    "column {}: missing = {other} must be a string, an integer or a boolean",
+                    self.name
+                ));
+            }
+        };
         Ok(PrinterColumn {
             name: self.name,
             type_: self.type_,
@@ -123,8 +284,26 @@ impl RawColumn {
             priority: self.priority,
             json_path,
             computed: self.computed,
+            missing,
         })
     }
+}
+
+/// A computed cell's name as written in definition files.
+fn kebab(c: Computed) -> String {
+    let debug = format!("{c:?}");
+    let mut out = String::new();
+    for (i, ch) in debug.chars().enumerate() {
+        if ch.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('-');
+            }
+            out.push(ch.to_ascii_lowercase());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
 
 /// Parses a CRD-style JSONPath: `.spec.nodeName`, `.status.conditions[0].type` (the leading dot is
@@ -170,14 +349,6 @@ fn at<'a>(v: &'a Value, path: &[PathSegment]) -> Option<&'a Value> {
     })
 }
 
-fn get<'a>(v: &'a Value, dotted: &str) -> Option<&'a Value> {
-    dotted.split('.').try_fold(v, |v, f| v.get(f))
-}
-
-fn str_at<'a>(v: &'a Value, dotted: &str) -> &'a str {
-    get(v, dotted).and_then(Value::as_str).unwrap_or_default()
-}
-
 impl PrinterColumn {
     /// The column's definition in a `meta.k8s.io` Table.
     pub fn definition(&self) -> Value {
@@ -190,268 +361,141 @@ impl PrinterColumn {
         })
     }
 
-    /// The cell for an object (its JSON DOM), at time `now`. A missing value is `<none>`, as
-    /// kubectl's column printer shows it... except for numbers, where upstream leaves the cell empty
-    /// (null).
+    /// The cell for an object (its JSON DOM), at time `now`. A missing value is the column's
+    /// `missing`, else `<none>` (as kubectl's column printer shows it) except for numbers and
+    /// booleans, where upstream leaves the cell empty (null).
     pub fn cell(&self, obj: &Value, now: SystemTime) -> Value {
-        match self.computed {
-            Some(Computed::Age) => Value::String(age(obj, now)),
-            Some(Computed::PodReady) => Value::String(pod_ready(obj)),
-            Some(Computed::PodStatus) => Value::String(pod_status(obj)),
-            Some(Computed::PodRestarts) => Value::String(pod_restarts(obj, now)),
-            Some(Computed::NodeStatus) => Value::String(node_status(obj)),
-            Some(Computed::Size) => {
-                let n = match at(obj, &self.json_path) {
-                    Some(Value::Object(m)) => m.len(),
-                    Some(Value::Array(a)) => a.len(),
-                    _ => 0,
-                };
-                json!(n)
+        use crate::model::printers as p;
+        // Absent, null, or (where the column says what upstream shows for none) empty.
+        let empty = |v: &Value| v.is_null() || (self.missing.is_some() && v.as_str() == Some(""));
+        let at_path = at(obj, &self.json_path).filter(|v| !empty(v));
+        let missing = |default: &str| {
+            self.missing
+                .clone()
+                .unwrap_or_else(|| Value::String(default.to_owned()))
+        };
+        let text = |s: String| Value::String(s);
+        let or_missing = |s: String, default: &str| {
+            if s.is_empty() {
+                missing(default)
+            } else {
+                Value::String(s)
             }
-            None => match at(obj, &self.json_path) {
-                None | Some(Value::Null) => match self.type_.as_str() {
-                    "integer" | "number" | "boolean" => Value::Null,
-                    _ => Value::String("<none>".into()),
+        };
+        let Some(computed) = self.computed else {
+            return match at_path {
+                None => match (&self.missing, self.type_.as_str()) {
+                    (Some(m), _) => m.clone(),
+                    (None, "integer" | "number" | "boolean") => Value::Null,
+                    (None, _) => Value::String("<none>".into()),
                 },
                 Some(Value::String(s)) => Value::String(s.clone()),
                 Some(v @ (Value::Number(_) | Value::Bool(_))) => v.clone(),
                 Some(v) => Value::String(v.to_string()),
+            };
+        };
+        let path_list = || {
+            at_path
+                .and_then(Value::as_array)
+                .map_or(&[][..], Vec::as_slice)
+        };
+        match computed {
+            Computed::Age => text(p::since(
+                p::get(obj, "metadata.creationTimestamp").and_then(Value::as_str),
+                now,
+            )),
+            Computed::Since => match at_path.and_then(Value::as_str) {
+                Some(t) => text(p::since(Some(t), now)),
+                None => missing("<unknown>"),
             },
-        }
-    }
-}
-
-/// kubectl's `ShortHumanDuration`-style age (`duration.HumanDuration`): `45s`, `5m`, `3h`, `2d`,
-/// `3d4h`, `2y`.
-pub fn human_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    if s < 120 {
-        return format!("{s}s");
-    }
-    let m = s / 60;
-    if m < 10 {
-        let rs = s % 60;
-        return if rs == 0 {
-            format!("{m}m")
-        } else {
-            format!("{m}m{rs}s")
-        };
-    }
-    if m < 180 {
-        return format!("{m}m");
-    }
-    let h = s / 3600;
-    if h < 8 {
-        let rm = m % 60;
-        return if rm == 0 {
-            format!("{h}h")
-        } else {
-            format!("{h}h{rm}m")
-        };
-    }
-    if h < 48 {
-        return format!("{h}h");
-    }
-    if h < 24 * 8 {
-        let rh = h % 24;
-        return if rh == 0 {
-            format!("{}d", h / 24)
-        } else {
-            format!("{}d{rh}h", h / 24)
-        };
-    }
-    if h < 24 * 365 * 2 {
-        return format!("{}d", h / 24);
-    }
-    if h < 24 * 365 * 8 {
-        let dy = (h / 24) % 365;
-        return if dy == 0 {
-            format!("{}y", h / 24 / 365)
-        } else {
-            format!("{}y{dy}d", h / 24 / 365)
-        };
-    }
-    format!("{}y", h / 24 / 365)
-}
-
-/// Parses an RFC 3339 UTC timestamp as the API writes them (`2026-11-23T03:49:22Z`).
-pub fn parse_timestamp(s: &str) -> Option<SystemTime> {
-    let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || !s.ends_with('Z') {
-        return None;
-    }
-    let n = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (n(0..4)?, n(5..7)?, n(8..10)?);
-    let (h, mi, se) = (n(11..13)?, n(14..16)?, n(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
-        return None;
-    }
-    // Days from civil (Howard Hinnant's algorithm).
-    let y2 = if mo <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + h * 3600 + mi * 60 + se;
-    u64::try_from(secs)
-        .ok()
-        .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s))
-}
-
-fn since(ts: &str, now: SystemTime) -> Option<String> {
-    let t = parse_timestamp(ts)?;
-    Some(human_duration(now.duration_since(t).unwrap_or_default()))
-}
-
-fn age(obj: &Value, now: SystemTime) -> String {
-    since(str_at(obj, "metadata.creationTimestamp"), now).unwrap_or_else(|| "<unknown>".into())
-}
-
-fn list<'a>(v: &'a Value, dotted: &str) -> &'a [Value] {
-    get(v, dotted)
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
-fn pod_ready(pod: &Value) -> String {
-    let total = list(pod, "spec.containers").len();
-    let ready = list(pod, "status.containerStatuses")
-        .iter()
-        .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
-        .count();
-    format!("{ready}/{total}")
-}
-
-fn pod_restarts(pod: &Value, now: SystemTime) -> String {
-    let mut restarts = 0;
-    let mut last: Option<SystemTime> = None;
-    for c in list(pod, "status.containerStatuses") {
-        restarts += c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
-        if let Some(t) = get(c, "lastState.terminated.finishedAt")
-            .and_then(Value::as_str)
-            .and_then(parse_timestamp)
-        {
-            last = Some(last.map_or(t, |l| l.max(t)));
-        }
-    }
-    match last {
-        Some(t) if restarts > 0 => format!(
-            "{restarts} ({} ago)",
-            human_duration(now.duration_since(t).unwrap_or_default())
-        ),
-        _ => restarts.to_string(),
-    }
-}
-
-/// Upstream's `printPod` reason logic, for the parts that read the object alone.
-fn pod_status(pod: &Value) -> String {
-    let mut reason = str_at(pod, "status.phase").to_owned();
-    if let Some(r) = get(pod, "status.reason").and_then(Value::as_str) {
-        reason = r.to_owned();
-    }
-    // Init containers first: a pod whose init containers have not finished shows Init:i/n.
-    let inits = list(pod, "status.initContainerStatuses");
-    let n_init = list(pod, "spec.initContainers").len();
-    let mut initializing = false;
-    for (i, c) in inits.iter().enumerate() {
-        let term = get(c, "state.terminated");
-        if term.and_then(|t| t.get("exitCode")).and_then(Value::as_i64) == Some(0) {
-            continue;
-        }
-        // A restartable (sidecar) init container that started counts as done.
-        if c.get("started").and_then(Value::as_bool) == Some(true)
-            && list(pod, "spec.initContainers")
-                .get(i)
-                .and_then(|s| s.get("restartPolicy"))
-                .and_then(Value::as_str)
-                == Some("Always")
-        {
-            continue;
-        }
-        initializing = true;
-        reason = if let Some(t) = term {
-            let r = str_at(t, "reason");
-            if !r.is_empty() {
-                format!("Init:{r}")
-            } else if let Some(sig) = t.get("signal").and_then(Value::as_i64).filter(|s| *s != 0) {
-                format!("Init:Signal:{sig}")
-            } else {
-                format!(
-                    "Init:ExitCode:{}",
-                    t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
-                )
-            }
-        } else {
-            let waiting = str_at(c, "state.waiting.reason");
-            if !waiting.is_empty() && waiting != "PodInitializing" {
-                format!("Init:{waiting}")
-            } else {
-                format!("Init:{i}/{n_init}")
-            }
-        };
-        break;
-    }
-    if !initializing {
-        let mut has_running = false;
-        for c in list(pod, "status.containerStatuses").iter().rev() {
-            let waiting = str_at(c, "state.waiting.reason");
-            let term = get(c, "state.terminated");
-            if !waiting.is_empty() {
-                reason = waiting.to_owned();
-            } else if let Some(t) = term {
-                let r = str_at(t, "reason");
-                reason = if !r.is_empty() {
-                    r.to_owned()
-                } else if let Some(sig) =
-                    t.get("signal").and_then(Value::as_i64).filter(|s| *s != 0)
-                {
-                    format!("Signal:{sig}")
+            Computed::Size => json!(match at_path {
+                Some(Value::Object(m)) => m.len(),
+                Some(Value::Array(a)) => a.len(),
+                _ => 0,
+            }),
+            Computed::Join => or_missing(
+                path_list()
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                "",
+            ),
+            Computed::Containers => text(p::containers(path_list(), "name")),
+            Computed::Images => text(p::containers(path_list(), "image")),
+            Computed::LabelSelector => match p::label_selector(at_path) {
+                Ok(s) => or_missing(s, "<none>"),
+                Err(()) => text("<error>".into()),
+            },
+            Computed::Labels => match p::format_labels(at_path).as_str() {
+                "<none>" => missing("<none>"),
+                s => text(s.to_owned()),
+            },
+            Computed::BoolText => p::bool_text(at_path).map_or_else(|| missing("<unset>"), text),
+            Computed::Text => at_path.map_or_else(|| missing("<none>"), |v| text(p::text_of(v))),
+            Computed::KindName => at_path.map_or_else(|| missing("/"), |r| text(p::kind_name(r))),
+            Computed::AccessModes => text(p::access_modes(path_list())),
+            Computed::PodReady => text(p::pod_ready(obj)),
+            Computed::PodStatus => text(p::pod_status(obj)),
+            Computed::PodRestarts => text(p::pod_restarts(obj, now)),
+            Computed::PodReadinessGates => text(p::pod_readiness_gates(obj)),
+            Computed::NodeStatus => text(p::node_status(obj)),
+            Computed::NodeRoles => text(p::node_roles(obj)),
+            Computed::NodeInternalIp => text(p::node_address(obj, "InternalIP")),
+            Computed::NodeExternalIp => text(p::node_address(obj, "ExternalIP")),
+            Computed::ReadyReplicas => text(p::ready_replicas(obj)),
+            Computed::JobStatus => text(p::job_status(obj)),
+            Computed::JobCompletions => text(p::job_completions(obj)),
+            Computed::JobDuration => text(p::job_duration(obj, now)),
+            Computed::HpaTargets => text(p::hpa_targets(obj)),
+            Computed::Controller => text(p::controller_of(obj)),
+            Computed::ServiceExternalIp => text(p::service_external_ip(obj)),
+            Computed::ServicePorts => text(p::service_ports(obj)),
+            Computed::Endpoints => text(p::endpoints(obj)),
+            Computed::EndpointSlicePorts => text(p::endpoint_slice_ports(obj)),
+            Computed::EndpointSliceEndpoints => text(p::endpoint_slice_endpoints(obj)),
+            Computed::IngressHosts => text(p::ingress_hosts(obj)),
+            Computed::LoadBalancerIngress => text(p::load_balancer_ingress(obj)),
+            Computed::IngressPorts => text(
+                if p::list(obj, "spec.tls").is_empty() {
+                    "80"
                 } else {
-                    format!(
-                        "ExitCode:{}",
-                        t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
-                    )
-                };
-            } else if c.get("ready").and_then(Value::as_bool) == Some(true)
-                && get(c, "state.running").is_some()
-            {
-                has_running = true;
-            }
+                    "80, 443"
+                }
+                .into(),
+            ),
+            Computed::IngressClassParameters => text(p::ingress_class_parameters(obj)),
+            Computed::IpAddressParentRef => text(p::ip_address_parent_ref(obj)),
+            Computed::EventLastSeen => text(p::event_last_seen(obj, now)),
+            Computed::EventFirstSeen => text(p::event_first_seen(obj, now)),
+            Computed::EventCount => json!(p::event_count(obj)),
+            Computed::EventObject => text(p::event_object(obj)),
+            Computed::EventSubobject => text(p::event_subobject(obj)),
+            Computed::EventSource => text(p::event_source(obj)),
+            Computed::EventMessage => text(p::event_message(obj)),
+            Computed::VolumePhase => text(p::volume_phase(obj)),
+            Computed::VolumeClass => text(p::volume_class(obj)),
+            Computed::PvClaim => text(p::pv_claim(obj)),
+            Computed::PvcCapacity => text(p::pvc_capacity(obj)),
+            Computed::PvcAccessModes => text(p::pvc_access_modes(obj)),
+            Computed::StorageClassName => text(p::storage_class_name(obj)),
+            Computed::CsiTokenRequests => text(p::csi_token_requests(obj)),
+            Computed::SubjectsUsers => text(p::subjects(obj, "User")),
+            Computed::SubjectsGroups => text(p::subjects(obj, "Group")),
+            Computed::SubjectsServiceAccounts => text(p::subjects(obj, "ServiceAccount")),
+            Computed::CsrCondition => text(p::csr_condition(obj)),
+            Computed::CsrRequestedDuration => text(p::csr_requested_duration(obj)),
+            Computed::ParamKind => text(p::param_kind(obj)),
+            Computed::ParamRef => text(p::param_ref(obj)),
+            Computed::ResourceQuotaRequest => text(p::resource_quota(obj, false)),
+            Computed::ResourceQuotaLimit => text(p::resource_quota(obj, true)),
+            Computed::FlowSchemaDangling => text(p::flow_schema_dangling(obj)),
+            Computed::ResourceClaimState => text(p::resource_claim_state(obj)),
+            Computed::ApiServiceService => text(p::api_service_service(obj)),
+            Computed::ApiServiceAvailable => text(p::api_service_available(obj)),
+            Computed::ConfigMapData => p::config_map_data(obj),
         }
-        // A Completed container with another still running: the pod is Running (or NotReady).
-        if reason == "Completed" && has_running {
-            let ready = list(pod, "status.conditions")
-                .iter()
-                .any(|c| str_at(c, "type") == "Ready" && str_at(c, "status") == "True");
-            reason = if ready { "Running" } else { "NotReady" }.into();
-        }
     }
-    if get(pod, "metadata.deletionTimestamp").is_some_and(|v| !v.is_null()) {
-        reason = if str_at(pod, "status.reason") == "NodeLost" {
-            "Unknown".into()
-        } else {
-            "Terminating".into()
-        };
-    }
-    reason
-}
-
-fn node_status(node: &Value) -> String {
-    let ready = list(node, "status.conditions")
-        .iter()
-        .find(|c| str_at(c, "type") == "Ready")
-        .map(|c| str_at(c, "status"));
-    let mut s = match ready {
-        Some("True") => "Ready".to_owned(),
-        Some(_) => "NotReady".to_owned(),
-        None => "Unknown".to_owned(),
-    };
-    if get(node, "spec.unschedulable").and_then(Value::as_bool) == Some(true) {
-        s.push_str(",SchedulingDisabled");
-    }
-    s
 }
 
 #[cfg(test)]
@@ -495,7 +539,7 @@ mod tests {
 
     #[test]
     fn cells_follow_the_column_printer() {
-        let obj = json!({"spec": {"n": 3, "m": {"a": 1, "b": 2}, "l": [{"x": "y"}]}});
+        let obj = json!({"spec": {"n": 3, "m": {"a": "1", "b": "2"}, "l": [{"x": "y"}]}});
         let now = SystemTime::now();
         let cell = |t: &str| col(t).unwrap().cell(&obj, now);
         assert_eq!(cell("name='X'\njson_path='.spec.l[0].x'"), json!("y"));
@@ -512,60 +556,48 @@ mod tests {
             cell("name='X'\ntype='integer'\ncomputed='size'\njson_path='.spec.m'"),
             json!(2)
         );
-    }
-
-    #[test]
-    fn durations_print_as_kubectl_does() {
-        for (s, want) in [
-            (5, "5s"),
-            (119, "119s"),
-            (125, "2m5s"),
-            (600, "10m"),
-            (3 * 3600 + 60, "3h1m"),
-            (9 * 3600, "9h"),
-            (3 * 86_400 + 4 * 3600, "3d4h"),
-            (30 * 86_400, "30d"),
-            (3 * 365 * 86_400, "3y"),
-        ] {
-            assert_eq!(human_duration(Duration::from_secs(s)), want, "{s}");
-        }
-        let t = parse_timestamp("2026-11-23T03:49:22Z").unwrap();
+        // What upstream's printers show for an absent field.
         assert_eq!(
-            t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(),
-            1_795_405_762
+            cell("name='X'\njson_path='.spec.gone'\nmissing=''"),
+            json!("")
         );
-        assert!(parse_timestamp("2026-13-01T00:00:00Z").is_none());
-        assert!(parse_timestamp("yesterday").is_none());
-    }
-
-    #[test]
-    fn pod_cells_follow_upstreams_printer() {
-        let pod = json!({
-            "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
-            "status": {"phase": "Running", "containerStatuses": [
-                {"name": "a", "ready": true, "restartCount": 2, "state": {"running": {}}},
-                {"name": "b", "ready": false, "restartCount": 1,
-                 "state": {"waiting": {"reason": "CrashLoopBackOff"}}},
-            ]}
-        });
-        assert_eq!(pod_ready(&pod), "1/2");
-        assert_eq!(pod_status(&pod), "CrashLoopBackOff");
-        assert_eq!(pod_restarts(&pod, SystemTime::now()), "3");
-        let init = json!({
-            "spec": {"initContainers": [{"name": "i"}], "containers": [{"name": "a"}]},
-            "status": {"phase": "Pending", "initContainerStatuses": [
-                {"name": "i", "state": {"waiting": {"reason": "PodInitializing"}}}]}
-        });
-        assert_eq!(pod_status(&init), "Init:0/1");
-        let done = json!({"status": {"phase": "Succeeded", "containerStatuses": [
-            {"name": "a", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]},
-            "metadata": {}});
-        assert_eq!(pod_status(&done), "Completed");
-        let deleting = json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
-            "status": {"phase": "Running"}});
-        assert_eq!(pod_status(&deleting), "Terminating");
-        let node = json!({"spec": {"unschedulable": true},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
-        assert_eq!(node_status(&node), "Ready,SchedulingDisabled");
+        assert_eq!(
+            cell("name='X'\njson_path='.spec.gone'\nmissing=0"),
+            json!(0)
+        );
+        assert_eq!(
+            cell("name='X'\njson_path='.spec.gone'\nmissing=false"),
+            json!(false)
+        );
+        assert_eq!(
+            cell("name='X'\ncomputed='text'\njson_path='.spec.n'"),
+            json!("3")
+        );
+        assert_eq!(
+            cell("name='X'\ncomputed='text'\njson_path='.spec.gone'\nmissing='N/A'"),
+            json!("N/A")
+        );
+        assert_eq!(
+            cell("name='X'\ncomputed='bool-text'\njson_path='.spec.gone'"),
+            json!("<unset>")
+        );
+        assert_eq!(
+            cell("name='X'\ncomputed='since'\njson_path='.spec.gone'\nmissing='<none>'"),
+            json!("<none>")
+        );
+        assert_eq!(
+            cell("name='X'\ncomputed='labels'\njson_path='.spec.m'"),
+            json!("a=1,b=2")
+        );
+        assert!(
+            col("name='X'\ncomputed='label-selector'")
+                .unwrap_err()
+                .contains("computed = \"label-selector\" reads `json_path`")
+        );
+        assert!(
+            col("name='X'\njson_path='.a'\nmissing=1.5")
+                .unwrap_err()
+                .contains("missing")
+        );
     }
 }

@@ -31,6 +31,8 @@ use serde::Deserialize;
 
 use crate::model::FieldPath;
 use crate::model::columns::{Computed, PrinterColumn, RawColumn};
+pub use crate::model::field_labels::FieldLabels;
+use crate::model::field_labels::RawFieldLabels;
 use crate::model::labels::validate_key as validate_label_key;
 
 /// Sizing of a resource's history window. Defaults follow upstream: start at 100 events and double
@@ -142,6 +144,14 @@ pub struct ResourceDef {
     /// Lists a strategic merge patch merges by key; `metadata.finalizers` and
     /// `metadata.ownerReferences` (by uid) are always included when strategic merge is on.
     pub merge_lists: Vec<MergeList>,
+    /// Whether the resource has a `/status` subresource (`status_subresource` in the file). By
+    /// default what kube-apiserver 1.35 serves for a built-in resource ([`upstream_has_status`]);
+    /// a custom resource has one only when its CRD's `subresources.status` says so, so it must be
+    /// declared. Without it `/status` paths are 404 and status is a field like any other.
+    pub status_subresource: bool,
+    /// The field selectors accepted, as kube-apiserver's field label conversion for the kind;
+    /// `None` accepts any field path (a custom resource's definition may declare none).
+    pub field_labels: Option<FieldLabels>,
 }
 
 /// A definition file that could not be used: the file and what is wrong with it.
@@ -180,6 +190,9 @@ struct RawDef {
     strategic_merge_patch: bool,
     #[serde(default, rename = "merge_list")]
     merge_lists: Vec<MergeList>,
+    #[serde(default)]
+    status_subresource: Option<bool>,
+    field_selectors: Option<RawFieldLabels>,
 }
 
 #[derive(Deserialize)]
@@ -199,54 +212,96 @@ struct RawIndex {
     trigger: bool,
 }
 
-const BUILTINS: &[(&str, &str)] = &[
-    ("pods.toml", include_str!("../../indexers/pods.toml")),
-    ("nodes.toml", include_str!("../../indexers/nodes.toml")),
-    (
-        "namespaces.toml",
-        include_str!("../../indexers/namespaces.toml"),
-    ),
-    (
-        "services.toml",
-        include_str!("../../indexers/services.toml"),
-    ),
-    (
-        "endpointslices.toml",
-        include_str!("../../indexers/endpointslices.toml"),
-    ),
-    (
-        "configmaps.toml",
-        include_str!("../../indexers/configmaps.toml"),
-    ),
-    ("secrets.toml", include_str!("../../indexers/secrets.toml")),
-    ("leases.toml", include_str!("../../indexers/leases.toml")),
-    ("events.toml", include_str!("../../indexers/events.toml")),
-    ("roles.toml", include_str!("../../indexers/roles.toml")),
-    (
-        "clusterroles.toml",
-        include_str!("../../indexers/clusterroles.toml"),
-    ),
-    (
-        "rolebindings.toml",
-        include_str!("../../indexers/rolebindings.toml"),
-    ),
-    (
-        "clusterrolebindings.toml",
-        include_str!("../../indexers/clusterrolebindings.toml"),
-    ),
-    (
-        "widgets.example.com.toml",
-        include_str!("../../indexers/widgets.example.com.toml"),
-    ),
+/// The definitions compiled in: each file of `indexers/` (a unit test checks that none is left
+/// out).
+macro_rules! builtins {
+    ($($file:literal),* $(,)?) => {
+        &[$(($file, include_str!(concat!("../../indexers/", $file)))),*]
+    };
+}
+
+const BUILTINS: &[(&str, &str)] = builtins![
+    // core/v1
+    "configmaps.toml",
+    "endpoints.toml",
+    "events.toml",
+    "limitranges.toml",
+    "namespaces.toml",
+    "nodes.toml",
+    "persistentvolumeclaims.toml",
+    "persistentvolumes.toml",
+    "pods.toml",
+    "podtemplates.toml",
+    "replicationcontrollers.toml",
+    "resourcequotas.toml",
+    "secrets.toml",
+    "serviceaccounts.toml",
+    "services.toml",
+    // admissionregistration.k8s.io/v1
+    "mutatingwebhookconfigurations.admissionregistration.k8s.io.toml",
+    "validatingadmissionpolicies.admissionregistration.k8s.io.toml",
+    "validatingadmissionpolicybindings.admissionregistration.k8s.io.toml",
+    "validatingwebhookconfigurations.admissionregistration.k8s.io.toml",
+    // apiextensions.k8s.io/v1, apiregistration.k8s.io/v1
+    "customresourcedefinitions.apiextensions.k8s.io.toml",
+    "apiservices.apiregistration.k8s.io.toml",
+    // apps/v1
+    "controllerrevisions.apps.toml",
+    "daemonsets.apps.toml",
+    "deployments.apps.toml",
+    "replicasets.apps.toml",
+    "statefulsets.apps.toml",
+    // autoscaling/v2, batch/v1
+    "horizontalpodautoscalers.autoscaling.toml",
+    "cronjobs.batch.toml",
+    "jobs.batch.toml",
+    // certificates.k8s.io/v1, coordination.k8s.io/v1, discovery.k8s.io/v1, events.k8s.io/v1
+    "certificatesigningrequests.certificates.k8s.io.toml",
+    "leases.coordination.k8s.io.toml",
+    "endpointslices.discovery.k8s.io.toml",
+    "events.events.k8s.io.toml",
+    // flowcontrol.apiserver.k8s.io/v1
+    "flowschemas.flowcontrol.apiserver.k8s.io.toml",
+    "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io.toml",
+    // networking.k8s.io/v1
+    "ingressclasses.networking.k8s.io.toml",
+    "ingresses.networking.k8s.io.toml",
+    "ipaddresses.networking.k8s.io.toml",
+    "networkpolicies.networking.k8s.io.toml",
+    "servicecidrs.networking.k8s.io.toml",
+    // node.k8s.io/v1, policy/v1
+    "runtimeclasses.node.k8s.io.toml",
+    "poddisruptionbudgets.policy.toml",
+    // rbac.authorization.k8s.io/v1
+    "clusterrolebindings.rbac.authorization.k8s.io.toml",
+    "clusterroles.rbac.authorization.k8s.io.toml",
+    "rolebindings.rbac.authorization.k8s.io.toml",
+    "roles.rbac.authorization.k8s.io.toml",
+    // resource.k8s.io/v1
+    "deviceclasses.resource.k8s.io.toml",
+    "resourceclaims.resource.k8s.io.toml",
+    "resourceclaimtemplates.resource.k8s.io.toml",
+    "resourceslices.resource.k8s.io.toml",
+    // scheduling.k8s.io/v1
+    "priorityclasses.scheduling.k8s.io.toml",
+    // storage.k8s.io/v1
+    "csidrivers.storage.k8s.io.toml",
+    "csinodes.storage.k8s.io.toml",
+    "csistoragecapacities.storage.k8s.io.toml",
+    "storageclasses.storage.k8s.io.toml",
+    "volumeattachments.storage.k8s.io.toml",
+    "volumeattributesclasses.storage.k8s.io.toml",
+    // The example custom resource.
+    "widgets.example.com.toml",
 ];
 
 /// Most indexes one resource may declare; each costs memory per object and work per event.
 pub const MAX_INDEXES: usize = 32;
 
 impl ResourceDef {
-    /// The definitions compiled into the binary: pods, nodes, namespaces, services, endpointslices,
-    /// configmaps, secrets, leases, events, the four RBAC resources (roles, clusterroles,
-    /// rolebindings, clusterrolebindings) and the example custom resource `widgets.example.com`.
+    /// The definitions compiled into the binary: every resource kube-apiserver 1.35 stores in
+    /// etcd and serves by default (57, in their preferred stable version), and the example custom
+    /// resource `widgets.example.com`.
     pub fn builtins() -> Vec<ResourceDef> {
         BUILTINS
             .iter()
@@ -256,9 +311,14 @@ impl ResourceDef {
             .collect()
     }
 
-    /// The built-in definition for a plural name, e.g. `pods`.
-    pub fn builtin(plural: &str) -> Option<ResourceDef> {
-        Self::builtins().into_iter().find(|d| d.plural == plural)
+    /// The built-in definition for a resource name: a plural (`pods`, `deployments`: the first
+    /// built-in of that plural, the core group's first) or a plural qualified by its group
+    /// (`events.events.k8s.io`), as [`ResourceDef::resource_name`] writes it.
+    pub fn builtin(name: &str) -> Option<ResourceDef> {
+        let defs = Self::builtins();
+        let exact = defs.iter().position(|d| d.resource_name() == name);
+        let i = exact.or_else(|| defs.iter().position(|d| d.plural == name))?;
+        defs.into_iter().nth(i)
     }
 
     /// Loads every `*.toml` file of a directory, sorted by file name.
@@ -417,13 +477,14 @@ impl ResourceDef {
         }
         if columns.is_empty() {
             columns.push(PrinterColumn {
-                name: "AGE".into(),
+                name: "Age".into(),
                 type_: "date".into(),
                 format: String::new(),
-                description: "Time since the object was created".into(),
+                description: CREATION_TIMESTAMP_DOC.into(),
                 priority: 0,
                 json_path: Vec::new(),
                 computed: Some(Computed::Age),
+                missing: None,
             });
         }
         let mut merge_lists = raw.merge_lists;
@@ -448,7 +509,30 @@ impl ResourceDef {
                 }
             }
         }
+        let field_labels = raw
+            .field_selectors
+            .map(RawFieldLabels::compile)
+            .transpose()
+            .map_err(err)?;
+        if let Some(labels) = &field_labels {
+            // An index is there to answer selectors: one on a field no selector may name is a
+            // mistake (upstream answers 400 for it).
+            for ix in &indexes {
+                if let IndexKey::Field(p) = &ix.key
+                    && !labels.accepts(p.as_str())
+                {
+                    return Err(err(format!(
+                        "index {p}: not among field_selectors, so no selector could use it"
+                    )));
+                }
+            }
+        }
+        let status_subresource = raw
+            .status_subresource
+            .unwrap_or_else(|| upstream_has_status(&raw.group, &raw.plural));
         Ok(ResourceDef {
+            status_subresource,
+            field_labels,
             strategic_merge_patch: raw.strategic_merge_patch,
             merge_lists,
             singular,
@@ -464,6 +548,16 @@ impl ResourceDef {
             indexes,
             history,
         })
+    }
+
+    /// The resource's name as kubectl writes a group resource: `pods`, `deployments.apps`,
+    /// `events.events.k8s.io`. Unique among served resources.
+    pub fn resource_name(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
     }
 
     /// `group/version`, or just `version` for the core group.
@@ -500,6 +594,10 @@ impl ResourceDef {
     }
 }
 
+/// `metav1.ObjectMeta`'s documentation of `creationTimestamp`: upstream's description of every
+/// AGE and Created At column.
+pub const CREATION_TIMESTAMP_DOC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+
 fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
@@ -510,39 +608,197 @@ fn is_dns_label(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
+/// Whether kube-apiserver 1.35 serves a `/status` subresource for this built-in resource (group,
+/// plural). Everything else (configmaps, secrets, events, leases, endpointslices, the RBAC kinds,
+/// and any custom resource) has none: its `/status` path is not found.
+pub fn upstream_has_status(group: &str, plural: &str) -> bool {
+    const WITH_STATUS: &[(&str, &[&str])] = &[
+        (
+            "",
+            &[
+                "namespaces",
+                "nodes",
+                "persistentvolumeclaims",
+                "persistentvolumes",
+                "pods",
+                "replicationcontrollers",
+                "resourcequotas",
+                "services",
+            ],
+        ),
+        (
+            "apps",
+            &["daemonsets", "deployments", "replicasets", "statefulsets"],
+        ),
+        ("batch", &["cronjobs", "jobs"]),
+        ("autoscaling", &["horizontalpodautoscalers"]),
+        ("policy", &["poddisruptionbudgets"]),
+        ("networking.k8s.io", &["ingresses", "servicecidrs"]),
+        ("certificates.k8s.io", &["certificatesigningrequests"]),
+        ("apiextensions.k8s.io", &["customresourcedefinitions"]),
+        ("apiregistration.k8s.io", &["apiservices"]),
+        ("storage.k8s.io", &["volumeattachments"]),
+        (
+            "flowcontrol.apiserver.k8s.io",
+            &["flowschemas", "prioritylevelconfigurations"],
+        ),
+        (
+            "admissionregistration.k8s.io",
+            &["validatingadmissionpolicies"],
+        ),
+        ("resource.k8s.io", &["resourceclaims"]),
+        ("internal.apiserver.k8s.io", &["storageversions"]),
+    ];
+    WITH_STATUS
+        .iter()
+        .any(|(g, plurals)| *g == group && plurals.contains(&plural))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Every resource kube-apiserver 1.35 stores in etcd and serves by default (its aggregated
+    /// discovery, less bindings, componentstatuses and the review kinds, which are not stored):
+    /// `resource.group` and the preferred version.
+    const UPSTREAM: &[(&str, &str)] = &[
+        ("configmaps", "v1"),
+        ("endpoints", "v1"),
+        ("events", "v1"),
+        ("limitranges", "v1"),
+        ("namespaces", "v1"),
+        ("nodes", "v1"),
+        ("persistentvolumeclaims", "v1"),
+        ("persistentvolumes", "v1"),
+        ("pods", "v1"),
+        ("podtemplates", "v1"),
+        ("replicationcontrollers", "v1"),
+        ("resourcequotas", "v1"),
+        ("secrets", "v1"),
+        ("serviceaccounts", "v1"),
+        ("services", "v1"),
+        ("apiservices.apiregistration.k8s.io", "v1"),
+        ("controllerrevisions.apps", "v1"),
+        ("daemonsets.apps", "v1"),
+        ("deployments.apps", "v1"),
+        ("replicasets.apps", "v1"),
+        ("statefulsets.apps", "v1"),
+        ("events.events.k8s.io", "v1"),
+        ("horizontalpodautoscalers.autoscaling", "v2"),
+        ("cronjobs.batch", "v1"),
+        ("jobs.batch", "v1"),
+        ("certificatesigningrequests.certificates.k8s.io", "v1"),
+        ("ingressclasses.networking.k8s.io", "v1"),
+        ("ingresses.networking.k8s.io", "v1"),
+        ("ipaddresses.networking.k8s.io", "v1"),
+        ("networkpolicies.networking.k8s.io", "v1"),
+        ("servicecidrs.networking.k8s.io", "v1"),
+        ("poddisruptionbudgets.policy", "v1"),
+        ("clusterrolebindings.rbac.authorization.k8s.io", "v1"),
+        ("clusterroles.rbac.authorization.k8s.io", "v1"),
+        ("rolebindings.rbac.authorization.k8s.io", "v1"),
+        ("roles.rbac.authorization.k8s.io", "v1"),
+        ("csidrivers.storage.k8s.io", "v1"),
+        ("csinodes.storage.k8s.io", "v1"),
+        ("csistoragecapacities.storage.k8s.io", "v1"),
+        ("storageclasses.storage.k8s.io", "v1"),
+        ("volumeattachments.storage.k8s.io", "v1"),
+        ("volumeattributesclasses.storage.k8s.io", "v1"),
+        (
+            "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+            "v1",
+        ),
+        (
+            "validatingadmissionpolicies.admissionregistration.k8s.io",
+            "v1",
+        ),
+        (
+            "validatingadmissionpolicybindings.admissionregistration.k8s.io",
+            "v1",
+        ),
+        (
+            "validatingwebhookconfigurations.admissionregistration.k8s.io",
+            "v1",
+        ),
+        ("customresourcedefinitions.apiextensions.k8s.io", "v1"),
+        ("priorityclasses.scheduling.k8s.io", "v1"),
+        ("leases.coordination.k8s.io", "v1"),
+        ("runtimeclasses.node.k8s.io", "v1"),
+        ("endpointslices.discovery.k8s.io", "v1"),
+        ("deviceclasses.resource.k8s.io", "v1"),
+        ("resourceclaims.resource.k8s.io", "v1"),
+        ("resourceclaimtemplates.resource.k8s.io", "v1"),
+        ("resourceslices.resource.k8s.io", "v1"),
+        ("flowschemas.flowcontrol.apiserver.k8s.io", "v1"),
+        (
+            "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io",
+            "v1",
+        ),
+    ];
+
     #[test]
-    fn builtins_parse_and_cover_the_promised_resources() {
+    fn every_stored_resource_of_kube_apiserver_is_built_in_with_a_protobuf_message() {
         let defs = ResourceDef::builtins();
-        let names: Vec<_> = defs.iter().map(|d| d.plural.as_str()).collect();
-        for want in [
-            "pods",
-            "nodes",
-            "namespaces",
-            "services",
-            "endpointslices",
-            "configmaps",
-            "secrets",
-            "leases",
-            "events",
-            "roles",
-            "clusterroles",
-            "rolebindings",
-            "clusterrolebindings",
-            "widgets",
-        ] {
-            assert!(names.contains(&want), "{want} missing from {names:?}");
+        for (name, version) in UPSTREAM {
+            let d = defs
+                .iter()
+                .find(|d| d.resource_name() == *name)
+                .unwrap_or_else(|| panic!("{name} is not built in"));
+            assert_eq!(d.version, *version, "{name}");
+            // Served in protobuf, as kube-apiserver serves every built-in kind.
+            assert!(
+                d.has_protobuf(),
+                "{name}: no protobuf message for {}",
+                d.kind
+            );
+            // Each states which field selectors upstream accepts and how kubectl shows it.
+            assert!(d.field_labels.is_some(), "{name}: no field_selectors");
+            assert!(d.strategic_merge_patch, "{name}: strategic merge patch off");
+            assert!(
+                !(d.columns.len() == 1
+                    && d.columns[0].name == "Age"
+                    && d.columns[0].type_ == "date"),
+                "{name}: no printer columns declared"
+            );
         }
-        let pods = ResourceDef::builtin("pods").unwrap();
-        assert_eq!(pods.api_version(), "v1");
-        assert!(pods.indexes.iter().filter(|i| i.trigger).count() >= 2);
+        // The example custom resource is the only other one.
+        assert_eq!(defs.len(), UPSTREAM.len() + 1);
+        let widgets = ResourceDef::builtin("widgets").unwrap();
+        assert_eq!(widgets.api_version(), "example.com/v1alpha1");
+        assert!(!widgets.has_protobuf());
+        // Names are unique; prefixes too, but for events, which both event APIs serve.
+        let mut names: Vec<_> = defs.iter().map(ResourceDef::resource_name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), defs.len());
+        let mut prefixes: Vec<_> = defs.iter().map(|d| d.prefix.as_str()).collect();
+        prefixes.sort_unstable();
+        let shared: Vec<_> = prefixes.windows(2).filter(|w| w[0] == w[1]).collect();
+        assert_eq!(shared, [["/registry/events/", "/registry/events/"]]);
+        // Plural lookups find the core group first; qualified names find their group.
+        assert_eq!(ResourceDef::builtin("events").unwrap().group, "");
         assert_eq!(
-            ResourceDef::builtin("widgets").unwrap().api_version(),
-            "example.com/v1alpha1"
+            ResourceDef::builtin("events.events.k8s.io").unwrap().group,
+            "events.k8s.io"
         );
+        assert_eq!(ResourceDef::builtin("deployments").unwrap().group, "apps");
+        let pods = ResourceDef::builtin("pods").unwrap();
+        assert!(pods.indexes.iter().filter(|i| i.trigger).count() >= 2);
+    }
+
+    #[test]
+    fn every_file_of_indexers_is_compiled_in() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("indexers");
+        let on_disk = ResourceDef::load_dir(&dir).unwrap();
+        let compiled = ResourceDef::builtins();
+        assert_eq!(on_disk.len(), compiled.len());
+        for d in &on_disk {
+            assert!(
+                compiled.contains(d),
+                "{} is not compiled in",
+                d.resource_name()
+            );
+        }
     }
 
     fn bad(text: &str) -> String {

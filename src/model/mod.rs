@@ -8,23 +8,31 @@
 //! on it.
 
 pub mod columns;
+mod crd_storage;
 pub mod definition;
 mod event_type;
+pub(crate) mod field_labels;
 pub(crate) mod field_memo;
 pub(crate) mod field_path;
 pub(crate) mod labels;
+pub(crate) mod members;
 pub mod names;
 mod object;
+pub(crate) mod printers;
 pub(crate) mod protobuf;
+mod quantity;
 mod resource_version;
 pub(crate) mod schema;
 pub mod selector;
 
 pub use columns::{Computed, PrinterColumn};
-pub use definition::{DefinitionError, HistoryConfig, IndexDef, IndexKey, ResourceDef};
+pub use definition::{
+    DefinitionError, FieldLabels, HistoryConfig, IndexDef, IndexKey, ResourceDef,
+};
 pub use event_type::EventType;
 pub use field_path::FieldPath;
 pub use object::{DecodeError, EncodeCounts, EncodeError, Object, encode_counts};
+pub use quantity::Quantity;
 pub use resource_version::{ResourceVersion, RvMatch};
 pub(crate) use schema::{Attr, Schema};
 pub use selector::{FieldSelector, LabelSelector, Selection, SelectorError};

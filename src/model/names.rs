@@ -89,9 +89,65 @@ pub fn validate_namespace(ns: &str) -> Result<(), Vec<String>> {
     NameRule::Dns1123Label.validate(ns)
 }
 
+const CONFIG_KEY_MSG: &str = "a valid config key must consist of alphanumeric characters, '-', \
+    '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is \
+    '[-._a-zA-Z0-9]+')";
+
+/// Checks a key of a ConfigMap's or Secret's data (upstream's `IsConfigMapKey`): at most 253
+/// characters of `[-._a-zA-Z0-9]`, and not `.`, `..` or anything starting with `..` (a key becomes
+/// a file name where the object is mounted, so it must not leave its directory).
+///
+/// # Errors
+/// Each rule the key breaks, in upstream's words.
+pub fn validate_config_key(key: &str) -> Result<(), Vec<String>> {
+    let mut errs = Vec::new();
+    if key.len() > 253 {
+        errs.push("must be no more than 253 characters".to_owned());
+    }
+    if key.is_empty()
+        || !key
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'))
+    {
+        errs.push(CONFIG_KEY_MSG.to_owned());
+    }
+    if key == "." {
+        errs.push("must not be '.'".to_owned());
+    } else if key == ".." {
+        errs.push("must not be '..'".to_owned());
+    } else if key.starts_with("..") {
+        errs.push("must not start with '..'".to_owned());
+    }
+    if errs.is_empty() { Ok(()) } else { Err(errs) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_keys_are_file_names_that_stay_in_their_directory() {
+        for ok in [
+            "a",
+            "key.name",
+            "KEY_NAME",
+            "key-name",
+            ".hidden",
+            "a..b",
+            &"k".repeat(253),
+        ] {
+            assert_eq!(validate_config_key(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(
+            validate_config_key("../escape").unwrap_err(),
+            [CONFIG_KEY_MSG, "must not start with '..'"]
+        );
+        assert_eq!(validate_config_key("a/b").unwrap_err(), [CONFIG_KEY_MSG]);
+        assert_eq!(validate_config_key("..").unwrap_err(), ["must not be '..'"]);
+        assert_eq!(validate_config_key(".").unwrap_err(), ["must not be '.'"]);
+        assert_eq!(validate_config_key("").unwrap_err(), [CONFIG_KEY_MSG]);
+        assert_eq!(validate_config_key(&"k".repeat(254)).unwrap_err().len(), 1);
+    }
 
     #[test]
     fn names_follow_upstreams_rules_per_resource() {

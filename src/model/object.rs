@@ -28,11 +28,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use serde::de::{self, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::model::field_memo::FieldMemo;
 use crate::model::field_path::{self, FieldPath};
+use crate::model::members::{Members, find, members};
 use crate::model::{Attr, EventType, Schema};
 
 /// One cached object: cheap to clone (an `Arc`), immutable, `Send + Sync`.
@@ -159,6 +159,10 @@ impl Object {
         }
         let text = std::str::from_utf8(value).map_err(|e| fail(format!("not UTF-8: {e}")))?;
         let top = members(text).map_err(|e| fail(format!("not a JSON object: {e}")))?;
+        // A built-in kind kube-apiserver stores as another version (or kind): read as served.
+        if let Some(converted) = Object::stored_json_as_served(schema, &top, text).map_err(&fail)? {
+            return Object::decode(schema, key, &converted, rv);
+        }
         check_servable(text).map_err(fail)?;
         let meta_raw = find(&top, "metadata").ok_or_else(|| fail("no metadata".into()))?;
         let meta =
@@ -212,11 +216,8 @@ impl Object {
         let fields = schema
             .fields
             .iter()
-            .map(|p| {
-                field_in_members(&top, p)
-                    .unwrap_or_default()
-                    .into_boxed_str()
-            })
+            .enumerate()
+            .map(|(i, p)| schema.field_value(i, field_in_members(&top, p)))
             .collect();
 
         // A custom resource is what kube-apiserver writes from a map: members sorted by key, so
@@ -247,6 +248,55 @@ impl Object {
         })))
     }
 
+    /// A JSON value of a built-in kind stored as another type, as the served kind would have
+    /// stored it: a v1beta1 CustomResourceDefinition as v1 JSON; JSON of a type a protobuf rule
+    /// reads (a core v1 Event for events.k8s.io) as its served protobuf. `None` for anything else
+    /// (read as it is).
+    fn stored_json_as_served(
+        schema: &Schema,
+        top: &Members<'_>,
+        text: &str,
+    ) -> Result<Option<Vec<u8>>, String> {
+        if !schema.stored_otherwise {
+            return Ok(None);
+        }
+        let def = &schema.def;
+        let member =
+            |k: &str| find(top, k).and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+        let (Some(av), Some(kind)) = (member("apiVersion"), member("kind")) else {
+            return Ok(None);
+        };
+        let want = def.api_version();
+        if kind == def.kind && av == want {
+            // A kind kube-apiserver stores as JSON (APIService) is read through its Go type,
+            // as kube-apiserver reads it: its protobuf message gives Go's member order and
+            // omissions.
+            let json_stored = crate::model::protobuf::stored::JSON_STORED
+                .contains(&(want.as_str(), def.kind.as_str()));
+            if json_stored && def.has_protobuf() {
+                let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+                return crate::model::protobuf::encode_json(&v).map(Some);
+            }
+            return Ok(None);
+        }
+        if (want.as_str(), def.kind.as_str())
+            == ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+            && av == crate::model::crd_storage::V1BETA1
+            && kind == def.kind
+        {
+            return crate::model::crd_storage::v1beta1_to_v1(text).map(Some);
+        }
+        if crate::model::protobuf::stored::rule((&want, &def.kind), (&av, &kind)).is_none() {
+            return Ok(None);
+        }
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let pb = crate::model::protobuf::encode_json(&v)?;
+        let raw = crate::model::protobuf::raw_range(&pb)
+            .and_then(|r| pb.get(r))
+            .ok_or("an envelope without its message")?;
+        crate::model::protobuf::stored::read_as_served((&want, &def.kind), (&av, &kind), raw)
+    }
+
     /// Decodes kube-apiserver's protobuf storage encoding (`k8s\0` + `runtime.Unknown`): name,
     /// namespace, labels and declared fields are read from the message's bytes, and the JSON
     /// encoding is kube-apiserver's for the same object (see `model/protobuf`).
@@ -269,10 +319,21 @@ impl Object {
             Cow::Owned(format!("{}/{}", def.group, def.version))
         };
         if env.kind != def.kind || env.api_version != want_av {
-            return Err(fail(format!(
-                "protobuf envelope holds {} {}, not this resource's {want_av} {}",
-                env.api_version, env.kind, def.kind
-            )));
+            // Stored as another type kube-apiserver serves this resource from (an events.k8s.io
+            // Event stored as a core Event, a VolumeAttributesClass in v1beta1): read as served.
+            return match crate::model::protobuf::stored::read_as_served(
+                (&want_av, &def.kind),
+                (env.api_version, env.kind),
+                env.raw,
+            )
+            .map_err(&fail)?
+            {
+                Some(served) => Object::decode_protobuf(schema, key, &served, rv),
+                None => Err(fail(format!(
+                    "protobuf envelope holds {} {}, not this resource's {want_av} {}",
+                    env.api_version, env.kind, def.kind
+                ))),
+            };
         }
         let meta = env.meta().map_err(&fail)?;
         if meta.name.is_empty() {
@@ -282,7 +343,8 @@ impl Object {
         let fields = schema
             .fields
             .iter()
-            .map(|p| env.field(p).map(|v| v.unwrap_or_default().into_boxed_str()))
+            .enumerate()
+            .map(|(i, p)| env.field(p).map(|v| schema.field_value(i, v)))
             .collect::<Result<_, _>>()
             .map_err(&fail)?;
         env.validate().map_err(&fail)?;
@@ -715,12 +777,6 @@ fn key_layout(
     })
 }
 
-type Members<'a> = Vec<(Cow<'a, str>, &'a RawValue)>;
-
-fn find<'a>(m: &Members<'a>, key: &str) -> Option<&'a RawValue> {
-    m.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
-}
-
 fn string_member<'a>(m: &Members<'a>, key: &str) -> Result<Option<String>, String> {
     match find(m, key) {
         None => Ok(None),
@@ -742,68 +798,6 @@ fn field_in_members(top: &Members<'_>, path: &FieldPath) -> Option<String> {
         }
     }
     field_path::scalar_text(cur)
-}
-
-/// The members of a JSON object, in order, values left raw. Later duplicates replace earlier ones.
-fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
-    struct V;
-    impl<'de> Visitor<'de> for V {
-        type Value = Members<'de>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut out: Members<'de> = Vec::new();
-            while let Some(k) = map.next_key::<Cow<'de, str>>()? {
-                let v: &'de RawValue = map.next_value()?;
-                out.push((k, v));
-            }
-            Ok(dedup_last_wins(out))
-        }
-    }
-    let mut de = serde_json::Deserializer::from_str(text);
-    let m = de::Deserializer::deserialize_map(&mut de, V)?;
-    de.end()?;
-    Ok(m)
-}
-
-/// Drops every member that a later member of the same name replaces, keeping the survivors in the
-/// position of their last occurrence. Linear: a body of 100 000 members must not cost 100 000²
-/// comparisons (issue 9, item 1); small objects, the common case, skip the hash map.
-fn dedup_last_wins(mut m: Members<'_>) -> Members<'_> {
-    const SMALL: usize = 16;
-    if m.len() <= SMALL {
-        let mut i = 0;
-        while let Some((key, _)) = m.get(i) {
-            let replaced = m.iter().skip(i + 1).any(|(k, _)| k == key);
-            if replaced {
-                m.remove(i);
-            } else {
-                i += 1;
-            }
-        }
-        return m;
-    }
-    let keep: Vec<bool> = {
-        let mut last: hashbrown::HashMap<&str, usize> = hashbrown::HashMap::with_capacity(m.len());
-        for (i, (k, _)) in m.iter().enumerate() {
-            last.insert(k, i);
-        }
-        if last.len() == m.len() {
-            Vec::new()
-        } else {
-            m.iter()
-                .enumerate()
-                .map(|(i, (k, _))| last.get(&**k) == Some(&i))
-                .collect()
-        }
-    };
-    if keep.is_empty() {
-        return m;
-    }
-    let mut flags = keep.into_iter();
-    m.retain(|_| flags.next().unwrap_or(false));
-    m
 }
 
 /// Deepest nesting of objects and arrays a cached object may have. serde_json (so kube-rs) refuses

@@ -23,12 +23,19 @@ pub(crate) struct Schema {
     pub def: ResourceDef,
     /// Declared field indexes, in slot order; every object carries their values.
     pub fields: Vec<FieldPath>,
+    /// What each declared field reads when the object leaves it out (upstream's field set gives
+    /// some fields Go's zero value: a node's `spec.unschedulable` is `false`); empty otherwise.
+    pub field_defaults: Vec<Box<str>>,
     /// Declared label indexes, in slot order.
     pub labels: Vec<String>,
     /// Attributes with a store index (bitmap per value), in store index order.
     pub indexed: Vec<Attr>,
     /// Attributes that route watchers, in order of preference (most selective first).
     pub triggers: Vec<Attr>,
+    /// Whether kube-apiserver stores this kind as another type or as JSON read through its Go
+    /// type (`model/protobuf/stored.rs`, `model/crd_storage.rs`): only then does ingest look at
+    /// a JSON value's apiVersion and kind.
+    pub stored_otherwise: bool,
 }
 
 impl Schema {
@@ -68,13 +75,44 @@ impl Schema {
         if def.namespaced {
             triggers.push(Attr::Namespace);
         }
+        let field_defaults = fields
+            .iter()
+            .map(|p| {
+                def.field_labels
+                    .as_ref()
+                    .and_then(|l| l.default_of(p.as_str()))
+                    .unwrap_or_default()
+                    .into()
+            })
+            .collect();
+        let served = (def.api_version(), def.kind.clone());
+        let stored_otherwise = crate::model::protobuf::stored::stored_otherwise((
+            served.0.as_str(),
+            served.1.as_str(),
+        ));
         Schema {
+            stored_otherwise,
             def,
             fields,
+            field_defaults,
             labels,
             indexed,
             triggers,
         }
+    }
+
+    /// The value an object carries for declared field `i`, read as `value`: upstream's default
+    /// when the object leaves the field out (or empty).
+    pub fn field_value(&self, i: usize, value: Option<String>) -> Box<str> {
+        match value {
+            Some(v) if !v.is_empty() => v.into_boxed_str(),
+            _ => self.field_defaults.get(i).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// What an undeclared field reads when the object leaves it out: upstream's default, if any.
+    pub fn default_of(&self, path: &str) -> Option<&str> {
+        self.def.field_labels.as_ref()?.default_of(path)
     }
 
     /// The attribute that answers a field path, if the object carries it pre-extracted.

@@ -29,6 +29,9 @@ pub struct ServerConfig {
     pub max_watches_per_user: usize,
     /// `--audit-log-path`: where audit lines are appended as JSON (they always go to `tracing`).
     pub audit_log_path: Option<std::path::PathBuf>,
+    /// `--request-timeout`: how long a request that is not long-running (not a watch) may take,
+    /// reading its body included; past it the answer is 504 Timeout (upstream's default: 60 s).
+    pub request_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -43,6 +46,7 @@ impl Default for ServerConfig {
             max_requests_inflight: 0,
             max_watches_per_user: 0,
             audit_log_path: None,
+            request_timeout: Duration::from_secs(60),
         }
     }
 }

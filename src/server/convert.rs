@@ -44,7 +44,7 @@ impl IncludeObject {
     /// 400 for a value other than None, Metadata or Object (upstream's message).
     pub fn from_query(query: Option<&str>) -> Result<IncludeObject, ApiError> {
         let mut out = IncludeObject::default();
-        for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        for (k, v) in crate::server::params::query_pairs(query) {
             if k == "includeObject" {
                 out = match &*v {
                     "None" => IncludeObject::None,
@@ -72,16 +72,30 @@ pub(crate) fn partial_metadata(obj: &Value, v: MetaVersion) -> Value {
     })
 }
 
-/// The Table's column definitions: NAME, then the definition's columns.
+/// `metav1.ObjectMeta`'s documentation of `name`: upstream's description of every NAME column.
+const NAME_DOC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+
+/// Whether the Table starts with the implicit NAME column: unless the definition declares its own
+/// (a column `Name` of format `name`, as the StorageClass printer's NAME with `(default)`, or an
+/// event's NAME among the wide columns).
+fn implicit_name(def: &ResourceDef) -> bool {
+    !def.columns
+        .iter()
+        .any(|c| c.format == "name" && c.name == "Name")
+}
+
+/// The Table's column definitions: NAME (unless declared), then the definition's columns.
 fn column_definitions(def: &ResourceDef) -> Vec<Value> {
     let mut cols = Vec::with_capacity(def.columns.len() + 1);
-    cols.push(json!({
-        "name": "Name",
-        "type": "string",
-        "format": "name",
-        "description": "Name must be unique within a namespace. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
-        "priority": 0,
-    }));
+    if implicit_name(def) {
+        cols.push(json!({
+            "name": "Name",
+            "type": "string",
+            "format": "name",
+            "description": NAME_DOC,
+            "priority": 0,
+        }));
+    }
     cols.extend(def.columns.iter().map(|c| c.definition()));
     cols
 }
@@ -94,11 +108,13 @@ fn row(
     now: SystemTime,
 ) -> Value {
     let mut cells = Vec::with_capacity(def.columns.len() + 1);
-    cells.push(
-        obj.pointer("/metadata/name")
-            .cloned()
-            .unwrap_or(Value::Null),
-    );
+    if implicit_name(def) {
+        cells.push(
+            obj.pointer("/metadata/name")
+                .cloned()
+                .unwrap_or(Value::Null),
+        );
+    }
     cells.extend(def.columns.iter().map(|c| c.cell(obj, now)));
     let mut r = json!({ "cells": cells });
     match include {
@@ -665,7 +681,7 @@ mod tests {
             .collect();
         assert_eq!(
             &names[..7],
-            ["Name", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
+            ["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node"]
         );
         let cells = &t["rows"][0]["cells"];
         assert_eq!(cells[0], "web");

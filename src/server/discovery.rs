@@ -41,7 +41,7 @@ fn verbs(writable: bool) -> Vec<&'static str> {
     }
 }
 
-/// Verbs of the `/status` subresource served beside every resource.
+/// Verbs of the `/status` subresource, served beside the resources that have one.
 fn status_verbs(writable: bool) -> Vec<&'static str> {
     if writable {
         vec!["get", "patch", "update"]
@@ -125,7 +125,9 @@ pub fn resources(entries: &[Entry<'_>], group: &str, version: &str) -> Option<Va
         .filter(|e| e.def.group == group && e.def.version == version)
     {
         list.push(resource(*e));
-        list.push(status_resource(*e));
+        if e.def.status_subresource {
+            list.push(status_resource(*e));
+        }
     }
     if list.is_empty() {
         return None;
@@ -149,12 +151,14 @@ fn aggregated_resource(e: Entry<'_>) -> Value {
         "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": d.singular,
         "verbs": verbs(e.writable),
-        "subresources": [{
+    });
+    if d.status_subresource {
+        r["subresources"] = json!([{
             "subresource": "status",
             "responseKind": kind,
             "verbs": status_verbs(e.writable),
-        }],
-    });
+        }]);
+    }
     if !d.short_names.is_empty() {
         r["shortNames"] = json!(d.short_names);
     }

@@ -11,6 +11,7 @@
 //! not waited for by graceful shutdown (an exec session may last hours).
 
 use crate::server::auth::{User, impersonate};
+use crate::server::params;
 use crate::server::proxy::{HOP_BY_HOP, Proxy};
 use crate::server::state::{AppState, Target};
 use crate::server::status::ApiError;
@@ -18,6 +19,15 @@ use axum::http;
 use axum::response::IntoResponse;
 use hyper_util::rt::TokioIo;
 use tracing::{debug, info};
+
+/// Whether a header is one of the front-proxy identity headers (`X-Remote-User`,
+/// `X-Remote-Group`, `X-Remote-Extra-<key>`): an upstream that trusts this server's client
+/// certificate as a front proxy (`--requestheader-*`) takes them as the requester's identity, so a
+/// client's own must never reach it (the identity goes up as impersonation, below). Names are
+/// lower-case here, as the `http` crate keeps them.
+fn is_front_proxy_identity(name: &str) -> bool {
+    name == "x-remote-user" || name == "x-remote-group" || name.starts_with("x-remote-extra-")
+}
 
 /// Whether headers (name, value) ask for a protocol upgrade: an `Upgrade` protocol and
 /// `Connection: Upgrade`.
@@ -69,10 +79,9 @@ pub(crate) fn local_read<'a>(
 
 /// Whether a GET is a consistent read: not a watch, `resourceVersion` unset.
 pub(crate) fn is_consistent_read(uri: &http::Uri) -> bool {
-    !form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()).any(|(k, v)| {
-        (k == "resourceVersion" && !v.is_empty())
-            || (k == "watch" && matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
-    })
+    let query = uri.query();
+    !params::is_watch(query)
+        && params::query_value(query, "resourceVersion").is_none_or(|v| v.is_empty())
 }
 
 /// A copy of a bodiless request (method, target, headers, and the identity the gate attached),
@@ -126,6 +135,7 @@ pub(crate) async fn forward(
         if !HOP_BY_HOP.contains(&name.as_str())
             && name != http::header::AUTHORIZATION
             && !name.as_str().starts_with("impersonate-")
+            && !is_front_proxy_identity(name.as_str())
         {
             out = out.header(name, value);
         }
@@ -228,6 +238,26 @@ mod tests {
     }
 
     #[test]
+    fn front_proxy_identity_headers_are_recognised() {
+        for h in [
+            "x-remote-user",
+            "x-remote-group",
+            "x-remote-extra-scopes",
+            "x-remote-extra-",
+        ] {
+            assert!(is_front_proxy_identity(h), "{h}");
+        }
+        for h in [
+            "x-remote",
+            "x-remote-userx",
+            "x-forwarded-for",
+            "remote-user",
+        ] {
+            assert!(!is_front_proxy_identity(h), "{h}");
+        }
+    }
+
+    #[test]
     fn consistent_reads_are_the_gets_without_a_resource_version() {
         let read = |q: &str| is_consistent_read(&format!("/api/v1/pods{q}").parse().unwrap());
         assert!(read(""));
@@ -236,5 +266,8 @@ mod tests {
         assert!(!read("?resourceVersion=12&resourceVersionMatch=Exact"));
         assert!(!read("?watch=true"));
         assert!(read("?watch=false"));
+        // The first value counts, as everywhere (issue 20, item 13).
+        assert!(!read("?watch=1&watch=0"));
+        assert!(read("?resourceVersion=&resourceVersion=5"));
     }
 }

@@ -1,50 +1,34 @@
-//! Every request hyper serves (all but `/livez`) passes here first: authentication (401),
-//! authorization (403), `--max-requests-inflight` (429), then the handler; the answer is
-//! audited when it is a write or a denial (src/server/auth/ has each part). The watch fast path
-//! does the same itself (src/server/watch/fast_path.rs).
+//! Every request hyper serves (all but `/livez`) passes here first: admission (`filters.rs`:
+//! authentication, impersonation, authorization, the request parsed once), then, for a request
+//! that is not long-running, its body read whole and its `--max-requests-inflight` permit taken,
+//! all within `--request-timeout`, then the handler; the answer is audited when it is a write or a
+//! denial. The watch fast path runs the same admission (src/server/watch/fast_path.rs).
 //!
-//! A list or watch is authorized with its field selector parsed here (the Node authorizer reads
-//! `spec.nodeName`); the handler parses the query again for the cache. The fast path, where
-//! kubelets' watches go, parses once.
+//! Why the body is read here: a permit taken before the body arrives is held for as long as the
+//! client takes to send it, so four clients trickling bodies held `--max-requests-inflight 4`
+//! against everyone (issue 20, item 4). Read first, under the request's deadline, the permit is
+//! held only while the request is served, and a stalled body ends at the deadline with upstream's
+//! 504.
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::model::Selection;
-use crate::server::auth::{Audit, Record, RequestInfo, User};
 use crate::server::conn::ConnInfo;
+use crate::server::filters::{self, Admission, Incoming};
+use crate::server::params::ReadParams;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
 
-/// Whether a query asks for a watch (`watch=true` in any of Go's boolean spellings).
-pub(crate) fn is_watch(query: Option<&str>) -> bool {
-    form_urlencoded::parse(query.unwrap_or("").as_bytes())
-        .any(|(k, v)| k == "watch" && matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
-}
-
-/// What a list or watch selects, for the authorizers (`None` when the selectors do not parse:
-/// the handler answers 400 if the request is allowed at all).
-fn selection_of(info: &RequestInfo, query: Option<&str>) -> Option<Selection> {
-    let r = info.resource.as_ref()?;
-    if info.verb != "list" && info.verb != "watch" {
-        return None;
-    }
-    let (mut fields, mut labels) = (String::new(), String::new());
-    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        match &*k {
-            "fieldSelector" => fields = v.into_owned(),
-            "labelSelector" => labels = v.into_owned(),
-            _ => {}
-        }
-    }
-    let ns = (!r.namespace.is_empty()).then_some(r.namespace.as_str());
-    Selection::parse(ns, &fields, &labels).ok()
-}
+/// The query of a read as admission parsed it, handed to the handler (a request extension): the
+/// handler serves exactly what was authorized.
+#[derive(Clone)]
+pub(crate) struct ParsedRead(pub Result<ReadParams, ApiError>);
 
 /// The middleware.
 pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
@@ -52,69 +36,71 @@ pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Ne
         return next.run(req).await;
     }
     let started = Instant::now();
-    let info = RequestInfo::new(
-        req.method().as_str(),
-        req.uri().path(),
-        is_watch(req.uri().query()),
+    let conn = req
+        .extensions()
+        .get::<Arc<ConnInfo>>()
+        .cloned()
+        .unwrap_or_default();
+    let mut adm = filters::admit(
+        &st,
+        &Incoming {
+            method: req.method().as_str(),
+            path: req.uri().path(),
+            query: req.uri().query(),
+            authorization: req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .map(|v| v.as_bytes()),
+            headers: Some(req.headers()),
+            conn: &conn,
+        },
     );
-    let mut user: Option<Arc<User>> = None;
-    let resp = match admit(&st, &info, req, &mut user, next).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
+    let resp = match &adm.decision {
+        Err(e) => e.clone().into_response(),
+        Ok(()) => serve(&st, &mut adm, req, next).await,
     };
-    let code = resp.status().as_u16();
-    if st.auditing() && Audit::wants(&info, code) {
-        st.audit.record(&Record {
-            user: user.as_deref(),
-            info: &info,
-            code,
-            latency: started.elapsed(),
-        });
-    }
+    adm.audit(&st, resp.status().as_u16(), started);
     resp
 }
 
-async fn admit(
-    st: &AppState,
-    info: &RequestInfo,
-    mut req: Request,
-    user: &mut Option<Arc<User>>,
-    next: Next,
-) -> Result<Response, ApiError> {
-    // The explicit development listener (`--insecure-listen`, loopback only, never on by
-    // default) is kube-apiserver's former insecure port: no authentication or authorization.
-    let insecure = req
-        .extensions()
-        .get::<Arc<ConnInfo>>()
-        .is_some_and(|c| c.insecure_listener);
-    if let Some(auth) = st.auth.get().filter(|_| !insecure) {
-        let cert = req
-            .extensions()
-            .get::<Arc<ConnInfo>>()
-            .and_then(|c| c.client_cert.clone());
-        let u = auth
-            .authn
-            .authenticate(
-                cert.as_deref(),
-                req.headers()
-                    .get(header::AUTHORIZATION)
-                    .map(|v| v.as_bytes()),
-            )
-            .map_err(|e| {
-                tracing::debug!(path = %info.path, why = %e.0, "unauthorized");
-                ApiError::unauthorized()
-            })?;
-        *user = Some(Arc::clone(&u));
-        let u = crate::server::auth::impersonate::apply(auth, u, req.headers())?;
-        *user = Some(Arc::clone(&u));
-        let selection = selection_of(info, req.uri().query());
-        auth.check(&u, info, selection.as_ref())?;
-        req.extensions_mut().insert(u);
+/// Serves an admitted request: a long-running one as it comes; any other with its body read
+/// and its permit taken first, the whole within `--request-timeout`.
+async fn serve(st: &AppState, adm: &mut Admission, mut req: Request, next: Next) -> Response {
+    if let Some(u) = &adm.user {
+        req.extensions_mut().insert(Arc::clone(u));
     }
-    let _permit = if info.is_long_running() {
-        None
-    } else {
-        Some(st.limits.request()?)
+    if let Some(read) = adm.read.take() {
+        req.extensions_mut().insert(ParsedRead(read));
+    }
+    if adm.is_long_running() {
+        return next.run(req).await;
+    }
+    let adm = &*adm;
+    let served = async move {
+        let req = with_body_read(req, st.config.max_body_bytes).await?;
+        let _permit = adm.permit(st).await?;
+        Ok::<_, ApiError>(next.run(req).await)
     };
-    Ok(next.run(req).await)
+    match tokio::time::timeout(st.config.request_timeout, served).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => e.into_response(),
+        Err(_) => {
+            tracing::debug!(timeout = ?st.config.request_timeout, "request timed out");
+            ApiError::request_timeout().into_response()
+        }
+    }
+}
+
+/// The request with its body read whole (at most `limit` bytes: 413 beyond, as upstream).
+async fn with_body_read(req: Request, limit: usize) -> Result<Request, ApiError> {
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let e = e.into_inner();
+        if e.is::<http_body_util::LengthLimitError>() {
+            ApiError::too_large(limit)
+        } else {
+            ApiError::bad_request(format!("the request body could not be read: {e}"))
+        }
+    })?;
+    Ok(Request::from_parts(parts, Body::from(bytes)))
 }

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 /// A string.
 pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
-    crate::model::protobuf::write_go_string(out, s);
+    crate::model::protobuf::write_json_str(out, s);
 }
 
 /// Any value: objects as maps (keys sorted, as Go writes a map and as `serde_json`'s map keeps

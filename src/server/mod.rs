@@ -19,14 +19,20 @@
 //! | `state.rs` | what handlers share; path resolution |
 //! | `routes.rs` | requests hyper serves |
 //! | `watch/` | watch responses: start, the one pump loop, frames, the fast path, hyper's body |
-//! | `params.rs`, `writes.rs`, `response.rs`, `status.rs` | query parsing, write bodies, response bodies, `Status` errors |
-//! | `patch.rs` | PATCH: json-patch, merge-patch, strategic merge patch with declared merge keys |
+//! | `params.rs`, `writes.rs`, `response.rs`, `status.rs`, `warning.rs` | query parsing, write bodies, response bodies, `Status` errors, `Warning` headers |
+//! | `patch.rs` | PATCH: json-patch with upstream's limits, merge-patch, strategic merge patch with declared merge keys, in linear time |
+//! | `strategy.rs` | what upstream's registry does to a write's object: system fields, status, `stringData`, key validation |
+//! | `admission.rs` | admission of writes: NamespaceLifecycle, NodeRestriction, RBAC's escalation check |
+//! | `node_restriction.rs` | NodeRestriction: what a kubelet may write, for the writes applied here |
+//! | `blocking.rs` | heavy request work (patches, large bodies) on blocking threads, one job per core |
 //! | `discovery.rs`, `metrics.rs` | discovery documents (legacy, aggregated v2, `/version`), `/metrics` |
 //! | `openapi.rs` | `/openapi/v3` and its group-version documents (permissive schemas) |
 //! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
 //! | `proxy.rs`, `forward.rs` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
 //! | `auth/` | authentication, authorization (RBAC, Node), per-client limits, the audit log |
-//! | `gate.rs` | every hyper request through authentication, authorization, the in-flight limit, audit |
+//! | `client_cert.rs` | client certificate verification: webpki, and X.509 v1 leaves by Go's rules |
+//! | `filters.rs` | the request filters as upstream's handler chain, one function for both transports: the request parsed once, authentication, impersonation, authorization; the in-flight permit and the audit line |
+//! | `gate.rs` | every hyper request through admission, its body read and its in-flight permit taken within `--request-timeout` |
 //!
 //! # Examples
 //! A cache fed in process, served over HTTP with writes:
@@ -44,17 +50,22 @@
 //! # }
 //! ```
 
+mod admission;
 pub mod auth;
+mod blocking;
+mod client_cert;
 mod config;
 pub(crate) mod conn;
 mod convert;
 mod deletion;
 mod discovery;
+mod filters;
 mod forward;
 mod gate;
 mod go_json;
 mod metrics;
 mod negotiate;
+mod node_restriction;
 mod openapi;
 pub(crate) mod params;
 mod patch;
@@ -63,7 +74,9 @@ mod response;
 mod routes;
 mod state;
 mod status;
+mod strategy;
 mod tls;
+mod warning;
 pub(crate) mod watch;
 mod writes;
 
@@ -116,7 +129,13 @@ impl Server {
     /// A server for these resources.
     pub fn new(config: ServerConfig, served: impl IntoIterator<Item = Served>) -> Server {
         let (shutdown, rx) = signal::channel(false);
-        let limits = auth::Limits::new(config.max_requests_inflight, config.max_watches_per_user);
+        // kube-apiserver's queue wait: a quarter of the request timeout, at most 15 s.
+        let queue_wait = (config.request_timeout / 4).min(std::time::Duration::from_secs(15));
+        let limits = auth::Limits::new(
+            config.max_requests_inflight,
+            config.max_watches_per_user,
+            queue_wait,
+        );
         let state = AppState {
             served: served.into_iter().collect(),
             config,
@@ -129,6 +148,7 @@ impl Server {
             limits,
             audit: auth::Audit::default(),
             stalled: state::StalledReads::default(),
+            system_namespaces: std::sync::atomic::AtomicBool::new(false),
         };
         Server {
             state: Arc::new(state),
@@ -223,6 +243,7 @@ impl Server {
         if let Some(a) = self.state.auth.get() {
             a.start();
         }
+        tokio::spawn(admission::create_system_namespaces(Arc::clone(&self.state)));
         let router = self.router();
         let graceful = GracefulShutdown::new();
         let mut http = hyper::server::conn::http1::Builder::new();
@@ -279,6 +300,12 @@ impl Server {
     /// Open watches.
     pub fn watchers(&self) -> usize {
         self.state.watchers.load(Ordering::Relaxed)
+    }
+
+    /// The state handlers share, for unit tests of what reads it.
+    #[cfg(test)]
+    pub(crate) fn state_for_tests(self) -> Arc<AppState> {
+        Arc::clone(&self.state)
     }
 }
 

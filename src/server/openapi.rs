@@ -84,6 +84,10 @@ fn value_schema(kind: Kind, dialect: Dialect, out: &mut BTreeMap<String, Value>)
                 "anyOf": [{"type": "integer"}, {"type": "string"}]}),
         },
         Kind::Raw => json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        Kind::StrList => json!({"type": "array", "items": {"type": "string"}}),
+        Kind::F64 => json!({"type": "number", "format": "double"}),
+        // A schema, a list of schemas, a boolean or a list of strings: anything is accepted.
+        Kind::OrArray(_) | Kind::OrBool(_) | Kind::OrStrings(_) => json!({}),
         Kind::Msg(i) => {
             let m = message(i);
             let name = message_schema_name(m);

@@ -11,14 +11,42 @@
     )
 )]
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use crate::cache::{ListOptions, WatchOptions};
 use crate::model::{FieldPath, ResourceVersion, RvMatch, Selection};
 use crate::server::status::ApiError;
 
+/// A query's parameters, each name with its first value only, in order: upstream reads a query
+/// that way (Go's `url.Values.Get`, and its parameter codec's conversion of a repeated value to a
+/// single field), so `?watch=1&watch=0` is a watch wherever it is read: authorized as one, served
+/// as one. Names are compared percent-decoded, as Go's `url.ParseQuery` decodes them.
+pub(crate) fn query_pairs(
+    query: Option<&str>,
+) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> {
+    let mut seen: HashSet<Cow<'_, str>> = HashSet::new();
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .filter(move |(k, _)| seen.insert(k.clone()))
+}
+
+/// The first value of one query parameter.
+pub(crate) fn query_value<'q>(query: Option<&'q str>, name: &str) -> Option<Cow<'q, str>> {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+}
+
+/// Whether a query asks for a watch: its first `watch` value is true in one of Go's boolean
+/// spellings (`strconv.ParseBool`).
+pub(crate) fn is_watch(query: Option<&str>) -> bool {
+    query_value(query, "watch")
+        .is_some_and(|v| matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
+}
+
 /// Parsed query of a read request.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ReadParams {
     pub watch: bool,
     pub resource_version: ResourceVersion,
@@ -68,7 +96,7 @@ impl WriteParams {
     /// 400 for an unknown `dryRun` or `fieldValidation` value, with upstream's wording.
     pub fn parse(query: Option<&str>) -> Result<WriteParams, ApiError> {
         let mut p = WriteParams::default();
-        for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        for (k, v) in query_pairs(query) {
             match &*k {
                 "dryRun" => match &*v {
                     "All" => p.dry_run = true,
@@ -110,10 +138,11 @@ fn parse_bool(name: &str, v: &str) -> Result<bool, ApiError> {
 }
 
 impl ReadParams {
-    /// Parses a query string. Unknown parameters are ignored, as upstream does.
+    /// Parses a query string. Unknown parameters are ignored, as upstream does; a repeated one
+    /// counts with its first value ([`query_pairs`]).
     pub fn parse(query: Option<&str>, max_selector_len: usize) -> Result<ReadParams, ApiError> {
         let mut p = ReadParams::default();
-        for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        for (k, v) in query_pairs(query) {
             match &*k {
                 "watch" => p.watch = parse_bool("watch", &v)?,
                 "resourceVersion" => {
@@ -345,6 +374,29 @@ mod tests {
             text("watch=1&resourceVersionMatch=NotOlderThan").contains("unless sendInitialEvents")
         );
         assert!(text("labelSelector=aaaaaaaaaaaaaaa").contains("the limit is 10"));
+    }
+
+    #[test]
+    fn a_repeated_parameter_counts_with_its_first_value() {
+        // Issue 20, item 13: `?watch=1&watch=0` was authorized as a watch and served as a list.
+        for (q, watch) in [
+            ("watch=1&watch=0", true),
+            ("watch=0&watch=1", false),
+            ("w%61tch=1&watch=0", true),
+            ("watch=true", true),
+            ("watch=yes", false),
+            ("x=1", false),
+        ] {
+            assert_eq!(is_watch(Some(q)), watch, "{q}");
+        }
+        let p = ReadParams::parse(Some("watch=1&watch=0&limit=5&limit=x"), 100).unwrap();
+        assert!(p.watch);
+        assert_eq!(p.limit, Some(5));
+        let p = ReadParams::parse(Some("fieldSelector=a%3D1&fieldSelector=b%3D2"), 100).unwrap();
+        assert_eq!(p.field_selector, "a=1");
+        let w = WriteParams::parse(Some("dryRun=All&dryRun=bogus")).unwrap();
+        assert!(w.dry_run);
+        assert!(WriteParams::parse(Some("dryRun=bogus&dryRun=All")).is_err());
     }
 
     // Fuzzing target (tests/fuzz.rs has the others): every query string comes from a client.

@@ -12,10 +12,13 @@ use bytes::Bytes;
 
 use crate::cache::{Cache, ObjectList, list_parts, list_parts_protobuf};
 use crate::model::ResourceDef;
-use crate::server::auth::User;
+use crate::server::admission;
+use crate::server::auth::{RequestInfo, User};
+use crate::server::blocking;
 use crate::server::convert::{self, IncludeObject, WatchConverter};
 use crate::server::discovery::{self, Entry};
 use crate::server::forward;
+use crate::server::gate::ParsedRead;
 use crate::server::metrics;
 use crate::server::negotiate::{Answer, Format};
 use crate::server::openapi;
@@ -24,6 +27,7 @@ use crate::server::patch::PatchKind;
 use crate::server::response::{body_of, gzip_encoded, json_response, wants_gzip};
 use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
+use crate::server::warning;
 use crate::server::watch::{self, Wire};
 use crate::server::writes;
 use tracing::debug;
@@ -37,6 +41,12 @@ pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
         .collect();
     if st.auth.get().is_some_and(|a| !a.ready()) {
         not_ready.push("rbac (the authorizer has not read the RBAC caches yet)");
+    }
+    if !st
+        .system_namespaces
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        not_ready.push("system namespaces (default, kube-system, ... not created yet)");
     }
     if not_ready.is_empty() {
         (StatusCode::OK, "ok").into_response()
@@ -82,11 +92,14 @@ pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Respon
     if consistent && st.stalled.is_stalled(prefix) {
         return forward::forward(&st, &**p, req).await;
     }
-    // Local reads are GETs: they have no body to keep.
+    // Local reads are GETs: they have no body to keep. A watch is never handed up: it would hold
+    // an upstream watch for its whole life (a fleet of kubelets starting would each hold one);
+    // its client retries the 504 as it retries upstream's.
     let again = forward::replay(&req);
+    let watch = crate::server::params::is_watch(again.uri().query());
     match route(&st, req).await {
         Ok(r) => r,
-        Err(e) if e.code() == 504 => {
+        Err(e) if e.code() == 504 && !watch => {
             debug!(resource = %prefix, "a read timed out in the cache; answered by the upstream");
             if consistent {
                 st.stalled.mark(prefix);
@@ -122,7 +135,7 @@ fn errors_in_protobuf(st: &AppState, req: &Request) -> bool {
 }
 
 async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().trim_end_matches('/').to_owned();
     let segs = segments(&path);
     let entries: Vec<Entry<'_>> = st
@@ -194,6 +207,12 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let cache = &served.cache;
     // HEAD is a GET whose body hyper leaves out.
     if method == Method::GET || method == Method::HEAD {
+        // The query as admission parsed (and authorized) it; parsed here only when the router
+        // is served without the gate.
+        let params = match parts.extensions.remove::<ParsedRead>() {
+            Some(ParsedRead(p)) => p?,
+            None => ReadParams::parse(query, st.config.max_selector_len)?,
+        };
         let user = parts.extensions.get::<Arc<User>>().map(|u| &**u);
         return read(
             st,
@@ -201,7 +220,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
             &parts.headers,
             ns,
             name,
-            query,
+            (query, params),
             gzip,
             target.status,
             user,
@@ -232,22 +251,48 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         (None, body_format(&parts.headers, &method, def)?)
     };
     let params = WriteParams::parse(query)?;
+    // Read whole by the gate already (within the request's deadline): this takes its bytes.
     let body = axum::body::to_bytes(body, st.config.max_body_bytes)
         .await
-        .map_err(|_| ApiError::too_large("the request body", st.config.max_body_bytes))?;
+        .map_err(|_| ApiError::too_large(st.config.max_body_bytes))?;
     let body = match format {
-        BodyFormat::Protobuf => protobuf_body_as_json(&body)?,
         // An empty DELETE body stays empty (no DeleteOptions), whatever its type says.
-        BodyFormat::Yaml if !body.is_empty() => yaml_body_as_json(&body)?,
-        BodyFormat::Yaml | BodyFormat::Json => body,
+        BodyFormat::Yaml if body.is_empty() => body,
+        BodyFormat::Json => body,
+        // A large one is read on the blocking pool, off the reactor's workers.
+        f if body.len() > OFF_REACTOR_BODY_BYTES => {
+            let max_body = st.config.max_body_bytes;
+            blocking::run(move || body_as_json(f, &body, max_body)).await??
+        }
+        f => body_as_json(f, &body, st.config.max_body_bytes)?,
     };
+    if method != Method::DELETE {
+        admission::namespace_lifecycle(st, cache.definition(), ns, method == Method::POST, || {
+            match name {
+                Some(n) => n.to_owned(),
+                None => writes::name_in(&body),
+            }
+        })
+        .await?;
+    }
+    let user = parts.extensions.get::<Arc<User>>().map(|u| &**u);
+    let info = RequestInfo::new(method.as_str(), parts.uri.path(), false);
+    let admit = admission::object_admission(st, cache.definition(), user, &info);
+    if let (&Method::DELETE, Some(n)) = (&method, name) {
+        admission::pod_delete_admission(st, cache, user, ns, n).await?;
+    }
     let written = match (&method, name, patch_kind) {
-        (&Method::POST, _, _) => writes::create(cache, &**writes, ns, &body, &params).await?,
+        (&Method::POST, _, _) => {
+            writes::create(cache, &**writes, ns, &body, &params, &*admit).await?
+        }
         (&Method::PUT, Some(n), _) => {
-            writes::update(cache, &**writes, ns, n, &body, status, &params).await?
+            writes::update(cache, &**writes, ns, n, &body, status, &params, &*admit).await?
         }
         (&Method::PATCH, Some(n), Some(kind)) => {
-            writes::patch(cache, &**writes, ns, n, kind, &body, status, &params).await?
+            writes::patch(
+                cache, &**writes, ns, n, kind, &body, status, &params, &*admit,
+            )
+            .await?
         }
         (&Method::DELETE, Some(n), _) => {
             writes::delete(cache, &**writes, ns, n, &body, query, &params).await?
@@ -268,8 +313,8 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     };
     let code = StatusCode::from_u16(written.code).unwrap_or(StatusCode::OK);
     let mut response = reply_response(def, written.reply, code, answer_format)?;
-    for warning in &written.warnings {
-        if let Ok(v) = header::HeaderValue::from_str(&warning_header(warning)) {
+    for warning in warning::headers(&written.warnings) {
+        if let Ok(v) = header::HeaderValue::from_str(&warning) {
             response.headers_mut().append(header::WARNING, v);
         }
     }
@@ -310,26 +355,6 @@ fn reply_response(
     Ok(r)
 }
 
-/// A `Warning` header's value as kube-apiserver writes it (RFC 7234: code 299, no agent, the text
-/// quoted with `"` and `\` escaped).
-fn warning_header(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 8);
-    out.push_str("299 - \"");
-    for c in text.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        // Header values are visible ASCII: anything else is replaced rather than refused.
-        out.push(if c.is_ascii() && !c.is_ascii_control() {
-            c
-        } else {
-            '?'
-        });
-    }
-    out.push('"');
-    out
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn read(
     st: &Arc<AppState>,
@@ -337,12 +362,11 @@ async fn read(
     headers: &axum::http::HeaderMap,
     ns: Option<&str>,
     name: Option<&str>,
-    query: Option<&str>,
+    (query, mut params): (Option<&str>, ReadParams),
     gzip: bool,
     status: bool,
     user: Option<&User>,
 ) -> Result<Response, ApiError> {
-    let mut params = ReadParams::parse(query, st.config.max_selector_len)?;
     if status && params.watch {
         return Err(ApiError::method_not_allowed(
             "WATCH",
@@ -504,6 +528,21 @@ fn body_format(
     check_content_type(headers)
 }
 
+/// Protobuf and YAML bodies larger than this are read as JSON on the blocking pool (a 2 MB
+/// protobuf body may stand for tens of MB of JSON).
+const OFF_REACTOR_BODY_BYTES: usize = 64 * 1024;
+
+/// A protobuf or YAML body as the JSON it stands for (a JSON body as it is). A protobuf body's
+/// JSON may be at most twice the body limit: the same object sent as JSON would be within the
+/// body limit, and the JSON written for protobuf holds the fields Go writes empty.
+fn body_as_json(format: BodyFormat, body: &[u8], max_body: usize) -> Result<Bytes, ApiError> {
+    match format {
+        BodyFormat::Protobuf => protobuf_body_as_json(body, max_body.saturating_mul(2)),
+        BodyFormat::Yaml => yaml_body_as_json(body),
+        BodyFormat::Json => Ok(Bytes::copy_from_slice(body)),
+    }
+}
+
 /// A YAML body (one document) as the JSON it stands for: from here it takes the JSON bodies'
 /// path.
 ///
@@ -524,16 +563,19 @@ fn yaml_body_as_json(body: &[u8]) -> Result<Bytes, ApiError> {
 /// the JSON bodies' path (validation, 4xx answers).
 ///
 /// # Errors
-/// 400 BadRequest for a body that is not well-formed protobuf of a type this server reads.
-fn protobuf_body_as_json(body: &[u8]) -> Result<Bytes, ApiError> {
-    crate::model::protobuf::request_json(body)
+/// 400 BadRequest for a body that is not well-formed protobuf of a type this server reads; 413
+/// for one whose JSON would be longer than `max_json`.
+fn protobuf_body_as_json(body: &[u8], max_json: usize) -> Result<Bytes, ApiError> {
+    use crate::model::protobuf::RequestBodyError;
+    crate::model::protobuf::request_json(body, max_json)
         .map(Bytes::from)
-        .map_err(|e| {
-            ApiError::new(
-                400,
-                "BadRequest",
-                format!("the protobuf request body could not be read: {e}"),
-            )
+        .map_err(|e| match e {
+            RequestBodyError::Malformed(e) => {
+                ApiError::bad_request(format!("the protobuf request body could not be read: {e}"))
+            }
+            RequestBodyError::TooLarge(limit) => ApiError::entity_too_large(format!(
+                "the protobuf body stands for more than {limit} bytes of JSON"
+            )),
         })
 }
 
@@ -603,14 +645,5 @@ mod tests {
             yaml_body_as_json(b"\xff: 1").map_err(|e| e.code()),
             Err(400)
         );
-    }
-
-    #[test]
-    fn warnings_are_quoted_and_escaped_as_upstream_writes_them() {
-        assert_eq!(
-            warning_header(r#"unknown field "spec.foo""#),
-            r#"299 - "unknown field \"spec.foo\"""#
-        );
-        assert_eq!(warning_header("a\\b\u{7}é"), r#"299 - "a\\b??""#);
     }
 }

@@ -80,6 +80,9 @@ pub(crate) struct AppState {
     pub audit: crate::server::auth::Audit,
     /// Proxy mode: resources whose consistent reads go to the upstream for now.
     pub stalled: StalledReads,
+    /// Whether the system namespaces exist (or are not this server's to create): `/readyz`
+    /// waits for it, as kube-apiserver's for its bootstrap controller (`admission.rs`).
+    pub system_namespaces: std::sync::atomic::AtomicBool,
 }
 
 /// Resources whose consistent reads timed out in the cache recently (the upstream's bookmarks
@@ -149,6 +152,10 @@ impl AppState {
             let d = s.cache.definition();
             d.group == group && d.version == version && d.plural == plural
         })?;
+        // Only a resource with a status subresource upstream (or declared) has `/status`.
+        if status && !served.cache.definition().status_subresource {
+            return None;
+        }
         let namespaced = served.cache.definition().namespaced;
         // A namespaced object is named within its namespace; a cluster-scoped one has none.
         if (namespaced && name.is_some() && namespace.is_none())

@@ -104,13 +104,40 @@ impl ApiError {
         e
     }
 
-    /// 404 NotFound for a path that names no resource.
+    /// 404 NotFound for a path that names no resource (a `/status` of a resource without that
+    /// subresource included), in kube-apiserver's router's words; the path is logged, not echoed.
     pub fn no_route(path: &str) -> ApiError {
+        tracing::debug!(path, "no route");
         ApiError::new(
             404,
             "NotFound",
-            format!("the server could not find the requested resource ({path})"),
+            "the server could not find the requested resource",
         )
+    }
+
+    /// 404 NotFound for an object of a resource in an API group (`clusterroles.rbac.authorization.k8s.io
+    /// "x" not found`), with upstream's `details`.
+    pub fn not_found(group: &str, resource: &str, name: &str) -> ApiError {
+        let qualified = if group.is_empty() {
+            resource.to_owned()
+        } else {
+            format!("{resource}.{group}")
+        };
+        let mut e = ApiError::new(404, "NotFound", format!("{qualified} \"{name}\" not found"));
+        e.0.details = Some((resource.to_owned(), name.to_owned()));
+        e.0.group = group.to_owned();
+        e
+    }
+
+    /// The same error with one more `details.causes` entry.
+    #[must_use]
+    pub fn with_cause(mut self, reason: &'static str, message: String, field: &str) -> ApiError {
+        self.0.causes.push(Cause {
+            reason,
+            message,
+            field: Some(field.to_owned()),
+        });
+        self
     }
 
     /// 409 AlreadyExists.
@@ -156,12 +183,27 @@ impl ApiError {
         e
     }
 
-    /// 413 RequestEntityTooLarge.
-    pub fn too_large(what: &str, limit: usize) -> ApiError {
+    /// 413 RequestEntityTooLarge for a request body over `limit` bytes, with upstream's message.
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError::entity_too_large(format!("limit is {limit}"))
+    }
+
+    /// 413 RequestEntityTooLarge, as upstream's `NewRequestEntityTooLargeError` words it.
+    pub fn entity_too_large(message: impl std::fmt::Display) -> ApiError {
         ApiError::new(
             413,
             "RequestEntityTooLarge",
-            format!("{what} exceeds the limit of {limit} bytes"),
+            format!("Request entity too large: {message}"),
+        )
+    }
+
+    /// 504 Timeout: the request did not complete within `--request-timeout`, as upstream's
+    /// timeout filter answers (`NewTimeoutError`).
+    pub fn request_timeout() -> ApiError {
+        ApiError::new(
+            504,
+            "Timeout",
+            "Timeout: request did not complete within the allotted timeout",
         )
     }
 
@@ -196,6 +238,11 @@ impl ApiError {
     /// The HTTP code.
     pub fn code(&self) -> u16 {
         self.0.code
+    }
+
+    /// The `Status` message.
+    pub fn message(&self) -> &str {
+        &self.0.message
     }
 
     /// The `Status` object as JSON, as encoding/json writes `metav1.Status`: kind, apiVersion,

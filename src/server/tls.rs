@@ -9,8 +9,9 @@
 //! written in two steps is retried at the next change, so the second write completes the reload.
 //!
 //! Client certificates: with a client CA, rustls' `WebPkiClientVerifier` verifies the chain the
-//! client presents (a certificate from another CA fails the handshake), and a client without a
-//! certificate is let through: it may still authenticate with a token. The verified leaf's DER is
+//! client presents (a certificate from another CA fails the handshake), X.509 v1 leaves beside it
+//! (`client_cert.rs`), and a client without a certificate is let through: it may still
+//! authenticate with a token. The verified leaf's DER is
 //! what `ConnInfo::client_cert` carries.
 //!
 //! Lock order: the one `RwLock` over the current config is held only to clone or replace an `Arc`,
@@ -29,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch as signal;
 use tracing::{info, warn};
 
+use crate::server::client_cert::ClientVerifier;
 use crate::sync::RwLock;
 
 /// ALPN protocols offered, preferred first: HTTP/2 (what client-go negotiates), then HTTP/1.1.
@@ -244,20 +246,23 @@ fn build(config: &TlsConfig) -> Result<rustls::ServerConfig, TlsError> {
         None => builder.with_no_client_auth(),
         Some(path) => {
             let mut roots = rustls::RootCertStore::empty();
-            for ca in read_certs(path)? {
-                roots.add(ca).map_err(|e| TlsError::ClientCa {
+            let cas = read_certs(path)?;
+            for ca in &cas {
+                roots.add(ca.clone()).map_err(|e| TlsError::ClientCa {
                     path: path.clone(),
                     what: e.to_string(),
                 })?;
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            let algs = provider.signature_verification_algorithms;
+            let webpki = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .allow_unauthenticated()
                 .build()
                 .map_err(|e| TlsError::ClientCa {
                     path: path.clone(),
                     what: e.to_string(),
                 })?;
-            builder.with_client_cert_verifier(verifier)
+            // X.509 v1 leaves, which webpki refuses and kube-apiserver accepts, beside it.
+            builder.with_client_cert_verifier(Arc::new(ClientVerifier::new(webpki, cas, algs)))
         }
     };
     let mut server = builder.with_single_cert(certs, key)?;
@@ -354,6 +359,7 @@ mod tests {
             let cert = p.self_signed(&key).unwrap();
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join("ca.crt"), cert.pem()).unwrap();
+            std::fs::write(dir.path().join("ca.key"), key.serialize_pem()).unwrap();
             Pki {
                 dir,
                 issuer: Issuer::new(p, key),
@@ -376,6 +382,66 @@ mod tests {
             let key = KeyPair::generate().unwrap();
             let cert = p.signed_by(&key, &self.issuer).unwrap();
             (cert.pem(), key.serialize_pem(), cert.der().to_vec())
+        }
+        /// An X.509 v1 client certificate (cert PEM, key PEM, cert DER), made by
+        /// `openssl x509 -req` as an operator makes one; `ec`: a P-256 key, else RSA.
+        fn issue_v1(&self, cn: &str, ec: bool) -> (String, String, Vec<u8>) {
+            let run = |args: &[&str]| {
+                let out = std::process::Command::new("openssl")
+                    .args(args)
+                    .current_dir(self.dir.path())
+                    .output()
+                    .expect("openssl on PATH");
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            };
+            let subj = format!("/CN={cn}");
+            if ec {
+                run(&[
+                    "ecparam",
+                    "-name",
+                    "prime256v1",
+                    "-genkey",
+                    "-noout",
+                    "-out",
+                    "v1.key",
+                ]);
+                run(&[
+                    "req", "-new", "-key", "v1.key", "-out", "v1.csr", "-subj", &subj,
+                ]);
+            } else {
+                run(&[
+                    "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "v1.key", "-out",
+                    "v1.csr", "-subj", &subj,
+                ]);
+            }
+            run(&[
+                "x509",
+                "-req",
+                "-in",
+                "v1.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-set_serial",
+                "3",
+                "-days",
+                "1",
+                "-out",
+                "v1.crt",
+            ]);
+            let (c, k) = (
+                std::fs::read_to_string(self.path("v1.crt")).unwrap(),
+                std::fs::read_to_string(self.path("v1.key")).unwrap(),
+            );
+            let der = CertificateDer::from_pem_slice(c.as_bytes())
+                .unwrap()
+                .to_vec();
+            (c, k, der)
         }
         fn serving(&self) -> TlsConfig {
             let (c, k, _) = self.issue(&["localhost"], "server", false);
@@ -499,5 +565,68 @@ mod tests {
         let other = Pki::new();
         let (c, k, _) = other.issue(&[], "mallory", true);
         assert!(connect(client_config(&ca, Some((c, k)))).is_err());
+        // X.509 v1 certificates (issue 20, item 11: webpki refused them), RSA and EC, over
+        // TLS 1.3 and 1.2: verified, the handshake signed by their key; another CA's refused.
+        for ec in [false, true] {
+            let (c, k, der) = pki.issue_v1("carol", ec);
+            for tls12 in [false, true] {
+                let cfg = presenting(&ca, (c.clone(), k.clone()), tls12);
+                assert_eq!(
+                    connect(cfg).unwrap(),
+                    Some(der.clone()),
+                    "ec {ec}, tls12 {tls12}"
+                );
+            }
+            let (c, k, _) = other.issue_v1("mallory", ec);
+            assert!(connect(presenting(&ca, (c, k), false)).is_err());
+        }
+    }
+
+    /// Presents a certificate as it is (rustls' own client checks its key against the
+    /// certificate with webpki, which refuses v1; Go's and OpenSSL's clients do not).
+    #[derive(Debug)]
+    struct Present(Arc<rustls::sign::CertifiedKey>);
+
+    impl rustls::client::ResolvesClientCert for Present {
+        fn resolve(
+            &self,
+            _: &[&[u8]],
+            _: &[rustls::SignatureScheme],
+        ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+            Some(Arc::clone(&self.0))
+        }
+        fn has_certs(&self) -> bool {
+            true
+        }
+    }
+
+    /// A client trusting `ca` that presents `cert` (PEM cert and key) as it is, on TLS 1.2
+    /// only when `tls12`, else TLS 1.3.
+    fn presenting(ca: &Path, cert: (String, String), tls12: bool) -> Arc<rustls::ClientConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add_parsable_certificates(
+            CertificateDer::pem_file_iter(ca)
+                .unwrap()
+                .map(Result::unwrap),
+        );
+        let versions: &[&rustls::SupportedProtocolVersion] = if tls12 {
+            &[&rustls::version::TLS12]
+        } else {
+            &[&rustls::version::TLS13]
+        };
+        let b = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_root_certificates(roots);
+        let key = provider
+            .key_provider
+            .load_private_key(PrivateKeyDer::from_pem_slice(cert.1.as_bytes()).unwrap())
+            .unwrap();
+        let certified = rustls::sign::CertifiedKey::new(
+            vec![CertificateDer::from_pem_slice(cert.0.as_bytes()).unwrap()],
+            key,
+        );
+        Arc::new(b.with_client_cert_resolver(Arc::new(Present(Arc::new(certified)))))
     }
 }

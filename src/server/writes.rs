@@ -14,8 +14,6 @@
     )
 )]
 
-use std::time::SystemTime;
-
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
@@ -28,7 +26,19 @@ use crate::server::deletion::{self, DeleteOptions, Plan};
 use crate::server::params::{FieldValidation, WriteParams};
 use crate::server::patch::PatchKind;
 use crate::server::status::ApiError;
+use crate::server::strategy;
 use crate::upstream::{Stored, WriteError, Writes};
+
+/// Admission of the object a write is about to store, given the stored one for an update: the
+/// caller's checks beyond the object's own rules (RBAC's escalation check). Runs on the object as
+/// it will be stored, so a PATCH is checked on its result.
+pub(crate) type Admit<'a> = &'a AdmitFn<'a>;
+
+/// The function behind [`Admit`].
+pub(crate) type AdmitFn<'a> = dyn Fn(&Map<String, Value>, Option<&Map<String, Value>>) -> Result<(), ApiError>
+    + Send
+    + Sync
+    + 'a;
 
 /// How many times a PATCH without a resourceVersion precondition is retried when the object
 /// changes between its read and its write (upstream retries too: a patch applies to the latest).
@@ -45,6 +55,11 @@ fn write_failed(e: WriteError, def: &ResourceDef, name: &str) -> ApiError {
         WriteError::NotFound => not_found(def, name),
         WriteError::Conflict => ApiError::conflict(&def.plural, name),
         WriteError::Timeout => ApiError::new(504, "Timeout", "the upstream did not answer in time"),
+        // Not etcd's gRPC text: what is too large, and which limit.
+        WriteError::TooLarge => ApiError::entity_too_large(format!(
+            "{} \"{name}\" is larger than the storage takes in one write (etcd's --max-request-bytes, 1.5 MiB by default)",
+            def.plural
+        )),
         WriteError::Upstream(m) => internal(m),
     }
 }
@@ -210,6 +225,7 @@ fn validate_meta(def: &ResourceDef, obj: &Map<String, Value>) -> Result<(), ApiE
             )));
         }
     }
+    causes.extend(strategy::validate(def, obj));
     if causes.is_empty() {
         Ok(())
     } else {
@@ -240,6 +256,17 @@ fn meta_mut(obj: &mut Map<String, Value>) -> &mut Map<String, Value> {
         Some(Value::Object(m)) => m,
         _ => unreachable!("parse_object ensures metadata is an object"),
     }
+}
+
+/// `metadata.name` of a JSON body, or empty.
+pub(crate) fn name_in(body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .as_ref()
+        .and_then(|v| v.pointer("/metadata/name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn name_of(obj: &Map<String, Value>) -> String {
@@ -343,22 +370,18 @@ pub async fn create(
     namespace: Option<&str>,
     body: &[u8],
     params: &WriteParams,
+    admit: Admit<'_>,
 ) -> Result<Written, ApiError> {
     let def = cache.definition();
     let mut obj = parse_object(def, body, namespace, None)?;
     let warnings = check_fields(def, &mut obj, params.field_validation)?;
+    strategy::convert(def, &mut obj)?;
     take_precondition(&mut obj)?;
     generate_name(&mut obj);
+    strategy::prepare_for_create(def, &mut obj, new_uid());
+    admit(&obj, None)?;
     validate_meta(def, &obj)?;
     let name = name_of(&obj);
-    let meta = meta_mut(&mut obj);
-    meta.entry("uid")
-        .or_insert_with(|| Value::String(new_uid()));
-    meta.entry("creationTimestamp").or_insert_with(|| {
-        Value::String(humantime::format_rfc3339_seconds(SystemTime::now()).to_string())
-    });
-    // Upstream starts generation at 1 for every object whose strategy tracks it.
-    meta.insert("generation".into(), Value::from(1));
     let key = def.key_for(namespace, &name);
     let stored = encode_checked(cache, &key, &obj)?;
     let rev = if params.dry_run {
@@ -383,6 +406,7 @@ fn not_found(def: &ResourceDef, name: &str) -> ApiError {
 /// PUT: update an existing object; `metadata.resourceVersion`, when given, must equal the stored
 /// mod revision (409 Conflict otherwise). On `/status` (`status`), only the body's `status` is
 /// taken; everything else stays as stored.
+#[allow(clippy::too_many_arguments)]
 pub async fn update(
     cache: &Cache,
     writes: &dyn Writes,
@@ -391,10 +415,12 @@ pub async fn update(
     body: &[u8],
     status: bool,
     params: &WriteParams,
+    admit: Admit<'_>,
 ) -> Result<Written, ApiError> {
     let def = cache.definition();
     let mut obj = parse_object(def, body, namespace, Some(name))?;
     let warnings = check_fields(def, &mut obj, params.field_validation)?;
+    strategy::convert(def, &mut obj)?;
     let precondition = take_precondition(&mut obj)?;
     validate_meta(def, &obj)?;
     let key = def.key_for(namespace, name);
@@ -413,8 +439,9 @@ pub async fn update(
         Err(e) if status => return Err(e),
         Err(_) => Map::new(),
     };
-    let mut obj = merge_with_stored(obj, &old, status);
+    let mut obj = merge_with_stored(def, obj, &old, status)?;
     deletion::before_update(&def.kind, &old, &mut obj)?;
+    admit(&obj, Some(&old))?;
     let stored = encode_checked(cache, &key, &obj)?;
     if deletion::deletes_on_update(&old, &obj) {
         let body =
@@ -483,13 +510,17 @@ fn stored_object(
 }
 
 /// What an update stores given the stored object: on `/status`, the stored object with the new
-/// status; otherwise the new object, with the identity fields the client left out (uid,
-/// creationTimestamp) kept, and `metadata.generation` bumped when the spec changed.
+/// status; otherwise the new object as the kind's update rules leave it (the stored system fields
+/// and status kept, `metadata.generation` bumped when the spec changed: `strategy.rs`).
+///
+/// # Errors
+/// 422 when the update changes a field that cannot change (`metadata.uid`).
 fn merge_with_stored(
+    def: &ResourceDef,
     mut obj: Map<String, Value>,
     old: &Map<String, Value>,
     status: bool,
-) -> Map<String, Value> {
+) -> Result<Map<String, Value>, ApiError> {
     if status {
         let mut out = old.clone();
         match obj.remove("status") {
@@ -499,27 +530,11 @@ fn merge_with_stored(
         if let Some(Value::Object(m)) = out.get_mut("metadata") {
             m.remove("resourceVersion");
         }
-        return out;
+        return Ok(out);
     }
-    let old_meta = match old.get("metadata") {
-        Some(Value::Object(m)) => m.clone(),
-        _ => Map::new(),
-    };
-    let spec_changed = obj.get("spec") != old.get("spec");
-    let meta = meta_mut(&mut obj);
-    for field in ["uid", "creationTimestamp", "generation"] {
-        if let (false, Some(v)) = (meta.contains_key(field), old_meta.get(field)) {
-            meta.insert(field.into(), v.clone());
-        }
-    }
-    if spec_changed {
-        let g = old_meta
-            .get("generation")
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
-        meta.insert("generation".into(), Value::from(g + 1));
-    }
-    obj
+    strategy::prepare_for_update(def, &mut obj, old)
+        .map_err(|causes| ApiError::invalid(&def.kind, &name_of(&obj), causes))?;
+    Ok(obj)
 }
 
 /// PATCH: applies a JSON, merge or strategic merge patch to the stored object (or, on `/status`,
@@ -536,9 +551,12 @@ pub async fn patch(
     body: &[u8],
     status: bool,
     params: &WriteParams,
+    admit: Admit<'_>,
 ) -> Result<Written, ApiError> {
     let def = cache.definition();
     let key = def.key_for(namespace, name);
+    // Owned once: each attempt's patch is applied off the reactor.
+    let body = Bytes::copy_from_slice(body);
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -556,17 +574,21 @@ pub async fn patch(
                 Value::String(current.mod_revision.to_string()),
             );
         }
-        kind.apply(def, &mut target, body)?;
+        let target = kind
+            .apply_off_reactor(def.clone(), target, body.clone())
+            .await?;
         let patched = serde_json::to_vec(&target).map_err(internal)?;
         let mut obj = parse_object(def, &patched, namespace, Some(name))?;
         let warnings = check_fields(def, &mut obj, params.field_validation)?;
+        strategy::convert(def, &mut obj)?;
         let precondition = take_precondition(&mut obj)?;
         if precondition.is_some_and(|p| p != current.mod_revision) {
             return Err(ApiError::conflict(&def.plural, name));
         }
         validate_meta(def, &obj)?;
-        let mut obj = merge_with_stored(obj, &old, status);
+        let mut obj = merge_with_stored(def, obj, &old, status)?;
         deletion::before_update(&def.kind, &old, &mut obj)?;
+        admit(&obj, Some(&old))?;
         let stored = encode_checked(cache, &key, &obj)?;
         if deletion::deletes_on_update(&old, &obj) {
             let body =
@@ -779,7 +801,7 @@ async fn delete_one(
             &obj,
             current.mod_revision,
             options,
-            SystemTime::now(),
+            std::time::SystemTime::now(),
         )?;
         let (object, then_delete) = match plan {
             Plan::Pending => {

@@ -49,6 +49,10 @@ pub enum WriteError {
     /// The upstream did not answer in time; the write may or may not have happened.
     #[error("the upstream did not answer in time")]
     Timeout,
+    /// The value is larger than the upstream takes in one write (etcd's `--max-request-bytes`,
+    /// 1.5 MiB by default); nothing was written.
+    #[error("the value is larger than the upstream takes in one write")]
+    TooLarge,
     /// The upstream failed.
     #[error("upstream error: {0}")]
     Upstream(String),

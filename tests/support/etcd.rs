@@ -196,6 +196,29 @@ pub async fn current_revision(c: &mut Client) -> i64 {
         .revision()
 }
 
+/// Namespaces written straight into etcd (as kube-apiserver would have created them), so that
+/// a server finds them: a create in a namespace that does not exist is 404, as upstream.
+pub async fn put_namespaces(url: &str, names: &[&str]) {
+    let mut c = client(&[url.to_owned()]).await;
+    for ns in names {
+        let value = serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": ns, "uid": format!("uid-{ns}"),
+                         "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "labels": {"kubernetes.io/metadata.name": ns}},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        });
+        c.put(
+            format!("/registry/namespaces/{ns}"),
+            value.to_string(),
+            None,
+        )
+        .await
+        .unwrap();
+    }
+}
+
 /// `etcd grpc-proxy` in front of one etcd: a connection the tests can cut.
 pub struct Proxy {
     pub port: u16,

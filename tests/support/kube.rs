@@ -631,6 +631,9 @@ pub struct Watchcache {
     /// The admin's kubeconfig for it.
     pub admin_kubeconfig: PathBuf,
     pub proc: Proc,
+    /// The command's arguments, to start it again the same way ([`Watchcache::restart`]).
+    args: Vec<String>,
+    starts: usize,
     pub dir: TempDir,
 }
 
@@ -653,28 +656,27 @@ impl Watchcache {
         let url = format!("https://127.0.0.1:{port}");
         let serving = pki.ca.server("watchcache");
         let f = |p: &Path| p.display().to_string();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_watchcache"));
-        cmd.arg("serve")
-            .args(upstream)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--data-dir", &f(&dir.path().join("data"))])
-            .args(["--tls-cert-file", &f(&serving.cert_file)])
-            .args(["--tls-private-key-file", &f(&serving.key_file)])
-            .args(["--client-ca-file", &f(&pki.ca.cert_file)])
-            .args(["--service-account-key-file", &f(&pki.sa_pub)])
-            .args([
+        let mut args: Vec<String> = vec!["serve".into()];
+        args.extend(upstream.iter().map(|s| (*s).to_owned()));
+        for (flag, value) in [
+            ("--listen", format!("127.0.0.1:{port}")),
+            ("--data-dir", f(&dir.path().join("data"))),
+            ("--tls-cert-file", f(&serving.cert_file)),
+            ("--tls-private-key-file", f(&serving.key_file)),
+            ("--client-ca-file", f(&pki.ca.cert_file)),
+            ("--service-account-key-file", f(&pki.sa_pub)),
+            (
                 "--service-account-issuer",
-                "https://kubernetes.default.svc.cluster.local",
-            ])
-            .args(["--authorization-mode", "Node,RBAC"])
-            .args(["--encryption-provider-config", &f(&pki.encryption_config)])
-            .args(extra)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .env("NO_COLOR", "1");
-        let proc = Proc::spawn("watchcache", cmd, dir.path().join("watchcache.log"));
+                "https://kubernetes.default.svc.cluster.local".into(),
+            ),
+            ("--authorization-mode", "Node,RBAC".into()),
+            ("--encryption-provider-config", f(&pki.encryption_config)),
+        ] {
+            args.push(flag.into());
+            args.push(value);
+        }
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let proc = Self::spawn(&args, &dir.path().join("watchcache.log"));
         let admin_kubeconfig = kubeconfig(
             &dir.path().join("admin.kubeconfig"),
             &url,
@@ -685,14 +687,48 @@ impl Watchcache {
             url,
             admin_kubeconfig,
             proc,
+            args,
+            starts: 1,
             dir,
         };
+        w.wait_ready(pki).await;
+        w
+    }
+
+    fn spawn(args: &[String], log: &Path) -> Proc {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_watchcache"));
+        cmd.args(args)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .env("NO_COLOR", "1");
+        Proc::spawn("watchcache", cmd, log.to_owned())
+    }
+
+    /// `kill -9`, then the same command again on the same address (its log in a new file), and
+    /// waits until `/readyz` answers ok.
+    pub async fn restart(&mut self, pki: &KubePki) {
+        self.proc.kill9();
+        self.starts += 1;
+        let log = self
+            .dir
+            .path()
+            .join(format!("watchcache-{}.log", self.starts));
+        // The address was just freed: a listener may still be closing for a moment.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.proc = Self::spawn(&self.args, &log);
+        self.wait_ready(pki).await;
+    }
+
+    async fn wait_ready(&mut self, pki: &KubePki) {
+        let w = self;
         let start = Instant::now();
         let mut last = String::new();
         while start.elapsed() < Duration::from_secs(60) {
             w.proc.assert_running();
             match https_get(&w.url, &pki.ca.cert_file, Some(&pki.admin), "/readyz").await {
-                Ok((200, _)) => return w,
+                Ok((200, _)) => return,
                 Ok((code, body)) => last = format!("{code}: {body}"),
                 Err(e) => last = e.to_string(),
             }
@@ -773,4 +809,45 @@ pub async fn conformance(kubeconfig: &Path, args: &[&str]) -> Conformance {
         passed: out.status.success(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// Polls `kubectl get RESOURCE -o json` until `done` holds for its items, panicking with the last
+/// answer after `limit`, or as soon as a component exits.
+pub async fn wait_items(
+    k: &super::kubectl::Kubectl,
+    args: &[&str],
+    limit: std::time::Duration,
+    procs: &mut [&mut Proc],
+    done: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let start = std::time::Instant::now();
+    let mut last = Vec::new();
+    while start.elapsed() < limit {
+        for p in procs.iter_mut() {
+            p.assert_running();
+        }
+        let out = k.run(args).await;
+        if out.status.success() {
+            last = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()["items"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if done(&last) {
+                return last;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    panic!(
+        "kubectl {args:?}: not done within {limit:?}; last items: {}",
+        serde_json::to_string_pretty(&last).unwrap()
+    );
+}
+
+/// Whether `item`'s status has condition `kind` True.
+pub fn condition(item: &serde_json::Value, kind: &str) -> bool {
+    item["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == kind && c["status"] == "True")
+    })
 }

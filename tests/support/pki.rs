@@ -10,6 +10,7 @@ use rcgen::{
 
 pub struct Ca {
     pub cert_file: PathBuf,
+    pub key_file: PathBuf,
     issuer: Issuer<'static, KeyPair>,
     dir: PathBuf,
 }
@@ -31,8 +32,11 @@ impl Ca {
         let cert = params.self_signed(&key).unwrap();
         let cert_file = dir.join(format!("{name}.crt"));
         std::fs::write(&cert_file, cert.pem()).unwrap();
+        let key_file = dir.join(format!("{name}.key"));
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
         Ca {
             cert_file,
+            key_file,
             issuer: Issuer::new(params, key),
             dir: dir.to_owned(),
         }
@@ -56,6 +60,68 @@ impl Ca {
         }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         self.issue(name, params)
+    }
+
+    /// An X.509 **v1** client certificate, made as `openssl x509 -req` makes one without an
+    /// extensions file (kube-apiserver accepts them; rustls' webpki does not).
+    pub fn client_v1(&self, name: &str, user: &str, groups: &[&str]) -> Issued {
+        let (cert_file, key_file, csr) = (
+            self.dir.join(format!("{name}.crt")),
+            self.dir.join(format!("{name}.key")),
+            self.dir.join(format!("{name}.csr")),
+        );
+        let mut subject = format!("/CN={user}");
+        for g in groups {
+            subject.push_str(&format!("/O={g}"));
+        }
+        let openssl = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .output()
+                .expect("openssl on PATH");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let path = |p: &PathBuf| p.to_str().unwrap().to_owned();
+        openssl(&[
+            "req",
+            "-new",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &path(&key_file),
+            "-out",
+            &path(&csr),
+            "-subj",
+            &subject,
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &path(&csr),
+            "-CA",
+            &path(&self.cert_file),
+            "-CAkey",
+            &path(&self.key_file),
+            "-set_serial",
+            "7",
+            "-days",
+            "1",
+            "-out",
+            &path(&cert_file),
+        ]);
+        let text = openssl(&["x509", "-in", &path(&cert_file), "-noout", "-text"]);
+        assert!(text.contains("Version: 1 (0x0)"), "{text}");
+        Issued {
+            cert_file,
+            key_file,
+        }
     }
 
     fn issue(&self, name: &str, mut params: CertificateParams) -> Issued {

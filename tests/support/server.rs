@@ -11,6 +11,14 @@ use watchcache::{CacheConfig, ResourceDef};
 
 use super::etcd::{Etcd, etcd};
 
+/// What the server creates at start (as kube-apiserver).
+pub const SYSTEM_NAMESPACES: [&str; 4] =
+    ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Namespaces the tests write into, there from the start as in a cluster where someone created
+/// them (a create in a namespace that does not exist is 404, as upstream).
+pub const FIXTURE_NAMESPACES: [&str; 7] = ["a", "b", "ns", "gz", "other", "team", "demo"];
+
 pub struct TestServer {
     pub url: String,
     pub etcd: Etcd,
@@ -62,7 +70,13 @@ impl TestServer {
         adjust: impl FnOnce(Server) -> Server,
     ) -> TestServer {
         let etcd = etcd().await;
+        let serves_namespaces = defs
+            .iter()
+            .any(|d| d.group.is_empty() && d.plural == "namespaces");
         let mut ec = super::etcd::config(&[etcd.server.url()]);
+        if serves_namespaces {
+            super::etcd::put_namespaces(&etcd.server.url(), &FIXTURE_NAMESPACES).await;
+        }
         tune(&mut ec);
         let caches = EtcdCaches::connect(ec, defs, CacheConfig::default())
             .await
@@ -90,11 +104,38 @@ impl TestServer {
                 .unwrap();
             caches.shutdown().await;
         });
-        TestServer {
+        let s = TestServer {
             url,
             etcd,
             stop: Some(stop),
             task: Some(task),
+        };
+        // The server creates the system namespaces (`default`, ...) as kube-apiserver does; a
+        // test starts once they exist, as a client would wait for /readyz.
+        if serves_namespaces {
+            s.wait_for_namespaces(&SYSTEM_NAMESPACES).await;
+        }
+        s
+    }
+
+    /// Creates namespaces straight in etcd (as kube-apiserver would have; no authentication
+    /// needed), for tests that write into them (a create finds them with a consistent read).
+    pub async fn namespaces(&self, names: &[&str]) {
+        super::etcd::put_namespaces(&self.etcd.server.url(), names).await;
+    }
+
+    async fn wait_for_namespaces(&self, names: &[&str]) {
+        let mut c = super::etcd::client(&[self.etcd.server.url()]).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        for ns in names {
+            let key = format!("/registry/namespaces/{ns}");
+            while c.get(key.as_str(), None).await.unwrap().kvs().is_empty() {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the server created namespace {ns} within 20 s"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use watchcache::apiserver::{
     ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig,
 };
@@ -158,7 +158,8 @@ struct ServeArgs {
     /// resource's first provider. KMS providers are refused.
     #[arg(long, value_name = "FILE")]
     encryption_provider_config: Option<PathBuf>,
-    /// Serve only these resources (plural names, comma-separated); default: every definition.
+    /// Serve only these resources (comma-separated): a plural names that resource in every group
+    /// (`events`), `plural.group` one (`deployments.apps`); default: every definition.
     #[arg(long, value_delimiter = ',', value_name = "PLURAL")]
     resources: Vec<String>,
     /// PEM CA bundle that verifies etcd's serving certificate (for https:// etcd URLs).
@@ -177,6 +178,16 @@ struct ServeArgs {
     /// The kubeconfig context to use (default: its current context).
     #[arg(long, value_name = "CTX", requires = "upstream_kubeconfig")]
     upstream_context: Option<String>,
+    /// The recommended set-up in front of a real cluster: read the cluster's etcd directly (one
+    /// watch per resource, as kube-apiserver's own cache), and forward writes, subresources and
+    /// resources not cached here to the kube-apiserver this kubeconfig names, with the client's
+    /// identity as impersonation headers; so admission, defaulting and validation stay
+    /// kube-apiserver's. Its user must be allowed to impersonate.
+    #[arg(long, value_name = "FILE", conflicts_with = "upstream_kubeconfig")]
+    apiserver_kubeconfig: Option<PathBuf>,
+    /// The context of --apiserver-kubeconfig (default: its current context).
+    #[arg(long, value_name = "CTX", requires = "apiserver_kubeconfig")]
+    apiserver_context: Option<String>,
     /// How the upstream API server's full state is read: WatchList when it does it, else a
     /// paginated LIST (auto), WatchList only (watchlist), or LIST then watch (list).
     #[arg(long, default_value = "auto", value_parser = ["auto", "watchlist", "list"],
@@ -195,6 +206,12 @@ struct ServeArgs {
     /// Audiences a service-account token must name one of (default: the issuers).
     #[arg(long, value_delimiter = ',', value_name = "AUD")]
     api_audiences: Vec<String>,
+    /// Look a service-account token's account (and the pod, secret or node it is bound to) up on
+    /// every request: a token of a deleted account is refused. Needs the serviceaccounts
+    /// resource served.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    service_account_lookup: bool,
     /// Serve requests without credentials as `system:anonymous` (default: true on plain HTTP,
     /// false when serving TLS, as kube-apiserver's secure port).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
@@ -211,6 +228,10 @@ struct ServeArgs {
     /// Most non-watch requests in progress at once; more are answered 429 (0: no limit).
     #[arg(long, default_value_t = 400)]
     max_requests_inflight: usize,
+    /// How long a request other than a watch may take, reading its body included; past it the
+    /// answer is 504 Timeout (kube-apiserver's flag and default; a Go duration: `60s`, `1m0s`).
+    #[arg(long, default_value = "1m0s", value_name = "DURATION", value_parser = positive_duration)]
+    request_timeout: std::time::Duration,
     /// Most concurrent watches of one user; more are answered 429 (0: no limit). A quarter of
     /// --max-watchers: a DaemonSet's service account on 5000 nodes still fits.
     #[arg(long, default_value_t = 50_000)]
@@ -219,6 +240,15 @@ struct ServeArgs {
     /// the log, target watchcache::audit).
     #[arg(long, value_name = "FILE")]
     audit_log_path: Option<PathBuf>,
+}
+
+/// A duration flag (`60s`, `1m0s`, `1m 30s`), which must be above zero.
+fn positive_duration(s: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Err("must be above zero".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 impl ServeArgs {
@@ -246,11 +276,16 @@ impl ServeArgs {
         let service_accounts = if self.service_account_key_file.is_empty() {
             None
         } else {
-            Some(auth::ServiceAccounts::load(
+            let sa = auth::ServiceAccounts::load(
                 &self.service_account_key_file,
                 self.service_account_issuer.clone(),
                 self.api_audiences.clone(),
-            )?)
+            )?;
+            Some(if self.service_account_lookup {
+                sa
+            } else {
+                sa.without_lookup()
+            })
         };
         let rbac_bootstrap = match &self.authorization_rbac_dir {
             Some(d) => auth::RbacObjects::load_dir(d)?,
@@ -320,6 +355,13 @@ async fn follow_api_server(
         ..ApiServerConfig::default()
     };
     info!(kubeconfig = %kubeconfig.display(), context = ?args.upstream_context, "following an API server");
+    // Resources the server does not serve (a CRD not installed, an API group its version lacks)
+    // are left to it: their requests are proxied.
+    let (defs, missing) = watchcache::apiserver::served_by(&client, defs).await;
+    if !missing.is_empty() {
+        let names: Vec<String> = missing.iter().map(ResourceDef::resource_name).collect();
+        warn!(resources = ?names, "not served by the upstream: not cached (requests for them are proxied)");
+    }
     Ok(Caches::ApiServer(ApiServerCaches::connect(
         client,
         config,
@@ -342,14 +384,17 @@ fn definitions(dir: Option<&PathBuf>) -> Result<Vec<ResourceDef>, watchcache::De
 async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut defs = definitions(args.indexers.as_ref())?;
     if !args.resources.is_empty() {
+        // A plural names the resources of that plural in every group (`events`: both event
+        // APIs); `plural.group` names one (`events.events.k8s.io`).
+        let named = |d: &ResourceDef, r: &String| d.plural == *r || d.resource_name() == *r;
         if let Some(unknown) = args
             .resources
             .iter()
-            .find(|r| !defs.iter().any(|d| &d.plural == *r))
+            .find(|r| !defs.iter().any(|d| named(d, r)))
         {
             return Err(format!("--resources: no definition for \"{unknown}\"").into());
         }
-        defs.retain(|d| args.resources.contains(&d.plural));
+        defs.retain(|d| args.resources.iter().any(|r| named(d, r)));
     }
     // Before anything starts: a bad or KMS configuration is a start-up error.
     let encryption = args
@@ -363,6 +408,14 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let tls = tls_config(&args)?;
     let client_certs = tls.as_ref().is_some_and(|t| t.client_ca_file.is_some());
     let auth = args.auth(tls.is_some(), client_certs)?;
+    if args.service_account_lookup
+        && !args.service_account_key_file.is_empty()
+        && !defs
+            .iter()
+            .any(|d| d.group.is_empty() && d.plural == "serviceaccounts")
+    {
+        return Err("--service-account-lookup needs the serviceaccounts resource served (add it to --resources or --indexers), or pass --service-account-lookup=false".into());
+    }
     let caches = match &args.upstream_kubeconfig {
         Some(kubeconfig) => follow_api_server(&args, kubeconfig, defs).await?,
         None => {
@@ -404,6 +457,7 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         max_requests_inflight: args.max_requests_inflight,
         max_watches_per_user: args.max_watches_per_user,
         audit_log_path: args.audit_log_path.clone(),
+        request_timeout: args.request_timeout,
         ..ServerConfig::default()
     };
     if let Some(addr) = args.insecure_listen
@@ -425,11 +479,20 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(a) = auth {
         server = server.with_auth(a);
     }
-    if let Caches::ApiServer(c) = &caches {
-        // Proxy mode: what is not cached here goes to the upstream.
-        server = server.with_proxy(Arc::new(proxy::KubeProxy {
-            client: c.client().clone(),
-        }));
+    // What is not read from the cache goes to kube-apiserver: the API server this cache follows
+    // (proxy mode), or the one beside the etcd it reads (--apiserver-kubeconfig).
+    let forward_to = match (&caches, &args.apiserver_kubeconfig) {
+        (Caches::ApiServer(c), _) => Some(c.client().clone()),
+        (_, Some(kubeconfig)) => {
+            let client =
+                client_from_kubeconfig(kubeconfig, args.apiserver_context.as_deref()).await?;
+            info!(kubeconfig = %kubeconfig.display(), context = ?args.apiserver_context, "writes and uncached requests go to kube-apiserver");
+            Some(client)
+        }
+        _ => None,
+    };
+    if let Some(client) = forward_to {
+        server = server.with_proxy(Arc::new(proxy::KubeProxy { client }));
     }
     server.serve(listener, shutdown_signal()).await?;
     caches.shutdown().await;
@@ -563,6 +626,20 @@ mod tests {
             (a.max_requests_inflight, a.max_watches_per_user),
             (400, 50_000)
         );
+        assert_eq!(a.request_timeout, std::time::Duration::from_secs(60));
+        for (flag, secs) in [("90s", 90), ("1m0s", 60), ("2m30s", 150)] {
+            assert_eq!(
+                serve_args(&["--request-timeout", flag]).request_timeout,
+                std::time::Duration::from_secs(secs),
+                "{flag}"
+            );
+        }
+        for bad in ["0s", "soon", "-1s"] {
+            assert!(
+                Cli::try_parse_from(["watchcache", "serve", "--request-timeout", bad]).is_err(),
+                "{bad}"
+            );
+        }
         let dir = tempfile::tempdir().unwrap();
         let tokens = dir.path().join("tokens.csv");
         std::fs::write(&tokens, "t,alice,1,\"a,b\"\n").unwrap();

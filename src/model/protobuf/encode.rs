@@ -57,6 +57,12 @@ fn put_varint(out: &mut Vec<u8>, num: u32, v: u64) {
     varint(out, v);
 }
 
+/// Appends a fixed64 field (a `double`).
+fn put_f64(out: &mut Vec<u8>, num: u32, v: f64) {
+    tag(out, num, 1);
+    out.extend_from_slice(&v.to_bits().to_le_bytes());
+}
+
 /// Writes a nested message under `num`: its length is only known once it is written, so it is
 /// written after a placeholder and moved when the length takes more than one byte.
 fn nested<E>(
@@ -242,8 +248,11 @@ fn write_zero(out: &mut Vec<u8>, f: &Field, depth: u32) -> Result<(), String> {
             Ok(())
         })
         .unwrap_or(()),
-        // A nil raw inside an empty message.
-        Kind::Raw => put_len(out, f.num, b""),
+        // A nil raw inside an empty message; a nil string list or either-or, an empty wrapper.
+        Kind::Raw | Kind::StrList | Kind::OrArray(_) | Kind::OrBool(_) | Kind::OrStrings(_) => {
+            put_len(out, f.num, b"");
+        }
+        Kind::F64 => put_f64(out, f.num, 0.0),
     }
     Ok(())
 }
@@ -344,6 +353,51 @@ fn write_value(
                 Ok(())
             })
             .unwrap_or(());
+        }
+        Kind::F64 => put_f64(out, num, v.as_f64().ok_or("expected a number")?),
+        // apiextensions' either-or wrappers, as their `UnmarshalJSON` reads them, in gogo's
+        // field order.
+        Kind::OrArray(m) | Kind::OrBool(m) | Kind::OrStrings(m) => {
+            let props = message(m);
+            let schema = |out: &mut Vec<u8>, n: u32, o: &Json| -> Result<(), String> {
+                let o = o.as_object().ok_or("expected a JSON schema object")?;
+                nested(out, n, |out| write_message(out, props, o, depth + 1))
+            };
+            nested(out, num, |out| match (kind, v) {
+                (Kind::OrBool(_), Json::Bool(b)) => {
+                    put_varint(out, 1, u64::from(*b));
+                    Ok(())
+                }
+                (Kind::OrBool(_), Json::Object(_)) => {
+                    put_varint(out, 1, 1);
+                    schema(out, 2, v)
+                }
+                (Kind::OrBool(_), _) => Err("boolean or JSON schema expected".into()),
+                (_, Json::Object(_)) => schema(out, 1, v),
+                (Kind::OrArray(_), Json::Array(items)) => {
+                    for item in items {
+                        schema(out, 2, item)?;
+                    }
+                    Ok(())
+                }
+                (Kind::OrStrings(_), Json::Array(items)) => {
+                    for item in items {
+                        put_len(out, 2, text(item)?.as_bytes());
+                    }
+                    Ok(())
+                }
+                (_, Json::Null) => Ok(()),
+                _ => Err(format!("expected a JSON schema or an array, got {v}")),
+            })?;
+        }
+        Kind::StrList => {
+            let items = v.as_array().ok_or("expected an array of strings")?;
+            nested(out, num, |out| {
+                for item in items {
+                    put_len(out, 1, text(item)?.as_bytes());
+                }
+                Ok::<(), String>(())
+            })?;
         }
         Kind::Raw => {
             let json = serde_json::to_vec(v).map_err(|e| e.to_string())?;

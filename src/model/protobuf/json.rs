@@ -64,6 +64,7 @@ pub(crate) fn write_object(
         stack: Vec::with_capacity(64),
         rv: Some(rv),
         rv_pos: None,
+        limit: usize::MAX,
     };
     let mut first = false;
     w.fields(msg, bytes, &mut first, 0)?;
@@ -75,7 +76,8 @@ pub(crate) fn write_object(
 }
 
 /// Writes the top-level object as [`write_object`] does, with the message's own
-/// `metadata.resourceVersion` (a request body's).
+/// `metadata.resourceVersion` (a request body's), stopping with an error once the output is
+/// longer than `limit`.
 #[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) fn write_object_as_sent(
     out: &mut Vec<u8>,
@@ -83,6 +85,7 @@ pub(crate) fn write_object_as_sent(
     kind: &str,
     msg: &'static Message,
     bytes: &[u8],
+    limit: usize,
 ) -> Result<(), String> {
     out.extend_from_slice(b"{\"kind\":");
     write_str(out, kind);
@@ -93,6 +96,7 @@ pub(crate) fn write_object_as_sent(
         stack: Vec::with_capacity(64),
         rv: None,
         rv_pos: None,
+        limit,
     };
     let mut first = false;
     w.fields(msg, bytes, &mut first, 0)?;
@@ -117,6 +121,7 @@ pub(crate) fn write_message_json(
         stack: Vec::with_capacity(64),
         rv: None,
         rv_pos: None,
+        limit: usize::MAX,
     };
     let mut first = true;
     w.fields(msg, bytes, &mut first, 2)?;
@@ -136,6 +141,7 @@ pub(crate) fn write_one_field(
         stack: Vec::new(),
         rv: None,
         rv_pos: None,
+        limit: usize::MAX,
     };
     push_entries(&mut w.stack, msg, bytes)?;
     let r = range_of(&w.stack, f.num);
@@ -167,9 +173,21 @@ struct Writer<'o, 'b> {
     /// The revision to write as the top-level `metadata.resourceVersion`.
     rv: Option<u64>,
     rv_pos: Option<(u32, u8)>,
+    /// The longest output wanted: past it, writing stops with an error (a request body's
+    /// 2 bytes of an empty repeated message stand for tens of bytes of JSON).
+    limit: usize,
 }
 
 impl<'b> Writer<'_, 'b> {
+    /// An error once the output is longer than the limit (the caller sees the length).
+    fn within_limit(&self) -> Result<(), String> {
+        if self.out.len() > self.limit {
+            Err(format!("the JSON is longer than {} bytes", self.limit))
+        } else {
+            Ok(())
+        }
+    }
+
     /// Writes the fields of a message (without braces), `,`-separated after `*first`. `depth` 1
     /// with `self.rv` set is the top-level metadata.
     fn fields(
@@ -182,6 +200,7 @@ impl<'b> Writer<'_, 'b> {
         if depth > 64 {
             return Err(format!("{}: nested too deeply", msg.name));
         }
+        self.within_limit()?;
         let start = self.stack.len();
         push_entries(&mut self.stack, msg, bytes)?;
         let end = self.stack.len();
@@ -268,6 +287,7 @@ impl<'b> Writer<'_, 'b> {
             Card::Rep => {
                 let mut any = false;
                 for i in r {
+                    self.within_limit()?;
                     let v = self.stack[i].1;
                     let out = &mut *self.out;
                     if !any {
@@ -361,7 +381,11 @@ impl<'b> Writer<'_, 'b> {
                         | Kind::MicroTime
                         | Kind::Quantity
                         | Kind::IntOrString
-                        | Kind::Raw,
+                        | Kind::Raw
+                        | Kind::StrList
+                        | Kind::OrArray(_)
+                        | Kind::OrBool(_)
+                        | Kind::OrStrings(_),
                     ) => false,
                     (_, _) => is_zero(msg, f, f.kind, v)?,
                 };
@@ -388,6 +412,9 @@ impl<'b> Writer<'_, 'b> {
         v: Option<Value<'b>>,
         depth: u32,
     ) -> Result<(), String> {
+        if let Kind::OrArray(m) | Kind::OrBool(m) | Kind::OrStrings(m) = f.kind {
+            return self.either(msg, f, m, v, depth);
+        }
         if let Kind::Msg(m) = f.kind {
             let b = match v {
                 None => &[][..],
@@ -400,6 +427,125 @@ impl<'b> Writer<'_, 'b> {
             return Ok(());
         }
         write_value(self.out, msg, f, f.kind, v)
+    }
+
+    /// One of apiextensions' either-or wrappers, as its `MarshalJSON` writes it.
+    fn either(
+        &mut self,
+        msg: &'static Message,
+        f: &Field,
+        props: u16,
+        v: Option<Value<'b>>,
+        depth: u32,
+    ) -> Result<(), String> {
+        let b = match v {
+            None => &[][..],
+            Some(Value::Len(b)) => b,
+            Some(_) => return Err(wire_type(msg, f)),
+        };
+        let Either {
+            schema,
+            items,
+            allows,
+        } = either_fields(msg, f, b)?;
+        let props = message(props);
+        let object = |this: &mut Self, x: &'b [u8]| -> Result<(), String> {
+            this.out.push(b'{');
+            this.fields(props, x, &mut true, depth + 1)?;
+            this.out.push(b'}');
+            Ok(())
+        };
+        match f.kind {
+            Kind::OrArray(_) if !items.is_empty() => {
+                self.out.push(b'[');
+                for (i, x) in items.into_iter().enumerate() {
+                    if i > 0 {
+                        self.out.push(b',');
+                    }
+                    object(self, x)?;
+                }
+                self.out.push(b']');
+            }
+            Kind::OrStrings(_) if !items.is_empty() => {
+                self.out.push(b'[');
+                for (i, x) in items.into_iter().enumerate() {
+                    if i > 0 {
+                        self.out.push(b',');
+                    }
+                    write_str(self.out, &String::from_utf8_lossy(x));
+                }
+                self.out.push(b']');
+            }
+            _ => match schema {
+                Some(x) => object(self, x)?,
+                None if matches!(f.kind, Kind::OrBool(_)) => {
+                    self.out
+                        .extend_from_slice(if allows { b"true" } else { b"false" });
+                }
+                None => self.out.extend_from_slice(b"null"),
+            },
+        }
+        Ok(())
+    }
+}
+
+/// The fields of an either-or wrapper: its schema, its repeated items (schemas or strings, by
+/// kind), and `allows`.
+struct Either<'b> {
+    schema: Option<&'b [u8]>,
+    items: Vec<&'b [u8]>,
+    allows: bool,
+}
+
+fn either_fields<'b>(msg: &Message, f: &Field, b: &'b [u8]) -> Result<Either<'b>, String> {
+    let mut e = Either {
+        schema: None,
+        items: Vec::new(),
+        allows: false,
+    };
+    let schema_num = if matches!(f.kind, Kind::OrBool(_)) {
+        2
+    } else {
+        1
+    };
+    for x in Fields::new(b) {
+        match x.map_err(|x| format!("{}.{}: {x}", msg.name, f.json))? {
+            (n, Value::Len(s)) if n == schema_num => e.schema = Some(s),
+            (2, Value::Len(s)) => e.items.push(s),
+            (1, Value::Varint(a)) if matches!(f.kind, Kind::OrBool(_)) => e.allows = a != 0,
+            (1 | 2, _) => return Err(wire_type(msg, f)),
+            _ => {}
+        }
+    }
+    Ok(e)
+}
+
+/// Go's encoding/json float64: the shortest round-tripping digits, in exponent form below 1e-6
+/// or from 1e21 (`1e+21`, `1e-7`), else plain.
+fn write_f64(out: &mut Vec<u8>, x: f64) {
+    if !x.is_finite() {
+        // encoding/json refuses NaN and infinities; upstream can never have stored one.
+        out.extend_from_slice(b"null");
+        return;
+    }
+    let abs = x.abs();
+    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
+        let s = format!("{x:e}");
+        let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+        let (sign, digits) = match exp.strip_prefix('-') {
+            Some(d) => ('-', d),
+            None => ('+', exp),
+        };
+        out.extend_from_slice(mantissa.as_bytes());
+        out.push(b'e');
+        out.push(sign as u8);
+        // Go writes at least two exponent digits, then drops a leading 0 of a negative one.
+        if digits.len() < 2 && sign == '+' {
+            out.push(b'0');
+        }
+        out.extend_from_slice(digits.as_bytes());
+    } else {
+        out.extend_from_slice(format!("{x}").as_bytes());
     }
 }
 
@@ -420,9 +566,17 @@ fn is_zero(msg: &Message, f: &Field, kind: Kind, v: Option<Value<'_>>) -> Result
             s == GO_ZERO_UNIX && (kind == Kind::Time || n / 1000 == 0) || b.is_empty()
         }
         (Kind::Msg(m), Value::Len(b)) => message_is_zero(message(m), b)?,
-        (Kind::Quantity | Kind::IntOrString | Kind::Raw, Value::Len(b)) => {
-            message_is_zero(&ANY, b)?
-        }
+        (
+            Kind::Quantity
+            | Kind::IntOrString
+            | Kind::Raw
+            | Kind::StrList
+            | Kind::OrArray(_)
+            | Kind::OrBool(_)
+            | Kind::OrStrings(_),
+            Value::Len(b),
+        ) => message_is_zero(&ANY, b)?,
+        (Kind::F64, Value::Fixed64(x)) => x == 0,
         _ => return Err(wire_type(msg, f)),
     })
 }
@@ -600,7 +754,9 @@ pub(crate) fn validate(msg: &'static Message, bytes: &[u8], depth: u32) -> Resul
                     return Err(bad(super::wire::WireError::Truncated));
                 }
                 pos += n;
-                if let Some(f) = f {
+                if let Some(f) = f
+                    && !(f.kind == Kind::F64 && n == 8)
+                {
                     return Err(wire_type(msg, f));
                 }
             }
@@ -627,9 +783,37 @@ fn validate_value(msg: &Message, f: &Field, v: Value<'_>, depth: u32) -> Result<
         (Kind::Raw, Value::Len(b)) => {
             raw_json(msg, f, b)?;
         }
+        (Kind::StrList, Value::Len(b)) => {
+            str_list(msg, f, b)?;
+        }
+        (Kind::F64, Value::Fixed64(_)) => {}
+        (Kind::OrArray(m) | Kind::OrBool(m) | Kind::OrStrings(m), Value::Len(b)) => {
+            let e = either_fields(msg, f, b)?;
+            if let Some(s) = e.schema {
+                validate(message(m), s, depth + 1)?;
+            }
+            if matches!(f.kind, Kind::OrArray(_)) {
+                for s in e.items {
+                    validate(message(m), s, depth + 1)?;
+                }
+            }
+        }
         _ => return Err(wire_type(msg, f)),
     }
     Ok(())
+}
+
+/// The items of a wrapped string list (`ExtraValue`): field 1, repeated.
+fn str_list<'b>(msg: &Message, f: &Field, b: &'b [u8]) -> Result<Vec<&'b [u8]>, String> {
+    let mut items = Vec::new();
+    for e in Fields::new(b) {
+        match e.map_err(|e| format!("{}.{}: {e}", msg.name, f.json))? {
+            (1, Value::Len(x)) => items.push(x),
+            (1, _) => return Err(wire_type(msg, f)),
+            _ => {}
+        }
+    }
+    Ok(items)
 }
 
 /// Writes one value of `kind` (`None`: an absent value field, i.e. Go's zero value).
@@ -687,6 +871,24 @@ fn write_value(
             Err(int) => out.extend_from_slice(itoa::Buffer::new().format(int).as_bytes()),
             Ok(text) => write_str(out, &String::from_utf8_lossy(text)),
         },
+        (Kind::F64, None) => out.push(b'0'),
+        (Kind::F64, Some(Value::Fixed64(x))) => write_f64(out, f64::from_bits(x)),
+        (Kind::StrList, None) => out.extend_from_slice(b"null"),
+        (Kind::StrList, Some(Value::Len(b))) => {
+            let items = str_list(msg, f, b)?;
+            if items.is_empty() {
+                out.extend_from_slice(b"null");
+            } else {
+                out.push(b'[');
+                for (i, item) in items.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_str(out, &String::from_utf8_lossy(item));
+                }
+                out.push(b']');
+            }
+        }
         (Kind::Raw, None) => out.extend_from_slice(b"null"),
         (Kind::Raw, Some(Value::Len(b))) => match raw_json(msg, f, b)? {
             None => out.extend_from_slice(b"null"),
@@ -752,59 +954,39 @@ pub(crate) fn write_compact_go(out: &mut Vec<u8>, raw: &[u8]) {
     }
 }
 
-/// A JSON string.
+/// A JSON string as Go's encoding/json writes it (kube-apiserver's serializer): `<`, `>` and
+/// `&` escaped as `\u003c`, `\u003e`, `\u0026` (its HTML-safe default), U+2028 and U+2029 as
+/// `\u2028` and `\u2029`, control characters as `\n`, `\r`, `\t`, `\b`, `\f` or `\u00xx`.
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
-    if s.bytes()
-        .all(|c| c >= 0x20 && c < 0x7f && !matches!(c, b'"' | b'\\' | b'<' | b'>' | b'&'))
-    {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-    } else {
-        write_go_escaped(out, s);
-    }
-}
-
-/// A string as Go's encoding/json writes it (kube-apiserver's encoder, `EscapeHTML` on): `"` and
-/// `\` escaped, `\n`, `\r` and `\t` short, every other control character and `<`, `>`, `&`,
-/// U+2028 and U+2029 as `\u00XX` with lower-case hex.
-fn write_go_escaped(out: &mut Vec<u8>, s: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
-    let mut start = 0;
-    for (i, c) in s.char_indices() {
-        let short: Option<&[u8]> = match c {
-            '"' => Some(b"\\\""),
-            '\\' => Some(b"\\\\"),
-            '\n' => Some(b"\\n"),
-            '\r' => Some(b"\\r"),
-            '\t' => Some(b"\\t"),
-            _ => None,
-        };
-        let long = matches!(
-            c,
-            '\u{0}'..='\u{1f}' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}'
-        );
-        if short.is_none() && !long {
-            continue;
-        }
-        out.extend_from_slice(s.as_bytes().get(start..i).unwrap_or_default());
-        start = i + c.len_utf8();
-        if let Some(esc) = short {
-            out.extend_from_slice(esc);
-            continue;
-        }
-        let n = c as u32;
-        out.extend_from_slice(b"\\u");
-        for shift in [12, 8, 4, 0] {
-            out.push(
-                HEX.get(((n >> shift) & 0xf) as usize)
-                    .copied()
-                    .unwrap_or(b'0'),
-            );
+    if s.bytes()
+        .all(|c| (0x20..0x7f).contains(&c) && !matches!(c, b'"' | b'\\' | b'<' | b'>' | b'&'))
+    {
+        out.extend_from_slice(s.as_bytes());
+    } else {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut buf = [0u8; 4];
+        for ch in s.chars() {
+            match ch {
+                '"' => out.extend_from_slice(b"\\\""),
+                '\\' => out.extend_from_slice(b"\\\\"),
+                '\n' => out.extend_from_slice(b"\\n"),
+                '\r' => out.extend_from_slice(b"\\r"),
+                '\t' => out.extend_from_slice(b"\\t"),
+                '\u{8}' => out.extend_from_slice(b"\\b"),
+                '\u{c}' => out.extend_from_slice(b"\\f"),
+                '\u{2028}' => out.extend_from_slice(b"\\u2028"),
+                '\u{2029}' => out.extend_from_slice(b"\\u2029"),
+                c if (c as u32) < 0x20 || matches!(c, '<' | '>' | '&') => {
+                    let n = c as u32;
+                    out.extend_from_slice(b"\\u00");
+                    out.push(HEX[(n >> 4) as usize & 0xf]);
+                    out.push(HEX[n as usize & 0xf]);
+                }
+                c => out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes()),
+            }
         }
     }
-    out.extend_from_slice(s.as_bytes().get(start..).unwrap_or_default());
     out.push(b'"');
 }
 
@@ -910,10 +1092,36 @@ mod tests {
     }
 
     #[test]
+    fn floats_are_written_as_go_writes_them() {
+        for (x, want) in [
+            (0.0, "0"),
+            (1.0, "1"),
+            (1.5, "1.5"),
+            (-3.25, "-3.25"),
+            (100.0, "100"),
+            (0.000001, "0.000001"),
+            (1e-7, "1e-7"),
+            (1.5e-10, "1.5e-10"),
+            (1e20, "100000000000000000000"),
+            (1e21, "1e+21"),
+            (1.25e100, "1.25e+100"),
+            (0.1, "0.1"),
+        ] {
+            let mut out = Vec::new();
+            write_f64(&mut out, x);
+            assert_eq!(String::from_utf8(out).unwrap(), want, "{x}");
+        }
+    }
+
+    #[test]
     fn strings_are_escaped_like_json() {
         let mut out = Vec::new();
         write_str(&mut out, "a\"b\\c\nd\u{1}é");
         let back: String = serde_json::from_slice(&out).unwrap();
         assert_eq!(back, "a\"b\\c\nd\u{1}é");
+        // Go's HTML-safe escapes, as kube-apiserver writes `self.size >= 0` in a CRD.
+        let mut out = Vec::new();
+        write_str(&mut out, "<a> & b\u{2028}\u{8}");
+        assert_eq!(out, br#""\u003ca\u003e \u0026 b\u2028\b""#);
     }
 }

@@ -32,6 +32,7 @@ pub(crate) mod partial;
 #[cfg(feature = "server")]
 mod request;
 pub(crate) mod schema;
+pub(crate) mod stored;
 #[rustfmt::skip]
 mod tables;
 mod wire;
@@ -48,11 +49,9 @@ pub(crate) use encode::{
     ENVELOPE_TAIL, encode_json, item_head, list_head, raw_range, watch_frame_head,
     with_resource_version,
 };
-/// A JSON string as Go's encoding/json writes it (the server's converted formats use it too).
+pub(crate) use json::write_str as write_json_str;
 #[cfg(feature = "server")]
-pub(crate) use json::write_str as write_go_string;
-#[cfg(feature = "server")]
-pub(crate) use request::request_json;
+pub(crate) use request::{RequestBodyError, request_json};
 
 /// Whether kube-apiserver serves this kind in protobuf (a built-in kind with a message in the
 /// tables); custom resources are JSON only.
@@ -78,13 +77,21 @@ pub(crate) fn storage_form(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
     };
     let av = v.get("apiVersion").and_then(|x| x.as_str()).unwrap_or("");
     let kind = v.get("kind").and_then(|x| x.as_str()).unwrap_or("");
-    if !has_message(av, kind) {
+    if !has_message(av, kind) || stored::JSON_STORED.contains(&(av, kind)) {
         return Ok(None);
     }
+    let (av, kind) = (av.to_owned(), kind.to_owned());
     if let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
         meta.remove("resourceVersion");
     }
-    encode_json(&v).map(Some)
+    let pb = encode_json(&v)?;
+    // A kind kube-apiserver stores as another (events.k8s.io/v1 Event as a core v1 Event).
+    let raw = raw_range(&pb)
+        .and_then(|r| pb.get(r))
+        .ok_or("an envelope without its message")?;
+    Ok(Some(
+        stored::write_as_stored((&av, &kind), raw)?.unwrap_or(pb),
+    ))
 }
 
 /// The prefix of every protobuf value kube-apiserver stores.
@@ -270,16 +277,28 @@ impl<'a> Envelope<'a> {
     }
 
     /// The JSON encoding with the object's own `metadata.resourceVersion` (a request body's:
-    /// an update's precondition).
+    /// an update's precondition), at most `limit` bytes of it.
     ///
     /// # Errors
-    /// Malformed protobuf anywhere in the object, or embedded JSON that is not JSON.
+    /// Malformed protobuf anywhere in the object, or embedded JSON that is not JSON; JSON longer
+    /// than `limit`.
     // Only the server reads request bodies.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub fn encode_json_as_sent(&self) -> Result<Vec<u8>, String> {
-        let mut out = Vec::with_capacity(self.raw.len() * 2 + 64);
-        json::write_object_as_sent(&mut out, self.api_version, self.kind, self.msg, self.raw)?;
-        Ok(out)
+    #[cfg(feature = "server")]
+    pub fn encode_json_as_sent(&self, limit: usize) -> Result<Vec<u8>, RequestBodyError> {
+        let mut out = Vec::with_capacity((self.raw.len() * 2 + 64).min(limit));
+        let written = json::write_object_as_sent(
+            &mut out,
+            self.api_version,
+            self.kind,
+            self.msg,
+            self.raw,
+            limit,
+        );
+        match written {
+            _ if out.len() > limit => Err(RequestBodyError::TooLarge(limit)),
+            Ok(()) => Ok(out),
+            Err(e) => Err(RequestBodyError::Malformed(e)),
+        }
     }
 
     /// The JSON encoding with `metadata.resourceVersion` = `rv`: the bytes, where the revision's

@@ -14,6 +14,8 @@ pub(crate) enum Kind {
     I32,
     /// `int64`.
     I64,
+    /// `float64` (a fixed64 on the wire): JSON as Go's encoding/json writes floats.
+    F64,
     /// A nested message: its index in the generated table of messages (`catalog::message`).
     Msg(u16),
     /// `metav1.Time`: a Timestamp; RFC 3339 with seconds, `null` when zero.
@@ -26,6 +28,18 @@ pub(crate) enum Kind {
     IntOrString,
     /// `runtime.RawExtension` and `metav1.FieldsV1`: JSON bytes written as they are.
     Raw,
+    /// A named `[]string` as a map value (certificates' `ExtraValue`): protobuf wraps it in a
+    /// message {repeated string items = 1}; JSON is the bare list, `null` when empty (nil).
+    StrList,
+    /// apiextensions' `JSONSchemaPropsOrArray` {schema = 1, jSONSchemas = 2 (repeated)}, of the
+    /// `JSONSchemaProps` message at this index: JSON is the list when it has items, else the
+    /// schema (or `null`).
+    OrArray(u16),
+    /// `JSONSchemaPropsOrBool` {allows = 1, schema = 2}: JSON is the schema, or the boolean.
+    OrBool(u16),
+    /// `JSONSchemaPropsOrStringArray` {schema = 1, property = 2 (repeated string)}: JSON is the
+    /// strings when there are any, else the schema (or `null`).
+    OrStrings(u16),
 }
 
 /// How many values a field holds and how Go declares it.

@@ -131,6 +131,27 @@ impl FieldSelector {
         self
     }
 
+    /// The same selector with each term's path replaced by `f`'s (upstream's field label
+    /// conversion), or `f`'s first error.
+    ///
+    /// # Errors
+    /// The first error `f` returns.
+    pub fn map_paths<E>(
+        &self,
+        mut f: impl FnMut(&FieldPath) -> Result<FieldPath, E>,
+    ) -> Result<FieldSelector, E> {
+        let mut requirements = Vec::with_capacity(self.requirements.len());
+        for r in &self.requirements {
+            requirements.push(FieldRequirement {
+                path: f(&r.path)?,
+                op: r.op,
+                value: r.value.clone(),
+            });
+        }
+        requirements.sort_by_key(ToString::to_string);
+        Ok(FieldSelector { requirements })
+    }
+
     /// The terms.
     pub fn requirements(&self) -> &[FieldRequirement] {
         &self.requirements

@@ -19,7 +19,8 @@ use crate::model::{Attr, Schema};
 #[derive(Debug, Clone)]
 enum FieldSource {
     Attr(Attr),
-    Json(FieldPath),
+    /// An undeclared field, read from the object, with what it reads when absent.
+    Json(FieldPath, Option<Box<str>>),
 }
 
 /// The compiled filter of a LIST or WATCH.
@@ -43,7 +44,10 @@ impl Predicate {
             .map(|r| {
                 let src = match schema.field_attr(r.path().as_str()) {
                     Some(a) => FieldSource::Attr(a),
-                    None => FieldSource::Json(r.path().clone()),
+                    None => FieldSource::Json(
+                        r.path().clone(),
+                        schema.default_of(r.path().as_str()).map(Into::into),
+                    ),
                 };
                 (src, r.clone())
             })
@@ -102,7 +106,10 @@ impl Predicate {
         }
         let fields_ok = self.fields.iter().all(|(src, r)| match src {
             FieldSource::Attr(a) => r.matches(obj.attr_in(schema, *a).unwrap_or("")),
-            FieldSource::Json(p) => obj.with_field(p, keep, |v| v.is_some_and(|v| r.matches(v))),
+            FieldSource::Json(p, default) => obj.with_field(p, keep, |v| match (v, default) {
+                (None | Some(""), Some(d)) => r.matches(d),
+                (v, _) => v.is_some_and(|v| r.matches(v)),
+            }),
         });
         fields_ok && self.labels.matches(|k| obj.label(k))
     }
@@ -115,7 +122,7 @@ impl Predicate {
     /// The undeclared field paths this predicate reads from objects' JSON.
     pub fn json_paths(&self) -> impl Iterator<Item = &FieldPath> {
         self.fields.iter().filter_map(|(src, _)| match src {
-            FieldSource::Json(p) => Some(p),
+            FieldSource::Json(p, _) => Some(p),
             FieldSource::Attr(_) => None,
         })
     }

@@ -125,10 +125,19 @@ impl RequestInfo {
         }
     }
 
-    /// Whether this is a read that streams or can be long (watch): not counted by
-    /// `--max-requests-inflight`.
+    /// Whether this request streams or may last long, by upstream's rule
+    /// (`BasicLongRunningRequestCheck`): a watch, or (forwarded in proxy mode) `proxy`, `exec`,
+    /// `attach`, `portforward` or `log`. Such a request is not counted by
+    /// `--max-requests-inflight` and has no `--request-timeout`.
     pub fn is_long_running(&self) -> bool {
         self.verb == "watch"
+            || self.verb == "proxy"
+            || self.resource.as_ref().is_some_and(|r| {
+                matches!(
+                    r.subresource.as_str(),
+                    "proxy" | "exec" | "attach" | "portforward" | "log"
+                )
+            })
     }
 
     /// Whether this request changes something (the audit log records every one).
@@ -256,6 +265,28 @@ mod tests {
         }
         assert!(RequestInfo::new("POST", "/api/v1/namespaces/a/pods", false).is_write());
         assert!(!RequestInfo::new("GET", "/api/v1/pods", false).is_write());
+        // Upstream's long-running requests: no in-flight permit, no request timeout.
+        for (method, path, watch) in [
+            ("GET", "/api/v1/pods", true),
+            ("POST", "/api/v1/namespaces/a/pods/p/exec", false),
+            ("GET", "/api/v1/namespaces/a/pods/p/log", false),
+            ("POST", "/api/v1/namespaces/a/pods/p/portforward", false),
+        ] {
+            assert!(
+                RequestInfo::new(method, path, watch).is_long_running(),
+                "{path}"
+            );
+        }
+        for path in [
+            "/api/v1/pods",
+            "/api/v1/namespaces/a/pods/p/status",
+            "/readyz",
+        ] {
+            assert!(
+                !RequestInfo::new("GET", path, false).is_long_running(),
+                "{path}"
+            );
+        }
     }
 
     #[test]

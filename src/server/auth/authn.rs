@@ -71,11 +71,16 @@ impl Authenticator {
     }
 }
 
-/// The token of a `Bearer` authorization value (scheme case-insensitive, as upstream).
+/// The token of a `Bearer` authorization value, read as upstream's bearer-token authenticator
+/// does: the value trimmed, split at single spaces into at most three parts, the scheme
+/// case-insensitive, the token the second part. `Bearer  token` (two spaces) has an empty second
+/// part: no token at all, so the request goes on as if it had none (anonymous, or 401), as
+/// upstream refuses it; anything after the token is ignored, as upstream ignores it.
 fn bearer(value: &[u8]) -> Option<&str> {
     let value = std::str::from_utf8(value).ok()?.trim();
-    let (scheme, token) = value.split_once(' ')?;
-    let token = token.trim();
+    let mut parts = value.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
@@ -100,7 +105,18 @@ mod tests {
             "alice"
         );
         assert_eq!(
-            a.authenticate(None, Some(b"bearer  good ")).unwrap().name,
+            a.authenticate(None, Some(b" bearer good ")).unwrap().name,
+            "alice"
+        );
+        // Two spaces before the token: no bearer token (issue 20, item 15), as upstream.
+        assert_eq!(
+            a.authenticate(None, Some(b"Bearer  good")).unwrap().name,
+            "system:anonymous"
+        );
+        assert_eq!(
+            a.authenticate(None, Some(b"Bearer good trailing"))
+                .unwrap()
+                .name,
             "alice"
         );
         // A bad token is refused even with anonymous on.
@@ -116,6 +132,8 @@ mod tests {
             strict.authenticate(None, None),
             Err(Unauthenticated("no credentials".into()))
         );
+        assert!(strict.authenticate(None, Some(b"Bearer  good")).is_err());
+        assert!(strict.authenticate(None, Some(b"Bearer\tgood")).is_err());
         // A certificate that does not parse: the token still counts.
         assert_eq!(
             strict

@@ -11,6 +11,7 @@
 //! | `attributes.rs` | what a request asks (verb, resource, path), an authorizer's answer, Forbidden's message |
 //! | `authz.rs` | `--authorization-mode`: the modes, in order |
 //! | `rbac.rs` | the RBAC authorizer, its index, following the RBAC caches |
+//! | `escalation.rs` | RBAC's escalation prevention on writes of roles and bindings |
 //! | `node.rs` | the Node authorizer, from the pods cache's `spec.nodeName` index |
 //! | `limits.rs` | `--max-requests-inflight`, `--max-watches-per-user` |
 //! | `audit.rs` | the audit log (tracing, and a JSON-lines file) |
@@ -25,6 +26,7 @@ mod attributes;
 mod audit;
 mod authn;
 mod authz;
+mod escalation;
 pub mod impersonate;
 mod limits;
 mod node;
@@ -41,10 +43,11 @@ pub use audit::{Audit, Record};
 pub use authn::{Authenticator, Unauthenticated};
 pub use authz::{Authorizer, Mode};
 pub use limits::{InflightPermit, Limits, UserWatchSlot};
-pub use node::{NodeAuthorizer, RefSet};
+pub use node::{NodeAuthorizer, NodeCaches, RefSet};
 pub use rbac::{Objects as RbacObjects, PolicyRule, Rbac};
 pub use service_account::ServiceAccounts;
 pub use token_file::{TokenFile, TokenFileError};
+pub(crate) use user::MASTERS;
 pub use user::User;
 pub use x509::user_of as user_of_certificate;
 
@@ -103,11 +106,20 @@ impl Auth {
         let rbac = modes
             .contains(&Mode::Rbac)
             .then(|| Arc::new(Rbac::new(config.rbac_bootstrap)));
-        let node = modes
-            .contains(&Mode::Node)
-            .then(|| NodeAuthorizer::new(find("", "pods")));
+        let node = modes.contains(&Mode::Node).then(|| {
+            NodeAuthorizer::new(NodeCaches {
+                pods: find("", "pods"),
+                pvcs: find("", "persistentvolumeclaims"),
+                volume_attachments: find("storage.k8s.io", "volumeattachments"),
+                resource_slices: find("resource.k8s.io", "resourceslices"),
+            })
+        });
+        let mut authn = config.authenticator;
+        if let Some(sa) = authn.service_accounts.as_mut() {
+            sa.look_up_in(served);
+        }
         Auth {
-            authn: config.authenticator,
+            authn,
             authz: Authorizer::new(modes, rbac, node),
             rbac_caches,
         }
@@ -125,6 +137,27 @@ impl Auth {
     /// Whether authorization is ready: RBAC, when it follows caches, has read them once.
     pub(crate) fn ready(&self) -> bool {
         self.rbac_caches.is_empty() || self.authz.rbac.as_ref().is_none_or(|r| r.synced())
+    }
+
+    /// The RBAC index, when RBAC is one of the modes.
+    pub(crate) fn rbac_index(&self) -> Option<Arc<rbac::Index>> {
+        self.authz.rbac.as_ref().map(|r| r.index())
+    }
+
+    /// RBAC's escalation check of a write (`escalation.rs`): `obj` is the Role, ClusterRole,
+    /// RoleBinding or ClusterRoleBinding about to be stored, `old` the stored one for an update;
+    /// any other resource passes.
+    ///
+    /// # Errors
+    /// 403 with upstream's message when the user would grant what it does not hold.
+    pub(crate) fn confirm_no_escalation(
+        &self,
+        user: &User,
+        info: &RequestInfo,
+        obj: &serde_json::Map<String, serde_json::Value>,
+        old: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<(), ApiError> {
+        escalation::confirm(self, user, info, obj, old)
     }
 
     /// Authorizes one request.

@@ -1,19 +1,27 @@
-//! The Node authorizer: what a kubelet (`system:node:<name>` in `system:nodes`) may read, decided
-//! from the cache's own indexes instead of upstream's graph.
+//! The Node authorizer: what a kubelet (`system:node:<name>` in `system:nodes`) may do, as
+//! upstream's (plugin/pkg/auth/authorizer/node, Kubernetes 1.35 with its default feature gates),
+//! decided from the caches' own indexes instead of upstream's graph.
 //!
-//! - pods: list and watch only with a field selector pinning `spec.nodeName` to its own name
-//!   (read from the request's already-parsed selection); get, watch by name, delete and status
-//!   updates of a pod bound to it;
-//! - its Lease in `kube-node-lease` (heartbeats);
-//! - its own Node: get, list and watch (by name or with `metadata.name` pinned), and updates of
-//!   its status;
-//! - get of the secrets, configmaps and persistentvolumeclaims the pods bound to it reference.
+//! - secrets, configmaps: get, list and watch of one object (by name, or `metadata.name` pinned)
+//!   that a pod bound to the node references; serviceaccounts likewise (get), and their `token`
+//!   subresource (create);
+//! - persistentvolumeclaims (get; `status` update and patch), persistentvolumes (get: bound to a
+//!   referenced claim), resourceclaims (get), volumeattachments (get: attached to the node);
+//! - pods: list and watch with `spec.nodeName` pinned to the node; get, list and watch of one pod
+//!   bound to it; create, delete, `status` and `eviction` (NodeRestriction admission narrows
+//!   those at the API server);
+//! - nodes: create, update and patch; get, list and watch of its own Node; `status`;
+//! - its Lease in `kube-node-lease`, its CSINode; resourceslices of the node;
+//! - everything else by upstream's static node rules (`bootstrappolicy.NodeRules`): services,
+//!   events, CSRs, csidrivers, runtimeclasses, endpoints, tokenreviews, subjectaccessreviews...
 //!
-//! Everything else is "no opinion", so the next mode (RBAC) decides, as upstream's `Node,RBAC`.
+//! Anything it does not allow is "no opinion", so the next mode (RBAC) decides, as upstream's
+//! `Node,RBAC`.
 //!
 //! The references of a node's pods ([`RefSet`]) are computed from the pods cache's
 //! `spec.nodeName` index (the node's pods only, never a walk over all pods) and remembered per
-//! node until the pods cache's revision moves. Lock order: `refs` only, never across an await.
+//! node until the pods (or claims) cache's revision moves. Lock order: `refs` only, never across an
+//! await.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -24,6 +32,7 @@ use serde_json::Value;
 use crate::cache::Cache;
 
 use super::attributes::{Attributes, Decision};
+use super::rbac::{PolicyRule, rule_allows};
 
 /// The objects the pods of one node reference, by (namespace, name).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -36,6 +45,12 @@ pub struct RefSet {
     pub configmaps: HashSet<(String, String)>,
     /// PersistentVolumeClaims (volumes).
     pub pvcs: HashSet<(String, String)>,
+    /// Service accounts the pods run as.
+    pub service_accounts: HashSet<(String, String)>,
+    /// ResourceClaims (`spec.resourceClaims`, and those generated from templates, by status).
+    pub resource_claims: HashSet<(String, String)>,
+    /// PersistentVolumes bound to the claims (by name; cluster-scoped).
+    pub pvs: HashSet<String>,
 }
 
 impl RefSet {
@@ -55,6 +70,13 @@ impl RefSet {
         };
         for s in arr(&spec["imagePullSecrets"]) {
             put(&mut self.secrets, &s["name"]);
+        }
+        put(&mut self.service_accounts, &spec["serviceAccountName"]);
+        for c in arr(&spec["resourceClaims"]) {
+            put(&mut self.resource_claims, &c["resourceClaimName"]);
+        }
+        for c in arr(&pod["status"]["resourceClaimStatuses"]) {
+            put(&mut self.resource_claims, &c["resourceClaimName"]);
         }
         for v in arr(&spec["volumes"]) {
             put(&mut self.secrets, &v["secret"]["secretName"]);
@@ -89,39 +111,153 @@ fn arr(v: &Value) -> &[Value] {
     v.as_array().map_or(&[], Vec::as_slice)
 }
 
+/// The caches the Node authorizer reads relationships from; a missing one means no relationship
+/// through it is known (those requests get no opinion).
+#[derive(Debug, Default, Clone)]
+pub struct NodeCaches {
+    /// Pods, with a `spec.nodeName` index.
+    pub pods: Option<Cache>,
+    /// PersistentVolumeClaims: which volume each referenced claim is bound to.
+    pub pvcs: Option<Cache>,
+    /// VolumeAttachments: the node each is attached to.
+    pub volume_attachments: Option<Cache>,
+    /// ResourceSlices: the node each belongs to.
+    pub resource_slices: Option<Cache>,
+}
+
+/// Upstream's static node rules (Kubernetes 1.35 `bootstrappolicy.NodeRules` with its default
+/// feature gates: DynamicResourceAllocation on; ClusterTrustBundle and PodCertificateRequest off),
+/// as (verbs, groups, resources): for the resources the authorizer does not subdivide.
+const NODE_RULES: &[(&[&str], &[&str], &[&str])] = &[
+    (&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
+    (
+        &["create"],
+        &["authorization.k8s.io"],
+        &["subjectaccessreviews", "localsubjectaccessreviews"],
+    ),
+    (&["get", "list", "watch"], &[""], &["services"]),
+    (&["create", "get", "list", "watch"], &[""], &["nodes"]),
+    (&["update", "patch"], &[""], &["nodes/status"]),
+    (&["update", "patch"], &[""], &["nodes"]),
+    (
+        &["create", "update", "patch"],
+        &["", "events.k8s.io"],
+        &["events"],
+    ),
+    (&["get", "list", "watch"], &[""], &["pods"]),
+    (&["create", "delete"], &[""], &["pods"]),
+    (&["update", "patch"], &[""], &["pods/status"]),
+    (&["create"], &[""], &["pods/eviction"]),
+    (&["get", "list", "watch"], &[""], &["secrets", "configmaps"]),
+    (
+        &["get"],
+        &[""],
+        &["persistentvolumeclaims", "persistentvolumes"],
+    ),
+    (&["get"], &[""], &["endpoints"]),
+    (
+        &["create", "get", "list", "watch"],
+        &["certificates.k8s.io"],
+        &["certificatesigningrequests"],
+    ),
+    (
+        &["get", "create", "update", "patch", "delete"],
+        &["coordination.k8s.io"],
+        &["leases"],
+    ),
+    (&["get"], &["storage.k8s.io"], &["volumeattachments"]),
+    (&["create"], &[""], &["serviceaccounts/token"]),
+    (
+        &["get", "update", "patch"],
+        &[""],
+        &["persistentvolumeclaims/status"],
+    ),
+    (
+        &["get", "watch", "list"],
+        &["storage.k8s.io"],
+        &["csidrivers"],
+    ),
+    (
+        &["get", "create", "update", "patch", "delete"],
+        &["storage.k8s.io"],
+        &["csinodes"],
+    ),
+    (
+        &["get", "list", "watch"],
+        &["node.k8s.io"],
+        &["runtimeclasses"],
+    ),
+    (&["get"], &["resource.k8s.io"], &["resourceclaims"]),
+    (
+        &["deletecollection"],
+        &["resource.k8s.io"],
+        &["resourceslices"],
+    ),
+    // KubeletServiceAccountTokenForCredentialProviders (beta, on in 1.35).
+    (&["get"], &[""], &["serviceaccounts"]),
+];
+
+/// The static node rules as RBAC rules, made once.
+fn node_rules() -> &'static [PolicyRule] {
+    static RULES: std::sync::OnceLock<Vec<PolicyRule>> = std::sync::OnceLock::new();
+    RULES.get_or_init(|| {
+        let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect();
+        NODE_RULES
+            .iter()
+            .map(|(verbs, groups, resources)| PolicyRule {
+                verbs: owned(verbs),
+                api_groups: owned(groups),
+                resources: owned(resources),
+                ..PolicyRule::default()
+            })
+            .collect()
+    })
+}
+
+/// The pods and claims caches' revisions a [`RefSet`] was computed at.
+type Revisions = (u64, u64);
+
 /// The Node authorizer.
 pub struct NodeAuthorizer {
-    pods: Option<Cache>,
-    /// Per node: the pods cache's revision the set was computed at, and the set.
-    refs: Mutex<HashMap<String, (u64, Arc<RefSet>)>>,
+    caches: NodeCaches,
+    /// Per node: the pods and claims caches' revisions the set was computed at, and the set.
+    refs: Mutex<HashMap<String, (Revisions, Arc<RefSet>)>>,
 }
 
 impl std::fmt::Debug for NodeAuthorizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodeAuthorizer")
-            .field("pods", &self.pods.is_some())
+            .field("pods", &self.caches.pods.is_some())
             .finish_non_exhaustive()
     }
 }
 
+/// Why a request gets no opinion, in upstream's words.
+fn no(why: impl Into<String>) -> Decision {
+    Decision::NoOpinion(why.into())
+}
+
 impl NodeAuthorizer {
-    /// An authorizer reading pods from `pods` (without it, only the node's own Node and pods
-    /// by field selector are allowed).
-    pub fn new(pods: Option<Cache>) -> NodeAuthorizer {
+    /// An authorizer reading relationships from `caches` (without pods, only requests needing
+    /// no relationship are allowed).
+    pub fn new(caches: NodeCaches) -> NodeAuthorizer {
         NodeAuthorizer {
-            pods,
+            caches,
             refs: Mutex::new(HashMap::new()),
         }
     }
 
     /// What the pods bound to `node` reference now.
     pub fn refs(&self, node: &str) -> Arc<RefSet> {
-        let Some(pods) = &self.pods else {
+        let Some(pods) = &self.caches.pods else {
             return Arc::default();
         };
-        let rv = pods.resource_version();
-        if let Some((at, set)) = self.refs.lock().get(node)
-            && *at == rv
+        let at = (
+            pods.resource_version(),
+            self.caches.pvcs.as_ref().map_or(0, Cache::resource_version),
+        );
+        if let Some((when, set)) = self.refs.lock().get(node)
+            && *when == at
         {
             return Arc::clone(set);
         }
@@ -141,111 +277,218 @@ impl NodeAuthorizer {
                 return Arc::default();
             }
         }
+        // node <- pod <- pvc <- pv: the volumes the referenced claims are bound to.
+        if let Some(pvcs) = &self.caches.pvcs {
+            let mut pvs = HashSet::new();
+            for (ns, name) in &set.pvcs {
+                if let Some(claim) = pvcs.peek(Some(ns), name)
+                    && let Ok(v) = serde_json::from_slice::<Value>(claim.json())
+                    && let Some(pv) = v["spec"]["volumeName"].as_str().filter(|n| !n.is_empty())
+                {
+                    pvs.insert(pv.to_owned());
+                }
+            }
+            set.pvs = pvs;
+        }
         let set = Arc::new(set);
         let mut refs = self.refs.lock();
         // Nodes come and go: a stale entry costs a set; bound the map anyway.
         if refs.len() > 100_000 {
             refs.clear();
         }
-        refs.insert(node.to_owned(), (rv, Arc::clone(&set)));
+        refs.insert(node.to_owned(), (at, Arc::clone(&set)));
         set
+    }
+
+    /// Whether the cluster-scoped object `name` of `cache` names `node` in `spec.nodeName`
+    /// (volumeattachments, resourceslices).
+    fn on_node(cache: Option<&Cache>, name: &str, node: &str) -> bool {
+        cache.is_some_and(|c| {
+            c.peek(None, name)
+                .and_then(|o| serde_json::from_slice::<Value>(o.json()).ok())
+                .is_some_and(|v| v["spec"]["nodeName"].as_str() == Some(node))
+        })
     }
 
     /// Decides for node identities; no opinion for anyone else.
     pub fn authorize(&self, a: &Attributes<'_>) -> Decision {
         let Some(node) = a.user.node_name() else {
-            return Decision::NoOpinion(String::new());
-        };
-        let Some(r) = &a.info.resource else {
-            return Decision::NoOpinion(String::new());
+            if a.user.in_group(super::user::NODES) && a.user.name == super::user::NODE_PREFIX {
+                return no(format!("unknown node for user \"{}\"", a.user.name));
+            }
+            return no("");
         };
         let verb = a.info.verb.as_str();
-        // Its heartbeat: the Lease named after it in kube-node-lease (upstream's node lease rule).
-        if r.group == "coordination.k8s.io" && r.resource == "leases" && r.subresource.is_empty() {
-            return if r.namespace == "kube-node-lease"
-                && r.name == node
-                && matches!(verb, "get" | "create" | "update" | "patch" | "delete")
-            {
-                Decision::Allow
+        if let Some(r) = &a.info.resource {
+            // A list or watch of one object by `metadata.name` names it, as upstream's
+            // RequestInfo does.
+            let pinned = |field: &str| a.selection.and_then(|s| s.fields.required_value(field));
+            let name = if r.name.is_empty() && matches!(verb, "list" | "watch") {
+                pinned("metadata.name").unwrap_or_default()
             } else {
-                Decision::NoOpinion(String::new())
+                r.name.as_str()
             };
-        }
-        if !r.group.is_empty() {
-            return Decision::NoOpinion(String::new());
-        }
-        let read = matches!(verb, "get" | "list" | "watch");
-        let pinned = |field: &str| {
-            a.selection
-                .and_then(|s| s.fields.required_value(field))
-                .is_some_and(|v| v == node)
-        };
-        let no_relationship = || {
-            Decision::NoOpinion(format!(
-                "no relationship found between node '{node}' and this object"
-            ))
-        };
-        match (r.resource.as_str(), r.subresource.as_str()) {
-            ("pods", "") if (verb == "list" || verb == "watch") && r.name.is_empty() => {
-                if pinned("spec.nodeName") {
+            let sub = r.subresource.as_str();
+            let related = |found: bool| {
+                if name.is_empty() {
+                    no("No Object name found")
+                } else if found {
                     Decision::Allow
                 } else {
-                    Decision::NoOpinion(
-                        "can only list/watch pods with spec.nodeName field selector".into(),
-                    )
-                }
-            }
-            // One pod by name (a get, a watch on its path, a delete; its status written): one
-            // bound to the node. (Creating mirror pods needs upstream's NodeRestriction
-            // admission, which is not here: no opinion.)
-            ("pods", "") | ("pods", "status")
-                if matches!(
-                    (r.subresource.as_str(), verb),
-                    ("", "get" | "list" | "watch" | "delete")
-                        | ("status", "get" | "update" | "patch")
-                ) =>
-            {
-                if self
-                    .refs(node)
-                    .pods
-                    .contains(&(r.namespace.clone(), r.name.clone()))
-                {
-                    Decision::Allow
-                } else {
-                    no_relationship()
-                }
-            }
-            ("nodes", "") if read => {
-                if r.name == node || (r.name.is_empty() && pinned("metadata.name")) {
-                    Decision::Allow
-                } else if r.name.is_empty() {
-                    Decision::NoOpinion(format!(
-                        "node '{node}' cannot read all nodes, only its own Node object"
-                    ))
-                } else {
-                    Decision::NoOpinion(format!(
-                        "node '{node}' cannot read '{}', only its own Node object",
-                        r.name
+                    no(format!(
+                        "no relationship found between node '{node}' and this object"
                     ))
                 }
-            }
-            ("nodes", "status") if matches!(verb, "get" | "update" | "patch") && r.name == node => {
-                Decision::Allow
-            }
-            (kind @ ("secrets" | "configmaps" | "persistentvolumeclaims"), "") if verb == "get" => {
-                let refs = self.refs(node);
-                let set = match kind {
-                    "secrets" => &refs.secrets,
-                    "configmaps" => &refs.configmaps,
-                    _ => &refs.pvcs,
-                };
-                if set.contains(&(r.namespace.clone(), r.name.clone())) {
-                    Decision::Allow
+            };
+            let key = || (r.namespace.clone(), name.to_owned());
+            // authorizeGet: one object, get only, no subresource.
+            let get_only = |found: &dyn Fn() -> bool| {
+                if verb != "get" {
+                    no("can only get individual resources of this type")
+                } else if !sub.is_empty() {
+                    no("cannot get subresource")
                 } else {
-                    no_relationship()
+                    related(!name.is_empty() && found())
                 }
+            };
+            // authorizeReadNamespacedObject: get, list or watch of one namespaced object.
+            let read_one = |found: &dyn Fn() -> bool| {
+                if !matches!(verb, "get" | "list" | "watch") {
+                    no("can only read resources of this type")
+                } else if !sub.is_empty() {
+                    no("cannot read subresource")
+                } else if r.namespace.is_empty() {
+                    no("can only read namespaced object of this type")
+                } else {
+                    related(!name.is_empty() && found())
+                }
+            };
+            match (r.group.as_str(), r.resource.as_str()) {
+                ("", "secrets") => return read_one(&|| self.refs(node).secrets.contains(&key())),
+                ("", "configmaps") => {
+                    return read_one(&|| self.refs(node).configmaps.contains(&key()));
+                }
+                ("", "persistentvolumeclaims") if sub == "status" => {
+                    return if !matches!(verb, "update" | "patch") {
+                        no("can only get/update/patch this type")
+                    } else {
+                        related(self.refs(node).pvcs.contains(&key()))
+                    };
+                }
+                ("", "persistentvolumeclaims") => {
+                    return get_only(&|| self.refs(node).pvcs.contains(&key()));
+                }
+                ("", "persistentvolumes") => {
+                    return get_only(&|| self.refs(node).pvs.contains(name));
+                }
+                ("resource.k8s.io", "resourceclaims") => {
+                    return get_only(&|| self.refs(node).resource_claims.contains(&key()));
+                }
+                ("storage.k8s.io", "volumeattachments") => {
+                    return get_only(&|| {
+                        Self::on_node(self.caches.volume_attachments.as_ref(), name, node)
+                    });
+                }
+                ("", "serviceaccounts") if verb == "get" && sub.is_empty() => {
+                    return read_one(&|| self.refs(node).service_accounts.contains(&key()));
+                }
+                ("", "serviceaccounts") => {
+                    return if verb != "create" || name.is_empty() {
+                        no("can only create tokens for individual service accounts")
+                    } else if sub != "token" {
+                        no("can only create token subresource of serviceaccount")
+                    } else {
+                        related(self.refs(node).service_accounts.contains(&key()))
+                    };
+                }
+                ("coordination.k8s.io", "leases") => {
+                    return if !matches!(verb, "get" | "create" | "update" | "patch" | "delete") {
+                        no("can only get, create, update, patch, or delete a node lease")
+                    } else if r.namespace != "kube-node-lease" {
+                        no("can only access leases in the \"kube-node-lease\" system namespace")
+                    } else if verb != "create" && name != node {
+                        no("can only access node lease with the same name as the requesting node")
+                    } else {
+                        Decision::Allow
+                    };
+                }
+                ("storage.k8s.io", "csinodes") => {
+                    return if !matches!(verb, "get" | "create" | "update" | "patch" | "delete") {
+                        no("can only get, create, update, patch, or delete a CSINode")
+                    } else if !sub.is_empty() {
+                        no("cannot authorize CSINode subresources")
+                    } else if verb != "create" && name != node {
+                        no("can only access CSINode with the same name as the requesting node")
+                    } else {
+                        Decision::Allow
+                    };
+                }
+                ("resource.k8s.io", "resourceslices") => {
+                    return if !sub.is_empty() {
+                        no("cannot authorize ResourceSlice subresources")
+                    } else {
+                        match verb {
+                            "create" => Decision::Allow,
+                            "get" | "update" | "patch" | "delete" => related(Self::on_node(
+                                self.caches.resource_slices.as_ref(),
+                                name,
+                                node,
+                            )),
+                            "watch" | "list" | "deletecollection" => {
+                                if pinned("spec.nodeName") == Some(node) {
+                                    Decision::Allow
+                                } else {
+                                    no(
+                                        "can only list/watch/deletecollection resourceslices with nodeName field selector",
+                                    )
+                                }
+                            }
+                            _ => no(
+                                "only the following verbs are allowed for a ResourceSlice: get, watch, list, create, update, patch, delete, deletecollection",
+                            ),
+                        }
+                    };
+                }
+                ("", "nodes") => {
+                    return match (sub, verb) {
+                        ("", "create" | "update" | "patch") | ("status", "update" | "patch") => {
+                            Decision::Allow
+                        }
+                        ("", "get" | "list" | "watch") if name == node => Decision::Allow,
+                        ("", "get" | "list" | "watch") if name.is_empty() => no(format!(
+                            "node '{node}' cannot read all nodes, only its own Node object"
+                        )),
+                        ("", "get" | "list" | "watch") => no(format!(
+                            "node '{node}' cannot read '{name}', only its own Node object"
+                        )),
+                        _ => no(""),
+                    };
+                }
+                ("", "pods") => {
+                    return match (sub, verb) {
+                        ("", "get") => get_only(&|| self.refs(node).pods.contains(&key())),
+                        ("", "list" | "watch") if pinned("spec.nodeName") == Some(node) => {
+                            Decision::Allow
+                        }
+                        ("", "list" | "watch") if !name.is_empty() => {
+                            related(self.refs(node).pods.contains(&key()))
+                        }
+                        ("", "list" | "watch") => {
+                            no("can only list/watch pods with spec.nodeName field selector")
+                        }
+                        ("", "create" | "delete")
+                        | ("status", "update" | "patch")
+                        | ("eviction", "create") => Decision::Allow,
+                        _ => no(""),
+                    };
+                }
+                _ => {}
             }
-            _ => Decision::NoOpinion(String::new()),
+        }
+        if node_rules().iter().any(|rule| rule_allows(rule, a)) {
+            Decision::Allow
+        } else {
+            no("")
         }
     }
 }
@@ -306,7 +549,10 @@ mod tests {
             pod("a", "p2", "n2", "s2").to_string(),
         )
         .unwrap();
-        let authz = NodeAuthorizer::new(Some(cache.clone()));
+        let authz = NodeAuthorizer::new(NodeCaches {
+            pods: Some(cache.clone()),
+            ..NodeCaches::default()
+        });
         let n1 = User::authenticated("system:node:n1", "", vec!["system:nodes".into()]);
         let ask = |method: &str, path: &str, watch: bool, sel: Option<&Selection>| {
             let info = RequestInfo::new(method, path, watch);
@@ -374,14 +620,45 @@ mod tests {
             ask("PATCH", "/api/v1/namespaces/a/pods/p1/status", false, None),
             Decision::Allow
         );
+        // As upstream: pod status, mirror pods, deletions and evictions are allowed here and
+        // narrowed to the node's own pods by NodeRestriction admission (the API server's, or
+        // watchcache's own for the writes it applies itself).
+        for (method, path) in [
+            ("PATCH", "/api/v1/namespaces/a/pods/p2/status"),
+            ("POST", "/api/v1/namespaces/a/pods"),
+            ("DELETE", "/api/v1/namespaces/a/pods/p2"),
+            ("POST", "/api/v1/namespaces/a/pods/p2/eviction"),
+        ] {
+            assert_eq!(
+                ask(method, path, false, None),
+                Decision::Allow,
+                "{method} {path}"
+            );
+        }
+        // Static node rules: services, events, runtimeclasses, csidrivers; not other kinds.
+        for (method, path) in [
+            ("GET", "/api/v1/services"),
+            ("POST", "/api/v1/namespaces/a/events"),
+            ("GET", "/apis/node.k8s.io/v1/runtimeclasses"),
+            ("GET", "/apis/storage.k8s.io/v1/csidrivers"),
+            ("POST", "/api/v1/nodes"),
+        ] {
+            assert_eq!(
+                ask(method, path, false, None),
+                Decision::Allow,
+                "{method} {path}"
+            );
+        }
         assert!(matches!(
-            ask("PATCH", "/api/v1/namespaces/a/pods/p2/status", false, None),
+            ask("GET", "/apis/apps/v1/deployments", false, None),
             Decision::NoOpinion(_)
         ));
-        assert!(matches!(
-            ask("POST", "/api/v1/namespaces/a/pods", false, None),
-            Decision::NoOpinion(_)
-        ));
+        // One secret by name through a watch (kubelets watch each referenced secret this way).
+        let one = Selection::parse(Some("a"), "metadata.name=s1", "").unwrap();
+        assert_eq!(
+            ask("GET", "/api/v1/namespaces/a/secrets", true, Some(&one)),
+            Decision::Allow
+        );
         let lease = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
         assert_eq!(
             ask("PUT", &format!("{lease}/n1"), false, None),

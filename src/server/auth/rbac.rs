@@ -264,6 +264,16 @@ impl Objects {
             .iter()
             .map(|(name, r)| (name.as_str(), self.effective_rules(r)))
             .collect();
+        // The roles themselves, for what a binding would grant (the escalation check).
+        ix.cluster_roles = cluster_rules
+            .iter()
+            .map(|(name, rules)| ((*name).to_owned(), Arc::clone(rules)))
+            .collect();
+        ix.roles = self
+            .roles
+            .iter()
+            .map(|(key, r)| (key.clone(), Arc::from(r.rules.clone())))
+            .collect();
         let mut grant =
             |subjects: &[Subject], binding_ns: Option<&str>, rules: Arc<[PolicyRule]>| {
                 for s in subjects {
@@ -345,14 +355,54 @@ struct Grant {
     rules: Arc<[PolicyRule]>,
 }
 
-/// The compiled rules, by subject.
+/// The compiled rules, by subject; and the rules of each role, by name.
 #[derive(Debug, Default)]
 pub struct Index {
     users: HashMap<String, Vec<Grant>>,
     groups: HashMap<String, Vec<Grant>>,
+    /// Each ClusterRole's rules (aggregated ones with their members').
+    cluster_roles: HashMap<String, Arc<[PolicyRule]>>,
+    /// Each Role's rules, by (namespace, name).
+    roles: HashMap<(String, String), Arc<[PolicyRule]>>,
 }
 
 impl Index {
+    /// Every rule granted to the user (by name or group) in `namespace`: those of its
+    /// ClusterRoleBindings, and, for a namespace, of its RoleBindings there (upstream's
+    /// `RulesFor`; an empty namespace is the cluster scope).
+    pub fn rules_for(&self, user: &super::user::User, namespace: &str) -> Vec<PolicyRule> {
+        self.users
+            .get(&user.name)
+            .into_iter()
+            .chain(user.groups.iter().filter_map(|g| self.groups.get(g)))
+            .flatten()
+            .filter(|g| match &g.namespace {
+                None => true,
+                Some(ns) => !namespace.is_empty() && **ns == *namespace,
+            })
+            .flat_map(|g| g.rules.iter().cloned())
+            .collect()
+    }
+
+    /// The rules a role reference names, as a binding in `namespace` would grant them
+    /// (upstream's `GetRoleReferenceRules`): a ClusterRole's, or a Role's in that namespace.
+    /// `None` when the role does not exist.
+    pub fn role_ref_rules(
+        &self,
+        kind: &str,
+        name: &str,
+        namespace: &str,
+    ) -> Option<Arc<[PolicyRule]>> {
+        match kind {
+            "ClusterRole" => self.cluster_roles.get(name).cloned(),
+            "Role" => self
+                .roles
+                .get(&(namespace.to_owned(), name.to_owned()))
+                .cloned(),
+            _ => None,
+        }
+    }
+
     /// Whether some rule granted to the user or one of its groups allows the request.
     pub fn allows(&self, a: &Attributes<'_>) -> bool {
         let grants = self
@@ -436,6 +486,11 @@ impl Rbac {
     /// Whether the caches' RBAC objects are in the index.
     pub fn synced(&self) -> bool {
         self.synced.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The current index (an `Arc` clone: the lock is not held after).
+    pub fn index(&self) -> Arc<Index> {
+        Arc::clone(&self.index.read())
     }
 
     /// Allows what a rule grants; otherwise no opinion (the next mode decides).

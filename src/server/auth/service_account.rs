@@ -4,6 +4,13 @@
 //!
 //! Verified tokens are remembered briefly (see [`Verified`]): an RS256 verification costs tens
 //! of microseconds, and a client sends the same token on every request.
+//!
+//! `--service-account-lookup` (on by default, as upstream's): on every request, not only when
+//! the signature is verified, the token's service account must exist in the serviceaccounts
+//! cache with the uid the token names and not have been deleted more than 60 s ago; so must the
+//! Secret or Pod the token is bound to (or the Node, for a token bound to a node only), as
+//! upstream's `validator.Validate`. A token of a deleted account is refused at once (401). With
+//! lookup on and no serviceaccounts cache served, tokens are refused (fail closed).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -15,6 +22,8 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 
 use super::user::User;
+use crate::cache::Cache;
+use crate::model::FieldPath;
 
 /// How long a verified token is remembered at most (never past its `exp`).
 const REMEMBER: Duration = Duration::from_secs(10);
@@ -34,13 +43,34 @@ pub struct ServiceAccounts {
     issuers: Vec<String>,
     audiences: Vec<String>,
     verified: Mutex<HashMap<String, Verified>>,
+    /// `--service-account-lookup`.
+    lookup: bool,
+    /// Where the lookups read, once the server knows its caches.
+    objects: Option<Objects>,
 }
 
-/// A token verified recently: its user, until when it may be trusted without verifying again.
+/// The caches a token's objects are looked up in (those the server serves).
+#[derive(Debug, Clone)]
+pub(crate) struct Objects {
+    service_accounts: Option<Cache>,
+    secrets: Option<Cache>,
+    pods: Option<Cache>,
+    nodes: Option<Cache>,
+    uid: FieldPath,
+    deletion: FieldPath,
+}
+
+/// A token verified recently: its user and what it is bound to, until when it may be trusted
+/// without verifying its signature again.
 struct Verified {
     user: Arc<User>,
+    bound: Arc<KubeClaims>,
     until: Instant,
 }
+
+/// How long after its deletion an object still vouches for a token bound to it (upstream's JWT
+/// leeway).
+const DELETION_LEEWAY: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for ServiceAccounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -48,6 +78,7 @@ impl std::fmt::Debug for ServiceAccounts {
             .field("keys", &self.keys.len())
             .field("issuers", &self.issuers)
             .field("audiences", &self.audiences)
+            .field("lookup", &self.lookup)
             .finish()
     }
 }
@@ -67,6 +98,15 @@ struct Claims {
 struct KubeClaims {
     namespace: String,
     serviceaccount: Ref,
+    /// The pod a projected token is bound to.
+    #[serde(default)]
+    pod: Option<Ref>,
+    /// The secret a token is bound to.
+    #[serde(default)]
+    secret: Option<Ref>,
+    /// The node a token is bound to (with a pod: informational).
+    #[serde(default)]
+    node: Option<Ref>,
 }
 
 #[derive(Deserialize)]
@@ -116,18 +156,67 @@ impl ServiceAccounts {
             issuers,
             audiences,
             verified: Mutex::new(HashMap::new()),
+            lookup: true,
+            objects: None,
         })
+    }
+
+    /// `--service-account-lookup=false`: a verified token is accepted without looking its
+    /// service account or bound objects up.
+    #[must_use]
+    pub fn without_lookup(mut self) -> ServiceAccounts {
+        self.lookup = false;
+        self
+    }
+
+    /// The caches lookups read (the server's served resources).
+    pub(crate) fn look_up_in(&mut self, served: &[Cache]) {
+        let find = |plural: &str| {
+            served
+                .iter()
+                .find(|c| c.definition().group.is_empty() && c.definition().plural == plural)
+                .cloned()
+        };
+        let (Ok(uid), Ok(deletion)) = (
+            FieldPath::parse("metadata.uid"),
+            FieldPath::parse("metadata.deletionTimestamp"),
+        ) else {
+            return;
+        };
+        let objects = Objects {
+            service_accounts: find("serviceaccounts"),
+            secrets: find("secrets"),
+            pods: find("pods"),
+            nodes: find("nodes"),
+            uid,
+            deletion,
+        };
+        if self.lookup && objects.service_accounts.is_none() {
+            tracing::warn!(
+                "--service-account-lookup is on but serviceaccounts are not served: every service-account token is refused"
+            );
+        }
+        self.objects = Some(objects);
     }
 
     /// The user of a token, verified: signature by one of the keys, `iss`, `aud`, `exp` and
     /// `nbf` (60 s of leeway, as upstream), and the Kubernetes claims. `None` when the token is
     /// not one of ours; `Some(Err)` when it is and is invalid.
     pub fn verify(&self, token: &str) -> Result<Arc<User>, String> {
+        let (user, bound) = self.verified(token)?;
+        if self.lookup {
+            self.check_bound(&bound)?;
+        }
+        Ok(user)
+    }
+
+    /// The token's user and claims, from the memo or verified now.
+    fn verified(&self, token: &str) -> Result<(Arc<User>, Arc<KubeClaims>), String> {
         let now = Instant::now();
         if let Some(v) = self.verified.lock().get(token)
             && v.until > now
         {
-            return Ok(Arc::clone(&v.user));
+            return Ok((Arc::clone(&v.user), Arc::clone(&v.bound)));
         }
         let header = jsonwebtoken::decode_header(token).map_err(|e| format!("not a JWT: {e}"))?;
         let mut last = String::from("no key for this token's algorithm");
@@ -140,6 +229,11 @@ impl ServiceAccounts {
             match jsonwebtoken::decode::<Claims>(token, &k.key, &v) {
                 Ok(data) => {
                     let user = Arc::new(user_of(&data.claims)?);
+                    let bound = Arc::new(
+                        data.claims
+                            .kubernetes
+                            .ok_or("the token has no kubernetes.io claims")?,
+                    );
                     let mut until = now + REMEMBER;
                     if let Some(exp) = data.claims.exp {
                         let secs = exp.saturating_sub(unix_now());
@@ -153,15 +247,72 @@ impl ServiceAccounts {
                         token.to_owned(),
                         Verified {
                             user: Arc::clone(&user),
+                            bound: Arc::clone(&bound),
                             until,
                         },
                     );
-                    return Ok(user);
+                    return Ok((user, bound));
                 }
                 Err(e) => last = e.to_string(),
             }
         }
         Err(last)
+    }
+}
+
+impl ServiceAccounts {
+    /// Upstream's lookups: the service account, and the secret, pod or node the token is bound
+    /// to, each present with the token's uid and not deleted (beyond the leeway).
+    fn check_bound(&self, k: &KubeClaims) -> Result<(), String> {
+        let Some(o) = &self.objects else {
+            return Err("service account lookup: the server's caches are not known".into());
+        };
+        let ns = k.namespace.as_str();
+        let live = |cache: &Option<Cache>, what: &str, namespace: Option<&str>, r: &Ref| {
+            let at = match namespace {
+                Some(ns) => format!("{ns}/{}", r.name),
+                None => r.name.clone(),
+            };
+            let cache = cache
+                .as_ref()
+                .ok_or_else(|| format!("{what} {at}: {what}s are not served, cannot look it up"))?;
+            let obj = cache
+                .peek(namespace, &r.name)
+                .ok_or_else(|| format!("{what} {at} not found"))?;
+            let uid = obj.field(&o.uid).unwrap_or_default();
+            if uid != r.uid {
+                return Err(format!(
+                    "{what} UID ({uid}) does not match claim ({})",
+                    r.uid
+                ));
+            }
+            let deleted = obj
+                .field(&o.deletion)
+                .filter(|t| !t.is_empty())
+                .and_then(|t| humantime::parse_rfc3339_weak(&t).ok());
+            if deleted.is_some_and(|t| {
+                t.checked_add(DELETION_LEEWAY)
+                    .is_some_and(|limit| limit < SystemTime::now())
+            }) {
+                return Err(format!("{what} {at} has been deleted"));
+            }
+            Ok(())
+        };
+        live(
+            &o.service_accounts,
+            "service account",
+            Some(ns),
+            &k.serviceaccount,
+        )?;
+        if let Some(s) = &k.secret {
+            live(&o.secrets, "secret", Some(ns), s)?;
+        }
+        match (&k.pod, &k.node) {
+            (Some(p), _) => live(&o.pods, "pod", Some(ns), p)?,
+            (None, Some(n)) => live(&o.nodes, "node", None, n)?,
+            (None, None) => {}
+        }
+        Ok(())
     }
 }
 
@@ -249,7 +400,9 @@ mod tests {
                 p
             })
             .collect();
-        ServiceAccounts::load(&files, vec!["https://issuer".into()], vec![]).unwrap()
+        ServiceAccounts::load(&files, vec!["https://issuer".into()], vec![])
+            .unwrap()
+            .without_lookup()
     }
 
     fn claims(iss: &str, exp_in: i64) -> serde_json::Value {
@@ -323,6 +476,46 @@ mod tests {
                 .is_err()
         );
         assert!(sa.verify("not.a.jwt").is_err());
+    }
+
+    #[test]
+    fn lookups_need_the_account_with_its_uid_and_fail_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k.pem");
+        std::fs::write(&p, RSA_PUBLIC).unwrap();
+        let token = rs(&claims("https://issuer", 600));
+        let mut looked_up =
+            ServiceAccounts::load(&[&p], vec!["https://issuer".into()], vec![]).unwrap();
+        // No caches known, or no serviceaccounts served: refused, not waved through.
+        assert!(looked_up.verify(&token).is_err());
+        looked_up.look_up_in(&[]);
+        let e = looked_up.verify(&token).unwrap_err();
+        assert!(e.contains("not served"), "{e}");
+        let cache = Cache::new(
+            crate::ResourceDef::builtin("serviceaccounts").unwrap(),
+            crate::CacheConfig::default(),
+        );
+        let src = crate::MemorySource::new(cache.clone(), 1, []);
+        looked_up.look_up_in(std::slice::from_ref(&cache));
+        assert!(looked_up.verify(&token).unwrap_err().contains("not found"));
+        let account = |uid: &str| {
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "builder", "namespace": "ns1", "uid": uid}})
+            .to_string()
+        };
+        src.put("/registry/serviceaccounts/ns1/builder", account("u-1"))
+            .unwrap();
+        assert_eq!(
+            looked_up.verify(&token).unwrap().name,
+            "system:serviceaccount:ns1:builder"
+        );
+        // Recreated: another uid. The remembered signature does not save the token.
+        src.put("/registry/serviceaccounts/ns1/builder", account("u-2"))
+            .unwrap();
+        let e = looked_up.verify(&token).unwrap_err();
+        assert!(e.contains("does not match claim"), "{e}");
+        src.delete("/registry/serviceaccounts/ns1/builder");
+        assert!(looked_up.verify(&token).is_err());
     }
 
     #[test]

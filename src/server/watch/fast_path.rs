@@ -25,15 +25,16 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use crate::server::auth::{Audit, Record, RequestInfo, User};
 use crate::server::conn::ConnInfo;
+use crate::server::filters::{self, Incoming};
 use tracing::debug;
 
 use crate::server::negotiate::Format;
-use crate::server::params::ReadParams;
+use crate::server::params;
 use crate::server::response::wants_gzip_value;
 use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
+use crate::server::watch::pump::WatchPump;
 use crate::server::watch::{self, Wire};
 
 /// Largest request head the fast path reads before giving the connection to hyper.
@@ -115,11 +116,9 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
         return Head::NotAWatch;
     };
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let is_watch = form_urlencoded::parse(query.as_bytes())
-        .any(|(k, v)| k == "watch" && matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"));
     // A watch that impersonates another user is hyper's: its gate authorizes and applies the
     // impersonation.
-    if !is_watch
+    if !params::is_watch(Some(query))
         || req
             .headers
             .iter()
@@ -194,39 +193,19 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
     let mut rest = buf.split_off(req.head_len);
     drop(buf);
     rest.shrink_to_fit();
-    // Authentication, as hyper's requests have in the gate (server/gate.rs): never bypassed.
     // Taken: the header's bytes (a JWT is ~1 KiB) must not live as long as the watch.
     let authorization = req.authorization.take();
-    let began = std::time::Instant::now();
-    let user = match st.auth.get().filter(|_| !conn.insecure_listener) {
-        None => None,
-        Some(auth) => match auth
-            .authn
-            .authenticate(conn.client_cert.as_deref(), authorization.as_deref())
-        {
-            Ok(u) => Some(u),
-            Err(why) => {
-                debug!(path = %req.path, why = %why.0, "unauthorized");
-                write_error(tcp, &ApiError::unauthorized()).await?;
-                audit(st, None, &req.path, 401, began);
-                return Ok(FirstRequest::Served {
-                    rest,
-                    keep_alive: req.keep_alive,
-                });
-            }
-        },
+    // Boxed: admission and the watch's start (which may read etcd) are large futures needed
+    // once; the task of an idle watch then holds only the streaming state.
+    let Some(mut pump) =
+        Box::pin(admit_and_start(tcp, st, conn, &req, authorization, wire)).await?
+    else {
+        return Ok(FirstRequest::Served {
+            rest,
+            keep_alive: req.keep_alive,
+        });
     };
-    drop(authorization);
-    let outcome = serve_watch(
-        tcp,
-        st,
-        &req.path,
-        &req.query,
-        req.gzip,
-        user.as_deref(),
-        wire,
-    )
-    .await?;
+    let outcome = stream(tcp, &mut pump, req.gzip, wire).await?;
     rest.extend(outcome.received);
     Ok(FirstRequest::Served {
         rest,
@@ -241,86 +220,79 @@ struct Outcome {
     received: Vec<u8>,
 }
 
-/// Records a denied fast-path watch in the audit log.
-fn audit(st: &AppState, user: Option<&User>, path: &str, code: u16, started: std::time::Instant) {
-    let info = RequestInfo::new("GET", path, true);
-    st.audit.record(&Record {
-        user,
-        info: &info,
-        code,
-        latency: started.elapsed(),
-    });
-}
-
-async fn serve_watch<S: AsyncRead + AsyncWrite + Unpin>(
+/// Admits a watch (server/filters.rs, the same function hyper's requests pass in the gate:
+/// never bypassed) and starts it. A refusal, a path naming nothing and a start that fails are
+/// answered here (and audited): `None`.
+async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
     tcp: &mut S,
     st: &Arc<AppState>,
-    path: &str,
-    query: &str,
-    gzip: bool,
-    user: Option<&User>,
+    conn: &ConnInfo,
+    req: &WatchRequest,
+    authorization: Option<Vec<u8>>,
     wire: Wire,
-) -> std::io::Result<Outcome> {
-    let done = |clean, received| Ok(Outcome { clean, received });
+) -> std::io::Result<Option<WatchPump>> {
     let began = std::time::Instant::now();
-    // Authorized before anything else, as upstream (a path naming nothing is 404 only to
-    // whom may watch it).
-    let authorize_path = |st: &AppState| -> Result<(), ApiError> {
-        match (st.auth.get(), user) {
-            (Some(auth), Some(u)) => auth.check(u, &RequestInfo::new("GET", path, true), None),
-            _ => Ok(()),
-        }
-    };
-    // A subresource (`/status`) is not watchable: 404, as for any path naming nothing.
-    let Some(target) = st.resolve(&segments(path)).filter(|t| !t.status) else {
-        let e = authorize_path(st)
-            .err()
-            .unwrap_or_else(|| ApiError::no_route(path));
-        write_error(tcp, &e).await?;
-        if e.code() == 403 {
-            audit(st, user, path, 403, began);
-        }
-        return done(true, Vec::new());
-    };
+    let mut adm = filters::admit(
+        st,
+        &Incoming {
+            method: "GET",
+            path: &req.path,
+            query: Some(&req.query),
+            authorization: authorization.as_deref(),
+            headers: None,
+            conn,
+        },
+    );
+    drop(authorization);
+    let path = req.path.as_str();
+    let read = adm.read.take();
     let started = async {
-        let mut params = ReadParams::parse(Some(query), st.config.max_selector_len)?;
+        // Refused before anything else, as upstream (a path naming nothing is 404 only to whom
+        // may watch it).
+        adm.decision.clone()?;
+        // A subresource (`/status`) is not watchable: 404, as any path naming nothing.
+        let target = st
+            .resolve(&segments(path))
+            .filter(|t| !t.status)
+            .ok_or_else(|| ApiError::no_route(path))?;
+        // The query admission parsed, authorized and (its first `watch=`) found a watch.
+        let mut params = read.unwrap_or_else(|| Err(ApiError::no_route(path)))?;
         if let Some(n) = &target.name {
             params.watch_one(n);
         }
         let opts = params.watch_options(target.namespace.as_deref())?;
-        // The authorizers read the selection parsed for the cache (the Node authorizer: a
-        // kubelet's `spec.nodeName`), parsed once.
-        if let (Some(auth), Some(u)) = (st.auth.get(), user) {
-            auth.check(
-                u,
-                &RequestInfo::new("GET", path, true),
-                Some(&opts.selection),
-            )?;
-        }
+        let user = adm.user.as_deref();
         watch::start(
             st,
             &target.served.cache,
             opts,
             params.timeout,
-            gzip,
+            req.gzip,
             wire,
             None,
             user,
         )
         .await
-    };
-    // Boxed: starting a watch (which may read etcd) is a large future needed once; the task of an
-    // idle watch then only holds the streaming state.
-    let mut pump = match Box::pin(started).await {
-        Ok(pump) => pump,
+    }
+    .await;
+    match started {
+        Ok(pump) => Ok(Some(pump)),
         Err(e) => {
             write_error(tcp, &e).await?;
-            if st.auditing() && Audit::wants(&RequestInfo::default(), e.code()) {
-                audit(st, user, path, e.code(), began);
-            }
-            return done(true, Vec::new());
+            adm.audit(st, e.code(), began);
+            Ok(None)
         }
-    };
+    }
+}
+
+/// Streams a started watch's chunks until it ends or the client goes away.
+async fn stream<S: AsyncRead + AsyncWrite + Unpin>(
+    tcp: &mut S,
+    pump: &mut WatchPump,
+    gzip: bool,
+    wire: Wire,
+) -> std::io::Result<Outcome> {
+    let done = |clean, received| Ok(Outcome { clean, received });
     write_head(tcp, gzip, wire).await?;
     let mut received = Vec::new();
     let mut probe = [0u8; 256];

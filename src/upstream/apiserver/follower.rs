@@ -395,13 +395,19 @@ impl Follower {
     }
 }
 
+/// How long a progress probe's watch asks to last. kube-apiserver's cacher sends its pre-timeout
+/// bookmark 2 s before the deadline and none at all to a watch shorter than that (a 1 s probe
+/// got nothing, so reads waited their 3 s and were handed to the upstream): 3 s gets the bookmark
+/// after about one second. A watchcache upstream answers a watch this short at once.
+const PROBE_TIMEOUT_SECS: u64 = 3;
+
 /// A progress request, as far as the Kubernetes API allows one: a short watch from the cache's
 /// revision with bookmarks. The server sends a bookmark before the watch's deadline; if no event
 /// came before it, nothing of this resource changed between the cache's revision and the
 /// bookmark's, so the cache may move to it. Events, if any, are left to the main watch.
 async fn probe_progress(rest: Rest, cache: Cache) {
     let from = cache.resource_version();
-    let mut stream = match rest.watch(Some(from), false, 1).await {
+    let mut stream = match rest.watch(Some(from), false, PROBE_TIMEOUT_SECS).await {
         Ok(s) => s,
         Err(e) => {
             debug!(error = %e, "progress probe failed");

@@ -123,7 +123,7 @@ pub enum ApiServerError {
         /// What went wrong.
         message: String,
     },
-    /// Two definitions have the same plural name.
+    /// Two definitions have the same resource name (plural and group).
     #[error("resource {0} is defined twice")]
     Duplicate(String),
     /// A setting is out of range.
@@ -157,6 +157,42 @@ pub async fn client_from_kubeconfig(
     // upstream's Retry-After, and the followers have their own backoff and readiness.
     config.default_retry = false;
     kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+}
+
+/// The definitions the API server serves, and those it does not (its discovery has no such
+/// resource in that group version, or no such group version): a cache of a resource the server
+/// lacks could never become ready, and requests for it are proxied anyway (to the server's 404).
+/// A server whose discovery cannot be read (down, or forbidding it) is taken to serve them all.
+pub async fn served_by(
+    client: &kube::Client,
+    defs: Vec<ResourceDef>,
+) -> (Vec<ResourceDef>, Vec<ResourceDef>) {
+    let mut resources: BTreeMap<String, Option<Vec<String>>> = BTreeMap::new();
+    for d in &defs {
+        let gv = d.api_version();
+        if resources.contains_key(&gv) {
+            continue;
+        }
+        let list = if d.group.is_empty() {
+            client.list_core_api_resources(&d.version).await
+        } else {
+            client.list_api_group_resources(&gv).await
+        };
+        let names = match list {
+            Ok(l) => Some(l.resources.into_iter().map(|r| r.name).collect()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Some(Vec::new()),
+            Err(e) => {
+                warn!(group_version = %gv, error = %e, "upstream discovery unreadable; following its resources anyway");
+                None
+            }
+        };
+        resources.insert(gv, names);
+    }
+    defs.into_iter()
+        .partition(|d| match resources.get(&d.api_version()) {
+            Some(Some(names)) => names.contains(&d.plural),
+            _ => true,
+        })
 }
 
 /// Caches fed from an API server, one per resource, each with its own single watch.
@@ -200,7 +236,7 @@ impl ApiServerCaches {
         let mut tasks = Vec::new();
         let mut all_defs = Vec::new();
         for def in defs {
-            let name = def.plural.clone();
+            let name = def.resource_name();
             if caches.contains_key(&name) {
                 return Err(ApiServerError::Duplicate(name));
             }
@@ -240,12 +276,13 @@ impl ApiServerCaches {
         })
     }
 
-    /// The cache of a resource, by plural name.
+    /// The cache of a resource, by its name: the plural for the core group (`pods`), else
+    /// `plural.group` (`deployments.apps`), as [`ResourceDef::resource_name`] writes it.
     pub fn cache(&self, plural: &str) -> Option<&Cache> {
         self.caches.get(plural)
     }
 
-    /// Every cache, by plural name.
+    /// Every cache, by resource name.
     pub fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
         self.caches.iter().map(|(k, v)| (k.as_str(), v))
     }

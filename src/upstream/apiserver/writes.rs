@@ -73,6 +73,7 @@ fn upstream(e: RestError) -> WriteError {
     match e {
         RestError::Timeout(_) => WriteError::Timeout,
         RestError::Status { code: 504, .. } => WriteError::Timeout,
+        RestError::Status { code: 413, .. } => WriteError::TooLarge,
         other => WriteError::Upstream(other.to_string()),
     }
 }
@@ -235,5 +236,46 @@ impl Writes for ApiServerWrites {
             }
             Ok((rv_of(&body)?, body))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_map_to_the_contract() {
+        let exists = br#"{"kind":"Status","code":409,"reason":"AlreadyExists","message":"x"}"#;
+        assert_eq!(
+            refused(StatusCode::CONFLICT, exists),
+            WriteError::AlreadyExists
+        );
+        let conflict = br#"{"kind":"Status","code":409,"reason":"Conflict","message":"x"}"#;
+        assert_eq!(
+            refused(StatusCode::CONFLICT, conflict),
+            WriteError::Conflict
+        );
+        assert_eq!(refused(StatusCode::NOT_FOUND, b""), WriteError::NotFound);
+        assert_eq!(
+            refused(StatusCode::GATEWAY_TIMEOUT, b""),
+            WriteError::Timeout
+        );
+        assert_eq!(
+            refused(StatusCode::PAYLOAD_TOO_LARGE, b""),
+            WriteError::TooLarge
+        );
+    }
+
+    #[test]
+    fn the_precondition_is_set_in_the_body() {
+        let b = with_rv(br#"{"metadata":{"name":"a","resourceVersion":"1"}}"#, 9).unwrap();
+        assert_eq!(
+            &b[..],
+            br#"{"metadata":{"name":"a","resourceVersion":"9"}}"#
+        );
+        assert!(with_rv(b"[]", 9).is_err());
+        assert!(
+            matches!(rv_of(br#"{"metadata":{"resourceVersion":"x"}}"#), Err(WriteError::Upstream(m)) if m.contains("not a decimal"))
+        );
     }
 }

@@ -195,7 +195,7 @@ pub enum EtcdError {
     /// No endpoints were given.
     #[error("no etcd endpoints given")]
     NoEndpoints,
-    /// Two definitions have the same prefix or plural name.
+    /// Two definitions have the same resource name (plural and group).
     #[error("resource {0} is defined twice")]
     Duplicate(String),
     /// The TLS configuration could not be loaded.
@@ -254,7 +254,7 @@ impl EtcdCaches {
         let mut tasks = Vec::new();
         let mut transformers = Vec::new();
         for def in defs {
-            let name = def.plural.clone();
+            let name = def.resource_name();
             if caches.contains_key(&name) {
                 return Err(EtcdError::Duplicate(name));
             }
@@ -300,12 +300,13 @@ impl EtcdCaches {
         })
     }
 
-    /// The cache of a resource, by plural name.
+    /// The cache of a resource, by its name: the plural for the core group (`pods`), else
+    /// `plural.group` (`deployments.apps`), as [`ResourceDef::resource_name`] writes it.
     pub fn cache(&self, plural: &str) -> Option<&Cache> {
         self.caches.get(plural)
     }
 
-    /// Every cache, by plural name.
+    /// Every cache, by resource name.
     pub fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
         self.caches.iter().map(|(k, v)| (k.as_str(), v))
     }

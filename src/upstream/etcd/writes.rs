@@ -83,7 +83,13 @@ impl EtcdWrites {
         tokio::time::timeout(WRITE_TIMEOUT, kv.txn(t))
             .await
             .map_err(|_| WriteError::Timeout)?
-            .map_err(|e| WriteError::Upstream(format!("etcd: {e}")))
+            .map_err(|e| {
+                if is_too_large(&e) {
+                    WriteError::TooLarge
+                } else {
+                    WriteError::Upstream(format!("etcd: {e}"))
+                }
+            })
     }
 
     async fn read(&self, key: &str) -> Result<Option<Stored>, WriteError> {
@@ -111,6 +117,14 @@ impl EtcdWrites {
             Err(e) => e,
         }
     }
+}
+
+/// Whether etcd refused a request for its size: over `--max-request-bytes` (etcd's
+/// `ErrGRPCRequestTooLarge`), or over the gRPC message limit that sits 512 KiB above it.
+fn is_too_large(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s)
+        if s.message().contains("request is too large")
+            || s.message().contains("message larger than max"))
 }
 
 fn revision(resp: &etcd_client::TxnResponse) -> u64 {

@@ -1,0 +1,414 @@
+//! A real control plane through watchcache (issue 19, items 5 and 8): kube-apiserver 1.35 on etcd
+//! 3.6, and behind watchcache, unchanged, kube-controller-manager, kube-scheduler and 50 kubemark
+//! hollow nodes (the real kubelet with a fake runtime), each node with its own client certificate,
+//! authorized by watchcache's `Node,RBAC`. kubectl, through watchcache, runs Deployments on them:
+//! scale, roll out, a namespace deleted with everything in it, and watchcache killed with `kill -9`
+//! in the middle of a rollout. kube-apiserver's own metrics say what it served.
+//!
+//! Two set-ups: proxy mode (watchcache follows kube-apiserver, one watch per resource), and the
+//! recommended one in front of a real cluster (watchcache reads the cluster's etcd, writes and
+//! everything uncached go to kube-apiserver).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::etcd::{EtcdVersion, etcd_version};
+use support::kube::{
+    KubeApiserver, Proc, Target, Watchcache, condition, controller_manager, hollow_nodes,
+    scheduler, wait_items,
+};
+use support::kubectl::{Kubectl, must};
+
+/// The hollow nodes of the proxy-mode run (the issue's floor).
+const NODES: usize = 50;
+
+/// The sum of a Prometheus metric's samples whose labels contain every `label="value"` given.
+fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                && labels.iter().all(|want| l.contains(want))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn metrics(kas: &KubeApiserver) -> String {
+    let (code, body) = kas.get("/metrics").await;
+    assert_eq!(code, 200, "{body}");
+    body
+}
+
+/// Watches kube-apiserver holds open on `resource` lastingly: the fewest in five samples a
+/// second apart (watchcache's progress probes are 3-second watches of their own).
+async fn lasting_watches_on(kas: &KubeApiserver, resource: &str) -> f64 {
+    let mut fewest = f64::MAX;
+    for _ in 0..5 {
+        fewest = fewest.min(watches_on(kas, resource).await);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    fewest
+}
+
+/// Watches kube-apiserver holds open on `resource` (core group), from anyone.
+async fn watches_on(kas: &KubeApiserver, resource: &str) -> f64 {
+    let text = metrics(kas).await;
+    metric(
+        &text,
+        "apiserver_longrunning_requests",
+        &[
+            &format!("resource=\"{resource}\""),
+            "verb=\"WATCH\"",
+            "group=\"\"",
+        ],
+    )
+}
+
+/// LIST requests kube-apiserver has served, all resources.
+async fn lists_served(kas: &KubeApiserver) -> f64 {
+    metric(
+        &metrics(kas).await,
+        "apiserver_request_total",
+        &["verb=\"LIST\""],
+    )
+}
+
+fn json(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Every pod of `app` in `ns` Running and Ready, `n` of them, on known nodes, each with `image`
+/// (when given); the pods returned.
+async fn wait_pods(
+    k: &Kubectl,
+    ns: &str,
+    app: &str,
+    n: usize,
+    image: Option<&str>,
+    limit: Duration,
+    procs: &mut [&mut Proc],
+) -> Vec<Value> {
+    let selector = format!("app={app}");
+    wait_items(
+        k,
+        &["get", "pods", "-n", ns, "-l", &selector, "-o", "json"],
+        limit,
+        procs,
+        |items| {
+            items.len() == n
+                && items.iter().all(|p| {
+                    p["status"]["phase"] == "Running"
+                        && condition(p, "Ready")
+                        && p["metadata"]["deletionTimestamp"].is_null()
+                        && image.is_none_or(|i| p["spec"]["containers"][0]["image"] == i)
+                })
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_and_50_kubelets_run_through_watchcache_in_proxy_mode() {
+    let etcd = etcd_version(EtcdVersion::V36).await;
+    let kas = KubeApiserver::start(&etcd.server.url()).await;
+    // kube-apiserver watches some resources itself (its Node authorizer's graph: pods, nodes...).
+    let (own_pods, own_nodes) = (
+        watches_on(&kas, "pods").await,
+        watches_on(&kas, "nodes").await,
+    );
+    let mut wc = Watchcache::proxy(&kas.pki, &kas.admin_kubeconfig, &[]).await;
+    let target = Target {
+        url: &wc.url,
+        ca: &kas.pki.ca.cert_file,
+    };
+    let dir = kas.dir.path();
+    let mut kcm = controller_manager(&kas.pki, target, dir);
+    let mut sched = scheduler(&kas.pki, target, dir);
+    let mut nodes = hollow_nodes(&kas.pki, target, dir, "hollow", NODES);
+    let k = Kubectl::with_kubeconfig(&wc.admin_kubeconfig);
+    let limit = Duration::from_secs(300);
+    let started = Instant::now();
+    {
+        let mut procs: Vec<&mut Proc> = vec![&mut kcm, &mut sched, &mut wc.proc];
+        procs.extend(nodes.iter_mut());
+        wait_items(
+            &k,
+            &["get", "nodes", "-o", "json"],
+            limit,
+            &mut procs,
+            |items| items.len() == NODES && items.iter().all(|n| condition(n, "Ready")),
+        )
+        .await;
+    }
+    eprintln!(
+        "{NODES} hollow nodes Ready through watchcache after {:?}",
+        started.elapsed()
+    );
+
+    // kubelets watch their pods by spec.nodeName, through watchcache: kube-apiserver holds
+    // watchcache's one watch on pods, not one per kubelet.
+    let pod_watches = lasting_watches_on(&kas, "pods").await - own_pods;
+    assert_eq!(
+        pod_watches, 1.0,
+        "kube-apiserver holds {pod_watches} watches on pods (besides its own {own_pods}) for {NODES} kubelets, a scheduler and a controller manager"
+    );
+    let node_watches = lasting_watches_on(&kas, "nodes").await - own_nodes;
+    assert_eq!(node_watches, 1.0, "{node_watches} watches on nodes");
+
+    must(
+        &k.run(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=registry.k8s.io/pause:3.10",
+            "--replicas=100",
+        ])
+        .await,
+        "create deployment",
+    );
+    let mut procs: Vec<&mut Proc> = vec![&mut kcm, &mut sched];
+    procs.extend(nodes.iter_mut());
+    let pods = wait_pods(&k, "default", "web", 100, None, limit, &mut procs).await;
+    let on: std::collections::HashSet<&str> = pods
+        .iter()
+        .map(|p| p["spec"]["nodeName"].as_str().unwrap())
+        .collect();
+    assert!(on.len() > NODES / 2, "spread over {} nodes", on.len());
+
+    // Scale up and down.
+    must(
+        &k.run(&["scale", "deployment/web", "--replicas=150"]).await,
+        "scale up",
+    );
+    wait_pods(&k, "default", "web", 150, None, limit, &mut procs).await;
+    must(
+        &k.run(&["scale", "deployment/web", "--replicas=60"]).await,
+        "scale down",
+    );
+    wait_pods(&k, "default", "web", 60, None, limit, &mut procs).await;
+
+    // A rollout, and watchcache killed with -9 in its middle: every component reconnects, the
+    // rollout completes, no pod is lost or doubled, and kube-apiserver sees no relist storm.
+    let lists_before = lists_served(&kas).await;
+    must(
+        &k.run(&[
+            "set",
+            "image",
+            "deployment/web",
+            "pause=registry.k8s.io/pause:3.9",
+        ])
+        .await,
+        "roll out",
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    wc.restart(&kas.pki).await;
+    let lists_after_restart = lists_served(&kas).await;
+    let rolled = wait_pods(
+        &k,
+        "default",
+        "web",
+        60,
+        Some("registry.k8s.io/pause:3.9"),
+        limit,
+        &mut procs,
+    )
+    .await;
+    must(
+        &k.run(&["rollout", "status", "deployment/web", "--timeout=120s"])
+            .await,
+        "rollout status",
+    );
+    let mut names: Vec<&str> = rolled
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), 60, "no pod doubled");
+    let rs = json(&k.run(&["get", "rs", "-l", "app=web", "-o", "json"]).await);
+    let replicas: Vec<i64> = rs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"]["replicas"].as_i64().unwrap_or(0))
+        .collect();
+    assert_eq!(replicas.iter().sum::<i64>(), 60, "{replicas:?}");
+    // Through kube-apiserver itself: exactly the 60 pods exist, none lost, none extra.
+    let direct = Kubectl::with_kubeconfig(&kas.admin_kubeconfig);
+    let all = json(
+        &direct
+            .run(&["get", "pods", "-l", "app=web", "-o", "json"])
+            .await,
+    );
+    assert_eq!(all["items"].as_array().unwrap().len(), 60);
+    // The restart relisted each resource once at kube-apiserver (a WatchList counts as a watch,
+    // not a LIST), not once per client: 50 kubelets, the scheduler and the controller manager
+    // reconnected to watchcache.
+    let relists = lists_after_restart - lists_before;
+    assert!(
+        relists < 120.0,
+        "kube-apiserver served {relists} LISTs around watchcache's restart"
+    );
+    eprintln!("LISTs at kube-apiserver around the restart: {relists}");
+
+    // A namespace with a Deployment, deleted: its pods go (gracefully, by their kubelets), its
+    // ReplicaSet and Deployment by the garbage collector, and the namespace itself.
+    must(
+        &k.run(&["create", "namespace", "team"]).await,
+        "create namespace",
+    );
+    must(
+        &k.run(&[
+            "create",
+            "deployment",
+            "api",
+            "-n",
+            "team",
+            "--image=registry.k8s.io/pause:3.10",
+            "--replicas=10",
+        ])
+        .await,
+        "create deployment in team",
+    );
+    wait_pods(&k, "team", "api", 10, None, limit, &mut procs).await;
+    must(
+        &k.run(&["delete", "namespace", "team", "--wait=false"])
+            .await,
+        "delete namespace",
+    );
+    let start = Instant::now();
+    loop {
+        let out = k.run(&["get", "namespace", "team", "-o", "json"]).await;
+        if !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("NotFound") {
+            break;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "namespace team still there: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        for p in procs.iter_mut() {
+            p.assert_running();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let left = json(
+        &direct
+            .run(&["get", "pods,rs,deploy", "-n", "team", "-o", "json"])
+            .await,
+    );
+    assert!(left["items"].as_array().unwrap().is_empty(), "{left}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recommended_set_up_reads_the_clusters_etcd_and_forwards_writes() {
+    let etcd = etcd_version(EtcdVersion::V36).await;
+    let kas = KubeApiserver::start(&etcd.server.url()).await;
+    let own_pods = watches_on(&kas, "pods").await;
+    let kc = kas.admin_kubeconfig.display().to_string();
+    let mut wc = Watchcache::on_etcd(
+        &kas.pki,
+        &etcd.server.url(),
+        &["--apiserver-kubeconfig", &kc],
+    )
+    .await;
+    let target = Target {
+        url: &wc.url,
+        ca: &kas.pki.ca.cert_file,
+    };
+    let dir = kas.dir.path();
+    let mut kcm = controller_manager(&kas.pki, target, dir);
+    let mut sched = scheduler(&kas.pki, target, dir);
+    let mut nodes = hollow_nodes(&kas.pki, target, dir, "direct", 10);
+    let k = Kubectl::with_kubeconfig(&wc.admin_kubeconfig);
+    let limit = Duration::from_secs(300);
+    let mut procs: Vec<&mut Proc> = vec![&mut kcm, &mut sched, &mut wc.proc];
+    procs.extend(nodes.iter_mut());
+    wait_items(
+        &k,
+        &["get", "nodes", "-o", "json"],
+        limit,
+        &mut procs,
+        |items| items.len() == 10 && items.iter().all(|n| condition(n, "Ready")),
+    )
+    .await;
+    // Nothing but kube-apiserver itself watches pods there: watchcache reads etcd.
+    assert_eq!(lasting_watches_on(&kas, "pods").await, own_pods);
+
+    // A write through watchcache is kube-apiserver's: admission and defaulting apply (a
+    // Deployment gets its default strategy, a pod its default service account).
+    must(
+        &k.run(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=registry.k8s.io/pause:3.10",
+            "--replicas=20",
+        ])
+        .await,
+        "create deployment",
+    );
+    let d = json(&k.run(&["get", "deployment", "web", "-o", "json"]).await);
+    assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate", "{d}");
+    let pods = wait_pods(&k, "default", "web", 20, None, limit, &mut procs).await;
+    assert!(
+        pods.iter()
+            .all(|p| p["spec"]["serviceAccountName"] == "default")
+    );
+    // A write kube-apiserver's admission refuses is refused through watchcache, with its Status.
+    let out = k
+        .run(&[
+            "run",
+            "bad",
+            "--image=registry.k8s.io/pause:3.10",
+            "-n",
+            "no-such-namespace",
+        ])
+        .await;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("namespaces \"no-such-namespace\" not found"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    must(
+        &k.run(&["scale", "deployment/web", "--replicas=5"]).await,
+        "scale down",
+    );
+    wait_pods(&k, "default", "web", 5, None, limit, &mut procs).await;
+    must(
+        &k.run(&["create", "namespace", "team"]).await,
+        "create namespace",
+    );
+    must(
+        &k.run(&[
+            "create",
+            "deployment",
+            "api",
+            "-n",
+            "team",
+            "--image=registry.k8s.io/pause:3.10",
+            "--replicas=3",
+        ])
+        .await,
+        "create deployment in team",
+    );
+    wait_pods(&k, "team", "api", 3, None, limit, &mut procs).await;
+    must(
+        &k.run(&["delete", "namespace", "team", "--timeout=240s"])
+            .await,
+        "delete namespace",
+    );
+    let out = k.run(&["get", "namespace", "team"]).await;
+    assert!(!out.status.success(), "namespace team is gone");
+}
