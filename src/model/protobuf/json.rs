@@ -1058,7 +1058,7 @@ mod tests {
         assert_eq!(w("plain"), r#""plain""#);
         assert_eq!(w("a<b && c>d"), r#""a\u003cb \u0026\u0026 c\u003ed""#);
         assert_eq!(w("q\"\\\n\r\t"), r#""q\"\\\n\r\t""#);
-        assert_eq!(w("\u{8}\u{c}\u{1}"), r#""\u0008\u000c\u0001""#);
+        assert_eq!(w("\u{8}\u{c}\u{1}"), r#""\b\f\u0001""#);
         assert_eq!(w("é\u{2028}x\u{2029}"), "\"é\\u2028x\\u2029\"");
         assert_eq!(w("\u{7f}"), "\"\u{7f}\"");
     }
