@@ -458,7 +458,12 @@ fn table_frame_without_age(f: &[u8]) -> Option<(Value, Vec<i64>)> {
         .map(|cols| {
             cols.iter()
                 .enumerate()
-                .filter(|(_, c)| c["name"] == "Age" || c["name"] == "AGE")
+                .filter(|(_, c)| {
+                    matches!(
+                        c["name"].as_str(),
+                        Some("Age" | "AGE" | "Last Seen" | "First Seen")
+                    )
+                })
                 .map(|(i, _)| i)
                 .collect()
         })

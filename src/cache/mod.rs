@@ -309,8 +309,11 @@ impl Cache {
             && !up.progress_is_reliable()
         {
             return match self.prove_fresh(keys, Some(n)).await {
-                // A revision compacted away, or a failed read: the plain wait decides.
-                Err(Error::Upstream(_)) => self.wait_for(n).await,
+                // A revision compacted away, or a failed read: the plain wait decides. So does
+                // a revision etcd has not reached yet: a write may reach it within the wait.
+                Err(Error::Upstream(_) | Error::TooLargeResourceVersion { .. }) => {
+                    self.wait_for(n).await
+                }
                 other => other,
             };
         }

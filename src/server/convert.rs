@@ -96,7 +96,12 @@ fn column_definitions(def: &ResourceDef) -> Vec<Value> {
             "priority": 0,
         }));
     }
-    cols.extend(def.columns.iter().map(|c| c.definition()));
+    cols.extend(
+        def.columns
+            .iter()
+            .filter(|c| !c.hidden)
+            .map(|c| c.definition()),
+    );
     cols
 }
 
@@ -117,6 +122,19 @@ fn row(
     }
     cells.extend(def.columns.iter().map(|c| c.cell(obj, now)));
     let mut r = json!({ "cells": cells });
+    // printPod marks a finished pod's row Completed (kubectl hides those rows unless -a).
+    if def.group.is_empty() && def.kind == "Pod" {
+        let done = match obj.pointer("/status/phase").and_then(Value::as_str) {
+            Some("Succeeded") => Some(("Succeeded", "The pod has completed successfully.")),
+            Some("Failed") => Some(("Failed", "The pod failed.")),
+            _ => None,
+        };
+        if let Some((reason, message)) = done {
+            r["conditions"] = json!([{
+                "type": "Completed", "status": "True", "reason": reason, "message": message,
+            }]);
+        }
+    }
     match include {
         IncludeObject::None => {}
         IncludeObject::Metadata => r["object"] = partial_metadata(obj, v),
@@ -159,6 +177,13 @@ fn write_table(
         out.push(b']');
     } else {
         out.extend_from_slice(b"null");
+    }
+    // Upstream's default table convertor (resources without a printer: Name and Created At)
+    // appends rows to a nil slice, so it writes an empty Table's rows as null; the printers and
+    // CRDs' convertor start from an empty slice.
+    if rows.is_empty() && def.has_default_table() {
+        out.extend_from_slice(br#","rows":null}"#);
+        return Ok(());
     }
     out.extend_from_slice(br#","rows":["#);
     for (i, (r, obj)) in rows.iter().enumerate() {
@@ -309,18 +334,33 @@ pub(crate) fn list(
     let mut out = Vec::with_capacity(256 * (list.items.len() + 1));
     match format {
         Format::Table(v) => {
-            let rows = list
+            let mut parsed = list
                 .items
                 .iter()
-                .map(|o| {
-                    parse(o.json()).map(|obj| {
-                        (
-                            row(def, &obj, IncludeObject::None, v, now),
-                            o.json().as_ref(),
-                        )
-                    })
-                })
+                .map(|o| parse(o.json()).map(|obj| (obj, o.json().as_ref())))
                 .collect::<Result<Vec<_>, _>>()?;
+            // The FlowSchema printer lists them in matching order (`FlowSchemaSequence`:
+            // matchingPrecedence, then name); every other printer keeps the list's order.
+            if def.group == "flowcontrol.apiserver.k8s.io" && def.kind == "FlowSchema" {
+                parsed.sort_by(|(a, _), (b, _)| {
+                    let precedence = |o: &Value| {
+                        o.pointer("/spec/matchingPrecedence")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(0)
+                    };
+                    let name = |o: &Value| {
+                        o.pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned)
+                            .unwrap_or_default()
+                    };
+                    (precedence(a), name(a)).cmp(&(precedence(b), name(b)))
+                });
+            }
+            let rows: Vec<(Value, &[u8])> = parsed
+                .iter()
+                .map(|(obj, json)| (row(def, obj, IncludeObject::None, v, now), *json))
+                .collect();
             write_table(&mut out, def, v, &meta, &rows, include, true)?;
         }
         Format::Metadata(v) => {
