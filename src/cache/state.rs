@@ -113,6 +113,11 @@ pub(crate) enum Readiness {
     /// from a backup). Every watcher was ended with 410 Expired and the store emptied; the next
     /// resync loads the upstream's state silently, at whatever revision it now has, like the first.
     Diverged { since: Instant, why: String },
+    /// The upstream does not serve the resource (a custom resource whose CRD it does not have):
+    /// it answered its collection with 404. Not ready, but not waited for either (`/readyz`
+    /// leaves it out, and proxy mode forwards its requests); the follower keeps asking, and a
+    /// finished resync makes it ready as the first one does.
+    Absent { since: Instant },
 }
 
 /// Counters of one cache. Relaxed: they are statistics, and order nothing.
@@ -503,11 +508,26 @@ impl Shared {
         matches!(self.state.read().readiness, Readiness::Ready)
     }
 
+    /// The upstream says it does not serve the resource (see [`Readiness::Absent`]).
+    pub fn set_absent(&self) {
+        let mut st = self.state.write();
+        if !matches!(st.readiness, Readiness::Absent { .. }) {
+            st.readiness = Readiness::Absent {
+                since: Instant::now(),
+            };
+        }
+    }
+
+    pub fn is_absent(&self) -> bool {
+        matches!(self.state.read().readiness, Readiness::Absent { .. })
+    }
+
     /// `Ok` when the cache serves reads, else [`Error::NotReady`] with upstream's Retry-After.
     pub fn check_ready(&self) -> Result<(), Error> {
         let (since, why) = match &self.state.read().readiness {
             Readiness::Ready => return Ok(()),
             Readiness::InitialSync { since } => (*since, "initial sync has not finished".into()),
+            Readiness::Absent { since } => (*since, "the upstream does not serve it".into()),
             Readiness::Unavailable { since, why } | Readiness::Diverged { since, why } => {
                 (*since, why.clone())
             }

@@ -194,6 +194,9 @@ pub struct PrinterColumn {
     /// object leaves out (`""`, `0`, `false`, `<none>`, `<unset>`...). Without it: `<none>` for
     /// strings and `null` for numbers and booleans, as a CRD's column shows.
     pub missing: Option<Value>,
+    /// A cell upstream's printer writes past its column definitions (IPAddress's age): in every
+    /// row, never in `columnDefinitions`.
+    pub hidden: bool,
 }
 
 /// One step of a printer column's JSONPath.
@@ -224,6 +227,8 @@ pub(crate) struct RawColumn {
     computed: Option<Computed>,
     #[serde(default)]
     missing: Option<toml::Value>,
+    #[serde(default)]
+    hidden: bool,
 }
 
 fn string_type() -> String {
@@ -285,6 +290,7 @@ impl RawColumn {
             json_path,
             computed: self.computed,
             missing,
+            hidden: self.hidden,
         })
     }
 }

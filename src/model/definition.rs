@@ -299,6 +299,13 @@ const BUILTINS: &[(&str, &str)] = builtins![
 pub const MAX_INDEXES: usize = 32;
 
 impl ResourceDef {
+    /// Whether kube-apiserver converts this resource to a Table with its default convertor
+    /// (`rest.NewDefaultTableConvertor`: no printer, columns Name and Created At), whose empty
+    /// Table has `"rows":null`.
+    pub fn has_default_table(&self) -> bool {
+        matches!(&self.columns[..], [c] if c.name == "Created At" && c.type_ == "date")
+    }
+
     /// The definitions compiled into the binary: every resource kube-apiserver 1.35 stores in
     /// etcd and serves by default (57, in their preferred stable version), and the example custom
     /// resource `widgets.example.com`.
@@ -485,6 +492,7 @@ impl ResourceDef {
                 json_path: Vec::new(),
                 computed: Some(Computed::Age),
                 missing: None,
+                hidden: false,
             });
         }
         let mut merge_lists = raw.merge_lists;

@@ -154,134 +154,174 @@ pub(crate) fn bool_text(v: Option<&Value>) -> Option<String> {
 
 // ---- pods and nodes ----
 
-pub(crate) fn pod_ready(pod: &Value) -> String {
-    let total = list(pod, "spec.containers").len();
-    let ready = list(pod, "status.containerStatuses")
-        .iter()
-        .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
-        .count();
-    format!("{ready}/{total}")
+/// What upstream's `printPod` (1.35) derives from a pod's statuses in one walk: READY, STATUS
+/// and RESTARTS come out of the same loop there (a container waiting or terminated is not counted
+/// ready even when its `ready` says so), so they are computed together here.
+struct PodSummary {
+    ready: usize,
+    total: usize,
+    reason: String,
+    restarts: i64,
+    last_restart: Option<SystemTime>,
 }
 
-pub(crate) fn pod_restarts(pod: &Value, now: SystemTime) -> String {
-    let mut restarts = 0;
-    let mut last: Option<SystemTime> = None;
-    for c in list(pod, "status.containerStatuses") {
-        restarts += c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
-        if let Some(t) = get(c, "lastState.terminated.finishedAt")
+fn terminated_reason(t: &Value, prefix: &str) -> String {
+    let r = str_at(t, "reason");
+    if !r.is_empty() {
+        format!("{prefix}{r}")
+    } else if let Some(sig) = t.get("signal").and_then(Value::as_i64).filter(|s| *s != 0) {
+        format!("{prefix}Signal:{sig}")
+    } else {
+        format!(
+            "{prefix}ExitCode:{}",
+            t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
+        )
+    }
+}
+
+fn condition_true(pod: &Value, kind: &str) -> bool {
+    list(pod, "status.conditions")
+        .iter()
+        .any(|c| str_at(c, "type") == kind && str_at(c, "status") == "True")
+}
+
+fn summarize_pod(pod: &Value) -> PodSummary {
+    let finished = |c: &Value| {
+        get(c, "lastState.terminated.finishedAt")
             .and_then(Value::as_str)
             .and_then(parse_timestamp)
-        {
-            last = Some(last.map_or(t, |l| l.max(t)));
-        }
+    };
+    let later = |a: Option<SystemTime>, b: Option<SystemTime>| match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    };
+    let init_specs = list(pod, "spec.initContainers");
+    let restartable = |name: &str| {
+        init_specs
+            .iter()
+            .find(|s| str_at(s, "name") == name)
+            .is_some_and(|s| str_at(s, "restartPolicy") == "Always")
+    };
+    let total = list(pod, "spec.containers").len()
+        + init_specs
+            .iter()
+            .filter(|s| str_at(s, "restartPolicy") == "Always")
+            .count();
+    let phase = str_at(pod, "status.phase");
+    let mut reason = phase.to_owned();
+    let status_reason = str_at(pod, "status.reason");
+    if !status_reason.is_empty() {
+        reason = status_reason.to_owned();
     }
-    match last {
-        Some(t) if restarts > 0 => format!(
-            "{restarts} ({} ago)",
-            human_duration(now.duration_since(t).unwrap_or_default())
-        ),
-        _ => restarts.to_string(),
-    }
-}
-
-/// Upstream's `printPod` reason logic, for the parts that read the object alone.
-pub(crate) fn pod_status(pod: &Value) -> String {
-    let mut reason = str_at(pod, "status.phase").to_owned();
-    if let Some(r) = get(pod, "status.reason").and_then(Value::as_str) {
-        reason = r.to_owned();
-    }
-    // A pod held by scheduling gates says so (the condition its creation adds).
     if list(pod, "status.conditions")
         .iter()
         .any(|c| str_at(c, "type") == "PodScheduled" && str_at(c, "reason") == "SchedulingGated")
     {
         reason = "SchedulingGated".to_owned();
     }
-    // Init containers first: a pod whose init containers have not finished shows Init:i/n.
-    let inits = list(pod, "status.initContainerStatuses");
-    let n_init = list(pod, "spec.initContainers").len();
+    let (mut ready, mut restarts, mut last_restart) = (0, 0, None);
+    let (mut sidecar_restarts, mut sidecar_last) = (0, None);
     let mut initializing = false;
-    for (i, c) in inits.iter().enumerate() {
+    let n_init = init_specs.len();
+    for (i, c) in list(pod, "status.initContainerStatuses").iter().enumerate() {
+        let count = c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
+        restarts += count;
+        last_restart = later(last_restart, finished(c));
+        let sidecar = restartable(str_at(c, "name"));
+        if sidecar {
+            sidecar_restarts += count;
+            sidecar_last = later(sidecar_last, finished(c));
+        }
         let term = get(c, "state.terminated");
+        let waiting = str_at(c, "state.waiting.reason");
         if term.and_then(|t| t.get("exitCode")).and_then(Value::as_i64) == Some(0) {
             continue;
         }
-        // A restartable (sidecar) init container that started counts as done.
-        if c.get("started").and_then(Value::as_bool) == Some(true)
-            && list(pod, "spec.initContainers")
-                .get(i)
-                .and_then(|s| s.get("restartPolicy"))
-                .and_then(Value::as_str)
-                == Some("Always")
-        {
+        if sidecar && c.get("started").and_then(Value::as_bool) == Some(true) {
+            if c.get("ready").and_then(Value::as_bool) == Some(true) {
+                ready += 1;
+            }
             continue;
         }
-        initializing = true;
         reason = if let Some(t) = term {
-            let r = str_at(t, "reason");
-            if !r.is_empty() {
-                format!("Init:{r}")
-            } else if let Some(sig) = t.get("signal").and_then(Value::as_i64).filter(|s| *s != 0) {
-                format!("Init:Signal:{sig}")
-            } else {
-                format!(
-                    "Init:ExitCode:{}",
-                    t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
-                )
-            }
+            terminated_reason(t, "Init:")
+        } else if !waiting.is_empty() && waiting != "PodInitializing" {
+            format!("Init:{waiting}")
         } else {
-            let waiting = str_at(c, "state.waiting.reason");
-            if !waiting.is_empty() && waiting != "PodInitializing" {
-                format!("Init:{waiting}")
-            } else {
-                format!("Init:{i}/{n_init}")
-            }
+            format!("Init:{i}/{n_init}")
         };
+        initializing = true;
         break;
     }
-    if !initializing {
+    if !initializing || condition_true(pod, "Initialized") {
+        restarts = sidecar_restarts;
+        last_restart = sidecar_last;
         let mut has_running = false;
+        let mut error_reason = String::new();
         for c in list(pod, "status.containerStatuses").iter().rev() {
+            restarts += c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
+            last_restart = later(last_restart, finished(c));
             let waiting = str_at(c, "state.waiting.reason");
-            let term = get(c, "state.terminated");
             if !waiting.is_empty() {
                 reason = waiting.to_owned();
-            } else if let Some(t) = term {
-                let r = str_at(t, "reason");
-                reason = if !r.is_empty() {
-                    r.to_owned()
-                } else if let Some(sig) =
-                    t.get("signal").and_then(Value::as_i64).filter(|s| *s != 0)
-                {
-                    format!("Signal:{sig}")
-                } else {
-                    format!(
-                        "ExitCode:{}",
-                        t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
-                    )
-                };
+            } else if let Some(t) = get(c, "state.terminated") {
+                reason = terminated_reason(t, "");
+                if t.get("exitCode").and_then(Value::as_i64).unwrap_or(0) != 0 {
+                    error_reason = reason.clone();
+                }
             } else if c.get("ready").and_then(Value::as_bool) == Some(true)
                 && get(c, "state.running").is_some()
             {
                 has_running = true;
+                ready += 1;
             }
         }
-        // A Completed container with another still running: the pod is Running (or NotReady).
-        if reason == "Completed" && has_running {
-            let ready = list(pod, "status.conditions")
-                .iter()
-                .any(|c| str_at(c, "type") == "Ready" && str_at(c, "status") == "True");
-            reason = if ready { "Running" } else { "NotReady" }.into();
+        if reason == "Completed" {
+            if has_running && condition_true(pod, "Ready") {
+                reason = "Running".into();
+            } else if !error_reason.is_empty() {
+                reason = error_reason;
+            } else if has_running {
+                reason = "NotReady".into();
+            }
         }
     }
     if get(pod, "metadata.deletionTimestamp").is_some() {
-        reason = if str_at(pod, "status.reason") == "NodeLost" {
-            "Unknown".into()
-        } else {
-            "Terminating".into()
-        };
+        if status_reason == "NodeLost" {
+            reason = "Unknown".into();
+        } else if phase != "Succeeded" && phase != "Failed" {
+            reason = "Terminating".into();
+        }
     }
-    reason
+    PodSummary {
+        ready,
+        total,
+        reason,
+        restarts,
+        last_restart,
+    }
+}
+
+pub(crate) fn pod_ready(pod: &Value) -> String {
+    let s = summarize_pod(pod);
+    format!("{}/{}", s.ready, s.total)
+}
+
+pub(crate) fn pod_restarts(pod: &Value, now: SystemTime) -> String {
+    let s = summarize_pod(pod);
+    match s.last_restart {
+        Some(t) if s.restarts != 0 => format!(
+            "{} ({} ago)",
+            s.restarts,
+            human_duration(now.duration_since(t).unwrap_or_default())
+        ),
+        _ => s.restarts.to_string(),
+    }
+}
+
+/// Upstream's `printPod` STATUS.
+pub(crate) fn pod_status(pod: &Value) -> String {
+    summarize_pod(pod).reason
 }
 
 /// `printPod`'s READINESS GATES: gates whose condition (the first of that type) is true, over the
@@ -1232,6 +1272,23 @@ mod tests {
         let scheduling_gated = json!({"status": {"phase": "Pending", "conditions": [
             {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}});
         assert_eq!(pod_status(&scheduling_gated), "SchedulingGated");
+        // A container still being created is not ready, whatever its `ready` says; a started
+        // sidecar counts among the containers and, ready, as ready.
+        let creating = json!({
+            "spec": {"initContainers": [{"name": "s", "restartPolicy": "Always"}],
+                     "containers": [{"name": "a"}]},
+            "status": {"phase": "Pending",
+                "initContainerStatuses": [{"name": "s", "ready": true, "started": true,
+                    "state": {"running": {}}}],
+                "containerStatuses": [{"name": "a", "ready": true,
+                    "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+        });
+        assert_eq!(pod_ready(&creating), "1/2");
+        assert_eq!(pod_status(&creating), "ContainerCreating");
+        // A finished pod being deleted keeps its phase's reason.
+        let gone = json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"phase": "Succeeded"}});
+        assert_eq!(pod_status(&gone), "Succeeded");
         let gated = json!({"spec": {"readinessGates": [{"conditionType": "a"}, {"conditionType": "b"}]},
             "status": {"conditions": [{"type": "a", "status": "True"}, {"type": "b", "status": "False"}]}});
         assert_eq!(pod_readiness_gates(&gated), "1/2");

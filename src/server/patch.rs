@@ -793,15 +793,14 @@ mod tests {
             .map(|_| json!({"name": "a", "env": [{"name": "E1", "value": "w"}]}))
             .collect();
         let patch = json!({"spec": {"containers": again}});
-        let started = std::time::Instant::now();
+        // Refused by the step budget (tens of millions of steps, not 10^9); how long that takes
+        // is measured in design/performance.md ("hostile patches"), not timed here.
         let e = PatchKind::Strategic
             .apply(&pods(), &mut target, patch.to_string().as_bytes())
             .unwrap_err();
         assert_eq!(e.code(), 413);
         let v: Value = serde_json::from_slice(&e.status_json()).unwrap();
         assert_eq!(v["reason"], "RequestEntityTooLarge");
-        // Refused after about its budget of steps (tens of millions), not 10^9.
-        assert!(started.elapsed() < std::time::Duration::from_secs(30));
     }
 
     /// Item 1: upstream's limits on JSON patches. Copies that double the object stop at 3 MiB

@@ -43,6 +43,9 @@ enum Broken {
     SplitRevision(u64),
     /// A resumable failure.
     Failed(String),
+    /// The upstream does not serve the resource (404 on its collection): asked again after
+    /// `absent_retry`.
+    Absent(String),
     Shutdown,
 }
 
@@ -100,6 +103,7 @@ impl Follower {
                     self.follow(stream, &mut applied).await
                 }
                 Err(e) if e.is_expired() => Broken::Expired,
+                Err(e) if e.code() == Some(404) => Broken::Absent(e.to_string()),
                 Err(e) => Broken::Failed(e.to_string()),
             };
             match broken {
@@ -117,6 +121,17 @@ impl Follower {
                     outage.failed(&e);
                     if outage.pause(&mut self.shutdown).await {
                         return;
+                    }
+                }
+                Broken::Absent(e) => {
+                    if !self.cache.is_absent() {
+                        warn!(resource = %self.plural(), error = %e, retry = ?self.config.absent_retry, "the upstream does not serve this resource; not waited for (its requests go to the upstream), asked again");
+                    }
+                    self.cache.set_absent();
+                    applied = None;
+                    tokio::select! {
+                        () = tokio::time::sleep(self.config.absent_retry) => {}
+                        _ = self.shutdown.changed() => return,
                     }
                 }
             }
@@ -157,7 +172,8 @@ impl Follower {
                 // ("the required storage feature RequestWatchProgress is disabled"), every time:
                 // a refusal the server chose (any status but 410 and 429) turns it off for good.
                 Err(e) => {
-                    let refused = e.code().is_some_and(|c| c != 410 && c != 429);
+                    // 404: the resource is not served (yet); that says nothing of WatchList.
+                    let refused = e.code().is_some_and(|c| c != 410 && c != 429 && c != 404);
                     warn!(resource = %self.plural(), error = %e, for_good = refused, "WatchList failed; falling back to LIST then watch");
                     if refused {
                         *watch_list = false;
@@ -637,6 +653,83 @@ mod tests {
             1,
             "WatchList asked once, then off"
         );
+        task.abort();
+        peer.abort();
+    }
+
+    /// A resource the upstream does not serve (a CRD not installed: 404) is absent, not waited
+    /// for; once the upstream serves it (the CRD installed), the follower syncs it and it is ready.
+    #[tokio::test]
+    async fn a_resource_the_upstream_does_not_serve_is_absent_until_it_does() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let served = Arc::new(AtomicBool::new(false));
+        let serving = served.clone();
+        let peer = tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let serving = serving.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let n = s.read(&mut buf).await.unwrap();
+                    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let first = head.lines().next().unwrap_or_default().to_owned();
+                    let r = if !serving.load(Ordering::SeqCst) {
+                        let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}"#;
+                        format!(
+                            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    } else if first.contains("watch=true") {
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_owned()
+                    } else {
+                        let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"4"},"spec":{"nodeName":"n1"}}]}"#;
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    };
+                    s.write_all(r.as_bytes()).await.unwrap();
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                });
+            }
+        });
+        let cache = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let (_stop, shutdown) = watch::channel(false);
+        let f = Follower {
+            rest: Rest::new(client, cache.definition(), Duration::from_secs(2)),
+            cache: cache.clone(),
+            config: ApiServerConfig {
+                absent_retry: Duration::from_millis(100),
+                initial_list: InitialList::List,
+                ..ApiServerConfig::default()
+            },
+            progress: Arc::new(Notify::new()),
+            shutdown,
+        };
+        let task = tokio::spawn(f.run());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !cache.is_absent() {
+            assert!(Instant::now() < deadline, "a 404 makes the cache absent");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!cache.is_ready());
+        // Still absent a while later: asked again, not failed (no grace period runs out).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(cache.is_absent());
+        served.store(true, Ordering::SeqCst);
+        cache
+            .wait_ready(Duration::from_secs(5))
+            .await
+            .expect("ready once the upstream serves the resource");
+        assert!(!cache.is_absent());
+        assert_eq!(cache.resource_version(), 5);
         task.abort();
         peer.abort();
     }
