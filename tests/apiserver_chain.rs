@@ -709,6 +709,28 @@ async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_i
     assert_eq!(r.status(), StatusCode::OK);
     let cached: Value = r.json().await.unwrap();
     assert_eq!(cached["items"], l["items"]);
+    // A consistent GET of one cached object is the root's to answer, as kube-apiserver answers
+    // it from etcd (no wait for the root's next bookmark): 503 while it is down; the same GET at
+    // resourceVersion=0 is the cache's.
+    let one = l["items"][0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ns = l["items"][0]["metadata"]["namespace"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let at = format!("{leaf_url}/api/v1/namespaces/{ns}/pods/{one}");
+    let r = c.get(&at).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let r = c
+        .get(format!("{at}?resourceVersion=0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v, l["items"][0]);
 }
 
 /// RBAC objects as a JSON file in `dir` (the `--authorization-rbac-dir` format).

@@ -32,6 +32,12 @@ pub struct ServerConfig {
     /// `--request-timeout`: how long a request that is not long-running (not a watch) may take,
     /// reading its body included; past it the answer is 504 Timeout (upstream's default: 60 s).
     pub request_timeout: Duration,
+    /// With a proxy: a GET of one object without a resourceVersion (a consistent read) goes to
+    /// the proxy's upstream instead of waiting for the cache to show it fresh. For proxy mode,
+    /// where the cache proves freshness with a LIST at the upstream and then waits for the
+    /// upstream's next bookmark (seconds): one GET costs the upstream what that LIST costs, and
+    /// kube-apiserver itself answers such a GET from etcd, not from its cache.
+    pub forward_consistent_gets: bool,
 }
 
 impl Default for ServerConfig {
@@ -47,6 +53,7 @@ impl Default for ServerConfig {
             max_watches_per_user: 0,
             audit_log_path: None,
             request_timeout: Duration::from_secs(60),
+            forward_consistent_gets: false,
         }
     }
 }

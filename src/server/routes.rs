@@ -92,6 +92,9 @@ pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Respon
     if consistent && st.stalled.is_stalled(prefix) {
         return forward::forward(&st, &**p, req).await;
     }
+    if consistent && st.config.forward_consistent_gets && target.name.is_some() {
+        return forward::forward(&st, &**p, req).await;
+    }
     // Local reads are GETs: they have no body to keep. A watch is never handed up: it would hold
     // an upstream watch for its whole life (a fleet of kubelets starting would each hold one);
     // its client retries the 504 as it retries upstream's.

@@ -458,6 +458,9 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         max_watches_per_user: args.max_watches_per_user,
         audit_log_path: args.audit_log_path.clone(),
         request_timeout: args.request_timeout,
+        // Proxy mode: the upstream answers a consistent GET as cheaply as it answers the LIST
+        // that would prove the cache fresh, and without the wait for its bookmark.
+        forward_consistent_gets: matches!(caches, Caches::ApiServer(_)),
         ..ServerConfig::default()
     };
     if let Some(addr) = args.insecure_listen
