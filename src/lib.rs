@@ -63,6 +63,7 @@
 
 mod cache;
 mod error;
+pub mod histogram;
 mod model;
 #[cfg(feature = "server")]
 pub mod server;
@@ -83,7 +84,7 @@ pub use model::{
     Computed, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType, FieldLabels,
     FieldPath, FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector, Object,
     PrinterColumn, Quantity, ResourceDef, ResourceVersion, RvMatch, Selection, SelectorError,
-    columns, definition, encode_counts, names, selector,
+    columns, definition, encode_counts, managed_fields, names, selector,
 };
 #[cfg(feature = "apiserver")]
 pub use upstream::apiserver;
