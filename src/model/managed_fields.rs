@@ -28,6 +28,8 @@ use crate::model::protobuf;
 
 /// The member's key as compact JSON writes it.
 const KEY: &str = "\"managedFields\":";
+/// The same after another member.
+const COMMA_KEY: &str = ",\"managedFields\":";
 
 /// A JSON object without `metadata.managedFields`, or `None` when it has none.
 ///
@@ -61,8 +63,7 @@ pub fn json_without(json: &[u8]) -> Result<Option<Vec<u8>>, String> {
         _ if !once => None,
         Some((_, prev)) => {
             let at = offset(meta, prev.get()) + prev.get().len();
-            (meta.get(at..offset(meta, value)) == Some(&format!(",{KEY}")[..]))
-                .then_some(at..value_end)
+            (meta.get(at..offset(meta, value)) == Some(COMMA_KEY)).then_some(at..value_end)
         }
         None => {
             let after = usize::from(fields.len() > 1);
