@@ -74,6 +74,7 @@ pub use cache::{
     BoxFuture, Cache, CacheConfig, CacheStats, Change, Frame, KeyRange, ListOptions, ObjectList,
     OutOfOrder, RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream,
     WatchEvent, WatchOptions, WatchStream, list_parts, list_parts_protobuf,
+    list_parts_protobuf_with, list_parts_with,
 };
 pub use error::{Error, Result};
 

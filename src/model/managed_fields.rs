@@ -114,13 +114,20 @@ pub fn protobuf_without(envelope: &[u8]) -> Result<Option<Vec<u8>>, String> {
     protobuf::envelope_without_managed_fields(envelope)
 }
 
-/// An object's message (a list item) without `metadata.managedFields`, or `None`.
-pub(crate) fn message_without(raw: &[u8]) -> Result<Option<Vec<u8>>, String> {
+/// An object's message (a list item: the `raw` of its envelope) without
+/// `metadata.managedFields`, or `None` when it has none.
+///
+/// # Errors
+/// Bytes that are not a message.
+pub fn message_without(raw: &[u8]) -> Result<Option<Vec<u8>>, String> {
     protobuf::object_without_managed_fields(raw)
 }
 
-/// An `ObjectMeta` message without `managedFields`, or `None`.
-pub(crate) fn meta_message_without(meta: &[u8]) -> Result<Option<Vec<u8>>, String> {
+/// An `ObjectMeta` message without `managedFields` (field 17), or `None` when it has none.
+///
+/// # Errors
+/// Bytes that are not a message.
+pub fn meta_message_without(meta: &[u8]) -> Result<Option<Vec<u8>>, String> {
     protobuf::meta_without_managed_fields(meta)
 }
 
