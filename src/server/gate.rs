@@ -56,7 +56,7 @@ pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Ne
             conn: &conn,
         },
     );
-    let key = RequestKey::of(&st, &adm.info);
+    let key = st.request_key(&adm.info);
     let resp = match &adm.decision {
         Err(e) => e.clone().into_response(),
         Ok(()) => serve(&st, &mut adm, key.clone(), req, next).await,

@@ -35,7 +35,6 @@ use crate::histogram::{self, HistogramSnapshot};
 use crate::model::ResourceDef;
 use crate::server::auth::RequestInfo;
 use crate::server::negotiate::{Fields, Format};
-use crate::server::state::{AppState, segments};
 
 /// Labels naming one resource.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -92,8 +91,9 @@ impl RequestKey {
     /// The labels of a request: upstream's verb (`GET`, `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`,
     /// `DELETE`, `DELETECOLLECTION`, or the method of a non-resource request) and scope
     /// (`resource` when it names an object, `namespace`, `cluster`); group, version, resource and
-    /// subresource only when this server serves the resource.
-    pub fn of(st: &AppState, info: &RequestInfo) -> RequestKey {
+    /// subresource only when this server serves the resource (`served`: the request's path
+    /// names a resource served here).
+    pub fn of(info: &RequestInfo, served: bool) -> RequestKey {
         let verb = match info.verb.as_str() {
             "get" => "GET",
             "list" => "LIST",
@@ -107,10 +107,7 @@ impl RequestKey {
             "options" => "OPTIONS",
             _ => "OTHER",
         };
-        let served = info
-            .resource
-            .as_ref()
-            .filter(|_| st.resolve(&segments(&info.path)).is_some());
+        let served = info.resource.as_ref().filter(|_| served);
         let (group, version, resource, subresource, scope) = match served {
             Some(r) => (
                 r.group.clone(),

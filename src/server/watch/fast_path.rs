@@ -30,7 +30,6 @@ use crate::server::filters::{self, Incoming};
 use tracing::debug;
 
 use crate::server::convert::{IncludeObject, WatchConverter};
-use crate::server::metrics::RequestKey;
 use crate::server::negotiate::{Fields, Format, WatchWire};
 use crate::server::params;
 use crate::server::response::wants_gzip_value;
@@ -254,7 +253,7 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
         },
     );
     drop(authorization);
-    let key = RequestKey::of(st, &adm.info);
+    let key = st.request_key(&adm.info);
     let path = req.path.as_str();
     let read = adm.read.take();
     let started = async {
