@@ -127,3 +127,21 @@ impl WatchPump {
         *self.shutdown.borrow()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pump_is_small() {
+        // The pump lives in every idle watch's task (design/performance.md, per idle watch
+        // connection): its metrics are one shared pointer, the watch's long-running gauge and
+        // duration handles, and two instants.
+        println!(
+            "WatchPump {} B, WatchMeter {} B",
+            std::mem::size_of::<WatchPump>(),
+            std::mem::size_of::<WatchMeter>()
+        );
+        assert!(std::mem::size_of::<WatchMeter>() <= 72);
+    }
+}
