@@ -520,10 +520,15 @@ impl WatchConverter {
             Format::MetadataProtobuf => self.def.has_protobuf(),
             _ => false,
         };
-        let source = if from_protobuf {
-            ev.protobuf()?
-        } else {
-            ev.json().clone()
+        let source = match (from_protobuf, self.format) {
+            (false, _) => ev.json().clone(),
+            (true, Format::Protobuf) => ev.protobuf()?,
+            // (Never expected: a built-in's stored object its message cannot hold.) Its metadata
+            // is converted for this watcher from its JSON, as before the memo.
+            (true, _) => match ev.protobuf() {
+                Ok(b) => b,
+                Err(_) => return Ok(self.convert(ev)),
+            },
         };
         let cell = MEMO.cell(&source, (self.format, self.include, self.fields));
         let body = cell.get_or_init(|| {
