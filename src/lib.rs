@@ -63,6 +63,7 @@
 
 mod cache;
 mod error;
+pub mod histogram;
 mod model;
 #[cfg(feature = "server")]
 pub mod server;
@@ -73,6 +74,7 @@ pub use cache::{
     BoxFuture, Cache, CacheConfig, CacheStats, Change, Frame, KeyRange, ListOptions, ObjectList,
     OutOfOrder, RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream,
     WatchEvent, WatchOptions, WatchStream, list_parts, list_parts_protobuf,
+    list_parts_protobuf_with, list_parts_with,
 };
 pub use error::{Error, Result};
 
@@ -83,7 +85,7 @@ pub use model::{
     Computed, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType, FieldLabels,
     FieldPath, FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector, Object,
     PrinterColumn, Quantity, ResourceDef, ResourceVersion, RvMatch, Selection, SelectorError,
-    columns, definition, encode_counts, names, selector,
+    columns, definition, encode_counts, managed_fields, names, selector,
 };
 #[cfg(feature = "apiserver")]
 pub use upstream::apiserver;

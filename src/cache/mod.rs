@@ -49,7 +49,7 @@ pub use resync::Resync;
 pub use state::{CacheStats, Change, OutOfOrder, ResyncOutcome};
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
 pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
-pub use wire::{Frame, list_parts, list_parts_protobuf};
+pub use wire::{Frame, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with};
 
 use crate::error::{Error, Result};
 use crate::model::selector::Predicate;
@@ -368,11 +368,22 @@ impl Cache {
     /// Carries out a [`Wait`] for a read of `keys`; returns the cache revision it reached (for
     /// `Nothing`, the current one).
     async fn meet(&self, wait: Wait, keys: &KeyRange) -> Result<u64> {
-        match wait {
-            Wait::Nothing => Ok(self.resource_version()),
+        let started = tokio::time::Instant::now();
+        let r = match wait {
+            Wait::Nothing => return Ok(self.resource_version()),
             Wait::Fresh => self.fresh(keys).await,
             Wait::For(n) => self.reach(n, keys).await,
+        };
+        let m = self.shared.metrics();
+        m.read_wait.observe_duration(started.elapsed());
+        match &r {
+            Err(Error::TooLargeResourceVersion { .. }) => {
+                state::Metrics::add(&m.refused_timeout, 1);
+            }
+            Err(Error::Upstream(_)) => state::Metrics::add(&m.refused_upstream, 1),
+            _ => {}
         }
+        r
     }
 
     /// LIST with the upstream semantics of `resourceVersion`, `resourceVersionMatch`, `limit` and
@@ -384,7 +395,7 @@ impl Cache {
     /// [`Error::TooLargeResourceVersion`], [`Error::NotReady`].
     pub async fn list(&self, opts: &ListOptions) -> Result<ObjectList> {
         let selection = self.field_labels(&opts.selection)?;
-        self.shared.check_ready()?;
+        self.shared.ready_for_read()?;
         let continuing = opts.continue_token.is_some();
         let ListPlan { wait, at, after } = consistent::plan_list(
             opts.resource_version,
@@ -445,7 +456,7 @@ impl Cache {
         name: &str,
         rv: ResourceVersion,
     ) -> Result<Object> {
-        self.shared.check_ready()?;
+        self.shared.ready_for_read()?;
         let def = &self.shared.schema.def;
         let key = def.key_for(namespace, name);
         let not_found = || Error::NotFound {
@@ -485,7 +496,7 @@ impl Cache {
     /// # Errors
     /// [`Error::BadRequest`] naming the known indexes when `index` is not one.
     pub fn lookup(&self, index: &str, value: &str) -> Result<Vec<Object>> {
-        self.shared.check_ready()?;
+        self.shared.ready_for_read()?;
         let schema = &self.shared.schema;
         let Some((slot, _)) = schema.index_by_name(index) else {
             return Err(Error::bad_request(format!(
@@ -506,7 +517,7 @@ impl Cache {
     /// the stream's last item.
     pub async fn watch(&self, opts: WatchOptions) -> Result<WatchStream> {
         let selection = self.field_labels(&opts.selection)?;
-        self.shared.check_ready()?;
+        self.shared.ready_for_read()?;
         let plan = consistent::plan_watch(opts.resource_version, opts.send_initial_events);
         let end_bookmark = opts.send_initial_events == Some(true);
         let pred = Predicate::compile(&self.shared.schema, &selection);

@@ -31,6 +31,7 @@ use crate::cache::store::Store;
 use crate::cache::upstream::{KeyRange, Upstream};
 use crate::cache::watcher::Watcher;
 use crate::error::Error;
+use crate::histogram::{Histogram, HistogramSnapshot, LATENCY_NANOS, READ_WAIT_NANOS};
 use crate::model::selector::Predicate;
 use crate::model::{DecodeError, FieldPath, Object, Schema};
 use crate::sync::{AtomicU64, RwLock};
@@ -98,6 +99,20 @@ pub struct CacheStats {
     pub fresh_reads: u64,
     /// Whether the cache serves requests.
     pub ready: bool,
+    /// The sum of the cached objects' stored sizes (protobuf or JSON as stored), in bytes.
+    pub object_bytes: u64,
+    /// From an applied batch's arrival at the cache to its events in every matching watcher's
+    /// queue (the lock wait, the commit and the fan-out), in nanoseconds.
+    pub queued_latency: HistogramSnapshot,
+    /// How long reads waited for the cache to be fresh enough to serve them (consistent reads,
+    /// and reads at a revision the cache had not reached), in nanoseconds.
+    pub read_wait: HistogramSnapshot,
+    /// Reads refused: the cache was not ready (429).
+    pub refused_not_ready: u64,
+    /// Reads refused: the cache did not become fresh in time (504).
+    pub refused_timeout: u64,
+    /// Reads refused: the upstream read that proves freshness failed.
+    pub refused_upstream: u64,
 }
 
 /// Whether a cache serves reads.
@@ -121,7 +136,7 @@ pub(crate) enum Readiness {
 }
 
 /// Counters of one cache. Relaxed: they are statistics, and order nothing.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Metrics {
     events: std::sync::atomic::AtomicU64,
     delivered: std::sync::atomic::AtomicU64,
@@ -129,10 +144,33 @@ pub(crate) struct Metrics {
     expired: std::sync::atomic::AtomicU64,
     decode_errors: std::sync::atomic::AtomicU64,
     resyncs: std::sync::atomic::AtomicU64,
+    queued: Histogram,
+    pub read_wait: Histogram,
+    refused_not_ready: std::sync::atomic::AtomicU64,
+    pub refused_timeout: std::sync::atomic::AtomicU64,
+    pub refused_upstream: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            events: Default::default(),
+            delivered: Default::default(),
+            parked: Default::default(),
+            expired: Default::default(),
+            decode_errors: Default::default(),
+            resyncs: Default::default(),
+            queued: Histogram::new(LATENCY_NANOS),
+            read_wait: Histogram::new(READ_WAIT_NANOS),
+            refused_not_ready: Default::default(),
+            refused_timeout: Default::default(),
+            refused_upstream: Default::default(),
+        }
+    }
 }
 
 impl Metrics {
-    fn add(counter: &std::sync::atomic::AtomicU64, n: u64) {
+    pub fn add(counter: &std::sync::atomic::AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
@@ -321,6 +359,7 @@ impl Shared {
         rv: u64,
         changes: impl IntoIterator<Item = Change>,
     ) -> Result<(), OutOfOrder> {
+        let received = Instant::now();
         let mut st = self.state.write();
         if rv <= st.rv {
             return Err(OutOfOrder { rv, current: st.rv });
@@ -328,6 +367,7 @@ impl Shared {
         let c = st.commit(&self.schema, rv, changes);
         self.publish(&mut st, rv);
         drop(st);
+        self.metrics.queued.observe_duration(received.elapsed());
         self.count(&c);
         Ok(())
     }
@@ -543,6 +583,20 @@ impl Shared {
         })
     }
 
+    /// [`check_ready`](Shared::check_ready) for a read, counting a refusal.
+    pub fn ready_for_read(&self) -> Result<(), Error> {
+        let r = self.check_ready();
+        if r.is_err() {
+            Metrics::add(&self.metrics.refused_not_ready, 1);
+        }
+        r
+    }
+
+    /// The cache's counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     // ---- reader side ----
 
     /// The cache's revision: every change up to it has been applied and dispatched.
@@ -698,6 +752,12 @@ impl Shared {
             resyncs: Metrics::get(&m.resyncs),
             fresh_reads: self.fresh_reads.reads(),
             ready: matches!(st.readiness, Readiness::Ready),
+            object_bytes: st.store.bytes() as u64,
+            queued_latency: m.queued.snapshot(),
+            read_wait: m.read_wait.snapshot(),
+            refused_not_ready: Metrics::get(&m.refused_not_ready),
+            refused_timeout: Metrics::get(&m.refused_timeout),
+            refused_upstream: Metrics::get(&m.refused_upstream),
         }
     }
 }

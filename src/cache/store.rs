@@ -25,6 +25,8 @@ pub(crate) struct Store {
     free: Vec<u32>,
     by_key: BTreeMap<Arc<str>, u32>,
     indexes: Vec<HashMap<Box<str>, RoaringBitmap>>,
+    /// The sum of the objects' stored sizes (`Object::stored_len`), for metrics.
+    bytes: usize,
 }
 
 impl Store {
@@ -39,6 +41,11 @@ impl Store {
         self.by_key.len()
     }
 
+    /// The sum of the objects' stored sizes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     pub fn get(&self, key: &str) -> Option<&Object> {
         self.by_key.get(key).map(|&s| self.slot(s))
     }
@@ -51,9 +58,11 @@ impl Store {
 
     /// Inserts or replaces an object; returns the previous state.
     pub fn upsert(&mut self, schema: &Schema, obj: Object) -> Option<Object> {
+        self.bytes += obj.stored_len();
         if let Some(&s) = self.by_key.get(obj.key()) {
             let prev = self.slots[s as usize].replace(obj);
             let prev = prev.unwrap_or_else(|| unreachable!("slot {s} is keyed but empty"));
+            self.bytes -= prev.stored_len();
             let cur = self.slots[s as usize]
                 .as_ref()
                 .unwrap_or_else(|| unreachable!());
@@ -91,6 +100,7 @@ impl Store {
     pub fn remove(&mut self, schema: &Schema, key: &str) -> Option<Object> {
         let s = self.by_key.remove(key)?;
         let prev = self.slots[s as usize].take()?;
+        self.bytes -= prev.stored_len();
         for (i, attr) in schema.indexed.iter().enumerate() {
             if let Some(v) = prev.attr_in(schema, *attr) {
                 remove_from(&mut self.indexes[i], v, s);

@@ -86,6 +86,8 @@ pub struct WatchEvent {
     /// The history event of a DELETED delivery: its encodings at the deletion's revision, made
     /// once for every watcher.
     deleted: Option<Arc<crate::cache::history::Event>>,
+    /// When the change entered the cache's history (`None`: initial events and bookmarks).
+    received: Option<std::time::Instant>,
 }
 
 impl WatchEvent {
@@ -106,6 +108,7 @@ impl WatchEvent {
             bookmark: Bytes::new(),
             initial_events_end: false,
             deleted: (d.kind == EventType::Deleted).then(|| Arc::clone(ev)),
+            received: Some(ev.at),
         }
     }
 
@@ -117,7 +120,14 @@ impl WatchEvent {
             object: Some(o),
             initial_events_end: false,
             deleted: None,
+            received: None,
         }
+    }
+
+    /// When the change entered the cache's history, for dispatch latency: `None` for initial
+    /// events (the state, not a change) and bookmarks.
+    pub fn received_at(&self) -> Option<std::time::Instant> {
+        self.received
     }
 
     /// ADDED, MODIFIED, DELETED or BOOKMARK.
@@ -328,6 +338,7 @@ impl WatchStream {
             bookmark: wire::bookmark_object(&self.shared.schema.def, rv, end),
             initial_events_end: end,
             deleted: None,
+            received: None,
         }
     }
 

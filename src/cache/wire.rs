@@ -127,12 +127,21 @@ pub fn list_parts_protobuf(
     def: &ResourceDef,
     list: &ObjectList,
 ) -> Result<Vec<Bytes>, EncodeError> {
+    list_parts_protobuf_with(def, list, Object::protobuf_item)
+}
+
+/// [`list_parts_protobuf`] with each item's message given by `item` (a variant of the object's
+/// own, such as one without managed fields).
+///
+/// # Errors
+/// What `item` returns.
+pub fn list_parts_protobuf_with(
+    def: &ResourceDef,
+    list: &ObjectList,
+    item: impl FnMut(&Object) -> Result<Bytes, EncodeError>,
+) -> Result<Vec<Bytes>, EncodeError> {
     use crate::model::protobuf as pb;
-    let items = list
-        .items
-        .iter()
-        .map(Object::protobuf_item)
-        .collect::<Result<Vec<_>, _>>()?;
+    let items = list.items.iter().map(item).collect::<Result<Vec<_>, _>>()?;
     let rv = list.resource_version.to_string();
     let remaining = list
         .remaining_item_count
@@ -158,8 +167,24 @@ pub fn list_parts_protobuf(
 /// A `{Kind}List` as pieces to write in order: the head, each item's shared bytes with separators,
 /// and the tail.
 pub fn list_parts(def: &ResourceDef, list: &ObjectList) -> Vec<Bytes> {
+    list_parts_with(def, list, |o, parts| match o.list_item_tail() {
+        Some(tail) => {
+            parts.push(Bytes::from_static(b"{"));
+            parts.push(tail);
+        }
+        None => parts.push(o.json().clone()),
+    })
+}
+
+/// [`list_parts`] with each item's pieces pushed by `item` (a variant of the object's JSON, such
+/// as one without managed fields).
+pub fn list_parts_with(
+    def: &ResourceDef,
+    list: &ObjectList,
+    mut item: impl FnMut(&Object, &mut Vec<Bytes>),
+) -> Vec<Bytes> {
     if !def.has_protobuf() {
-        return unstructured_list_parts(def, list);
+        return unstructured_list_parts(def, list, item);
     }
     let mut head = format!(
         r#"{{"kind":"{}List","apiVersion":"{}","metadata":{{"resourceVersion":"{}""#,
@@ -180,13 +205,7 @@ pub fn list_parts(def: &ResourceDef, list: &ObjectList) -> Vec<Bytes> {
         if i > 0 {
             parts.push(Bytes::from_static(b","));
         }
-        match o.list_item_tail() {
-            Some(tail) => {
-                parts.push(Bytes::from_static(b"{"));
-                parts.push(tail);
-            }
-            None => parts.push(o.json().clone()),
-        }
+        item(o, &mut parts);
     }
     parts.push(Bytes::from_static(b"]}"));
     parts
@@ -195,7 +214,11 @@ pub fn list_parts(def: &ResourceDef, list: &ObjectList) -> Vec<Bytes> {
 /// A custom resource's list as kube-apiserver writes an `UnstructuredList`: members sorted by key
 /// (`apiVersion`, `items`, `kind`, `metadata`), the list metadata a map too, with `continue`
 /// always there (empty on the last page).
-fn unstructured_list_parts(def: &ResourceDef, list: &ObjectList) -> Vec<Bytes> {
+fn unstructured_list_parts(
+    def: &ResourceDef,
+    list: &ObjectList,
+    mut item: impl FnMut(&Object, &mut Vec<Bytes>),
+) -> Vec<Bytes> {
     let mut parts = Vec::with_capacity(list.items.len() * 2 + 2);
     parts.push(Bytes::from(format!(
         r#"{{"apiVersion":"{}","items":["#,
@@ -205,7 +228,7 @@ fn unstructured_list_parts(def: &ResourceDef, list: &ObjectList) -> Vec<Bytes> {
         if i > 0 {
             parts.push(Bytes::from_static(b","));
         }
-        parts.push(o.json().clone());
+        item(o, &mut parts);
     }
     let mut tail = format!(
         r#"],"kind":"{}List","metadata":{{"continue":"{}""#,

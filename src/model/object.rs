@@ -678,6 +678,15 @@ impl Object {
         }
     }
 
+    /// The size of the object's stored encoding (its protobuf value, or its JSON): fixed for the
+    /// object's life, so a store can keep a running total.
+    pub fn stored_len(&self) -> usize {
+        match &self.0.body {
+            Body::Json(f) => f.json.len(),
+            Body::Protobuf { value, .. } => value.len(),
+        }
+    }
+
     /// Heap bytes this object holds beyond its JSON, for memory accounting (for an object stored as
     /// protobuf: the stored value, and the JSON once made).
     pub fn overhead_bytes(&self) -> usize {

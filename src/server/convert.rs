@@ -11,8 +11,11 @@
 //! await.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::LazyLock;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::SystemTime;
+
+use prometheus_client::metrics::counter::Counter;
 
 use parking_lot::Mutex;
 
@@ -20,9 +23,10 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::cache::{Frame, ObjectList, WatchEvent};
-use crate::model::{EventType, ResourceDef};
+use crate::model::{EncodeError, EventType, ResourceDef, managed_fields};
 use crate::server::go_json;
-use crate::server::negotiate::{Format, MetaVersion};
+use crate::server::metrics::ServerMetrics;
+use crate::server::negotiate::{Fields, Format, MetaVersion};
 use crate::server::status::ApiError;
 
 /// What a Table row's `object` holds (`includeObject`); upstream's default is `Metadata`.
@@ -323,7 +327,9 @@ pub(crate) fn list(
     list: &ObjectList,
     format: Format,
     include: IncludeObject,
+    fields: Fields,
 ) -> Result<Vec<Bytes>, ApiError> {
+    let drop = fields == Fields::WithoutManaged;
     let rv = list.resource_version.to_string();
     let meta = list_meta_json(
         &rv,
@@ -377,7 +383,14 @@ pub(crate) fn list(
                     if i > 0 {
                         out.push(b',');
                     }
-                    write_partial(&mut out, v, &meta_json(def, o.json())?);
+                    let meta = meta_json(def, o.json())?;
+                    if drop {
+                        let mut item = Vec::with_capacity(meta.len() + 64);
+                        write_partial(&mut item, v, &meta);
+                        out.extend_from_slice(&json_without_managed(&Bytes::from(item)));
+                    } else {
+                        write_partial(&mut out, v, &meta);
+                    }
                 }
                 out.extend_from_slice(b"]}");
             }
@@ -388,8 +401,12 @@ pub(crate) fn list(
                 .items
                 .iter()
                 .map(|o| {
-                    meta_protobuf(def, || o.json().clone(), || o.protobuf_wire().cloned())
-                        .map(|m| partial::partial_message(&m))
+                    meta_protobuf(def, || o.json().clone(), || o.protobuf_wire().cloned()).map(
+                        |m| {
+                            let m = if drop { meta_without_managed(m) } else { m };
+                            partial::partial_message(&m)
+                        },
+                    )
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let remaining = list
@@ -427,6 +444,7 @@ pub(crate) fn object(
     json: &[u8],
     format: Format,
     include: IncludeObject,
+    fields: Fields,
 ) -> Result<Bytes, ApiError> {
     let mut out = Vec::with_capacity(json.len() + 256);
     match format {
@@ -440,7 +458,12 @@ pub(crate) fn object(
             let meta = list_meta_json(rv, None, None);
             write_table(&mut out, def, v, &meta, &[(r, json)], include, true)?;
         }
-        Format::Metadata(v) => write_partial(&mut out, v, &meta_json(def, json)?),
+        Format::Metadata(v) => {
+            write_partial(&mut out, v, &meta_json(def, json)?);
+            if fields == Fields::WithoutManaged {
+                return Ok(json_without_managed(&Bytes::from(out)));
+            }
+        }
         Format::Json
         | Format::AggregatedDiscovery
         | Format::Protobuf
@@ -458,136 +481,289 @@ pub(crate) fn object(
 pub(crate) fn object_metadata_protobuf(
     def: &ResourceDef,
     obj: &crate::model::Object,
+    fields: Fields,
 ) -> Result<Bytes, ApiError> {
     let meta = meta_protobuf(def, || obj.json().clone(), || obj.protobuf_wire().cloned())?;
+    let meta = match fields {
+        Fields::All => meta,
+        Fields::WithoutManaged => meta_without_managed(meta),
+    };
     Ok(Bytes::from(
         crate::model::protobuf::partial::partial_envelope(&meta),
     ))
 }
 
 /// Converts a watch's events for one watcher: each event's object becomes a one-row Table (column
-/// definitions on the first only, as upstream's `watchEmbeddedEncoder` sends them) or its
-/// PartialObjectMetadata. A bookmark keeps its resourceVersion and annotations.
+/// definitions on the first only, as upstream's `watchEmbeddedEncoder` sends them), its
+/// PartialObjectMetadata, or itself without managed fields (JSON or protobuf). A bookmark keeps
+/// its resourceVersion and annotations.
 pub(crate) struct WatchConverter {
     def: ResourceDef,
     format: Format,
     include: IncludeObject,
+    fields: Fields,
     columns_sent: bool,
+    /// Counts the conversions made for this watch's (resource, format, fields): a conversion
+    /// shared with other watchers is counted once, by whichever made it.
+    made: Counter<u64, AtomicU64>,
 }
 
 impl WatchConverter {
-    /// A converter for a watch answered in `format`; `None` for JSON (no conversion).
+    /// A converter for a watch answered in `format` with `fields`; `None` when the events go out
+    /// as they are (JSON or protobuf with all their fields).
     pub fn new(
         def: &ResourceDef,
         format: Format,
         include: IncludeObject,
+        fields: Fields,
+        metrics: &ServerMetrics,
     ) -> Option<WatchConverter> {
-        matches!(
-            format,
-            Format::Table(_) | Format::Metadata(_) | Format::MetadataProtobuf
-        )
-        .then(|| WatchConverter {
+        let converts = match format {
+            Format::Table(_) | Format::Metadata(_) | Format::MetadataProtobuf => true,
+            Format::Json | Format::Protobuf => fields == Fields::WithoutManaged,
+            Format::AggregatedDiscovery => false,
+        };
+        converts.then(|| WatchConverter {
             def: def.clone(),
             format,
             include,
+            fields,
             columns_sent: false,
+            made: metrics.conversions(&def.plural, format, fields),
         })
     }
 
-    /// The event's frame in this watcher's format: converted once per event and format, and
-    /// shared (except a Table's first event, which carries this watch's column definitions).
-    pub fn frame(&mut self, ev: &WatchEvent) -> Frame {
-        let shared = ev.kind() != EventType::Bookmark
-            && (self.columns_sent || !matches!(self.format, Format::Table(_)));
-        if !shared {
-            return self.convert(ev);
+    /// The event's frame in this watcher's format: converted once per event and (format,
+    /// fields), and shared (except a Table's first event, which carries this watch's column
+    /// definitions). Concurrent watchers asking for the same conversion wait for the one that
+    /// makes it.
+    ///
+    /// # Errors
+    /// A protobuf watch of an object stored as JSON that its kind's message cannot hold.
+    pub fn frame(&mut self, ev: &WatchEvent) -> Result<Frame, EncodeError> {
+        let kind = ev.kind();
+        if kind == EventType::Bookmark {
+            // A bookmark's object has no managed fields to leave out.
+            return match self.format {
+                Format::Json => Ok(ev.frame()),
+                Format::Protobuf => ev.protobuf_frame(),
+                _ => Ok(self.convert(ev)),
+            };
         }
-        // Keyed by the bytes the conversion reads: a protobuf-stored object's envelope for
-        // protobuf metadata (its JSON is never made for that), else its JSON.
-        let source = match self.format {
-            Format::MetadataProtobuf if self.def.has_protobuf() => match ev.protobuf() {
-                Ok(b) => b,
-                Err(_) => return self.convert(ev),
-            },
-            _ => ev.json().clone(),
+        if !self.columns_sent && matches!(self.format, Format::Table(_)) {
+            return Ok(self.convert(ev));
+        }
+        // Keyed by the bytes the conversion reads: the event's protobuf for protobuf answers of
+        // built-ins (a protobuf-stored object's JSON is never made for them), else its JSON.
+        let from_protobuf = match self.format {
+            Format::Protobuf => true,
+            Format::MetadataProtobuf => self.def.has_protobuf(),
+            _ => false,
         };
-        let key = (self.format, self.include);
-        if let Some(body) = MEMO.get(&source, key) {
-            return self.framed(ev, body);
-        }
-        let frame = self.convert(ev);
-        if !frame.body().is_empty() {
-            MEMO.put(&source, key, frame.body().clone());
-        }
-        frame
+        let source = match (from_protobuf, self.format) {
+            (false, _) => ev.json().clone(),
+            (true, Format::Protobuf) => ev.protobuf()?,
+            // (Never expected: a built-in's stored object its message cannot hold.) Its metadata
+            // is converted for this watcher from its JSON, as before the memo.
+            (true, _) => match ev.protobuf() {
+                Ok(b) => b,
+                Err(_) => return Ok(self.convert(ev)),
+            },
+        };
+        let cell = MEMO.cell(&source, (self.format, self.include, self.fields));
+        let body = cell.get_or_init(|| {
+            self.made.inc();
+            self.body(ev, false)
+        });
+        Ok(match body {
+            // Nothing was left out: the event's own shared frame.
+            Some(b) if same_bytes(b, &source) && self.format == Format::Protobuf => {
+                ev.protobuf_frame()?
+            }
+            Some(b) if same_bytes(b, &source) && self.format == Format::Json => ev.frame(),
+            Some(b) => self.framed(ev, b.clone()),
+            None => self.unconverted(ev)?,
+        })
     }
 
     /// A converted body as the event's frame in this watch's wire format.
     fn framed(&self, ev: &WatchEvent, body: Bytes) -> Frame {
         match self.format {
-            Format::MetadataProtobuf => Frame::protobuf(ev.kind().as_str(), body),
+            Format::MetadataProtobuf | Format::Protobuf => {
+                Frame::protobuf(ev.kind().as_str(), body)
+            }
             _ => Frame::new(ev.kind(), body),
         }
     }
 
-    fn convert(&mut self, ev: &WatchEvent) -> Frame {
-        if self.format == Format::MetadataProtobuf {
-            return match meta_protobuf(&self.def, || ev.json().clone(), || ev.protobuf()) {
-                Ok(meta) => self.framed(
-                    ev,
-                    Bytes::from(crate::model::protobuf::partial::partial_envelope(&meta)),
-                ),
-                // Never expected (stored objects are validated); the event goes out as its
-                // own protobuf rather than being lost.
-                Err(_) => ev.protobuf_frame().unwrap_or_else(|_| ev.frame()),
-            };
+    /// The event as it is, when its conversion failed (never expected: stored objects are
+    /// validated); it goes out unconverted rather than being lost.
+    fn unconverted(&self, ev: &WatchEvent) -> Result<Frame, EncodeError> {
+        match self.format {
+            Format::MetadataProtobuf => Ok(ev.protobuf_frame().unwrap_or_else(|_| ev.frame())),
+            Format::Protobuf => ev.protobuf_frame(),
+            _ => Ok(ev.frame()),
         }
-        let obj = match serde_json::from_slice::<Value>(ev.json()) {
-            Ok(v) => v,
-            // Never expected (stored objects are valid JSON); the event goes out unconverted
-            // rather than being lost.
-            Err(_) => return ev.frame(),
-        };
-        let mut out = Vec::with_capacity(ev.json().len() + 256);
-        let done = match self.format {
-            Format::Table(v) if ev.kind() == EventType::Bookmark => {
-                let meta = obj
-                    .get("metadata")
-                    .map(|m| m.to_string().into_bytes())
-                    .unwrap_or_else(|| b"{}".to_vec());
-                write_table(&mut out, &self.def, v, &meta, &[], self.include, false)
+    }
+
+    /// Converts one event for this watcher alone (a Table's first event, a bookmark).
+    fn convert(&mut self, ev: &WatchEvent) -> Frame {
+        let first = !self.columns_sent && matches!(self.format, Format::Table(_));
+        if first && ev.kind() != EventType::Bookmark {
+            self.columns_sent = true;
+        }
+        match self.body(ev, first) {
+            Some(b) => self.framed(ev, b),
+            None => self.unconverted(ev).unwrap_or_else(|_| ev.frame()),
+        }
+    }
+
+    /// The event's object in this watch's format; `None` when it cannot be converted. A Table
+    /// carries its column definitions when `first`.
+    fn body(&self, ev: &WatchEvent, first: bool) -> Option<Bytes> {
+        let drop = self.fields == Fields::WithoutManaged;
+        match self.format {
+            Format::Json => Some(json_without_managed(ev.json())),
+            Format::Protobuf => {
+                let env = ev.protobuf().ok()?;
+                match managed_fields::protobuf_without(&env) {
+                    Ok(Some(b)) => Some(Bytes::from(b)),
+                    Ok(None) => Some(env),
+                    Err(_) => None,
+                }
             }
-            Format::Table(v) => {
-                let r = row(&self.def, &obj, IncludeObject::None, v, SystemTime::now());
-                let rv = obj
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let meta = list_meta_json(rv, None, None);
-                let first = !self.columns_sent;
-                self.columns_sent = true;
-                write_table(
-                    &mut out,
-                    &self.def,
-                    v,
-                    &meta,
-                    &[(r, ev.json())],
-                    self.include,
-                    first,
-                )
+            Format::MetadataProtobuf => {
+                let meta = meta_protobuf(&self.def, || ev.json().clone(), || ev.protobuf()).ok()?;
+                let meta = if drop {
+                    meta_without_managed(meta)
+                } else {
+                    meta
+                };
+                Some(Bytes::from(
+                    crate::model::protobuf::partial::partial_envelope(&meta),
+                ))
             }
             Format::Metadata(v) => {
-                meta_json(&self.def, ev.json()).map(|m| write_partial(&mut out, v, &m))
+                let meta = meta_json(&self.def, ev.json()).ok()?;
+                let mut out = Vec::with_capacity(meta.len() + 64);
+                write_partial(&mut out, v, &meta);
+                let out = Bytes::from(out);
+                Some(if drop {
+                    json_without_managed(&out)
+                } else {
+                    out
+                })
             }
-            Format::Json
-            | Format::AggregatedDiscovery
-            | Format::Protobuf
-            | Format::MetadataProtobuf => return ev.frame(),
-        };
-        match done {
-            Ok(()) => Frame::new(ev.kind(), Bytes::from(out)),
-            Err(_) => ev.frame(),
+            Format::Table(v) => {
+                let obj = serde_json::from_slice::<Value>(ev.json()).ok()?;
+                let mut out = Vec::with_capacity(ev.json().len() + 256);
+                if ev.kind() == EventType::Bookmark {
+                    let meta = obj
+                        .get("metadata")
+                        .map(|m| m.to_string().into_bytes())
+                        .unwrap_or_else(|| b"{}".to_vec());
+                    write_table(&mut out, &self.def, v, &meta, &[], self.include, false).ok()?;
+                } else {
+                    let r = row(&self.def, &obj, IncludeObject::None, v, SystemTime::now());
+                    let rv = obj
+                        .pointer("/metadata/resourceVersion")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    let meta = list_meta_json(rv, None, None);
+                    write_table(
+                        &mut out,
+                        &self.def,
+                        v,
+                        &meta,
+                        &[(r, ev.json())],
+                        self.include,
+                        first,
+                    )
+                    .ok()?;
+                }
+                Some(Bytes::from(out))
+            }
+            Format::AggregatedDiscovery => None,
         }
+    }
+}
+
+fn same_bytes(a: &Bytes, b: &Bytes) -> bool {
+    a.as_ptr() == b.as_ptr() && a.len() == b.len()
+}
+
+/// An object's JSON without `metadata.managedFields`: the same bytes when it has none (or, never
+/// expected, when they cannot be read).
+pub(crate) fn json_without_managed(json: &Bytes) -> Bytes {
+    match managed_fields::json_without(json) {
+        Ok(Some(b)) => Bytes::from(b),
+        Ok(None) => json.clone(),
+        Err(e) => {
+            tracing::error!(error = %e, "a stored object's JSON cannot be read");
+            json.clone()
+        }
+    }
+}
+
+/// An `ObjectMeta` message without `managedFields`.
+fn meta_without_managed(meta: Vec<u8>) -> Vec<u8> {
+    match managed_fields::meta_message_without(&meta) {
+        Ok(Some(m)) => m,
+        _ => meta,
+    }
+}
+
+/// An object's envelope without `metadata.managedFields`: the object's own shared bytes when
+/// it has none.
+///
+/// # Errors
+/// As [`Object::protobuf_wire`](crate::model::Object::protobuf_wire).
+pub(crate) fn protobuf_without_managed(obj: &crate::model::Object) -> Result<Bytes, EncodeError> {
+    let env = obj.protobuf_wire()?;
+    match managed_fields::protobuf_without(env) {
+        Ok(Some(b)) => Ok(Bytes::from(b)),
+        Ok(None) => Ok(env.clone()),
+        Err(reason) => Err(EncodeError {
+            key: obj.key().to_owned(),
+            reason,
+        }),
+    }
+}
+
+/// A list item's pieces without `metadata.managedFields` (for [`list_parts_with`]): `{` and the
+/// members after `kind` and `apiVersion` for a built-in (which come before `metadata`, so the
+/// item starts at the same offset), the whole object for a custom resource.
+///
+/// [`list_parts_with`]: crate::cache::list_parts_with
+pub(crate) fn json_item_without_managed(o: &crate::model::Object, parts: &mut Vec<Bytes>) {
+    let json = json_without_managed(o.json());
+    match o.list_item_tail() {
+        Some(tail) => {
+            let at = o.json().len() - tail.len();
+            parts.push(Bytes::from_static(b"{"));
+            parts.push(json.slice(at.min(json.len())..));
+        }
+        None => parts.push(json),
+    }
+}
+
+/// A list item's message without `metadata.managedFields` (for [`list_parts_protobuf_with`]).
+///
+/// [`list_parts_protobuf_with`]: crate::cache::list_parts_protobuf_with
+///
+/// # Errors
+/// As [`Object::protobuf_item`](crate::model::Object::protobuf_item).
+pub(crate) fn protobuf_item_without_managed(
+    o: &crate::model::Object,
+) -> Result<Bytes, EncodeError> {
+    let raw = o.protobuf_item()?;
+    match managed_fields::message_without(&raw) {
+        Ok(Some(b)) => Ok(Bytes::from(b)),
+        Ok(None) => Ok(raw),
+        Err(reason) => Err(EncodeError {
+            key: o.key().to_owned(),
+            reason,
+        }),
     }
 }
 
@@ -595,18 +771,21 @@ impl WatchConverter {
 /// to find the conversion the first one made; each entry also keeps its source bytes alive.
 const MEMO_ENTRIES: usize = 1024;
 
-type MemoKey = (usize, usize, Format, IncludeObject);
+type MemoKey = (usize, usize, Format, IncludeObject, Fields);
 
-/// Converted event bodies, keyed by the identity of the event's shared JSON bytes (pointer and
-/// length) and the format. The entry holds a clone of those bytes, so the allocation cannot be
-/// freed and its address reused while the entry lives: a key never names other bytes.
+/// One conversion: made once, by the first watcher to ask; `None` when it failed.
+type MemoCell = Arc<OnceLock<Option<Bytes>>>;
+
+/// Converted event bodies, keyed by the identity of the event's shared bytes (pointer and
+/// length), the format and the fields. The entry holds a clone of those bytes, so the allocation
+/// cannot be freed and its address reused while the entry lives: a key never names other bytes.
 pub(crate) struct Memo {
     inner: Mutex<MemoInner>,
 }
 
 #[derive(Default)]
 struct MemoInner {
-    map: HashMap<MemoKey, (Bytes, Bytes)>,
+    map: HashMap<MemoKey, (Bytes, MemoCell)>,
     order: VecDeque<MemoKey>,
 }
 
@@ -615,24 +794,26 @@ static MEMO: LazyLock<Memo> = LazyLock::new(|| Memo {
 });
 
 impl Memo {
-    fn key(source: &Bytes, k: (Format, IncludeObject)) -> MemoKey {
-        (source.as_ptr() as usize, source.len(), k.0, k.1)
+    fn key(source: &Bytes, k: (Format, IncludeObject, Fields)) -> MemoKey {
+        (source.as_ptr() as usize, source.len(), k.0, k.1, k.2)
     }
 
-    fn get(&self, source: &Bytes, k: (Format, IncludeObject)) -> Option<Bytes> {
-        let key = Self::key(source, k);
-        let inner = self.inner.lock();
-        inner
-            .map
-            .get(&key)
-            .filter(|(src, _)| src.as_ptr() == source.as_ptr())
-            .map(|(_, body)| body.clone())
-    }
-
-    fn put(&self, source: &Bytes, k: (Format, IncludeObject), body: Bytes) {
+    /// The cell of this conversion, new or shared. The conversion itself is made outside the
+    /// memo's lock, in the cell.
+    fn cell(&self, source: &Bytes, k: (Format, IncludeObject, Fields)) -> MemoCell {
         let key = Self::key(source, k);
         let mut inner = self.inner.lock();
-        if inner.map.insert(key, (source.clone(), body)).is_none() {
+        if let Some((src, cell)) = inner.map.get(&key)
+            && src.as_ptr() == source.as_ptr()
+        {
+            return Arc::clone(cell);
+        }
+        let cell = MemoCell::default();
+        if inner
+            .map
+            .insert(key, (source.clone(), Arc::clone(&cell)))
+            .is_none()
+        {
             inner.order.push_back(key);
         }
         while inner.order.len() > MEMO_ENTRIES {
@@ -640,6 +821,7 @@ impl Memo {
                 inner.map.remove(&old);
             }
         }
+        cell
     }
 }
 
@@ -649,32 +831,45 @@ mod tests {
 
     #[test]
     fn the_memo_shares_one_conversion_and_forgets_the_oldest() {
-        let k = (Format::Metadata(MetaVersion::V1), IncludeObject::Metadata);
+        let k = (
+            Format::Metadata(MetaVersion::V1),
+            IncludeObject::Metadata,
+            Fields::All,
+        );
+        let get = |b: &Bytes, k| MEMO.cell(b, k).get().cloned().flatten();
+        let put = |b: &Bytes, k, body: Bytes| {
+            MEMO.cell(b, k).get_or_init(|| Some(body));
+        };
         // Heap bytes: equal static literals may share one address (and then equal content, so
         // sharing their conversion is right).
         let a = Bytes::from(r#"{"metadata":{"name":"a"}}"#.to_owned());
         let same_text = Bytes::from(r#"{"metadata":{"name":"a"}}"#.to_owned());
-        assert!(MEMO.get(&a, k).is_none());
-        MEMO.put(&a, k, Bytes::from_static(b"converted"));
-        assert_eq!(MEMO.get(&a.clone(), k).unwrap(), "converted");
-        // Other bytes (even equal ones) and other formats are other entries.
-        assert!(MEMO.get(&same_text, k).is_none());
+        assert!(get(&a, k).is_none());
+        put(&a, k, Bytes::from_static(b"converted"));
+        assert_eq!(get(&a.clone(), k).unwrap(), "converted");
+        // Other bytes (even equal ones), other formats and other fields are other entries.
+        assert!(get(&same_text, k).is_none());
         assert!(
-            MEMO.get(
+            get(
                 &a,
-                (Format::Table(MetaVersion::V1), IncludeObject::Metadata)
+                (
+                    Format::Table(MetaVersion::V1),
+                    IncludeObject::Metadata,
+                    Fields::All
+                )
             )
             .is_none()
         );
+        assert!(get(&a, (k.0, k.1, Fields::WithoutManaged)).is_none());
         let keep: Vec<Bytes> = (0..MEMO_ENTRIES + 1)
             .map(|i| {
                 let b = Bytes::from(format!("{i}"));
-                MEMO.put(&b, k, b.clone());
+                put(&b, k, b.clone());
                 b
             })
             .collect();
-        assert!(MEMO.get(&a, k).is_none(), "the oldest entry is evicted");
-        assert!(MEMO.get(&keep[MEMO_ENTRIES], k).is_some());
+        assert!(get(&a, k).is_none(), "the oldest entry is evicted");
+        assert!(get(&keep[MEMO_ENTRIES], k).is_some());
     }
 
     #[test]
@@ -709,6 +904,7 @@ mod tests {
                 pod,
                 Format::Table(MetaVersion::V1),
                 IncludeObject::Metadata,
+                Fields::All,
             )
             .unwrap(),
         )
@@ -739,6 +935,7 @@ mod tests {
                 pod,
                 Format::Metadata(MetaVersion::V1),
                 IncludeObject::Metadata,
+                Fields::All,
             )
             .unwrap(),
         )

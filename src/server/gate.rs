@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::server::conn::ConnInfo;
 use crate::server::filters::{self, Admission, Incoming};
+use crate::server::metrics::RequestKey;
 use crate::server::params::ReadParams;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
@@ -55,20 +56,31 @@ pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Ne
             conn: &conn,
         },
     );
+    let key = st.request_key(&adm.info);
     let resp = match &adm.decision {
         Err(e) => e.clone().into_response(),
-        Ok(()) => serve(&st, &mut adm, req, next).await,
+        Ok(()) => serve(&st, &mut adm, key.clone(), req, next).await,
     };
-    adm.audit(&st, resp.status().as_u16(), started);
+    let code = resp.status().as_u16();
+    adm.audit(&st, code, started);
+    st.metrics.observe_request(&key, code, started);
     resp
 }
 
 /// Serves an admitted request: a long-running one as it comes; any other with its body read
 /// and its permit taken first, the whole within `--request-timeout`.
-async fn serve(st: &AppState, adm: &mut Admission, mut req: Request, next: Next) -> Response {
+async fn serve(
+    st: &AppState,
+    adm: &mut Admission,
+    key: RequestKey,
+    mut req: Request,
+    next: Next,
+) -> Response {
     if let Some(u) = &adm.user {
         req.extensions_mut().insert(Arc::clone(u));
     }
+    // A watch's handler keeps its labels for `apiserver_longrunning_requests`.
+    req.extensions_mut().insert(key);
     if let Some(read) = adm.read.take() {
         req.extensions_mut().insert(ParsedRead(read));
     }

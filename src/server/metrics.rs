@@ -1,11 +1,29 @@
 //! `/metrics` in the Prometheus text format (prometheus-client). Gauges and counters are read from
-//! each cache's stats at scrape time; the LIST latency histogram lives in the server.
+//! each cache's stats at scrape time; what requests and watches do is recorded in the server.
+//!
+//! kube-apiserver's names and labels where it has the metric (`apiserver_request_total`,
+//! `apiserver_request_duration_seconds`, `apiserver_longrunning_requests`,
+//! `apiserver_registered_watchers`, `apiserver_watch_events_total`, `apiserver_watch_events_sizes`,
+//! `apiserver_watch_cache_read_wait_seconds`), `watchcache_` for the rest (design/semantics.md,
+//! "Metrics", lists them all).
+//!
+//! Label values are bounded: verbs and scopes are upstream's fixed sets, codes are HTTP codes,
+//! and resource labels name only what this server serves (a request for anything else is counted
+//! with empty group, version and resource), so no client can grow the series.
+//!
+//! Per event, a watch touches only atomics: its resource's counters and histograms
+//! ([`WatchMeters`], made once per resource and shared by its watches) and the atomic
+//! histograms of `crate::histogram`. Lock order: `watch_meters` is a leaf, taken at a watch's
+//! start and at scrape time, never while another lock is held.
 
-use std::sync::atomic::AtomicU64;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -13,6 +31,10 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::cache::Cache;
+use crate::histogram::{self, HistogramSnapshot};
+use crate::model::ResourceDef;
+use crate::server::auth::RequestInfo;
+use crate::server::negotiate::{Fields, Format};
 
 /// Labels naming one resource.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -37,6 +59,280 @@ pub struct ConnectionLabels {
     pub protocol: &'static str,
 }
 
+/// What a request is, as kube-apiserver labels its request metrics (`component` is always
+/// `apiserver`, `dry_run` empty: nothing here is a dry run).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RequestKey {
+    verb: &'static str,
+    dry_run: &'static str,
+    group: String,
+    version: String,
+    resource: String,
+    subresource: &'static str,
+    scope: &'static str,
+    component: &'static str,
+}
+
+/// [`RequestKey`] and the answer's HTTP code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestCode {
+    verb: &'static str,
+    dry_run: &'static str,
+    group: String,
+    version: String,
+    resource: String,
+    subresource: &'static str,
+    scope: &'static str,
+    component: &'static str,
+    code: String,
+}
+
+impl RequestKey {
+    /// The labels of a request: upstream's verb (`GET`, `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`,
+    /// `DELETE`, `DELETECOLLECTION`, or the method of a non-resource request) and scope
+    /// (`resource` when it names an object, `namespace`, `cluster`); group, version, resource and
+    /// subresource only when this server serves the resource (`served`: the request's path
+    /// names a resource served here).
+    pub fn of(info: &RequestInfo, served: bool) -> RequestKey {
+        let verb = match info.verb.as_str() {
+            "get" => "GET",
+            "list" => "LIST",
+            "watch" => "WATCH",
+            "create" | "post" => "POST",
+            "update" | "put" => "PUT",
+            "patch" => "PATCH",
+            "delete" => "DELETE",
+            "deletecollection" => "DELETECOLLECTION",
+            "head" => "HEAD",
+            "options" => "OPTIONS",
+            _ => "OTHER",
+        };
+        let served = info.resource.as_ref().filter(|_| served);
+        let (group, version, resource, subresource, scope) = match served {
+            Some(r) => (
+                r.group.clone(),
+                r.version.clone(),
+                r.resource.clone(),
+                if r.subresource == "status" {
+                    "status"
+                } else {
+                    ""
+                },
+                if !r.name.is_empty() || verb == "POST" {
+                    "resource"
+                } else if !r.namespace.is_empty() {
+                    "namespace"
+                } else {
+                    "cluster"
+                },
+            ),
+            None => (String::new(), String::new(), String::new(), "", ""),
+        };
+        RequestKey {
+            verb,
+            dry_run: "",
+            group,
+            version,
+            resource,
+            subresource,
+            scope,
+            component: "apiserver",
+        }
+    }
+
+    fn with_code(&self, code: u16) -> RequestCode {
+        RequestCode {
+            verb: self.verb,
+            dry_run: self.dry_run,
+            group: self.group.clone(),
+            version: self.version.clone(),
+            resource: self.resource.clone(),
+            subresource: self.subresource,
+            scope: self.scope,
+            component: self.component,
+            code: code.to_string(),
+        }
+    }
+}
+
+/// A watch conversion's labels: resource, format and fields.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConversionLabels {
+    resource: String,
+    format: &'static str,
+    fields: &'static str,
+}
+
+/// kube-apiserver's labels of watch event metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    group: String,
+    version: String,
+    kind: String,
+}
+
+impl KindLabels {
+    fn of(def: &ResourceDef) -> KindLabels {
+        KindLabels {
+            group: def.group.clone(),
+            version: def.version.clone(),
+            kind: def.kind.clone(),
+        }
+    }
+}
+
+/// A dispatch stage of one resource.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    resource: String,
+    stage: &'static str,
+}
+
+/// Bytes sent, by resource and verb.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SentLabels {
+    resource: String,
+    verb: &'static str,
+}
+
+/// Group and resource (`apiserver_watch_cache_read_wait_seconds`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupResource {
+    group: String,
+    resource: String,
+}
+
+/// Reads refused, by resource and reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    resource: String,
+    reason: &'static str,
+}
+
+/// An atomic histogram (`crate::histogram`) as a Prometheus histogram: its values divided by
+/// `scale` (1e9: nanoseconds as seconds; 1: bytes).
+#[derive(Debug, Clone)]
+struct Observed {
+    snapshot: HistogramSnapshot,
+    scale: f64,
+}
+
+impl EncodeMetric for Observed {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.snapshot;
+        let buckets: Vec<(f64, u64)> = s
+            .bounds
+            .iter()
+            .map(|b| *b as f64 / self.scale)
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(s.counts.iter().copied())
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(s.sum as f64 / self.scale, s.count(), &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// Histograms read at scrape time, one per label set.
+#[derive(Debug, Clone)]
+struct Snapshots<L>(Arc<parking_lot::Mutex<Vec<(L, Observed)>>>);
+
+impl<L> Snapshots<L> {
+    fn new() -> Snapshots<L> {
+        Snapshots(Arc::new(parking_lot::Mutex::new(Vec::new())))
+    }
+
+    fn push(&self, labels: L, snapshot: HistogramSnapshot, scale: f64) {
+        self.0.lock().push((labels, Observed { snapshot, scale }));
+    }
+}
+
+impl<L: EncodeLabelSet + std::fmt::Debug + Send + Sync> EncodeMetric for Snapshots<L> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, m) in self.0.lock().iter() {
+            m.encode(encoder.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// Nanoseconds per second, the scale of latency histograms.
+const NANOS: f64 = 1e9;
+
+/// What is sent of one resource: its watches' events (shared by them: atomics only, a delivery
+/// locks nothing), and its GET and LIST bytes.
+#[derive(Debug)]
+pub(crate) struct WatchMeters {
+    def: ResourceDef,
+    /// Events sent (`apiserver_watch_events_total`).
+    events: AtomicU64,
+    /// Their sizes in bytes (`apiserver_watch_events_sizes`).
+    sizes: histogram::Histogram,
+    /// From the change entering the cache's history to its frame written to the connection.
+    written: histogram::Histogram,
+    /// Bytes of frames sent.
+    bytes: AtomicU64,
+    /// Bytes of GET answers.
+    get_bytes: AtomicU64,
+    /// Bytes of LIST answers.
+    list_bytes: AtomicU64,
+}
+
+/// One watch's share of the metrics: its resource's [`WatchMeters`], its place in
+/// `apiserver_longrunning_requests` (left when dropped, when its duration is recorded), and the
+/// frame it sent last, recorded as written once the writer asks for the next one.
+pub(crate) struct WatchMeter {
+    meters: Arc<WatchMeters>,
+    longrunning: Option<(Gauge, Histogram, Instant)>,
+    pending: Option<Instant>,
+}
+
+impl WatchMeter {
+    /// Records a frame of `len` bytes going out for an event that entered the cache at
+    /// `received` (`None`: initial events and bookmarks, which have no dispatch latency).
+    pub fn sent(&mut self, len: usize, received: Option<Instant>) {
+        let m = &self.meters;
+        m.events.fetch_add(1, Ordering::Relaxed);
+        m.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        m.sizes.observe(len as u64);
+        self.written();
+        self.pending = received;
+    }
+
+    /// The frame sent last has been written (or handed to the connection's writer).
+    pub fn written(&mut self) {
+        if let Some(at) = self.pending.take() {
+            self.meters.written.observe_duration(at.elapsed());
+        }
+    }
+}
+
+impl Drop for WatchMeter {
+    fn drop(&mut self) {
+        self.written();
+        if let Some((gauge, seconds, started)) = self.longrunning.take() {
+            gauge.dec();
+            seconds.observe(started.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// kube-apiserver's buckets of `apiserver_request_duration_seconds`.
+const REQUEST_SECONDS: &[f64] = &[
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
+    10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+];
+
+fn request_histogram() -> Histogram {
+    Histogram::new(REQUEST_SECONDS.iter().copied())
+}
+
 /// Metrics the server records as requests happen.
 #[derive(Clone)]
 pub struct ServerMetrics {
@@ -46,6 +342,11 @@ pub struct ServerMetrics {
     pub connections: Family<ConnectionLabels, Counter<u64, AtomicU64>>,
     /// TLS handshakes that failed or timed out.
     pub tls_handshake_failures: Counter<u64, AtomicU64>,
+    requests: Family<RequestCode, Counter<u64, AtomicU64>>,
+    request_seconds: Family<RequestKey, Histogram, fn() -> Histogram>,
+    longrunning: Family<RequestKey, Gauge>,
+    conversions: Family<ConversionLabels, Counter<u64, AtomicU64>>,
+    watch_meters: Arc<parking_lot::RwLock<HashMap<String, Arc<WatchMeters>>>>,
 }
 
 impl Default for ServerMetrics {
@@ -56,6 +357,11 @@ impl Default for ServerMetrics {
             }),
             connections: Family::default(),
             tls_handshake_failures: Counter::default(),
+            requests: Family::default(),
+            request_seconds: Family::new_with_constructor(request_histogram),
+            longrunning: Family::default(),
+            conversions: Family::default(),
+            watch_meters: Arc::default(),
         }
     }
 }
@@ -84,6 +390,88 @@ impl ServerMetrics {
     pub(crate) fn count_handshake_failure(&self) {
         self.tls_handshake_failures.inc();
     }
+
+    /// Records one answered request (`apiserver_request_total`), and its duration unless it is
+    /// a watch, whose duration is recorded when it ends.
+    pub(crate) fn observe_request(&self, key: &RequestKey, code: u16, started: Instant) {
+        self.requests.get_or_create(&key.with_code(code)).inc();
+        if key.verb != "WATCH" || code != 200 {
+            self.request_seconds
+                .get_or_create(key)
+                .observe(started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Records the bytes of a GET (`list`: false) or LIST answer of a resource.
+    pub(crate) fn count_sent(&self, def: &ResourceDef, list: bool, bytes: usize) {
+        let m = self.meters(def);
+        let c = if list { &m.list_bytes } else { &m.get_bytes };
+        c.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The meters of a resource, made on first use.
+    fn meters(&self, def: &ResourceDef) -> Arc<WatchMeters> {
+        if let Some(m) = self.watch_meters.read().get(&def.plural) {
+            return Arc::clone(m);
+        }
+        Arc::clone(
+            self.watch_meters
+                .write()
+                .entry(def.plural.clone())
+                .or_insert_with(|| {
+                    Arc::new(WatchMeters {
+                        def: def.clone(),
+                        events: AtomicU64::new(0),
+                        sizes: histogram::Histogram::new(histogram::EVENT_SIZE_BYTES),
+                        written: histogram::Histogram::new(histogram::LATENCY_NANOS),
+                        bytes: AtomicU64::new(0),
+                        get_bytes: AtomicU64::new(0),
+                        list_bytes: AtomicU64::new(0),
+                    })
+                }),
+        )
+    }
+
+    /// The counter of watch conversions made for (resource, format, fields).
+    pub(crate) fn conversions(
+        &self,
+        resource: &str,
+        format: Format,
+        fields: Fields,
+    ) -> Counter<u64, AtomicU64> {
+        let format = match format {
+            Format::Json => "json",
+            Format::Protobuf => "protobuf",
+            Format::Table(_) => "table",
+            Format::Metadata(_) => "metadata",
+            Format::MetadataProtobuf => "metadata-protobuf",
+            Format::AggregatedDiscovery => "discovery",
+        };
+        self.conversions
+            .get_or_create(&ConversionLabels {
+                resource: resource.to_owned(),
+                format,
+                fields: fields.label(),
+            })
+            .clone()
+    }
+
+    /// A started watch's meter: its resource's shared counters, and, when it is a request with
+    /// labels (`key`), its place among the long-running requests until it is dropped.
+    pub(crate) fn watch(&self, def: &ResourceDef, key: Option<&RequestKey>) -> WatchMeter {
+        let meters = self.meters(def);
+        let longrunning = key.map(|k| {
+            let gauge = self.longrunning.get_or_create(k).clone();
+            gauge.inc();
+            let seconds = self.request_seconds.get_or_create(k).clone();
+            (gauge, seconds, Instant::now())
+        });
+        WatchMeter {
+            meters,
+            longrunning,
+            pending: None,
+        }
+    }
 }
 
 /// Renders every metric. The lag gauge compares each cache with its upstream's current revision,
@@ -98,7 +486,10 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
             .ok()
     }))
     .await;
-    let mut reg = Registry::with_prefix("watchcache");
+    let stats: Vec<_> = caches.iter().map(|c| c.stats()).collect();
+    let mut root = Registry::default();
+    register_upstream_names(&mut root, caches, &stats, server);
+    let reg = root.sub_registry_with_prefix("watchcache");
     let watchers = Family::<WatcherLabels, Gauge>::default();
     let gauge = |name: &str, help: &str, reg: &mut Registry| {
         let f = Family::<ResourceLabel, Gauge>::default();
@@ -118,48 +509,48 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
     let received = counter(
         "events_received",
         "Events applied from the upstream",
-        &mut reg,
+        &mut *reg,
     );
     let dispatched = counter(
         "events_dispatched",
         "Event deliveries queued to watchers",
-        &mut reg,
+        &mut *reg,
     );
     let parked = counter(
         "watchers_parked",
         "Times a watcher's queue was full and it was parked to catch up from history",
-        &mut reg,
+        &mut *reg,
     );
     let expired = counter(
         "watchers_expired",
         "Watchers ended with 410 Expired",
-        &mut reg,
+        &mut *reg,
     );
     let decode_errors = counter(
         "decode_errors",
         "Stored values skipped because they could not be decoded",
-        &mut reg,
+        &mut *reg,
     );
-    let resyncs = counter("resyncs", "Relists after the initial sync", &mut reg);
+    let resyncs = counter("resyncs", "Relists after the initial sync", &mut *reg);
     let fresh_reads = counter(
         "fresh_reads",
         "Upstream reads that proved consistent reads fresh (shared by the reads waiting at once)",
-        &mut reg,
+        &mut *reg,
     );
-    let rv = gauge("resource_version", "The cache's resourceVersion", &mut reg);
+    let rv = gauge("resource_version", "The cache's resourceVersion", &mut *reg);
     let lag = gauge(
         "lag_revisions",
         "The upstream's current revision minus the cache's",
-        &mut reg,
+        &mut *reg,
     );
-    let history = gauge("history_events", "Events in the history window", &mut reg);
+    let history = gauge("history_events", "Events in the history window", &mut *reg);
     let capacity = gauge(
         "history_capacity",
         "Capacity of the history window",
-        &mut reg,
+        &mut *reg,
     );
-    let objects = gauge("objects", "Objects in the cache", &mut reg);
-    let ready = gauge("ready", "1 when the cache serves reads", &mut reg);
+    let objects = gauge("objects", "Objects in the cache", &mut *reg);
+    let ready = gauge("ready", "1 when the cache serves reads", &mut *reg);
     reg.register(
         "list_duration_seconds",
         "LIST latency",
@@ -175,8 +566,57 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
         "TLS handshakes that failed or timed out",
         server.tls_handshake_failures.clone(),
     );
-    for (cache, upstream_rev) in caches.iter().zip(upstream_revs) {
-        let s = cache.stats();
+    let object_bytes = gauge(
+        "object_bytes",
+        "Bytes of the cached objects as stored (their protobuf or JSON values)",
+        &mut *reg,
+    );
+    let refusals = Family::<RefusalLabels, Counter<u64, AtomicU64>>::default();
+    reg.register(
+        "read_refusals",
+        "Reads refused: the cache not ready (not_ready, 429), not fresh in time (timeout, 504), \
+         or the upstream read proving freshness failed (upstream)",
+        refusals.clone(),
+    );
+    let dispatch = Snapshots::<StageLabels>::new();
+    reg.register(
+        "dispatch_latency_seconds",
+        "Time from a change entering the cache to: its events in every matching watcher's \
+         queue (stage queued, once per applied revision), its frame written to a watcher's \
+         connection (stage written, once per delivery)",
+        dispatch.clone(),
+    );
+    reg.register(
+        "watch_conversions",
+        "Watch event bodies made in a variant (format, fields): each event once per variant, \
+         however many watchers share it",
+        server.conversions.clone(),
+    );
+    let sent = Family::<SentLabels, Counter<u64, AtomicU64>>::default();
+    reg.register(
+        "sent_bytes",
+        "Bytes of GET and LIST bodies and WATCH frames sent, by resource and verb (before gzip)",
+        sent.clone(),
+    );
+    for m in server.watch_meters.read().values() {
+        let l = StageLabels {
+            resource: m.def.plural.clone(),
+            stage: "written",
+        };
+        dispatch.push(l, m.written.snapshot(), NANOS);
+        for (verb, n) in [
+            ("GET", &m.get_bytes),
+            ("LIST", &m.list_bytes),
+            ("WATCH", &m.bytes),
+        ] {
+            sent.get_or_create(&SentLabels {
+                resource: m.def.plural.clone(),
+                verb,
+            })
+            .inc_by(n.load(Ordering::Relaxed));
+        }
+    }
+    for ((cache, upstream_rev), s) in caches.iter().zip(upstream_revs).zip(&stats) {
         let l = ResourceLabel {
             resource: cache.definition().plural.clone(),
         };
@@ -206,10 +646,105 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
         capacity.get_or_create(&l).set(s.history_capacity as i64);
         objects.get_or_create(&l).set(s.objects as i64);
         ready.get_or_create(&l).set(i64::from(s.ready));
+        object_bytes
+            .get_or_create(&l)
+            .set(i64::try_from(s.object_bytes).unwrap_or(i64::MAX));
+        dispatch.push(
+            StageLabels {
+                resource: l.resource.clone(),
+                stage: "queued",
+            },
+            s.queued_latency.clone(),
+            NANOS,
+        );
+        for (reason, n) in [
+            ("not_ready", s.refused_not_ready),
+            ("timeout", s.refused_timeout),
+            ("upstream", s.refused_upstream),
+        ] {
+            refusals
+                .get_or_create(&RefusalLabels {
+                    resource: l.resource.clone(),
+                    reason,
+                })
+                .inc_by(n);
+        }
     }
     let mut out = String::new();
-    if let Err(e) = encode(&mut out, &reg) {
+    if let Err(e) = encode(&mut out, &root) {
         tracing::warn!(error = %e, "encoding metrics");
     }
     out
+}
+
+/// The metrics kube-apiserver has, under its names and labels.
+fn register_upstream_names(
+    reg: &mut Registry,
+    caches: &[&Cache],
+    stats: &[crate::cache::CacheStats],
+    server: &ServerMetrics,
+) {
+    reg.register(
+        "apiserver_request",
+        "Counter of apiserver requests broken out for each verb, dry run value, group, version, \
+         resource, scope, component, and HTTP response code",
+        server.requests.clone(),
+    );
+    reg.register(
+        "apiserver_request_duration_seconds",
+        "Response latency distribution in seconds for each verb, dry run value, group, version, \
+         resource, subresource, scope and component (a WATCH when it ends)",
+        server.request_seconds.clone(),
+    );
+    reg.register(
+        "apiserver_longrunning_requests",
+        "Gauge of all active long-running apiserver requests broken out by verb, group, version, \
+         resource, scope and component",
+        server.longrunning.clone(),
+    );
+    let registered = Family::<KindLabels, Gauge>::default();
+    reg.register(
+        "apiserver_registered_watchers",
+        "Number of currently registered watchers for a given resources",
+        registered.clone(),
+    );
+    let read_wait = Snapshots::<GroupResource>::new();
+    reg.register(
+        "apiserver_watch_cache_read_wait_seconds",
+        "Histogram of time spent waiting for a watch cache to become fresh",
+        read_wait.clone(),
+    );
+    for (cache, s) in caches.iter().zip(stats) {
+        let def = cache.definition();
+        registered
+            .get_or_create(&KindLabels::of(def))
+            .set(i64::try_from(s.routed_watchers + s.unrouted_watchers).unwrap_or(i64::MAX));
+        read_wait.push(
+            GroupResource {
+                group: def.group.clone(),
+                resource: def.plural.clone(),
+            },
+            s.read_wait.clone(),
+            NANOS,
+        );
+    }
+    let events = Family::<KindLabels, Counter<u64, AtomicU64>>::default();
+    reg.register(
+        "apiserver_watch_events",
+        "Number of events sent in watch clients",
+        events.clone(),
+    );
+    let sizes = Snapshots::<KindLabels>::new();
+    reg.register(
+        "apiserver_watch_events_sizes",
+        "Watch event size distribution in bytes",
+        sizes.clone(),
+    );
+    for m in server.watch_meters.read().values() {
+        let l = KindLabels::of(&m.def);
+        events
+            .get_or_create(&l)
+            .inc_by(m.events.load(Ordering::Relaxed));
+        sizes.push(l, m.sizes.snapshot(), 1.0);
+    }
 }

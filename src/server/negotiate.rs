@@ -9,6 +9,10 @@
 //!
 //! New wire formats (protobuf) are one more [`Format`] variant and one more arm in
 //! [`Format::from_range`].
+//!
+//! A range's `drop=` parameter (KEP-5958) names fields to leave out, joined by `+`: the chosen
+//! range's `metadata.managedFields` makes the answer [`Fields::WithoutManaged`]. Other targets
+//! are ignored, as upstream ignores them (forward compatible: never 406).
 
 use axum::http::{HeaderMap, header};
 
@@ -35,6 +39,31 @@ pub(crate) enum Format {
     /// metadata client asks for first, for every resource (custom ones too, as upstream).
     MetadataProtobuf,
 }
+
+/// Which of an object's fields an answer carries: all, or all but `metadata.managedFields`
+/// (`drop=metadata.managedFields`, KEP-5958). JSON and protobuf objects, lists and watch events,
+/// and PartialObjectMetadata, honour it; a Table's rows are left as they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub(crate) enum Fields {
+    /// The object as stored.
+    #[default]
+    All,
+    /// Without `metadata.managedFields`.
+    WithoutManaged,
+}
+
+impl Fields {
+    /// The label of this variant in metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Fields::All => "all",
+            Fields::WithoutManaged => "without-managed-fields",
+        }
+    }
+}
+
+/// The `drop=` target that leaves managed fields out.
+const DROP_MANAGED_FIELDS: &str = "metadata.managedFields";
 
 /// The protobuf media type.
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -96,6 +125,9 @@ impl Wire {
     }
 }
 
+/// A watch's frames: their format and the fields their objects keep.
+pub(crate) type WatchWire = (Wire, Fields);
+
 /// What is being answered: the targets an `as=` parameter may name depend on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Answer {
@@ -120,6 +152,8 @@ struct Range<'a> {
     as_: Option<&'a str>,
     g: Option<&'a str>,
     v: Option<&'a str>,
+    /// `drop=` names `metadata.managedFields`.
+    drop_managed: bool,
 }
 
 fn parse_range(text: &str) -> Option<Range<'_>> {
@@ -134,6 +168,7 @@ fn parse_range(text: &str) -> Option<Range<'_>> {
         as_: None,
         g: None,
         v: None,
+        drop_managed: false,
     };
     for p in parts {
         let Some((k, v)) = p.split_once('=') else {
@@ -145,6 +180,7 @@ fn parse_range(text: &str) -> Option<Range<'_>> {
             "as" => r.as_ = Some(v),
             "g" => r.g = Some(v),
             "v" => r.v = Some(v),
+            "drop" => r.drop_managed = v.split('+').any(|t| t == DROP_MANAGED_FIELDS),
             _ => {}
         }
     }
@@ -236,13 +272,30 @@ impl Format {
     /// The frames of a watch with this Accept header, when the fast path can serve it: for a
     /// built-in resource, and for a custom one (`None`: hyper negotiates, converts or answers
     /// 406). `None` overall: hyper serves the watch whatever the resource.
-    pub fn watch_wire(accept: &str) -> Option<(Wire, Option<Wire>)> {
-        let wire = |protobuf| match Self::negotiate_text_for(accept, Answer::Object, protobuf) {
-            Ok(Format::Json) => Some(Wire::Json),
-            Ok(Format::Protobuf) => Some(Wire::Protobuf),
+    pub fn watch_wire(accept: &str) -> Option<(WatchWire, Option<WatchWire>)> {
+        let wire = |protobuf| match Self::negotiate_fields_text(accept, Answer::Object, protobuf) {
+            Ok((Format::Json, f)) => Some((Wire::Json, f)),
+            Ok((Format::Protobuf, f)) => Some((Wire::Protobuf, f)),
             _ => None,
         };
         Some((wire(true)?, wire(false)))
+    }
+
+    /// [`negotiate_for`](Format::negotiate_for), with the fields the chosen range keeps.
+    ///
+    /// # Errors
+    /// 406 NotAcceptable when no media range of the header can be served for this answer.
+    pub fn negotiate_fields(
+        headers: &HeaderMap,
+        answer: Answer,
+        protobuf: bool,
+    ) -> Result<(Format, Fields), ApiError> {
+        let values: Vec<&str> = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        Self::negotiate_fields_text(&values.join(","), answer, protobuf)
     }
 
     #[cfg(test)]
@@ -255,16 +308,38 @@ impl Format {
         answer: Answer,
         protobuf: bool,
     ) -> Result<Format, ApiError> {
+        Self::negotiate_fields_text(accept, answer, protobuf).map(|(f, _)| f)
+    }
+
+    fn negotiate_fields_text(
+        accept: &str,
+        answer: Answer,
+        protobuf: bool,
+    ) -> Result<(Format, Fields), ApiError> {
         let mut ranges: Vec<Range<'_>> = accept.split(',').filter_map(parse_range).collect();
         if ranges.is_empty() {
-            return Ok(Format::Json);
+            return Ok((Format::Json, Fields::All));
         }
         // Stable: equal q keeps the client's order.
         ranges.sort_by(|a, b| b.q.total_cmp(&a.q));
         ranges
             .iter()
             .filter(|r| r.q > 0.0)
-            .find_map(|r| Self::from_range(r, answer, protobuf))
+            .find_map(|r| {
+                let format = Self::from_range(r, answer, protobuf)?;
+                let fields = match format {
+                    Format::Json
+                    | Format::Protobuf
+                    | Format::Metadata(_)
+                    | Format::MetadataProtobuf
+                        if r.drop_managed =>
+                    {
+                        Fields::WithoutManaged
+                    }
+                    _ => Fields::All,
+                };
+                Some((format, fields))
+            })
             .ok_or_else(|| not_acceptable(accept, protobuf))
     }
 
@@ -462,18 +537,90 @@ mod tests {
 
     #[test]
     fn the_fast_path_knows_which_watches_it_serves() {
-        assert_eq!(Format::watch_wire(""), Some((Wire::Json, Some(Wire::Json))));
+        let all = |w| (w, Fields::All);
+        assert_eq!(
+            Format::watch_wire(""),
+            Some((all(Wire::Json), Some(all(Wire::Json))))
+        );
         assert_eq!(
             Format::watch_wire("application/vnd.kubernetes.protobuf, */*"),
-            Some((Wire::Protobuf, Some(Wire::Json)))
+            Some((all(Wire::Protobuf), Some(all(Wire::Json))))
         );
         assert_eq!(
             Format::watch_wire("application/vnd.kubernetes.protobuf"),
-            Some((Wire::Protobuf, None))
+            Some((all(Wire::Protobuf), None))
         );
         assert_eq!(
             Format::watch_wire("application/json;as=Table;v=v1;g=meta.k8s.io"),
             None
         );
+        // Each resource's range brings its own `drop=`.
+        assert_eq!(
+            Format::watch_wire(
+                "application/vnd.kubernetes.protobuf;drop=metadata.managedFields, application/json"
+            ),
+            Some((
+                (Wire::Protobuf, Fields::WithoutManaged),
+                Some(all(Wire::Json))
+            ))
+        );
+    }
+
+    fn fields(accept: &str, answer: Answer) -> Result<(Format, Fields), u16> {
+        Format::negotiate_fields_text(accept, answer, true).map_err(|e| e.code())
+    }
+
+    #[test]
+    fn drop_managed_fields_is_a_parameter_of_the_chosen_range() {
+        let drop = Fields::WithoutManaged;
+        for (accept, want) in [
+            (
+                "application/json;drop=metadata.managedFields",
+                (Format::Json, drop),
+            ),
+            (
+                "application/json; drop=metadata.managedFields",
+                (Format::Json, drop),
+            ),
+            (
+                "application/vnd.kubernetes.protobuf;drop=metadata.managedFields",
+                (Format::Protobuf, drop),
+            ),
+            (
+                "application/vnd.kubernetes.protobuf;stream=watch;drop=metadata.managedFields",
+                (Format::Protobuf, drop),
+            ),
+            // `+` joins targets; unknown ones are ignored, alone or beside it (never 406).
+            (
+                "application/json;drop=spec.someFutureField+metadata.managedFields",
+                (Format::Json, drop),
+            ),
+            (
+                "application/json;drop=spec.someFutureField",
+                (Format::Json, Fields::All),
+            ),
+            ("application/json;drop=", (Format::Json, Fields::All)),
+            ("*/*;drop=metadata.managedFields", (Format::Json, drop)),
+            // Only the chosen range's parameter counts.
+            (
+                "application/vnd.kubernetes.protobuf,application/json;drop=metadata.managedFields",
+                (Format::Protobuf, Fields::All),
+            ),
+            (
+                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1;drop=metadata.managedFields",
+                (Format::Metadata(MetaVersion::V1), drop),
+            ),
+            (
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1;drop=metadata.managedFields",
+                (Format::MetadataProtobuf, drop),
+            ),
+            // A Table's rows are left as they are.
+            (
+                "application/json;as=Table;g=meta.k8s.io;v=v1;drop=metadata.managedFields",
+                (Format::Table(MetaVersion::V1), Fields::All),
+            ),
+        ] {
+            assert_eq!(fields(accept, Answer::Object), Ok(want), "{accept}");
+        }
     }
 }

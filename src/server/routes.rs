@@ -10,7 +10,9 @@ use axum::response::{IntoResponse, Response};
 
 use bytes::Bytes;
 
-use crate::cache::{Cache, ObjectList, list_parts, list_parts_protobuf};
+use crate::cache::{
+    Cache, ObjectList, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with,
+};
 use crate::model::ResourceDef;
 use crate::server::admission;
 use crate::server::auth::{RequestInfo, User};
@@ -19,8 +21,8 @@ use crate::server::convert::{self, IncludeObject, WatchConverter};
 use crate::server::discovery::{self, Entry};
 use crate::server::forward;
 use crate::server::gate::ParsedRead;
-use crate::server::metrics;
-use crate::server::negotiate::{Answer, Format};
+use crate::server::metrics::{self, RequestKey};
+use crate::server::negotiate::{Answer, Fields, Format};
 use crate::server::openapi;
 use crate::server::params::{ReadParams, WriteParams};
 use crate::server::patch::PatchKind;
@@ -217,6 +219,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
             None => ReadParams::parse(query, st.config.max_selector_len)?,
         };
         let user = parts.extensions.get::<Arc<User>>().map(|u| &**u);
+        let key = parts.extensions.get::<RequestKey>();
         return read(
             st,
             cache,
@@ -226,14 +229,15 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
             (query, params),
             gzip,
             target.status,
-            user,
+            (user, key),
         )
         .await;
     }
     // Writes answer in JSON, or protobuf for a built-in kind whose client prefers it; a client
     // that accepts neither gets 406 before anything is written.
     let def = cache.definition();
-    let answer_format = Format::negotiate_for(&parts.headers, Answer::Written, def.has_protobuf())?;
+    let answer_format =
+        Format::negotiate_fields(&parts.headers, Answer::Written, def.has_protobuf())?;
     let status = target.status;
     let writes = match (&method, name, &served.writes, status) {
         (&Method::POST, None, Some(w), false)
@@ -329,23 +333,25 @@ fn reply_response(
     def: &ResourceDef,
     reply: writes::Reply,
     code: StatusCode,
-    format: Format,
+    (format, fields): (Format, Fields),
 ) -> Result<Response, ApiError> {
     let protobuf = format == Format::Protobuf;
     let mut parts = match reply {
-        writes::Reply::Object(o) if protobuf => {
-            vec![o.protobuf_wire().cloned().map_err(encode_error)?]
-        }
-        writes::Reply::Object(o) => vec![o.json().clone()],
+        writes::Reply::Object(o) => vec![object_body(
+            def,
+            &o,
+            format,
+            IncludeObject::default(),
+            fields,
+        )?],
         writes::Reply::Status(json) if protobuf => {
             let v: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
             vec![Bytes::from(crate::model::protobuf::status(&v))]
         }
         writes::Reply::Status(json) => vec![json],
-        writes::Reply::List(list) if protobuf => {
-            list_parts_protobuf(def, &list).map_err(encode_error)?
+        writes::Reply::List(list) => {
+            list_body(def, &list, format, IncludeObject::default(), fields)?
         }
-        writes::Reply::List(list) => list_parts(def, &list),
     };
     end_line(&mut parts, format);
     let mut r = body_of(parts, false, code);
@@ -368,7 +374,7 @@ async fn read(
     (query, mut params): (Option<&str>, ReadParams),
     gzip: bool,
     status: bool,
-    user: Option<&User>,
+    (user, key): (Option<&User>, Option<&RequestKey>),
 ) -> Result<Response, ApiError> {
     if status && params.watch {
         return Err(ApiError::method_not_allowed(
@@ -382,17 +388,28 @@ async fn read(
         Answer::List
     };
     let def = cache.definition();
-    let format = Format::negotiate_for(headers, answer, def.has_protobuf())?;
+    let (format, fields) = Format::negotiate_fields(headers, answer, def.has_protobuf())?;
     let include = IncludeObject::from_query(query)?;
     let typed = |r: Response| retype(r, format, answer);
     if params.watch {
         if let Some(n) = name {
             params.watch_one(n);
         }
-        let convert = WatchConverter::new(def, format, include);
+        let convert = WatchConverter::new(def, format, include, fields, &st.metrics);
         let opts = params.watch_options(ns)?;
         let wire = watch_wire(format);
-        let pump = watch::start(st, cache, opts, params.timeout, gzip, wire, convert, user).await?;
+        let pump = watch::start(
+            st,
+            cache,
+            opts,
+            params.timeout,
+            gzip,
+            wire,
+            convert,
+            user,
+            key,
+        )
+        .await?;
         let resp = json_response(StatusCode::OK, Body::from_stream(watch::body::body(pump)));
         let mut resp = typed(if gzip { gzip_encoded(resp) } else { resp });
         if wire == Wire::Protobuf {
@@ -405,15 +422,19 @@ async fn read(
     }
     if let Some(n) = name {
         let obj = cache.get(ns, n, params.resource_version).await?;
-        let mut parts = vec![object_body(def, &obj, format, include)?];
+        let mut parts = vec![object_body(def, &obj, format, include, fields)?];
         end_line(&mut parts, format);
+        st.metrics
+            .count_sent(def, false, parts.iter().map(Bytes::len).sum());
         return Ok(typed(body_of(parts, gzip, StatusCode::OK)));
     }
     let started = Instant::now();
     let list = cache.list(&params.list_options(ns)?).await?;
     st.metrics.observe_list(&def.plural, started.elapsed());
-    let mut parts = list_body(def, &list, format, include)?;
+    let mut parts = list_body(def, &list, format, include, fields)?;
     end_line(&mut parts, format);
+    st.metrics
+        .count_sent(def, true, parts.iter().map(Bytes::len).sum());
     Ok(typed(body_of(parts, gzip, StatusCode::OK)))
 }
 
@@ -439,12 +460,17 @@ fn object_body(
     obj: &crate::model::Object,
     format: Format,
     include: IncludeObject,
+    fields: Fields,
 ) -> Result<Bytes, ApiError> {
-    match format {
-        Format::Json => Ok(obj.json().clone()),
-        Format::Protobuf => obj.protobuf_wire().cloned().map_err(encode_error),
-        Format::MetadataProtobuf => convert::object_metadata_protobuf(def, obj),
-        _ => convert::object(def, obj.json(), format, include),
+    match (format, fields) {
+        (Format::Json, Fields::All) => Ok(obj.json().clone()),
+        (Format::Json, Fields::WithoutManaged) => Ok(convert::json_without_managed(obj.json())),
+        (Format::Protobuf, Fields::All) => obj.protobuf_wire().cloned().map_err(encode_error),
+        (Format::Protobuf, Fields::WithoutManaged) => {
+            convert::protobuf_without_managed(obj).map_err(encode_error)
+        }
+        (Format::MetadataProtobuf, _) => convert::object_metadata_protobuf(def, obj, fields),
+        _ => convert::object(def, obj.json(), format, include, fields),
     }
 }
 
@@ -454,11 +480,21 @@ fn list_body(
     list: &ObjectList,
     format: Format,
     include: IncludeObject,
+    fields: Fields,
 ) -> Result<Vec<Bytes>, ApiError> {
-    match format {
-        Format::Json => Ok(list_parts(def, list)),
-        Format::Protobuf => list_parts_protobuf(def, list).map_err(encode_error),
-        _ => convert::list(def, list, format, include),
+    match (format, fields) {
+        (Format::Json, Fields::All) => Ok(list_parts(def, list)),
+        (Format::Json, Fields::WithoutManaged) => Ok(list_parts_with(
+            def,
+            list,
+            convert::json_item_without_managed,
+        )),
+        (Format::Protobuf, Fields::All) => list_parts_protobuf(def, list).map_err(encode_error),
+        (Format::Protobuf, Fields::WithoutManaged) => {
+            list_parts_protobuf_with(def, list, convert::protobuf_item_without_managed)
+                .map_err(encode_error)
+        }
+        _ => convert::list(def, list, format, include, fields),
     }
 }
 

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::cache::Cache;
+use crate::server::auth::RequestInfo;
 use crate::server::config::ServerConfig;
-use crate::server::metrics::ServerMetrics;
+use crate::server::metrics::{RequestKey, ServerMetrics};
 use crate::upstream::Writes;
 
 /// One resource a server serves: its cache, and where writes to it go.
@@ -129,6 +130,12 @@ impl AppState {
 
     pub fn caches(&self) -> impl Iterator<Item = &Cache> {
         self.served.iter().map(|s| &s.cache)
+    }
+
+    /// The metrics labels of a request (`server/metrics.rs`): its resource named only when it is
+    /// served here.
+    pub fn request_key(&self, info: &RequestInfo) -> RequestKey {
+        RequestKey::of(info, self.resolve(&segments(&info.path)).is_some())
     }
 
     /// The resource a path under `/api/{v}/` or `/apis/{g}/{v}/` names (`segs` are the path's

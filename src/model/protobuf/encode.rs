@@ -573,6 +573,87 @@ fn splice_meta(out: &mut Vec<u8>, meta: &[u8], digits: &str) -> Result<(), Strin
     Ok(())
 }
 
+/// `ObjectMeta`'s field number of `managedFields`.
+const MANAGED_FIELDS: u32 = 17;
+
+/// An `ObjectMeta` message without its `managedFields` (field 17), every other byte as it was:
+/// what gogo writes for the same Go value with `ManagedFields` nil. `None` when it has none.
+///
+/// # Errors
+/// Bytes that are not a message.
+pub(crate) fn meta_without_managed_fields(meta: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    let mut found = false;
+    for e in spans(meta) {
+        found |= e?.0 == MANAGED_FIELDS;
+    }
+    if !found {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(meta.len());
+    for e in spans(meta) {
+        let (n, _, span) = e?;
+        if n != MANAGED_FIELDS {
+            out.extend_from_slice(&meta[span]);
+        }
+    }
+    Ok(Some(out))
+}
+
+/// Rewrites each length-delimited field `num` of `msg` with `inner`; `None` when `inner` changed
+/// none of them (the message is then used as it is).
+fn rewrite_field(
+    msg: &[u8],
+    num: u32,
+    inner: impl Fn(&[u8]) -> Result<Option<Vec<u8>>, String>,
+) -> Result<Option<Vec<u8>>, String> {
+    let mut out: Option<Vec<u8>> = None;
+    for e in spans(msg) {
+        let (n, v, span) = e?;
+        let new = match (n, v) {
+            (n, Value::Len(b)) if n == num => inner(b)?,
+            _ => None,
+        };
+        match (new, &mut out) {
+            (None, None) => {}
+            (None, Some(o)) => o.extend_from_slice(&msg[span]),
+            (Some(b), o) => {
+                let o = o.get_or_insert_with(|| {
+                    let mut o = Vec::with_capacity(msg.len());
+                    o.extend_from_slice(&msg[..span.start]);
+                    o
+                });
+                put_len(o, num, &b);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// An object's message (a list item) without `metadata.managedFields`; `None` when it has none.
+///
+/// # Errors
+/// Bytes that are not a message.
+pub(crate) fn object_without_managed_fields(raw: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    rewrite_field(raw, 1, meta_without_managed_fields)
+}
+
+/// An object's envelope (`k8s\0` + `runtime.Unknown`) without `metadata.managedFields`, the
+/// length prefixes around it rewritten; `None` when it has none.
+///
+/// # Errors
+/// A value that is not a well-formed envelope.
+pub(crate) fn envelope_without_managed_fields(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    let body = value.strip_prefix(MAGIC).ok_or("no k8s protobuf prefix")?;
+    Ok(
+        rewrite_field(body, 2, object_without_managed_fields)?.map(|b| {
+            let mut out = Vec::with_capacity(MAGIC.len() + b.len());
+            out.extend_from_slice(MAGIC);
+            out.extend_from_slice(&b);
+            out
+        }),
+    )
+}
+
 /// `metav1.WatchEvent` {type = 1, object = 2 (RawExtension {raw = 1})} around an object's
 /// envelope, behind the 4-byte big-endian length of the stream framer: the head of the frame
 /// (the envelope follows it).

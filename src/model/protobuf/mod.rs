@@ -46,7 +46,8 @@ use crate::model::FieldPath;
 #[cfg(feature = "server")]
 pub(crate) use encode::status;
 pub(crate) use encode::{
-    ENVELOPE_TAIL, encode_json, item_head, list_head, raw_range, watch_frame_head,
+    ENVELOPE_TAIL, encode_json, envelope_without_managed_fields, item_head, list_head,
+    meta_without_managed_fields, object_without_managed_fields, raw_range, watch_frame_head,
     with_resource_version,
 };
 pub(crate) use json::write_str as write_json_str;

@@ -29,7 +29,8 @@ use crate::server::conn::ConnInfo;
 use crate::server::filters::{self, Incoming};
 use tracing::debug;
 
-use crate::server::negotiate::Format;
+use crate::server::convert::{IncludeObject, WatchConverter};
+use crate::server::negotiate::{Fields, Format, WatchWire};
 use crate::server::params;
 use crate::server::response::wants_gzip_value;
 use crate::server::state::{AppState, segments};
@@ -60,28 +61,29 @@ pub(crate) struct WatchRequest {
     /// The `Authorization` header's value, when sent.
     authorization: Option<Vec<u8>>,
     /// The frames for a built-in resource, and for a custom one (`None`: hyper's).
-    wire: (Wire, Option<Wire>),
+    wire: (WatchWire, Option<WatchWire>),
 }
 
 /// The frames a watch's Accept header asks for, when they are plain JSON or protobuf; a watch
 /// that asks for anything else (Table, PartialObjectMetadata, or nothing servable) is hyper's:
 /// it negotiates, converts or answers 406.
-fn watch_wire(accept: Option<&[u8]>) -> Option<(Wire, Option<Wire>)> {
+fn watch_wire(accept: Option<&[u8]>) -> Option<(WatchWire, Option<WatchWire>)> {
+    let json = (Wire::Json, Fields::All);
     match accept {
-        None => Some((Wire::Json, Some(Wire::Json))),
+        None => Some((json, Some(json))),
         Some(a) => Format::watch_wire(std::str::from_utf8(a).ok()?),
     }
 }
 
 /// The frames of this watch for the resource it names (`None`: hyper's, see [`watch_wire`]).
-fn wire_for(st: &AppState, req: &WatchRequest) -> Option<Wire> {
+fn wire_for(st: &AppState, req: &WatchRequest) -> Option<WatchWire> {
     match req.wire {
-        (Wire::Json, _) => Some(Wire::Json),
+        (json @ (Wire::Json, _), _) => Some(json),
         (builtin, custom) => match st.resolve(&segments(&req.path)) {
             Some(t) if t.served.cache.definition().has_protobuf() => Some(builtin),
             Some(_) => custom,
             // Nothing there: the fast path answers the 404.
-            None => Some(Wire::Json),
+            None => Some((Wire::Json, Fields::All)),
         },
     }
 }
@@ -189,7 +191,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
             },
         }
     };
-    let (mut req, wire) = req;
+    let (mut req, (wire, fields)) = req;
     let mut rest = buf.split_off(req.head_len);
     drop(buf);
     rest.shrink_to_fit();
@@ -197,8 +199,15 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
     let authorization = req.authorization.take();
     // Boxed: admission and the watch's start (which may read etcd) are large futures needed
     // once; the task of an idle watch then holds only the streaming state.
-    let Some(mut pump) =
-        Box::pin(admit_and_start(tcp, st, conn, &req, authorization, wire)).await?
+    let Some(mut pump) = Box::pin(admit_and_start(
+        tcp,
+        st,
+        conn,
+        &req,
+        authorization,
+        (wire, fields),
+    ))
+    .await?
     else {
         return Ok(FirstRequest::Served {
             rest,
@@ -229,7 +238,7 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &ConnInfo,
     req: &WatchRequest,
     authorization: Option<Vec<u8>>,
-    wire: Wire,
+    (wire, fields): WatchWire,
 ) -> std::io::Result<Option<WatchPump>> {
     let began = std::time::Instant::now();
     let mut adm = filters::admit(
@@ -244,6 +253,7 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
         },
     );
     drop(authorization);
+    let key = st.request_key(&adm.info);
     let path = req.path.as_str();
     let read = adm.read.take();
     let started = async {
@@ -262,6 +272,17 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
         }
         let opts = params.watch_options(target.namespace.as_deref())?;
         let user = adm.user.as_deref();
+        let format = match wire {
+            Wire::Json => Format::Json,
+            Wire::Protobuf => Format::Protobuf,
+        };
+        let convert = WatchConverter::new(
+            target.served.cache.definition(),
+            format,
+            IncludeObject::default(),
+            fields,
+            &st.metrics,
+        );
         watch::start(
             st,
             &target.served.cache,
@@ -269,17 +290,22 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
             params.timeout,
             req.gzip,
             wire,
-            None,
+            convert,
             user,
+            Some(&key),
         )
         .await
     }
     .await;
     match started {
-        Ok(pump) => Ok(Some(pump)),
+        Ok(pump) => {
+            st.metrics.observe_request(&key, 200, began);
+            Ok(Some(pump))
+        }
         Err(e) => {
             write_error(tcp, &e).await?;
             adm.audit(st, e.code(), began);
+            st.metrics.observe_request(&key, e.code(), began);
             Ok(None)
         }
     }
@@ -299,7 +325,10 @@ async fn stream<S: AsyncRead + AsyncWrite + Unpin>(
     loop {
         tokio::select! {
             chunks = pump.next() => match chunks {
-                Some(chunks) => write_chunk(tcp, &chunks).await?,
+                Some(chunks) => {
+                    write_chunk(tcp, &chunks).await?;
+                    pump.written();
+                }
                 None => break,
             },
             // The client going away must end the watch even when no event comes.

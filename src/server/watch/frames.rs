@@ -104,39 +104,42 @@ impl FrameEncoder {
         }
     }
 
-    /// The chunks for a watch stream's next item, and whether the response ends with them: an error
-    /// goes out as an ERROR event and ends it, and the end of the stream closes the gzip stream.
-    /// `convert` answers events as Table or PartialObjectMetadata; `wire` is the frames' format.
+    /// The chunks for a watch stream's next item, whether the response ends with them, and the
+    /// size of the event's frame (before compression) when it is one: an error goes out as an
+    /// ERROR event and ends it, and the end of the stream closes the gzip stream.
+    /// `convert` answers events as Table, PartialObjectMetadata or without managed fields; `wire`
+    /// is the frames' format.
     pub fn item(
         &mut self,
         item: Option<Result<WatchEvent, Error>>,
         convert: Option<&mut WatchConverter>,
         wire: Wire,
-    ) -> (Vec<Bytes>, bool) {
+    ) -> (Vec<Bytes>, bool, Option<usize>) {
         match item {
             Some(Ok(ev)) => {
                 let frame = match (convert, wire) {
                     (Some(c), _) => c.frame(&ev),
-                    (None, Wire::Json) => ev.frame(),
-                    (None, Wire::Protobuf) => match ev.protobuf_frame() {
-                        Ok(f) => f,
-                        Err(e) => {
-                            // A JSON-stored object its kind's message cannot hold: the watch
-                            // ends with an ERROR event naming it, as upstream ends a watch whose
-                            // object fails to encode.
-                            tracing::error!(error = %e, "protobuf encoding of a watch event failed");
-                            let err = ApiError::new(500, "InternalError", e.to_string());
-                            return (self.last(&wire.error_frame(&err)), true);
-                        }
-                    },
+                    (None, Wire::Json) => Ok(ev.frame()),
+                    (None, Wire::Protobuf) => ev.protobuf_frame(),
                 };
-                (self.chunks(&frame), false)
+                let frame = match frame {
+                    Ok(f) => f,
+                    Err(e) => {
+                        // A JSON-stored object its kind's message cannot hold: the watch ends
+                        // with an ERROR event naming it, as upstream ends a watch whose object
+                        // fails to encode.
+                        tracing::error!(error = %e, "protobuf encoding of a watch event failed");
+                        let err = ApiError::new(500, "InternalError", e.to_string());
+                        return (self.last(&wire.error_frame(&err)), true, None);
+                    }
+                };
+                (self.chunks(&frame), false, Some(frame.len()))
             }
             Some(Err(e)) => {
                 let frame = wire.error_frame(&ApiError::from(e));
-                (self.last(&frame), true)
+                (self.last(&frame), true, None)
             }
-            None => (self.finish().into_iter().collect(), true),
+            None => (self.finish().into_iter().collect(), true, None),
         }
     }
 

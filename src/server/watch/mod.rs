@@ -23,6 +23,7 @@ use crate::cache::{Cache, WatchStream};
 use crate::error::Error;
 use crate::server::auth::{User, UserWatchSlot};
 use crate::server::convert::WatchConverter;
+use crate::server::metrics::RequestKey;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
 use pump::WatchPump;
@@ -59,7 +60,8 @@ pub(crate) struct StartedWatch {
 /// # Errors
 /// 429 over the watch limit or the user's, and the cache's start errors (400, 429, 504).
 // The watch's parts come from both transports (hyper's request, the fast path's head), each
-// parsed its own way: one struct would only be built to be taken apart here.
+// parsed its own way: one struct would only be built to be taken apart here. `key` labels the
+// watch among the long-running requests.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn start(
     st: &AppState,
@@ -70,6 +72,7 @@ pub(crate) async fn start(
     wire: Wire,
     convert: Option<WatchConverter>,
     user: Option<&User>,
+    key: Option<&RequestKey>,
 ) -> Result<WatchPump, ApiError> {
     let user_slot = match user {
         Some(u) => st.limits.watch(&u.name)?,
@@ -101,7 +104,8 @@ pub(crate) async fn start(
                 _slot: slot,
                 _user_slot: user_slot,
             };
-            Ok(WatchPump::events(w, shutdown, gzip, wire, convert))
+            let meter = st.metrics.watch(cache.definition(), key);
+            Ok(WatchPump::events(w, shutdown, gzip, wire, convert, meter))
         }
         Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => Ok(WatchPump::single(
             wire.error_frame(&ApiError::from(e)),

@@ -8,6 +8,7 @@ use tokio::sync::watch;
 
 use crate::cache::Frame;
 use crate::server::convert::WatchConverter;
+use crate::server::metrics::WatchMeter;
 use crate::server::watch::StartedWatch;
 use crate::server::watch::frames::{FrameEncoder, Wire};
 
@@ -21,6 +22,8 @@ pub(crate) struct WatchPump {
     /// Set when the watch is answered as Table or PartialObjectMetadata (see `convert.rs`). Boxed:
     /// a plain JSON watch (nearly all) carries one pointer, not the state.
     convert: Option<Box<WatchConverter>>,
+    /// The watch's metrics (`None` for a response of one frame).
+    meter: Option<WatchMeter>,
 }
 
 enum Phase {
@@ -41,6 +44,7 @@ impl WatchPump {
         gzip: bool,
         wire: Wire,
         convert: Option<WatchConverter>,
+        meter: WatchMeter,
     ) -> WatchPump {
         WatchPump {
             phase: Phase::Streaming(w),
@@ -48,6 +52,7 @@ impl WatchPump {
             encoder: FrameEncoder::new(gzip),
             wire,
             convert: convert.map(Box::new),
+            meter: Some(meter),
         }
     }
 
@@ -59,6 +64,7 @@ impl WatchPump {
             encoder: FrameEncoder::new(gzip),
             wire: Wire::Json,
             convert: None,
+            meter: None,
         }
     }
 
@@ -68,6 +74,8 @@ impl WatchPump {
     /// Cancel-safe: dropped before it completes, it loses nothing (the watch stream keeps its
     /// events until they are taken).
     pub async fn next(&mut self) -> Option<Vec<Bytes>> {
+        // Asked for more: the writer took the last chunks.
+        self.written();
         let w = match &mut self.phase {
             Phase::Done => return None,
             Phase::Single(frame) => {
@@ -84,9 +92,19 @@ impl WatchPump {
             _ = self.shutdown.wait_for(|stop| *stop).map(|_| ()) => None,
         };
         let (chunks, done) = match item {
-            Some(ev) => self
-                .encoder
-                .item(ev, self.convert.as_deref_mut(), self.wire),
+            Some(ev) => {
+                let received = ev
+                    .as_ref()
+                    .and_then(|r| r.as_ref().ok())
+                    .and_then(|e| e.received_at());
+                let (chunks, done, sent) =
+                    self.encoder
+                        .item(ev, self.convert.as_deref_mut(), self.wire);
+                if let (Some(m), Some(len)) = (&mut self.meter, sent) {
+                    m.sent(len, received);
+                }
+                (chunks, done)
+            }
             None => (self.encoder.finish().into_iter().collect(), true),
         };
         if done {
@@ -95,9 +113,35 @@ impl WatchPump {
         Some(chunks)
     }
 
+    /// Records that the chunks returned last were written to the connection (the fast path
+    /// calls it after its write; hyper's body when asked for more).
+    pub fn written(&mut self) {
+        if let Some(m) = &mut self.meter {
+            m.written();
+        }
+    }
+
     /// Whether the server is shutting down (a response that ended for that closes its
     /// connection).
     pub fn shutting_down(&self) -> bool {
         *self.shutdown.borrow()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pump_is_small() {
+        // The pump lives in every idle watch's task (design/performance.md, per idle watch
+        // connection): its metrics are one shared pointer, the watch's long-running gauge and
+        // duration handles, and two instants.
+        println!(
+            "WatchPump {} B, WatchMeter {} B",
+            std::mem::size_of::<WatchPump>(),
+            std::mem::size_of::<WatchMeter>()
+        );
+        assert!(std::mem::size_of::<WatchMeter>() <= 72);
     }
 }
