@@ -83,7 +83,8 @@ pub use model::{
     Computed, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType, FieldLabels,
     FieldPath, FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector, Object,
     PrinterColumn, Quantity, ResourceDef, ResourceVersion, RvMatch, Selection, SelectorError,
-    columns, definition, encode_counts, names, selector,
+    ShardKey, ShardRange, ShardSelector, ShardSelectorError, columns, definition, encode_counts,
+    names, selector,
 };
 #[cfg(feature = "apiserver")]
 pub use upstream::apiserver;

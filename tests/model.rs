@@ -561,6 +561,7 @@ fn run(case: Case) -> Result<(), TestCaseError> {
             min_events: h,
             max_events: h,
             window: Duration::from_secs(75),
+            max_bytes: None,
         };
     }
     let config = CacheConfig::default()

@@ -329,6 +329,7 @@ mod tests {
             min_events: 2,
             max_events: 2,
             window: std::time::Duration::ZERO,
+            max_bytes: None,
         });
         for _ in 0..4 {
             f.put("a", "n1");

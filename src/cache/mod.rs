@@ -30,6 +30,7 @@ mod loom;
 mod registry;
 mod resync;
 mod router;
+mod shard_router;
 mod state;
 mod store;
 mod stream;

@@ -6,25 +6,32 @@
 //! values for each trigger, plus the unrouted ones, so its cost does not grow with the number of
 //! watchers that cannot match it.
 //!
+//! A watcher no trigger routes but with a `shardSelector` is routed by its hash ranges instead
+//! (`cache/shard_router.rs`).
+//!
 //! ## Invariants
-//! - Each watcher id is in exactly one set: one (trigger, value) set, or `unrouted`. Hence an event
-//!   visits a watcher at most once, with no deduplication pass.
+//! - Each watcher id is in exactly one place: one (trigger, value) set, the shard router, or
+//!   `unrouted`. Hence an event visits a watcher at most once, with no deduplication pass (the
+//!   shard router visits each of its watchers at most once per event).
 
 use hashbrown::HashMap;
 use roaring::RoaringBitmap;
 
 use crate::cache::history::Event;
-use crate::model::{Attr, Schema};
+use crate::cache::shard_router::ShardRouter;
+use crate::model::{Attr, Schema, ShardSelector};
 
-/// The watchers registered under one (trigger, value). Most values have one watcher (a kubelet per
-/// node), which is kept inline: no heap bitmap to chase on the hot path.
-enum Members {
+/// The watchers registered under one (trigger, value), or one shard segment
+/// (`cache/shard_router.rs`). Most values have one watcher (a kubelet per node), which is kept
+/// inline: no heap bitmap to chase on the hot path.
+#[derive(Clone)]
+pub(crate) enum Members {
     One(u32),
     Many(RoaringBitmap),
 }
 
 impl Members {
-    fn insert(&mut self, id: u32) {
+    pub(crate) fn insert(&mut self, id: u32) {
         match self {
             Members::One(x) if *x == id => {}
             Members::One(x) => *self = Members::Many(RoaringBitmap::from_iter([*x, id])),
@@ -35,7 +42,7 @@ impl Members {
     }
 
     /// Removes `id`; returns whether the set is now empty.
-    fn remove(&mut self, id: u32) -> bool {
+    pub(crate) fn remove(&mut self, id: u32) -> bool {
         match self {
             Members::One(x) => *x == id,
             Members::Many(bm) => {
@@ -49,10 +56,27 @@ impl Members {
         }
     }
 
-    fn for_each(&self, visit: &mut impl FnMut(u32)) {
+    pub(crate) fn for_each(&self, visit: &mut impl FnMut(u32)) {
         match self {
             Members::One(x) => visit(*x),
             Members::Many(bm) => bm.iter().for_each(visit),
+        }
+    }
+
+    pub(crate) fn contains(&self, id: u32) -> bool {
+        match self {
+            Members::One(x) => *x == id,
+            Members::Many(bm) => bm.contains(id),
+        }
+    }
+
+    /// Whether two sets (`None`: empty) hold the same watchers.
+    pub(crate) fn same(a: Option<&Members>, b: Option<&Members>) -> bool {
+        match (a, b) {
+            (None, None) => true,
+            (Some(Members::One(x)), Some(Members::One(y))) => x == y,
+            (Some(Members::Many(x)), Some(Members::Many(y))) => x == y,
+            _ => false,
         }
     }
 
@@ -71,6 +95,9 @@ fn bm_is_empty(m: &Members) -> bool {
 pub(crate) struct Router {
     /// One map per trigger, aligned with `Schema::triggers`.
     by_trigger: Vec<(Attr, HashMap<Box<str>, Members>)>,
+    /// Watchers no trigger routes, routed by their shard selector's ranges (when the schema
+    /// routes shards; else they are unrouted and their filter checks the hash).
+    shards: Option<ShardRouter>,
     unrouted: RoaringBitmap,
 }
 
@@ -82,11 +109,17 @@ impl Router {
                 .iter()
                 .map(|a| (*a, HashMap::new()))
                 .collect(),
+            shards: schema.route_shards.then(ShardRouter::new),
             unrouted: RoaringBitmap::new(),
         }
     }
 
-    pub fn add(&mut self, id: u32, route: Option<&(Attr, String)>) {
+    pub fn add(&mut self, id: u32, route: Option<&(Attr, String)>, shard: Option<&ShardSelector>) {
+        let routed = route.is_some_and(|(a, _)| self.map_for(*a).is_some());
+        if let (false, Some(shards), Some(shard)) = (routed, &mut self.shards, shard) {
+            shards.add(id, shard);
+            return;
+        }
         match route.and_then(|(a, v)| self.map_for(*a).map(|m| (m, v))) {
             Some((map, v)) => match map.get_mut(v.as_str()) {
                 Some(m) => m.insert(id),
@@ -100,7 +133,17 @@ impl Router {
         }
     }
 
-    pub fn remove(&mut self, id: u32, route: Option<&(Attr, String)>) {
+    pub fn remove(
+        &mut self,
+        id: u32,
+        route: Option<&(Attr, String)>,
+        shard: Option<&ShardSelector>,
+    ) {
+        let routed = route.is_some_and(|(a, _)| self.map_for(*a).is_some());
+        if let (false, Some(shards), Some(shard)) = (routed, &mut self.shards, shard) {
+            shards.remove(id, shard);
+            return;
+        }
         match route.and_then(|(a, v)| self.map_for(*a).map(|m| (m, v))) {
             Some((map, v)) => {
                 if map.get_mut(v.as_str()).is_some_and(|m| m.remove(id)) {
@@ -130,6 +173,9 @@ impl Router {
                 m.for_each(&mut visit);
             }
         }
+        if let Some(shards) = &self.shards {
+            shards.for_each_candidate(ev, &mut visit);
+        }
         if !self.unrouted.is_empty() {
             self.unrouted.iter().for_each(visit);
         }
@@ -142,7 +188,8 @@ impl Router {
             .iter()
             .flat_map(|(_, m)| m.values())
             .map(Members::len)
-            .sum();
+            .sum::<u64>()
+            + self.shards.as_ref().map_or(0, ShardRouter::count);
         (routed, self.unrouted.len())
     }
 
