@@ -117,6 +117,13 @@ async fn shard_selectors_select_route_and_compose_on_list_watch_and_watchlist() 
     )
     .await;
     assert_eq!(names(&lo), expect(&|_, _, h| h < half));
+    // The list echoes the selector (upstream's canonical form), so a client knows it is a shard.
+    assert_eq!(
+        lo["metadata"]["shardInfo"]["selector"],
+        low.as_str(),
+        "{}",
+        lo["metadata"]
+    );
     assert_eq!(names(&hi), expect(&|_, _, h| h >= half));
     assert!(
         !names(&lo).is_empty() && !names(&hi).is_empty(),
@@ -131,6 +138,13 @@ async fn shard_selectors_select_route_and_compose_on_list_watch_and_watchlist() 
     )
     .await;
     assert_eq!(names(&all).len(), 24);
+    assert_eq!(all["metadata"]["shardInfo"]["selector"], both.as_str());
+    let (_, plain) = list(&c, &format!("{base}/api/v1/pods")).await;
+    assert!(
+        plain["metadata"].get("shardInfo").is_none(),
+        "{}",
+        plain["metadata"]
+    );
     // Composed with a label selector, a field selector and a namespace path, and paged.
     let (_, l) = list(
         &c,

@@ -410,7 +410,13 @@ impl Cache {
                     }
                 }
             })?;
-        Ok(self.object_list(rv, page.items, page.more, page.remaining))
+        let mut list = self.object_list(rv, page.items, page.more, page.remaining);
+        list.shard_info = opts
+            .selection
+            .shard
+            .as_ref()
+            .map(|s| s.canonical().to_owned());
+        Ok(list)
     }
 
     fn object_list(
@@ -430,6 +436,7 @@ impl Cache {
             items,
             continue_token,
             remaining_item_count,
+            shard_info: None,
         }
     }
 
