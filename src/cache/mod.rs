@@ -27,6 +27,7 @@ mod history;
 mod list;
 #[cfg(all(test, watchcache_loom))]
 mod loom;
+mod members;
 mod registry;
 mod resync;
 mod router;

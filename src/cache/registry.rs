@@ -47,10 +47,7 @@ impl Registry {
     }
 
     pub fn add(&mut self, w: Arc<Watcher>) -> u32 {
-        let id = self
-            .free
-            .pop()
-            .unwrap_or_else(|| self.watchers.len() as u32);
+        let id = self.free.pop().unwrap_or(self.watchers.len() as u32);
         self.router
             .add(id, w.predicate.route(), w.predicate.shard());
         match self.watchers.get_mut(id as usize) {

@@ -17,7 +17,7 @@
 //!   the number of segments stays at most twice the number of registered ranges, plus one.
 
 use crate::cache::history::Event;
-use crate::cache::router::Members;
+use crate::cache::members::Members;
 use crate::model::{ShardKey, ShardSelector};
 
 /// The segments of one shard key.
