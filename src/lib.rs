@@ -85,7 +85,8 @@ pub use model::{
     Computed, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType, FieldLabels,
     FieldPath, FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector, Object,
     PrinterColumn, Quantity, ResourceDef, ResourceVersion, RvMatch, Selection, SelectorError,
-    columns, definition, encode_counts, managed_fields, names, selector,
+    ShardKey, ShardRange, ShardSelector, ShardSelectorError, columns, definition, encode_counts,
+    managed_fields, names, selector,
 };
 #[cfg(feature = "apiserver")]
 pub use upstream::apiserver;

@@ -486,6 +486,7 @@ async fn watches_stream_events_bookmarks_initial_events_and_410() {
             min_events: 64,
             max_events: 64,
             window: Duration::from_secs(75),
+            max_bytes: None,
         };
     }
     let s = TestServer::start_with_defs(ServerConfig::default(), |_| {}, defs).await;

@@ -236,6 +236,7 @@ async fn a_continue_token_older_than_the_window_is_expired() {
         min_events: 4,
         max_events: 4,
         window: Duration::from_secs(75),
+        max_bytes: None,
     };
     let cache = Cache::new(def, CacheConfig::default());
     let src = MemorySource::new(cache.clone(), 1, []);

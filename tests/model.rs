@@ -2,6 +2,8 @@
 //! multi-change transactions sharing one revision), random watchers (selectors, start points,
 //! sendInitialEvents, slow or fast consumption, tiny queues that force parking), and random LISTs
 //! (paged or not, current or exact), all checked against a naive model that filters the full history.
+//! Selections include `shardSelector`s (uid and namespace ranges, OR-ed, composed with a field
+//! selector); a Put gives a pod a new uid, so an event's previous and new uid hashes can differ.
 //!
 //! `PROPTEST_CASES` sets the number of cases (default 256).
 
@@ -30,6 +32,25 @@ struct Pod {
     tier: bool,
     /// A counter so that updates change the bytes.
     generation: u32,
+    /// The uid is `u-{uid}`: set anew by each Put (a recreation), kept by moves and relabels.
+    uid: u32,
+}
+
+/// FNV-1a 64 from its definition, independently of the crate's: what a shard range hashes.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// The `shardRange` of quarter `q` of the hash space.
+fn quarter(path: &str, q: u64) -> String {
+    let end = if q == 3 {
+        "0x10000000000000000".to_owned()
+    } else {
+        format!("0x{:016x}", (q + 1) << 62)
+    };
+    format!("shardRange({path}, '0x{:016x}', '{end}')", q << 62)
 }
 
 impl Pod {
@@ -46,9 +67,10 @@ impl Pod {
             labels.push("\"tier\":\"x\"".to_owned());
         }
         format!(
-            r#"{{"metadata":{{"name":"{}","namespace":"{}","labels":{{{}}}}},"spec":{{"nodeName":"{}","gen":{}}}}}"#,
+            r#"{{"metadata":{{"name":"{}","namespace":"{}","uid":"u-{}","labels":{{{}}}}},"spec":{{"nodeName":"{}","gen":{}}}}}"#,
             self.name,
             self.ns,
+            self.uid,
             labels.join(","),
             self.node,
             self.generation
@@ -70,6 +92,14 @@ enum Sel {
     NoApp,
     Name(usize),
     Generation,
+    /// Quarter q of the uid hash space.
+    ShardUid(u64),
+    /// Quarters 0 and 2 of the uid hash space, OR-ed.
+    ShardUidOr,
+    /// Half h of the namespace hash space.
+    ShardNs(u64),
+    /// Quarter q of the uid hash space and a node.
+    ShardAndNode(u64, usize),
 }
 
 impl Sel {
@@ -99,8 +129,24 @@ impl Sel {
             Sel::NoApp => (None, String::new(), "!app".into()),
             Sel::Name(i) => (None, format!("metadata.name={}", NAMES[i]), String::new()),
             Sel::Generation => (None, "spec.gen!=0".into(), String::new()),
+            Sel::ShardAndNode(_, n) => (None, format!("spec.nodeName={}", NODES[n]), String::new()),
+            Sel::ShardUid(_) | Sel::ShardUidOr | Sel::ShardNs(_) => {
+                (None, String::new(), String::new())
+            }
         };
-        Selection::parse(ns, &f, &l).unwrap()
+        let s = Selection::parse(ns, &f, &l).unwrap();
+        let uid = "object.metadata.uid";
+        let shard = match self {
+            Sel::ShardUid(q) | Sel::ShardAndNode(q, _) => quarter(uid, q),
+            Sel::ShardUidOr => format!("{} || ({})", quarter(uid, 2), quarter(uid, 0)),
+            Sel::ShardNs(h) => format!(
+                "{} || {}",
+                quarter("object.metadata.namespace", 2 * h),
+                quarter("object.metadata.namespace", 2 * h + 1)
+            ),
+            _ => return s,
+        };
+        s.with_shard(&shard).unwrap()
     }
 
     fn matches(self, p: &Pod) -> bool {
@@ -117,6 +163,12 @@ impl Sel {
             Sel::NoApp => p.app.is_none(),
             Sel::Name(i) => p.name == NAMES[i],
             Sel::Generation => p.generation != 0,
+            Sel::ShardUid(q) => fnv(&format!("u-{}", p.uid)) >> 62 == q,
+            Sel::ShardUidOr => fnv(&format!("u-{}", p.uid)) >> 62 & 1 == 0,
+            Sel::ShardNs(h) => fnv(p.ns) >> 63 == h,
+            Sel::ShardAndNode(q, n) => {
+                fnv(&format!("u-{}", p.uid)) >> 62 == q && p.node == NODES[n]
+            }
         }
     }
 }
@@ -135,6 +187,10 @@ fn sel_strategy() -> impl Strategy<Value = Sel> {
         Just(Sel::NoApp),
         (0..6usize).prop_map(Sel::Name),
         Just(Sel::Generation),
+        (0..4u64).prop_map(Sel::ShardUid),
+        Just(Sel::ShardUidOr),
+        (0..2u64).prop_map(Sel::ShardNs),
+        (0..4u64, 0..3usize).prop_map(|(q, n)| Sel::ShardAndNode(q, n)),
     ]
 }
 
@@ -346,6 +402,7 @@ impl Model {
                     app: APPS[*app],
                     tier: *tier,
                     generation,
+                    uid: generation,
                 };
                 vec![(p.key(), Some(p))]
             }
@@ -561,6 +618,7 @@ fn run(case: Case) -> Result<(), TestCaseError> {
             min_events: h,
             max_events: h,
             window: Duration::from_secs(75),
+            max_bytes: None,
         };
     }
     let config = CacheConfig::default()

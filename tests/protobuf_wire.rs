@@ -450,6 +450,7 @@ async fn custom_resources_answer_json_or_406_and_errors_end_protobuf_watches_in_
             min_events: 64,
             max_events: 64,
             window: Duration::from_secs(75),
+            max_bytes: None,
         };
     }
     let server = TestServer::start_with_defs(ServerConfig::default(), |_| {}, defs).await;

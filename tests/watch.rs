@@ -178,6 +178,7 @@ fn tiny_history_pods() -> (watchcache::Cache, watchcache::MemorySource) {
         min_events: 8,
         max_events: 8,
         window: Duration::from_secs(75),
+        max_bytes: None,
     };
     let cache = watchcache::Cache::new(def, small_window());
     let src = watchcache::MemorySource::new(cache.clone(), 1, []);

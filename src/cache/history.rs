@@ -4,7 +4,13 @@
 //! `max_events`) while its oldest event is younger than the window, or halves (down to `min_events`)
 //! once even the newest quarter is older than the window.
 //!
+//! A byte budget (`HistoryConfig::max_bytes`) caps the window by what its events hold: past it,
+//! the oldest events leave (whatever the capacity), so one resource of large objects cannot take
+//! the server's memory. A position they leave behind is answered 410 Expired, as after any
+//! eviction. The newest event always stays.
+//!
 //! ## Invariants
+//! - `bytes` is the sum of the ring's events' `bytes`.
 //! - Events carry consecutive sequence numbers; `ring[i].seq == start_seq + i`.
 //! - Every event with `rv > floor_rv` is in the ring (or not yet received). Watching from any
 //!   `rv >= floor_rv` is exact; older positions are gone (410 Expired).
@@ -35,6 +41,9 @@ pub(crate) struct Event {
     /// The previous state; `None` for a creation.
     pub prev: Option<Object>,
     pub at: Instant,
+    /// What this event holds that nothing else may (its new state, or a deletion's last state),
+    /// charged against the byte budget; set when the window takes it.
+    bytes: usize,
     /// The previous state re-encoded at this event's revision, made once for all DELETED deliveries.
     deleted_json: OnceLock<Bytes>,
     /// The same in protobuf with its DELETED frame head, made once for all DELETED deliveries
@@ -66,6 +75,7 @@ impl Event {
             object,
             prev,
             at,
+            bytes: 0,
             deleted_json: OnceLock::new(),
             deleted_protobuf: OnceLock::new(),
         }
@@ -108,6 +118,8 @@ pub(crate) struct History {
     start_seq: u64,
     floor_rv: u64,
     capacity: usize,
+    /// The ring's events' bytes, summed.
+    bytes: usize,
     cfg: HistoryConfig,
 }
 
@@ -118,6 +130,7 @@ impl History {
             start_seq: 0,
             floor_rv: 0,
             capacity: cfg.min_events,
+            bytes: 0,
             cfg,
         }
     }
@@ -154,6 +167,11 @@ impl History {
         self.capacity
     }
 
+    /// Bytes the window's events hold (see [`Event`]'s `bytes`).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     #[cfg(test)]
     pub fn get(&self, seq: u64) -> Option<&Arc<Event>> {
         seq.checked_sub(self.start_seq)
@@ -179,14 +197,25 @@ impl History {
 
     /// Appends an event built for the next sequence number, evicting or resizing as needed.
     pub fn push(&mut self, build: impl FnOnce(u64) -> Event) -> &Arc<Event> {
-        let ev = build(self.end_seq());
+        let mut ev = build(self.end_seq());
+        // The new state is what the event adds; a deletion keeps the last state alive.
+        ev.bytes = match (&ev.object, &ev.prev) {
+            (Some(o), _) | (None, Some(o)) => o.heap_bytes(),
+            (None, None) => 0,
+        } + std::mem::size_of::<Event>();
         if self.ring.len() >= self.capacity {
             self.resize(ev.at);
         }
         while self.ring.len() >= self.capacity {
             self.evict_oldest();
         }
+        self.bytes += ev.bytes;
         self.ring.push_back(Arc::new(ev));
+        if let Some(max) = self.cfg.max_bytes {
+            while self.bytes > max && self.ring.len() > 1 {
+                self.evict_oldest();
+            }
+        }
         self.ring.back().unwrap_or_else(|| unreachable!())
     }
 
@@ -194,6 +223,7 @@ impl History {
     pub fn reset(&mut self, rv: u64) {
         self.start_seq = self.end_seq();
         self.ring.clear();
+        self.bytes = 0;
         self.floor_rv = rv;
     }
 
@@ -224,6 +254,7 @@ impl History {
 
     fn evict_oldest(&mut self) {
         if let Some(e) = self.ring.pop_front() {
+            self.bytes -= e.bytes;
             self.start_seq += 1;
             self.floor_rv = self.floor_rv.max(e.rv);
         }
@@ -245,6 +276,7 @@ mod tests {
             min_events: 4,
             max_events: 16,
             window: Duration::from_secs(75),
+            max_bytes: None,
         };
         let mut h = History::new(cfg);
         let t0 = Instant::now();
@@ -265,6 +297,42 @@ mod tests {
             h.since(h.end_seq() - 2).map(|e| e.rv).collect::<Vec<_>>(),
             [20, 21]
         );
+    }
+
+    #[test]
+    fn a_byte_budget_evicts_the_oldest_events_past_it() {
+        let f = crate::cache::testing::Fixture::new();
+        let obj = |rv| f.pod_sized("p", 10_000, rv);
+        // Revisions of two digits: every state's JSON has the same length.
+        let one = obj(10).heap_bytes() + std::mem::size_of::<Event>();
+        let cfg = HistoryConfig {
+            max_bytes: Some(one * 5 + one / 2),
+            ..HistoryConfig::default()
+        };
+        let mut h = History::new(cfg);
+        let t = Instant::now();
+        for rv in 10..=29 {
+            h.push(|seq| Event::new(seq, rv, Some(obj(rv)), None, t));
+            assert!(h.bytes() <= one * 5 + one / 2, "{} at rv {rv}", h.bytes());
+        }
+        assert_eq!(h.len(), 5, "five events fit");
+        assert_eq!(h.bytes(), one * 5);
+        assert_eq!(h.capacity(), 100, "the count-sized capacity did not move");
+        assert_eq!(h.seq_after_rv(23), Err(Evicted { oldest: 24 }));
+        assert_eq!(h.seq_after_rv(24), Ok(15));
+        // One event larger than the budget stays alone: the newest is always kept.
+        h.push(|seq| Event::new(seq, 30, Some(f.pod_sized("big", 200_000, 30)), None, t));
+        assert_eq!(h.len(), 1);
+        assert_eq!(h.evicted().oldest, 29);
+        h.reset(30);
+        assert_eq!(h.bytes(), 0);
+        // Without a budget the same events all stay.
+        let mut h = History::new(HistoryConfig::default());
+        for rv in 10..=29 {
+            h.push(|seq| Event::new(seq, rv, Some(obj(rv)), None, t));
+        }
+        assert_eq!(h.len(), 20);
+        assert_eq!(h.bytes(), one * 20);
     }
 
     #[test]

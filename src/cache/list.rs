@@ -81,6 +81,9 @@ pub struct ObjectList {
     pub continue_token: Option<String>,
     /// How many more items match after this page, when known.
     pub remaining_item_count: Option<u64>,
+    /// The `shardSelector` applied, in upstream's canonical form: echoed as the list's
+    /// `metadata.shardInfo.selector` (KEP-5866), so a client knows it got a shard, not the whole.
+    pub shard_info: Option<String>,
 }
 
 /// Keys changed after a snapshot point, with their state at that point (`None`: did not exist).
@@ -329,6 +332,7 @@ mod tests {
             min_events: 2,
             max_events: 2,
             window: std::time::Duration::ZERO,
+            max_bytes: None,
         });
         for _ in 0..4 {
             f.put("a", "n1");

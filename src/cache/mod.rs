@@ -27,9 +27,11 @@ mod history;
 mod list;
 #[cfg(all(test, watchcache_loom))]
 mod loom;
+mod members;
 mod registry;
 mod resync;
 mod router;
+mod shard_router;
 mod state;
 mod store;
 mod stream;
@@ -423,7 +425,13 @@ impl Cache {
                     }
                 }
             })?;
-        Ok(self.object_list(rv, page.items, page.more, page.remaining))
+        let mut list = self.object_list(rv, page.items, page.more, page.remaining);
+        list.shard_info = opts
+            .selection
+            .shard
+            .as_ref()
+            .map(|s| s.canonical().to_owned());
+        Ok(list)
     }
 
     fn object_list(
@@ -443,6 +451,7 @@ impl Cache {
             items,
             continue_token,
             remaining_item_count,
+            shard_info: None,
         }
     }
 

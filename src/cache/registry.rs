@@ -47,25 +47,21 @@ impl Registry {
     }
 
     pub fn add(&mut self, w: Arc<Watcher>) -> u32 {
-        let route = w.predicate.route().cloned();
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.watchers[id as usize] = Some(w);
-                id
-            }
-            None => {
-                self.watchers.push(Some(w));
-                (self.watchers.len() - 1) as u32
-            }
-        };
-        self.router.add(id, route.as_ref());
+        let id = self.free.pop().unwrap_or(self.watchers.len() as u32);
+        self.router
+            .add(id, w.predicate.route(), w.predicate.shard());
+        match self.watchers.get_mut(id as usize) {
+            Some(slot) => *slot = Some(w),
+            None => self.watchers.push(Some(w)),
+        }
         id
     }
 
     /// Unregisters a watcher; returns it.
     pub fn remove(&mut self, id: u32) -> Option<Arc<Watcher>> {
         let w = self.watchers.get_mut(id as usize).and_then(Option::take)?;
-        self.router.remove(id, w.predicate.route());
+        self.router
+            .remove(id, w.predicate.route(), w.predicate.shard());
         self.free.push(id);
         Some(w)
     }

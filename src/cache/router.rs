@@ -6,71 +6,28 @@
 //! values for each trigger, plus the unrouted ones, so its cost does not grow with the number of
 //! watchers that cannot match it.
 //!
+//! A watcher no trigger routes but with a `shardSelector` is routed by its hash ranges instead
+//! (`cache/shard_router.rs`).
+//!
 //! ## Invariants
-//! - Each watcher id is in exactly one set: one (trigger, value) set, or `unrouted`. Hence an event
-//!   visits a watcher at most once, with no deduplication pass.
+//! - Each watcher id is in exactly one place: one (trigger, value) set, the shard router, or
+//!   `unrouted`. Hence an event visits a watcher at most once, with no deduplication pass (the
+//!   shard router visits each of its watchers at most once per event).
 
 use hashbrown::HashMap;
 use roaring::RoaringBitmap;
 
 use crate::cache::history::Event;
-use crate::model::{Attr, Schema};
-
-/// The watchers registered under one (trigger, value). Most values have one watcher (a kubelet per
-/// node), which is kept inline: no heap bitmap to chase on the hot path.
-enum Members {
-    One(u32),
-    Many(RoaringBitmap),
-}
-
-impl Members {
-    fn insert(&mut self, id: u32) {
-        match self {
-            Members::One(x) if *x == id => {}
-            Members::One(x) => *self = Members::Many(RoaringBitmap::from_iter([*x, id])),
-            Members::Many(bm) => {
-                bm.insert(id);
-            }
-        }
-    }
-
-    /// Removes `id`; returns whether the set is now empty.
-    fn remove(&mut self, id: u32) -> bool {
-        match self {
-            Members::One(x) => *x == id,
-            Members::Many(bm) => {
-                bm.remove(id);
-                if bm.len() == 1 {
-                    let last = bm.min().unwrap_or_else(|| unreachable!("len is 1"));
-                    *self = Members::One(last);
-                }
-                bm_is_empty(self)
-            }
-        }
-    }
-
-    fn for_each(&self, visit: &mut impl FnMut(u32)) {
-        match self {
-            Members::One(x) => visit(*x),
-            Members::Many(bm) => bm.iter().for_each(visit),
-        }
-    }
-
-    fn len(&self) -> u64 {
-        match self {
-            Members::One(_) => 1,
-            Members::Many(bm) => bm.len(),
-        }
-    }
-}
-
-fn bm_is_empty(m: &Members) -> bool {
-    matches!(m, Members::Many(bm) if bm.is_empty())
-}
+use crate::cache::members::Members;
+use crate::cache::shard_router::ShardRouter;
+use crate::model::{Attr, Schema, ShardSelector};
 
 pub(crate) struct Router {
     /// One map per trigger, aligned with `Schema::triggers`.
     by_trigger: Vec<(Attr, HashMap<Box<str>, Members>)>,
+    /// Watchers no trigger routes, routed by their shard selector's ranges (when the schema
+    /// routes shards; else they are unrouted and their filter checks the hash).
+    shards: Option<ShardRouter>,
     unrouted: RoaringBitmap,
 }
 
@@ -82,11 +39,17 @@ impl Router {
                 .iter()
                 .map(|a| (*a, HashMap::new()))
                 .collect(),
+            shards: schema.route_shards.then(ShardRouter::new),
             unrouted: RoaringBitmap::new(),
         }
     }
 
-    pub fn add(&mut self, id: u32, route: Option<&(Attr, String)>) {
+    pub fn add(&mut self, id: u32, route: Option<&(Attr, String)>, shard: Option<&ShardSelector>) {
+        let routed = route.is_some_and(|(a, _)| self.map_for(*a).is_some());
+        if let (false, Some(shards), Some(shard)) = (routed, &mut self.shards, shard) {
+            shards.add(id, shard);
+            return;
+        }
         match route.and_then(|(a, v)| self.map_for(*a).map(|m| (m, v))) {
             Some((map, v)) => match map.get_mut(v.as_str()) {
                 Some(m) => m.insert(id),
@@ -100,7 +63,17 @@ impl Router {
         }
     }
 
-    pub fn remove(&mut self, id: u32, route: Option<&(Attr, String)>) {
+    pub fn remove(
+        &mut self,
+        id: u32,
+        route: Option<&(Attr, String)>,
+        shard: Option<&ShardSelector>,
+    ) {
+        let routed = route.is_some_and(|(a, _)| self.map_for(*a).is_some());
+        if let (false, Some(shards), Some(shard)) = (routed, &mut self.shards, shard) {
+            shards.remove(id, shard);
+            return;
+        }
         match route.and_then(|(a, v)| self.map_for(*a).map(|m| (m, v))) {
             Some((map, v)) => {
                 if map.get_mut(v.as_str()).is_some_and(|m| m.remove(id)) {
@@ -130,6 +103,9 @@ impl Router {
                 m.for_each(&mut visit);
             }
         }
+        if let Some(shards) = &self.shards {
+            shards.for_each_candidate(ev, &mut visit);
+        }
         if !self.unrouted.is_empty() {
             self.unrouted.iter().for_each(visit);
         }
@@ -142,7 +118,8 @@ impl Router {
             .iter()
             .flat_map(|(_, m)| m.values())
             .map(Members::len)
-            .sum();
+            .sum::<u64>()
+            + self.shards.as_ref().map_or(0, ShardRouter::count);
         (routed, self.unrouted.len())
     }
 
@@ -151,25 +128,5 @@ impl Router {
             .iter_mut()
             .find(|(a, _)| *a == attr)
             .map(|(_, m)| m)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn members_go_from_one_to_many_and_back() {
-        let mut m = Members::One(3);
-        m.insert(3);
-        assert_eq!(m.len(), 1);
-        m.insert(9);
-        assert_eq!(m.len(), 2);
-        assert!(!m.remove(3));
-        assert!(matches!(m, Members::One(9)));
-        assert!(m.remove(9));
-        let mut seen = Vec::new();
-        Members::Many(RoaringBitmap::from_iter([1, 2])).for_each(&mut |x| seen.push(x));
-        assert_eq!(seen, [1, 2]);
     }
 }

@@ -79,6 +79,8 @@ pub struct CacheStats {
     pub history_len: usize,
     /// The history window's current capacity.
     pub history_capacity: usize,
+    /// Bytes the history window's events hold (the byte budget's measure).
+    pub history_bytes: usize,
     /// Watchers routed by a trigger.
     pub routed_watchers: u64,
     /// Watchers offered every event.
@@ -742,6 +744,7 @@ impl Shared {
             objects: st.store.len(),
             history_len: st.history.len(),
             history_capacity: st.history.capacity(),
+            history_bytes: st.history.bytes(),
             routed_watchers: routed,
             unrouted_watchers: unrouted,
             events: Metrics::get(&m.events),

@@ -56,6 +56,21 @@ impl Fixture {
         .unwrap()
     }
 
+    /// A pod whose annotation makes its JSON about `size` bytes.
+    pub fn pod_sized(&self, name: &str, size: usize, rv: u64) -> Object {
+        let json = format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ns","annotations":{{"pad":"{}"}}}}}}"#,
+            "x".repeat(size)
+        );
+        Object::decode(
+            &self.schema,
+            &format!("/registry/pods/ns/{name}"),
+            json.as_bytes(),
+            rv,
+        )
+        .unwrap()
+    }
+
     /// Creates or updates pod `name` on `node` at the next revision.
     pub fn put(&mut self, name: &str, node: &str) -> Arc<Event> {
         self.rv += 1;

@@ -267,6 +267,7 @@ mod tests {
             min_events: 2,
             max_events: 2,
             window: std::time::Duration::ZERO,
+            max_bytes: None,
         });
         let w = Watcher::new(f.predicate(&on_node("n1")), 0, 1, None);
         for _ in 0..5 {

@@ -152,6 +152,7 @@ pub fn list_parts_protobuf_with(
         &rv,
         list.continue_token.as_deref().unwrap_or(""),
         remaining,
+        list.shard_info.as_deref(),
         items.iter().map(Bytes::len),
     );
     let mut parts = Vec::with_capacity(items.len() * 2 + 2);
@@ -198,6 +199,11 @@ pub fn list_parts_with(
     if let Some(n) = list.remaining_item_count {
         head.push_str(&format!(r#","remainingItemCount":{n}"#));
     }
+    if let Some(sel) = &list.shard_info {
+        // The canonical form holds no character JSON escapes; serde_json quotes it anyway.
+        let quoted = serde_json::to_string(sel).unwrap_or_default();
+        head.push_str(&format!(r#","shardInfo":{{"selector":{quoted}}}"#));
+    }
     head.push_str(r#"},"items":["#);
     let mut parts = Vec::with_capacity(list.items.len() * 2 + 2);
     parts.push(Bytes::from(head));
@@ -213,7 +219,8 @@ pub fn list_parts_with(
 
 /// A custom resource's list as kube-apiserver writes an `UnstructuredList`: members sorted by key
 /// (`apiVersion`, `items`, `kind`, `metadata`), the list metadata a map too, with `continue`
-/// always there (empty on the last page).
+/// always there (empty on the last page). No `shardInfo`: upstream's unstructured lists do not
+/// take it (`UnstructuredList` is no `ShardedListInterface`).
 fn unstructured_list_parts(
     def: &ResourceDef,
     list: &ObjectList,

@@ -45,6 +45,9 @@ pub struct HistoryConfig {
     pub max_events: usize,
     /// Keep at least this much time of events, when the capacity allows.
     pub window: Duration,
+    /// The most bytes the window's events may hold (`[history] max_bytes`, else
+    /// `--history-bytes`); past it the oldest events leave the window. `None`: no budget.
+    pub max_bytes: Option<usize>,
 }
 
 impl Default for HistoryConfig {
@@ -53,6 +56,7 @@ impl Default for HistoryConfig {
             min_events: 100,
             max_events: 100 * 1024,
             window: Duration::from_secs(75),
+            max_bytes: None,
         }
     }
 }
@@ -129,6 +133,10 @@ pub struct ResourceDef {
     pub indexes: Vec<IndexDef>,
     /// History window sizing.
     pub history: HistoryConfig,
+    /// Whether watchers with a `shardSelector` (and no trigger) are routed by their hash ranges
+    /// (always, from files); `false` only in [`without_triggers`](ResourceDef::without_triggers),
+    /// the scan baseline, where each sharded watcher's filter checks every event as upstream's does.
+    pub route_shards: bool,
     /// The singular name discovery advertises (`pod`); by default the kind in lowercase.
     pub singular: String,
     /// Short names kubectl accepts for the resource (`po`).
@@ -201,6 +209,7 @@ struct RawHistory {
     min_events: Option<usize>,
     max_events: Option<usize>,
     window_seconds: Option<u64>,
+    max_bytes: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -422,6 +431,10 @@ impl ResourceDef {
             if let Some(s) = h.window_seconds {
                 history.window = Duration::from_secs(s);
             }
+            if h.max_bytes == Some(0) {
+                return Err(err("history: max_bytes must be positive".into()));
+            }
+            history.max_bytes = h.max_bytes;
             if history.min_events == 0 || history.min_events > history.max_events {
                 return Err(err(format!(
                     "history: need 0 < min_events <= max_events, got {} and {}",
@@ -555,6 +568,7 @@ impl ResourceDef {
             namespaced: raw.namespaced,
             indexes,
             history,
+            route_shards: true,
         })
     }
 
@@ -598,6 +612,7 @@ impl ResourceDef {
         for ix in &mut self.indexes {
             ix.trigger = false;
         }
+        self.route_shards = false;
         self
     }
 }

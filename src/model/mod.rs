@@ -25,6 +25,7 @@ mod quantity;
 mod resource_version;
 pub(crate) mod schema;
 pub mod selector;
+pub mod shard;
 
 pub use columns::{Computed, PrinterColumn};
 pub use definition::{
@@ -37,3 +38,4 @@ pub use quantity::Quantity;
 pub use resource_version::{ResourceVersion, RvMatch};
 pub(crate) use schema::{Attr, Schema};
 pub use selector::{FieldSelector, LabelSelector, Selection, SelectorError};
+pub use shard::{ShardKey, ShardRange, ShardSelector, ShardSelectorError};

@@ -33,6 +33,7 @@ use serde_json::value::RawValue;
 use crate::model::field_memo::FieldMemo;
 use crate::model::field_path::{self, FieldPath};
 use crate::model::members::{Members, find, members};
+use crate::model::shard::{ShardKey, fnv1a64};
 use crate::model::{Attr, EventType, Schema};
 
 /// One cached object: cheap to clone (an `Arc`), immutable, `Send + Sync`.
@@ -46,6 +47,8 @@ struct Inner {
     /// Byte offset of the name inside `key`; it runs to the end.
     name_at: u32,
     rv: u64,
+    /// FNV-1a of `metadata.uid`, read at decode: what a `shardSelector` on the uid routes by.
+    uid_hash: u64,
     body: Body,
     /// Sorted by key.
     labels: Box<[(Box<str>, Box<str>)]>,
@@ -176,6 +179,14 @@ impl Object {
         let namespace = string_member(&meta, "namespace")
             .map_err(&fail)?
             .unwrap_or_default();
+        let uid_hash = fnv1a64(
+            // Not validated here (never was): an odd uid hashes as empty.
+            string_member(&meta, "uid")
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .as_bytes(),
+        );
         let def = &schema.def;
         let rest = key
             .strip_prefix(def.prefix.as_str())
@@ -235,6 +246,7 @@ impl Object {
             ns,
             name_at,
             rv,
+            uid_hash,
             body: Body::Json(JsonForm {
                 json,
                 rv_at,
@@ -353,6 +365,7 @@ impl Object {
             ns,
             name_at,
             rv,
+            uid_hash: fnv1a64(meta.uid.as_bytes()),
             body: Body::Protobuf {
                 value: Bytes::copy_from_slice(value),
                 json: OnceLock::new(),
@@ -428,6 +441,15 @@ impl Object {
             .key
             .get(self.0.name_at as usize..)
             .unwrap_or_default()
+    }
+
+    /// The 64-bit FNV-1a hash of the field a `shardSelector` names (upstream's
+    /// `sharding.HashField`): the uid's is read at decode, the namespace's computed here.
+    pub fn shard_hash(&self, key: ShardKey) -> u64 {
+        match key {
+            ShardKey::Uid => self.0.uid_hash,
+            ShardKey::Namespace => fnv1a64(self.namespace().unwrap_or("").as_bytes()),
+        }
     }
 
     /// The revision at which this state was written (its `metadata.resourceVersion`).
@@ -685,6 +707,16 @@ impl Object {
             Body::Json(f) => f.json.len(),
             Body::Protobuf { value, .. } => value.len(),
         }
+    }
+
+    /// Heap bytes this object holds, its JSON included when that is its stored form (what a
+    /// history byte budget charges).
+    pub fn heap_bytes(&self) -> usize {
+        self.overhead_bytes()
+            + match &self.0.body {
+                Body::Json(f) => f.json.len(),
+                Body::Protobuf { .. } => 0,
+            }
     }
 
     /// Heap bytes this object holds beyond its JSON, for memory accounting (for an object stored as

@@ -32,6 +32,8 @@ pub(crate) struct Schema {
     pub indexed: Vec<Attr>,
     /// Attributes that route watchers, in order of preference (most selective first).
     pub triggers: Vec<Attr>,
+    /// Whether `shardSelector` ranges route watchers (`ResourceDef::route_shards`).
+    pub route_shards: bool,
     /// Whether kube-apiserver stores this kind as another type or as JSON read through its Go
     /// type (`model/protobuf/stored.rs`, `model/crd_storage.rs`): only then does ingest look at
     /// a JSON value's apiVersion and kind.
@@ -92,6 +94,7 @@ impl Schema {
         ));
         Schema {
             stored_otherwise,
+            route_shards: def.route_shards,
             def,
             fields,
             field_defaults,

@@ -419,6 +419,8 @@ pub(crate) fn list(
                 &rv,
                 list.continue_token.as_deref().unwrap_or(""),
                 remaining,
+                // Upstream's metadata lists leave out the shard echo (only typed lists carry it).
+                None,
                 items.iter().map(Vec::len),
             )));
             for i in items {

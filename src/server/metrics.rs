@@ -549,6 +549,11 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
         "Capacity of the history window",
         &mut *reg,
     );
+    let history_bytes = gauge(
+        "history_bytes",
+        "Bytes the history window's events hold (what --history-bytes and [history] max_bytes cap)",
+        &mut *reg,
+    );
     let objects = gauge("objects", "Objects in the cache", &mut *reg);
     let ready = gauge("ready", "1 when the cache serves reads", &mut *reg);
     reg.register(
@@ -644,6 +649,9 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
         }
         history.get_or_create(&l).set(s.history_len as i64);
         capacity.get_or_create(&l).set(s.history_capacity as i64);
+        history_bytes
+            .get_or_create(&l)
+            .set(i64::try_from(s.history_bytes).unwrap_or(i64::MAX));
         objects.get_or_create(&l).set(s.objects as i64);
         ready.get_or_create(&l).set(i64::from(s.ready));
         object_bytes

@@ -53,6 +53,8 @@ pub struct ReadParams {
     pub rv_match: Option<RvMatch>,
     pub field_selector: String,
     pub label_selector: String,
+    /// `shardSelector` as sent; upstream reads an empty one as absent.
+    pub shard_selector: String,
     pub allow_bookmarks: bool,
     pub send_initial_events: Option<bool>,
     pub timeout: Option<Duration>,
@@ -152,6 +154,7 @@ impl ReadParams {
                 "resourceVersionMatch" => p.rv_match_text = v.into_owned(),
                 "fieldSelector" => p.field_selector = v.into_owned(),
                 "labelSelector" => p.label_selector = v.into_owned(),
+                "shardSelector" => p.shard_selector = v.into_owned(),
                 "allowWatchBookmarks" => p.allow_bookmarks = parse_bool("allowWatchBookmarks", &v)?,
                 "sendInitialEvents" => {
                     p.send_initial_events = Some(parse_bool("sendInitialEvents", &v)?)
@@ -312,6 +315,9 @@ impl ReadParams {
 
     fn selection(&self, namespace: Option<&str>) -> Result<Selection, ApiError> {
         let mut s = Selection::parse(namespace, &self.field_selector, &self.label_selector)?;
+        if !self.shard_selector.is_empty() {
+            s = s.with_shard(&self.shard_selector)?;
+        }
         if let Some(name) = &self.name {
             let path = FieldPath::parse("metadata.name").map_err(ApiError::bad_request)?;
             s.fields = s.fields.and_equals(path, name.clone());

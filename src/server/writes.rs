@@ -668,6 +668,7 @@ pub async fn delete_collection(
             items,
             continue_token: None,
             remaining_item_count: None,
+            shard_info: None,
         }),
         code: 200,
         warnings: Vec::new(),

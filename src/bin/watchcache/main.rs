@@ -240,6 +240,41 @@ struct ServeArgs {
     /// the log, target watchcache::audit).
     #[arg(long, value_name = "FILE")]
     audit_log_path: Option<PathBuf>,
+    /// Most bytes each resource's history window may hold (`256Mi`, `1Gi`, or bytes); past it
+    /// the oldest events leave the window and a watcher behind them gets 410 Expired. A
+    /// definition's `[history] max_bytes` overrides it. Default: no budget (count-sized window).
+    #[arg(long, value_name = "BYTES", value_parser = byte_size)]
+    history_bytes: Option<usize>,
+}
+
+/// A size flag: bytes, or a number with a binary (`Ki`, `Mi`, `Gi`) or decimal (`k`, `M`, `G`)
+/// suffix, above zero.
+fn byte_size(s: &str) -> Result<usize, String> {
+    let (digits, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, ""), |i| s.split_at(i));
+    let mult: usize = match unit {
+        "" => 1,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown unit \"{other}\": use Ki, Mi, Gi, k, M or G"
+            ));
+        }
+    };
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("\"{s}\" is not a size (e.g. 256Mi)"))?;
+    match n.checked_mul(mult) {
+        Some(0) => Err("must be above zero".into()),
+        Some(b) => Ok(b),
+        None => Err(format!("\"{s}\" is too large")),
+    }
 }
 
 /// A duration flag (`60s`, `1m0s`, `1m 30s`), which must be above zero.
@@ -395,6 +430,11 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!("--resources: no definition for \"{unknown}\"").into());
         }
         defs.retain(|d| args.resources.iter().any(|r| named(d, r)));
+    }
+    if let Some(budget) = args.history_bytes {
+        for d in &mut defs {
+            d.history.max_bytes.get_or_insert(budget);
+        }
     }
     // Before anything starts: a bad or KMS configuration is a start-up error.
     let encryption = args
@@ -617,6 +657,25 @@ mod tests {
         match Cli::try_parse_from(argv).unwrap().command {
             Command::Serve(a) => *a,
             _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn history_bytes_takes_sizes() {
+        assert_eq!(serve_args(&[]).history_bytes, None);
+        for (flag, want) in [
+            ("1048576", 1 << 20),
+            ("64Mi", 64 << 20),
+            ("2G", 2_000_000_000),
+        ] {
+            assert_eq!(
+                serve_args(&["--history-bytes", flag]).history_bytes,
+                Some(want)
+            );
+        }
+        for bad in ["0", "12Mb", "x", "99999999999999999999Gi"] {
+            let argv = ["watchcache", "serve", "--history-bytes", bad];
+            assert!(Cli::try_parse_from(argv).is_err(), "{bad}");
         }
     }
 

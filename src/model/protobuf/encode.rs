@@ -674,15 +674,21 @@ pub(crate) fn watch_frame_head(event_type: &str, envelope_len: usize) -> Vec<u8>
     out
 }
 
-/// `metav1.ListMeta` {selfLink = 1, resourceVersion = 2, continue = 3, remainingItemCount = 4}
-/// as field 1 of a list.
-fn list_meta(out: &mut Vec<u8>, rv: &str, cont: &str, remaining: Option<i64>) {
+/// `metav1.ListMeta` {selfLink = 1, resourceVersion = 2, continue = 3, remainingItemCount = 4,
+/// shardInfo = 5 {selector = 1}} as field 1 of a list.
+fn list_meta(out: &mut Vec<u8>, rv: &str, cont: &str, remaining: Option<i64>, shard: Option<&str>) {
     let _ = nested::<()>(out, 1, |out| {
         put_len(out, 1, b"");
         put_len(out, 2, rv.as_bytes());
         put_len(out, 3, cont.as_bytes());
         if let Some(n) = remaining {
             put_varint(out, 4, n as u64);
+        }
+        if let Some(sel) = shard {
+            nested::<()>(out, 5, |out| {
+                put_len(out, 1, sel.as_bytes());
+                Ok(())
+            })?;
         }
         Ok(())
     });
@@ -697,10 +703,11 @@ pub(crate) fn list_head(
     rv: &str,
     cont: &str,
     remaining: Option<i64>,
+    shard: Option<&str>,
     item_lens: impl Iterator<Item = usize>,
 ) -> Vec<u8> {
     let mut meta = Vec::with_capacity(32);
-    list_meta(&mut meta, rv, cont, remaining);
+    list_meta(&mut meta, rv, cont, remaining, shard);
     let mut scratch = Vec::with_capacity(8);
     let items: usize = item_lens
         .map(|n| {
@@ -765,6 +772,7 @@ pub(crate) fn status(json: &Json) -> Vec<u8> {
         &s(&meta, "resourceVersion"),
         &s(&meta, "continue"),
         meta.get("remainingItemCount").and_then(Json::as_i64),
+        None,
     );
     put_len(&mut raw, 2, s(json, "status").as_bytes());
     put_len(&mut raw, 3, s(json, "message").as_bytes());
@@ -799,6 +807,30 @@ pub(crate) fn status(json: &Json) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sharded_lists_meta_carries_shard_info_as_field_5() {
+        let sel = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
+        let plain = list_head("v1", "PodList", "7", "", None, None, std::iter::empty());
+        let sharded = list_head(
+            "v1",
+            "PodList",
+            "7",
+            "",
+            None,
+            Some(sel),
+            std::iter::empty(),
+        );
+        // ListMeta {selfLink "", resourceVersion "7", continue "", shardInfo {selector}}:
+        // field 5 (tag 0x2a) holding field 1 (tag 0x0a), after the plain head's meta.
+        let mut info = vec![0x0a, sel.len() as u8];
+        info.extend_from_slice(sel.as_bytes());
+        let mut field = vec![0x2a, info.len() as u8];
+        field.extend_from_slice(&info);
+        assert!(sharded.windows(field.len()).any(|w| w == field.as_slice()));
+        assert!(!plain.windows(2).any(|w| w == [0x2a, info.len() as u8]));
+        assert_eq!(sharded.len(), plain.len() + field.len());
+    }
 
     #[test]
     fn times_parse_as_rfc3339() {

@@ -113,6 +113,8 @@ pub(crate) struct Envelope<'a> {
 pub(crate) struct Meta<'a> {
     pub name: &'a str,
     pub namespace: &'a str,
+    /// `metadata.uid` (field 5), `""` when absent.
+    pub uid: &'a str,
     /// Sorted by key; a repeated key keeps its last value.
     pub labels: Vec<(Box<str>, Box<str>)>,
 }
@@ -184,12 +186,14 @@ impl<'a> Envelope<'a> {
                 _ => {}
             }
         }
-        let (mut name, mut namespace) = ("", "");
+        let (mut name, mut namespace, mut uid) = ("", "", "");
         let mut labels = Vec::new();
         for e in Fields::new(meta_bytes) {
             match e.map_err(|e| format!("metadata: {e}"))? {
                 (1, Value::Len(b)) => name = utf8(b, "metadata.name")?,
                 (3, Value::Len(b)) => namespace = utf8(b, "metadata.namespace")?,
+                // Only hashed for shard selectors; validate() judges it.
+                (5, Value::Len(b)) => uid = std::str::from_utf8(b).unwrap_or_default(),
                 (11, Value::Len(b)) => {
                     let (mut k, mut v): (&[u8], &[u8]) = (&[], &[]);
                     for e in Fields::new(b) {
@@ -216,6 +220,7 @@ impl<'a> Envelope<'a> {
         Ok(Meta {
             name,
             namespace,
+            uid,
             labels,
         })
     }

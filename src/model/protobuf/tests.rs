@@ -476,6 +476,7 @@ fn lists_and_watch_streams_are_framed_as_upstreams() {
         "12345",
         "",
         None,
+        None,
         items.iter().map(Vec::len),
     );
     for i in &items {

@@ -22,6 +22,7 @@ pub(crate) use predicate::Predicate;
 use std::fmt;
 
 use crate::error::Error;
+use crate::model::shard::ShardSelector;
 
 /// A selector that did not parse: which kind, the input, the byte position and what was expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +90,8 @@ pub struct Selection {
     pub fields: FieldSelector,
     /// The label selector.
     pub labels: LabelSelector,
+    /// The `shardSelector`: only objects whose hashed field falls in one of its ranges.
+    pub shard: Option<ShardSelector>,
 }
 
 impl Selection {
@@ -110,6 +113,7 @@ impl Selection {
             namespace: namespace.map(str::to_owned),
             fields: FieldSelector::parse(field_selector)?,
             labels: LabelSelector::parse(label_selector)?,
+            shard: None,
         })
     }
 
@@ -126,6 +130,15 @@ impl Selection {
     /// [`Error::BadRequest`] when it does not parse.
     pub fn with_fields(mut self, field_selector: &str) -> Result<Self, Error> {
         self.fields = FieldSelector::parse(field_selector)?;
+        Ok(self)
+    }
+
+    /// Sets the `shardSelector` from its wire form (KEP-5866; see [`ShardSelector`]).
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] naming the position, in upstream's words.
+    pub fn with_shard(mut self, shard_selector: &str) -> Result<Self, Error> {
+        self.shard = Some(ShardSelector::parse(shard_selector)?);
         Ok(self)
     }
 

@@ -14,6 +14,7 @@
 use crate::model::FieldPath;
 use crate::model::Object;
 use crate::model::selector::{FieldRequirement, LabelSelector, Selection};
+use crate::model::shard::ShardSelector;
 use crate::model::{Attr, Schema};
 
 #[derive(Debug, Clone)]
@@ -29,6 +30,8 @@ pub(crate) struct Predicate {
     namespace: Option<Box<str>>,
     fields: Vec<(FieldSource, FieldRequirement)>,
     labels: LabelSelector,
+    /// The `shardSelector`, checked first: one hash of a pre-read field, no JSON.
+    shard: Option<ShardSelector>,
     /// Equality terms answerable by a store index: (index slot, attribute, accepted values).
     index_terms: Vec<(usize, Attr, Vec<String>)>,
     /// The trigger this watcher is routed by, if the selection pins one.
@@ -82,6 +85,7 @@ impl Predicate {
             namespace: sel.namespace.as_deref().map(Into::into),
             fields,
             labels: sel.labels.clone(),
+            shard: sel.shard.clone(),
             index_terms,
             route,
         }
@@ -99,6 +103,11 @@ impl Predicate {
     }
 
     fn evaluate(&self, schema: &Schema, obj: &Object, keep: bool) -> bool {
+        if let Some(shard) = &self.shard
+            && !shard.contains(obj.shard_hash(shard.key()))
+        {
+            return false;
+        }
         if let Some(ns) = &self.namespace
             && obj.namespace() != Some(&**ns)
         {
@@ -145,6 +154,11 @@ impl Predicate {
             FieldSource::Attr(a) if *a == attr && r.is_equality() => Some(r.value()),
             _ => None,
         })
+    }
+
+    /// The shard selector, which routes a watcher no trigger routes (see `cache/shard_router.rs`).
+    pub fn shard(&self) -> Option<&ShardSelector> {
+        self.shard.as_ref()
     }
 
     /// The (trigger, value) a watcher with this predicate is routed by, if any.
