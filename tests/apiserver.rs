@@ -59,11 +59,10 @@ async fn root_with(etcd_url: &str, port: u16, reads: ConsistentReads) -> Running
     .await
     .unwrap();
     for plural in ["pods", "configmaps"] {
-        caches
-            .cache(plural)
-            .unwrap()
-            .wait_ready(Duration::from_secs(30))
+        let cache = caches.cache(plural).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), cache.wait_ready())
             .await
+            .expect("ready in time")
             .unwrap();
     }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
@@ -113,11 +112,10 @@ async fn leaf(root_url: &str, config: ApiServerConfig) -> Running {
         CacheConfig::default(),
     )
     .unwrap();
-    caches
-        .cache("pods")
-        .unwrap()
-        .wait_ready(Duration::from_secs(30))
+    let pods = caches.cache("pods").unwrap();
+    tokio::time::timeout(Duration::from_secs(30), pods.wait_ready())
         .await
+        .expect("ready in time")
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());

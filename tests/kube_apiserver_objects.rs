@@ -68,7 +68,7 @@ fn what_kube_apiserver_stored_reads_as_what_it_serves() {
         let resource = v.name.split('-').next().unwrap_or_default();
         let def =
             ResourceDef::builtin(resource).unwrap_or_else(|| panic!("{}: no definition", v.name));
-        let cache = Cache::new(def, CacheConfig::default());
+        let (cache, _) = Cache::new(def, CacheConfig::default());
         let obj = match cache.decode(&v.key, &read(&v.name, "etcd.bin"), v.rv) {
             Ok(o) => o,
             Err(e) => {

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hashbrown::HashSet;
 use tracing::{debug, error, info, warn};
@@ -26,6 +26,7 @@ use crate::cache::config::CacheConfig;
 use crate::cache::fresh::Coalescer;
 use crate::cache::history::{Event, Evicted, History};
 use crate::cache::list::{self, Page, Rollback};
+use crate::cache::ready::{Readiness, Signal};
 use crate::cache::registry::{Fanout, Registry};
 use crate::cache::store::Store;
 use crate::cache::upstream::{KeyRange, Upstream};
@@ -98,21 +99,6 @@ pub struct CacheStats {
     pub fresh_reads: u64,
     /// Whether the cache serves requests.
     pub ready: bool,
-}
-
-/// Whether a cache serves reads.
-#[derive(Debug, Clone)]
-pub(crate) enum Readiness {
-    /// The first resync has not finished.
-    InitialSync { since: Instant },
-    /// Serving.
-    Ready,
-    /// Was ready; the upstream has been unavailable since `since`.
-    Unavailable { since: Instant, why: String },
-    /// The upstream's history was replaced (its revision went backwards: etcd wiped or restored
-    /// from a backup). Every watcher was ended with 410 Expired and the store emptied; the next
-    /// resync loads the upstream's state silently, at whatever revision it now has, like the first.
-    Diverged { since: Instant, why: String },
 }
 
 /// Counters of one cache. Relaxed: they are statistics, and order nothing.
@@ -257,6 +243,8 @@ pub(crate) struct Shared {
     pub fresh_reads: Arc<Coalescer<Option<KeyRange>>>,
     /// The keys of `State::json_paths`, read by decode outside the state lock.
     json_paths: RwLock<Arc<[FieldPath]>>,
+    /// Wakes readiness waiters; `State::readiness` is published to it under the state lock.
+    ready: Signal,
 }
 
 impl Shared {
@@ -282,6 +270,7 @@ impl Shared {
             upstream: RwLock::new(None),
             fresh_reads,
             json_paths: RwLock::new(Arc::from([])),
+            ready: Signal::new(),
         }
     }
 
@@ -414,6 +403,7 @@ impl Shared {
             }
         };
         st.readiness = Readiness::Ready;
+        self.ready.publish(&st.readiness);
         self.publish(st, rv);
         ResyncOutcome { listed, ..out }
     }
@@ -474,6 +464,7 @@ impl Shared {
             since: Instant::now(),
             why,
         };
+        self.ready.publish(&st.readiness);
     }
 
     pub fn record_expired(&self) {
@@ -482,45 +473,50 @@ impl Shared {
 
     // ---- readiness ----
 
-    pub fn set_not_ready(&self, why: String) {
+    /// Marks a ready cache not ready; whether it was ready.
+    pub fn set_not_ready(&self, why: String) -> bool {
         let mut st = self.state.write();
         if let Readiness::Ready = st.readiness {
             st.readiness = Readiness::Unavailable {
                 since: Instant::now(),
                 why,
             };
+            self.ready.publish(&st.readiness);
+            return true;
         }
+        false
     }
 
-    pub fn set_ready(&self) {
+    /// Marks an unavailable cache ready again; whether it was unavailable.
+    pub fn set_ready(&self) -> bool {
         let mut st = self.state.write();
         if let Readiness::Unavailable { .. } = st.readiness {
             st.readiness = Readiness::Ready;
+            self.ready.publish(&st.readiness);
+            return true;
         }
+        false
+    }
+
+    /// The writer is gone: readiness can no longer change.
+    pub fn abandon(&self) {
+        // Under the state lock, so that it is ordered after the writer's last publication.
+        let _st = self.state.read();
+        self.ready.abandon();
     }
 
     pub fn is_ready(&self) -> bool {
-        matches!(self.state.read().readiness, Readiness::Ready)
+        self.ready.is_ready()
+    }
+
+    /// Waits until the cache is ready; `false` when it never will be (its writer is gone).
+    pub async fn wait_ready(&self) -> bool {
+        self.ready.wait().await
     }
 
     /// `Ok` when the cache serves reads, else [`Error::NotReady`] with upstream's Retry-After.
     pub fn check_ready(&self) -> Result<(), Error> {
-        let (since, why) = match &self.state.read().readiness {
-            Readiness::Ready => return Ok(()),
-            Readiness::InitialSync { since } => (*since, "initial sync has not finished".into()),
-            Readiness::Unavailable { since, why } | Readiness::Diverged { since, why } => {
-                (*since, why.clone())
-            }
-        };
-        // Upstream's Retry-After for an unready cache: clamp(e^(0.06 * downtime in s), 1, 30).
-        let secs = (0.06 * since.elapsed().as_secs_f64())
-            .exp()
-            .clamp(1.0, 30.0);
-        Err(Error::NotReady {
-            resource: self.schema.def.plural.clone(),
-            why,
-            retry_after: Duration::from_secs(secs.round() as u64),
-        })
+        self.state.read().readiness.check(&self.schema.def.plural)
     }
 
     // ---- reader side ----

@@ -23,18 +23,26 @@ impl Backoff {
 
     /// The next delay.
     pub fn next_delay(&mut self) -> Duration {
-        let cap = self
-            .initial
-            .saturating_mul(1u32 << self.attempt.min(20))
-            .min(self.max);
+        let max = cap(self.initial, self.max, self.attempt);
         self.attempt = self.attempt.saturating_add(1);
-        cap.mul_f64(fastrand::f64()).max(Duration::from_millis(10))
+        jitter(max)
     }
 
     /// Back to the first delay, after a success.
     pub fn reset(&mut self) {
         self.attempt = 0;
     }
+}
+
+/// The largest delay of attempt `attempt` (from 0): `min(max, initial * 2^attempt)`. Pure: the
+/// follower's state machine computes it, the driver draws the delay with [`jitter`].
+pub(crate) fn cap(initial: Duration, max: Duration, attempt: u32) -> Duration {
+    initial.saturating_mul(1u32 << attempt.min(20)).min(max)
+}
+
+/// Full jitter: a delay drawn uniformly from `[0, max]`, never below 10 ms.
+pub(crate) fn jitter(max: Duration) -> Duration {
+    max.mul_f64(fastrand::f64()).max(Duration::from_millis(10))
 }
 
 #[cfg(test)]

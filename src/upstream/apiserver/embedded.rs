@@ -44,7 +44,6 @@
 //! ```
 
 use std::marker::PhantomData;
-use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
@@ -148,7 +147,8 @@ impl<K> std::fmt::Debug for KubeCache<K> {
 }
 
 impl<K: DeserializeOwned + Send + 'static> KubeCache<K> {
-    /// Follows `def`'s resource through `client` and waits (up to a minute) for the first sync.
+    /// Follows `def`'s resource through `client` and waits for the first sync, however long it
+    /// takes (wrap it in `tokio::time::timeout` to bound it).
     ///
     /// # Errors
     /// [`Error::NotReady`] when the first sync does not finish in time, [`Error::BadRequest`]
@@ -179,7 +179,7 @@ impl<K: DeserializeOwned + Send + 'static> KubeCache<K> {
         let Some(cache) = caches.cache(&plural).cloned() else {
             return Err(Error::BadRequest(format!("no cache for {plural}")));
         };
-        cache.wait_ready(Duration::from_secs(60)).await?;
+        cache.wait_ready().await?;
         Ok(KubeCache {
             caches: Some(caches),
             cache,
