@@ -6,6 +6,8 @@
 //!   and a watcher's registration read and change it atomically with the store.
 //! - Every change of it is published to [`Signal`] while that lock is held, so publications are in
 //!   the order of the changes, and a waiter that sees [`Phase::Ready`] sees a cache that was ready.
+//!   A resync publishes the cache's revision before its readiness: a woken waiter reads the
+//!   revision without the lock, and must not see the one before the sync.
 //! - [`Phase::Abandoned`] is published once the writer is gone while the cache was not ready: no
 //!   one can make it ready any more, so waiters stop waiting.
 

@@ -403,8 +403,9 @@ impl Shared {
             }
         };
         st.readiness = Readiness::Ready;
-        self.ready.publish(&st.readiness);
+        // The revision first: a waiter woken by readiness reads it without the lock.
         self.publish(st, rv);
+        self.ready.publish(&st.readiness);
         ResyncOutcome { listed, ..out }
     }
 
