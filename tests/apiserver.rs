@@ -98,6 +98,7 @@ fn leaf_config(initial_list: InitialList) -> ApiServerConfig {
         watch_timeout: Duration::from_secs(30),
         request_timeout: Duration::from_secs(5),
         idle_timeout: Duration::from_secs(150),
+        absent_retry: Duration::from_secs(1),
     }
 }
 
@@ -298,8 +299,12 @@ async fn a_client_resumes_on_the_leaf_from_a_resource_version_the_root_gave_it()
     let (_, list) = get(&c, &format!("{}/api/v1/pods", root.url)).await;
     let from = rv(&list);
     let b = create(&c, &root.url, "b", "n1").await;
+    // A bound pod deleted with grace 0: its deletion is written (MODIFIED), then it goes.
     let r = c
-        .delete(format!("{}/api/v1/namespaces/ns/pods/a", root.url))
+        .delete(format!(
+            "{}/api/v1/namespaces/ns/pods/a?gracePeriodSeconds=0",
+            root.url
+        ))
         .send()
         .await
         .unwrap();
@@ -311,6 +316,7 @@ async fn a_client_resumes_on_the_leaf_from_a_resource_version_the_root_gave_it()
     )
     .await;
     assert_eq!(w.event().await, ("ADDED".into(), "b".into(), b));
+    assert_eq!(w.event().await, ("MODIFIED".into(), "a".into(), a_gone - 1));
     assert_eq!(w.event().await, ("DELETED".into(), "a".into(), a_gone));
     assert!(w.next(Duration::from_millis(500)).await.is_none());
     leaf.stop().await;

@@ -502,6 +502,8 @@ async fn watch_caps_inflight_limits_metrics_rules_and_the_audit_file() {
     let s = server(ServerConfig {
         max_watches_per_user: 2,
         max_requests_inflight: 1,
+        // A request over the in-flight limit waits a quarter of this for a place: 500 ms.
+        request_timeout: Duration::from_secs(2),
         audit_log_path: Some(audit.clone()),
         ..ServerConfig::default()
     })
@@ -560,7 +562,8 @@ async fn watch_caps_inflight_limits_metrics_rules_and_the_audit_file() {
     assert_eq!(get(&n1_pods, Some("n1-token")).await.0, StatusCode::OK);
     drop(slow);
     // ... a read that waits for a resourceVersion the cache has not reached does: the node's
-    // next request is 429 with Retry-After; system:masters is still served.
+    // next request waits for the place and, none freeing up in time, is 429 with Retry-After;
+    // system:masters is still served.
     let waiting = tokio::spawn({
         let url = format!(
             "{base}/api/v1/namespaces/a/configmaps?resourceVersion=999999999&resourceVersionMatch=NotOlderThan"

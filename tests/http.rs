@@ -499,15 +499,19 @@ async fn watches_stream_events_bookmarks_initial_events_and_410() {
     );
     let watcher = {
         let (c, url) = (c.clone(), url.clone());
-        tokio::spawn(async move { watch_lines(&c, &url, 3).await })
+        tokio::spawn(async move { watch_lines(&c, &url, 4).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     create(&c, &base, "a", &pod("b", "n2", "web")).await;
     create(&c, &base, "a", &pod("c", "n1", "web")).await;
-    c.delete(format!("{base}/api/v1/namespaces/a/pods/a"))
-        .send()
-        .await
-        .unwrap();
+    // A bound pod deleted with grace 0: its deletionTimestamp is written, then it is removed,
+    // as kube-apiserver does.
+    c.delete(format!(
+        "{base}/api/v1/namespaces/a/pods/a?gracePeriodSeconds=0"
+    ))
+    .send()
+    .await
+    .unwrap();
     let lines = watcher.await.unwrap();
     let got: Vec<(String, String)> = lines
         .iter()
@@ -523,8 +527,14 @@ async fn watches_stream_events_bookmarks_initial_events_and_410() {
         [
             ("ADDED".into(), "a".into()),
             ("ADDED".into(), "c".into()),
+            ("MODIFIED".into(), "a".into()),
             ("DELETED".into(), "a".into())
         ]
+    );
+    assert!(lines[2]["object"]["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        lines[2]["object"]["metadata"]["deletionGracePeriodSeconds"],
+        0
     );
     // WatchList: initial events, then the initial-events-end bookmark.
     let url = format!(

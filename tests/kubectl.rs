@@ -273,10 +273,8 @@ async fn metadata_clients_get_partial_metadata_or_406() {
     .await
     .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(
-        r.headers()["content-type"],
-        "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
-    );
+    // kube-apiserver names the serializer's media type, without the conversion.
+    assert_eq!(r.headers()["content-type"], "application/json");
     let list: Value = r.json().await.unwrap();
     assert_eq!(list["kind"], "PartialObjectMetadataList");
     assert_eq!(list["items"][0]["kind"], "PartialObjectMetadata");
@@ -288,13 +286,14 @@ async fn metadata_clients_get_partial_metadata_or_406() {
             "/api/v1/pods",
             "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
         ),
-        // Protobuf is served for built-in kinds only, and not as metadata.
+        // Protobuf objects are served for built-in kinds only.
         (
             "/apis/example.com/v1alpha1/widgets",
             "application/vnd.kubernetes.protobuf",
         ),
+        // A list target for one object.
         (
-            "/api/v1/pods",
+            "/api/v1/namespaces/default/pods/m",
             "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
         ),
         (
@@ -308,10 +307,31 @@ async fn metadata_clients_get_partial_metadata_or_406() {
         let st: Value = r.json().await.unwrap();
         assert_eq!(st["reason"], "NotAcceptable");
     }
-    // The metadata informer's watch: each event is PartialObjectMetadata.
+    // Metadata in protobuf, as client-go's metadata client asks first (custom resources too):
+    // `k8s\0` + the envelope naming PartialObjectMetadataList.
+    for path in ["/api/v1/pods", "/apis/example.com/v1alpha1/widgets"] {
+        let r = get(
+            path,
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert_eq!(
+            r.headers()["content-type"],
+            "application/vnd.kubernetes.protobuf"
+        );
+        let body = r.bytes().await.unwrap();
+        assert!(body.starts_with(b"k8s\0"), "{path}");
+        assert!(
+            body.windows(25).any(|w| w == b"PartialObjectMetadataList"),
+            "{path}"
+        );
+    }
+    // The metadata informer's watch, in JSON: each event is PartialObjectMetadata.
     let r = get(
         "/api/v1/pods?watch=true&resourceVersion=0&timeoutSeconds=1",
-        "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
     )
     .await
     .unwrap();
@@ -321,6 +341,21 @@ async fn metadata_clients_get_partial_metadata_or_406() {
     assert_eq!(ev["type"], "ADDED");
     assert_eq!(ev["object"]["kind"], "PartialObjectMetadata");
     assert_eq!(ev["object"]["metadata"]["name"], "m");
+    // And in protobuf: length-prefixed WatchEvents around PartialObjectMetadata envelopes.
+    let r = get(
+        "/api/v1/pods?watch=true&resourceVersion=0&timeoutSeconds=1",
+        "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["content-type"],
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    );
+    let body = r.bytes().await.unwrap();
+    assert!(body.windows(5).any(|w| w == b"ADDED"));
+    assert!(body.windows(21).any(|w| w == b"PartialObjectMetadata"));
     // Aggregated discovery, as client-go asks for it.
     let r = get(
         "/apis",
@@ -735,8 +770,43 @@ async fn generate_name_deletecollection_dry_run_head_and_protobuf_bodies() {
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "application/json");
     assert_eq!(r.bytes().await.unwrap().len(), 0);
-    k.ok(&["delete", "cm", "keep", "--cascade=foreground"])
-        .await;
+    // Foreground deletion adds the garbage collector's finalizer: the object stays, being
+    // deleted, until its finalizers are gone (no garbage collector runs here, so a patch takes
+    // it off), as with kube-apiserver.
+    k.ok(&[
+        "delete",
+        "cm",
+        "keep",
+        "--cascade=foreground",
+        "--wait=false",
+    ])
+    .await;
+    let kept = get_json(&k, &["cm", "keep"]).await;
+    assert_eq!(
+        kept["metadata"]["finalizers"],
+        json!(["foregroundDeletion"])
+    );
+    assert!(kept["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(kept["metadata"]["deletionGracePeriodSeconds"], 0);
+    k.ok(&[
+        "patch",
+        "cm",
+        "keep",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ])
+    .await;
+    let mut gone = false;
+    for _ in 0..50 {
+        let out = k.run(&["get", "cm", "keep"]).await;
+        if !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("NotFound") {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "emptying the finalizers deletes the object");
     // kubectl create configmap/namespace send protobuf bodies: read as the objects they are.
     must(
         &k.run(&["create", "configmap", "lit", "--from-literal=a=b"])

@@ -196,6 +196,12 @@ impl Cache {
         self.shared.is_ready()
     }
 
+    /// Whether the upstream said it does not serve this resource (see
+    /// [`CacheWriter::set_absent`]).
+    pub fn is_absent(&self) -> bool {
+        self.shared.is_absent()
+    }
+
     // ---- reader side ----
 
     /// Waits until the cache has reached `rv`, asking the upstream for progress meanwhile.
@@ -249,20 +255,41 @@ impl Cache {
         reads
             .join(Some(keys.clone()), move || {
                 let (cache, range) = (cache.clone(), range.clone());
-                async move { cache.prove_fresh(&range).await }
+                async move { cache.prove_fresh(&range, None).await }
             })
             .await
     }
 
+    /// Waits until the cache holds the state of `keys` at revision `n`: the cache reaching `n`,
+    /// or, on an upstream whose progress notifications cannot be trusted (etcd 3.4.23, where a
+    /// resource quiet since before `n` never reaches it), a keys-only read at `n` proving that the
+    /// cache's state is the state at `n` for those keys (see [`prove_fresh`](Cache::prove_fresh)).
+    async fn reach(&self, n: u64, keys: &KeyRange) -> Result<u64> {
+        if self.resource_version() < n
+            && let Some(up) = self.upstream()
+            && !up.progress_is_reliable()
+        {
+            return match self.prove_fresh(keys, Some(n)).await {
+                // A revision compacted away, or a failed read: the plain wait decides.
+                Err(Error::Upstream(_)) => self.wait_for(n).await,
+                other => other,
+            };
+        }
+        self.wait_for(n).await
+    }
+
     /// The freshness proof for an upstream whose progress notifications cannot be trusted (see
-    /// `fresh.rs`): a keys-only read of `keys` at the upstream's current revision R, then the
-    /// cache revision at which the cache holds exactly those keys at their revisions, or any
-    /// revision from R on.
-    async fn prove_fresh(&self, keys: &KeyRange) -> Result<u64> {
+    /// `fresh.rs`): a keys-only read of `keys` at the upstream's current revision R (or at `at`),
+    /// then the cache revision at which the cache holds exactly those keys at their revisions, or
+    /// any revision from R on. At a past revision `at` the proof is the same: every key etcd held
+    /// there was written at or before the cache's revision C and the cache holds exactly them, so
+    /// the state at `at` is the cache's at C (a key created and deleted in between was absent at
+    /// both).
+    async fn prove_fresh(&self, keys: &KeyRange, at: Option<u64>) -> Result<u64> {
         let up = self
             .upstream()
             .ok_or_else(|| Error::Upstream("no upstream to prove freshness with".into()))?;
-        let mut reader = RangeReader::within(&*up, None, keys.clone(), None, KEYS_PAGE).keys_only();
+        let mut reader = RangeReader::within(&*up, at, keys.clone(), None, KEYS_PAGE).keys_only();
         let mut held = Vec::new();
         let mut newest = 0;
         while let Some(page) = reader.next_page().await {
@@ -302,7 +329,7 @@ impl Cache {
         match wait {
             Wait::Nothing => Ok(self.resource_version()),
             Wait::Fresh => self.fresh(keys).await,
-            Wait::For(n) => self.wait_for(n).await,
+            Wait::For(n) => self.reach(n, keys).await,
         }
     }
 

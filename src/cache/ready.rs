@@ -30,6 +30,11 @@ pub(crate) enum Readiness {
     /// from a backup). Every watcher was ended with 410 Expired and the store emptied; the next
     /// resync loads the upstream's state silently, at whatever revision it now has, like the first.
     Diverged { since: Instant, why: String },
+    /// The upstream does not serve the resource (a custom resource whose CRD it does not have):
+    /// it answered its collection with 404. Not ready, but not waited for either (`/readyz`
+    /// leaves it out, and proxy mode forwards its requests); the follower keeps asking, and a
+    /// finished resync makes it ready as the first one does.
+    Absent { since: Instant },
 }
 
 impl Readiness {
@@ -46,6 +51,7 @@ impl Readiness {
         let (since, why) = match self {
             Readiness::Ready => return Ok(()),
             Readiness::InitialSync { since } => (*since, "initial sync has not finished".into()),
+            Readiness::Absent { since } => (*since, "the upstream does not serve it".into()),
             Readiness::Unavailable { since, why } | Readiness::Diverged { since, why } => {
                 (*since, why.clone())
             }

@@ -515,6 +515,24 @@ impl Shared {
         self.ready.wait().await
     }
 
+    /// The upstream says it does not serve the resource (see [`Readiness::Absent`]); whether it
+    /// was not absent before.
+    pub fn set_absent(&self) -> bool {
+        let mut st = self.state.write();
+        if matches!(st.readiness, Readiness::Absent { .. }) {
+            return false;
+        }
+        st.readiness = Readiness::Absent {
+            since: Instant::now(),
+        };
+        self.ready.publish(&st.readiness);
+        true
+    }
+
+    pub fn is_absent(&self) -> bool {
+        matches!(self.state.read().readiness, Readiness::Absent { .. })
+    }
+
     /// `Ok` when the cache serves reads, else [`Error::NotReady`] with upstream's Retry-After.
     pub fn check_ready(&self) -> Result<(), Error> {
         self.state.read().readiness.check(&self.schema.def.plural)

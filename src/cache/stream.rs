@@ -289,12 +289,19 @@ impl WatchStream {
 
     /// Schedules a bookmark 2 s before `deadline` (when bookmarks were asked for), as upstream does
     /// for a watch that the server will end at its timeout: the client can then resume from a recent
-    /// revision instead of relisting.
+    /// revision instead of relisting. A watch that short (a leaf's progress probe: 3 s) gets it
+    /// at once: it asks where the cache is, now.
     pub fn bookmark_before(&mut self, deadline: tokio::time::Instant) {
         if let Some((timer, _)) = &mut self.bookmarks {
+            let now = tokio::time::Instant::now();
             let at = deadline
                 .checked_sub(Duration::from_secs(2))
                 .unwrap_or(deadline);
+            let at = if at <= now + Duration::from_secs(1) {
+                now
+            } else {
+                at
+            };
             if at < timer.deadline() {
                 timer.as_mut().reset(at);
             }

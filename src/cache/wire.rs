@@ -158,6 +158,9 @@ pub fn list_parts_protobuf(
 /// A `{Kind}List` as pieces to write in order: the head, each item's shared bytes with separators,
 /// and the tail.
 pub fn list_parts(def: &ResourceDef, list: &ObjectList) -> Vec<Bytes> {
+    if !def.has_protobuf() {
+        return unstructured_list_parts(def, list);
+    }
     let mut head = format!(
         r#"{{"kind":"{}List","apiVersion":"{}","metadata":{{"resourceVersion":"{}""#,
         def.kind,
@@ -186,5 +189,36 @@ pub fn list_parts(def: &ResourceDef, list: &ObjectList) -> Vec<Bytes> {
         }
     }
     parts.push(Bytes::from_static(b"]}"));
+    parts
+}
+
+/// A custom resource's list as kube-apiserver writes an `UnstructuredList`: members sorted by key
+/// (`apiVersion`, `items`, `kind`, `metadata`), the list metadata a map too, with `continue`
+/// always there (empty on the last page).
+fn unstructured_list_parts(def: &ResourceDef, list: &ObjectList) -> Vec<Bytes> {
+    let mut parts = Vec::with_capacity(list.items.len() * 2 + 2);
+    parts.push(Bytes::from(format!(
+        r#"{{"apiVersion":"{}","items":["#,
+        def.api_version()
+    )));
+    for (i, o) in list.items.iter().enumerate() {
+        if i > 0 {
+            parts.push(Bytes::from_static(b","));
+        }
+        parts.push(o.json().clone());
+    }
+    let mut tail = format!(
+        r#"],"kind":"{}List","metadata":{{"continue":"{}""#,
+        def.kind,
+        list.continue_token.as_deref().unwrap_or("")
+    );
+    if let Some(n) = list.remaining_item_count {
+        tail.push_str(&format!(r#","remainingItemCount":{n}"#));
+    }
+    tail.push_str(&format!(
+        r#","resourceVersion":"{}"}}}}"#,
+        list.resource_version
+    ));
+    parts.push(Bytes::from(tail));
     parts
 }

@@ -86,6 +86,14 @@ impl CacheWriter {
         self.cache.shared.set_ready()
     }
 
+    /// The upstream does not serve this resource (it answered its collection with 404: a custom
+    /// resource whose CRD is not installed). The cache is not ready, but a server does not wait
+    /// for it (`/readyz` leaves it out, proxy mode forwards its requests); the next finished
+    /// [`resync`](CacheWriter::resync) makes it ready. Returns whether it was not absent before.
+    pub fn set_absent(&mut self) -> bool {
+        self.cache.shared.set_absent()
+    }
+
     /// The upstream's history was replaced: its revision went backwards (etcd wiped, or restored
     /// from a backup, on the same URL). Positions no longer mean anything, so every watcher ends
     /// with 410 Expired (clients relist), the store and history are emptied, and the cache is not

@@ -220,7 +220,9 @@ impl Object {
             .map(|(i, p)| schema.field_value(i, field_in_members(&top, p)))
             .collect();
 
-        let (json, rv_at, rv_len) = encode(&top, &meta, rv);
+        // A custom resource is what kube-apiserver writes from a map: members sorted by key, so
+        // the resourceVersion goes where Go's encoding/json puts it. Elsewhere, last.
+        let (json, rv_at, rv_len) = encode(&top, &meta, rv, !def.has_protobuf());
         let prefix_len = def.prefix.len() as u32;
         let (ns, name_at) = if def.namespaced {
             let ns_end = prefix_len + namespace.len() as u32;
@@ -898,9 +900,11 @@ fn hex4(b: &[u8], at: usize) -> Option<u16> {
     u16::from_str_radix(digits, 16).ok()
 }
 
-/// Writes the object compactly with `metadata.resourceVersion` = `rv` as the last metadata member.
-/// Returns the bytes and where the revision's digits are.
-fn encode(top: &Members<'_>, meta: &Members<'_>, rv: u64) -> (Bytes, u32, u8) {
+/// Writes the object compactly with `metadata.resourceVersion` = `rv`: as the last metadata member,
+/// or with `sorted`, before the first member whose key sorts after it (its place among members
+/// sorted by key, as kube-apiserver writes a custom resource). Returns the bytes and where the
+/// revision's digits are.
+fn encode(top: &Members<'_>, meta: &Members<'_>, rv: u64, sorted: bool) -> (Bytes, u32, u8) {
     let size: usize = top
         .iter()
         .map(|(k, v)| k.len() + v.get().len() + 4)
@@ -918,7 +922,25 @@ fn encode(top: &Members<'_>, meta: &Members<'_>, rv: u64) -> (Bytes, u32, u8) {
         if k == "metadata" {
             out.push(b'{');
             let mut first = true;
+            let mut written = false;
+            let mut write_rv = |out: &mut Vec<u8>, first: &mut bool| {
+                if !*first {
+                    out.push(b',');
+                }
+                *first = false;
+                out.extend_from_slice(b"\"resourceVersion\":\"");
+                rv_at = out.len() as u32;
+                let mut digits = itoa::Buffer::new();
+                let d = digits.format(rv);
+                rv_len = d.len() as u8;
+                out.extend_from_slice(d.as_bytes());
+                out.push(b'"');
+            };
             for (mk, mv) in meta.iter().filter(|(mk, _)| mk != "resourceVersion") {
+                if sorted && !written && mk.as_bytes() > b"resourceVersion".as_slice() {
+                    write_rv(&mut out, &mut first);
+                    written = true;
+                }
                 if !first {
                     out.push(b',');
                 }
@@ -926,16 +948,10 @@ fn encode(top: &Members<'_>, meta: &Members<'_>, rv: u64) -> (Bytes, u32, u8) {
                 write_key(&mut out, mk);
                 write_compact(&mut out, mv.get());
             }
-            if !first {
-                out.push(b',');
+            if !written {
+                write_rv(&mut out, &mut first);
             }
-            out.extend_from_slice(b"\"resourceVersion\":\"");
-            rv_at = out.len() as u32;
-            let mut digits = itoa::Buffer::new();
-            let d = digits.format(rv);
-            rv_len = d.len() as u8;
-            out.extend_from_slice(d.as_bytes());
-            out.extend_from_slice(b"\"}");
+            out.push(b'}');
         } else {
             write_compact(&mut out, v.get());
         }
@@ -1013,6 +1029,25 @@ mod tests {
         assert_eq!(
             o.field(&FieldPath::parse("status.phase").unwrap()).unwrap(),
             "Running"
+        );
+    }
+
+    #[test]
+    fn a_custom_resources_revision_goes_where_sorted_keys_put_it() {
+        let s = Schema::new(ResourceDef::builtin("widgets").unwrap());
+        let v = br#"{"apiVersion":"example.com/v1alpha1","kind":"Widget","metadata":{"creationTimestamp":"2026-01-01T00:00:00Z","name":"w","namespace":"a","resourceVersion":"1","uid":"u"},"spec":{}}"#;
+        let o = Object::decode(&s, "/registry/example.com/widgets/a/w", v, 42).unwrap();
+        assert_eq!(
+            std::str::from_utf8(o.json()).unwrap(),
+            r#"{"apiVersion":"example.com/v1alpha1","kind":"Widget","metadata":{"creationTimestamp":"2026-01-01T00:00:00Z","name":"w","namespace":"a","resourceVersion":"42","uid":"u"},"spec":{}}"#
+        );
+        assert_eq!(o.json_at(7).len(), o.json().len() - 1);
+        // Last when every key sorts before it.
+        let v = br#"{"metadata":{"name":"w","namespace":"a"}}"#;
+        let o = Object::decode(&s, "/registry/example.com/widgets/a/w", v, 3).unwrap();
+        assert_eq!(
+            std::str::from_utf8(o.json()).unwrap(),
+            r#"{"metadata":{"name":"w","namespace":"a","resourceVersion":"3"}}"#
         );
     }
 

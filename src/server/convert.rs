@@ -21,6 +21,7 @@ use serde_json::{Map, Value, json};
 
 use crate::cache::{Frame, ObjectList, WatchEvent};
 use crate::model::{EventType, ResourceDef};
+use crate::server::go_json;
 use crate::server::negotiate::{Format, MetaVersion};
 use crate::server::status::ApiError;
 
@@ -124,23 +125,158 @@ fn row(
     r
 }
 
-fn table(
+/// A Table as encoding/json writes `metav1.Table`: kind, apiVersion, metadata, columnDefinitions
+/// (`null` when left out, as on every watch event after the first), rows (each `cells`, then
+/// `conditions` when set, then `object`: the row's PartialObjectMetadata, its whole object, or
+/// nothing, as `includeObject` asks). `rows` pairs each row (its cells, from [`row`]) with its
+/// object's JSON.
+fn write_table(
+    out: &mut Vec<u8>,
     def: &ResourceDef,
     v: MetaVersion,
-    metadata: Value,
-    rows: Vec<Value>,
+    list_meta: &[u8],
+    rows: &[(Value, &[u8])],
+    include: IncludeObject,
     with_columns: bool,
-) -> Value {
-    let mut t = json!({
-        "kind": "Table",
-        "apiVersion": v.api_version(),
-        "metadata": metadata,
-        "rows": rows,
-    });
+) -> Result<(), ApiError> {
+    out.extend_from_slice(br#"{"kind":"Table","apiVersion":"#);
+    go_json::string(out, v.api_version());
+    out.extend_from_slice(br#","metadata":"#);
+    out.extend_from_slice(list_meta);
+    out.extend_from_slice(br#","columnDefinitions":"#);
     if with_columns {
-        t["columnDefinitions"] = Value::Array(column_definitions(def));
+        out.push(b'[');
+        for (i, c) in column_definitions(def).iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            go_json::fields(
+                out,
+                c,
+                &["name", "type", "format", "description", "priority"],
+            );
+        }
+        out.push(b']');
+    } else {
+        out.extend_from_slice(b"null");
     }
-    t
+    out.extend_from_slice(br#","rows":["#);
+    for (i, (r, obj)) in rows.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"cells":"#);
+        go_json::value(out, r.get("cells").unwrap_or(&Value::Null));
+        if let Some(Value::Array(c)) = r.get("conditions")
+            && !c.is_empty()
+        {
+            out.extend_from_slice(br#","conditions":["#);
+            for (j, cond) in c.iter().enumerate() {
+                if j > 0 {
+                    out.push(b',');
+                }
+                go_json::fields(out, cond, &["type", "status", "reason", "message"]);
+            }
+            out.push(b']');
+        }
+        match include {
+            IncludeObject::None => {}
+            IncludeObject::Metadata => {
+                out.extend_from_slice(br#","object":"#);
+                write_partial(out, v, &meta_json(def, obj)?);
+            }
+            IncludeObject::Object => {
+                out.extend_from_slice(br#","object":"#);
+                out.extend_from_slice(obj);
+            }
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+    Ok(())
+}
+
+/// `metav1.ListMeta` as encoding/json writes it: resourceVersion, then continue and
+/// remainingItemCount when set.
+fn list_meta_json(rv: &str, cont: Option<&str>, remaining: Option<u64>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(48);
+    out.extend_from_slice(br#"{"resourceVersion":"#);
+    go_json::string(&mut out, rv);
+    if let Some(c) = cont.filter(|c| !c.is_empty()) {
+        out.extend_from_slice(br#","continue":"#);
+        go_json::string(&mut out, c);
+    }
+    if let Some(n) = remaining {
+        out.extend_from_slice(format!(r#","remainingItemCount":{n}"#).as_bytes());
+    }
+    out.push(b'}');
+    out
+}
+
+/// `PartialObjectMetadata` in JSON around an `ObjectMeta`'s JSON.
+fn write_partial(out: &mut Vec<u8>, v: MetaVersion, meta: &[u8]) {
+    out.extend_from_slice(br#"{"kind":"PartialObjectMetadata","apiVersion":"#);
+    go_json::string(out, v.api_version());
+    out.extend_from_slice(br#","metadata":"#);
+    out.extend_from_slice(meta);
+    out.push(b'}');
+}
+
+/// An object's `metadata` as encoding/json writes `metav1.ObjectMeta`. A built-in's JSON is made
+/// from its protobuf by the same rules, so its `metadata` member is taken as it is; a custom
+/// resource's (a map, its keys sorted) goes through the `ObjectMeta` message.
+fn meta_json(def: &ResourceDef, obj: &[u8]) -> Result<Vec<u8>, ApiError> {
+    #[derive(serde::Deserialize)]
+    struct Top<'a> {
+        #[serde(borrow)]
+        metadata: Option<&'a serde_json::value::RawValue>,
+    }
+    let top: Top<'_> = serde_json::from_slice(obj).map_err(unreadable)?;
+    let raw = top.metadata.map_or("{}", |m| m.get());
+    if def.has_protobuf() {
+        return Ok(raw.as_bytes().to_vec());
+    }
+    let meta = meta_message(raw)?;
+    let mut out = Vec::with_capacity(raw.len());
+    crate::model::protobuf::partial::meta_json(&mut out, &meta).map_err(unreadable)?;
+    Ok(out)
+}
+
+/// The `ObjectMeta` message of a JSON `metadata`.
+fn meta_message(raw: &str) -> Result<Vec<u8>, ApiError> {
+    let map: Map<String, Value> = serde_json::from_str(raw).map_err(unreadable)?;
+    crate::model::protobuf::partial::encode_meta(&map).map_err(unreadable)
+}
+
+/// An object's `ObjectMeta` message: from its protobuf envelope (`envelope`, made only for
+/// built-ins), else encoded from its JSON's `metadata`.
+fn meta_protobuf(
+    def: &ResourceDef,
+    json: impl FnOnce() -> Bytes,
+    envelope: impl FnOnce() -> Result<Bytes, crate::model::EncodeError>,
+) -> Result<Vec<u8>, ApiError> {
+    if def.has_protobuf() {
+        let env = envelope().map_err(unreadable)?;
+        return crate::model::protobuf::partial::envelope_meta(&env)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| unreadable("an object's protobuf has no metadata"));
+    }
+    #[derive(serde::Deserialize)]
+    struct Top<'a> {
+        #[serde(borrow)]
+        metadata: Option<&'a serde_json::value::RawValue>,
+    }
+    let json = json();
+    let top: Top<'_> = serde_json::from_slice(&json).map_err(unreadable)?;
+    meta_message(top.metadata.map_or("{}", |m| m.get()))
+}
+
+fn unreadable(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        500,
+        "InternalError",
+        format!("a stored object cannot be converted: {e}"),
+    )
 }
 
 fn parse(json: &[u8]) -> Result<Value, ApiError> {
@@ -162,42 +298,84 @@ pub(crate) fn list(
     list: &ObjectList,
     format: Format,
     include: IncludeObject,
-) -> Result<Bytes, ApiError> {
-    let mut meta = json!({"resourceVersion": list.resource_version.to_string()});
-    if let Some(c) = &list.continue_token {
-        meta["continue"] = json!(c);
-    }
-    if let Some(n) = list.remaining_item_count {
-        meta["remainingItemCount"] = json!(n);
-    }
+) -> Result<Vec<Bytes>, ApiError> {
+    let rv = list.resource_version.to_string();
+    let meta = list_meta_json(
+        &rv,
+        list.continue_token.as_deref(),
+        list.remaining_item_count,
+    );
     let now = SystemTime::now();
-    let out = match format {
+    let mut out = Vec::with_capacity(256 * (list.items.len() + 1));
+    match format {
         Format::Table(v) => {
             let rows = list
                 .items
                 .iter()
-                .map(|o| parse(o.json()).map(|obj| row(def, &obj, include, v, now)))
+                .map(|o| {
+                    parse(o.json()).map(|obj| {
+                        (
+                            row(def, &obj, IncludeObject::None, v, now),
+                            o.json().as_ref(),
+                        )
+                    })
+                })
                 .collect::<Result<Vec<_>, _>>()?;
-            table(def, v, meta, rows, true)
+            write_table(&mut out, def, v, &meta, &rows, include, true)?;
         }
         Format::Metadata(v) => {
+            out.extend_from_slice(br#"{"kind":"PartialObjectMetadataList","apiVersion":"#);
+            go_json::string(&mut out, v.api_version());
+            out.extend_from_slice(br#","metadata":"#);
+            out.extend_from_slice(&meta);
+            // Upstream appends to a nil slice: no items is `null`.
+            if list.items.is_empty() {
+                out.extend_from_slice(br#","items":null}"#);
+            } else {
+                out.extend_from_slice(br#","items":["#);
+                for (i, o) in list.items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_partial(&mut out, v, &meta_json(def, o.json())?);
+                }
+                out.extend_from_slice(b"]}");
+            }
+        }
+        Format::MetadataProtobuf => {
+            use crate::model::protobuf::{self as pb, partial};
             let items = list
                 .items
                 .iter()
-                .map(|o| parse(o.json()).map(|obj| partial_metadata(&obj, v)))
+                .map(|o| {
+                    meta_protobuf(def, || o.json().clone(), || o.protobuf_wire().cloned())
+                        .map(|m| partial::partial_message(&m))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
-            json!({
-                "kind": "PartialObjectMetadataList",
-                "apiVersion": v.api_version(),
-                "metadata": meta,
-                "items": items,
-            })
+            let remaining = list
+                .remaining_item_count
+                .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+            let mut parts = Vec::with_capacity(items.len() * 2 + 2);
+            parts.push(Bytes::from(pb::list_head(
+                partial::META_V1,
+                "PartialObjectMetadataList",
+                &rv,
+                list.continue_token.as_deref().unwrap_or(""),
+                remaining,
+                items.iter().map(Vec::len),
+            )));
+            for i in items {
+                parts.push(Bytes::from(pb::item_head(i.len())));
+                parts.push(Bytes::from(i));
+            }
+            parts.push(Bytes::from_static(pb::ENVELOPE_TAIL));
+            return Ok(parts);
         }
         Format::Json | Format::AggregatedDiscovery | Format::Protobuf => {
             unreachable!("negotiation offers only Table and Metadata conversions for a list")
         }
-    };
-    Ok(Bytes::from(out.to_string()))
+    }
+    Ok(vec![Bytes::from(out)])
 }
 
 /// One object (a GET) in a converted format: a one-row Table, or its PartialObjectMetadata.
@@ -210,22 +388,41 @@ pub(crate) fn object(
     format: Format,
     include: IncludeObject,
 ) -> Result<Bytes, ApiError> {
-    let obj = parse(json)?;
-    let out = match format {
+    let mut out = Vec::with_capacity(json.len() + 256);
+    match format {
         Format::Table(v) => {
+            let obj = parse(json)?;
             let rv = obj
                 .pointer("/metadata/resourceVersion")
-                .cloned()
-                .unwrap_or(Value::Null);
-            let r = row(def, &obj, include, v, SystemTime::now());
-            table(def, v, json!({"resourceVersion": rv}), vec![r], true)
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let r = row(def, &obj, IncludeObject::None, v, SystemTime::now());
+            let meta = list_meta_json(rv, None, None);
+            write_table(&mut out, def, v, &meta, &[(r, json)], include, true)?;
         }
-        Format::Metadata(v) => partial_metadata(&obj, v),
-        Format::Json | Format::AggregatedDiscovery | Format::Protobuf => {
+        Format::Metadata(v) => write_partial(&mut out, v, &meta_json(def, json)?),
+        Format::Json
+        | Format::AggregatedDiscovery
+        | Format::Protobuf
+        | Format::MetadataProtobuf => {
             return Ok(Bytes::copy_from_slice(json));
         }
-    };
-    Ok(Bytes::from(out.to_string()))
+    }
+    Ok(Bytes::from(out))
+}
+
+/// One object's `PartialObjectMetadata` in protobuf (a GET by client-go's metadata client).
+///
+/// # Errors
+/// 500 if the stored object cannot be converted.
+pub(crate) fn object_metadata_protobuf(
+    def: &ResourceDef,
+    obj: &crate::model::Object,
+) -> Result<Bytes, ApiError> {
+    let meta = meta_protobuf(def, || obj.json().clone(), || obj.protobuf_wire().cloned())?;
+    Ok(Bytes::from(
+        crate::model::protobuf::partial::partial_envelope(&meta),
+    ))
 }
 
 /// Converts a watch's events for one watcher: each event's object becomes a one-row Table (column
@@ -245,7 +442,11 @@ impl WatchConverter {
         format: Format,
         include: IncludeObject,
     ) -> Option<WatchConverter> {
-        matches!(format, Format::Table(_) | Format::Metadata(_)).then(|| WatchConverter {
+        matches!(
+            format,
+            Format::Table(_) | Format::Metadata(_) | Format::MetadataProtobuf
+        )
+        .then(|| WatchConverter {
             def: def.clone(),
             format,
             include,
@@ -261,43 +462,92 @@ impl WatchConverter {
         if !shared {
             return self.convert(ev);
         }
+        // Keyed by the bytes the conversion reads: a protobuf-stored object's envelope for
+        // protobuf metadata (its JSON is never made for that), else its JSON.
+        let source = match self.format {
+            Format::MetadataProtobuf if self.def.has_protobuf() => match ev.protobuf() {
+                Ok(b) => b,
+                Err(_) => return self.convert(ev),
+            },
+            _ => ev.json().clone(),
+        };
         let key = (self.format, self.include);
-        if let Some(body) = MEMO.get(ev.json(), key) {
-            return Frame::new(ev.kind(), body);
+        if let Some(body) = MEMO.get(&source, key) {
+            return self.framed(ev, body);
         }
         let frame = self.convert(ev);
-        MEMO.put(ev.json(), key, frame.body().clone());
+        if !frame.body().is_empty() {
+            MEMO.put(&source, key, frame.body().clone());
+        }
         frame
     }
 
+    /// A converted body as the event's frame in this watch's wire format.
+    fn framed(&self, ev: &WatchEvent, body: Bytes) -> Frame {
+        match self.format {
+            Format::MetadataProtobuf => Frame::protobuf(ev.kind().as_str(), body),
+            _ => Frame::new(ev.kind(), body),
+        }
+    }
+
     fn convert(&mut self, ev: &WatchEvent) -> Frame {
+        if self.format == Format::MetadataProtobuf {
+            return match meta_protobuf(&self.def, || ev.json().clone(), || ev.protobuf()) {
+                Ok(meta) => self.framed(
+                    ev,
+                    Bytes::from(crate::model::protobuf::partial::partial_envelope(&meta)),
+                ),
+                // Never expected (stored objects are validated); the event goes out as its
+                // own protobuf rather than being lost.
+                Err(_) => ev.protobuf_frame().unwrap_or_else(|_| ev.frame()),
+            };
+        }
         let obj = match serde_json::from_slice::<Value>(ev.json()) {
             Ok(v) => v,
             // Never expected (stored objects are valid JSON); the event goes out unconverted
             // rather than being lost.
             Err(_) => return ev.frame(),
         };
-        let out = match self.format {
+        let mut out = Vec::with_capacity(ev.json().len() + 256);
+        let done = match self.format {
             Format::Table(v) if ev.kind() == EventType::Bookmark => {
-                table(&self.def, v, obj["metadata"].clone(), Vec::new(), false)
+                let meta = obj
+                    .get("metadata")
+                    .map(|m| m.to_string().into_bytes())
+                    .unwrap_or_else(|| b"{}".to_vec());
+                write_table(&mut out, &self.def, v, &meta, &[], self.include, false)
             }
             Format::Table(v) => {
-                let r = row(&self.def, &obj, self.include, v, SystemTime::now());
-                let rv = obj.pointer("/metadata/resourceVersion").cloned();
-                let t = table(
+                let r = row(&self.def, &obj, IncludeObject::None, v, SystemTime::now());
+                let rv = obj
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let meta = list_meta_json(rv, None, None);
+                let first = !self.columns_sent;
+                self.columns_sent = true;
+                write_table(
+                    &mut out,
                     &self.def,
                     v,
-                    json!({"resourceVersion": rv}),
-                    vec![r],
-                    !self.columns_sent,
-                );
-                self.columns_sent = true;
-                t
+                    &meta,
+                    &[(r, ev.json())],
+                    self.include,
+                    first,
+                )
             }
-            Format::Metadata(v) => partial_metadata(&obj, v),
-            Format::Json | Format::AggregatedDiscovery | Format::Protobuf => return ev.frame(),
+            Format::Metadata(v) => {
+                meta_json(&self.def, ev.json()).map(|m| write_partial(&mut out, v, &m))
+            }
+            Format::Json
+            | Format::AggregatedDiscovery
+            | Format::Protobuf
+            | Format::MetadataProtobuf => return ev.frame(),
         };
-        Frame::new(ev.kind(), Bytes::from(out.to_string()))
+        match done {
+            Ok(()) => Frame::new(ev.kind(), Bytes::from(out)),
+            Err(_) => ev.frame(),
+        }
     }
 }
 

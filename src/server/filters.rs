@@ -158,7 +158,7 @@ impl Admission {
     ///
     /// # Errors
     /// 429 with Retry-After when the limit is reached.
-    pub fn permit(&self, st: &AppState) -> Result<Option<InflightPermit>, ApiError> {
+    pub async fn permit(&self, st: &AppState) -> Result<Option<InflightPermit>, ApiError> {
         if self.is_long_running() {
             return Ok(None);
         }
@@ -166,7 +166,7 @@ impl Admission {
             .user
             .as_ref()
             .is_some_and(|u| u.in_group(auth::MASTERS));
-        st.limits.request(privileged).map(Some)
+        st.limits.request(privileged).await.map(Some)
     }
 
     /// Records the request in the audit log when it is audited (every write, every 401, 403 and
@@ -213,6 +213,8 @@ mod tests {
         let server = Server::new(
             ServerConfig {
                 max_requests_inflight: 1,
+                // A queue wait of a quarter of it: 50 ms.
+                request_timeout: std::time::Duration::from_millis(200),
                 ..ServerConfig::default()
             },
             [Served::new(cache, Arc::new(source))],
@@ -292,8 +294,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn masters_are_never_refused_a_permit_and_watches_take_none() {
+    #[tokio::test]
+    async fn masters_are_never_refused_a_permit_and_watches_take_none() {
         let st = state();
         let admin = admit_as(&st, "mt", "/api/v1/pods");
         let alice = admit_as(
@@ -304,10 +306,13 @@ mod tests {
         let watch = admit_as(&st, "at", "/api/v1/namespaces/a/pods?watch=1");
         assert!(admin.user.as_ref().unwrap().in_group(auth::MASTERS));
         // The one permit is held by alice.
-        let held = alice.permit(&st).unwrap();
+        let held = alice.permit(&st).await.unwrap();
         assert!(held.is_some());
-        assert_eq!(alice.permit(&st).unwrap_err().code(), 429);
-        assert!(admin.permit(&st).is_ok(), "masters always get an answer");
-        assert!(watch.permit(&st).unwrap().is_none());
+        assert_eq!(alice.permit(&st).await.unwrap_err().code(), 429);
+        assert!(
+            admin.permit(&st).await.is_ok(),
+            "masters always get an answer"
+        );
+        assert!(watch.permit(&st).await.unwrap().is_none());
     }
 }

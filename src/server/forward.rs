@@ -71,8 +71,10 @@ pub(crate) fn local_read<'a>(
     (method == http::Method::GET || method == http::Method::HEAD)
         .then(|| st.resolve(segs))
         .flatten()
-        // Subresources (`/status`) are the upstream's in proxy mode, as everything not cached.
-        .filter(|t| !t.status)
+        // Subresources (`/status`) are the upstream's in proxy mode, as everything not cached,
+        // and so is a resource the upstream says it does not serve (yet): it answers 404, or
+        // the real answer once it serves it.
+        .filter(|t| !t.status && !t.served.cache.is_absent())
 }
 
 /// Whether a GET is a consistent read: not a watch, `resourceVersion` unset.

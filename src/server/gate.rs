@@ -78,7 +78,7 @@ async fn serve(st: &AppState, adm: &mut Admission, mut req: Request, next: Next)
     let adm = &*adm;
     let served = async move {
         let req = with_body_read(req, st.config.max_body_bytes).await?;
-        let _permit = adm.permit(st)?;
+        let _permit = adm.permit(st).await?;
         Ok::<_, ApiError>(next.run(req).await)
     };
     match tokio::time::timeout(st.config.request_timeout, served).await {

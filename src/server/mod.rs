@@ -57,10 +57,12 @@ mod client_cert;
 mod config;
 pub(crate) mod conn;
 mod convert;
+mod deletion;
 mod discovery;
 mod filters;
 mod forward;
 mod gate;
+mod go_json;
 mod metrics;
 mod negotiate;
 mod node_restriction;
@@ -127,7 +129,13 @@ impl Server {
     /// A server for these resources.
     pub fn new(config: ServerConfig, served: impl IntoIterator<Item = Served>) -> Server {
         let (shutdown, rx) = signal::channel(false);
-        let limits = auth::Limits::new(config.max_requests_inflight, config.max_watches_per_user);
+        // kube-apiserver's queue wait: a quarter of the request timeout, at most 15 s.
+        let queue_wait = (config.request_timeout / 4).min(std::time::Duration::from_secs(15));
+        let limits = auth::Limits::new(
+            config.max_requests_inflight,
+            config.max_watches_per_user,
+            queue_wait,
+        );
         let state = AppState {
             served: served.into_iter().collect(),
             config,

@@ -31,6 +31,9 @@ pub(crate) enum Format {
     AggregatedDiscovery,
     /// Kubernetes protobuf (`application/vnd.kubernetes.protobuf`): built-in kinds only.
     Protobuf,
+    /// `meta.k8s.io/v1` `PartialObjectMetadata` (or its List) in protobuf: what client-go's
+    /// metadata client asks for first, for every resource (custom ones too, as upstream).
+    MetadataProtobuf,
 }
 
 /// The protobuf media type.
@@ -102,6 +105,10 @@ pub(crate) enum Answer {
     Object,
     /// A discovery document (`/api`, `/apis`).
     Discovery,
+    /// A write's answer (the object, a `Status`, or a deleted collection) or an error's
+    /// `Status`: JSON, or protobuf for built-ins; never converted (upstream's
+    /// `DefaultEndpointRestrictions` skip `as=` targets there).
+    Written,
     /// A write's answer, or any other document: JSON only.
     Plain,
 }
@@ -149,12 +156,27 @@ impl Format {
     /// (`protobuf`: the resource is a built-in kind, which upstream also serves in protobuf).
     fn from_range(r: &Range<'_>, answer: Answer, protobuf: bool) -> Option<Format> {
         if r.essence.eq_ignore_ascii_case(PROTOBUF) {
-            // Table and PartialObjectMetadata in protobuf are not served: skipped, so the
-            // client's JSON alternative (client-go always sends one) is taken.
-            return (protobuf
-                && r.as_.is_none()
-                && matches!(answer, Answer::List | Answer::Object))
-            .then_some(Format::Protobuf);
+            // PartialObjectMetadata (v1) is served in protobuf for every resource, as upstream
+            // does; a Table has no protobuf form (upstream's is JSON only) and is skipped for the
+            // client's JSON alternative.
+            return match (r.as_, r.g, r.v, answer) {
+                (None, _, _, Answer::List | Answer::Object | Answer::Written) if protobuf => {
+                    Some(Format::Protobuf)
+                }
+                (
+                    Some("PartialObjectMetadataList"),
+                    Some("meta.k8s.io"),
+                    Some("v1"),
+                    Answer::List,
+                )
+                | (
+                    Some("PartialObjectMetadata"),
+                    Some("meta.k8s.io"),
+                    Some("v1"),
+                    Answer::Object,
+                ) => Some(Format::MetadataProtobuf),
+                _ => None,
+            };
         }
         let json = r.essence.eq_ignore_ascii_case("application/json");
         let any = r.essence == "*/*" || r.essence.eq_ignore_ascii_case("application/*");
@@ -246,33 +268,17 @@ impl Format {
             .ok_or_else(|| not_acceptable(accept, protobuf))
     }
 
-    /// The Content-Type a response in this format carries.
-    pub fn content_type(self, answer: Answer) -> String {
-        match (self, answer) {
-            (Format::Json, _) => "application/json".into(),
-            (Format::Table(v), _) => {
-                format!("application/json;as=Table;v={};g=meta.k8s.io", version(v))
-            }
-            (Format::Metadata(v), Answer::List) => format!(
-                "application/json;as=PartialObjectMetadataList;v={};g=meta.k8s.io",
-                version(v)
-            ),
-            (Format::Metadata(v), _) => format!(
-                "application/json;as=PartialObjectMetadata;v={};g=meta.k8s.io",
-                version(v)
-            ),
-            (Format::AggregatedDiscovery, _) => {
+    /// The Content-Type a response in this format carries: kube-apiserver names the media type
+    /// it serialized with, without the conversion's `as=` parameters (a Table or a
+    /// PartialObjectMetadata is `application/json`); aggregated discovery keeps them.
+    pub fn content_type(self, _answer: Answer) -> String {
+        match self {
+            Format::Json | Format::Table(_) | Format::Metadata(_) => "application/json".into(),
+            Format::AggregatedDiscovery => {
                 "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList".into()
             }
-            (Format::Protobuf, _) => PROTOBUF.into(),
+            Format::Protobuf | Format::MetadataProtobuf => PROTOBUF.into(),
         }
-    }
-}
-
-fn version(v: MetaVersion) -> &'static str {
-    match v {
-        MetaVersion::V1 => "v1",
-        MetaVersion::V1beta1 => "v1beta1",
     }
 }
 
@@ -343,7 +349,8 @@ mod tests {
             ),
             Err(406)
         );
-        let informer = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+        let informer =
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
         assert_eq!(
             neg(informer, Answer::Object),
             Ok(Format::Metadata(MetaVersion::V1))
@@ -427,15 +434,30 @@ mod tests {
             neg_pb("application/vnd.kubernetes.protobuf;q=0", Answer::List),
             Err(406)
         );
-        // Tables and metadata in protobuf are skipped for their JSON alternative.
+        // Metadata is served in protobuf (custom resources too); Tables in protobuf are
+        // skipped for their JSON alternative.
         let informer = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
         assert_eq!(
             neg_pb(informer, Answer::Object),
-            Ok(Format::Metadata(MetaVersion::V1))
+            Ok(Format::MetadataProtobuf)
         );
-        // Writes' answers and discovery stay JSON.
+        assert_eq!(neg(informer, Answer::Object), Ok(Format::MetadataProtobuf));
+        assert_eq!(
+            neg_pb(
+                "application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1,application/json",
+                Answer::List
+            ),
+            Ok(Format::Json)
+        );
+        // Discovery stays JSON; writes' answers and errors are protobuf for protobuf clients,
+        // and never a conversion.
         assert_eq!(neg_pb(client_go, Answer::Plain), Ok(Format::Json));
         assert_eq!(neg_pb(pb, Answer::Plain), Err(406));
+        assert_eq!(neg_pb(client_go, Answer::Written), Ok(Format::Protobuf));
+        assert_eq!(neg_pb(informer, Answer::Written), Ok(Format::Json));
+        assert_eq!(neg(client_go, Answer::Written), Ok(Format::Json));
+        let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+        assert_eq!(neg_pb(kubectl, Answer::Written), Ok(Format::Json));
     }
 
     #[test]

@@ -35,7 +35,8 @@ use tracing::debug;
 pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
     let mut not_ready: Vec<&str> = st
         .caches()
-        .filter(|c| !c.is_ready())
+        // A resource the upstream does not serve is not waited for.
+        .filter(|c| !c.is_ready() && !c.is_absent())
         .map(|c| c.definition().plural.as_str())
         .collect();
     if st.auth.get().is_some_and(|a| !a.ready()) {
@@ -72,10 +73,11 @@ pub(crate) async fn metrics_handler(State(st): State<Arc<AppState>>) -> Response
 }
 
 pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    let protobuf_errors = errors_in_protobuf(&st, &req);
     let Some(p) = st.proxy.get() else {
         return route(&st, req)
             .await
-            .unwrap_or_else(IntoResponse::into_response);
+            .unwrap_or_else(|e| e.into_response_as(protobuf_errors));
     };
     let segs = segments(req.uri().path());
     let Some(target) = forward::local_read(&st, req.method(), &segs) else {
@@ -90,19 +92,46 @@ pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Respon
     if consistent && st.stalled.is_stalled(prefix) {
         return forward::forward(&st, &**p, req).await;
     }
-    // Local reads are GETs: they have no body to keep.
+    // Local reads are GETs: they have no body to keep. A watch is never handed up: it would hold
+    // an upstream watch for its whole life (a fleet of kubelets starting would each hold one);
+    // its client retries the 504 as it retries upstream's.
     let again = forward::replay(&req);
+    let watch = crate::server::params::is_watch(again.uri().query());
     match route(&st, req).await {
         Ok(r) => r,
-        Err(e) if e.code() == 504 => {
+        Err(e) if e.code() == 504 && !watch => {
             debug!(resource = %prefix, "a read timed out in the cache; answered by the upstream");
             if consistent {
                 st.stalled.mark(prefix);
             }
             forward::forward(&st, &**p, again).await
         }
-        Err(e) => e.into_response(),
+        Err(e) => e.into_response_as(protobuf_errors),
     }
+}
+
+/// Whether this request's errors are answered in protobuf: its client prefers protobuf for a
+/// built-in resource (kube-apiserver negotiates its `Status` answers like any other).
+fn errors_in_protobuf(st: &AppState, req: &Request) -> bool {
+    let accepts_protobuf = req
+        .headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .any(|v| v.as_bytes().windows(8).any(|w| w == b"protobuf"));
+    if !accepts_protobuf {
+        return false;
+    }
+    let segs = segments(req.uri().path());
+    st.resolve(&segs).is_some_and(|t| {
+        matches!(
+            Format::negotiate_for(
+                req.headers(),
+                Answer::Written,
+                t.served.cache.definition().has_protobuf(),
+            ),
+            Ok(Format::Protobuf)
+        )
+    })
 }
 
 async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
@@ -198,9 +227,10 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         )
         .await;
     }
-    // Writes answer the object in JSON; a client that accepts nothing JSON-like gets 406 before
-    // anything is written.
-    Format::negotiate(&parts.headers, Answer::Plain)?;
+    // Writes answer in JSON, or protobuf for a built-in kind whose client prefers it; a client
+    // that accepts neither gets 406 before anything is written.
+    let def = cache.definition();
+    let answer_format = Format::negotiate_for(&parts.headers, Answer::Written, def.has_protobuf())?;
     let status = target.status;
     let writes = match (&method, name, &served.writes, status) {
         (&Method::POST, None, Some(w), false)
@@ -214,14 +244,11 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         .map(|v| v.to_str().unwrap_or("(not text)"));
     let (patch_kind, format) = if method == Method::PATCH {
         (
-            Some(PatchKind::from_content_type(ct, cache.definition())?),
+            Some(PatchKind::from_content_type(ct, def)?),
             BodyFormat::Json,
         )
     } else {
-        (
-            None,
-            body_format(&parts.headers, &method, cache.definition())?,
-        )
+        (None, body_format(&parts.headers, &method, def)?)
     };
     let params = WriteParams::parse(query)?;
     // Read whole by the gate already (within the request's deadline): this takes its bytes.
@@ -254,51 +281,78 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     if let (&Method::DELETE, Some(n)) = (&method, name) {
         admission::pod_delete_admission(st, cache, user, ns, n).await?;
     }
-    let (code, written) = match (&method, name, patch_kind) {
-        (&Method::POST, _, _) => (
-            StatusCode::CREATED,
-            writes::create(cache, &**writes, ns, &body, &params, &*admit).await?,
-        ),
-        (&Method::PUT, Some(n), _) => (
-            StatusCode::OK,
-            writes::update(cache, &**writes, ns, n, &body, status, &params, &*admit).await?,
-        ),
-        (&Method::PATCH, Some(n), Some(kind)) => (
-            StatusCode::OK,
+    let written = match (&method, name, patch_kind) {
+        (&Method::POST, _, _) => {
+            writes::create(cache, &**writes, ns, &body, &params, &*admit).await?
+        }
+        (&Method::PUT, Some(n), _) => {
+            writes::update(cache, &**writes, ns, n, &body, status, &params, &*admit).await?
+        }
+        (&Method::PATCH, Some(n), Some(kind)) => {
             writes::patch(
                 cache, &**writes, ns, n, kind, &body, status, &params, &*admit,
             )
-            .await?,
-        ),
-        (&Method::DELETE, Some(n), _) => (
-            StatusCode::OK,
-            writes::Written {
-                body: writes::delete(cache, &**writes, ns, n, &body, &params).await?,
-                warnings: Vec::new(),
-            },
-        ),
+            .await?
+        }
+        (&Method::DELETE, Some(n), _) => {
+            writes::delete(cache, &**writes, ns, n, &body, query, &params).await?
+        }
         (&Method::DELETE, None, _) => {
             let read = ReadParams::parse(query, st.config.max_selector_len)?;
-            let body =
-                writes::delete_collection(cache, &**writes, &read.list_options(ns)?, &params)
-                    .await?;
-            (
-                StatusCode::OK,
-                writes::Written {
-                    body,
-                    warnings: Vec::new(),
-                },
+            writes::delete_collection(
+                cache,
+                &**writes,
+                &read.list_options(ns)?,
+                &body,
+                query,
+                &params,
             )
+            .await?
         }
         _ => return Err(ApiError::method_not_allowed(method.as_str(), &path)),
     };
-    let mut response = json_response(code, Body::from(written.body));
+    let code = StatusCode::from_u16(written.code).unwrap_or(StatusCode::OK);
+    let mut response = reply_response(def, written.reply, code, answer_format)?;
     for warning in warning::headers(&written.warnings) {
         if let Ok(v) = header::HeaderValue::from_str(&warning) {
             response.headers_mut().append(header::WARNING, v);
         }
     }
     Ok(response)
+}
+
+/// A write's reply in the negotiated format (JSON or protobuf), JSON ending with a newline.
+fn reply_response(
+    def: &ResourceDef,
+    reply: writes::Reply,
+    code: StatusCode,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let protobuf = format == Format::Protobuf;
+    let mut parts = match reply {
+        writes::Reply::Object(o) if protobuf => {
+            vec![o.protobuf_wire().cloned().map_err(encode_error)?]
+        }
+        writes::Reply::Object(o) => vec![o.json().clone()],
+        writes::Reply::Status(json) if protobuf => {
+            let v: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
+            vec![Bytes::from(crate::model::protobuf::status(&v))]
+        }
+        writes::Reply::Status(json) => vec![json],
+        writes::Reply::List(list) if protobuf => {
+            list_parts_protobuf(def, &list).map_err(encode_error)?
+        }
+        writes::Reply::List(list) => list_parts(def, &list),
+    };
+    end_line(&mut parts, format);
+    let mut r = body_of(parts, false, code);
+    if protobuf {
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/vnd.kubernetes.protobuf"),
+        );
+    }
+    Ok(r)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -348,20 +402,30 @@ async fn read(
     }
     if let Some(n) = name {
         let obj = cache.get(ns, n, params.resource_version).await?;
-        let body = object_body(def, &obj, format, include)?;
-        return Ok(typed(body_of(vec![body], gzip, StatusCode::OK)));
+        let mut parts = vec![object_body(def, &obj, format, include)?];
+        end_line(&mut parts, format);
+        return Ok(typed(body_of(parts, gzip, StatusCode::OK)));
     }
     let started = Instant::now();
     let list = cache.list(&params.list_options(ns)?).await?;
     st.metrics.observe_list(&def.plural, started.elapsed());
-    let parts = list_body(def, &list, format, include)?;
+    let mut parts = list_body(def, &list, format, include)?;
+    end_line(&mut parts, format);
     Ok(typed(body_of(parts, gzip, StatusCode::OK)))
+}
+
+/// A JSON body ends with a newline, as Go's `json.Encoder` (kube-apiserver's serializer) writes
+/// it; protobuf bodies end where the message does.
+fn end_line(parts: &mut Vec<Bytes>, format: Format) {
+    if !matches!(format, Format::Protobuf | Format::MetadataProtobuf) {
+        parts.push(Bytes::from_static(b"\n"));
+    }
 }
 
 /// A watch's frames in `format`.
 fn watch_wire(format: Format) -> Wire {
     match format {
-        Format::Protobuf => Wire::Protobuf,
+        Format::Protobuf | Format::MetadataProtobuf => Wire::Protobuf,
         _ => Wire::Json,
     }
 }
@@ -376,6 +440,7 @@ fn object_body(
     match format {
         Format::Json => Ok(obj.json().clone()),
         Format::Protobuf => obj.protobuf_wire().cloned().map_err(encode_error),
+        Format::MetadataProtobuf => convert::object_metadata_protobuf(def, obj),
         _ => convert::object(def, obj.json(), format, include),
     }
 }
@@ -390,7 +455,7 @@ fn list_body(
     match format {
         Format::Json => Ok(list_parts(def, list)),
         Format::Protobuf => list_parts_protobuf(def, list).map_err(encode_error),
-        _ => Ok(vec![convert::list(def, list, format, include)?]),
+        _ => convert::list(def, list, format, include),
     }
 }
 

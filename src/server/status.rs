@@ -3,7 +3,6 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde_json::json;
 
 use crate::error::Error;
 
@@ -166,6 +165,24 @@ impl ApiError {
         e
     }
 
+    /// 409 Conflict with upstream's `NewConflict` message for `reason`, naming the group and
+    /// `resource` (upstream's delete preconditions name the kind there).
+    pub fn conflict_because(group: &str, resource: &str, name: &str, reason: &str) -> ApiError {
+        let qualified = if group.is_empty() {
+            resource.to_owned()
+        } else {
+            format!("{resource}.{group}")
+        };
+        let mut e = ApiError::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {qualified} \"{name}\": {reason}"),
+        );
+        e.0.details = Some((resource.to_owned(), name.to_owned()));
+        e.0.group = group.to_owned();
+        e
+    }
+
     /// 413 RequestEntityTooLarge for a request body over `limit` bytes, with upstream's message.
     pub fn too_large(limit: usize) -> ApiError {
         ApiError::entity_too_large(format!("limit is {limit}"))
@@ -228,48 +245,73 @@ impl ApiError {
         &self.0.message
     }
 
-    /// The `Status` object as JSON.
+    /// The `Status` object as JSON, as encoding/json writes `metav1.Status`: kind, apiVersion,
+    /// metadata, status, message, reason, details (name, group, kind, causes (reason, message,
+    /// field), retryAfterSeconds), code.
     pub fn status_json(&self) -> Bytes {
+        use crate::server::go_json::string;
         let this = &self.0;
-        let mut details = serde_json::Map::new();
+        let mut out = Vec::with_capacity(160 + this.message.len());
+        out.extend_from_slice(
+            br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"#,
+        );
+        string(&mut out, &this.message);
+        out.extend_from_slice(br#","reason":"#);
+        string(&mut out, this.reason);
+        let mut details: Vec<(&str, Vec<u8>)> = Vec::new();
         if let Some((kind, name)) = &this.details {
             // Forbidden (the only error with a group) leaves an empty name out, as Go's
             // omitempty does; the others keep the shape they always had.
             if !name.is_empty() || this.group.is_empty() && this.code != 403 {
-                details.insert("name".into(), json!(name));
+                let mut v = Vec::new();
+                string(&mut v, name);
+                details.push(("name", v));
             }
             if !this.group.is_empty() {
-                details.insert("group".into(), json!(this.group));
+                let mut v = Vec::new();
+                string(&mut v, &this.group);
+                details.push(("group", v));
             }
-            details.insert("kind".into(), json!(kind));
+            let mut v = Vec::new();
+            string(&mut v, kind);
+            details.push(("kind", v));
         }
         if !this.causes.is_empty() {
-            let causes: Vec<_> = this
-                .causes
-                .iter()
-                .map(|c| match &c.field {
-                    Some(f) => json!({"reason": c.reason, "message": c.message, "field": f}),
-                    None => json!({"reason": c.reason, "message": c.message}),
-                })
-                .collect();
-            details.insert("causes".into(), json!(causes));
+            let mut v = vec![b'['];
+            for (i, c) in this.causes.iter().enumerate() {
+                if i > 0 {
+                    v.push(b',');
+                }
+                v.extend_from_slice(br#"{"reason":"#);
+                string(&mut v, c.reason);
+                v.extend_from_slice(br#","message":"#);
+                string(&mut v, &c.message);
+                if let Some(f) = &c.field {
+                    v.extend_from_slice(br#","field":"#);
+                    string(&mut v, f);
+                }
+                v.push(b'}');
+            }
+            v.push(b']');
+            details.push(("causes", v));
         }
         if let Some(s) = this.retry_after {
-            details.insert("retryAfterSeconds".into(), json!(s));
+            details.push(("retryAfterSeconds", s.to_string().into_bytes()));
         }
-        let mut status = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": this.message,
-            "reason": this.reason,
-            "code": this.code,
-        });
         if !details.is_empty() {
-            status["details"] = serde_json::Value::Object(details);
+            out.extend_from_slice(br#","details":{"#);
+            for (i, (k, v)) in details.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                string(&mut out, k);
+                out.push(b':');
+                out.extend_from_slice(v);
+            }
+            out.push(b'}');
         }
-        Bytes::from(status.to_string())
+        out.extend_from_slice(format!(r#","code":{}}}"#, this.code).as_bytes());
+        Bytes::from(out)
     }
 }
 
@@ -291,19 +333,70 @@ impl From<Error> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The error as an HTTP answer, its `Status` in protobuf when `protobuf` (a client of a
+    /// built-in resource that prefers protobuf: kube-apiserver writes its errors in the format
+    /// negotiated for the request), else in JSON.
+    pub fn into_response_as(self, protobuf: bool) -> Response {
         let code = StatusCode::from_u16(self.0.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut resp = (
-            code,
-            [(header::CONTENT_TYPE, "application/json")],
-            self.status_json(),
-        )
-            .into_response();
+        let (content_type, body) = if protobuf {
+            let json: serde_json::Value =
+                serde_json::from_slice(&self.status_json()).unwrap_or_default();
+            (
+                "application/vnd.kubernetes.protobuf",
+                crate::model::protobuf::status(&json),
+            )
+        } else {
+            // Ends with a newline, as Go's json.Encoder writes kube-apiserver's Status.
+            let mut body = self.status_json().to_vec();
+            body.push(b'\n');
+            ("application/json", body)
+        };
+        let mut resp = (code, [(header::CONTENT_TYPE, content_type)], body).into_response();
         if let Some(s) = self.0.retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         resp
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.into_response_as(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_written_as_kube_apiserver_writes_them() {
+        let e = ApiError::from(Error::NotFound {
+            kind: "pods".into(),
+            name: "x".into(),
+        });
+        assert_eq!(
+            std::str::from_utf8(&e.status_json()).unwrap(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"x\" not found","reason":"NotFound","details":{"name":"x","kind":"pods"},"code":404}"#
+        );
+        let e = ApiError::invalid(
+            "ConfigMap",
+            "a<b",
+            vec![(
+                "FieldValueInvalid",
+                "metadata.name".into(),
+                "Invalid value".into(),
+            )],
+        );
+        assert_eq!(
+            std::str::from_utf8(&e.status_json()).unwrap(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"ConfigMap \"a\u003cb\" is invalid: metadata.name: Invalid value","reason":"Invalid","details":{"name":"a\u003cb","kind":"ConfigMap","causes":[{"reason":"FieldValueInvalid","message":"Invalid value","field":"metadata.name"}]},"code":422}"#
+        );
+        let e = ApiError::too_many("slow down", 3);
+        assert!(std::str::from_utf8(&e.status_json()).unwrap().ends_with(
+            r#""reason":"TooManyRequests","details":{"retryAfterSeconds":3},"code":429}"#
+        ));
     }
 }

@@ -17,11 +17,12 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use crate::cache::Cache;
-use crate::model::ResourceDef;
+use crate::cache::{Cache, ObjectList};
 use crate::model::labels;
 use crate::model::names::{self, NameRule};
 use crate::model::protobuf::fields::unknown_fields;
+use crate::model::{Object, ResourceDef};
+use crate::server::deletion::{self, DeleteOptions, Plan};
 use crate::server::params::{FieldValidation, WriteParams};
 use crate::server::patch::PatchKind;
 use crate::server::status::ApiError;
@@ -290,24 +291,47 @@ fn take_precondition(obj: &mut Map<String, Value>) -> Result<Option<u64>, ApiErr
     }
 }
 
-/// The stored object at `rev`, encoded by the cache (so it carries `metadata.resourceVersion`):
+/// The stored object at `rev`, decoded by the cache (so it carries `metadata.resourceVersion`):
 /// a built-in kind as its protobuf storage form reads back, so that the answer is what every
 /// later read of it shows.
-fn respond(cache: &Cache, key: &str, stored: &[u8], rev: u64) -> Result<Bytes, ApiError> {
+fn respond(cache: &Cache, key: &str, stored: &[u8], rev: u64) -> Result<Object, ApiError> {
     let pb = crate::model::protobuf::storage_form(stored).map_err(internal)?;
     cache
         .decode(key, pb.as_deref().unwrap_or(stored), rev)
-        .map(|o| o.json().clone())
         .map_err(internal)
 }
 
-/// A write's answer: the object as stored, and what the client is warned of (`Warning` headers).
+/// What a write answers, in whichever format the client negotiated.
+#[derive(Debug)]
+pub enum Reply {
+    /// The object as stored (with its new resourceVersion), or its last state (a deletion).
+    Object(Object),
+    /// A `Status` (upstream answers the deletion of most kinds with one), as JSON.
+    Status(Bytes),
+    /// deletecollection: the deleted objects' last states.
+    List(ObjectList),
+}
+
+/// A write's answer: the reply, its HTTP code, and what the client is warned of (`Warning`
+/// headers).
 #[derive(Debug)]
 pub struct Written {
-    /// The JSON of the object as stored (with its new resourceVersion).
-    pub body: Bytes,
+    pub reply: Reply,
+    /// 200, 201 for a create, 202 for a deletion left pending that asked for
+    /// `orphanDependents=false` (as upstream).
+    pub code: u16,
     /// Warnings, one per `Warning` header: unknown fields under `fieldValidation=Warn`.
     pub warnings: Vec<String>,
+}
+
+impl Written {
+    fn object(object: Object, code: u16, warnings: Vec<String>) -> Written {
+        Written {
+            reply: Reply::Object(object),
+            code,
+            warnings,
+        }
+    }
 }
 
 /// `fieldValidation` over a write's object: fields its type does not declare are refused
@@ -369,7 +393,7 @@ pub async fn create(
             .map_err(|e| write_failed(e, def, &name))?
     };
     let body = respond(cache, &key, &stored, rev)?;
-    Ok(Written { body, warnings })
+    Ok(Written::object(body, 201, warnings))
 }
 
 fn not_found(def: &ResourceDef, name: &str) -> ApiError {
@@ -415,9 +439,15 @@ pub async fn update(
         Err(e) if status => return Err(e),
         Err(_) => Map::new(),
     };
-    let obj = merge_with_stored(def, obj, &old, status)?;
+    let mut obj = merge_with_stored(def, obj, &old, status)?;
+    deletion::before_update(&def.kind, &old, &mut obj)?;
     admit(&obj, Some(&old))?;
     let stored = encode_checked(cache, &key, &obj)?;
+    if deletion::deletes_on_update(&old, &obj) {
+        let body =
+            delete_emptied(cache, writes, &key, &stored, current.mod_revision, params).await?;
+        return Ok(Written::object(body, 200, warnings));
+    }
     let rev = if params.dry_run {
         current.mod_revision
     } else {
@@ -428,7 +458,30 @@ pub async fn update(
             .map_err(|e| write_failed(e, def, name))?
     };
     let body = respond(cache, &key, &stored, rev)?;
-    Ok(Written { body, warnings })
+    Ok(Written::object(body, 200, warnings))
+}
+
+/// An update that emptied the finalizers of an object being deleted deletes it
+/// (`ShouldDeleteDuringUpdate`), if it is still the state read at `rev`; the answer is the
+/// object as the update made it, as upstream's `deleteWithoutFinalizers` answers.
+async fn delete_emptied(
+    cache: &Cache,
+    writes: &dyn Writes,
+    key: &str,
+    stored: &[u8],
+    rev: u64,
+    params: &WriteParams,
+) -> Result<Object, ApiError> {
+    let def = cache.definition();
+    let name = key.rsplit('/').next().unwrap_or_default();
+    if !params.dry_run {
+        match writes.delete(key, Some(rev)).await {
+            // Deleted by another update that emptied them too: the same outcome.
+            Ok(_) | Err(WriteError::NotFound) => {}
+            Err(e) => return Err(write_failed(e, def, name)),
+        }
+    }
+    respond(cache, key, stored, rev)
 }
 
 /// The stored object as a JSON map, read through the cache's decoder (so a value stored as
@@ -533,12 +586,18 @@ pub async fn patch(
             return Err(ApiError::conflict(&def.plural, name));
         }
         validate_meta(def, &obj)?;
-        let obj = merge_with_stored(def, obj, &old, status)?;
+        let mut obj = merge_with_stored(def, obj, &old, status)?;
+        deletion::before_update(&def.kind, &old, &mut obj)?;
         admit(&obj, Some(&old))?;
         let stored = encode_checked(cache, &key, &obj)?;
+        if deletion::deletes_on_update(&old, &obj) {
+            let body =
+                delete_emptied(cache, writes, &key, &stored, current.mod_revision, params).await?;
+            return Ok(Written::object(body, 200, warnings));
+        }
         if params.dry_run {
             let body = respond(cache, &key, &stored, current.mod_revision)?;
-            return Ok(Written { body, warnings });
+            return Ok(Written::object(body, 200, warnings));
         }
         match writes
             .replace(&key, stored.clone(), current.mod_revision)
@@ -546,7 +605,7 @@ pub async fn patch(
         {
             Ok(rev) => {
                 let body = respond(cache, &key, &stored, rev)?;
-                return Ok(Written { body, warnings });
+                return Ok(Written::object(body, 200, warnings));
             }
             Err(WriteError::Conflict) if precondition.is_none() && attempt < PATCH_ATTEMPTS => {
                 tracing::debug!(key, attempt, "patch raced another write: retrying");
@@ -557,114 +616,298 @@ pub async fn patch(
 }
 
 /// DELETE on a collection (deletecollection): deletes every object the query's selectors match in
-/// the cache's current state (each as a DELETE without precondition; one deleted meanwhile is
-/// skipped), and answers the `{Kind}List` of the deleted objects' last states. With `dryRun=All`,
-/// answers the list of what would be deleted.
+/// the cache's current state, each as a DELETE with the request's options (one deleted meanwhile
+/// is skipped), and answers the `{Kind}List` of their last states. With `dryRun=All`, the list of
+/// what would be deleted.
 pub async fn delete_collection(
     cache: &Cache,
     writes: &dyn Writes,
     opts: &crate::cache::ListOptions,
+    body: &[u8],
+    query: Option<&str>,
     params: &WriteParams,
-) -> Result<Bytes, ApiError> {
+) -> Result<Written, ApiError> {
     let def = cache.definition();
+    let options = delete_options(body, query)?;
     let list = cache.list(opts).await?;
-    let mut items: Vec<Bytes> = Vec::with_capacity(list.items.len());
+    let mut items = Vec::with_capacity(list.items.len());
     let mut rv = list.resource_version;
     for o in &list.items {
         if params.dry_run {
-            items.push(o.json().clone());
+            items.push(o.clone());
             continue;
         }
-        match writes.delete(o.key(), None).await {
-            Ok((rev, prev)) => {
-                rv = rv.max(rev);
-                items.push(respond(cache, o.key(), &prev, rev)?);
+        let deleted = if writes.deletes_itself() {
+            writes
+                .delete_with(o.key(), Bytes::from(options.to_json(false)))
+                .await
+                .map_err(|e| write_failed(e, def, o.name()))
+                .and_then(|(rev, body)| respond(cache, o.key(), &body, rev))
+                .map(|last| Deleted {
+                    last: Some(last),
+                    deleted: true,
+                })
+        } else {
+            delete_one(cache, writes, o.key(), o.name(), &options, params).await
+        };
+        match deleted {
+            Ok(Deleted {
+                last: Some(last), ..
+            }) => {
+                rv = rv.max(last.resource_version());
+                items.push(last);
             }
-            Err(WriteError::NotFound) => {}
-            Err(e) => return Err(write_failed(e, def, o.name())),
+            Ok(_) => {}
+            Err(e) if e.code() == 404 => {}
+            Err(e) => return Err(e),
         }
     }
-    let mut out = format!(
-        r#"{{"kind":"{}List","apiVersion":"{}","metadata":{{"resourceVersion":"{rv}"}},"items":["#,
-        def.kind,
-        def.api_version()
-    )
-    .into_bytes();
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(item);
-    }
-    out.extend_from_slice(b"]}");
-    Ok(Bytes::from(out))
+    Ok(Written {
+        reply: Reply::List(ObjectList {
+            resource_version: rv,
+            items,
+            continue_token: None,
+            remaining_item_count: None,
+        }),
+        code: 200,
+        warnings: Vec::new(),
+    })
 }
 
-/// DELETE: remove an object, with an optional `preconditions.resourceVersion` in the body's
-/// DeleteOptions (`propagationPolicy` and the rest are accepted: there are no dependents to
-/// collect here). Answers the last state at the deletion's revision; with `dryRun=All`, the
-/// current state, not deleted.
+/// The request's `DeleteOptions`: its body, or without one its query.
+fn delete_options(body: &[u8], query: Option<&str>) -> Result<DeleteOptions, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::from_query(query)
+    } else {
+        DeleteOptions::from_json(body)
+    }
+}
+
+/// The outcome of one DELETE: the object's last state (deleted) or current one (kept, its
+/// deletion pending on its grace period or finalizers).
+struct Deleted {
+    /// `None`: a stored value the cache could not decode was deleted.
+    last: Option<Object>,
+    deleted: bool,
+}
+
+/// DELETE, as upstream's registry (`server/deletion.rs`): a pod bound to a node is deleted
+/// gracefully (a deletion timestamp and grace period are written, and the kubelet deletes it
+/// again with grace 0), an object with finalizers gets a deletion timestamp and stays until an
+/// update empties them, the garbage collector's finalizers are added as `propagationPolicy` or
+/// `orphanDependents` ask, and anything else is removed at once. The options come from the body's
+/// DeleteOptions or, without a body, the query. Answers, as upstream, the object (its last state
+/// when deleted) for resources whose registry returns it and when the deletion is pending, and a
+/// `Status` Success otherwise; with `dryRun=All` what would happen, nothing written.
 pub async fn delete(
     cache: &Cache,
     writes: &dyn Writes,
     namespace: Option<&str>,
     name: &str,
     body: &[u8],
+    query: Option<&str>,
     params: &WriteParams,
-) -> Result<Bytes, ApiError> {
+) -> Result<Written, ApiError> {
     let def = cache.definition();
-    let precondition = if body.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else {
-        let opts: Value = serde_json::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
-        })?;
-        match opts.pointer("/preconditions/resourceVersion") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.parse::<u64>().map_err(|_| {
-                ApiError::bad_request(format!("invalid preconditions.resourceVersion \"{s}\""))
-            })?),
-            Some(other) => {
-                return Err(ApiError::bad_request(format!(
-                    "preconditions.resourceVersion must be a string, not {other}"
-                )));
-            }
-        }
-    };
+    let options = delete_options(body, query)?;
     let key = def.key_for(namespace, name);
-    if params.dry_run {
+    if writes.deletes_itself() {
+        // An API server upstream applies the deletion rules itself: the DELETE goes on with its
+        // options, and its answer is relayed.
+        let (rev, body) = writes
+            .delete_with(&key, Bytes::from(options.to_json(params.dry_run)))
+            .await
+            .map_err(|e| write_failed(e, def, name))?;
+        return Ok(Written::object(
+            respond(cache, &key, &body, rev)?,
+            200,
+            Vec::new(),
+        ));
+    }
+    let d = delete_one(cache, writes, &key, name, &options, params).await?;
+    let strategy = deletion::Strategy::for_resource(&def.group, &def.plural);
+    let code = if !d.deleted && options.orphan_dependents == Some(false) {
+        202
+    } else {
+        200
+    };
+    let reply = match d.last {
+        Some(last) if strategy.returns_object || !d.deleted => Reply::Object(last),
+        last => Reply::Status(success_status(def, name, last.as_ref())),
+    };
+    Ok(Written {
+        reply,
+        code,
+        warnings: Vec::new(),
+    })
+}
+
+/// Upstream's answer to a deletion of a resource whose registry does not return the object:
+/// a `Status` Success naming it (`details.kind` is the resource, as upstream sets it).
+fn success_status(def: &ResourceDef, name: &str, obj: Option<&Object>) -> Bytes {
+    let uid = obj
+        .and_then(|o| o.parse::<Value>().ok())
+        .and_then(|v| {
+            v.pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let group = if def.group.is_empty() {
+        String::new()
+    } else {
+        format!(",\"group\":{}", q(&def.group))
+    };
+    let uid = if uid.is_empty() {
+        String::new()
+    } else {
+        format!(",\"uid\":{}", q(&uid))
+    };
+    Bytes::from(format!(
+        r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Success","details":{{"name":{}{group},"kind":{}{uid}}}}}"#,
+        q(name),
+        q(&def.plural)
+    ))
+}
+
+/// One DELETE of `key` (see [`delete`]): each step a write conditional on the state it was
+/// planned from, planned again when the object changed meanwhile.
+async fn delete_one(
+    cache: &Cache,
+    writes: &dyn Writes,
+    key: &str,
+    name: &str,
+    options: &DeleteOptions,
+    params: &WriteParams,
+) -> Result<Deleted, ApiError> {
+    let def = cache.definition();
+    let strategy = deletion::Strategy::for_resource(&def.group, &def.plural);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let retry = attempt < PATCH_ATTEMPTS;
         let current = writes
-            .get(&key)
+            .get(key)
             .await
             .map_err(|e| write_failed(e, def, name))?
             .ok_or_else(|| not_found(def, name))?;
-        if precondition.is_some_and(|p| p != current.mod_revision) {
-            return Err(ApiError::conflict(&def.plural, name));
+        let Ok(obj) = stored_object(cache, key, &current) else {
+            return delete_undecodable(cache, writes, key, name, &current, options, params).await;
+        };
+        let plan = deletion::plan(
+            strategy,
+            (&def.group, &def.kind),
+            &obj,
+            current.mod_revision,
+            options,
+            std::time::SystemTime::now(),
+        )?;
+        let (object, then_delete) = match plan {
+            Plan::Pending => {
+                let last = respond(cache, key, &current.value, current.mod_revision)?;
+                return Ok(Deleted {
+                    last: Some(last),
+                    deleted: false,
+                });
+            }
+            Plan::Delete => {
+                if params.dry_run {
+                    let last = respond(cache, key, &current.value, current.mod_revision)?;
+                    return Ok(Deleted {
+                        last: Some(last),
+                        deleted: true,
+                    });
+                }
+                match writes.delete(key, Some(current.mod_revision)).await {
+                    Ok((rev, prev)) => {
+                        let last = respond(cache, key, &prev, rev)?;
+                        return Ok(Deleted {
+                            last: Some(last),
+                            deleted: true,
+                        });
+                    }
+                    Err(WriteError::Conflict) if retry => continue,
+                    Err(e) => return Err(write_failed(e, def, name)),
+                }
+            }
+            Plan::Update { object, delete } => (object, delete),
+        };
+        // The deletion's own state: a no-op (deleting again what is being deleted) writes
+        // nothing, as upstream's storage skips an update that changes no byte.
+        let (stored, rev) = if object == obj {
+            (current.value.clone(), current.mod_revision)
+        } else {
+            let stored = encode_checked(cache, key, &object)?;
+            if params.dry_run {
+                (stored, current.mod_revision)
+            } else {
+                match writes
+                    .replace(key, stored.clone(), current.mod_revision)
+                    .await
+                {
+                    Ok(rev) => (stored, rev),
+                    Err(WriteError::Conflict) if retry => continue,
+                    Err(e) => return Err(write_failed(e, def, name)),
+                }
+            }
+        };
+        if !then_delete || params.dry_run {
+            return Ok(Deleted {
+                last: Some(respond(cache, key, &stored, rev)?),
+                deleted: then_delete,
+            });
         }
-        return respond(cache, &key, &current.value, current.mod_revision);
+        // Grace 0: removed at once, whatever happened since (as upstream, which deletes with
+        // only the request's own preconditions); already gone is the same outcome.
+        let precondition = options.resource_version.map(|_| rev);
+        return match writes.delete(key, precondition).await {
+            Ok((rev, prev)) => Ok(Deleted {
+                last: Some(respond(cache, key, &prev, rev)?),
+                deleted: true,
+            }),
+            Err(WriteError::NotFound) => Ok(Deleted {
+                last: Some(respond(cache, key, &stored, rev)?),
+                deleted: true,
+            }),
+            Err(e) => Err(write_failed(e, def, name)),
+        };
+    }
+}
+
+/// A stored value the cache cannot decode is deleted outright (that is how it gets cleaned up),
+/// honouring a resourceVersion precondition; answered as upstream answers deletes without an
+/// object.
+async fn delete_undecodable(
+    cache: &Cache,
+    writes: &dyn Writes,
+    key: &str,
+    name: &str,
+    current: &Stored,
+    options: &DeleteOptions,
+    params: &WriteParams,
+) -> Result<Deleted, ApiError> {
+    let def = cache.definition();
+    if options
+        .resource_version
+        .is_some_and(|p| p != current.mod_revision)
+    {
+        return Err(ApiError::conflict(&def.plural, name));
+    }
+    if params.dry_run {
+        return Err(internal("the stored object cannot be read"));
     }
     let (rev, prev) = writes
-        .delete(&key, precondition)
+        .delete(key, Some(current.mod_revision))
         .await
         .map_err(|e| write_failed(e, def, name))?;
-    match cache.decode(&key, &prev, rev) {
-        Ok(o) => Ok(o.json().clone()),
-        // Deleting a value the cache could not decode is how it gets cleaned up: the delete
-        // happened, so it succeeds, answered as upstream answers deletes without an object.
-        Err(e) => {
-            tracing::warn!(key, error = %e, "deleted a value that was not a valid object");
-            Ok(Bytes::from(
-                serde_json::json!({
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "metadata": {},
-                    "status": "Success",
-                    "details": {"name": name, "kind": def.plural},
-                })
-                .to_string(),
-            ))
-        }
+    if let Err(e) = cache.decode(key, &prev, rev) {
+        tracing::warn!(key, error = %e, "deleted a value that was not a valid object");
     }
+    Ok(Deleted {
+        last: None,
+        deleted: true,
+    })
 }
 
 /// A random RFC 4122 version 4 UUID, as the API server assigns to new objects: 122 random bits,

@@ -96,4 +96,31 @@ pub trait Writes: Send + Sync + 'static {
         key: &'a str,
         expected: Option<u64>,
     ) -> BoxFuture<'a, Result<(u64, Bytes), WriteError>>;
+
+    /// Whether the upstream applies kube-apiserver's deletion rules itself (an API server, or
+    /// another watchcache): a DELETE is then sent on with its `DeleteOptions`
+    /// ([`delete_with`](Writes::delete_with)) rather than carried out here as conditional writes.
+    fn deletes_itself(&self) -> bool {
+        false
+    }
+
+    /// Sends a DELETE of `key` with a `DeleteOptions` JSON body, for upstreams that
+    /// [`deletes_itself`](Writes::deletes_itself). Returns the revision and the object the
+    /// upstream answered (its current state when the deletion is pending), or its last state
+    /// when the upstream answered a bare `Status`.
+    ///
+    /// # Errors
+    /// [`WriteError::NotFound`], [`WriteError::Conflict`], or the upstream's failure; upstreams
+    /// that do not delete by themselves refuse it.
+    fn delete_with<'a>(
+        &'a self,
+        _key: &'a str,
+        _options: Bytes,
+    ) -> BoxFuture<'a, Result<(u64, Bytes), WriteError>> {
+        Box::pin(async {
+            Err(WriteError::Upstream(
+                "this upstream does not apply deletion rules itself".into(),
+            ))
+        })
+    }
 }

@@ -17,7 +17,7 @@ pub const SYSTEM_NAMESPACES: [&str; 4] =
 
 /// Namespaces the tests write into, there from the start as in a cluster where someone created
 /// them (a create in a namespace that does not exist is 404, as upstream).
-pub const FIXTURE_NAMESPACES: [&str; 6] = ["a", "b", "ns", "gz", "other", "team"];
+pub const FIXTURE_NAMESPACES: [&str; 7] = ["a", "b", "ns", "gz", "other", "team", "demo"];
 
 pub struct TestServer {
     pub url: String,

@@ -116,6 +116,20 @@ pub(crate) fn encode_json(value: &Json) -> Result<Vec<u8>, String> {
     Ok(envelope(av, kind, &raw))
 }
 
+/// A message's bytes from a JSON object (a nested type's, such as `ObjectMeta`).
+///
+/// # Errors
+/// A member of the wrong JSON type.
+#[cfg(feature = "server")]
+pub(crate) fn encode_message(
+    msg: &'static Message,
+    obj: &Map<String, Json>,
+) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(512);
+    write_message(&mut out, msg, obj, 0)?;
+    Ok(out)
+}
+
 /// Writes the fields of `msg` from a JSON object, in field-number order.
 fn write_message(
     out: &mut Vec<u8>,

@@ -104,6 +104,31 @@ pub(crate) fn write_object_as_sent(
     Ok(())
 }
 
+/// Writes a message as a JSON object (a nested type's, such as `ObjectMeta`), as encoding/json
+/// writes its Go struct.
+///
+/// # Errors
+/// Bytes that are not that message.
+#[cfg(feature = "server")]
+pub(crate) fn write_message_json(
+    out: &mut Vec<u8>,
+    msg: &'static Message,
+    bytes: &[u8],
+) -> Result<(), String> {
+    out.push(b'{');
+    let mut w = Writer {
+        out,
+        stack: Vec::with_capacity(64),
+        rv: None,
+        rv_pos: None,
+        limit: usize::MAX,
+    };
+    let mut first = true;
+    w.fields(msg, bytes, &mut first, 2)?;
+    w.out.push(b'}');
+    Ok(())
+}
+
 /// Writes one field of a message alone, as `"name":value`, or nothing when Go leaves it out.
 pub(crate) fn write_one_field(
     out: &mut Vec<u8>,
@@ -868,16 +893,65 @@ fn write_value(
         (Kind::Raw, Some(Value::Len(b))) => match raw_json(msg, f, b)? {
             None => out.extend_from_slice(b"null"),
             Some(x) => {
-                // Written as it is, but compact (a watch frame is one line).
-                let val: serde_json::Value = serde_json::from_slice(x)
+                // Written as it is, compacted as Go's encoding/json compacts a Marshaler's
+                // output: members keep their order (a FieldsV1's is structured-merge-diff's, not
+                // sorted), whitespace goes (a watch frame is one line), HTML characters escaped.
+                serde_json::from_slice::<serde::de::IgnoredAny>(x)
                     .map_err(|e| format!("{}.{}: embedded JSON: {e}", msg.name, f.json))?;
-                serde_json::to_writer(&mut *out, &val)
-                    .map_err(|e| format!("{}.{}: {e}", msg.name, f.json))?;
+                write_compact_go(out, x);
             }
         },
         _ => return Err(wire_type(msg, f)),
     }
     Ok(())
+}
+
+/// Valid JSON without its insignificant whitespace, `<`, `>`, `&`, U+2028 and U+2029 in strings
+/// escaped: Go's `json.Compact` with HTML escaping, as encoding/json writes a `json.Marshaler`'s
+/// output (a `RawExtension`, `FieldsV1`, `JSON`).
+pub(crate) fn write_compact_go(out: &mut Vec<u8>, raw: &[u8]) {
+    let mut in_str = false;
+    let mut escaped = false;
+    let mut i = 0;
+    while let Some(&c) = raw.get(i) {
+        i += 1;
+        if !in_str {
+            if !matches!(c, b' ' | b'\n' | b'\r' | b'\t') {
+                out.push(c);
+                in_str = c == b'"';
+            }
+            continue;
+        }
+        if escaped {
+            escaped = false;
+            out.push(c);
+            continue;
+        }
+        match c {
+            b'\\' => {
+                escaped = true;
+                out.push(c);
+            }
+            b'"' => {
+                in_str = false;
+                out.push(c);
+            }
+            b'<' => out.extend_from_slice(b"\\u003c"),
+            b'>' => out.extend_from_slice(b"\\u003e"),
+            b'&' => out.extend_from_slice(b"\\u0026"),
+            0xe2 if raw.get(i) == Some(&0x80) && matches!(raw.get(i + 1), Some(0xa8 | 0xa9)) => {
+                let last = if raw.get(i + 1) == Some(&0xa8) {
+                    b'8'
+                } else {
+                    b'9'
+                };
+                out.extend_from_slice(b"\\u202");
+                out.push(last);
+                i += 2;
+            }
+            _ => out.push(c),
+        }
+    }
 }
 
 /// A JSON string as Go's encoding/json writes it (kube-apiserver's serializer): `<`, `>` and
@@ -972,6 +1046,34 @@ mod tests {
         let mut out = Vec::new();
         write_time(&mut out, secs, micros);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn strings_are_escaped_as_go_escapes_them() {
+        let w = |s: &str| {
+            let mut out = Vec::new();
+            write_str(&mut out, s);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(w("plain"), r#""plain""#);
+        assert_eq!(w("a<b && c>d"), r#""a\u003cb \u0026\u0026 c\u003ed""#);
+        assert_eq!(w("q\"\\\n\r\t"), r#""q\"\\\n\r\t""#);
+        assert_eq!(w("\u{8}\u{c}\u{1}"), r#""\b\f\u0001""#);
+        assert_eq!(w("é\u{2028}x\u{2029}"), "\"é\\u2028x\\u2029\"");
+        assert_eq!(w("\u{7f}"), "\"\u{7f}\"");
+    }
+
+    #[test]
+    fn embedded_json_is_compacted_in_order_with_html_escaped() {
+        let mut out = Vec::new();
+        write_compact_go(
+            &mut out,
+            "{ \"f:b\": {}, \"f:a\" : [1, \"x <y> & \\\"z\\\" \u{2028}\"] }".as_bytes(),
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"f:b":{},"f:a":[1,"x \u003cy\u003e \u0026 \"z\" \u2028"]}"#
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! | `fields.rs` | the fields a JSON object's type does not declare (`fieldValidation`) |
 //! | `request.rs` | protobuf request bodies (objects, DeleteOptions) read as the JSON they stand for |
 //! | `encode.rs` | JSON → protobuf with gogo's rules; the envelope, watch and list framing, the resourceVersion splice |
+//! | `partial.rs` | `PartialObjectMetadata`: an object's `ObjectMeta` in protobuf and in JSON, as kube-apiserver writes them |
 
 pub(crate) mod catalog;
 mod encode;
@@ -24,6 +25,9 @@ mod encode;
 #[cfg(feature = "server")]
 pub(crate) mod fields;
 mod json;
+// Only the server converts objects to PartialObjectMetadata.
+#[cfg(feature = "server")]
+pub(crate) mod partial;
 // Only the server reads request bodies.
 #[cfg(feature = "server")]
 mod request;

@@ -2,21 +2,36 @@
 //! `--max-requests-inflight` (non-watch requests in progress at once; 0: no limit) and
 //! `--max-watches-per-user` (concurrent watches of one authenticated user; 0: no limit).
 //!
+//! A request over the in-flight limit waits for a place, in arrival order, as kube-apiserver's
+//! priority and fairness queues it, instead of being refused at once: a fleet reconnecting gets
+//! served. It is refused (429) only when [`QUEUED_PER_PLACE`] requests per place already wait, or
+//! when no place frees up within its queue wait (a quarter of `--request-timeout`, at most 15 s).
+//!
 //! Lock order: `watches` only, held for a map update, never across an await.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::server::status::ApiError;
 
+/// Requests that may wait per in-flight place (kube-apiserver's default priority level queues
+/// 128 × 50 requests for its 400 seats: 16 per seat).
+pub const QUEUED_PER_PLACE: usize = 16;
+
 /// The limits' state.
 #[derive(Debug)]
 pub struct Limits {
     inflight: Option<Arc<Semaphore>>,
     max_inflight: usize,
+    /// Requests waiting for an in-flight place now.
+    queued: AtomicUsize,
+    /// How long a request may wait for one.
+    queue_wait: Duration,
     max_watches_per_user: usize,
     watches: Arc<Mutex<HashMap<Arc<str>, usize>>>,
 }
@@ -24,6 +39,15 @@ pub struct Limits {
 /// One request counted against `--max-requests-inflight` while it lives.
 #[derive(Debug)]
 pub struct InflightPermit(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
+
+/// Counts a request out of the queue when it leaves it, however it leaves.
+struct Leave<'a>(&'a AtomicUsize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// One watch counted against its user's cap while it lives.
 #[derive(Debug)]
@@ -45,36 +69,55 @@ impl Drop for UserWatchSlot {
 }
 
 impl Limits {
-    /// Limits of these sizes (0: none).
-    pub fn new(max_inflight: usize, max_watches_per_user: usize) -> Limits {
+    /// Limits of these sizes (0: none); a request waits at most `queue_wait` for an in-flight place.
+    pub fn new(max_inflight: usize, max_watches_per_user: usize, queue_wait: Duration) -> Limits {
         Limits {
             inflight: (max_inflight > 0).then(|| Arc::new(Semaphore::new(max_inflight))),
             max_inflight,
+            queued: AtomicUsize::new(0),
+            queue_wait,
             max_watches_per_user,
             watches: Arc::default(),
         }
     }
 
-    /// A slot for one non-watch request. A `privileged` requester (`system:masters`) takes one
-    /// when one is free and is served without one when none is: upstream's limit always answers
-    /// its super-admins, so an operator can still act on a server that others saturate.
+    /// A slot for one non-watch request, waiting for one (in arrival order) while others hold
+    /// them all. A `privileged` requester (`system:masters`) takes one when one is free and is
+    /// served without one when none is: upstream's limit always answers its super-admins, so an
+    /// operator can still act on a server that others saturate.
     ///
     /// # Errors
-    /// 429 with Retry-After 1 when the limit is reached.
-    pub fn request(&self, privileged: bool) -> Result<InflightPermit, ApiError> {
+    /// 429 with Retry-After 1 when too many wait already, or none frees up within the queue wait.
+    pub async fn request(&self, privileged: bool) -> Result<InflightPermit, ApiError> {
         let Some(s) = &self.inflight else {
             return Ok(InflightPermit(None));
         };
-        match Arc::clone(s).try_acquire_owned() {
-            Ok(p) => Ok(InflightPermit(Some(p))),
-            Err(_) if privileged => Ok(InflightPermit(None)),
-            Err(_) => Err(ApiError::too_many(
+        if let Ok(p) = Arc::clone(s).try_acquire_owned() {
+            return Ok(InflightPermit(Some(p)));
+        }
+        if privileged {
+            return Ok(InflightPermit(None));
+        }
+        let refused = |why: &str| {
+            ApiError::too_many(
                 format!(
-                    "Too many requests, please try again later. (the limit of {} requests in flight is reached)",
+                    "Too many requests, please try again later. (the limit of {} requests in flight is reached{why})",
                     self.max_inflight
                 ),
                 1,
-            )),
+            )
+        };
+        let queued = self.queued.fetch_add(1, Ordering::AcqRel);
+        let _leave = Leave(&self.queued);
+        if queued >= self.max_inflight.saturating_mul(QUEUED_PER_PLACE) {
+            return Err(refused(", and the queue is full"));
+        }
+        match tokio::time::timeout(self.queue_wait, Arc::clone(s).acquire_owned()).await {
+            Ok(Ok(p)) => Ok(InflightPermit(Some(p))),
+            _ => Err(refused(&format!(
+                ", and none was free within {:?}",
+                self.queue_wait
+            ))),
         }
     }
 
@@ -113,15 +156,18 @@ impl Limits {
 mod tests {
     use super::*;
 
-    #[test]
-    fn per_user_watch_caps_and_inflight_slots_free_on_drop() {
-        let l = Limits::new(1, 2);
-        let a = l.request(false).unwrap();
-        let e = l.request(false).unwrap_err();
+    #[tokio::test]
+    async fn per_user_watch_caps_and_inflight_slots_free_on_drop() {
+        let l = Limits::new(1, 2, Duration::from_millis(50));
+        let a = l.request(false).await.unwrap();
+        let e = l.request(false).await.unwrap_err();
         assert_eq!((e.code(), e.retry_after()), (429, Some(1)));
-        assert!(l.request(true).is_ok(), "system:masters is always answered");
+        assert!(
+            l.request(true).await.is_ok(),
+            "system:masters is always answered"
+        );
         drop(a);
-        assert!(l.request(false).is_ok());
+        assert!(l.request(false).await.is_ok());
         let w1 = l.watch("u").unwrap();
         let _w2 = l.watch("u").unwrap();
         assert_eq!(l.watch("u").unwrap_err().code(), 429);
@@ -131,8 +177,38 @@ mod tests {
         );
         drop(w1);
         assert!(l.watch("u").is_ok());
-        let none = Limits::new(0, 0);
+        let none = Limits::new(0, 0, Duration::ZERO);
         assert!(none.watch("u").unwrap().is_none());
-        assert!(none.request(false).is_ok());
+        assert!(none.request(false).await.is_ok());
+    }
+
+    /// A burst over the limit waits for places in arrival order instead of being refused; only
+    /// what overflows the queue is refused at once.
+    #[tokio::test]
+    async fn a_burst_waits_for_places_and_only_a_full_queue_refuses() {
+        let l = Arc::new(Limits::new(2, 0, Duration::from_secs(5)));
+        let held: Vec<_> = [l.request(false).await, l.request(false).await]
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let waiting: Vec<_> = (0..2 * QUEUED_PER_PLACE)
+            .map(|_| {
+                let l = Arc::clone(&l);
+                tokio::spawn(async move { l.request(false).await.map(drop) })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(l.queued.load(Ordering::Acquire), 2 * QUEUED_PER_PLACE);
+        let over = l.request(false).await.unwrap_err();
+        assert!(
+            over.message().contains("the queue is full"),
+            "{}",
+            over.message()
+        );
+        drop(held);
+        for w in waiting {
+            w.await.unwrap().unwrap();
+        }
+        assert_eq!(l.queued.load(Ordering::Acquire), 0);
     }
 }

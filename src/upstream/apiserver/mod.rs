@@ -92,6 +92,9 @@ pub struct ApiServerConfig {
     /// A watch with no frame at all for this long is taken for a dead connection and resumed.
     /// Servers send a bookmark about every minute to watches that allow them.
     pub idle_timeout: Duration,
+    /// How often a resource the server does not serve (404: a CRD not installed) is asked for
+    /// again; a CRD installed later is picked up within this.
+    pub absent_retry: Duration,
 }
 
 impl Default for ApiServerConfig {
@@ -105,6 +108,7 @@ impl Default for ApiServerConfig {
             watch_timeout: Duration::from_secs(300),
             request_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(150),
+            absent_retry: Duration::from_secs(5),
         }
     }
 }
@@ -231,6 +235,7 @@ impl ApiServerCaches {
             grace: config.unavailable_grace,
             backoff_initial: config.backoff_initial,
             backoff_max: config.backoff_max,
+            absent_retry: config.absent_retry,
         };
         let watch_list = match config.initial_list {
             InitialList::Auto => WatchListUse::Try,

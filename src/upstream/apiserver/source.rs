@@ -32,11 +32,15 @@ use crate::upstream::apiserver::ApiServerConfig;
 use crate::upstream::apiserver::rest::{Frame, Rest, RestError, WatchLines, identity, parse_frame};
 use crate::upstream::follow::{Break, Source, SyncMode, Synced};
 
-/// What a failed call means to the follower: 410 is an expired position, anything else a
-/// failure carrying the answer's status.
+/// What a failed call means to the follower: 410 is an expired position, 404 a resource the
+/// upstream does not serve (a CRD not installed), anything else a failure carrying the answer's
+/// status.
 fn broken(e: RestError) -> Break {
     if e.is_expired() {
         return Break::Expired(e.to_string());
+    }
+    if e.code() == Some(404) {
+        return Break::Absent(e.to_string());
     }
     Break::Failed {
         status: e.code(),
@@ -331,6 +335,12 @@ impl ApiSource {
     }
 }
 
+/// How long a progress probe's watch asks to last. kube-apiserver's cacher sends its pre-timeout
+/// bookmark 2 s before the deadline and none at all to a watch shorter than that (a 1 s probe
+/// got nothing, so reads waited their 3 s and were handed to the upstream): 3 s gets the bookmark
+/// after about one second. A watchcache upstream answers a watch this short at once.
+const PROBE_TIMEOUT_SECS: u64 = 3;
+
 /// A progress request, as far as the Kubernetes API allows one: a short watch from the cache's
 /// revision with bookmarks. The server sends a bookmark before the watch's deadline; if no event
 /// came before it, nothing of this resource changed between the cache's revision and the
@@ -338,7 +348,7 @@ impl ApiSource {
 /// are left to the main watch.
 async fn probe_progress(rest: Rest, cache: Cache) -> Option<u64> {
     let from = cache.resource_version();
-    let mut stream = match rest.watch(Some(from), false, 1).await {
+    let mut stream = match rest.watch(Some(from), false, PROBE_TIMEOUT_SECS).await {
         Ok(s) => s,
         Err(e) => {
             debug!(error = %e, "progress probe failed");
@@ -392,6 +402,7 @@ mod tests {
             grace: Duration::from_secs(30),
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
+            absent_retry: Duration::from_millis(100),
         }
     }
 
@@ -598,6 +609,89 @@ mod tests {
             1,
             "WatchList asked once, then off"
         );
+        task.abort();
+        peer.abort();
+    }
+
+    /// A resource the upstream does not serve (a CRD not installed: 404) is absent, not waited
+    /// for; once the upstream serves it (the CRD installed), the follower syncs it and it is ready.
+    #[tokio::test]
+    async fn a_resource_the_upstream_does_not_serve_is_absent_until_it_does() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let served = Arc::new(AtomicBool::new(false));
+        let serving = served.clone();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counted = asked.clone();
+        let peer = tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let serving = serving.clone();
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let n = s.read(&mut buf).await.unwrap();
+                    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let first = head.lines().next().unwrap_or_default().to_owned();
+                    let r = if !serving.load(Ordering::SeqCst) {
+                        let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}"#;
+                        format!(
+                            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    } else if first.contains("watch=true") {
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_owned()
+                    } else {
+                        let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"4"},"spec":{"nodeName":"n1"}}]}"#;
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    };
+                    s.write_all(r.as_bytes()).await.unwrap();
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                });
+            }
+        });
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let (_stop, shutdown) = watch::channel(false);
+        let f = ApiSource {
+            rest: Rest::new(client, cache.definition(), Duration::from_secs(2)),
+            cache: cache.clone(),
+            config: ApiServerConfig::default(),
+            progress: Arc::new(Notify::new()),
+        };
+        let follow = Follow {
+            policy: policy(),
+            watch_list: WatchListUse::Off,
+            shutdown,
+        };
+        let task = tokio::spawn(follow::run(f, writer, follow));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !cache.is_absent() {
+            assert!(Instant::now() < deadline, "a 404 makes the cache absent");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!cache.is_ready());
+        // Still absent a while later: asked again (every 100 ms), not failed (no grace period
+        // runs out).
+        let before = asked.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert!(cache.is_absent());
+        assert!(asked.load(Ordering::SeqCst) > before, "asked again");
+        served.store(true, Ordering::SeqCst);
+        tokio::time::timeout(Duration::from_secs(5), cache.wait_ready())
+            .await
+            .expect("ready in time")
+            .expect("ready once the upstream serves the resource");
+        assert!(!cache.is_absent());
+        assert_eq!(cache.resource_version(), 5);
         task.abort();
         peer.abort();
     }

@@ -185,27 +185,44 @@ impl Writes for ApiServerWrites {
         key: &'a str,
         expected: Option<u64>,
     ) -> BoxFuture<'a, Result<(u64, Bytes), WriteError>> {
+        // The API server checks the precondition again, atomically with the delete.
+        let opts = Bytes::from(match expected {
+            Some(rv) => serde_json::json!({
+                "kind": "DeleteOptions",
+                "apiVersion": "v1",
+                "preconditions": {"resourceVersion": rv.to_string()},
+            })
+            .to_string(),
+            None => String::new(),
+        });
+        self.delete_with(key, opts)
+    }
+
+    fn deletes_itself(&self) -> bool {
+        true
+    }
+
+    fn delete_with<'a>(
+        &'a self,
+        key: &'a str,
+        options: Bytes,
+    ) -> BoxFuture<'a, Result<(u64, Bytes), WriteError>> {
         Box::pin(async move {
             let at = self.locate(key)?;
             // The last state, in case the API server answers the deletion with a bare Status.
             let before = self.get(key).await?.ok_or(WriteError::NotFound)?;
-            if expected.is_some_and(|e| e != before.mod_revision) {
+            if let Ok(v) = serde_json::from_slice::<Value>(&options)
+                && let Some(rv) = v
+                    .pointer("/preconditions/resourceVersion")
+                    .and_then(Value::as_str)
+                && rv.parse::<u64>().ok() != Some(before.mod_revision)
+            {
                 return Err(WriteError::Conflict);
             }
-            // The API server checks the precondition again, atomically with the delete.
-            let opts = expected.map(|rv| {
-                Bytes::from(
-                    serde_json::json!({
-                        "kind": "DeleteOptions",
-                        "apiVersion": "v1",
-                        "preconditions": {"resourceVersion": rv.to_string()},
-                    })
-                    .to_string(),
-                )
-            });
+            let body = (!options.is_empty()).then_some(options);
             let (status, body) = self
                 .rest
-                .call(Method::DELETE, &at.item, opts)
+                .call(Method::DELETE, &at.item, body)
                 .await
                 .map_err(upstream)?;
             if !status.is_success() {

@@ -252,6 +252,8 @@ impl EtcdCaches {
             grace: config.unavailable_grace,
             backoff_initial: config.backoff_initial,
             backoff_max: config.backoff_max,
+            // etcd serves every prefix: a sync is never answered "not served".
+            absent_retry: config.backoff_max,
         };
         let mut followers = Followers::new();
         let mut transformers = Vec::new();

@@ -13,11 +13,16 @@
 //!   │  │                                                                   │
 //!   │  └── Resumed ── Paused(sync) ←── Failed (no consistent state yet) ───┤
 //!   └── (Opening ←) Resumed ── Paused(watch rv) ←── Failed (resume at rv) ─┘
+//!
+//!  Syncing, Opening, Watching ── Absent (404: not served) ──→ Absent ── Resumed ──→ Syncing
 //! ```
 //!
 //! Availability rides along: a failure starts an outage (or continues it), and past the grace
 //! period the cache is not ready; the next watch that opens ends the outage, restarts the
-//! backoff and makes the cache ready again.
+//! backoff and makes the cache ready again. A resource the upstream does not serve (an API
+//! server's 404: a CRD not installed) is no outage: the upstream answered. The cache is absent
+//! (not ready, not waited for) and the sync is asked again every `absent_retry`, with no
+//! backoff and no grace period, until a sync makes the cache ready.
 //!
 //! ## Invariants
 //! - `Watching { rv }` and `Opening { rv }`: the cache holds every change of the upstream up to
@@ -67,6 +72,9 @@ pub(crate) enum Break {
     /// A WatchList ended without its initial-events-end bookmark: the server ignored
     /// `sendInitialEvents`.
     NoInitialEventsEnd,
+    /// The upstream does not serve the resource (404 on its collection: a CRD not installed).
+    /// Nothing to do with WatchList: the fallback does not apply.
+    Absent(String),
     /// A failure to retry after a backoff, resuming where the cache stands. `status`: the HTTP
     /// code, when the upstream answered with one.
     Failed { why: String, status: Option<u16> },
@@ -123,6 +131,9 @@ pub(crate) enum Action {
     Follow { from: u64 },
     /// Pause for up to this long (the driver draws the delay in `[0, max]`), then [`Input::Resumed`].
     Pause { max: Duration },
+    /// Wait exactly this long (no jitter, no grace period: not an outage), then
+    /// [`Input::Resumed`].
+    Wait(Duration),
     /// Stop following.
     Stop,
 }
@@ -138,6 +149,8 @@ pub(crate) enum Effect {
     /// The upstream's history was replaced: every watcher gets 410 Expired, the cache empties
     /// and is not ready until the next sync.
     Reset(String),
+    /// The upstream does not serve the resource: the cache is absent until a sync finishes.
+    Absent(String),
 }
 
 /// One step's outcome.
@@ -169,6 +182,8 @@ pub(crate) enum Phase {
     },
     /// Waiting out a backoff.
     Paused(Then),
+    /// The upstream does not serve the resource: waiting to ask again (then a sync).
+    Absent,
     Stopped,
 }
 
@@ -188,6 +203,8 @@ pub(crate) struct Policy {
     pub grace: Duration,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    /// How often a resource the upstream does not serve is asked for again.
+    pub absent_retry: Duration,
 }
 
 /// A follower's state machine (see the module docs).
@@ -265,6 +282,7 @@ impl Machine {
                 self.attempt = self.attempt.saturating_add(1);
                 Action::Pause { max }
             }
+            Phase::Absent => Action::Wait(self.policy.absent_retry),
             Phase::Stopped => Action::Stop,
         };
         Step { effect, action }
@@ -340,16 +358,18 @@ impl Machine {
                 },
             ) => self.go(Phase::Opening { rv }, None),
             (Phase::Opening { rv }, Input::Opened) => self.recovered(now, Phase::Watching { rv }),
-            (Phase::Paused(Then::Sync), Input::Resumed) => self.relist(None),
+            (Phase::Paused(Then::Sync) | Phase::Absent, Input::Resumed) => self.relist(None),
             (Phase::Paused(Then::Watch(rv)), Input::Resumed) => {
                 self.go(Phase::Opening { rv }, None)
             }
 
             // As client-go's reflector: a WatchList that fails for any reason falls back to LIST
             // then watch for this sync ("making progress is better than deadlocking"); one the
-            // server refused, for good. A replaced history is still a reset first.
+            // server refused, for good. A replaced history is still a reset first, and a resource
+            // not served is absent (a LIST would get the same 404).
             (Phase::Syncing(SyncMode::WatchList), Input::Broke { why, .. })
-                if self.watch_list == WatchListUse::Try && !matches!(why, Break::Replaced(_)) =>
+                if self.watch_list == WatchListUse::Try
+                    && !matches!(why, Break::Replaced(_) | Break::Absent(_)) =>
             {
                 if why.refuses_watch_list() {
                     self.watch_list = WatchListUse::Off;
@@ -383,6 +403,13 @@ impl Machine {
                 resume(applied),
             ),
             Break::Failed { why, .. } => self.failed(now, &why, resume(applied)),
+            // The upstream answered: whatever outage there was is over, and the next sync
+            // starts with a fresh backoff.
+            Break::Absent(why) => {
+                self.link = Link::Up;
+                self.attempt = 0;
+                self.go(Phase::Absent, Some(Effect::Absent(why)))
+            }
             Break::Shutdown => self.go(Phase::Stopped, None),
         }
     }
@@ -400,6 +427,7 @@ mod tests {
             grace: GRACE,
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
+            absent_retry: Duration::from_secs(3),
         }
     }
 
@@ -435,6 +463,7 @@ mod tests {
             failed(Some(500)),
             failed(Some(410)),
             failed(Some(429)),
+            Break::Absent("404".into()),
             Break::Shutdown,
         ]
     }
@@ -447,6 +476,7 @@ mod tests {
             Phase::Watching { rv: 7 },
             Phase::Paused(Then::Sync),
             Phase::Paused(Then::Watch(7)),
+            Phase::Absent,
             Phase::Stopped,
         ]
     }
@@ -581,6 +611,17 @@ mod tests {
             let s = m.step(broke(None, why.clone()), now);
             match &why {
                 Break::Shutdown => assert_eq!(s.action, Action::Stop),
+                // Not served: absent, and WatchList stays on (a 404 says nothing of it).
+                Break::Absent(w) => {
+                    assert_eq!(
+                        s,
+                        step(
+                            Some(Effect::Absent(w.clone())),
+                            Action::Wait(Duration::from_secs(3))
+                        )
+                    );
+                    assert_eq!(m.watch_list(), WatchListUse::Try);
+                }
                 Break::Replaced(w) => {
                     assert_eq!(
                         s,
@@ -779,6 +820,89 @@ mod tests {
         assert_eq!(m.down_for(t0 + GRACE), Some(GRACE));
     }
 
+    #[test]
+    fn a_resource_not_served_is_absent_and_asked_again_with_no_outage() {
+        let t0 = Instant::now();
+        let absent = || broke(None, Break::Absent("404".into()));
+        for (phase, use_) in [
+            (Phase::Syncing(SyncMode::List), WatchListUse::Off),
+            (Phase::Syncing(SyncMode::WatchList), WatchListUse::Try),
+            (Phase::Syncing(SyncMode::WatchList), WatchListUse::Only),
+            (Phase::Opening { rv: 7 }, WatchListUse::Off),
+            (Phase::Watching { rv: 7 }, WatchListUse::Try),
+        ] {
+            let mut m = at(phase, use_);
+            let s = m.step(absent(), t0);
+            assert_eq!(
+                s,
+                step(
+                    Some(Effect::Absent("404".into())),
+                    Action::Wait(Duration::from_secs(3))
+                ),
+                "{phase:?}"
+            );
+            assert_eq!(m.phase(), Phase::Absent);
+            assert_eq!(m.watch_list(), use_, "WatchList is not refused by a 404");
+            // Asked again by a sync in the configured mode.
+            let mode = if use_ == WatchListUse::Off {
+                SyncMode::List
+            } else {
+                SyncMode::WatchList
+            };
+            assert_eq!(m.step(Input::Resumed, t0).action, Action::Sync(mode));
+        }
+        // Absent for a long time: no grace period runs out, no backoff grows.
+        let mut m = at(Phase::Syncing(SyncMode::List), WatchListUse::Off);
+        for i in 0..10 {
+            let now = t0 + GRACE * i;
+            let s = m.step(absent(), now);
+            assert_eq!(s.action, Action::Wait(Duration::from_secs(3)));
+            assert_eq!(m.tick(now), None, "not an outage");
+            assert_eq!(m.down_for(now), None);
+            m.step(Input::Resumed, now);
+        }
+        // A failure before the 404 ends there: the upstream answered.
+        let mut m = at(Phase::Watching { rv: 7 }, WatchListUse::Off);
+        m.step(broke(Some(7), failed(None)), t0);
+        m.step(Input::Resumed, t0);
+        assert_eq!(
+            m.step(broke(Some(7), Break::Absent("404".into())), t0 + GRACE)
+                .effect,
+            Some(Effect::Absent("404".into()))
+        );
+        assert_eq!(m.down_for(t0 + GRACE), None);
+        m.step(Input::Resumed, t0 + GRACE);
+        let s = m.step(broke(None, failed(None)), t0 + GRACE);
+        assert_eq!(
+            s.action,
+            Action::Pause {
+                max: Duration::from_millis(100)
+            },
+            "a fresh backoff"
+        );
+        // Served at last: the sync and the watch make it ready as the first sync does.
+        let mut m = at(Phase::Absent, WatchListUse::Off);
+        m.step(Input::Resumed, t0);
+        assert_eq!(
+            m.step(
+                Input::Synced {
+                    rv: 5,
+                    streaming: false
+                },
+                t0
+            )
+            .action,
+            Action::Watch { from: 5 }
+        );
+        assert_eq!(
+            m.step(Input::Opened, t0),
+            step(
+                Some(Effect::Recovered { down_for: None }),
+                Action::Follow { from: 5 }
+            )
+        );
+    }
+
     /// Every (state, input) pair: the follower always has a next action, stops only when asked
     /// to (and then for good), and never resumes a watch from a revision it did not reach.
     #[test]
@@ -815,6 +939,7 @@ mod tests {
                             assert_eq!(rv, from, "{case}")
                         }
                         (Phase::Paused(_), Action::Pause { .. })
+                        | (Phase::Absent, Action::Wait(_))
                         | (Phase::Stopped, Action::Stop) => {}
                         other => panic!("{case}: {other:?}"),
                     }
@@ -827,13 +952,14 @@ mod tests {
                         }
                     }
                     // Only a reset relists with a reset, and only a replaced history resets.
-                    let reset = matches!(
-                        input,
-                        Input::Broke {
-                            why: Break::Replaced(_),
-                            ..
-                        }
-                    ) && !matches!(phase, Phase::Paused(_) | Phase::Stopped);
+                    let reset =
+                        matches!(
+                            input,
+                            Input::Broke {
+                                why: Break::Replaced(_),
+                                ..
+                            }
+                        ) && !matches!(phase, Phase::Paused(_) | Phase::Absent | Phase::Stopped);
                     assert_eq!(matches!(s.effect, Some(Effect::Reset(_))), reset, "{case}");
                     // WatchList is only ever turned off, never on.
                     if use_ != WatchListUse::Try {

@@ -140,6 +140,12 @@ pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follo
             Action::Pause { max } => {
                 pause(&machine, &mut writer, max, &mut shutdown, &plural, S::NAME).await
             }
+            Action::Wait(how_long) => {
+                tokio::select! {
+                    _ = shutdown.changed() => Input::Broke { applied: None, why: Break::Shutdown },
+                    () = tokio::time::sleep(how_long) => Input::Resumed,
+                }
+            }
             Action::Stop => return,
         };
         if !fallback {
@@ -147,7 +153,7 @@ pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follo
         }
         let step = machine.step(input, Instant::now());
         if let Some(effect) = step.effect {
-            carry_out(effect, &mut writer, &plural, S::NAME, policy.grace);
+            carry_out(effect, &mut writer, &plural, S::NAME, &policy);
         }
         action = step.action;
     }
@@ -172,7 +178,7 @@ async fn pause(
             _ = tick => {}
         }
         if let Some(effect) = machine.tick(Instant::now()) {
-            carry_out(effect, writer, plural, upstream, machine.policy().grace);
+            carry_out(effect, writer, plural, upstream, machine.policy());
         }
         if tokio::time::Instant::now() >= until {
             return Input::Resumed;
@@ -185,7 +191,7 @@ fn carry_out(
     writer: &mut CacheWriter,
     plural: &str,
     upstream: &str,
-    grace: Duration,
+    policy: &Policy,
 ) {
     match effect {
         Effect::Recovered { down_for } => {
@@ -196,17 +202,22 @@ fn carry_out(
         }
         Effect::NotReady(why) => {
             if writer.set_not_ready(why) {
-                warn!(resource = %plural, ?grace, "{upstream} unavailable past the grace period; not ready");
+                warn!(resource = %plural, grace = ?policy.grace, "{upstream} unavailable past the grace period; not ready");
             }
         }
         Effect::Reset(why) => writer.reset(why),
+        Effect::Absent(why) => {
+            if writer.set_absent() {
+                warn!(resource = %plural, error = %why, retry = ?policy.absent_retry, "the {upstream} does not serve this resource; not waited for (its requests go to the upstream), asked again");
+            }
+        }
     }
 }
 
 /// Logs a failed WatchList that falls back to LIST; whether it does.
 fn log_watch_list_fallback(plural: &str, upstream: &str, why: &Break) -> bool {
     match why {
-        Break::Shutdown | Break::Replaced(_) => return false,
+        Break::Shutdown | Break::Replaced(_) | Break::Absent(_) => return false,
         Break::NoInitialEventsEnd => {
             info!(resource = %plural, "the {upstream} does not do WatchList; using LIST then watch")
         }
@@ -231,6 +242,6 @@ fn log_input(plural: &str, upstream: &str, input: &Input, machine: &Machine) {
             let down_for = machine.down_for(Instant::now()).unwrap_or_default();
             warn!(resource = %plural, error = %why, ?down_for, "{upstream} unavailable; retrying")
         }
-        Break::Replaced(_) | Break::NoInitialEventsEnd | Break::Shutdown => {}
+        Break::Replaced(_) | Break::NoInitialEventsEnd | Break::Absent(_) | Break::Shutdown => {}
     }
 }
