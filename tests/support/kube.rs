@@ -621,6 +621,17 @@ pub fn hollow_node(pki: &KubePki, target: Target<'_>, dir: &Path, name: &str) ->
     Proc::spawn(&format!("kubemark {name}"), cmd, home.join("kubemark.log"))
 }
 
+/// The watchcache binary: cargo's own for tests and benches; for a program that is neither
+/// (examples/cluster.rs), `WATCHCACHE_BIN`, else `target/release/watchcache`.
+pub fn watchcache_bin() -> PathBuf {
+    if let Some(bin) = option_env!("CARGO_BIN_EXE_watchcache") {
+        return bin.into();
+    }
+    std::env::var_os("WATCHCACHE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/release/watchcache"))
+}
+
 /// `watchcache serve` as a process in front of a Kubernetes cluster's etcd (as kube-apiserver
 /// is) or of its kube-apiserver (proxy mode): TLS with a certificate of the cluster's CA, the cluster's client CA, service-account
 /// tokens, `Node,RBAC` (the RBAC objects kube-apiserver keeps in etcd) and its
@@ -696,7 +707,7 @@ impl Watchcache {
     }
 
     fn spawn(args: &[String], log: &Path) -> Proc {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_watchcache"));
+        let mut cmd = Command::new(watchcache_bin());
         cmd.args(args)
             .env(
                 "RUST_LOG",

@@ -62,8 +62,36 @@ pub struct LocalEtcd {
     child: Option<Child>,
 }
 
-/// A free loopback TCP port (bound, then released).
+/// A free TCP port below the ephemeral range (bound on every address, then released).
 pub fn free_port() -> std::io::Result<u16> {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // Not the kernel's port 0: that draws from the ephemeral range, which outgoing connections
+    // draw from too, so a port found free that way can be taken by some connect() before the
+    // server binds it (seen with 50 kubelets starting at once). Below that range only listeners
+    // take ports; each process walks the span from its own random point, one step per call.
+    const LOW: u32 = 15_000;
+    const SPAN: u32 = 17_000; // up to 31 999, under Linux's default ephemeral range (32 768)
+    const STEP: u32 = 7_919; // prime, coprime with SPAN: the walk visits every port once
+    static START: OnceLock<u32> = OnceLock::new();
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = *START.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        (std::process::id().wrapping_mul(2_654_435_761) ^ nanos) % SPAN
+    });
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(LOW + (start + n.wrapping_mul(STEP) % SPAN) % SPAN)
+            .unwrap_or(u16::MAX);
+        // Free on every address: some servers (kubelets) bind the wildcard address.
+        if TcpListener::bind(("0.0.0.0", port)).is_ok()
+            && TcpListener::bind(("127.0.0.1", port)).is_ok()
+        {
+            return Ok(port);
+        }
+    }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -323,5 +351,23 @@ impl LocalEtcd {
 impl Drop for LocalEtcd {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_bindable_and_outside_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..50).map(|_| free_port().unwrap()).collect();
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ports.len(), "{ports:?}");
+        for p in ports {
+            assert!((15_000..32_000).contains(&p), "{p}");
+            TcpListener::bind(("127.0.0.1", p)).unwrap();
+        }
     }
 }
