@@ -16,8 +16,8 @@ use watchcache::apiserver::client_from_kubeconfig;
 use watchcache::kube::{KubeCache, definition_for};
 
 /// What a node's reconcile does: here, report the node's running and pending pods.
-fn reconcile(node: &str, pods: &[Pod]) {
-    let phase = |p: &&Pod| {
+fn reconcile(node: &str, pods: &[Arc<Pod>]) {
+    let phase = |p: &&Arc<Pod>| {
         p.status
             .as_ref()
             .and_then(|s| s.phase.clone())
@@ -40,10 +40,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let nodes: Vec<String> = args.collect();
     let client = client_from_kubeconfig(kubeconfig.as_ref(), None).await?;
     let def = definition_for::<Pod>(&[("spec.nodeName", true)])?;
-    let pods: Arc<KubeCache<Pod>> = Arc::new(KubeCache::start(client, def).await?);
+    let pods: KubeCache<Pod> = KubeCache::start(client, def).await?;
     let mut tasks = Vec::new();
     for node in nodes {
-        let pods = Arc::clone(&pods);
+        let pods = pods.clone(); // one cache and one upstream watch, shared
         tasks.push(tokio::spawn(async move {
             let selection = Selection::all().with_fields(&format!("spec.nodeName={node}"))?;
             // Subscribe first, then reconcile the current state: nothing falls in between.
@@ -51,7 +51,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             reconcile(&node, &pods.by_index("spec.nodeName", &node)?);
             while let Some(ev) = events.next().await {
                 let (kind, pod) = ev?;
-                println!("{node}: {kind:?} {}", pod.metadata.name.unwrap_or_default());
+                println!(
+                    "{node}: {kind:?} {}",
+                    pod.metadata.name.as_deref().unwrap_or_default()
+                );
                 reconcile(&node, &pods.by_index("spec.nodeName", &node)?);
             }
             Ok::<(), watchcache::Error>(())

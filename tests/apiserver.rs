@@ -531,13 +531,19 @@ async fn the_embedded_cache_reads_typed_objects_by_index_and_routes_watches() {
         .by_index("spec.nodeName", "node-1")
         .unwrap()
         .iter()
-        .map(name)
+        .map(|p| name(p))
         .collect();
     assert_eq!(on1, ["p1", "p4"]);
     assert_eq!(pods.by_index("label:app", "web").unwrap().len(), 6);
     assert!(pods.by_index("spec.nope", "x").is_err());
     let p0 = pods.get(Some("ns"), "p0").await.unwrap().unwrap();
-    assert_eq!(p0.spec.unwrap().node_name.as_deref(), Some("node-0"));
+    assert_eq!(
+        p0.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("node-0")
+    );
+    // Decoded once per object version: a second read shares the first's.
+    let again = pods.get(Some("ns"), "p0").await.unwrap().unwrap();
+    assert!(std::sync::Arc::ptr_eq(&p0, &again));
     assert!(pods.get(Some("ns"), "nope").await.unwrap().is_none());
     assert_eq!(pods.state().await.unwrap().len(), 6);
     // A routed watch on node-1 sees node-1's pod and not node-2's.
@@ -557,6 +563,11 @@ async fn the_embedded_cache_reads_typed_objects_by_index_and_routes_watches() {
         .unwrap()
         .unwrap();
     assert_eq!((kind, name(&pod)), (EventType::Added, "here".to_owned()));
+    // A clone is the same cache behind the same one watch: it has both new pods already.
+    let clone = pods.clone();
+    assert_eq!(clone.state().await.unwrap().len(), 8);
+    assert_eq!(clone.cache().stats().objects, pods.cache().stats().objects);
+    drop(clone);
     pods.shutdown().await;
     root.stop().await;
 }
@@ -596,7 +607,7 @@ async fn the_embedded_cache_holds_dynamic_objects_of_a_discovered_resource() {
         .by_index("label:team", "a")
         .unwrap()
         .into_iter()
-        .map(|o| o.metadata.name.unwrap())
+        .map(|o| o.metadata.name.clone().unwrap())
         .collect();
     team_a.sort();
     assert_eq!(team_a, ["a1", "a2"]);
@@ -625,7 +636,7 @@ async fn the_embedded_cache_holds_dynamic_objects_of_a_discovered_resource() {
         (
             kind,
             obj.metadata.name.as_deref(),
-            obj.types.map(|t| t.kind)
+            obj.types.as_ref().map(|t| t.kind.clone())
         ),
         (EventType::Added, Some("a3"), Some("ConfigMap".to_owned()))
     );

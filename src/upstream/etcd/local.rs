@@ -83,8 +83,8 @@ pub fn free_port() -> std::io::Result<u16> {
     });
     for _ in 0..SPAN {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = u16::try_from(LOW + (start + n.wrapping_mul(STEP) % SPAN) % SPAN)
-            .unwrap_or(u16::MAX);
+        let port =
+            u16::try_from(LOW + (start + n.wrapping_mul(STEP) % SPAN) % SPAN).unwrap_or(u16::MAX);
         // Free on every address: some servers (kubelets) bind the wildcard address.
         if TcpListener::bind(("0.0.0.0", port)).is_ok()
             && TcpListener::bind(("127.0.0.1", port)).is_ok()

@@ -38,8 +38,6 @@ use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-// The backoff is shared with the API server upstream; `etcd::Backoff` keeps its old path.
-pub use crate::upstream::backoff::Backoff;
 pub use encryption::{Encryption, EncryptionError, Transformer};
 pub use local::{LocalEtcd, LocalEtcdError, LocalEtcdTls, free_port};
 pub use version::progress_is_reliable;

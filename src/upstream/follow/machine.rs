@@ -64,7 +64,8 @@ pub(crate) enum Break {
     /// The position left the upstream's window (410 Expired, an etcd compaction): relist.
     Expired(String),
     /// The upstream's history was replaced (etcd wiped or restored): every watcher gets 410
-    /// Expired and the cache relists.
+    /// Expired and the cache relists. (Only etcd shows it.)
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     Replaced(String),
     /// What was read cannot be applied where the cache stands (one revision's events split
     /// across two reads): relist.
