@@ -572,6 +572,112 @@ async fn the_embedded_cache_reads_typed_objects_by_index_and_routes_watches() {
     root.stop().await;
 }
 
+/// The embedded cache's watch as kube-runtime's `watcher::Event`s: a kube-runtime `reflector`
+/// keeps a `Store` of one node's pods from it, and a `Controller` built with `for_stream`
+/// reconciles another node's pods, each fed by a routed watch of the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_cache_feeds_kube_runtimes_reflector_and_controller() {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::controller::{Action, Controller};
+    use kube::runtime::{WatchStreamExt, reflector};
+    use watchcache::Selection;
+    use watchcache::kube::{KubeCache, definition_for};
+
+    let (_etcd, mut root, c) = setup().await;
+    for i in 0..4 {
+        create(&c, &root.url, &format!("p{i}"), &format!("node-{}", i % 2)).await;
+    }
+    let client = kube::Client::try_from(kube::Config::new(root.url.parse().unwrap())).unwrap();
+    let def = definition_for::<Pod>(&[("spec.nodeName", true)]).unwrap();
+    let pods: KubeCache<Pod> = KubeCache::start(client, def).await.unwrap();
+    let on = |node: &str| {
+        Selection::all()
+            .with_fields(&format!("spec.nodeName={node}"))
+            .unwrap()
+    };
+    let names = |store: &reflector::Store<Pod>| {
+        let mut n: Vec<String> = store
+            .state()
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+
+    // A reflector: node-1's pods in a kube-runtime Store.
+    let (store, writer) = reflector::store::<Pod>();
+    let reflect = reflector::reflector(writer, pods.events(on("node-1")).await.unwrap());
+    let reflecting = tokio::spawn(reflect.for_each(|ev| {
+        ev.unwrap();
+        std::future::ready(())
+    }));
+    tokio::time::timeout(Duration::from_secs(5), store.wait_until_ready())
+        .await
+        .expect("InitDone in time")
+        .unwrap();
+    assert_eq!(names(&store), ["p1", "p3"]);
+
+    // A controller on node-0's pods, triggered by the cache's stream through its own store.
+    let (ctl_store, ctl_writer) = reflector::store::<Pod>();
+    let trigger = pods
+        .events(on("node-0"))
+        .await
+        .unwrap()
+        .reflect(ctl_writer)
+        .applied_objects();
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<String>();
+    async fn reconcile(
+        pod: Arc<Pod>,
+        seen: Arc<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Action, kube::Error> {
+        seen.send(pod.metadata.name.clone().unwrap()).unwrap();
+        Ok(Action::await_change())
+    }
+    fn error_policy(
+        _: Arc<Pod>,
+        e: &kube::Error,
+        _: Arc<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Action {
+        panic!("reconcile failed: {e}")
+    }
+    let controller = tokio::spawn(
+        Controller::for_stream(trigger, ctl_store)
+            .run(reconcile, error_policy, Arc::new(seen_tx))
+            .for_each(|_| std::future::ready(())),
+    );
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), seen.recv())
+            .await
+            .expect("reconciled in time")
+            .unwrap()
+    };
+    let mut first = vec![next().await, next().await];
+    first.sort();
+    assert_eq!(first, ["p0", "p2"]);
+
+    // Live changes: each reaches only its node's consumer.
+    create(&c, &root.url, "p4", "node-1").await;
+    create(&c, &root.url, "p5", "node-0").await;
+    assert_eq!(next().await, "p5");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while names(&store) != ["p1", "p3", "p4"] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reflector's store has node-1's new pod: {:?}",
+            names(&store)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(seen.try_recv().is_err(), "node-1's pod is not node-0's");
+    controller.abort();
+    reflecting.abort();
+    pods.shutdown().await;
+    root.stop().await;
+}
+
 #[tokio::test]
 async fn the_embedded_cache_holds_dynamic_objects_of_a_discovered_resource() {
     use kube::core::{DynamicObject, GroupVersionKind};

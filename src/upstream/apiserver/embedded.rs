@@ -273,6 +273,73 @@ impl<K: DeserializeOwned + Send + Sync + 'static> KubeCache<K> {
         }))
     }
 
+    /// The watch as kube-runtime's watcher yields it, for `reflector`, `WatchStreamExt` and
+    /// `Controller::for_stream`: `Init`, an `InitApply` for each object `selection` matches now,
+    /// `InitDone`, then `Apply` and `Delete` as they happen (routed: a selection on a trigger
+    /// value is woken only by its own changes). The objects are clones of the shared decoded
+    /// ones (nothing is decoded again). A watcher that falls out of the history window ends with
+    /// `WatchError` (410 Expired): restart it, as kube-runtime's watcher restarts a list.
+    ///
+    /// # Errors
+    /// The cache's errors for the selection (not ready: 429).
+    pub async fn events(
+        &self,
+        selection: Selection,
+    ) -> Result<
+        impl Stream<Item = kube::runtime::watcher::Result<kube::runtime::watcher::Event<K>>>
+        + Send
+        + Unpin
+        + use<K>,
+    >
+    where
+        K: Clone,
+    {
+        use kube::runtime::watcher::{Error as WatchError, Event};
+        let stream = self
+            .cache
+            .watch(
+                // The state from the cache as it stands (no wait for the server), then changes.
+                WatchOptions::new(selection, ResourceVersion::Any)
+                    .send_initial_events(true)
+                    .with_bookmarks(),
+            )
+            .await?;
+        let status = |e: Error| {
+            WatchError::WatchError(
+                kube::core::Status::failure(&e.to_string(), e.reason())
+                    .with_code(e.code())
+                    .boxed(),
+            )
+        };
+        let mut initial = true;
+        let events = stream.filter_map(move |ev| {
+            let out = match ev {
+                Err(e) => Some(Err(status(e))),
+                Ok(ev) if ev.is_initial_events_end() => {
+                    initial = false;
+                    Some(Ok(Event::InitDone))
+                }
+                Ok(ev) if ev.kind() == EventType::Bookmark => None,
+                Ok(ev) => match ev.object().map(decode::<K>) {
+                    None => Some(Err(status(Error::Upstream(
+                        "an event without an object".into(),
+                    )))),
+                    Some(Err(e)) => Some(Err(status(e))),
+                    Some(Ok(k)) => {
+                        let k = K::clone(&k);
+                        Some(Ok(match ev.kind() {
+                            EventType::Deleted => Event::Delete(k),
+                            _ if initial => Event::InitApply(k),
+                            _ => Event::Apply(k),
+                        }))
+                    }
+                },
+            };
+            std::future::ready(out)
+        });
+        Ok(futures_util::stream::once(std::future::ready(Ok(Event::Init))).chain(events))
+    }
+
     /// Stops following the server (for every clone: the cache keeps what it holds, and is no
     /// longer updated) and waits for the follower.
     pub async fn shutdown(self) {
