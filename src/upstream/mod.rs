@@ -41,6 +41,7 @@ pub struct Stored {
 
 /// Why a write did not happen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WriteError {
     /// A create found the key present.
     #[error("the key already exists")]

@@ -115,6 +115,7 @@ impl Default for ApiServerConfig {
 
 /// Why the upstream could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ApiServerError {
     /// The kubeconfig could not be read or used.
     #[error("kubeconfig {path}: {message}")]

@@ -188,6 +188,7 @@ impl EtcdConfig {
 
 /// Why the upstream could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EtcdError {
     /// No endpoints were given.
     #[error("no etcd endpoints given")]
