@@ -40,11 +40,11 @@ fn rbac() -> Rbac {
 }
 
 fn bench(c: &mut Criterion) {
-    let pods = Cache::new(
+    let (pods, pods_writer) = Cache::new(
         ResourceDef::builtin("pods").unwrap(),
         CacheConfig::default(),
     );
-    let src = MemorySource::new(pods.clone(), 1, []);
+    let src = MemorySource::new(pods_writer, 1, []);
     for i in 0..10_000 {
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": format!("p{i}"), "namespace": "ns"},

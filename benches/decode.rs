@@ -10,7 +10,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use watchcache::{Cache, CacheConfig, ResourceDef};
 
 fn bench(c: &mut Criterion) {
-    let cache = Cache::new(
+    let (cache, _writer) = Cache::new(
         ResourceDef::builtin("pods").unwrap(),
         CacheConfig::default(),
     );

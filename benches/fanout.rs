@@ -14,14 +14,15 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use futures_util::{FutureExt, StreamExt};
 use watchcache::{
-    Cache, CacheConfig, Change, Object, ResourceDef, ResourceVersion, Selection, WatchOptions,
-    WatchStream,
+    Cache, CacheConfig, CacheWriter, Change, Object, ResourceDef, ResourceVersion, Selection,
+    WatchOptions, WatchStream,
 };
 
 const PODS: usize = 100_000;
 
 struct Setup {
     cache: Cache,
+    writer: CacheWriter,
     watchers: Vec<WatchStream>,
     updates: Vec<Object>,
     rv: u64,
@@ -32,11 +33,11 @@ fn setup(w: usize, routed: bool) -> Setup {
     if !routed {
         def = def.without_triggers();
     }
-    let probe = Cache::new(def.clone(), CacheConfig::default());
+    let (probe, _) = Cache::new(def.clone(), CacheConfig::default());
     // Every event goes to exactly one node's watcher.
     let objects = support::pods(&probe, PODS, w, 0, 1);
     let updates = objects.clone();
-    let cache = support::loaded(def, CacheConfig::default(), objects, 1);
+    let (cache, writer) = support::loaded(def, CacheConfig::default(), objects, 1);
     let watchers = (0..w)
         .map(|i| {
             let sel = Selection::all()
@@ -60,6 +61,7 @@ fn setup(w: usize, routed: bool) -> Setup {
     );
     Setup {
         cache,
+        writer,
         watchers,
         updates,
         rv: 1,
@@ -91,7 +93,7 @@ fn bench(c: &mut Criterion) {
                         for _ in 0..batch {
                             s.rv += 1;
                             let obj = s.updates[next % PODS].clone();
-                            s.cache.apply(s.rv, [Change::Put(obj)]).unwrap();
+                            s.writer.apply(s.rv, [Change::Put(obj)]).unwrap();
                             next += 1;
                         }
                         spent += t.elapsed();
@@ -131,10 +133,10 @@ fn shards(c: &mut Criterion) {
         if !routed {
             def = def.without_triggers();
         }
-        let probe = Cache::new(def.clone(), CacheConfig::default());
+        let (probe, _) = Cache::new(def.clone(), CacheConfig::default());
         let objects = support::pods(&probe, PODS, 1000, 0, 1);
         let updates = objects.clone();
-        let cache = support::loaded(def, CacheConfig::default(), objects, 1);
+        let (cache, mut writer) = support::loaded(def, CacheConfig::default(), objects, 1);
         let step = 1u128 << 58;
         let mut watchers: Vec<WatchStream> = (0..w)
             .map(|i| {
@@ -185,7 +187,7 @@ fn shards(c: &mut Criterion) {
                     for _ in 0..batch {
                         rv += 1;
                         let obj = updates[order[next % PODS]].clone();
-                        cache.apply(rv, [Change::Put(obj)]).unwrap();
+                        writer.apply(rv, [Change::Put(obj)]).unwrap();
                         next += 1;
                     }
                     spent += t.elapsed();
@@ -215,7 +217,7 @@ fn undeclared_path(c: &mut Criterion) {
     let mut g = c.benchmark_group("undeclared_path_1mb");
     g.sample_size(10).measurement_time(Duration::from_secs(4));
     for w in [0usize, 100, 300] {
-        let cache = support::loaded(
+        let (cache, mut writer) = support::loaded(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
             Vec::new(),
@@ -240,7 +242,7 @@ fn undeclared_path(c: &mut Criterion) {
             b.iter(|| {
                 rv += 1;
                 let obj = cache.decode(&key, json.as_bytes(), rv).unwrap();
-                cache.apply(rv, [Change::Put(obj)]).unwrap();
+                writer.apply(rv, [Change::Put(obj)]).unwrap();
             });
         });
         for s in &mut watchers {
@@ -288,7 +290,7 @@ fn wire_formats(c: &mut Criterion) {
         [Frames::Json, Frames::Protobuf, Frames::Mixed]
     };
     for frames in order {
-        let cache = support::loaded(
+        let (cache, mut writer) = support::loaded(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
             Vec::new(),
@@ -314,7 +316,7 @@ fn wire_formats(c: &mut Criterion) {
                     rv += 1;
                     let obj = cache.decode(key, &value, rv).unwrap();
                     let t = Instant::now();
-                    cache.apply(rv, [Change::Put(obj)]).unwrap();
+                    writer.apply(rv, [Change::Put(obj)]).unwrap();
                     for (i, s) in watchers.iter_mut().enumerate() {
                         let ev = s.next().now_or_never().unwrap().unwrap().unwrap();
                         let pb = match frames {

@@ -21,9 +21,9 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     let def = ResourceDef::builtin("pods").unwrap();
-    let probe = Cache::new(def.clone(), CacheConfig::default());
+    let (probe, _) = Cache::new(def.clone(), CacheConfig::default());
     let objects = support::pods(&probe, 1_000, 100, 0, 1);
-    let cache = support::loaded(def, CacheConfig::default(), objects, 1);
+    let (cache, _writer) = support::loaded(def, CacheConfig::default(), objects, 1);
     let url = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/api/v1/pods", listener.local_addr().unwrap());

@@ -12,12 +12,13 @@ use watchcache::{Cache, CacheConfig, Change, ResourceDef};
 
 fn bench(c: &mut Criterion) {
     let def = ResourceDef::builtin("pods").unwrap();
-    let probe = Cache::new(def.clone(), CacheConfig::default());
+    let (probe, _) = Cache::new(def.clone(), CacheConfig::default());
     let n = 100_000;
     let base = support::pods(&probe, n, 1000, 1400, 1);
     // The same pods on other nodes: applying them moves each pod.
     let moved = support::pods(&probe, n, 997, 1400, 1);
-    let cache = support::loaded(def.clone(), CacheConfig::default(), base.clone(), 1);
+    let (_cache, mut writer) =
+        support::loaded(def.clone(), CacheConfig::default(), base.clone(), 1);
     let mut g = c.benchmark_group("ingest");
     g.throughput(Throughput::Elements(1));
     let mut rv = 1;
@@ -30,7 +31,7 @@ fn bench(c: &mut Criterion) {
             } else {
                 &base
             };
-            cache.apply(rv, [Change::Put(set[i % n].clone())]).unwrap();
+            writer.apply(rv, [Change::Put(set[i % n].clone())]).unwrap();
             i += 1;
         })
     });
@@ -44,7 +45,7 @@ fn bench(c: &mut Criterion) {
             } else {
                 Change::Put(o.clone())
             };
-            cache.apply(rv, [change]).unwrap();
+            writer.apply(rv, [change]).unwrap();
             j += 1;
         })
     });

@@ -15,16 +15,18 @@ fn bench(c: &mut Criterion) {
     plain
         .indexes
         .retain(|ix| !matches!(&ix.key, IndexKey::Field(p) if p.as_str() == "spec.nodeName"));
-    let probe = Cache::new(def.clone(), CacheConfig::default());
+    let (probe, _) = Cache::new(def.clone(), CacheConfig::default());
     let objects = support::pods(&probe, 1_000_000, 10_000, 0, 1);
-    let indexed = support::loaded(def, CacheConfig::default(), objects.clone(), 1);
-    let probe_plain = Cache::new(plain.clone(), CacheConfig::default());
+    let (indexed, _indexed_writer) =
+        support::loaded(def, CacheConfig::default(), objects.clone(), 1);
+    let (probe_plain, _) = Cache::new(plain.clone(), CacheConfig::default());
     let plain_objects: Vec<_> = objects
         .iter()
         .map(|o| probe_plain.decode(o.key(), o.json(), 1).unwrap())
         .collect();
     drop(objects);
-    let scanned = support::loaded(plain, CacheConfig::default(), plain_objects, 1);
+    let (scanned, _scanned_writer) =
+        support::loaded(plain, CacheConfig::default(), plain_objects, 1);
     let opts = ListOptions::all()
         .select(
             Selection::all()

@@ -25,7 +25,8 @@ fn objects() -> Vec<(String, Object)> {
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             let resource = f[0].split('-').next()?;
-            let cache = Cache::new(ResourceDef::builtin(resource)?, CacheConfig::default());
+            let (cache, _writer) =
+                Cache::new(ResourceDef::builtin(resource)?, CacheConfig::default());
             let value = std::fs::read(format!("{DIR}{}.etcd.bin", f[0])).ok()?;
             let obj = cache.decode(f[1], &value, f[3].parse().ok()?).ok()?;
             Some((f[0].to_owned(), obj))

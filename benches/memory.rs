@@ -43,7 +43,7 @@ fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
     let n = if quick { 2_000 } else { 100_000 };
     let def = ResourceDef::builtin("pods").unwrap();
-    let probe = Cache::new(def.clone(), CacheConfig::default());
+    let (probe, _) = Cache::new(def.clone(), CacheConfig::default());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -53,7 +53,7 @@ fn main() {
     let before = live();
     let objects = support::pods(&probe, n, n / 100, 1400, 1);
     let json: usize = objects.iter().map(|o| o.json().len()).sum();
-    let cache = support::loaded(def, CacheConfig::default(), objects, 1);
+    let (cache, _writer) = support::loaded(def, CacheConfig::default(), objects, 1);
     let per_object = (live() - before) as f64 / n as f64 - json as f64 / n as f64;
     println!(
         "objects: {n}, mean JSON {} B, bytes per object beyond its JSON: {per_object:.0}",

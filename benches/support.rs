@@ -1,7 +1,7 @@
 //! Fixtures shared by the benches: realistic pod JSON and a cache preloaded with decoded pods.
 #![allow(dead_code)]
 
-use watchcache::{Cache, CacheConfig, Object, ResourceDef};
+use watchcache::{Cache, CacheConfig, CacheWriter, Object, ResourceDef};
 
 /// A pod of about `pad` + 600 bytes of JSON, shaped like a real one.
 pub fn pod_json(ns: &str, name: &str, node: &str, app: &str, pad: usize) -> String {
@@ -35,11 +35,16 @@ pub fn pods(cache: &Cache, n: usize, nodes: usize, pad: usize, rv: u64) -> Vec<O
         .collect()
 }
 
-/// A ready cache holding `objects`, synced at revision `rv`.
-pub fn loaded(def: ResourceDef, config: CacheConfig, objects: Vec<Object>, rv: u64) -> Cache {
-    let cache = Cache::new(def, config);
-    let mut r = cache.resync(rv);
+/// A ready cache holding `objects`, synced at revision `rv`, and its writer.
+pub fn loaded(
+    def: ResourceDef,
+    config: CacheConfig,
+    objects: Vec<Object>,
+    rv: u64,
+) -> (Cache, CacheWriter) {
+    let (cache, mut writer) = Cache::new(def, config);
+    let mut r = writer.resync(rv);
     r.add_page(objects);
     r.finish();
-    cache
+    (cache, writer)
 }

@@ -56,8 +56,9 @@ fn typed() -> Vec<Pod> {
 
 fn lookup(c: &mut Criterion) {
     let def = ResourceDef::builtin("pods").unwrap();
-    let probe = Cache::new(def.clone(), CacheConfig::default());
-    let cache = support::loaded(def, CacheConfig::default(), objects(&probe, 1), 1);
+    let (probe, _) = Cache::new(def.clone(), CacheConfig::default());
+    let (cache, _cache_writer) =
+        support::loaded(def, CacheConfig::default(), objects(&probe, 1), 1);
     let mut writer: Writer<Pod> = Writer::default();
     for p in typed() {
         writer.apply_watcher_event(&watcher::Event::Apply(p));
@@ -96,9 +97,9 @@ fn event(c: &mut Criterion) {
 
     // watchcache: 1 000 per-node watchers; each update goes to its node's watcher only.
     let def = ResourceDef::builtin("pods").unwrap();
-    let probe = Cache::new(def.clone(), CacheConfig::default());
+    let (probe, _) = Cache::new(def.clone(), CacheConfig::default());
     let updates = objects(&probe, 1);
-    let cache = support::loaded(def, CacheConfig::default(), updates.clone(), 1);
+    let (cache, mut writer) = support::loaded(def, CacheConfig::default(), updates.clone(), 1);
     let mut watchers: Vec<_> = (0..SUBSCRIBERS)
         .map(|i| {
             let sel = Selection::all()
@@ -121,7 +122,7 @@ fn event(c: &mut Criterion) {
                 let o = &updates[i];
                 let obj = cache.decode(o.key(), o.json(), rv).unwrap();
                 let start = Instant::now();
-                cache.apply(rv, [Change::Put(obj)]).unwrap();
+                writer.apply(rv, [Change::Put(obj)]).unwrap();
                 let ev = watchers[i % NODES].next().now_or_never().unwrap().unwrap();
                 total += start.elapsed();
                 drop(ev);

@@ -97,11 +97,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         CacheConfig::default(),
     )
     .await?;
-    caches
-        .cache("pods")
-        .ok_or("pods")?
-        .wait_ready(Duration::from_secs(20))
-        .await?;
+    let pods = caches.cache("pods").ok_or("pods")?;
+    tokio::time::timeout(Duration::from_secs(20), pods.wait_ready()).await??;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let mut server = Server::new(

@@ -31,11 +31,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .unwrap_or(d)
     };
     let (nodes, pods, writes) = (arg(1, 1000), arg(2, 10_000), arg(3, 100_000));
-    let cache = Cache::new(
+    let (cache, writer) = Cache::new(
         ResourceDef::builtin("pods").ok_or("no pods definition")?,
         CacheConfig::default(),
     );
-    let src = MemorySource::new(cache.clone(), 1, []);
+    let src = MemorySource::new(writer, 1, []);
     let mut kubelets = Vec::new();
     for n in 0..nodes {
         let sel = Selection::all().with_fields(&format!("spec.nodeName=node-{n}"))?;

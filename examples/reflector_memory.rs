@@ -49,8 +49,8 @@ fn main() {
         }
         _ => {
             let def = ResourceDef::builtin("pods").unwrap();
-            let cache = Cache::new(def.clone(), CacheConfig::default());
-            let mut resync = cache.resync(n as u64 + 2);
+            let (cache, mut writer) = Cache::new(def.clone(), CacheConfig::default());
+            let mut resync = writer.resync(n as u64 + 2);
             let mut page = Vec::with_capacity(1000);
             for i in 0..n {
                 let key = format!("/registry/pods/ns-{}/pod-{i}", i % 100);

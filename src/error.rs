@@ -8,6 +8,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// An error from the cache, named after the Kubernetes `Status` reason it maps to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The requested resourceVersion fell out of the history window (410 Expired).
     #[error("too old resource version: {requested} ({oldest})")]

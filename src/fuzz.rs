@@ -35,10 +35,11 @@ pub fn label_selector(data: &[u8]) {
 }
 
 thread_local! {
+    // Decoding needs no writer.
     static PODS: Cache = Cache::new(
         ResourceDef::builtin("pods").unwrap_or_else(|| panic!("pods is built in")),
         CacheConfig::default(),
-    );
+    ).0;
 }
 
 /// The object decoder, on a value stored under `/registry/pods/default/web`: what it accepts is

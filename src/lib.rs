@@ -6,10 +6,13 @@
 //! LIST and WATCH to many clients. Each event goes only to the watchers whose trigger values match.
 //!
 //! ## Which API to use
-//! - A controller embeds a [`Cache`] per resource and reads it with [`Cache::list`],
-//!   [`Cache::get`], [`Cache::lookup`] (by index) and [`Cache::watch`] (a [`futures_core::Stream`]).
-//! - A feeder (the etcd upstream, or [`MemorySource`] for tests and in-process data) writes with
-//!   [`Cache::resync`], [`Cache::apply`] and [`Cache::progress`].
+//! - [`Cache::new`] makes a resource's cache as two handles, as kube-rs's `reflector::store()`
+//!   does: the [`Cache`] its readers clone and share, and its one [`CacheWriter`] (not `Clone`).
+//! - Readers call [`Cache::list`], [`Cache::get`], [`Cache::lookup`] (by index) and
+//!   [`Cache::watch`] (a [`futures_core::Stream`]), and await [`Cache::wait_ready`].
+//! - The feeder (the etcd or API server follower, or [`MemorySource`] for tests and in-process
+//!   data) holds the writer: [`CacheWriter::resync`], [`CacheWriter::apply`],
+//!   [`CacheWriter::progress`] and readiness.
 //! - Resources are described by [`ResourceDef`]s: the files in `indexers/`, compiled in, or your own.
 //! - [`etcd`] (feature `etcd`) builds caches that follow etcd; [`server`] (feature `server`) serves
 //!   caches over the Kubernetes HTTP API. Without default features, only the core (model and
@@ -33,10 +36,11 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let cache = Cache::new(ResourceDef::builtin("pods").unwrap(), CacheConfig::default());
+//! let (cache, writer) = Cache::new(ResourceDef::builtin("pods").unwrap(), CacheConfig::default());
 //! let pod = |name: &str, node: &str| format!(
 //!     r#"{{"metadata":{{"name":"{name}","namespace":"default"}},"spec":{{"nodeName":"{node}"}}}}"#);
-//! let source = MemorySource::new(cache.clone(), 1, []);
+//! let source = MemorySource::new(writer, 1, []); // the source is the cache's one feeder
+//! cache.wait_ready().await?;
 //!
 //! // A kubelet-style watcher: routed by the spec.nodeName trigger.
 //! let node7 = Selection::all().with_fields("spec.nodeName=node-7")?;
@@ -71,9 +75,9 @@ mod sync;
 pub mod upstream;
 
 pub use cache::{
-    BoxFuture, Cache, CacheConfig, CacheStats, Change, Frame, KeyRange, ListOptions, ObjectList,
-    OutOfOrder, RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream,
-    WatchEvent, WatchOptions, WatchStream, list_parts, list_parts_protobuf,
+    BoxFuture, Cache, CacheConfig, CacheStats, CacheWriter, Change, Frame, KeyRange, ListOptions,
+    ObjectList, OutOfOrder, RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome,
+    Upstream, WatchEvent, WatchOptions, WatchStream, list_parts, list_parts_protobuf,
     list_parts_protobuf_with, list_parts_with,
 };
 pub use error::{Error, Result};

@@ -59,11 +59,10 @@ async fn root_with(etcd_url: &str, port: u16, reads: ConsistentReads) -> Running
     .await
     .unwrap();
     for plural in ["pods", "configmaps"] {
-        caches
-            .cache(plural)
-            .unwrap()
-            .wait_ready(Duration::from_secs(30))
+        let cache = caches.cache(plural).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), cache.wait_ready())
             .await
+            .expect("ready in time")
             .unwrap();
     }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
@@ -114,11 +113,10 @@ async fn leaf(root_url: &str, config: ApiServerConfig) -> Running {
         CacheConfig::default(),
     )
     .unwrap();
-    caches
-        .cache("pods")
-        .unwrap()
-        .wait_ready(Duration::from_secs(30))
+    let pods = caches.cache("pods").unwrap();
+    tokio::time::timeout(Duration::from_secs(30), pods.wait_ready())
         .await
+        .expect("ready in time")
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -533,13 +531,19 @@ async fn the_embedded_cache_reads_typed_objects_by_index_and_routes_watches() {
         .by_index("spec.nodeName", "node-1")
         .unwrap()
         .iter()
-        .map(name)
+        .map(|p| name(p))
         .collect();
     assert_eq!(on1, ["p1", "p4"]);
     assert_eq!(pods.by_index("label:app", "web").unwrap().len(), 6);
     assert!(pods.by_index("spec.nope", "x").is_err());
     let p0 = pods.get(Some("ns"), "p0").await.unwrap().unwrap();
-    assert_eq!(p0.spec.unwrap().node_name.as_deref(), Some("node-0"));
+    assert_eq!(
+        p0.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("node-0")
+    );
+    // Decoded once per object version: a second read shares the first's.
+    let again = pods.get(Some("ns"), "p0").await.unwrap().unwrap();
+    assert!(std::sync::Arc::ptr_eq(&p0, &again));
     assert!(pods.get(Some("ns"), "nope").await.unwrap().is_none());
     assert_eq!(pods.state().await.unwrap().len(), 6);
     // A routed watch on node-1 sees node-1's pod and not node-2's.
@@ -559,6 +563,117 @@ async fn the_embedded_cache_reads_typed_objects_by_index_and_routes_watches() {
         .unwrap()
         .unwrap();
     assert_eq!((kind, name(&pod)), (EventType::Added, "here".to_owned()));
+    // A clone is the same cache behind the same one watch: it has both new pods already.
+    let clone = pods.clone();
+    assert_eq!(clone.state().await.unwrap().len(), 8);
+    assert_eq!(clone.cache().stats().objects, pods.cache().stats().objects);
+    drop(clone);
+    pods.shutdown().await;
+    root.stop().await;
+}
+
+/// The embedded cache's watch as kube-runtime's `watcher::Event`s: a kube-runtime `reflector`
+/// keeps a `Store` of one node's pods from it, and a `Controller` built with `for_stream`
+/// reconciles another node's pods, each fed by a routed watch of the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_cache_feeds_kube_runtimes_reflector_and_controller() {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::controller::{Action, Controller};
+    use kube::runtime::{WatchStreamExt, reflector};
+    use watchcache::Selection;
+    use watchcache::kube::{KubeCache, definition_for};
+
+    let (_etcd, mut root, c) = setup().await;
+    for i in 0..4 {
+        create(&c, &root.url, &format!("p{i}"), &format!("node-{}", i % 2)).await;
+    }
+    let client = kube::Client::try_from(kube::Config::new(root.url.parse().unwrap())).unwrap();
+    let def = definition_for::<Pod>(&[("spec.nodeName", true)]).unwrap();
+    let pods: KubeCache<Pod> = KubeCache::start(client, def).await.unwrap();
+    let on = |node: &str| {
+        Selection::all()
+            .with_fields(&format!("spec.nodeName={node}"))
+            .unwrap()
+    };
+    let names = |store: &reflector::Store<Pod>| {
+        let mut n: Vec<String> = store
+            .state()
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+
+    // A reflector: node-1's pods in a kube-runtime Store.
+    let (store, writer) = reflector::store::<Pod>();
+    let reflect = reflector::reflector(writer, pods.events(on("node-1")).await.unwrap());
+    let reflecting = tokio::spawn(reflect.for_each(|ev| {
+        ev.unwrap();
+        std::future::ready(())
+    }));
+    tokio::time::timeout(Duration::from_secs(5), store.wait_until_ready())
+        .await
+        .expect("InitDone in time")
+        .unwrap();
+    assert_eq!(names(&store), ["p1", "p3"]);
+
+    // A controller on node-0's pods, triggered by the cache's stream through its own store.
+    let (ctl_store, ctl_writer) = reflector::store::<Pod>();
+    let trigger = pods
+        .events(on("node-0"))
+        .await
+        .unwrap()
+        .reflect(ctl_writer)
+        .applied_objects();
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<String>();
+    async fn reconcile(
+        pod: Arc<Pod>,
+        seen: Arc<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Action, kube::Error> {
+        seen.send(pod.metadata.name.clone().unwrap()).unwrap();
+        Ok(Action::await_change())
+    }
+    fn error_policy(
+        _: Arc<Pod>,
+        e: &kube::Error,
+        _: Arc<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Action {
+        panic!("reconcile failed: {e}")
+    }
+    let controller = tokio::spawn(
+        Controller::for_stream(trigger, ctl_store)
+            .run(reconcile, error_policy, Arc::new(seen_tx))
+            .for_each(|_| std::future::ready(())),
+    );
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), seen.recv())
+            .await
+            .expect("reconciled in time")
+            .unwrap()
+    };
+    let mut first = vec![next().await, next().await];
+    first.sort();
+    assert_eq!(first, ["p0", "p2"]);
+
+    // Live changes: each reaches only its node's consumer.
+    create(&c, &root.url, "p4", "node-1").await;
+    create(&c, &root.url, "p5", "node-0").await;
+    assert_eq!(next().await, "p5");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while names(&store) != ["p1", "p3", "p4"] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reflector's store has node-1's new pod: {:?}",
+            names(&store)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(seen.try_recv().is_err(), "node-1's pod is not node-0's");
+    controller.abort();
+    reflecting.abort();
     pods.shutdown().await;
     root.stop().await;
 }
@@ -598,7 +713,7 @@ async fn the_embedded_cache_holds_dynamic_objects_of_a_discovered_resource() {
         .by_index("label:team", "a")
         .unwrap()
         .into_iter()
-        .map(|o| o.metadata.name.unwrap())
+        .map(|o| o.metadata.name.clone().unwrap())
         .collect();
     team_a.sort();
     assert_eq!(team_a, ["a1", "a2"]);
@@ -627,7 +742,7 @@ async fn the_embedded_cache_holds_dynamic_objects_of_a_discovered_resource() {
         (
             kind,
             obj.metadata.name.as_deref(),
-            obj.types.map(|t| t.kind)
+            obj.types.as_ref().map(|t| t.kind.clone())
         ),
         (EventType::Added, Some("a3"), Some("ConfigMap".to_owned()))
     );

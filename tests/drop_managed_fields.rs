@@ -41,9 +41,10 @@ struct Fixture {
 /// (written by kube-apiserver at 277) is served at its own resourceVersion when put first.
 async fn serve() -> Fixture {
     let cache = |r: &str| Cache::new(ResourceDef::builtin(r).unwrap(), CacheConfig::default());
-    let (pods, widgets) = (cache("pods"), cache("widgets.example.com"));
-    let pods_src = MemorySource::new(pods.clone(), 276, []);
-    let widgets_src = MemorySource::new(widgets.clone(), 1, []);
+    let ((pods, pods_writer), (widgets, widgets_writer)) =
+        (cache("pods"), cache("widgets.example.com"));
+    let pods_src = MemorySource::new(pods_writer, 276, []);
+    let widgets_src = MemorySource::new(widgets_writer, 1, []);
     let server = Server::new(
         ServerConfig::default(),
         [

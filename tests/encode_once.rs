@@ -65,10 +65,10 @@ fn watchers(cache: &Cache, rv: ResourceVersion) -> Vec<WatchStream> {
 #[test]
 fn each_event_is_encoded_once_per_format_for_any_number_of_watchers() {
     let def = ResourceDef::builtin("pods").unwrap();
-    let cache = Cache::new(def, CacheConfig::default());
-    cache.resync(1).finish();
+    let (cache, mut writer) = Cache::new(def, CacheConfig::default());
+    writer.resync(1).finish();
     // Pods stored as kube-apiserver stores them (protobuf): made from JSON by a helper cache.
-    let helper = Cache::new(
+    let (helper, _) = Cache::new(
         ResourceDef::builtin("pods").unwrap(),
         CacheConfig::default(),
     );
@@ -88,7 +88,7 @@ fn each_event_is_encoded_once_per_format_for_any_number_of_watchers() {
             rv += 1;
             let o = cache.decode(&key(&format!("p{i}")), v, rv).unwrap();
             assert!(o.protobuf().is_some(), "stored as protobuf");
-            cache.apply(rv, [Change::Put(o)]).unwrap();
+            writer.apply(rv, [Change::Put(o)]).unwrap();
         }
     }
     // History replays to W watchers, and initial events to W more.
@@ -100,7 +100,7 @@ fn each_event_is_encoded_once_per_format_for_any_number_of_watchers() {
     // Live deletions to all 2 W.
     for i in 0..PODS {
         rv += 1;
-        cache
+        writer
             .apply(rv, [Change::Delete(key(&format!("p{i}")))])
             .unwrap();
     }
@@ -119,7 +119,7 @@ fn each_event_is_encoded_once_per_format_for_any_number_of_watchers() {
     for (i, v) in v2.iter().enumerate() {
         rv += 1;
         let o = cache.decode(&key(&format!("p{i}")), v, rv).unwrap();
-        cache.apply(rv, [Change::Put(o)]).unwrap();
+        writer.apply(rv, [Change::Put(o)]).unwrap();
     }
     assert_eq!(
         drain_as(&mut pb_only, |_| true),

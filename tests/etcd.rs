@@ -385,7 +385,10 @@ async fn etcd_down_past_the_grace_period_is_not_ready_and_back_is_ready() {
     assert_eq!((err.code(), err.reason()), (429, "TooManyRequests"));
     assert!(err.retry_after().is_some());
     e.server.restart().await.unwrap();
-    cache.wait_ready(Duration::from_secs(20)).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), cache.wait_ready())
+        .await
+        .expect("ready in time")
+        .unwrap();
     let mut c = client(&eps).await;
     let r = c
         .put(key("ns", "after"), pod("ns", "after", "n", &[]), None)
@@ -702,7 +705,10 @@ async fn etcd_wiped_on_the_same_url_expires_every_watcher_and_resyncs() {
         }
         assert!(w.next().await.is_none(), "the stream ends after the 410");
     }
-    cache.wait_ready(Duration::from_secs(20)).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), cache.wait_ready())
+        .await
+        .expect("ready in time")
+        .unwrap();
     wait_rv(cache, new_rv).await;
     let list = cache.list(&ListOptions::all()).await.unwrap();
     let names: Vec<&str> = list.items.iter().map(|o| o.name()).collect();
@@ -806,7 +812,10 @@ async fn consistent_reads_on_etcd_3_4_prove_freshness_with_shared_keys_only_read
         "etcd 3.4.23's progress notifications cannot be trusted"
     );
     let cache = caches.cache("pods").unwrap();
-    cache.wait_ready(Duration::from_secs(30)).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), cache.wait_ready())
+        .await
+        .expect("ready in time")
+        .unwrap();
     let rec = std::sync::Arc::new(Recording {
         inner: cache.upstream().unwrap(),
         reads: Default::default(),
@@ -919,7 +928,10 @@ async fn an_exact_read_past_a_quiet_resources_last_change_is_proven_on_etcd_3_4(
     .unwrap();
     assert!(!caches.reads_from_cache());
     let cache = caches.cache("pods").unwrap();
-    cache.wait_ready(Duration::from_secs(30)).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), cache.wait_ready())
+        .await
+        .expect("ready in time")
+        .unwrap();
     let quiet_since = cache.resource_version();
     // Other writes move etcd's revision on; the pods cache sees none of them.
     let mut at = 0;

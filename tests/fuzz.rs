@@ -33,10 +33,12 @@ fn corpus(target: &str) -> Vec<Vec<u8>> {
 }
 
 fn pods() -> Cache {
+    // Decoding needs no writer.
     Cache::new(
         ResourceDef::builtin("pods").unwrap(),
         CacheConfig::default(),
     )
+    .0
 }
 
 const KEY: &str = "/registry/pods/ns/a";

@@ -68,7 +68,7 @@ fn what_kube_apiserver_stored_reads_as_what_it_serves() {
         let resource = v.name.split('-').next().unwrap_or_default();
         let def =
             ResourceDef::builtin(resource).unwrap_or_else(|| panic!("{}: no definition", v.name));
-        let cache = Cache::new(def, CacheConfig::default());
+        let (cache, _) = Cache::new(def, CacheConfig::default());
         let obj = match cache.decode(&v.key, &read(&v.name, "etcd.bin"), v.rv) {
             Ok(o) => o,
             Err(e) => {
@@ -133,7 +133,7 @@ fn every_object_without_managed_fields_is_upstreams_answer_without_them() {
         if READ_DEFAULTS.iter().any(|(n, _)| *n == v.name) {
             continue;
         }
-        let cache = Cache::new(
+        let (cache, _writer) = Cache::new(
             ResourceDef::builtin(resource).unwrap(),
             CacheConfig::default(),
         );

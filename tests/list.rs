@@ -238,8 +238,8 @@ async fn a_continue_token_older_than_the_window_is_expired() {
         window: Duration::from_secs(75),
         max_bytes: None,
     };
-    let cache = Cache::new(def, CacheConfig::default());
-    let src = MemorySource::new(cache.clone(), 1, []);
+    let (cache, writer) = Cache::new(def, CacheConfig::default());
+    let src = MemorySource::new(writer, 1, []);
     for i in 0..6 {
         src.put(
             &key("ns", &format!("p{i}")),
@@ -276,7 +276,7 @@ async fn a_continue_token_older_than_the_window_is_expired() {
 
 #[tokio::test]
 async fn get_and_readiness() {
-    let cache = Cache::new(
+    let (cache, writer) = Cache::new(
         ResourceDef::builtin("pods").unwrap(),
         CacheConfig::default(),
     );
@@ -284,7 +284,7 @@ async fn get_and_readiness() {
     assert_eq!((err.code(), err.reason()), (429, "TooManyRequests"));
     assert_eq!(err.retry_after(), Some(Duration::from_secs(1)));
     let src = MemorySource::new(
-        cache.clone(),
+        writer,
         7,
         [(key("ns", "a"), pod("ns", "a", "n", &[]).into())],
     );
@@ -301,7 +301,7 @@ async fn get_and_readiness() {
         (e.code(), e.to_string()),
         (404, "pods \"zz\" not found".to_owned())
     );
-    cache.set_not_ready("etcd unavailable");
+    src.writer().set_not_ready("etcd unavailable");
     assert!(
         cache
             .get(Some("ns"), "a", ResourceVersion::Any)
@@ -310,7 +310,7 @@ async fn get_and_readiness() {
             .to_string()
             .contains("etcd unavailable")
     );
-    cache.set_ready();
+    src.writer().set_ready();
     src.put(&key("ns", "b"), pod("ns", "b", "n", &[])).unwrap();
     assert_eq!(
         cache.list(&ListOptions::all()).await.unwrap().items.len(),

@@ -12,16 +12,16 @@ use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{Cache, CacheConfig, MemorySource, ResourceDef};
 
 async fn serve() -> (String, MemorySource, tokio::sync::oneshot::Sender<()>) {
-    let pods = Cache::new(
+    let (pods, pods_writer) = Cache::new(
         ResourceDef::builtin("pods").unwrap(),
         CacheConfig::default(),
     );
-    let nodes = Cache::new(
+    let (nodes, nodes_writer) = Cache::new(
         ResourceDef::builtin("nodes").unwrap(),
         CacheConfig::default(),
     );
-    let src = MemorySource::new(pods.clone(), 1, []);
-    let _nodes_src = MemorySource::new(nodes.clone(), 1, []);
+    let src = MemorySource::new(pods_writer, 1, []);
+    let _nodes_src = MemorySource::new(nodes_writer, 1, []);
     let server = Server::new(
         ServerConfig::default(),
         [

@@ -15,6 +15,8 @@ use watchcache::{Cache, CacheConfig, MemorySource, ResourceDef};
 struct Fixture {
     url: String,
     pods: MemorySource,
+    // Held, never used: the nodes cache's sync never finishes.
+    _nodes_writer: watchcache::CacheWriter,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -25,9 +27,9 @@ async fn serve() -> Fixture {
         too_large_wait: Duration::from_millis(300),
         ..CacheConfig::default()
     };
-    let pods = Cache::new(ResourceDef::builtin("pods").unwrap(), config.clone());
-    let nodes = Cache::new(ResourceDef::builtin("nodes").unwrap(), config);
-    let src = MemorySource::new(pods.clone(), 1, []);
+    let (pods, pods_writer) = Cache::new(ResourceDef::builtin("pods").unwrap(), config.clone());
+    let (nodes, nodes_writer) = Cache::new(ResourceDef::builtin("nodes").unwrap(), config);
+    let src = MemorySource::new(pods_writer, 1, []);
     let server = Server::new(
         ServerConfig::default(),
         [
@@ -44,6 +46,7 @@ async fn serve() -> Fixture {
     Fixture {
         url,
         pods: src,
+        _nodes_writer: nodes_writer,
         _stop: stop,
     }
 }

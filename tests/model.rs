@@ -624,8 +624,8 @@ fn run(case: Case) -> Result<(), TestCaseError> {
     let config = CacheConfig::default()
         .routed_buffer(case.routed_buffer)
         .unrouted_buffer(case.unrouted_buffer, case.unrouted_buffer);
-    let cache = Cache::new(def, config);
-    let src = MemorySource::new(cache.clone(), 1, []);
+    let (cache, writer) = Cache::new(def, config);
+    let src = MemorySource::new(writer, 1, []);
     let mut model = Model {
         state: BTreeMap::new(),
         events: Vec::new(),

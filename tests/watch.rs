@@ -180,8 +180,8 @@ fn tiny_history_pods() -> (watchcache::Cache, watchcache::MemorySource) {
         window: Duration::from_secs(75),
         max_bytes: None,
     };
-    let cache = watchcache::Cache::new(def, small_window());
-    let src = watchcache::MemorySource::new(cache.clone(), 1, []);
+    let (cache, writer) = watchcache::Cache::new(def, small_window());
+    let src = watchcache::MemorySource::new(writer, 1, []);
     (cache, src)
 }
 
@@ -500,7 +500,8 @@ async fn a_resync_turns_the_difference_into_events_and_expires_older_positions()
         .unwrap();
     // The upstream moved on while the cache was cut off: b changed, c went away, d appeared.
     let at = before + 10;
-    let mut resync = cache.resync(at);
+    let mut writer = src.writer();
+    let mut resync = writer.resync(at);
     let page: Vec<_> = [
         ("a", before - 2, "n1"),
         ("b", before + 3, "n1"),
@@ -515,6 +516,7 @@ async fn a_resync_turns_the_difference_into_events_and_expires_older_positions()
     .collect();
     resync.add_page(page);
     let out = resync.finish();
+    drop(writer);
     assert_eq!(
         (out.listed, out.added, out.modified, out.deleted),
         (3, 1, 1, 1)

@@ -14,7 +14,7 @@ use futures_core::Stream;
 use futures_util::FutureExt;
 use futures_util::task::noop_waker_ref;
 
-use crate::cache::{Cache, CacheConfig, Change, WatchOptions, WatchStream};
+use crate::cache::{Cache, CacheConfig, CacheWriter, Change, WatchOptions, WatchStream};
 use crate::model::{EventType, ResourceDef, ResourceVersion, Selection};
 
 fn pod(cache: &Cache, name: &str, node: &str, rv: u64) -> Change {
@@ -65,33 +65,34 @@ fn model(f: impl Fn(ResourceDef) + Sync + Send + 'static) -> usize {
     runs.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-fn cache(def: ResourceDef) -> Cache {
-    let cache = Cache::new(def, CacheConfig::default().routed_buffer(1));
-    cache.resync(1).finish();
-    cache
+fn cache(def: ResourceDef) -> (Cache, CacheWriter) {
+    let (cache, mut writer) = Cache::new(def, CacheConfig::default().routed_buffer(1));
+    writer.resync(1).finish();
+    (cache, writer)
 }
 
 #[test]
 fn loom_park_catch_up_and_rejoin_race_with_dispatch() {
     let runs = model(|def| {
-        let cache = cache(def);
+        let (cache, mut writer) = cache(def);
         let sel = Selection::all().with_fields("spec.nodeName=n1").unwrap();
         let mut stream = cache
             .watch(WatchOptions::new(sel, ResourceVersion::At(1)))
             .now_or_never()
             .unwrap()
             .unwrap();
-        let writer = {
+        let feeder = {
             let cache = cache.clone();
             loom::thread::spawn(move || {
                 for rv in 2..=4 {
                     let change = pod(&cache, "a", "n1", rv);
-                    cache.apply(rv, [change]).unwrap();
+                    writer.apply(rv, [change]).unwrap();
                 }
+                writer
             })
         };
         let got = take(&mut stream, 3);
-        writer.join().unwrap();
+        let mut writer = feeder.join().unwrap();
         use EventType::*;
         assert_eq!(
             got,
@@ -106,7 +107,7 @@ fn loom_park_catch_up_and_rejoin_race_with_dispatch() {
         assert!(Pin::new(&mut stream).poll_next(&mut cx).is_pending());
         assert!(!stream.is_parked(), "left parked at the head");
         let change = pod(&cache, "a", "n2", 5);
-        cache.apply(5, [change]).unwrap();
+        writer.apply(5, [change]).unwrap();
         assert_eq!(stream.queued(), 1, "DELETED queued by dispatch");
     });
     eprintln!("park/catch-up/rejoin: {runs} interleavings");
@@ -116,9 +117,9 @@ fn loom_park_catch_up_and_rejoin_race_with_dispatch() {
 #[test]
 fn loom_initial_events_and_concurrent_changes_meet_without_gap_or_duplicate() {
     let runs = model(|def| {
-        let cache = cache(def);
+        let (cache, mut writer) = cache(def);
         let change = pod(&cache, "x", "n1", 2);
-        cache.apply(2, [change]).unwrap();
+        writer.apply(2, [change]).unwrap();
         let mut stream = cache
             .watch(
                 // (no periodic bookmarks: they need a tokio timer; the initial-events-end one is
@@ -128,16 +129,16 @@ fn loom_initial_events_and_concurrent_changes_meet_without_gap_or_duplicate() {
             .now_or_never()
             .unwrap()
             .unwrap();
-        let writer = {
+        let feeder = {
             let cache = cache.clone();
             loom::thread::spawn(move || {
                 let (moved, created) = (pod(&cache, "x", "n2", 3), pod(&cache, "y", "n1", 4));
-                cache.apply(3, [moved]).unwrap();
-                cache.apply(4, [created]).unwrap();
+                writer.apply(3, [moved]).unwrap();
+                writer.apply(4, [created]).unwrap();
             })
         };
         let got = take(&mut stream, 4);
-        writer.join().unwrap();
+        feeder.join().unwrap();
         use EventType::*;
         assert_eq!(
             got,

@@ -3,7 +3,9 @@
 //! | file | concept |
 //! |---|---|
 //! | `mod.rs` | the facade: the public API, carrying out the read plans |
-//! | `state.rs` | the one lock; the commit shared by live apply and resync; readiness; metrics |
+//! | `writer.rs` | [`CacheWriter`]: the one handle that changes a cache |
+//! | `state.rs` | the one lock; the commit shared by live apply and resync; metrics |
+//! | `ready.rs` | readiness: a state the writer moves, waiters woken by a channel |
 //! | `consistent.rs` | where each read is served from and what it waits for (pure) |
 //! | `fresh.rs` | how a consistent read learns the cache is fresh, one upstream read shared by a burst |
 //! | `resync.rs` | relists, applied as a difference |
@@ -28,6 +30,7 @@ mod list;
 #[cfg(all(test, watchcache_loom))]
 mod loom;
 mod members;
+mod ready;
 mod registry;
 mod resync;
 mod router;
@@ -40,10 +43,10 @@ mod testing;
 mod upstream;
 mod watcher;
 mod wire;
+mod writer;
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
 
 pub use config::CacheConfig;
 pub use list::{ListOptions, ObjectList};
@@ -52,6 +55,7 @@ pub use state::{CacheStats, Change, OutOfOrder, ResyncOutcome};
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
 pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
 pub use wire::{Frame, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with};
+pub use writer::CacheWriter;
 
 use crate::error::{Error, Result};
 use crate::model::selector::Predicate;
@@ -63,11 +67,12 @@ use stream::InitialEvents;
 /// Keys per keys-only range request of a freshness proof (`fresh.rs`): about 100 bytes each.
 const KEYS_PAGE: usize = 10_000;
 
-/// One resource's watch cache. Cheap to clone; every clone is the same cache. `Send + Sync`.
+/// One resource's watch cache, as its readers hold it. Cheap to clone; every clone is the same
+/// cache. `Send + Sync`.
 ///
 /// Readers call [`list`](Cache::list), [`get`](Cache::get), [`lookup`](Cache::lookup) and
-/// [`watch`](Cache::watch). One writer feeds it with [`resync`](Cache::resync) (initial list and
-/// relists), [`apply`](Cache::apply) (watch events) and [`progress`](Cache::progress).
+/// [`watch`](Cache::watch). Only its one [`CacheWriter`], made with it by [`Cache::new`], changes
+/// it (as kube-rs's `reflector::store()` returns a `Store` and its one `Writer`).
 #[derive(Clone)]
 pub struct Cache {
     shared: Arc<Shared>,
@@ -82,12 +87,14 @@ impl std::fmt::Debug for Cache {
 }
 
 impl Cache {
-    /// An empty cache for one resource. It is not ready until its first [`resync`](Cache::resync)
-    /// finishes.
-    pub fn new(def: ResourceDef, config: CacheConfig) -> Cache {
-        Cache {
+    /// An empty cache for one resource, and its one writer. It is not ready until the writer's
+    /// first [`resync`](CacheWriter::resync) finishes.
+    pub fn new(def: ResourceDef, config: CacheConfig) -> (Cache, CacheWriter) {
+        let cache = Cache {
             shared: Arc::new(Shared::new(Schema::new(def), config)),
-        }
+        };
+        let writer = CacheWriter::new(cache.clone());
+        (cache, writer)
     }
 
     /// The resource definition.
@@ -116,7 +123,7 @@ impl Cache {
         self.shared.resource_version()
     }
 
-    // ---- writer side ----
+    // ---- decoding (pure: readers and the writer) ----
 
     /// Decodes a readable value (JSON, or kube-apiserver's protobuf) into an [`Object`] at
     /// revision `rv`. Pure: call it outside any lock, possibly on several threads. Values as the
@@ -161,66 +168,28 @@ impl Cache {
         self.shared.record_decode_error(err);
     }
 
-    /// Applies the changes of one revision: store, indexes, history, and fan-out to watchers.
-    /// A deletion of an unknown key is ignored.
+    /// Waits until the cache is ready: its initial sync finished, and it is not unavailable.
+    /// Woken by the writer's change, never polled; no time limit of its own (wrap it in
+    /// [`tokio::time::timeout`] for one).
     ///
     /// # Errors
-    /// [`OutOfOrder`] when `rv` is not above the cache's revision; nothing is applied.
-    pub fn apply(
-        &self,
-        rv: u64,
-        changes: impl IntoIterator<Item = Change>,
-    ) -> Result<(), OutOfOrder> {
-        self.shared.apply(rv, changes)
-    }
-
-    /// Records that the upstream has no changes up to `rv` (etcd progress notification): readers
-    /// waiting for `rv` proceed and bookmarks may carry it.
-    pub fn progress(&self, rv: u64) {
-        self.shared.progress(rv);
-    }
-
-    /// Starts a resync to the upstream's full state at revision `rv`: the initial sync, or a relist
-    /// after a compaction or an unrecoverable watch break. Feed it page by page, then
-    /// [`finish`](Resync::finish) it.
-    pub fn resync(&self, rv: u64) -> Resync {
-        Resync::new(Arc::clone(&self.shared), rv)
-    }
-
-    /// Marks the cache not ready (reads answer 429 with a Retry-After that grows with the downtime),
-    /// e.g. while its upstream is unavailable. A finished [`Resync`] or [`set_ready`](Cache::set_ready)
-    /// makes it ready again. Has no effect before the initial sync finished.
-    pub fn set_not_ready(&self, why: impl Into<String>) {
-        self.shared.set_not_ready(why.into());
-    }
-
-    /// The upstream's history was replaced: its revision went backwards (etcd wiped, or restored
-    /// from a backup, on the same URL). Positions no longer mean anything, so every watcher ends
-    /// with 410 Expired (clients relist), the store and history are emptied, and the cache is not
-    /// ready until the next [`resync`](Cache::resync) finishes, which loads the upstream's state
-    /// at its own, possibly lower, revision.
-    pub fn reset(&self, why: impl Into<String>) {
-        self.shared.reset(why.into());
-    }
-
-    /// Marks the cache ready again, after [`set_not_ready`](Cache::set_not_ready), when the upstream
-    /// recovered without a relist.
-    pub fn set_ready(&self) {
-        self.shared.set_ready();
-    }
-
-    /// Waits until the cache is ready (its initial sync finished).
-    ///
-    /// # Errors
-    /// [`Error::NotReady`] when `timeout` passes first.
-    pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            match self.shared.check_ready() {
-                Ok(()) => return Ok(()),
-                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
+    /// [`Error::NotReady`] when the cache's [`CacheWriter`] was dropped while it was not ready:
+    /// it never will be.
+    pub async fn wait_ready(&self) -> Result<()> {
+        if self.shared.wait_ready().await {
+            return Ok(());
+        }
+        match self.shared.check_ready() {
+            Err(Error::NotReady {
+                resource,
+                why,
+                retry_after,
+            }) => Err(Error::NotReady {
+                resource,
+                why: format!("{why}, and its writer is gone"),
+                retry_after,
+            }),
+            other => other,
         }
     }
 
@@ -229,16 +198,8 @@ impl Cache {
         self.shared.is_ready()
     }
 
-    /// The upstream does not serve this resource (it answered its collection with 404: a custom
-    /// resource whose CRD is not installed). The cache is not ready, but a server does not wait
-    /// for it (`/readyz` leaves it out, proxy mode forwards its requests); the next finished
-    /// [`resync`](Cache::resync) makes it ready.
-    pub fn set_absent(&self) {
-        self.shared.set_absent();
-    }
-
     /// Whether the upstream said it does not serve this resource (see
-    /// [`set_absent`](Cache::set_absent)).
+    /// [`CacheWriter::set_absent`]).
     pub fn is_absent(&self) -> bool {
         self.shared.is_absent()
     }
@@ -615,48 +576,76 @@ mod tests {
     }
 
     fn ready() -> (Cache, crate::MemorySource) {
-        let cache = Cache::new(
+        let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
         );
-        let src = crate::MemorySource::new(cache.clone(), 1, []);
+        let src = crate::MemorySource::new(writer, 1, []);
         (cache, src)
     }
 
     #[tokio::test]
     async fn readiness_moves_through_its_states() {
-        let cache = Cache::new(
+        let (cache, mut writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
         );
         let err = cache.list(&ListOptions::all()).await.unwrap_err();
         assert_eq!(err.code(), 429);
         assert!(err.to_string().contains("initial sync"), "{err}");
-        cache.set_not_ready("ignored before the first sync");
-        cache.set_ready();
+        assert!(!writer.set_not_ready("ignored before the first sync"));
+        assert!(!writer.set_ready());
         assert!(
             !cache.is_ready(),
             "only a finished resync ends the initial sync"
         );
-        cache.resync(5).finish();
+        let waiter = tokio::spawn({
+            let cache = cache.clone();
+            async move { cache.wait_ready().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "waits, with no time limit");
+        writer.resync(5).finish();
         assert!(cache.is_ready());
-        cache.set_not_ready("etcd is gone");
+        waiter.await.unwrap().expect("woken by the resync");
+        assert!(writer.set_not_ready("etcd is gone"));
         let err = cache
             .get(Some("ns"), "a", ResourceVersion::Any)
             .await
             .unwrap_err();
         assert!(err.to_string().contains("etcd is gone"), "{err}");
-        assert_eq!(err.retry_after(), Some(Duration::from_secs(1)));
-        cache.set_ready();
+        assert_eq!(err.retry_after(), Some(std::time::Duration::from_secs(1)));
+        let waiter = tokio::spawn({
+            let cache = cache.clone();
+            async move { cache.wait_ready().await }
+        });
+        assert!(writer.set_ready());
+        waiter.await.unwrap().expect("woken by set_ready");
         assert!(cache.is_ready());
+        // A writer dropped while its cache is not ready: waiters are told, not left waiting.
+        writer.set_not_ready("etcd is gone again");
+        drop(writer);
+        let err = cache.wait_ready().await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("etcd is gone again, and its writer is gone"),
+            "{err}"
+        );
     }
 
     #[tokio::test]
     async fn out_of_order_batches_and_malformed_values_change_nothing() {
-        let (cache, src) = ready();
-        src.put(&key("a"), pod("a", "n1")).unwrap();
+        let (cache, mut writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        writer.resync(1).finish();
+        let a = cache
+            .decode(&key("a"), pod("a", "n1").as_bytes(), 2)
+            .unwrap();
+        writer.apply(2, [Change::Put(a)]).unwrap();
         assert_eq!(
-            cache.apply(2, []).unwrap_err(),
+            writer.apply(2, []).unwrap_err(),
             OutOfOrder { rv: 2, current: 2 }
         );
         assert!(cache.decode_or_skip(&key("b"), b"{", 3).is_none());

@@ -10,17 +10,19 @@ use hashbrown::HashSet;
 use crate::cache::state::{ResyncOutcome, Shared};
 use crate::model::Object;
 
-/// A resync in progress (see [`Cache::resync`](crate::Cache::resync)).
-pub struct Resync {
-    shared: Arc<Shared>,
+/// A resync in progress (see [`CacheWriter::resync`](crate::CacheWriter::resync)). It borrows
+/// the writer: nothing else is applied until it is finished or dropped (dropped, it changes
+/// nothing).
+pub struct Resync<'w> {
+    shared: &'w Shared,
     rv: u64,
     seen: HashSet<Arc<str>>,
     changed: Vec<Object>,
     listed: u64,
 }
 
-impl Resync {
-    pub(crate) fn new(shared: Arc<Shared>, rv: u64) -> Resync {
+impl<'w> Resync<'w> {
+    pub(crate) fn new(shared: &'w Shared, rv: u64) -> Resync<'w> {
         Resync {
             shared,
             rv,
@@ -58,7 +60,7 @@ impl Resync {
     }
 }
 
-impl std::fmt::Debug for Resync {
+impl std::fmt::Debug for Resync<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Resync")
             .field("resource", &self.shared.schema.def.plural)

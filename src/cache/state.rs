@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hashbrown::HashSet;
 use tracing::{debug, error, info, warn};
@@ -26,6 +26,7 @@ use crate::cache::config::CacheConfig;
 use crate::cache::fresh::Coalescer;
 use crate::cache::history::{Event, Evicted, History};
 use crate::cache::list::{self, Page, Rollback};
+use crate::cache::ready::{Readiness, Signal};
 use crate::cache::registry::{Fanout, Registry};
 use crate::cache::store::Store;
 use crate::cache::upstream::{KeyRange, Upstream};
@@ -115,26 +116,6 @@ pub struct CacheStats {
     pub refused_timeout: u64,
     /// Reads refused: the upstream read that proves freshness failed.
     pub refused_upstream: u64,
-}
-
-/// Whether a cache serves reads.
-#[derive(Debug, Clone)]
-pub(crate) enum Readiness {
-    /// The first resync has not finished.
-    InitialSync { since: Instant },
-    /// Serving.
-    Ready,
-    /// Was ready; the upstream has been unavailable since `since`.
-    Unavailable { since: Instant, why: String },
-    /// The upstream's history was replaced (its revision went backwards: etcd wiped or restored
-    /// from a backup). Every watcher was ended with 410 Expired and the store emptied; the next
-    /// resync loads the upstream's state silently, at whatever revision it now has, like the first.
-    Diverged { since: Instant, why: String },
-    /// The upstream does not serve the resource (a custom resource whose CRD it does not have):
-    /// it answered its collection with 404. Not ready, but not waited for either (`/readyz`
-    /// leaves it out, and proxy mode forwards its requests); the follower keeps asking, and a
-    /// finished resync makes it ready as the first one does.
-    Absent { since: Instant },
 }
 
 /// Counters of one cache. Relaxed: they are statistics, and order nothing.
@@ -302,6 +283,8 @@ pub(crate) struct Shared {
     pub fresh_reads: Arc<Coalescer<Option<KeyRange>>>,
     /// The keys of `State::json_paths`, read by decode outside the state lock.
     json_paths: RwLock<Arc<[FieldPath]>>,
+    /// Wakes readiness waiters; `State::readiness` is published to it under the state lock.
+    ready: Signal,
 }
 
 impl Shared {
@@ -327,6 +310,7 @@ impl Shared {
             upstream: RwLock::new(None),
             fresh_reads,
             json_paths: RwLock::new(Arc::from([])),
+            ready: Signal::new(),
         }
     }
 
@@ -461,7 +445,9 @@ impl Shared {
             }
         };
         st.readiness = Readiness::Ready;
+        // The revision first: a waiter woken by readiness reads it without the lock.
         self.publish(st, rv);
+        self.ready.publish(&st.readiness);
         ResyncOutcome { listed, ..out }
     }
 
@@ -521,6 +507,7 @@ impl Shared {
             since: Instant::now(),
             why,
         };
+        self.ready.publish(&st.readiness);
     }
 
     pub fn record_expired(&self) {
@@ -529,35 +516,59 @@ impl Shared {
 
     // ---- readiness ----
 
-    pub fn set_not_ready(&self, why: String) {
+    /// Marks a ready cache not ready; whether it was ready.
+    pub fn set_not_ready(&self, why: String) -> bool {
         let mut st = self.state.write();
         if let Readiness::Ready = st.readiness {
             st.readiness = Readiness::Unavailable {
                 since: Instant::now(),
                 why,
             };
+            self.ready.publish(&st.readiness);
+            return true;
         }
+        false
     }
 
-    pub fn set_ready(&self) {
+    /// Marks an unavailable cache ready again; whether it was unavailable.
+    pub fn set_ready(&self) -> bool {
         let mut st = self.state.write();
         if let Readiness::Unavailable { .. } = st.readiness {
             st.readiness = Readiness::Ready;
+            self.ready.publish(&st.readiness);
+            return true;
         }
+        false
+    }
+
+    /// The writer is gone: readiness can no longer change.
+    pub fn abandon(&self) {
+        // Under the state lock, so that it is ordered after the writer's last publication.
+        let _st = self.state.read();
+        self.ready.abandon();
     }
 
     pub fn is_ready(&self) -> bool {
-        matches!(self.state.read().readiness, Readiness::Ready)
+        self.ready.is_ready()
     }
 
-    /// The upstream says it does not serve the resource (see [`Readiness::Absent`]).
-    pub fn set_absent(&self) {
+    /// Waits until the cache is ready; `false` when it never will be (its writer is gone).
+    pub async fn wait_ready(&self) -> bool {
+        self.ready.wait().await
+    }
+
+    /// The upstream says it does not serve the resource (see [`Readiness::Absent`]); whether it
+    /// was not absent before.
+    pub fn set_absent(&self) -> bool {
         let mut st = self.state.write();
-        if !matches!(st.readiness, Readiness::Absent { .. }) {
-            st.readiness = Readiness::Absent {
-                since: Instant::now(),
-            };
+        if matches!(st.readiness, Readiness::Absent { .. }) {
+            return false;
         }
+        st.readiness = Readiness::Absent {
+            since: Instant::now(),
+        };
+        self.ready.publish(&st.readiness);
+        true
     }
 
     pub fn is_absent(&self) -> bool {
@@ -566,23 +577,7 @@ impl Shared {
 
     /// `Ok` when the cache serves reads, else [`Error::NotReady`] with upstream's Retry-After.
     pub fn check_ready(&self) -> Result<(), Error> {
-        let (since, why) = match &self.state.read().readiness {
-            Readiness::Ready => return Ok(()),
-            Readiness::InitialSync { since } => (*since, "initial sync has not finished".into()),
-            Readiness::Absent { since } => (*since, "the upstream does not serve it".into()),
-            Readiness::Unavailable { since, why } | Readiness::Diverged { since, why } => {
-                (*since, why.clone())
-            }
-        };
-        // Upstream's Retry-After for an unready cache: clamp(e^(0.06 * downtime in s), 1, 30).
-        let secs = (0.06 * since.elapsed().as_secs_f64())
-            .exp()
-            .clamp(1.0, 30.0);
-        Err(Error::NotReady {
-            resource: self.schema.def.plural.clone(),
-            why,
-            retry_after: Duration::from_secs(secs.round() as u64),
-        })
+        self.state.read().readiness.check(&self.schema.def.plural)
     }
 
     /// [`check_ready`](Shared::check_ready) for a read, counting a refusal.

@@ -480,11 +480,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_parked_stream_catches_up_in_order_and_rejoins() {
-        let cache = Cache::new(
+        let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default().routed_buffer(2),
         );
-        let src = crate::MemorySource::new(cache.clone(), 1, []);
+        let src = crate::MemorySource::new(writer, 1, []);
         let sel = Selection::all().with_fields("spec.nodeName=n1").unwrap();
         let mut s = cache
             .watch(WatchOptions::new(sel, ResourceVersion::At(1)))
@@ -505,11 +505,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_bookmark_comes_two_seconds_before_the_deadline() {
-        let cache = Cache::new(
+        let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
         );
-        let _src = crate::MemorySource::new(cache.clone(), 7, []);
+        let _src = crate::MemorySource::new(writer, 7, []);
         let mut s = cache
             .watch(WatchOptions::new(Selection::all(), ResourceVersion::At(7)).with_bookmarks())
             .await
@@ -524,11 +524,11 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_a_stream_unregisters_its_watcher() {
-        let cache = Cache::new(
+        let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
         );
-        let _src = crate::MemorySource::new(cache.clone(), 1, []);
+        let _src = crate::MemorySource::new(writer, 1, []);
         let s = cache
             .watch(WatchOptions::new(Selection::all(), ResourceVersion::At(1)))
             .await

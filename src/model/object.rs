@@ -58,6 +58,10 @@ struct Inner {
     memo: FieldMemo,
     /// The protobuf encoding as served, made on first use.
     pb: OnceLock<Result<PbForm, String>>,
+    /// The object decoded into an embedder's type (`watchcache::kube`: kube-rs's `K`), made on
+    /// first read and shared by every later one: decoded once per object version.
+    #[cfg(feature = "apiserver")]
+    typed: OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// The protobuf encoding as served: `k8s\0` + `runtime.Unknown` with `metadata.resourceVersion`
@@ -257,6 +261,8 @@ impl Object {
             fields,
             memo: FieldMemo::default(),
             pb: OnceLock::new(),
+            #[cfg(feature = "apiserver")]
+            typed: OnceLock::new(),
         })))
     }
 
@@ -374,6 +380,8 @@ impl Object {
             fields,
             memo: FieldMemo::default(),
             pb: OnceLock::new(),
+            #[cfg(feature = "apiserver")]
+            typed: OnceLock::new(),
         })))
     }
 
@@ -717,6 +725,35 @@ impl Object {
                 Body::Json(f) => f.json.len(),
                 Body::Protobuf { .. } => 0,
             }
+    }
+
+    /// The object decoded as `T` by `make`, once: the first read decodes it and keeps it, later
+    /// reads share it. An object read as two different types (two embedded caches over one
+    /// cache cannot do that) decodes the second each time.
+    ///
+    /// # Errors
+    /// `make`'s, not kept: the next read tries again.
+    #[cfg(feature = "apiserver")]
+    pub(crate) fn typed<T, E>(
+        &self,
+        make: impl FnOnce(&Object) -> Result<T, E>,
+    ) -> Result<Arc<T>, E>
+    where
+        T: std::any::Any + Send + Sync,
+    {
+        if let Some(t) = self.0.typed.get() {
+            if let Ok(t) = Arc::clone(t).downcast::<T>() {
+                return Ok(t);
+            }
+            return make(self).map(Arc::new);
+        }
+        let t = Arc::new(make(self)?);
+        let kept = self
+            .0
+            .typed
+            .get_or_init(|| Arc::clone(&t) as Arc<dyn std::any::Any + Send + Sync>);
+        // A racing reader may have kept its own: share that one.
+        Ok(Arc::clone(kept).downcast::<T>().unwrap_or(t))
     }
 
     /// Heap bytes this object holds beyond its JSON, for memory accounting (for an object stored as

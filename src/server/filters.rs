@@ -193,11 +193,11 @@ mod tests {
     /// A server state with tokens for `alice` (may only watch pods in `a`, and get or list the
     /// pod `one` there by name) and `admin` (system:masters), and `--max-requests-inflight 1`.
     fn state() -> Arc<AppState> {
-        let cache = Cache::new(
+        let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
         );
-        let source = MemorySource::new(cache.clone(), 1, []);
+        let source = MemorySource::new(writer, 1, []);
         let mut rbac = RbacObjects::default();
         for o in [
             serde_json::json!({"kind": "Role", "metadata": {"name": "r", "namespace": "a"},

@@ -42,8 +42,8 @@
 //! use watchcache::{Cache, CacheConfig, MemorySource, ResourceDef};
 //!
 //! # async fn run() -> std::io::Result<()> {
-//! let cache = Cache::new(ResourceDef::builtin("pods").unwrap(), CacheConfig::default());
-//! let source = MemorySource::new(cache.clone(), 1, []);
+//! let (cache, writer) = Cache::new(ResourceDef::builtin("pods").unwrap(), CacheConfig::default());
+//! let source = MemorySource::new(writer, 1, []);
 //! let server = Server::new(ServerConfig::default(), [Served::new(cache, Arc::new(source))]);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! server.serve(listener, std::future::pending()).await

@@ -83,6 +83,7 @@ impl TlsConfig {
 
 /// Why the TLS files do not make a server configuration.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TlsError {
     /// A file could not be read or holds no usable PEM item.
     #[error("{}: {what}", path.display())]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::cache::{BoxFuture, Cache, Change, Upstream};
+use crate::cache::{BoxFuture, Cache, CacheWriter, Change, Upstream};
 use crate::error::Result;
 use crate::model::DecodeError;
 use crate::upstream::{Stored, WriteError, Writes};
@@ -22,16 +22,19 @@ pub struct MemorySource {
 }
 
 struct Inner {
+    /// The cache's one writer: held under the lock, so revisions reach the cache in order.
+    writer: CacheWriter,
     rev: u64,
     /// Value and mod revision per key.
     kv: BTreeMap<String, (Bytes, u64)>,
 }
 
 impl MemorySource {
-    /// A source at revision `start_rev` holding `initial` (key, JSON) pairs, synced into `cache`,
-    /// which becomes ready. Values that do not decode are skipped and counted.
+    /// A source at revision `start_rev` holding `initial` (key, JSON) pairs, synced through
+    /// `writer` into its cache, which becomes ready. Values that do not decode are skipped and
+    /// counted. The source keeps the writer: it is the cache's one feeder.
     pub fn new(
-        cache: Cache,
+        mut writer: CacheWriter,
         start_rev: u64,
         initial: impl IntoIterator<Item = (String, Bytes)>,
     ) -> MemorySource {
@@ -39,7 +42,8 @@ impl MemorySource {
             .into_iter()
             .map(|(k, v)| (k, (v, start_rev)))
             .collect();
-        let mut resync = cache.resync(start_rev);
+        let cache = writer.cache().clone();
+        let mut resync = writer.resync(start_rev);
         resync.add_page(
             kv.iter()
                 .filter_map(|(k, (v, _))| cache.decode_or_skip(k, v, start_rev)),
@@ -47,7 +51,11 @@ impl MemorySource {
         resync.finish();
         let src = MemorySource {
             cache: cache.clone(),
-            inner: Arc::new(Mutex::new(Inner { rev: start_rev, kv })),
+            inner: Arc::new(Mutex::new(Inner {
+                writer,
+                rev: start_rev,
+                kv,
+            })),
         };
         cache.set_upstream(Arc::new(src.clone()));
         src
@@ -56,6 +64,13 @@ impl MemorySource {
     /// The cache this source feeds.
     pub fn cache(&self) -> &Cache {
         &self.cache
+    }
+
+    /// The cache's writer, for what an upstream does besides writes (a relist, an outage:
+    /// [`CacheWriter::resync`], [`CacheWriter::set_not_ready`]). The source's lock is held until
+    /// the guard is dropped, so writes wait and revisions still reach the cache in order.
+    pub fn writer(&self) -> impl std::ops::DerefMut<Target = CacheWriter> + '_ {
+        parking_lot::MutexGuard::map(self.inner.lock(), |i| &mut i.writer)
     }
 
     /// The current revision.
@@ -124,7 +139,8 @@ impl MemorySource {
                 }
             }
         }
-        cache
+        inner
+            .writer
             .apply(rev, changes)
             .unwrap_or_else(|e| unreachable!("the source's revisions increase: {e}"));
         match first_err {
@@ -138,8 +154,9 @@ impl MemorySource {
     pub fn bump(&self) -> u64 {
         let mut inner = self.inner.lock();
         inner.rev += 1;
-        self.cache.progress(inner.rev);
-        inner.rev
+        let rev = inner.rev;
+        inner.writer.progress(rev);
+        rev
     }
 
     /// The source's current value of a key.
@@ -239,11 +256,11 @@ mod tests {
 
     #[tokio::test]
     async fn writes_check_their_preconditions_and_reach_the_cache() {
-        let cache = Cache::new(
+        let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
         );
-        let src = MemorySource::new(cache.clone(), 1, []);
+        let src = MemorySource::new(writer, 1, []);
         let k = "/registry/pods/ns/a";
         let rev = src.create(k, pod("a")).await.unwrap();
         assert_eq!(rev, 2);

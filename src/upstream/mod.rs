@@ -2,9 +2,12 @@
 //! them. [`memory::MemorySource`] is an in-process source; `etcd` (feature `etcd`) follows etcd;
 //! `apiserver` (feature `apiserver`) follows a Kubernetes API server, or another watchcache.
 //!
-//! A source feeds its cache through the cache's writer API ([`Cache::resync`](crate::Cache::resync),
-//! [`Cache::apply`](crate::Cache::apply), [`Cache::progress`](crate::Cache::progress)) and
-//! answers the cache's reads through [`Upstream`](crate::Upstream). Writes arrive from clients
+//! A source feeds its cache through the cache's one writer
+//! ([`CacheWriter::resync`](crate::CacheWriter::resync),
+//! [`CacheWriter::apply`](crate::CacheWriter::apply),
+//! [`CacheWriter::progress`](crate::CacheWriter::progress)) and answers the cache's reads
+//! through [`Upstream`](crate::Upstream). The etcd and API server upstreams share one follower
+//! driver (`follow/`): each supplies only its source of syncs and watches. Writes arrive from clients
 //! (the HTTP server) through [`Writes`], and reach the cache the way every other change does: as an
 //! event from the source.
 //!
@@ -17,9 +20,11 @@ pub mod apiserver;
 pub(crate) mod backoff;
 #[cfg(feature = "etcd")]
 pub mod etcd;
-pub mod memory;
 #[cfg(any(feature = "etcd", feature = "apiserver"))]
-pub(crate) mod outage;
+pub(crate) mod follow;
+#[cfg(any(feature = "etcd", feature = "apiserver"))]
+pub(crate) mod followers;
+pub mod memory;
 
 use bytes::Bytes;
 
@@ -36,6 +41,7 @@ pub struct Stored {
 
 /// Why a write did not happen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WriteError {
     /// A create found the key present.
     #[error("the key already exists")]

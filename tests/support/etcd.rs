@@ -78,11 +78,10 @@ pub async fn pods_from(config: EtcdConfig) -> EtcdCaches {
     )
     .await
     .unwrap();
-    caches
-        .cache("pods")
-        .unwrap()
-        .wait_ready(Duration::from_secs(30))
+    let pods = caches.cache("pods").unwrap();
+    tokio::time::timeout(Duration::from_secs(30), pods.wait_ready())
         .await
+        .expect("ready in time")
         .unwrap();
     caches
 }

@@ -26,8 +26,8 @@ pub fn key(ns: &str, name: &str) -> String {
 
 /// A ready pods cache fed by a memory source at revision 1.
 pub fn pods(config: CacheConfig) -> (Cache, MemorySource) {
-    let cache = Cache::new(ResourceDef::builtin("pods").unwrap(), config);
-    let src = MemorySource::new(cache.clone(), 1, []);
+    let (cache, writer) = Cache::new(ResourceDef::builtin("pods").unwrap(), config);
+    let src = MemorySource::new(writer, 1, []);
     (cache, src)
 }
 

@@ -82,7 +82,10 @@ impl TestServer {
             .await
             .unwrap();
         for (_, c) in caches.caches() {
-            c.wait_ready(Duration::from_secs(30)).await.unwrap();
+            tokio::time::timeout(Duration::from_secs(30), c.wait_ready())
+                .await
+                .expect("ready in time")
+                .unwrap();
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let scheme = if tls.is_some() { "https" } else { "http" };

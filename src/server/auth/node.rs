@@ -534,11 +534,11 @@ mod tests {
 
     #[tokio::test]
     async fn nodes_read_their_own_pods_node_and_referenced_objects_only() {
-        let cache = Cache::new(
+        let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
         );
-        let src = MemorySource::new(cache.clone(), 1, []);
+        let src = MemorySource::new(writer, 1, []);
         src.put(
             "/registry/pods/a/p1",
             pod("a", "p1", "n1", "s1").to_string(),

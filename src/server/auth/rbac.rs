@@ -739,7 +739,7 @@ mod tests {
 
     #[tokio::test]
     async fn synced_once_a_rebuild_from_the_caches_succeeded() {
-        let cache = Cache::new(
+        let (cache, writer) = Cache::new(
             crate::ResourceDef::builtin("clusterroles").unwrap(),
             crate::CacheConfig::default(),
         );
@@ -748,7 +748,7 @@ mod tests {
         // A cache that is not ready cannot be read: still not synced.
         assert!(rbac.rebuild(std::slice::from_ref(&cache)).await.is_err());
         assert!(!rbac.synced());
-        let _src = crate::MemorySource::new(cache.clone(), 1, []);
+        let _src = crate::MemorySource::new(writer, 1, []);
         rbac.rebuild(&[cache]).await.unwrap();
         assert!(rbac.synced());
     }

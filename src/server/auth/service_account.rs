@@ -491,11 +491,11 @@ mod tests {
         looked_up.look_up_in(&[]);
         let e = looked_up.verify(&token).unwrap_err();
         assert!(e.contains("not served"), "{e}");
-        let cache = Cache::new(
+        let (cache, writer) = Cache::new(
             crate::ResourceDef::builtin("serviceaccounts").unwrap(),
             crate::CacheConfig::default(),
         );
-        let src = crate::MemorySource::new(cache.clone(), 1, []);
+        let src = crate::MemorySource::new(writer, 1, []);
         looked_up.look_up_in(std::slice::from_ref(&cache));
         assert!(looked_up.verify(&token).unwrap_err().contains("not found"));
         let account = |uid: &str| {

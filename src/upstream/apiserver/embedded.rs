@@ -3,7 +3,8 @@
 //!
 //! It is the API server upstream ([`ApiServerCaches`]) with one resource, plus typed reads:
 //! objects are kept as the cache keeps them (compact JSON, attributes extracted once, bitmaps per
-//! index value) and decoded into `K` only when read. Watches are the cache's own routed watches:
+//! index value) and decoded into `K` when first read, once per object version: every later read
+//! (a `get`, an index lookup, a watch event) shares the same `Arc<K>`, as kube-rs's `Store` does. Watches are the cache's own routed watches:
 //! a watch pinned to a trigger value (`spec.nodeName=node-7`) costs nothing for events on other
 //! values, however many subscribers there are.
 //!
@@ -44,7 +45,9 @@
 //! ```
 
 use std::marker::PhantomData;
-use std::time::Duration;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use futures_util::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
@@ -131,12 +134,24 @@ fn toml_string(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-/// An indexed, routed cache of `K` fed from an API server (see the module docs). Dropping it stops
-/// following the server.
+/// An indexed, routed cache of `K` fed from an API server (see the module docs). Clones share one
+/// cache and one follower (hand one to each task, as kube-rs's `Store`); dropping the last clone
+/// stops following the server.
 pub struct KubeCache<K> {
-    caches: Option<ApiServerCaches>,
+    /// The follower, shared by the clones; taken by [`shutdown`](KubeCache::shutdown).
+    caches: Arc<Mutex<Option<ApiServerCaches>>>,
     cache: Cache,
     _kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for KubeCache<K> {
+    fn clone(&self) -> Self {
+        KubeCache {
+            caches: Arc::clone(&self.caches),
+            cache: self.cache.clone(),
+            _kind: PhantomData,
+        }
+    }
 }
 
 impl<K> std::fmt::Debug for KubeCache<K> {
@@ -147,8 +162,9 @@ impl<K> std::fmt::Debug for KubeCache<K> {
     }
 }
 
-impl<K: DeserializeOwned + Send + 'static> KubeCache<K> {
-    /// Follows `def`'s resource through `client` and waits (up to a minute) for the first sync.
+impl<K: DeserializeOwned + Send + Sync + 'static> KubeCache<K> {
+    /// Follows `def`'s resource through `client` and waits for the first sync, however long it
+    /// takes (wrap it in `tokio::time::timeout` to bound it).
     ///
     /// # Errors
     /// [`Error::NotReady`] when the first sync does not finish in time, [`Error::BadRequest`]
@@ -179,9 +195,9 @@ impl<K: DeserializeOwned + Send + 'static> KubeCache<K> {
         let Some(cache) = caches.cache(&plural).cloned() else {
             return Err(Error::BadRequest(format!("no cache for {plural}")));
         };
-        cache.wait_ready(Duration::from_secs(60)).await?;
+        cache.wait_ready().await?;
         Ok(KubeCache {
-            caches: Some(caches),
+            caches: Arc::new(Mutex::new(Some(caches))),
             cache,
             _kind: PhantomData,
         })
@@ -196,7 +212,7 @@ impl<K: DeserializeOwned + Send + 'static> KubeCache<K> {
     ///
     /// # Errors
     /// [`Error::BadRequest`] when the stored JSON does not decode as `K`.
-    pub async fn get(&self, namespace: Option<&str>, name: &str) -> Result<Option<K>> {
+    pub async fn get(&self, namespace: Option<&str>, name: &str) -> Result<Option<Arc<K>>> {
         match self.cache.get(namespace, name, ResourceVersion::Any).await {
             Ok(o) => decode(&o).map(Some),
             Err(Error::NotFound { .. }) => Ok(None),
@@ -208,7 +224,7 @@ impl<K: DeserializeOwned + Send + 'static> KubeCache<K> {
     ///
     /// # Errors
     /// [`Error::BadRequest`] when an object does not decode as `K`.
-    pub async fn state(&self) -> Result<Vec<K>> {
+    pub async fn state(&self) -> Result<Vec<Arc<K>>> {
         let mut opts = ListOptions::all();
         opts.resource_version = ResourceVersion::Any;
         let list = self.cache.list(&opts).await?;
@@ -219,7 +235,7 @@ impl<K: DeserializeOwned + Send + 'static> KubeCache<K> {
     ///
     /// # Errors
     /// [`Error::BadRequest`] for an unknown index or an object that does not decode as `K`.
-    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<K>> {
+    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<K>>> {
         self.cache
             .lookup(index, value)?
             .iter()
@@ -235,7 +251,7 @@ impl<K: DeserializeOwned + Send + 'static> KubeCache<K> {
     pub async fn watch(
         &self,
         selection: Selection,
-    ) -> Result<impl Stream<Item = Result<(EventType, K)>> + Send + Unpin + use<K>> {
+    ) -> Result<impl Stream<Item = Result<(EventType, Arc<K>)>> + Send + Unpin + use<K>> {
         let stream = self
             .cache
             // From the cache's revision: the changes after now, no initial ADDED events.
@@ -257,20 +273,92 @@ impl<K: DeserializeOwned + Send + 'static> KubeCache<K> {
         }))
     }
 
-    /// Stops following the server and waits for the follower.
-    pub async fn shutdown(mut self) {
-        if let Some(c) = self.caches.take() {
+    /// The watch as kube-runtime's watcher yields it, for `reflector`, `WatchStreamExt` and
+    /// `Controller::for_stream`: `Init`, an `InitApply` for each object `selection` matches now,
+    /// `InitDone`, then `Apply` and `Delete` as they happen (routed: a selection on a trigger
+    /// value is woken only by its own changes). The objects are clones of the shared decoded
+    /// ones (nothing is decoded again). A watcher that falls out of the history window ends with
+    /// `WatchError` (410 Expired): restart it, as kube-runtime's watcher restarts a list.
+    ///
+    /// # Errors
+    /// The cache's errors for the selection (not ready: 429).
+    pub async fn events(
+        &self,
+        selection: Selection,
+    ) -> Result<
+        impl Stream<Item = kube::runtime::watcher::Result<kube::runtime::watcher::Event<K>>>
+        + Send
+        + Unpin
+        + use<K>,
+    >
+    where
+        K: Clone,
+    {
+        use kube::runtime::watcher::{Error as WatchError, Event};
+        let stream = self
+            .cache
+            .watch(
+                // The state from the cache as it stands (no wait for the server), then changes.
+                WatchOptions::new(selection, ResourceVersion::Any)
+                    .send_initial_events(true)
+                    .with_bookmarks(),
+            )
+            .await?;
+        let status = |e: Error| {
+            WatchError::WatchError(
+                kube::core::Status::failure(&e.to_string(), e.reason())
+                    .with_code(e.code())
+                    .boxed(),
+            )
+        };
+        let mut initial = true;
+        let events = stream.filter_map(move |ev| {
+            let out = match ev {
+                Err(e) => Some(Err(status(e))),
+                Ok(ev) if ev.is_initial_events_end() => {
+                    initial = false;
+                    Some(Ok(Event::InitDone))
+                }
+                Ok(ev) if ev.kind() == EventType::Bookmark => None,
+                Ok(ev) => match ev.object().map(decode::<K>) {
+                    None => Some(Err(status(Error::Upstream(
+                        "an event without an object".into(),
+                    )))),
+                    Some(Err(e)) => Some(Err(status(e))),
+                    Some(Ok(k)) => {
+                        let k = K::clone(&k);
+                        Some(Ok(match ev.kind() {
+                            EventType::Deleted => Event::Delete(k),
+                            _ if initial => Event::InitApply(k),
+                            _ => Event::Apply(k),
+                        }))
+                    }
+                },
+            };
+            std::future::ready(out)
+        });
+        Ok(futures_util::stream::once(std::future::ready(Ok(Event::Init))).chain(events))
+    }
+
+    /// Stops following the server (for every clone: the cache keeps what it holds, and is no
+    /// longer updated) and waits for the follower.
+    pub async fn shutdown(self) {
+        let caches = self.caches.lock().take();
+        if let Some(c) = caches {
             c.shutdown().await;
         }
     }
 }
 
-fn decode<K: DeserializeOwned>(o: &Object) -> Result<K> {
-    serde_json::from_slice(o.json()).map_err(|e| {
-        Error::BadRequest(format!(
-            "{} does not decode as the requested type: {e}",
-            o.key()
-        ))
+/// `o` as `K`: decoded on its first read, shared after.
+fn decode<K: DeserializeOwned + Send + Sync + 'static>(o: &Object) -> Result<Arc<K>> {
+    o.typed(|o| {
+        serde_json::from_slice(o.json()).map_err(|e| {
+            Error::BadRequest(format!(
+                "{} does not decode as the requested type: {e}",
+                o.key()
+            ))
+        })
     })
 }
 
@@ -305,6 +393,42 @@ mod tests {
             ..ar
         };
         assert!(definition_for_api_resource(&bad, false, &[]).is_err());
+    }
+
+    /// Every read of one object version shares one decoded `K`; a new version decodes anew.
+    #[test]
+    fn an_object_version_is_decoded_once_and_shared() {
+        let (cache, _writer) = Cache::new(
+            definition_for::<Pod>(&[("spec.nodeName", true)]).unwrap(),
+            CacheConfig::default(),
+        );
+        let json = |node: &str| {
+            format!(
+                r#"{{"metadata":{{"name":"a","namespace":"ns"}},"spec":{{"nodeName":"{node}"}}}}"#
+            )
+        };
+        let v1 = cache
+            .decode("//pods/ns/a", json("n1").as_bytes(), 2)
+            .unwrap();
+        let a: Arc<Pod> = decode(&v1).unwrap();
+        let b: Arc<Pod> = decode(&v1.clone()).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "the second read shares the first's");
+        assert_eq!(a.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
+        let v2 = cache
+            .decode("//pods/ns/a", json("n2").as_bytes(), 3)
+            .unwrap();
+        let c: Arc<Pod> = decode(&v2).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(c.spec.as_ref().unwrap().node_name.as_deref(), Some("n2"));
+        // Another type is decoded, not mistaken for the kept one.
+        let other: Arc<Node> = decode(&v1).unwrap();
+        assert_eq!(other.metadata.name.as_deref(), Some("a"));
+        // An object that does not decode as the type: an error, each time.
+        let bad = cache
+            .decode("//pods/ns/a", br#"{"metadata":{"name":"a","namespace":"ns"},"spec":{"nodeName":"n1","containers":"no"}}"#, 4)
+            .unwrap();
+        assert!(decode::<Pod>(&bad).is_err());
+        assert!(decode::<Pod>(&bad).is_err());
     }
 
     #[test]

@@ -25,14 +25,14 @@
 //!     CacheConfig::default(),
 //! )?;
 //! let pods = caches.cache("pods").unwrap();
-//! pods.wait_ready(std::time::Duration::from_secs(60)).await?;
+//! pods.wait_ready().await?;
 //! let all = pods.list(&ListOptions::all()).await?;
 //! # Ok(()) }
 //! ```
 
 pub mod embedded;
-mod follower;
 mod rest;
+mod source;
 mod upstream;
 mod writes;
 
@@ -41,8 +41,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::Notify;
 use tracing::{info, warn};
 
 pub use rest::RestError;
@@ -50,8 +49,10 @@ pub use writes::ApiServerWrites;
 
 use crate::cache::{Cache, CacheConfig};
 use crate::model::ResourceDef;
-use follower::Follower;
+use crate::upstream::follow::{Policy, WatchListUse};
+use crate::upstream::followers::Followers;
 use rest::Rest;
+use source::ApiSource;
 use upstream::ApiUpstream;
 
 /// How a follower reads the full state (at start and after 410 Expired).
@@ -114,6 +115,7 @@ impl Default for ApiServerConfig {
 
 /// Why the upstream could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ApiServerError {
     /// The kubeconfig could not be read or used.
     #[error("kubeconfig {path}: {message}")]
@@ -198,16 +200,14 @@ pub async fn served_by(
 /// Caches fed from an API server, one per resource, each with its own single watch.
 pub struct ApiServerCaches {
     client: kube::Client,
-    caches: BTreeMap<String, Cache>,
+    followers: Followers,
     writes: Arc<ApiServerWrites>,
-    tasks: Vec<JoinHandle<()>>,
-    shutdown: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for ApiServerCaches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiServerCaches")
-            .field("resources", &self.caches.keys().collect::<Vec<_>>())
+            .field("resources", &self.followers.names().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -231,32 +231,38 @@ impl ApiServerCaches {
                 config.page_size
             )));
         }
-        let (shutdown, shutdown_rx) = watch::channel(false);
-        let mut caches = BTreeMap::new();
-        let mut tasks = Vec::new();
+        let policy = Policy {
+            upstream: "API server",
+            grace: config.unavailable_grace,
+            backoff_initial: config.backoff_initial,
+            backoff_max: config.backoff_max,
+            absent_retry: config.absent_retry,
+        };
+        let watch_list = match config.initial_list {
+            InitialList::Auto => WatchListUse::Try,
+            InitialList::WatchList => WatchListUse::Only,
+            InitialList::List => WatchListUse::Off,
+        };
+        let mut followers = Followers::new();
         let mut all_defs = Vec::new();
         for def in defs {
-            let name = def.resource_name();
-            if caches.contains_key(&name) {
-                return Err(ApiServerError::Duplicate(name));
-            }
             let rest = Rest::new(client.clone(), &def, config.request_timeout);
             all_defs.push(Arc::new(def.clone()));
-            let cache = Cache::new(def, cache_config.clone());
+            let (cache, writer) = followers
+                .add(def, &cache_config)
+                .map_err(ApiServerError::Duplicate)?;
             let progress = Arc::new(Notify::new());
             cache.set_upstream(Arc::new(ApiUpstream {
                 rest: rest.clone(),
                 progress: Arc::clone(&progress),
             }));
-            let follower = Follower {
-                cache: cache.clone(),
+            let source = ApiSource {
+                cache,
                 rest,
                 config: config.clone(),
                 progress,
-                shutdown: shutdown_rx.clone(),
             };
-            tasks.push(tokio::spawn(follower.run()));
-            caches.insert(name, cache);
+            followers.spawn(source, writer, policy, watch_list);
         }
         let writes = Arc::new(ApiServerWrites::new(
             Rest {
@@ -266,25 +272,23 @@ impl ApiServerCaches {
             },
             all_defs,
         ));
-        info!(resources = caches.len(), "following an API server");
+        info!(resources = followers.len(), "following an API server");
         Ok(ApiServerCaches {
             client,
-            caches,
+            followers,
             writes,
-            tasks,
-            shutdown,
         })
     }
 
     /// The cache of a resource, by its name: the plural for the core group (`pods`), else
     /// `plural.group` (`deployments.apps`), as [`ResourceDef::resource_name`] writes it.
     pub fn cache(&self, plural: &str) -> Option<&Cache> {
-        self.caches.get(plural)
+        self.followers.cache(plural)
     }
 
     /// Every cache, by resource name.
     pub fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
-        self.caches.iter().map(|(k, v)| (k.as_str(), v))
+        self.followers.caches()
     }
 
     /// The kube-rs client the caches follow through (e.g. to proxy other requests with).
@@ -299,13 +303,6 @@ impl ApiServerCaches {
 
     /// Stops every follower and waits for them.
     pub async fn shutdown(self) {
-        if self.shutdown.send(true).is_err() {
-            warn!("followers already gone");
-        }
-        for t in self.tasks {
-            if let Err(e) = t.await {
-                warn!(error = %e, "follower task failed");
-            }
-        }
+        self.followers.shutdown().await;
     }
 }

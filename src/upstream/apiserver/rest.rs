@@ -22,6 +22,7 @@ pub(crate) const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 /// A failed call: what the API server said, or why there was no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RestError {
     /// The API server answered with an error `Status` (or an HTTP error without one).
     #[error("{code} {reason}: {message}")]

@@ -1,7 +1,7 @@
 //! `ApiUpstream`: the [`Upstream`] of one resource on an API server, for consistent reads. The
 //! current resourceVersion is a `limit=1` LIST's (the API server answers it consistently, from
 //! etcd or from its own fresh cache); a progress request starts a short probe watch in the
-//! follower (see `follower.rs`), since the Kubernetes API has no progress requests of its own.
+//! follower (see `source.rs`), since the Kubernetes API has no progress requests of its own.
 
 use std::sync::Arc;
 

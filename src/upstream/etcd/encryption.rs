@@ -28,6 +28,7 @@ const ENCRYPTED: &[u8] = b"k8s:enc:";
 
 /// Why an encryption configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EncryptionError {
     /// The file could not be read.
     #[error("encryption provider config {path}: {source}")]

@@ -11,6 +11,7 @@ use tracing::{debug, info};
 
 /// Why a local etcd could not be started.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LocalEtcdError {
     /// The binary could not be run.
     #[error("cannot run `{binary}` (install it with `apt-get install -y etcd-server`): {source}")]

@@ -18,31 +18,26 @@
 //!     CacheConfig::default(),
 //! ).await?;
 //! let pods = caches.cache("pods").unwrap();
-//! pods.wait_ready(std::time::Duration::from_secs(60)).await?;
+//! pods.wait_ready().await?;
 //! let all = pods.list(&ListOptions::all()).await?;
 //! # Ok(()) }
 //! ```
 
 mod encryption;
-mod follower;
 mod local;
 mod range;
+mod source;
 mod version;
 mod writes;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
-use tokio::sync::{Notify, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::Notify;
 use tracing::{info, warn};
 
-// The backoff is shared with the API server upstream; `etcd::backoff::Backoff` keeps its old path.
-pub(crate) use crate::upstream::backoff;
-pub use crate::upstream::backoff::Backoff;
 pub use encryption::{Encryption, EncryptionError, Transformer};
 pub use local::{LocalEtcd, LocalEtcdError, LocalEtcdTls, free_port};
 pub use version::progress_is_reliable;
@@ -50,8 +45,10 @@ pub use writes::EtcdWrites;
 
 use crate::cache::{Cache, CacheConfig};
 use crate::model::ResourceDef;
-use follower::Follower;
+use crate::upstream::follow::{Policy, WatchListUse};
+use crate::upstream::followers::Followers;
 use range::EtcdUpstream;
+use source::EtcdSource;
 
 /// How consistent reads (resourceVersion unset) are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -191,6 +188,7 @@ impl EtcdConfig {
 
 /// Why the upstream could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EtcdError {
     /// No endpoints were given.
     #[error("no etcd endpoints given")]
@@ -215,9 +213,7 @@ pub enum EtcdError {
 /// Caches fed from etcd, one per resource, each with its own single etcd watch.
 pub struct EtcdCaches {
     client: Client,
-    caches: BTreeMap<String, Cache>,
-    tasks: Vec<JoinHandle<()>>,
-    shutdown: watch::Sender<bool>,
+    followers: Followers,
     reliable_progress: bool,
     /// Encryption at rest by resource prefix, for writes.
     transformers: Arc<[(String, Arc<Transformer>)]>,
@@ -225,7 +221,8 @@ pub struct EtcdCaches {
 
 impl EtcdCaches {
     /// Connects to etcd and starts following every resource. Returns at once; each cache becomes
-    /// ready when its initial sync finishes (see [`Cache::wait_ready`]).
+    /// ready when its initial sync finishes (see [`Cache::wait_ready`]). Each follower task
+    /// holds its cache's [`CacheWriter`](crate::CacheWriter).
     ///
     /// # Errors
     /// [`EtcdError`] for no endpoints, duplicate definitions, or a client that cannot be built.
@@ -249,16 +246,20 @@ impl EtcdCaches {
             ConsistentReads::FromEtcd => false,
             ConsistentReads::Auto => detect_reliable_progress(&config).await,
         };
-        let (shutdown, shutdown_rx) = watch::channel(false);
-        let mut caches = BTreeMap::new();
-        let mut tasks = Vec::new();
+        let policy = Policy {
+            upstream: "etcd",
+            grace: config.unavailable_grace,
+            backoff_initial: config.backoff_initial,
+            backoff_max: config.backoff_max,
+            // etcd serves every prefix: a sync is never answered "not served".
+            absent_retry: config.backoff_max,
+        };
+        let mut followers = Followers::new();
         let mut transformers = Vec::new();
         for def in defs {
-            let name = def.resource_name();
-            if caches.contains_key(&name) {
-                return Err(EtcdError::Duplicate(name));
-            }
-            let cache = Cache::new(def, cache_config.clone());
+            let (cache, writer) = followers
+                .add(def, &cache_config)
+                .map_err(EtcdError::Duplicate)?;
             let progress = Arc::new(Notify::new());
             let upstream = Arc::new(EtcdUpstream {
                 kv: client
@@ -276,25 +277,21 @@ impl EtcdCaches {
                 transformers.push((cache.definition().prefix.clone(), Arc::clone(t)));
             }
             cache.set_upstream(upstream.clone());
-            let follower = Follower {
-                cache: cache.clone(),
+            let source = EtcdSource {
+                cache,
                 upstream,
                 client: client.clone(),
                 config: config.clone(),
                 progress,
                 reliable,
-                shutdown: shutdown_rx.clone(),
                 cluster: None,
             };
-            tasks.push(tokio::spawn(follower.run()));
-            caches.insert(name, cache);
+            followers.spawn(source, writer, policy, WatchListUse::Off);
         }
-        info!(resources = caches.len(), endpoints = %config.endpoints.join(","), reliable_progress = reliable, "following etcd");
+        info!(resources = followers.len(), endpoints = %config.endpoints.join(","), reliable_progress = reliable, "following etcd");
         Ok(EtcdCaches {
             client,
-            caches,
-            tasks,
-            shutdown,
+            followers,
             reliable_progress: reliable,
             transformers: transformers.into(),
         })
@@ -303,12 +300,12 @@ impl EtcdCaches {
     /// The cache of a resource, by its name: the plural for the core group (`pods`), else
     /// `plural.group` (`deployments.apps`), as [`ResourceDef::resource_name`] writes it.
     pub fn cache(&self, plural: &str) -> Option<&Cache> {
-        self.caches.get(plural)
+        self.followers.cache(plural)
     }
 
     /// Every cache, by resource name.
     pub fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
-        self.caches.iter().map(|(k, v)| (k.as_str(), v))
+        self.followers.caches()
     }
 
     /// The etcd client.
@@ -332,14 +329,7 @@ impl EtcdCaches {
 
     /// Stops every follower and waits for them.
     pub async fn shutdown(self) {
-        if self.shutdown.send(true).is_err() {
-            warn!("followers already gone");
-        }
-        for t in self.tasks {
-            if let Err(e) = t.await {
-                warn!(error = %e, "follower task failed");
-            }
-        }
+        self.followers.shutdown().await;
     }
 }
 

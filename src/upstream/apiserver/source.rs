@@ -1,20 +1,23 @@
-//! One resource's follower on a Kubernetes API server: the single watch behind a cache.
+//! A Kubernetes API server (or another watchcache) as a follower's [`Source`]: the single watch
+//! behind a cache. The driver (`upstream/follow/`) does the rest: resume, relist, backoff,
+//! readiness, and the WatchList fallback.
 //!
-//! States (one enum per step, [`Broken`] for how a watch ended):
-//! 1. **Sync**: a WatchList (`sendInitialEvents=true`, bookmarks, `NotOlderThan`) whose initial
-//!    events end with the `k8s.io/initial-events-end` bookmark, the same response then carrying on
-//!    as the live watch; or, when the server does not do WatchList, a paginated consistent LIST
-//!    followed by a watch from the list's resourceVersion. Either way the listed state goes through
-//!    a [`Resync`](crate::Resync), so a relist reaches watchers as ordinary events.
-//! 2. **Watch**: events are applied grouped by resourceVersion (an upstream watchcache sends a
-//!    resync's difference as several events at one revision), bookmarks become progress.
-//! 3. **Breaks**: a watch that ends at its timeout is reopened at once from the last applied
-//!    resourceVersion; a failure is retried with capped exponential backoff and full jitter,
-//!    resuming from the same place (no relist); 410 Expired relists. After the grace period
-//!    without a watch the cache is marked not ready; the first watch that opens makes it ready.
+//! - **Sync**: a WatchList (`sendInitialEvents=true`, bookmarks, `NotOlderThan`) whose initial
+//!   events end with the `k8s.io/initial-events-end` bookmark, the same response then carrying on
+//!   as the live watch; or a paginated consistent LIST, after which the driver opens a watch from
+//!   the list's resourceVersion. Either way the listed state goes through a
+//!   [`Resync`](crate::Resync), so a relist reaches watchers as ordinary events.
+//! - **Watch**: events are applied grouped by resourceVersion (an upstream watchcache sends a
+//!   resync's difference as several events at one revision), bookmarks become progress.
+//! - **Breaks**: a watch that ends at its timeout is [`Break::Ended`] (reopened at once from the
+//!   last applied resourceVersion); 410 Expired is [`Break::Expired`] (relist); one revision's
+//!   events split across two reads is [`Break::Relist`]; anything else is [`Break::Failed`] with
+//!   the answer's status, if any (the driver resumes after a backoff; a WatchList refused with a
+//!   status is not asked again).
 //!
-//! Invariant: `applied` is the cache's revision as this task last set it; every event up to it is
-//! in the cache. No lock is held here: the cache's own lock is taken inside `apply`/`progress`.
+//! Invariant: `applied` is the cache's revision as this source last set it; every event up to it
+//! is in the cache. A progress probe's answer reaches the cache through this source too: the
+//! writer is not shared.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,119 +26,116 @@ use bytes::Bytes;
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
-use crate::cache::{Cache, Change};
+use crate::cache::{Cache, CacheWriter, Change};
 use crate::model::Object;
+use crate::upstream::apiserver::ApiServerConfig;
 use crate::upstream::apiserver::rest::{Frame, Rest, RestError, WatchLines, identity, parse_frame};
-use crate::upstream::apiserver::{ApiServerConfig, InitialList};
-use crate::upstream::backoff::Backoff;
-use crate::upstream::outage::Outage;
+use crate::upstream::follow::{Break, Source, SyncMode, Synced};
 
-/// Why a watch ended.
-#[derive(Debug)]
-enum Broken {
-    /// The watch reached its timeout: reopen from the last applied resourceVersion.
-    Ended,
-    /// 410 Expired: our position left the server's window; relist.
-    Expired,
-    /// One revision's events arrived split across two reads after the first part was applied; the
-    /// cache cannot take a second batch at one revision, so relist (rare: only an upstream
-    /// watchcache's resync sends several events at one revision).
-    SplitRevision(u64),
-    /// A resumable failure.
-    Failed(String),
-    /// The upstream does not serve the resource (404 on its collection): asked again after
-    /// `absent_retry`.
-    Absent(String),
-    Shutdown,
+/// What a failed call means to the follower: 410 is an expired position, 404 a resource the
+/// upstream does not serve (a CRD not installed), anything else a failure carrying the answer's
+/// status.
+fn broken(e: RestError) -> Break {
+    if e.is_expired() {
+        return Break::Expired(e.to_string());
+    }
+    if e.code() == Some(404) {
+        return Break::Absent(e.to_string());
+    }
+    Break::Failed {
+        status: e.code(),
+        why: e.to_string(),
+    }
 }
 
-/// How a sync ended.
-enum Synced {
-    /// A WatchList: its response carries on as the live watch.
-    Streaming(u64, WatchLines),
-    /// A LIST: watch from this resourceVersion.
-    Listed(u64),
-}
-
-pub(crate) struct Follower {
+/// One resource on an API server.
+pub(crate) struct ApiSource {
+    /// The cache, as its readers see it: decoding, its revision.
     pub cache: Cache,
     pub rest: Rest,
     pub config: ApiServerConfig,
     /// Consistent reads that wait ask for a progress probe through this.
     pub progress: Arc<Notify>,
-    pub shutdown: watch::Receiver<bool>,
 }
 
-impl Follower {
-    fn plural(&self) -> &str {
-        &self.cache.definition().plural
+impl Source for ApiSource {
+    type Watch = WatchLines;
+    const NAME: &'static str = "API server";
+
+    async fn sync(
+        &mut self,
+        writer: &mut CacheWriter,
+        mode: SyncMode,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Synced<WatchLines>, Break> {
+        match mode {
+            SyncMode::WatchList => self.sync_watch_list(writer, shutdown).await,
+            SyncMode::List => self
+                .sync_list(writer)
+                .await
+                .map(|rv| Synced { rv, watch: None }),
+        }
     }
 
-    pub async fn run(mut self) {
-        let mut outage = Outage::new(
-            self.cache.clone(),
-            "API server",
-            self.config.unavailable_grace,
-            Backoff::new(self.config.backoff_initial, self.config.backoff_max),
-        );
-        let mut applied: Option<u64> = None;
-        // Whether to try WatchList; set off for good when the server shows it does not do it.
-        let mut watch_list = self.config.initial_list != InitialList::List;
+    async fn open(
+        &mut self,
+        from: u64,
+        _shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<WatchLines, Break> {
+        self.rest
+            .watch(Some(from), false, self.watch_timeout())
+            .await
+            .map_err(broken)
+    }
+
+    async fn follow(
+        &mut self,
+        mut stream: WatchLines,
+        writer: &mut CacheWriter,
+        applied: &mut u64,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Break {
+        let mut silent_since = tokio::time::Instant::now();
+        let mut probe: Option<tokio::task::JoinHandle<Option<u64>>> = None;
         loop {
-            if *self.shutdown.borrow() {
-                return;
-            }
-            let opened = match applied {
-                Some(rv) => self.open_watch(rv).await.map(|s| (rv, s)),
-                None => match self.sync(&mut watch_list).await {
-                    Ok(Synced::Streaming(rv, s)) => Ok((rv, s)),
-                    Ok(Synced::Listed(rv)) => {
-                        applied = Some(rv);
-                        self.open_watch(rv).await.map(|s| (rv, s))
+            // kube-apiserver and watchcache send a bookmark about every minute to a watch that
+            // allows them: a watch silent for longer than `idle_timeout` is a dead connection.
+            let dead_at = silent_since + self.config.idle_timeout;
+            let lines = tokio::select! {
+                _ = shutdown.changed() => return Break::Shutdown,
+                _ = tokio::time::sleep_until(dead_at) => return Break::failed("the watch went silent"),
+                _ = self.progress.notified() => {
+                    if probe.as_ref().is_none_or(|p| p.is_finished()) {
+                        probe = Some(tokio::spawn(probe_progress(self.rest.clone(), self.cache.clone())));
                     }
-                    Err(e) => Err(e),
-                },
+                    continue;
+                }
+                answer = async { probe.as_mut()?.await.ok().flatten() }, if probe.is_some() => {
+                    probe = None;
+                    if let Some(rv) = answer {
+                        writer.progress(rv);
+                    }
+                    continue;
+                }
+                l = stream.next_lines() => l,
             };
-            let broken = match opened {
-                Ok((rv, stream)) => {
-                    applied = Some(rv);
-                    outage.recovered();
-                    self.follow(stream, &mut applied).await
-                }
-                Err(e) if e.is_expired() => Broken::Expired,
-                Err(e) if e.code() == Some(404) => Broken::Absent(e.to_string()),
-                Err(e) => Broken::Failed(e.to_string()),
-            };
-            match broken {
-                Broken::Shutdown => return,
-                Broken::Ended => debug!(resource = %self.plural(), "watch timed out; reopening"),
-                Broken::Expired => {
-                    warn!(resource = %self.plural(), from = ?applied, "410 Expired from the upstream; relisting");
-                    applied = None;
-                }
-                Broken::SplitRevision(rv) => {
-                    warn!(resource = %self.plural(), rv, "one revision's events arrived in two parts; relisting");
-                    applied = None;
-                }
-                Broken::Failed(e) => {
-                    outage.failed(&e);
-                    if outage.pause(&mut self.shutdown).await {
-                        return;
+            silent_since = tokio::time::Instant::now();
+            match lines {
+                Ok(lines) if lines.is_empty() => return Break::Ended,
+                Ok(lines) => {
+                    if let Err(b) = self.apply_lines(&lines, writer, applied) {
+                        return b;
                     }
                 }
-                Broken::Absent(e) => {
-                    if !self.cache.is_absent() {
-                        warn!(resource = %self.plural(), error = %e, retry = ?self.config.absent_retry, "the upstream does not serve this resource; not waited for (its requests go to the upstream), asked again");
-                    }
-                    self.cache.set_absent();
-                    applied = None;
-                    tokio::select! {
-                        () = tokio::time::sleep(self.config.absent_retry) => {}
-                        _ = self.shutdown.changed() => return,
-                    }
-                }
+                Err(e) => return Break::failed(e.to_string()),
             }
         }
+    }
+}
+
+impl ApiSource {
+    fn plural(&self) -> &str {
+        &self.cache.definition().plural
     }
 
     /// The watch's `timeoutSeconds`: the configured one with up to 50 % jitter, so that many
@@ -145,74 +145,36 @@ impl Follower {
         base + fastrand::u64(0..=base / 2)
     }
 
-    async fn open_watch(&self, from: u64) -> Result<WatchLines, RestError> {
-        self.rest
-            .watch(Some(from), false, self.watch_timeout())
-            .await
-    }
-
-    /// The initial sync or a relist: WatchList when the server does it, else a paginated LIST.
-    async fn sync(&mut self, watch_list: &mut bool) -> Result<Synced, RestError> {
-        if *watch_list {
-            match self.sync_watch_list().await {
-                Ok(Some(s)) => return Ok(s),
-                Ok(None) => {
-                    info!(resource = %self.plural(), "the API server does not do WatchList; using LIST then watch");
-                    *watch_list = false;
-                }
-                Err(e)
-                    if self.config.initial_list == InitialList::WatchList
-                        || *self.shutdown.borrow() =>
-                {
-                    return Err(e);
-                }
-                // As client-go's reflector: a WatchList that fails for any reason falls back to
-                // LIST then watch for this sync ("making progress is better than deadlocking").
-                // kube-apiserver on an etcd without progress requests refuses it with a 500
-                // ("the required storage feature RequestWatchProgress is disabled"), every time:
-                // a refusal the server chose (any status but 410 and 429) turns it off for good.
-                Err(e) => {
-                    // 404: the resource is not served (yet); that says nothing of WatchList.
-                    let refused = e.code().is_some_and(|c| c != 410 && c != 429 && c != 404);
-                    warn!(resource = %self.plural(), error = %e, for_good = refused, "WatchList failed; falling back to LIST then watch");
-                    if refused {
-                        *watch_list = false;
-                    }
-                }
-            }
-        }
-        self.sync_list().await.map(Synced::Listed)
-    }
-
-    /// A WatchList. `Ok(None)`: the server ended the watch without the initial-events-end
-    /// bookmark (it ignored `sendInitialEvents`); an error when it refused or failed.
-    async fn sync_watch_list(&mut self) -> Result<Option<Synced>, RestError> {
+    /// A WatchList: its initial events into a resync, then the same response as the watch.
+    /// [`Break::NoInitialEventsEnd`] when the server ended the watch without the
+    /// initial-events-end bookmark (it ignored `sendInitialEvents`).
+    async fn sync_watch_list(
+        &mut self,
+        writer: &mut CacheWriter,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Synced<WatchLines>, Break> {
         let started = Instant::now();
         let timeout = self.watch_timeout();
-        let mut stream = self.rest.watch(None, true, timeout).await?;
+        let mut stream = self.rest.watch(None, true, timeout).await.map_err(broken)?;
         let mut objects: Vec<Object> = Vec::new();
         let deadline = tokio::time::Instant::now()
             + Duration::from_secs(timeout)
             + self.config.request_timeout;
         loop {
             let lines = tokio::select! {
-                _ = self.shutdown.changed() => return Err(RestError::Transport("shutting down".into())),
-                _ = tokio::time::sleep_until(deadline) => return Err(RestError::Timeout(Duration::from_secs(timeout))),
-                l = stream.next_lines() => l?,
+                _ = shutdown.changed() => return Err(Break::Shutdown),
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(broken(RestError::Timeout(Duration::from_secs(timeout))));
+                }
+                l = stream.next_lines() => l.map_err(broken)?,
             };
             if lines.is_empty() {
-                return if self.config.initial_list == InitialList::Auto {
-                    Ok(None)
-                } else {
-                    Err(RestError::Malformed(
-                        "the WatchList ended without its initial-events-end bookmark".into(),
-                    ))
-                };
+                return Err(Break::NoInitialEventsEnd);
             }
             for (i, line) in lines.iter().enumerate() {
-                match parse_frame(line)? {
+                match parse_frame(line).map_err(broken)? {
                     Frame::Put(raw) => {
-                        if let Some(o) = self.decode(&raw)? {
+                        if let Some(o) = self.decode(&raw).map_err(broken)? {
                             objects.push(o);
                         }
                     }
@@ -220,65 +182,64 @@ impl Follower {
                         rv,
                         initial_end: true,
                     } => {
-                        let mut resync = self.cache.resync(rv);
+                        let mut resync = writer.resync(rv);
                         let n = objects.len();
                         resync.add_page(objects);
                         let out = resync.finish();
                         info!(resource = %self.plural(), listed = n, added = out.added, modified = out.modified, deleted = out.deleted, revision = rv, took = ?started.elapsed(), "synced by WatchList");
-                        let mut applied = Some(rv);
+                        let mut applied = rv;
                         // Whatever followed the bookmark in the same read is live.
-                        if let Err(b) = self.apply_lines(&lines[i + 1..], &mut applied) {
-                            return Err(match b {
-                                Broken::Expired => RestError::Status {
-                                    code: 410,
-                                    reason: "Expired".into(),
-                                    message: "right after the initial events".into(),
-                                },
-                                other => RestError::Transport(format!("{other:?}")),
-                            });
-                        }
-                        return Ok(Some(Synced::Streaming(applied.unwrap_or(rv), stream)));
+                        self.apply_lines(
+                            lines.get(i + 1..).unwrap_or_default(),
+                            writer,
+                            &mut applied,
+                        )?;
+                        return Ok(Synced {
+                            rv: applied,
+                            watch: Some(stream),
+                        });
                     }
                     Frame::Bookmark { .. } => {}
                     Frame::Delete(_) => {
-                        return Err(RestError::Malformed(
+                        return Err(broken(RestError::Malformed(
                             "a DELETED event among WatchList initial events".into(),
-                        ));
+                        )));
                     }
-                    Frame::Error(e) => return Err(e),
+                    Frame::Error(e) => return Err(broken(e)),
                 }
             }
         }
     }
 
     /// A consistent LIST in pages (each continued page is at the first page's resourceVersion).
-    async fn sync_list(&mut self) -> Result<u64, RestError> {
+    async fn sync_list(&mut self, writer: &mut CacheWriter) -> Result<u64, Break> {
         let started = Instant::now();
-        let mut token: Option<String> = None;
-        let mut resync = None;
+        let first = self
+            .rest
+            .list_page(self.config.page_size, None)
+            .await
+            .map_err(broken)?;
+        let rv = first.rv;
+        let mut resync = writer.resync(rv);
+        let mut page = first;
         loop {
-            let page = self
-                .rest
-                .list_page(self.config.page_size, token.as_deref())
-                .await?;
-            let rv = page.rv;
-            let resync = resync.get_or_insert_with(|| (rv, self.cache.resync(rv)));
             let mut objects = Vec::with_capacity(page.items.len());
             for raw in &page.items {
-                if let Some(o) = self.decode(raw)? {
+                if let Some(o) = self.decode(raw).map_err(broken)? {
                     objects.push(o);
                 }
             }
-            resync.1.add_page(objects);
-            info!(resource = %self.plural(), objects = resync.1.listed(), revision = rv, "syncing");
-            token = page.continue_token;
-            if token.is_none() {
+            resync.add_page(objects);
+            info!(resource = %self.plural(), objects = resync.listed(), revision = rv, "syncing");
+            let Some(token) = page.continue_token.take() else {
                 break;
-            }
+            };
+            page = self
+                .rest
+                .list_page(self.config.page_size, Some(&token))
+                .await
+                .map_err(broken)?;
         }
-        let Some((rv, resync)) = resync else {
-            return Err(RestError::Malformed("a LIST returned no page".into()));
-        };
         let out = resync.finish();
         info!(resource = %self.plural(), listed = out.listed, added = out.added, modified = out.modified, deleted = out.deleted, revision = rv, took = ?started.elapsed(), "synced by LIST");
         Ok(rv)
@@ -292,47 +253,20 @@ impl Follower {
         Ok(self.cache.decode_or_skip(&id.key, raw, id.rv))
     }
 
-    /// Runs a watch until it breaks. Progress probes run beside it when consistent reads wait.
-    async fn follow(&mut self, mut stream: WatchLines, applied: &mut Option<u64>) -> Broken {
-        let mut silent_since = tokio::time::Instant::now();
-        let mut probe: Option<tokio::task::JoinHandle<()>> = None;
-        loop {
-            // kube-apiserver and watchcache send a bookmark about every minute to a watch that
-            // allows them: a watch silent for longer than `idle_timeout` is a dead connection.
-            let dead_at = silent_since + self.config.idle_timeout;
-            let lines = tokio::select! {
-                _ = self.shutdown.changed() => return Broken::Shutdown,
-                _ = tokio::time::sleep_until(dead_at) => return Broken::Failed("the watch went silent".into()),
-                _ = self.progress.notified() => {
-                    if probe.as_ref().is_none_or(|p| p.is_finished()) {
-                        probe = Some(tokio::spawn(probe_progress(self.rest.clone(), self.cache.clone())));
-                    }
-                    continue;
-                }
-                l = stream.next_lines() => l,
-            };
-            silent_since = tokio::time::Instant::now();
-            match lines {
-                Ok(lines) if lines.is_empty() => return Broken::Ended,
-                Ok(lines) => {
-                    if let Err(b) = self.apply_lines(&lines, applied) {
-                        return b;
-                    }
-                }
-                Err(e) => return Broken::Failed(e.to_string()),
-            }
-        }
-    }
-
     /// Applies the frames of one read: consecutive events at one resourceVersion as one batch.
-    fn apply_lines(&self, lines: &[Bytes], applied: &mut Option<u64>) -> Result<(), Broken> {
+    fn apply_lines(
+        &self,
+        lines: &[Bytes],
+        writer: &mut CacheWriter,
+        applied: &mut u64,
+    ) -> Result<(), Break> {
         let mut batch: Option<(u64, Vec<Change>)> = None;
         for line in lines {
-            let frame = parse_frame(line).map_err(|e| Broken::Failed(e.to_string()))?;
+            let frame = parse_frame(line).map_err(|e| Break::failed(e.to_string()))?;
             let (rv, change) = match frame {
                 Frame::Put(raw) => {
                     let id = identity(self.cache.definition(), &raw)
-                        .map_err(|e| Broken::Failed(e.to_string()))?;
+                        .map_err(|e| Break::failed(e.to_string()))?;
                     let change = self
                         .cache
                         .decode_or_skip(&id.key, &raw, id.rv)
@@ -341,54 +275,60 @@ impl Follower {
                 }
                 Frame::Delete(raw) => {
                     let id = identity(self.cache.definition(), &raw)
-                        .map_err(|e| Broken::Failed(e.to_string()))?;
+                        .map_err(|e| Break::failed(e.to_string()))?;
                     (id.rv, Some(Change::Delete(id.key)))
                 }
                 Frame::Bookmark { rv, .. } => {
-                    self.flush(batch.take(), applied)?;
-                    self.cache.progress(rv);
-                    *applied = Some(applied.map_or(rv, |a| a.max(rv)));
+                    self.flush(batch.take(), writer, applied)?;
+                    writer.progress(rv);
+                    *applied = (*applied).max(rv);
                     continue;
                 }
-                Frame::Error(e) if e.is_expired() => return Err(Broken::Expired),
-                Frame::Error(e) => return Err(Broken::Failed(format!("watch error: {e}"))),
+                Frame::Error(e) if e.is_expired() => return Err(Break::Expired(e.to_string())),
+                Frame::Error(e) => return Err(Break::failed(format!("watch error: {e}"))),
             };
             match &mut batch {
                 Some((brv, changes)) if *brv == rv => changes.extend(change),
                 _ => {
-                    self.flush(batch.take(), applied)?;
+                    self.flush(batch.take(), writer, applied)?;
                     batch = Some((rv, change.into_iter().collect()));
                 }
             }
         }
-        self.flush(batch, applied)
+        self.flush(batch, writer, applied)
     }
 
     fn flush(
         &self,
         batch: Option<(u64, Vec<Change>)>,
-        applied: &mut Option<u64>,
-    ) -> Result<(), Broken> {
+        writer: &mut CacheWriter,
+        applied: &mut u64,
+    ) -> Result<(), Break> {
         let Some((rv, changes)) = batch else {
             return Ok(());
         };
-        match *applied {
-            Some(a) if rv == a && self.cache.resource_version() == a => {
-                return Err(Broken::SplitRevision(rv));
-            }
-            Some(a) if rv <= a => {
-                debug!(rv, applied = a, "skipping an already applied revision");
-                return Ok(());
-            }
-            _ => {}
+        // One revision's events split across two reads after the first part was applied: the
+        // cache cannot take a second batch at one revision, so relist (rare: only an upstream
+        // watchcache's resync sends several events at one revision).
+        let split = || Break::Relist(format!("the events of revision {rv} arrived in two parts"));
+        if rv == *applied && self.cache.resource_version() == *applied {
+            return Err(split());
         }
-        match self.cache.apply(rv, changes) {
-            Ok(()) => *applied = Some(rv),
-            // The cache is ahead of this task (a progress probe moved it): the change would be
+        if rv <= *applied {
+            debug!(
+                rv,
+                applied = *applied,
+                "skipping an already applied revision"
+            );
+            return Ok(());
+        }
+        match writer.apply(rv, changes) {
+            Ok(()) => *applied = rv,
+            // The cache is ahead of this source (a progress probe moved it): the change would be
             // lost, so relist rather than skip it.
             Err(e) => {
                 warn!(resource = %self.plural(), error = %e, "event at or below the cache's revision");
-                return Err(Broken::SplitRevision(rv));
+                return Err(split());
             }
         }
         Ok(())
@@ -404,14 +344,15 @@ const PROBE_TIMEOUT_SECS: u64 = 3;
 /// A progress request, as far as the Kubernetes API allows one: a short watch from the cache's
 /// revision with bookmarks. The server sends a bookmark before the watch's deadline; if no event
 /// came before it, nothing of this resource changed between the cache's revision and the
-/// bookmark's, so the cache may move to it. Events, if any, are left to the main watch.
-async fn probe_progress(rest: Rest, cache: Cache) {
+/// bookmark's, so the cache may move to it (the follower applies the answer). Events, if any,
+/// are left to the main watch.
+async fn probe_progress(rest: Rest, cache: Cache) -> Option<u64> {
     let from = cache.resource_version();
     let mut stream = match rest.watch(Some(from), false, PROBE_TIMEOUT_SECS).await {
         Ok(s) => s,
         Err(e) => {
             debug!(error = %e, "progress probe failed");
-            return;
+            return None;
         }
     };
     let mut best = None;
@@ -441,13 +382,11 @@ async fn probe_progress(rest: Rest, cache: Cache) {
             }
         }
     };
-    if tokio::time::timeout(rest.timeout, read).await.is_err() {
-        return;
-    }
+    tokio::time::timeout(rest.timeout, read).await.ok()?;
     if let Some(rv) = best {
         debug!(from, to = rv, "progress probe");
-        cache.progress(rv);
     }
+    best
 }
 
 #[cfg(test)]
@@ -455,27 +394,36 @@ mod tests {
     use super::*;
     use crate::cache::{CacheConfig, ListOptions};
     use crate::model::ResourceDef;
+    use crate::upstream::follow::{self, Follow, Policy, WatchListUse};
 
-    /// A follower of a pods cache at revision 1, and the sender that keeps it from shutting down.
-    fn follower() -> (Follower, watch::Sender<bool>) {
-        let cache = Cache::new(
+    fn policy() -> Policy {
+        Policy {
+            upstream: "API server",
+            grace: Duration::from_secs(30),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            absent_retry: Duration::from_millis(100),
+        }
+    }
+
+    /// The source of a pods cache at revision 1, its writer, and the shutdown channel.
+    fn follower() -> (ApiSource, CacheWriter, watch::Sender<bool>) {
+        let (cache, mut writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
         );
-        cache.resync(1).finish();
+        writer.resync(1).finish();
         let client =
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
                 .unwrap();
         let rest = Rest::new(client, cache.definition(), Duration::from_secs(1));
-        let (stop, shutdown) = watch::channel(false);
-        let f = Follower {
+        let f = ApiSource {
             cache,
             rest,
             config: ApiServerConfig::default(),
             progress: Arc::new(Notify::new()),
-            shutdown,
         };
-        (f, stop)
+        (f, writer, watch::Sender::new(false))
     }
 
     fn frame(kind: &str, name: &str, rv: &str) -> Bytes {
@@ -484,7 +432,7 @@ mod tests {
         ))
     }
 
-    async fn names(f: &Follower) -> Vec<(String, u64)> {
+    async fn names(f: &ApiSource) -> Vec<(String, u64)> {
         f.cache
             .list(&ListOptions::all())
             .await
@@ -497,23 +445,23 @@ mod tests {
 
     #[tokio::test]
     async fn events_of_one_revision_are_one_batch_and_a_split_one_relists() {
-        let (f, _stop) = follower();
-        let mut applied = Some(1);
+        let (f, mut w, _stop) = follower();
+        let mut applied = 1;
         // A watchcache upstream's resync: two events at revision 5 in one read, then one at 6.
         let lines = [
             frame("ADDED", "a", "5"),
             frame("ADDED", "b", "5"),
             frame("MODIFIED", "a", "6"),
         ];
-        f.apply_lines(&lines, &mut applied).unwrap();
-        assert_eq!(applied, Some(6));
+        f.apply_lines(&lines, &mut w, &mut applied).unwrap();
+        assert_eq!(applied, 6);
         assert_eq!(f.cache.resource_version(), 6);
         assert_eq!(names(&f).await, vec![("a".into(), 6), ("b".into(), 5)]);
         // The rest of revision 6 in a later read: the cache cannot take it, so relist.
         let late = [frame("ADDED", "c", "6")];
         assert!(matches!(
-            f.apply_lines(&late, &mut applied),
-            Err(Broken::SplitRevision(6))
+            f.apply_lines(&late, &mut w, &mut applied),
+            Err(Break::Relist(m)) if m.contains("revision 6")
         ));
         // Deletions, then a bookmark as progress.
         let lines = [
@@ -522,8 +470,8 @@ mod tests {
                 br#"{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"9"}}}"#,
             ),
         ];
-        f.apply_lines(&lines, &mut applied).unwrap();
-        assert_eq!((applied, f.cache.resource_version()), (Some(9), 9));
+        f.apply_lines(&lines, &mut w, &mut applied).unwrap();
+        assert_eq!((applied, f.cache.resource_version()), (9, 9));
         assert_eq!(names(&f).await, vec![("a".into(), 6)]);
     }
 
@@ -545,7 +493,7 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(30)).await;
             drop(s);
         });
-        let (mut f, _stop) = follower();
+        let (mut f, mut w, stop) = follower();
         f.rest = Rest::new(
             kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap(),
             f.cache.definition(),
@@ -553,13 +501,17 @@ mod tests {
         );
         f.config.idle_timeout = Duration::from_millis(300);
         let stream = f.rest.watch(Some(1), false, 60).await.unwrap();
-        let mut applied = Some(1);
+        let mut applied = 1;
         let started = Instant::now();
-        let broken = tokio::time::timeout(Duration::from_secs(5), f.follow(stream, &mut applied))
-            .await
-            .expect("the watch breaks by itself");
+        let mut shutdown = stop.subscribe();
+        let broken = tokio::time::timeout(
+            Duration::from_secs(5),
+            f.follow(stream, &mut w, &mut applied, &mut shutdown),
+        )
+        .await
+        .expect("the watch breaks by itself");
         assert!(
-            matches!(&broken, Broken::Failed(m) if m.contains("silent")),
+            matches!(&broken, Break::Failed { why, .. } if why.contains("silent")),
             "{broken:?}"
         );
         assert!(started.elapsed() >= Duration::from_millis(300));
@@ -613,23 +565,27 @@ mod tests {
                 });
             }
         });
-        let cache = Cache::new(
+        let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
         );
         let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
         let (_stop, shutdown) = watch::channel(false);
-        let f = Follower {
+        let f = ApiSource {
             rest: Rest::new(client, cache.definition(), Duration::from_secs(2)),
             cache: cache.clone(),
             config: ApiServerConfig::default(),
             progress: Arc::new(Notify::new()),
+        };
+        let follow = Follow {
+            policy: policy(),
+            watch_list: WatchListUse::Try,
             shutdown,
         };
-        let task = tokio::spawn(f.run());
-        cache
-            .wait_ready(Duration::from_secs(5))
+        let task = tokio::spawn(follow::run(f, writer, follow));
+        tokio::time::timeout(Duration::from_secs(5), cache.wait_ready())
             .await
+            .expect("ready in time")
             .expect("ready after falling back to LIST");
         let deadline = Instant::now() + Duration::from_secs(5);
         while cache.resource_version() < 6 {
@@ -661,16 +617,19 @@ mod tests {
     /// for; once the upstream serves it (the CRD installed), the follower syncs it and it is ready.
     #[tokio::test]
     async fn a_resource_the_upstream_does_not_serve_is_absent_until_it_does() {
-        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let served = Arc::new(AtomicBool::new(false));
         let serving = served.clone();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counted = asked.clone();
         let peer = tokio::spawn(async move {
             loop {
                 let (mut s, _) = listener.accept().await.unwrap();
                 let serving = serving.clone();
+                counted.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 8192];
                     let n = s.read(&mut buf).await.unwrap();
@@ -696,37 +655,40 @@ mod tests {
                 });
             }
         });
-        let cache = Cache::new(
+        let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
         );
         let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
         let (_stop, shutdown) = watch::channel(false);
-        let f = Follower {
+        let f = ApiSource {
             rest: Rest::new(client, cache.definition(), Duration::from_secs(2)),
             cache: cache.clone(),
-            config: ApiServerConfig {
-                absent_retry: Duration::from_millis(100),
-                initial_list: InitialList::List,
-                ..ApiServerConfig::default()
-            },
+            config: ApiServerConfig::default(),
             progress: Arc::new(Notify::new()),
+        };
+        let follow = Follow {
+            policy: policy(),
+            watch_list: WatchListUse::Off,
             shutdown,
         };
-        let task = tokio::spawn(f.run());
+        let task = tokio::spawn(follow::run(f, writer, follow));
         let deadline = Instant::now() + Duration::from_secs(5);
         while !cache.is_absent() {
             assert!(Instant::now() < deadline, "a 404 makes the cache absent");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert!(!cache.is_ready());
-        // Still absent a while later: asked again, not failed (no grace period runs out).
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Still absent a while later: asked again (every 100 ms), not failed (no grace period
+        // runs out).
+        let before = asked.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(350)).await;
         assert!(cache.is_absent());
+        assert!(asked.load(Ordering::SeqCst) > before, "asked again");
         served.store(true, Ordering::SeqCst);
-        cache
-            .wait_ready(Duration::from_secs(5))
+        tokio::time::timeout(Duration::from_secs(5), cache.wait_ready())
             .await
+            .expect("ready in time")
             .expect("ready once the upstream serves the resource");
         assert!(!cache.is_absent());
         assert_eq!(cache.resource_version(), 5);
@@ -736,22 +698,22 @@ mod tests {
 
     #[tokio::test]
     async fn expired_errors_and_bad_resource_versions_break_the_watch() {
-        let (f, _stop) = follower();
-        let mut applied = Some(1);
+        let (f, mut w, _stop) = follower();
+        let mut applied = 1;
         let gone = Bytes::from_static(
             br#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old"}}"#,
         );
         assert!(matches!(
-            f.apply_lines(&[gone], &mut applied),
-            Err(Broken::Expired)
+            f.apply_lines(&[gone], &mut w, &mut applied),
+            Err(Break::Expired(_))
         ));
         let bad = frame("ADDED", "a", "12abc");
-        match f.apply_lines(&[bad], &mut applied) {
-            Err(Broken::Failed(m)) => assert!(m.contains("\"12abc\""), "{m}"),
+        match f.apply_lines(&[bad], &mut w, &mut applied) {
+            Err(Break::Failed { why, .. }) => assert!(why.contains("\"12abc\""), "{why}"),
             other => panic!("{other:?}"),
         }
         // Nothing was applied by either.
-        assert_eq!((applied, f.cache.resource_version()), (Some(1), 1));
+        assert_eq!((applied, f.cache.resource_version()), (1, 1));
         assert!(names(&f).await.is_empty());
     }
 }

@@ -1,0 +1,105 @@
+//! [`CacheWriter`]: the one handle that changes a cache. It is made with the cache
+//! ([`Cache::new`]) and is not `Clone`, so "one feeder per cache" is a property of the types, not
+//! of prose: whoever holds it is the only one who can apply, resync, report progress or move the
+//! cache's readiness. A [`Resync`] borrows it mutably, so nothing is applied while a relist is
+//! being read.
+//!
+//! Dropping the writer leaves the cache as it is (readers keep reading); a cache that was not ready
+//! then never becomes ready, and [`Cache::wait_ready`] says so instead of waiting forever.
+
+use crate::cache::resync::Resync;
+use crate::cache::state::{Change, OutOfOrder};
+use crate::cache::{Cache, Upstream};
+use std::sync::Arc;
+
+/// The writer of one [`Cache`]: the feeder's handle (see the module docs). Not `Clone`.
+pub struct CacheWriter {
+    cache: Cache,
+}
+
+impl std::fmt::Debug for CacheWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheWriter")
+            .field("resource", &self.cache.definition().plural)
+            .finish()
+    }
+}
+
+impl Drop for CacheWriter {
+    fn drop(&mut self) {
+        self.cache.shared.abandon();
+    }
+}
+
+impl CacheWriter {
+    pub(crate) fn new(cache: Cache) -> CacheWriter {
+        CacheWriter { cache }
+    }
+
+    /// The cache this writer feeds, as its readers see it (decoding, revision, reads).
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// Sets the upstream the cache's consistent reads consult (see [`Cache::set_upstream`]).
+    pub fn set_upstream(&self, upstream: Arc<dyn Upstream>) {
+        self.cache.set_upstream(upstream);
+    }
+
+    /// Applies the changes of one revision: store, indexes, history, and fan-out to watchers.
+    /// A deletion of an unknown key is ignored.
+    ///
+    /// # Errors
+    /// [`OutOfOrder`] when `rv` is not above the cache's revision; nothing is applied.
+    pub fn apply(
+        &mut self,
+        rv: u64,
+        changes: impl IntoIterator<Item = Change>,
+    ) -> Result<(), OutOfOrder> {
+        self.cache.shared.apply(rv, changes)
+    }
+
+    /// Records that the upstream has no changes up to `rv` (etcd progress notification): readers
+    /// waiting for `rv` proceed and bookmarks may carry it.
+    pub fn progress(&mut self, rv: u64) {
+        self.cache.shared.progress(rv);
+    }
+
+    /// Starts a resync to the upstream's full state at revision `rv`: the initial sync, or a relist
+    /// after a compaction or an unrecoverable watch break. Feed it page by page, then
+    /// [`finish`](Resync::finish) it.
+    pub fn resync(&mut self, rv: u64) -> Resync<'_> {
+        Resync::new(&self.cache.shared, rv)
+    }
+
+    /// Marks the cache not ready (reads answer 429 with a Retry-After that grows with the downtime),
+    /// e.g. while its upstream is unavailable. A finished [`Resync`] or
+    /// [`set_ready`](CacheWriter::set_ready) makes it ready again. Has no effect unless the cache
+    /// is ready (before the initial sync finished, say); returns whether it had one.
+    pub fn set_not_ready(&mut self, why: impl Into<String>) -> bool {
+        self.cache.shared.set_not_ready(why.into())
+    }
+
+    /// Marks the cache ready again, after [`set_not_ready`](CacheWriter::set_not_ready), when the
+    /// upstream recovered without a relist. Returns whether it had an effect.
+    pub fn set_ready(&mut self) -> bool {
+        self.cache.shared.set_ready()
+    }
+
+    /// The upstream does not serve this resource (it answered its collection with 404: a custom
+    /// resource whose CRD is not installed). The cache is not ready, but a server does not wait
+    /// for it (`/readyz` leaves it out, proxy mode forwards its requests); the next finished
+    /// [`resync`](CacheWriter::resync) makes it ready. Returns whether it was not absent before.
+    pub fn set_absent(&mut self) -> bool {
+        self.cache.shared.set_absent()
+    }
+
+    /// The upstream's history was replaced: its revision went backwards (etcd wiped, or restored
+    /// from a backup, on the same URL). Positions no longer mean anything, so every watcher ends
+    /// with 410 Expired (clients relist), the store and history are emptied, and the cache is not
+    /// ready until the next [`resync`](CacheWriter::resync) finishes, which loads the upstream's
+    /// state at its own, possibly lower, revision.
+    pub fn reset(&mut self, why: impl Into<String>) {
+        self.cache.shared.reset(why.into());
+    }
+}

@@ -1,0 +1,247 @@
+//! One follower driver for every upstream: the single watch behind a cache, kept alive.
+//!
+//! The algorithm (initial sync by WatchList or paged list, watch, resume after a break, relist
+//! on 410 or compaction, reset when the upstream's history was replaced, backoff with jitter,
+//! readiness through the grace period, the WatchList fallback) is one state machine
+//! ([`machine`], pure, tested transition by transition). This file carries out its actions; an
+//! upstream supplies only its [`Source`]: how to sync, how to open a watch from a revision, how
+//! to follow it, and what each way of breaking means ([`Break`]).
+//!
+//! The driver owns the cache's one [`CacheWriter`]: nothing else changes the cache.
+//!
+//! ## Invariants
+//! - `applied` (passed to [`Source::follow`]) is the revision the cache holds every change up
+//!   to; a watch is only ever opened after it, so no change is skipped or applied twice.
+//! - No lock is held here; the cache's own lock is taken inside the writer's calls.
+
+pub(crate) mod machine;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::cache::CacheWriter;
+use crate::upstream::backoff;
+use machine::{Action, Effect, Input, Machine};
+pub(crate) use machine::{Break, Policy, SyncMode, WatchListUse};
+
+/// While paused, how often the grace period is checked.
+const TICK: Duration = Duration::from_millis(500);
+
+/// A finished sync.
+pub(crate) struct Synced<W> {
+    /// The revision of the state read.
+    pub rv: u64,
+    /// A WatchList's response, which carries on as the watch after its initial events.
+    pub watch: Option<W>,
+}
+
+/// What an upstream supplies to be followed: its side of the sync and of the watch.
+///
+/// Every method returns when shutdown is asked for (`shutdown` changes or its sender is
+/// dropped), with [`Break::Shutdown`].
+pub(crate) trait Source: Send {
+    /// An open watch.
+    type Watch: Send;
+
+    /// The upstream's name in logs and not-ready reasons ("etcd", "API server").
+    const NAME: &'static str;
+
+    /// Reads the full state into a [`resync`](CacheWriter::resync) of the cache and finishes it.
+    fn sync(
+        &mut self,
+        writer: &mut CacheWriter,
+        mode: SyncMode,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> impl Future<Output = Result<Synced<Self::Watch>, Break>> + Send;
+
+    /// Opens a watch of the changes after `from`; returns once the upstream confirmed it.
+    fn open(
+        &mut self,
+        from: u64,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> impl Future<Output = Result<Self::Watch, Break>> + Send;
+
+    /// Applies the watch's changes until it breaks, moving `applied` with them.
+    fn follow(
+        &mut self,
+        watch: Self::Watch,
+        writer: &mut CacheWriter,
+        applied: &mut u64,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> impl Future<Output = Break> + Send;
+}
+
+/// What the driver needs besides the source.
+pub(crate) struct Follow {
+    pub policy: Policy,
+    pub watch_list: WatchListUse,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Follows `source` into the cache of `writer` until shutdown.
+pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follow: Follow) {
+    let Follow {
+        policy,
+        watch_list,
+        mut shutdown,
+    } = follow;
+    let plural = writer.cache().definition().plural.clone();
+    let mut machine = Machine::new(policy, watch_list);
+    let mut action = machine.start();
+    let mut open: Option<S::Watch> = None;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        // A WatchList that falls back to LIST is no failure: logged as the fallback only.
+        let mut fallback = false;
+        let input = match action {
+            Action::Sync(mode) => match source.sync(&mut writer, mode, &mut shutdown).await {
+                Ok(Synced { rv, watch }) => {
+                    let streaming = watch.is_some();
+                    open = watch;
+                    Input::Synced { rv, streaming }
+                }
+                Err(why) => {
+                    if mode == SyncMode::WatchList && machine.watch_list() == WatchListUse::Try {
+                        fallback = log_watch_list_fallback(&plural, S::NAME, &why);
+                    }
+                    Input::Broke { applied: None, why }
+                }
+            },
+            Action::Watch { from } => match source.open(from, &mut shutdown).await {
+                Ok(w) => {
+                    open = Some(w);
+                    Input::Opened
+                }
+                Err(why) => Input::Broke {
+                    applied: Some(from),
+                    why,
+                },
+            },
+            Action::Follow { from } => {
+                let mut applied = from;
+                let why = match open.take() {
+                    Some(w) => {
+                        source
+                            .follow(w, &mut writer, &mut applied, &mut shutdown)
+                            .await
+                    }
+                    None => Break::Relist("no open watch to follow".into()),
+                };
+                Input::Broke {
+                    applied: Some(applied),
+                    why,
+                }
+            }
+            Action::Pause { max } => {
+                pause(&machine, &mut writer, max, &mut shutdown, &plural, S::NAME).await
+            }
+            Action::Wait(how_long) => {
+                tokio::select! {
+                    _ = shutdown.changed() => Input::Broke { applied: None, why: Break::Shutdown },
+                    () = tokio::time::sleep(how_long) => Input::Resumed,
+                }
+            }
+            Action::Stop => return,
+        };
+        if !fallback {
+            log_input(&plural, S::NAME, &input, &machine);
+        }
+        let step = machine.step(input, Instant::now());
+        if let Some(effect) = step.effect {
+            carry_out(effect, &mut writer, &plural, S::NAME, &policy);
+        }
+        action = step.action;
+    }
+}
+
+/// Sleeps up to `max` (full jitter), checking the grace period meanwhile.
+async fn pause(
+    machine: &Machine,
+    writer: &mut CacheWriter,
+    max: Duration,
+    shutdown: &mut watch::Receiver<bool>,
+    plural: &str,
+    upstream: &str,
+) -> Input {
+    let until = tokio::time::Instant::now() + backoff::jitter(max);
+    loop {
+        let tick = tokio::time::sleep_until(until.min(tokio::time::Instant::now() + TICK));
+        tokio::select! {
+            _ = shutdown.changed() => {
+                return Input::Broke { applied: None, why: Break::Shutdown };
+            }
+            _ = tick => {}
+        }
+        if let Some(effect) = machine.tick(Instant::now()) {
+            carry_out(effect, writer, plural, upstream, machine.policy());
+        }
+        if tokio::time::Instant::now() >= until {
+            return Input::Resumed;
+        }
+    }
+}
+
+fn carry_out(
+    effect: Effect,
+    writer: &mut CacheWriter,
+    plural: &str,
+    upstream: &str,
+    policy: &Policy,
+) {
+    match effect {
+        Effect::Recovered { down_for } => {
+            if let Some(after) = down_for {
+                info!(resource = %plural, ?after, "{upstream} watch resumed");
+            }
+            writer.set_ready();
+        }
+        Effect::NotReady(why) => {
+            if writer.set_not_ready(why) {
+                warn!(resource = %plural, grace = ?policy.grace, "{upstream} unavailable past the grace period; not ready");
+            }
+        }
+        Effect::Reset(why) => writer.reset(why),
+        Effect::Absent(why) => {
+            if writer.set_absent() {
+                warn!(resource = %plural, error = %why, retry = ?policy.absent_retry, "the {upstream} does not serve this resource; not waited for (its requests go to the upstream), asked again");
+            }
+        }
+    }
+}
+
+/// Logs a failed WatchList that falls back to LIST; whether it does.
+fn log_watch_list_fallback(plural: &str, upstream: &str, why: &Break) -> bool {
+    match why {
+        Break::Shutdown | Break::Replaced(_) | Break::Absent(_) => return false,
+        Break::NoInitialEventsEnd => {
+            info!(resource = %plural, "the {upstream} does not do WatchList; using LIST then watch")
+        }
+        other => {
+            warn!(resource = %plural, error = ?other, for_good = other.refuses_watch_list(), "WatchList failed; falling back to LIST then watch")
+        }
+    }
+    true
+}
+
+fn log_input(plural: &str, upstream: &str, input: &Input, machine: &Machine) {
+    let Input::Broke { applied, why } = input else {
+        return;
+    };
+    match why {
+        Break::Ended => debug!(resource = %plural, "watch timed out; reopening"),
+        Break::Expired(e) => {
+            warn!(resource = %plural, from = ?applied, error = %e, "watch position expired; relisting")
+        }
+        Break::Relist(why) => warn!(resource = %plural, rv = ?applied, %why, "relisting"),
+        Break::Failed { why, .. } => {
+            let down_for = machine.down_for(Instant::now()).unwrap_or_default();
+            warn!(resource = %plural, error = %why, ?down_for, "{upstream} unavailable; retrying")
+        }
+        Break::Replaced(_) | Break::NoInitialEventsEnd | Break::Absent(_) | Break::Shutdown => {}
+    }
+}

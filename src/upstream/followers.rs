@@ -1,0 +1,91 @@
+//! `Followers`: the caches of one upstream, one per resource, each fed by its own follower task
+//! (the driver of `follow/`), and their common shutdown. What the etcd and API server upstreams
+//! share of "connect": the duplicate check, the task per cache, the lookups, the shutdown.
+
+use std::collections::BTreeMap;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use crate::cache::{Cache, CacheConfig, CacheWriter};
+use crate::model::ResourceDef;
+use crate::upstream::follow::{self, Follow, Policy, Source, WatchListUse};
+
+/// Caches followed on one upstream.
+pub(crate) struct Followers {
+    caches: BTreeMap<String, Cache>,
+    tasks: Vec<JoinHandle<()>>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Followers {
+    pub fn new() -> Followers {
+        Followers {
+            caches: BTreeMap::new(),
+            tasks: Vec::new(),
+            shutdown: watch::Sender::new(false),
+        }
+    }
+
+    /// A new cache for `def`, registered under its resource name.
+    ///
+    /// # Errors
+    /// The resource name, when a cache of that name exists already.
+    pub fn add(
+        &mut self,
+        def: ResourceDef,
+        config: &CacheConfig,
+    ) -> Result<(Cache, CacheWriter), String> {
+        let name = def.resource_name();
+        if self.caches.contains_key(&name) {
+            return Err(name);
+        }
+        let (cache, writer) = Cache::new(def, config.clone());
+        self.caches.insert(name, cache.clone());
+        Ok((cache, writer))
+    }
+
+    /// Starts following `source` into the cache of `writer`, on its own task.
+    pub fn spawn<S: Source + 'static>(
+        &mut self,
+        source: S,
+        writer: CacheWriter,
+        policy: Policy,
+        watch_list: WatchListUse,
+    ) {
+        let follow = Follow {
+            policy,
+            watch_list,
+            shutdown: self.shutdown.subscribe(),
+        };
+        self.tasks
+            .push(tokio::spawn(follow::run(source, writer, follow)));
+    }
+
+    pub fn cache(&self, name: &str) -> Option<&Cache> {
+        self.caches.get(name)
+    }
+
+    pub fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
+        self.caches.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.caches.len()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.caches.keys().map(String::as_str)
+    }
+
+    /// Stops every follower and waits for them.
+    pub async fn shutdown(self) {
+        self.shutdown.send_replace(true);
+        for t in self.tasks {
+            if let Err(e) = t.await {
+                warn!(error = %e, "follower task failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! A per-node pod cache in a controller pinned to Kubernetes 1.33: it only has to build.
+
+use k8s_openapi::api::core::v1::Pod;
+use watchcache::kube::{KubeCache, definition_for};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let client = kube::Client::try_default().await?;
+    let def = definition_for::<Pod>(&[("spec.nodeName", true)])?;
+    let pods: KubeCache<Pod> = KubeCache::start(client, def).await?;
+    let on_node = pods.by_index("spec.nodeName", "node-7")?;
+    println!("{} pods on node-7", on_node.len());
+    Ok(())
+}
