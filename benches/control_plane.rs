@@ -73,23 +73,6 @@ fn clock_ticks() -> f64 {
     })
 }
 
-fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-                && labels.iter().all(|want| l.contains(want))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-async fn kas_metric(kas: &KubeApiserver, name: &str, labels: &[&str]) -> f64 {
-    let (code, body) = kas.get("/metrics").await;
-    assert_eq!(code, 200, "{body}");
-    metric(&body, name, labels)
-}
-
 /// What one pod went through, as the observer saw it.
 #[derive(Default)]
 struct Seen {
@@ -162,7 +145,9 @@ async fn run(set_up: SetUp, nodes: usize, pods: usize) -> Report {
         ca: &kas.pki.ca.cert_file,
     };
     let dir = kas.dir.path();
-    let lists_at_start = kas_metric(&kas, "apiserver_request_total", &["verb=\"LIST\""]).await;
+    let lists_at_start = kas
+        .metric("apiserver_request_total", &["verb=\"LIST\""])
+        .await;
     let mut kcm = controller_manager(&kas.pki, target, dir);
     let mut sched = scheduler(&kas.pki, target, dir);
     let mut hollow = hollow_nodes(&kas.pki, target, dir, "hollow", nodes);
@@ -276,9 +261,13 @@ async fn run(set_up: SetUp, nodes: usize, pods: usize) -> Report {
     observer.abort();
     let (kas_cpu1, kas_rss) = cpu_and_rss(kas.proc.pid().expect("kube-apiserver pid"));
     let (wc_cpu1, wc_rss) = wc_pid.map_or((0.0, 0), cpu_and_rss);
-    let watches = kas_metric(&kas, "apiserver_longrunning_requests", &["verb=\"WATCH\""]).await;
-    let lists =
-        kas_metric(&kas, "apiserver_request_total", &["verb=\"LIST\""]).await - lists_at_start;
+    let watches = kas
+        .metric("apiserver_longrunning_requests", &["verb=\"WATCH\""])
+        .await;
+    let lists = kas
+        .metric("apiserver_request_total", &["verb=\"LIST\""])
+        .await
+        - lists_at_start;
 
     let mut start: Vec<Duration> = seen
         .values()

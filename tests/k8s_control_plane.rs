@@ -24,24 +24,6 @@ use support::kubectl::{Kubectl, must};
 /// The hollow nodes of the proxy-mode run (the floor).
 const NODES: usize = 50;
 
-/// The sum of a Prometheus metric's samples whose labels contain every `label="value"` given.
-fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-                && labels.iter().all(|want| l.contains(want))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-async fn metrics(kas: &KubeApiserver) -> String {
-    let (code, body) = kas.get("/metrics").await;
-    assert_eq!(code, 200, "{body}");
-    body
-}
-
 /// Watches kube-apiserver holds open on `resource` lastingly: the fewest in five samples a
 /// second apart (watchcache's progress probes are 3-second watches of their own).
 async fn lasting_watches_on(kas: &KubeApiserver, resource: &str) -> f64 {
@@ -55,25 +37,18 @@ async fn lasting_watches_on(kas: &KubeApiserver, resource: &str) -> f64 {
 
 /// Watches kube-apiserver holds open on `resource` (core group), from anyone.
 async fn watches_on(kas: &KubeApiserver, resource: &str) -> f64 {
-    let text = metrics(kas).await;
-    metric(
-        &text,
+    let resource = format!("resource=\"{resource}\"");
+    kas.metric(
         "apiserver_longrunning_requests",
-        &[
-            &format!("resource=\"{resource}\""),
-            "verb=\"WATCH\"",
-            "group=\"\"",
-        ],
+        &[&resource, "verb=\"WATCH\"", "group=\"\""],
     )
+    .await
 }
 
 /// LIST requests kube-apiserver has served, all resources.
 async fn lists_served(kas: &KubeApiserver) -> f64 {
-    metric(
-        &metrics(kas).await,
-        "apiserver_request_total",
-        &["verb=\"LIST\""],
-    )
+    kas.metric("apiserver_request_total", &["verb=\"LIST\""])
+        .await
 }
 
 fn json(out: &std::process::Output) -> Value {
@@ -114,6 +89,28 @@ async fn wait_pods(
         },
     )
     .await
+}
+
+/// A namespace `team` with a Deployment `api` of `replicas` pods, all Running and Ready.
+async fn team_deployment(k: &Kubectl, replicas: usize, limit: Duration, procs: &mut [&mut Proc]) {
+    must(
+        &k.run(&["create", "namespace", "team"]).await,
+        "create namespace",
+    );
+    must(
+        &k.run(&[
+            "create",
+            "deployment",
+            "api",
+            "-n",
+            "team",
+            "--image=registry.k8s.io/pause:3.10",
+            &format!("--replicas={replicas}"),
+        ])
+        .await,
+        "create deployment in team",
+    );
+    wait_pods(k, "team", "api", replicas, None, limit, procs).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,24 +259,7 @@ async fn a_control_plane_and_50_kubelets_run_through_watchcache_in_proxy_mode() 
 
     // A namespace with a Deployment, deleted: its pods go (gracefully, by their kubelets), its
     // ReplicaSet and Deployment by the garbage collector, and the namespace itself.
-    must(
-        &k.run(&["create", "namespace", "team"]).await,
-        "create namespace",
-    );
-    must(
-        &k.run(&[
-            "create",
-            "deployment",
-            "api",
-            "-n",
-            "team",
-            "--image=registry.k8s.io/pause:3.10",
-            "--replicas=10",
-        ])
-        .await,
-        "create deployment in team",
-    );
-    wait_pods(&k, "team", "api", 10, None, limit, &mut procs).await;
+    team_deployment(&k, 10, limit, &mut procs).await;
     must(
         &k.run(&["delete", "namespace", "team", "--wait=false"])
             .await,
@@ -386,24 +366,7 @@ async fn the_recommended_set_up_reads_the_clusters_etcd_and_forwards_writes() {
         "scale down",
     );
     wait_pods(&k, "default", "web", 5, None, limit, &mut procs).await;
-    must(
-        &k.run(&["create", "namespace", "team"]).await,
-        "create namespace",
-    );
-    must(
-        &k.run(&[
-            "create",
-            "deployment",
-            "api",
-            "-n",
-            "team",
-            "--image=registry.k8s.io/pause:3.10",
-            "--replicas=3",
-        ])
-        .await,
-        "create deployment in team",
-    );
-    wait_pods(&k, "team", "api", 3, None, limit, &mut procs).await;
+    team_deployment(&k, 3, limit, &mut procs).await;
     must(
         &k.run(&["delete", "namespace", "team", "--timeout=240s"])
             .await,

@@ -348,19 +348,13 @@ pub(crate) fn list(
             // The FlowSchema printer lists them in matching order (`FlowSchemaSequence`:
             // matchingPrecedence, then name); every other printer keeps the list's order.
             if def.group == "flowcontrol.apiserver.k8s.io" && def.kind == "FlowSchema" {
-                parsed.sort_by(|(a, _), (b, _)| {
-                    let precedence = |o: &Value| {
-                        o.pointer("/spec/matchingPrecedence")
-                            .and_then(Value::as_i64)
-                            .unwrap_or(0)
-                    };
-                    let name = |o: &Value| {
-                        o.pointer("/metadata/name")
-                            .and_then(Value::as_str)
-                            .map(str::to_owned)
-                            .unwrap_or_default()
-                    };
-                    (precedence(a), name(a)).cmp(&(precedence(b), name(b)))
+                parsed.sort_by_cached_key(|(o, _)| {
+                    let precedence = o.pointer("/spec/matchingPrecedence");
+                    let name = o.pointer("/metadata/name").and_then(Value::as_str);
+                    (
+                        precedence.and_then(Value::as_i64).unwrap_or(0),
+                        name.unwrap_or_default().to_owned(),
+                    )
                 });
             }
             let rows: Vec<(Value, &[u8])> = parsed

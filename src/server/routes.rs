@@ -91,10 +91,10 @@ pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Respon
     // for a while after, that resource's consistent reads go there at once.
     let prefix = &target.served.cache.definition().prefix;
     let consistent = forward::is_consistent_read(req.uri());
-    if consistent && st.stalled.is_stalled(prefix) {
-        return forward::forward(&st, &**p, req).await;
-    }
-    if consistent && st.config.forward_consistent_gets && target.name.is_some() {
+    // So is a consistent GET of one object where the configuration says the upstream answers
+    // it as cheaply as the cache could prove itself fresh (proxy mode).
+    let upstreams_get = st.config.forward_consistent_gets && target.name.is_some();
+    if consistent && (upstreams_get || st.stalled.is_stalled(prefix)) {
         return forward::forward(&st, &**p, req).await;
     }
     // Local reads are GETs: they have no body to keep. A watch is never handed up: it would hold

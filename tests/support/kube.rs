@@ -498,6 +498,21 @@ impl KubeApiserver {
         );
     }
 
+    /// The sum of its Prometheus metric `name`'s samples whose labels contain every
+    /// `label="value"` given (from `/metrics`, as the admin).
+    pub async fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        let (code, text) = self.get("/metrics").await;
+        assert_eq!(code, 200, "{text}");
+        text.lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                    && labels.iter().all(|want| l.contains(want))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// GET as the admin: (status, body).
     pub async fn get(&self, path: &str) -> (u16, String) {
         https_get(

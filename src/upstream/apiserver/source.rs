@@ -426,6 +426,32 @@ mod tests {
         (f, writer, watch::Sender::new(false))
     }
 
+    /// A pods cache following the API server at `url` with the driver, its task, and the
+    /// sender that keeps it running.
+    fn following(
+        url: &str,
+        watch_list: WatchListUse,
+    ) -> (Cache, tokio::task::JoinHandle<()>, watch::Sender<bool>) {
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let (stop, shutdown) = watch::channel(false);
+        let f = ApiSource {
+            rest: Rest::new(client, cache.definition(), Duration::from_secs(2)),
+            cache: cache.clone(),
+            config: ApiServerConfig::default(),
+            progress: Arc::new(Notify::new()),
+        };
+        let follow = Follow {
+            policy: policy(),
+            watch_list,
+            shutdown,
+        };
+        (cache, tokio::spawn(follow::run(f, writer, follow)), stop)
+    }
+
     fn frame(kind: &str, name: &str, rv: &str) -> Bytes {
         Bytes::from(format!(
             r#"{{"type":"{kind}","object":{{"kind":"Pod","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}},"spec":{{"nodeName":"n1"}}}}}}"#
@@ -565,24 +591,7 @@ mod tests {
                 });
             }
         });
-        let (cache, writer) = Cache::new(
-            ResourceDef::builtin("pods").unwrap(),
-            CacheConfig::default(),
-        );
-        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
-        let (_stop, shutdown) = watch::channel(false);
-        let f = ApiSource {
-            rest: Rest::new(client, cache.definition(), Duration::from_secs(2)),
-            cache: cache.clone(),
-            config: ApiServerConfig::default(),
-            progress: Arc::new(Notify::new()),
-        };
-        let follow = Follow {
-            policy: policy(),
-            watch_list: WatchListUse::Try,
-            shutdown,
-        };
-        let task = tokio::spawn(follow::run(f, writer, follow));
+        let (cache, task, _stop) = following(&url, WatchListUse::Try);
         tokio::time::timeout(Duration::from_secs(5), cache.wait_ready())
             .await
             .expect("ready in time")
@@ -655,24 +664,7 @@ mod tests {
                 });
             }
         });
-        let (cache, writer) = Cache::new(
-            ResourceDef::builtin("pods").unwrap(),
-            CacheConfig::default(),
-        );
-        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
-        let (_stop, shutdown) = watch::channel(false);
-        let f = ApiSource {
-            rest: Rest::new(client, cache.definition(), Duration::from_secs(2)),
-            cache: cache.clone(),
-            config: ApiServerConfig::default(),
-            progress: Arc::new(Notify::new()),
-        };
-        let follow = Follow {
-            policy: policy(),
-            watch_list: WatchListUse::Off,
-            shutdown,
-        };
-        let task = tokio::spawn(follow::run(f, writer, follow));
+        let (cache, task, _stop) = following(&url, WatchListUse::Off);
         let deadline = Instant::now() + Duration::from_secs(5);
         while !cache.is_absent() {
             assert!(Instant::now() < deadline, "a 404 makes the cache absent");
