@@ -288,6 +288,9 @@ async fn a_tls_http11_watch_is_served_by_the_fast_path() {
     let ca = &pki.ca.cert_file;
     let (mut watch, head) = open_watch(&s.url, ca, "fieldSelector=spec.nodeName%3Dnode-1").await;
     assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    // TLS 1.3: the watch streams from the connection's sending half (server/sealed.rs), which
+    // closes after the watch.
+    assert!(head.contains("Connection: close\r\n"), "{head}");
     // hyper writes a date header; the fast path does not.
     assert!(
         !head.to_ascii_lowercase().contains("date:"),
@@ -316,6 +319,59 @@ async fn a_tls_http11_watch_is_served_by_the_fast_path() {
     assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
     read_until(&mut watch, "\"name\":\"b\"").await;
     assert!(connections(&s.url, ca, "http/1.1").await >= 3);
+}
+
+/// A watch handed down to its sending half (TLS 1.3) ends as any other: its last chunk, then a
+/// `close_notify` the client's TLS verifies; over TLS 1.2 rustls keeps the connection, which stays
+/// open for another request.
+#[tokio::test]
+async fn a_handed_down_tls_watch_ends_with_its_last_chunk_and_close_notify() {
+    let pki = pki();
+    let s = TestServer::start_tls(ServerConfig::default(), pki.tls()).await;
+    let ca = &pki.ca.cert_file;
+    let mut etcd = support::etcd::client(&[s.etcd.server.url()]).await;
+    put_rev(
+        &mut etcd,
+        &support::key("default", "a"),
+        support::pod("default", "a", "node-1", &[]),
+    )
+    .await;
+    let (mut watch, head) = open_watch(&s.url, ca, "timeoutSeconds=2&resourceVersion=0").await;
+    assert!(head.contains("Connection: close\r\n"), "{head}");
+    let mut rest = Vec::new();
+    // read_to_end fails on a close without close_notify (rustls' UnexpectedEof).
+    tokio::time::timeout(Duration::from_secs(10), watch.read_to_end(&mut rest))
+        .await
+        .expect("the watch ends by its timeout")
+        .expect("a clean close_notify");
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.contains("\"name\":\"a\""), "{rest}");
+    assert!(rest.ends_with("0\r\n\r\n"), "{rest}");
+
+    // TLS 1.2: not handed down; the connection serves a second request after the watch.
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut tls12 = connect(&s.url, Arc::new(config)).await.unwrap();
+    tls12
+        .write_all(b"GET /api/v1/pods?watch=1&timeoutSeconds=1&resourceVersion=0 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let first = read_until(&mut tls12, "0\r\n\r\n").await;
+    assert!(!first.contains("Connection: close"), "{first}");
+    tls12
+        .write_all(b"GET /api/v1/namespaces/default/pods/a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let second = read_until(&mut tls12, "\"name\":\"a\"").await;
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
 }
 
 /// Rewrites the serving files with `issued`'s (cert first, then key, as a careless operator might).
@@ -605,6 +661,44 @@ fn local_pki_is_made_once_and_its_kubeconfig_works_with_kubectl_and_python() {
         String::from_utf8_lossy(&py.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&py.stdout).trim(), "web");
+    // Watches over TLS 1.3 HTTP/1.1 stream from the connection's sending half
+    // (server/sealed.rs): Go's crypto/tls (kubectl, HTTP/2 off) and OpenSSL (the Python client)
+    // read its records to the watch's end.
+    let watched = Command::new(support::venv::bin("kubectl"))
+        .env("HOME", home.path())
+        .env("GODEBUG", "http2client=0")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/pods?watch=1&timeoutSeconds=2",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        watched.status.success(),
+        "{}",
+        String::from_utf8_lossy(&watched.stderr)
+    );
+    let out = String::from_utf8_lossy(&watched.stdout);
+    assert!(
+        out.contains("\"type\":\"ADDED\"") && out.contains("\"name\":\"web\""),
+        "{out}"
+    );
+    let script = "import sys\nfrom kubernetes import client, config, watch\nconfig.load_kube_config(config_file=sys.argv[1])\nprint(' '.join(e['type'] + ':' + e['object'].metadata.name for e in watch.Watch().stream(client.CoreV1Api().list_namespaced_pod, 'default', timeout_seconds=2)))\n";
+    let py = Command::new(support::venv::bin("python"))
+        .arg("-c")
+        .arg(script)
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&py.stdout).trim(), "ADDED:web");
     let printed = serve.stop();
     assert!(
         printed.contains("kubectl --kubeconfig"),

@@ -38,6 +38,10 @@ pub struct ServerConfig {
     /// upstream's next bookmark (seconds): one GET costs the upstream what that LIST costs, and
     /// kube-apiserver itself answers such a GET from etcd, not from its cache.
     pub forward_consistent_gets: bool,
+    /// A TLS 1.3 HTTP/1.1 connection whose first request is a watch keeps only its sending key
+    /// once the watch streams (`server/sealed.rs`): about 0.9 KB instead of rustls' 10 KB per
+    /// idle watch; the connection then closes when the watch ends.
+    pub tls_watch_hand_down: bool,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +58,7 @@ impl Default for ServerConfig {
             audit_log_path: None,
             request_timeout: Duration::from_secs(60),
             forward_consistent_gets: false,
+            tls_watch_hand_down: true,
         }
     }
 }

@@ -72,6 +72,7 @@ mod patch;
 mod proxy;
 mod response;
 mod routes;
+mod sealed;
 mod state;
 mod status;
 mod strategy;
@@ -103,7 +104,7 @@ pub use tls::{TlsConfig, TlsError};
 use conn::ConnInfo;
 use state::AppState;
 use tls::Tls;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use watch::fast_path::{self, FirstRequest};
 
 /// A running server's handle: ends every watch stream cleanly when stopped.
@@ -450,7 +451,15 @@ impl Connections {
                             debug!(error = %e, "HTTP/2 connection ended with an error");
                         }
                     } else {
-                        Box::pin(http1(stream, st, conn, router, http, watcher)).await;
+                        Box::pin(http1(
+                            sealed::TlsIo::Rustls(Box::new(stream)),
+                            st,
+                            conn,
+                            router,
+                            http,
+                            watcher,
+                        ))
+                        .await;
                     }
                 });
             }
@@ -486,7 +495,7 @@ async fn http1<S>(
     http: hyper::server::conn::http1::Builder,
     watcher: hyper_util::server::graceful::Watcher,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static + sealed::HandDown,
 {
     let prefix = match fast_path::first_request(&mut io, &st, &conn).await {
         Ok(FirstRequest::NotAWatch(bytes)) => bytes,
@@ -496,7 +505,11 @@ async fn http1<S>(
         }) => rest,
         Ok(FirstRequest::Served {
             keep_alive: false, ..
-        }) => return,
+        }) => {
+            // TLS says goodbye with close_notify (a handed-down watch's sending half too).
+            let _ = tokio::time::timeout(CLOSE_LINGER, io.shutdown()).await;
+            return;
+        }
         Ok(FirstRequest::Close) => return,
         Err(e) => return fast_path::log_io(&e),
     };
@@ -526,6 +539,9 @@ impl Drop for ConnectionSlot {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+/// How long a connection closing after its response is given to take the goodbye.
+const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
 /// How long a refused connection is given to send its request and read the answer.
 const REFUSE_LINGER: Duration = Duration::from_secs(1);

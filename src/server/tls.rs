@@ -273,6 +273,8 @@ fn build(config: &TlsConfig) -> Result<rustls::ServerConfig, TlsError> {
     server.send_tls13_tickets = 0;
     // No resumption cache either (kubelets and controllers reconnect rarely).
     server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    // A streaming watch's connection is handed down to its sending key (`sealed.rs`).
+    server.enable_secret_extraction = true;
     Ok(server)
 }
 

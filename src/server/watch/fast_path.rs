@@ -32,6 +32,7 @@ use tracing::debug;
 use crate::server::convert::{IncludeObject, WatchConverter};
 use crate::server::negotiate::{Fields, Format, WatchWire};
 use crate::server::params;
+use crate::server::sealed::HandDown;
 use crate::server::response::wants_gzip_value;
 use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
@@ -143,7 +144,7 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
 }
 
 /// Reads the first request head and serves it if it is a WATCH.
-pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     tcp: &mut S,
     st: &Arc<AppState>,
     conn: &ConnInfo,
@@ -214,7 +215,9 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin>(
             keep_alive: req.keep_alive,
         });
     };
-    let outcome = stream(tcp, &mut pump, req.gzip, wire).await?;
+    // Nothing of the request may be left unread in a connection handed down to its sending half.
+    let hand_down = st.config.tls_watch_hand_down && rest.is_empty();
+    let outcome = stream(tcp, &mut pump, req.gzip, wire, hand_down).await?;
     rest.extend(outcome.received);
     Ok(FirstRequest::Served {
         rest,
@@ -312,14 +315,23 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Streams a started watch's chunks until it ends or the client goes away.
-async fn stream<S: AsyncRead + AsyncWrite + Unpin>(
+/// With `hand_down`, a TLS 1.3 connection streams from its sending half only
+/// (`server/sealed.rs`) and closes after the watch.
+async fn stream<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     tcp: &mut S,
     pump: &mut WatchPump,
     gzip: bool,
     wire: Wire,
+    hand_down: bool,
 ) -> std::io::Result<Outcome> {
-    let done = |clean, received| Ok(Outcome { clean, received });
-    write_head(tcp, gzip, wire).await?;
+    let sealed = hand_down && tcp.hand_down();
+    let done = |clean: bool, received| {
+        Ok(Outcome {
+            clean: clean && !sealed,
+            received,
+        })
+    };
+    write_head(tcp, gzip, wire, sealed).await?;
     let mut received = Vec::new();
     let mut probe = [0u8; 256];
     loop {
@@ -348,14 +360,16 @@ async fn write_head<S: AsyncWrite + Unpin>(
     tcp: &mut S,
     gzip: bool,
     wire: Wire,
+    close: bool,
 ) -> std::io::Result<()> {
     let enc = if gzip {
         "Content-Encoding: gzip\r\n"
     } else {
         ""
     };
+    let close = if close { "Connection: close\r\n" } else { "" };
     let head = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: {}\r\n{enc}Transfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Type: {}\r\n{enc}{close}Transfer-Encoding: chunked\r\n\r\n",
         wire.content_type()
     );
     tcp.write_all(head.as_bytes()).await?;
