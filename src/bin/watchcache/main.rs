@@ -60,6 +60,10 @@ struct BenchArgs {
     /// `--model kubelet`: each node renews its Lease once per this many seconds.
     #[arg(long, default_value_t = 10.0)]
     lease_period: f64,
+    /// `--model kubelet`: the etcd binary to run (kube-apiserver 1.35 needs 3.5.13+); default:
+    /// target/etcd/v3.6.16/etcd when it is there (the tests' etcd), else `etcd` from PATH.
+    #[arg(long, value_name = "FILE")]
+    etcd_binary: Option<PathBuf>,
     /// `--model kubelet`: kube-apiserver 1.35's binary.
     #[arg(long, value_name = "FILE", default_value = "target/k8s/v1.35.4/kube-apiserver")]
     kube_apiserver: PathBuf,
@@ -656,6 +660,10 @@ async fn kubelets(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         delivery_grace: std::time::Duration::from_secs(30),
         progress: true,
         etcd_data_dir: args.etcd_data_dir,
+        etcd_binary: args.etcd_binary.or_else(|| {
+            let tests = PathBuf::from("target/etcd/v3.6.16/etcd");
+            tests.exists().then_some(tests)
+        }),
     };
     let run = bench::kubelet::run(cfg).await?;
     print!("{}", bench::kubelet::table(&run));

@@ -70,6 +70,9 @@ pub struct KubeletConfig {
     pub progress: bool,
     /// Where the run's etcd keeps its data; default: the system temp dir.
     pub etcd_data_dir: Option<PathBuf>,
+    /// The etcd to run (kube-apiserver 1.35 needs 3.5.13+ for its watch cache's progress
+    /// requests); `None`: `etcd` from PATH.
+    pub etcd_binary: Option<PathBuf>,
 }
 
 /// The Accept header of a kubelet's watches.
@@ -94,9 +97,11 @@ pub async fn run(cfg: KubeletConfig) -> Result<KubeletRun, String> {
     ));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let _cleanup = RemoveOnDrop(dir.clone());
-    let etcd = LocalEtcd::start(&dir.join("etcd"))
-        .await
-        .map_err(|e| e.to_string())?;
+    let etcd = match &cfg.etcd_binary {
+        Some(b) => LocalEtcd::start_binary(b, &dir.join("etcd")).await,
+        None => LocalEtcd::start(&dir.join("etcd")).await,
+    }
+    .map_err(|e| e.to_string())?;
     let endpoint = etcd.url();
     let client = etcd_client::Client::connect([endpoint.as_str()], None)
         .await
@@ -290,7 +295,11 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
             WatchPath::LabelPods => (
                 history
                     .iter()
-                    .filter(|h| h.id as usize % cfg.nodes == s.node)
+                    .filter(|h| {
+                        let id = h.id as usize;
+                        id % cfg.nodes == s.node
+                            && id % objects::NAMESPACES == s.node % objects::NAMESPACES
+                    })
                     .map(|h| (h.rev, h.id))
                     .collect(),
                 &mut label_path,
@@ -533,6 +542,7 @@ async fn watcher(
             match ev.kind {
                 b"ADDED" | b"MODIFIED" | b"DELETED" => {}
                 b"ERROR" => {
+                    warn!(url, frame = %frame.escape_ascii(), "watch ERROR event");
                     rec.errors.fetch_add(1, Ordering::Relaxed);
                     return;
                 }

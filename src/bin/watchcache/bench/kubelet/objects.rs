@@ -6,9 +6,11 @@
 //! pod `static-N` bound to it that never changes and references its ConfigMaps `cm-N-k` and
 //! Secrets `sec-N-k` (volumes) and `kube-root-ca.crt` (a projected volume): the Node authorizer
 //! lets a node read only what a pod bound to it references. Shared: the namespaces, Services,
-//! Endpoints, EndpointSlices, a NetworkPolicy, a RuntimeClass, a CSIDriver, and the ClusterRole
-//! and binding that give `system:nodes` what kube-proxy's role gives it (endpoints,
-//! endpointslices, namespaces, networkpolicies) plus listing pods by label: the label-routed path.
+//! Endpoints, EndpointSlices, a NetworkPolicy, a RuntimeClass, a CSIDriver, the ClusterRole and
+//! binding that give `system:nodes` what kube-proxy's role gives it (endpoints, endpointslices,
+//! namespaces, networkpolicies), and, for the label-routed path, listing pods in the bench
+//! namespaces (RoleBindings, not a ClusterRoleBinding: a node still may not list pods across the
+//! cluster, so its watch of another node's pods stays 403).
 
 use etcd_client::{Client, Txn, TxnOp};
 use indicatif::ProgressBar;
@@ -25,7 +27,8 @@ const SERVICES: usize = 10;
 pub enum Path {
     /// `fieldSelector=spec.nodeName=node-N`: upstream's one trigger.
     NodePods,
-    /// `labelSelector=app=app-N`: each churned pod carries `app=app-{id % nodes}`.
+    /// `labelSelector=app=app-N` in namespace `bench-{N % 16}`: each churned pod carries
+    /// `app=app-{id % nodes}` and lives in `bench-{id % 16}`.
     LabelPods,
     /// Everything else a kubelet and kube-proxy watch: opened, authorized, idle during the churn.
     Other,
@@ -105,7 +108,7 @@ pub fn watches(n: usize, count: usize) -> Vec<Watch> {
                     Path::NodePods,
                 ),
                 Kind::LabelPods => (
-                    format!("/api/v1/pods?labelSelector=app%3Dapp-{n}"),
+                    format!("/api/v1/namespaces/{ns}/pods?labelSelector=app%3Dapp-{n}"),
                     Path::LabelPods,
                 ),
                 Kind::Node => (
@@ -327,7 +330,7 @@ fn shared_objects() -> Vec<(String, String)> {
     out.push((
         "/registry/clusterroles/bench:node-extras".to_owned(),
         format!(
-            r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole",{},"rules":[{{"verbs":["list","watch"],"apiGroups":[""],"resources":["pods","endpoints","namespaces"]}},{{"verbs":["list","watch"],"apiGroups":["discovery.k8s.io"],"resources":["endpointslices"]}},{{"verbs":["list","watch"],"apiGroups":["networking.k8s.io"],"resources":["networkpolicies"]}}]}}"#,
+            r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole",{},"rules":[{{"verbs":["list","watch"],"apiGroups":[""],"resources":["endpoints","namespaces"]}},{{"verbs":["list","watch"],"apiGroups":["discovery.k8s.io"],"resources":["endpointslices"]}},{{"verbs":["list","watch"],"apiGroups":["networking.k8s.io"],"resources":["networkpolicies"]}}]}}"#,
             meta("bench:node-extras", None, 8_600_000)
         ),
     ));
@@ -338,6 +341,23 @@ fn shared_objects() -> Vec<(String, String)> {
             meta("bench:node-extras", None, 8_700_000)
         ),
     ));
+    out.push((
+        "/registry/clusterroles/bench:pods-by-label".to_owned(),
+        format!(
+            r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole",{},"rules":[{{"verbs":["list","watch"],"apiGroups":[""],"resources":["pods"]}}]}}"#,
+            meta("bench:pods-by-label", None, 8_800_000)
+        ),
+    ));
+    for i in 0..NAMESPACES {
+        let ns = format!("bench-{i}");
+        out.push((
+            format!("/registry/rolebindings/{ns}/bench:pods-by-label"),
+            format!(
+                r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding",{},"roleRef":{{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"bench:pods-by-label"}},"subjects":[{{"apiGroup":"rbac.authorization.k8s.io","kind":"Group","name":"system:nodes"}}]}}"#,
+                meta("bench:pods-by-label", Some(&ns), 8_900_000 + i)
+            ),
+        ));
+    }
     out
 }
 
