@@ -159,6 +159,8 @@ struct Streams {
     opened: AtomicUsize,
     forbidden: AtomicUsize,
     failed: AtomicUsize,
+    /// 429 answers (each retried).
+    too_many: AtomicU64,
     received: AtomicU64,
     /// Frames that did not read as a protobuf watch event.
     unreadable: AtomicU64,
@@ -327,6 +329,7 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         watches_opened: opened,
         watches_forbidden: counters.forbidden.load(Ordering::Relaxed),
         watches_failed: counters.failed.load(Ordering::Relaxed),
+        watch_429s: counters.too_many.load(Ordering::Relaxed),
         unreadable_frames: counters.unreadable.load(Ordering::Relaxed),
         stream_errors,
         other_events: counters.other_events.load(Ordering::Relaxed),
@@ -500,7 +503,19 @@ async fn watcher(
     counters: Arc<Streams>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut body = match client.get_accept(&url, Some(WATCH_ACCEPT)).await {
+    // A reflector retries a refused watch after a pause (client-go backs off from 800 ms); so do
+    // the kubelets here, for a minute, counting the 429s.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let answer = loop {
+        match client.get_accept(&url, Some(WATCH_ACCEPT)).await {
+            Ok((429, _)) if Instant::now() < deadline => {
+                counters.too_many.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(800 + fastrand::u64(0..800))).await;
+            }
+            other => break other,
+        }
+    };
+    let mut body = match answer {
         Ok((status, body)) if (200..300).contains(&status) => body,
         Ok((403, _)) => {
             counters.forbidden.fetch_add(1, Ordering::Relaxed);

@@ -64,6 +64,8 @@ pub struct KubeletReport {
     pub watches_forbidden: usize,
     /// Watches answered otherwise, or not at all.
     pub watches_failed: usize,
+    /// 429 answers to watch requests, each retried after 0.8–1.6 s (for at most a minute).
+    pub watch_429s: u64,
     /// Frames that were not protobuf watch events.
     pub unreadable_frames: u64,
     /// Streams that broke or carried an ERROR event.
@@ -139,9 +141,14 @@ pub fn table(run: &KubeletRun) -> String {
                 .collect(),
         ),
         (
-            "watches 403 / failed",
+            "watches 403 / failed / 429s",
             s.iter()
-                .map(|r| format!("{} / {}", r.watches_forbidden, r.watches_failed))
+                .map(|r| {
+                    format!(
+                        "{} / {} / {}",
+                        r.watches_forbidden, r.watches_failed, r.watch_429s
+                    )
+                })
                 .collect(),
         ),
         (
