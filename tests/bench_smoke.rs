@@ -150,7 +150,9 @@ fn the_kubelet_model_runs_at_smoke_size() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
     let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
-        .args(["bench", "--model", "kubelet", "--nodes", "20", "--pods", "200"])
+        .args([
+            "bench", "--model", "kubelet", "--nodes", "20", "--pods", "200",
+        ])
         .args(["--rate", "100", "--duration", "3", "--lease-period", "1"])
         .args(["--mode", "cache", "--json"])
         .arg(&json)
@@ -169,7 +171,12 @@ fn the_kubelet_model_runs_at_smoke_size() {
         side["watches_opened"], 360,
         "every node's 18 watches opened and authorized: {side}"
     );
-    for key in ["watches_forbidden", "watches_failed", "unreadable_frames", "stream_errors"] {
+    for key in [
+        "watches_forbidden",
+        "watches_failed",
+        "unreadable_frames",
+        "stream_errors",
+    ] {
         assert_eq!(side[key], 0, "{key}: {side}");
     }
     assert_eq!(
@@ -191,7 +198,10 @@ fn the_kubelet_model_runs_at_smoke_size() {
         side["lease_writes_per_sec"].as_f64().unwrap() > 10.0,
         "20 leases renewed every second: {side}"
     );
-    assert!(side["other_events"].as_u64().unwrap() > 0, "idle watches got their objects");
+    assert!(
+        side["other_events"].as_u64().unwrap() > 0,
+        "idle watches got their objects"
+    );
     for key in [
         "server_cpu_s",
         "etcd_cpu_s",

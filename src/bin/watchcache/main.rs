@@ -65,7 +65,11 @@ struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     etcd_binary: Option<PathBuf>,
     /// `--model kubelet`: kube-apiserver 1.35's binary.
-    #[arg(long, value_name = "FILE", default_value = "target/k8s/v1.35.4/kube-apiserver")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "target/k8s/v1.35.4/kube-apiserver"
+    )]
     kube_apiserver: PathBuf,
     /// Nodes; pods are spread over them.
     #[arg(long, default_value_t = 100)]

@@ -142,9 +142,7 @@ pub async fn run(cfg: BenchConfig) -> Result<Report, String> {
         ));
     }
     match cfg.mode {
-        Mode::KubeApiserver => {
-            Err("--mode kube-apiserver is for --model kubelet".into())
-        }
+        Mode::KubeApiserver => Err("--mode kube-apiserver is for --model kubelet".into()),
         Mode::Cache => Ok(Report::One(Box::new(run_mode(&cfg, Mode::Cache).await?))),
         Mode::DirectEtcd => Ok(Report::One(Box::new(
             run_mode(&cfg, Mode::DirectEtcd).await?,
@@ -332,7 +330,8 @@ async fn churn(cfg: &BenchConfig, stack: &Stack, w: &Watchers, start_rev: u64) -
     let cpu = |pid: Option<u32>| pid.and_then(procstat::cpu_seconds);
     let me = Some(std::process::id());
     let (client0, server0, etcd0) = (cpu(me), cpu(server_pid), cpu(etcd_pid));
-    let b = bar(cfg.progress,
+    let b = bar(
+        cfg.progress,
         (cfg.rate * cfg.duration.as_secs_f64()) as u64,
         "writing",
     );

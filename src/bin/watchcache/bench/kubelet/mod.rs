@@ -30,7 +30,7 @@ use watchcache::etcd::LocalEtcd;
 
 use super::http::Http;
 use super::load::{self, Churn, Received, Recorder};
-use super::{TlsMode, bar, pods, procstat, stack, verify};
+use super::{Latency, TlsMode, bar, pods, procstat, stack, verify};
 use objects::Path as WatchPath;
 pub use report::{KubeletReport, KubeletRun, table};
 pub use servers::Side;
@@ -86,10 +86,7 @@ pub async fn run(cfg: KubeletConfig) -> Result<KubeletRun, String> {
     if cfg.watches == 0 {
         return Err("--watches-per-node must be at least 1".into());
     }
-    let base = cfg
-        .etcd_data_dir
-        .clone()
-        .unwrap_or_else(std::env::temp_dir);
+    let base = cfg.etcd_data_dir.clone().unwrap_or_else(std::env::temp_dir);
     let dir = base.join(format!(
         "watchcache-kubelets-{}-{}",
         std::process::id(),
@@ -177,7 +174,12 @@ struct Stream {
 
 async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
     let cfg = ctx.cfg;
-    info!(side = side.name(), nodes = cfg.nodes, watches = cfg.watches, "kubelet model");
+    info!(
+        side = side.name(),
+        nodes = cfg.nodes,
+        watches = cfg.watches,
+        "kubelet model"
+    );
     // A second side starts from the same objects: the first side's churned pods go.
     ctx.client
         .kv_client()
@@ -234,8 +236,15 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
     };
     let rss_per_connection = per(rss0, rss1, connected);
     let rss_per_watch = per(rss1, rss2, counters.opened.load(Ordering::Relaxed));
-    info!(side = side.name(), connected, opened = counters.opened.load(Ordering::Relaxed),
-          forbidden = counters.forbidden.load(Ordering::Relaxed), ?rss_per_connection, ?rss_per_watch, "watches open");
+    info!(
+        side = side.name(),
+        connected,
+        opened = counters.opened.load(Ordering::Relaxed),
+        forbidden = counters.forbidden.load(Ordering::Relaxed),
+        ?rss_per_connection,
+        ?rss_per_watch,
+        "watches open"
+    );
 
     // The churn and the Leases, CPU measured over them and the delivery.
     let cpu = |pid: Option<u32>| pid.and_then(procstat::cpu_seconds);
@@ -247,7 +256,11 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         cfg.lease_period,
         cfg.duration,
     ));
-    let b = bar_of(cfg, (cfg.rate * cfg.duration.as_secs_f64()) as u64, "writing");
+    let b = bar_of(
+        cfg,
+        (cfg.rate * cfg.duration.as_secs_f64()) as u64,
+        "writing",
+    );
     let began = Instant::now();
     let sent = load::churn(
         &ctx.client,
@@ -258,7 +271,10 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
     )
     .await;
     b.finish_and_clear();
-    let wrote_for = cfg.duration.as_secs_f64().min(began.elapsed().as_secs_f64());
+    let wrote_for = cfg
+        .duration
+        .as_secs_f64()
+        .min(began.elapsed().as_secs_f64());
     let lease_writes = leases.await.unwrap_or(0);
     let deadline = Instant::now() + cfg.delivery_grace;
     let mut last = (counters.received.load(Ordering::Relaxed), Instant::now());
@@ -310,10 +326,11 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         };
         let got = s.rec.events.lock();
         figures.watches += 1;
-        let latencies = &mut figures.latencies;
+        let (latencies, after_ack) = (&mut figures.latencies, &mut figures.after_ack);
         let t = verify::tally(&got, &expected, end_rev, |rev, at| {
-            if let Some(&(sent, _)) = sent.get(&rev) {
+            if let Some(&(sent, ack)) = sent.get(&rev) {
                 latencies.push(at.saturating_sub(sent) as f64 / 1000.0);
+                after_ack.push(at.saturating_sub(ack) as f64 / 1000.0);
             }
         });
         figures.tally += t;
@@ -335,6 +352,12 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         other_events: counters.other_events.load(Ordering::Relaxed),
         cross_node_watch_status: cross_node,
         pod_writes_per_sec: sent.len() as f64 / wrote_for.max(1e-3),
+        etcd_write_ms: Latency::of(
+            &mut sent
+                .values()
+                .map(|(s, a)| a.saturating_sub(*s) as f64 / 1000.0)
+                .collect::<Vec<_>>(),
+        ),
         lease_writes_per_sec: lease_writes as f64 / wrote_for.max(1e-3),
         duration_s: cfg.duration.as_secs_f64(),
         node_path: node_path.finish(),
@@ -348,7 +371,12 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         client_cpu_s: client_cpu,
         load_average: load_average(),
     };
-    info!(side = side.name(), delivered = r.delivered(), lost = r.lost(), "side done");
+    info!(
+        side = side.name(),
+        delivered = r.delivered(),
+        lost = r.lost(),
+        "side done"
+    );
     Ok(r)
 }
 
@@ -441,7 +469,10 @@ async fn open_watches(
                 WatchPath::Other => 0,
                 _ => start_rev,
             };
-            let u = format!("{url}{}&watch=1&allowWatchBookmarks=true&resourceVersion={rv}", w.path);
+            let u = format!(
+                "{url}{}&watch=1&allowWatchBookmarks=true&resourceVersion={rv}",
+                w.path
+            );
             let rec = Arc::new(Recorder::default());
             tasks.push(tokio::spawn(watcher(
                 client.clone(),
@@ -483,7 +514,11 @@ async fn cross_node_status(clients: &[Http], url: &str, nodes: usize) -> Option<
     let u = format!(
         "{url}/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dnode-{other}&resourceVersion=0"
     );
-    let (status, _) = clients.first()?.get_accept(&u, Some(WATCH_ACCEPT)).await.ok()?;
+    let (status, _) = clients
+        .first()?
+        .get_accept(&u, Some(WATCH_ACCEPT))
+        .await
+        .ok()?;
     Some(status)
 }
 
@@ -508,8 +543,12 @@ async fn watcher(
     let deadline = Instant::now() + Duration::from_secs(60);
     let answer = loop {
         match client.get_accept(&url, Some(WATCH_ACCEPT)).await {
-            Ok((429, _)) if Instant::now() < deadline => {
-                counters.too_many.fetch_add(1, Ordering::Relaxed);
+            Ok((429, mut body)) if Instant::now() < deadline => {
+                if counters.too_many.fetch_add(1, Ordering::Relaxed) < 3 {
+                    if let Some(Ok(b)) = body.next().await {
+                        warn!(url, why = %b.escape_ascii(), "watch refused, retrying");
+                    }
+                }
                 tokio::time::sleep(Duration::from_millis(800 + fastrand::u64(0..800))).await;
             }
             other => break other,
@@ -517,8 +556,14 @@ async fn watcher(
     };
     let mut body = match answer {
         Ok((status, body)) if (200..300).contains(&status) => body,
-        Ok((403, _)) => {
-            counters.forbidden.fetch_add(1, Ordering::Relaxed);
+        Ok((403, mut body)) => {
+            if counters.forbidden.fetch_add(1, Ordering::Relaxed) < 5 {
+                let why = match body.next().await {
+                    Some(Ok(b)) => b.escape_ascii().to_string(),
+                    _ => String::new(),
+                };
+                warn!(url, why, "watch forbidden");
+            }
             return;
         }
         Ok((status, _)) => {

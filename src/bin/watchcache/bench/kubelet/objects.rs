@@ -168,7 +168,9 @@ const CREATED: &str = "2026-11-24T00:00:00Z";
 
 fn meta(name: &str, ns: Option<&str>, uid: usize) -> String {
     let ns = ns.map_or(String::new(), |ns| format!(r#""namespace":"{ns}","#));
-    format!(r#""metadata":{{"name":"{name}",{ns}"uid":"{UID}-{uid:012}","creationTimestamp":"{CREATED}"}}"#)
+    format!(
+        r#""metadata":{{"name":"{name}",{ns}"uid":"{UID}-{uid:012}","creationTimestamp":"{CREATED}"}}"#
+    )
 }
 
 /// A Lease of node `n` renewed at `renew_us` (µs since the epoch).
@@ -409,9 +411,15 @@ mod tests {
         assert_eq!(w.len(), 18);
         assert_eq!(w.iter().filter(|w| w.what == Path::NodePods).count(), 1);
         assert_eq!(w.iter().filter(|w| w.what == Path::LabelPods).count(), 1);
-        assert_eq!(w.iter().filter(|w| w.path.contains("configmaps")).count(), 4);
+        assert_eq!(
+            w.iter().filter(|w| w.path.contains("configmaps")).count(),
+            4
+        );
         assert_eq!(configmaps_per_node(20), 5, "past 18, more ConfigMaps");
         assert_eq!(watches(7, 10).len(), 10);
-        assert!(lease(1, 1_764_000_000_123_456).contains("\"renewTime\":\"2025-11-24T16:00:00.123456Z\""));
+        assert!(
+            lease(1, 1_764_000_000_123_456)
+                .contains("\"renewTime\":\"2025-11-24T16:00:00.123456Z\"")
+        );
     }
 }

@@ -57,17 +57,17 @@ impl Pki {
         };
         let ca_file = write("ca.crt", &ca_cert.pem())?;
         let mut serving = CertificateParams::new(vec!["localhost".to_owned()]).map_err(err)?;
-        serving.subject_alt_names.push(SanType::IpAddress(
-            std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-        ));
+        serving
+            .subject_alt_names
+            .push(SanType::IpAddress(std::net::IpAddr::V4(
+                std::net::Ipv4Addr::LOCALHOST,
+            )));
         serving
             .distinguished_name
             .push(DnType::CommonName, "bench-server");
         serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let serving_key_pair = KeyPair::generate().map_err(err)?;
-        let serving_cert = serving
-            .signed_by(&serving_key_pair, &issuer)
-            .map_err(err)?;
+        let serving_cert = serving.signed_by(&serving_key_pair, &issuer).map_err(err)?;
         let serving_cert = write("serving.crt", &serving_cert.pem())?;
         let serving_key = write("serving.key", &serving_key_pair.serialize_pem())?;
         let sa = KeyPair::generate().map_err(err)?;
@@ -77,7 +77,15 @@ impl Pki {
         roots.add(ca_cert.der().clone()).map_err(err)?;
         let roots = Arc::new(roots);
         let node_key = KeyPair::generate().map_err(err)?;
-        let mut pki = Pki {
+        let admin_key = KeyPair::generate().map_err(err)?;
+        let admin = client_config(
+            &issuer,
+            &roots,
+            "kubernetes-admin",
+            &["system:masters"],
+            &admin_key,
+        )?;
+        Ok(Pki {
             ca_file,
             serving_cert,
             serving_key,
@@ -85,23 +93,12 @@ impl Pki {
             sa_pub,
             issuer,
             roots,
-            admin: Arc::new(
-                rustls::ClientConfig::builder_with_provider(Arc::new(
-                    rustls::crypto::ring::default_provider(),
-                ))
-                .with_safe_default_protocol_versions()
-                .map_err(err)?
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth(),
-            ),
+            admin,
             node_key,
-        };
-        let admin_key = KeyPair::generate().map_err(err)?;
-        pki.admin = pki.client_config("kubernetes-admin", &["system:masters"], &admin_key)?;
-        Ok(pki)
+        })
     }
 
-    /// The admin's client configuration (`system:masters`), offering h2.
+    /// The admin's client configuration (`system:masters`), h2 only.
     pub fn admin(&self) -> Arc<rustls::ClientConfig> {
         Arc::clone(&self.admin)
     }
@@ -109,42 +106,45 @@ impl Pki {
     /// Node `name`'s client configuration: CN `system:node:<name>`, O `system:nodes`, h2 only
     /// (a kubelet's one connection).
     pub fn node(&self, name: &str) -> Result<Arc<rustls::ClientConfig>, String> {
-        self.client_config(
+        client_config(
+            &self.issuer,
+            &self.roots,
             &format!("system:node:{name}"),
             &["system:nodes"],
             &self.node_key,
         )
     }
+}
 
-    fn client_config(
-        &self,
-        user: &str,
-        groups: &[&str],
-        key: &KeyPair,
-    ) -> Result<Arc<rustls::ClientConfig>, String> {
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
-        params.distinguished_name.push(DnType::CommonName, user);
-        for g in groups {
-            params
-                .distinguished_name
-                .push(DnType::OrganizationName, *g);
-        }
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        let cert = params.signed_by(key, &self.issuer).map_err(err)?;
-        let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(err)?
-        .with_root_certificates(Arc::clone(&self.roots))
-        .with_client_auth_cert(vec![CertificateDer::from(cert.der().to_vec())], key_der)
-        .map_err(err)?;
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        Ok(Arc::new(config))
+/// A client configuration with a certificate for `user` in `groups`, signed by the CA, offering
+/// h2 only (a kubelet's one connection).
+fn client_config(
+    issuer: &Issuer<'static, KeyPair>,
+    roots: &Arc<rustls::RootCertStore>,
+    user: &str,
+    groups: &[&str],
+    key: &KeyPair,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+    params.distinguished_name.push(DnType::CommonName, user);
+    for g in groups {
+        params.distinguished_name.push(DnType::OrganizationName, *g);
     }
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    let cert = params.signed_by(key, issuer).map_err(err)?;
+    let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(err)?
+    .with_root_certificates(Arc::clone(roots))
+    .with_client_auth_cert(vec![CertificateDer::from(cert.der().to_vec())], key_der)
+    .map_err(err)?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
 }

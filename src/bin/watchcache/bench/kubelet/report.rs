@@ -13,6 +13,7 @@ pub struct PathFigures {
     pub watches: usize,
     pub tally: Tally,
     pub latencies: Vec<f64>,
+    pub after_ack: Vec<f64>,
 }
 
 impl PathFigures {
@@ -25,6 +26,7 @@ impl PathFigures {
             out_of_order: self.tally.out_of_order,
             unexpected: self.tally.unexpected,
             latency_ms: Latency::of(&mut self.latencies),
+            after_ack_ms: Latency::of(&mut self.after_ack),
         }
     }
 }
@@ -46,6 +48,9 @@ pub struct PathReport {
     pub unexpected: u64,
     /// Write sent → client received.
     pub latency_ms: Latency,
+    /// etcd acknowledged the write → client received (0 when the event came first): the part
+    /// the server, the network and the client add.
+    pub after_ack_ms: Latency,
 }
 
 /// One side of the run.
@@ -75,6 +80,8 @@ pub struct KubeletReport {
     /// What node 0 got asking to watch node 1's pods (403 expected).
     pub cross_node_watch_status: Option<u16>,
     pub pod_writes_per_sec: f64,
+    /// Pod write sent → etcd acknowledged it: the part no watch server can remove.
+    pub etcd_write_ms: Latency,
     pub lease_writes_per_sec: f64,
     pub duration_s: f64,
     /// `fieldSelector=spec.nodeName=node-N`.
@@ -125,9 +132,17 @@ pub fn table(run: &KubeletRun) -> String {
             p.delivered, p.lost, p.duplicated, p.out_of_order
         )
     };
-    let lat = |p: &PathReport| format!("{:.1} / {:.1} / {:.1}", p.latency_ms.p50, p.latency_ms.p99, p.latency_ms.max);
+    let lat = |p: &PathReport| {
+        format!(
+            "{:.1} / {:.1} / {:.1}",
+            p.latency_ms.p50, p.latency_ms.p99, p.latency_ms.max
+        )
+    };
     let rows: Vec<(&str, Vec<String>)> = vec![
-        ("server", s.iter().map(|r| r.side.name().to_owned()).collect()),
+        (
+            "server",
+            s.iter().map(|r| r.side.name().to_owned()).collect(),
+        ),
         (
             "nodes x watches",
             s.iter()
@@ -154,19 +169,56 @@ pub fn table(run: &KubeletRun) -> String {
         (
             "other node's pods",
             s.iter()
-                .map(|r| r.cross_node_watch_status.map_or("-".into(), |c| c.to_string()))
+                .map(|r| {
+                    r.cross_node_watch_status
+                        .map_or("-".into(), |c| c.to_string())
+                })
                 .collect(),
         ),
         (
             "pod / lease writes/s",
             s.iter()
-                .map(|r| format!("{:.0} / {:.0}", r.pod_writes_per_sec, r.lease_writes_per_sec))
+                .map(|r| {
+                    format!(
+                        "{:.0} / {:.0}",
+                        r.pod_writes_per_sec, r.lease_writes_per_sec
+                    )
+                })
                 .collect(),
         ),
-        ("nodeName: deliv/lost/dup/ooo", s.iter().map(|r| path(&r.node_path)).collect()),
-        ("nodeName: p50 / p99 / max ms", s.iter().map(|r| lat(&r.node_path)).collect()),
-        ("label: deliv/lost/dup/ooo", s.iter().map(|r| path(&r.label_path)).collect()),
-        ("label: p50 / p99 / max ms", s.iter().map(|r| lat(&r.label_path)).collect()),
+        (
+            "nodeName: deliv/lost/dup/ooo",
+            s.iter().map(|r| path(&r.node_path)).collect(),
+        ),
+        (
+            "nodeName: p50 / p99 / max ms",
+            s.iter().map(|r| lat(&r.node_path)).collect(),
+        ),
+        (
+            "nodeName: after etcd ack p50/p99",
+            s.iter()
+                .map(|r| {
+                    format!(
+                        "{:.1} / {:.1}",
+                        r.node_path.after_ack_ms.p50, r.node_path.after_ack_ms.p99
+                    )
+                })
+                .collect(),
+        ),
+        (
+            "etcd write ack p50 / p99 ms",
+            s.iter()
+                .map(|r| format!("{:.1} / {:.1}", r.etcd_write_ms.p50, r.etcd_write_ms.p99))
+                .collect(),
+        ),
+        (
+            "label: deliv/lost/dup/ooo",
+            s.iter().map(|r| path(&r.label_path)).collect(),
+        ),
+        (
+            "label: p50 / p99 / max ms",
+            s.iter().map(|r| lat(&r.label_path)).collect(),
+        ),
         (
             "unexpected / stream errors",
             s.iter()
@@ -179,7 +231,10 @@ pub fn table(run: &KubeletRun) -> String {
                 })
                 .collect(),
         ),
-        ("server CPU s", s.iter().map(|r| opt(r.server_cpu_s, 1.0, 2)).collect()),
+        (
+            "server CPU s",
+            s.iter().map(|r| opt(r.server_cpu_s, 1.0, 2)).collect(),
+        ),
         (
             "server RSS MiB",
             s.iter()
@@ -194,11 +249,22 @@ pub fn table(run: &KubeletRun) -> String {
         ),
         (
             "RSS per idle watch KiB",
-            s.iter().map(|r| opt(r.rss_per_watch_bytes, 1024.0, 2)).collect(),
+            s.iter()
+                .map(|r| opt(r.rss_per_watch_bytes, 1024.0, 2))
+                .collect(),
         ),
-        ("etcd CPU s", s.iter().map(|r| opt(r.etcd_cpu_s, 1.0, 2)).collect()),
-        ("load tool CPU s", s.iter().map(|r| opt(r.client_cpu_s, 1.0, 2)).collect()),
-        ("load average (1 min)", s.iter().map(|r| opt(r.load_average, 1.0, 2)).collect()),
+        (
+            "etcd CPU s",
+            s.iter().map(|r| opt(r.etcd_cpu_s, 1.0, 2)).collect(),
+        ),
+        (
+            "load tool CPU s",
+            s.iter().map(|r| opt(r.client_cpu_s, 1.0, 2)).collect(),
+        ),
+        (
+            "load average (1 min)",
+            s.iter().map(|r| opt(r.load_average, 1.0, 2)).collect(),
+        ),
     ];
     let mut out = String::new();
     for (k, vs) in rows {

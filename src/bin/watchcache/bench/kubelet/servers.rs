@@ -95,7 +95,8 @@ pub fn start(
 
 /// The last lines of a side's log, for an error message.
 pub fn log_tail(side: Side, dir: &Path) -> String {
-    let text = std::fs::read_to_string(dir.join(format!("{}.log", side.name()))).unwrap_or_default();
+    let text =
+        std::fs::read_to_string(dir.join(format!("{}.log", side.name()))).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
