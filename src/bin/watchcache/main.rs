@@ -42,7 +42,8 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Load the cache kubelet-style on a real etcd and report latency, loss and resource use,
     /// optionally side by side with one etcd watch per watcher (the world before the cache).
-    Bench(BenchArgs),
+    // Boxed: the flags are many, and there is one of these per process.
+    Bench(Box<BenchArgs>),
 }
 
 #[derive(clap::Args)]
@@ -697,7 +698,7 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Serve(args) => serve(*args).await,
-            Command::Bench(args) => bench(args).await,
+            Command::Bench(args) => bench(*args).await,
         }
     });
     match result {

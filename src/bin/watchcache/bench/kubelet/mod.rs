@@ -544,10 +544,10 @@ async fn watcher(
     let answer = loop {
         match client.get_accept(&url, Some(WATCH_ACCEPT)).await {
             Ok((429, mut body)) if Instant::now() < deadline => {
-                if counters.too_many.fetch_add(1, Ordering::Relaxed) < 3 {
-                    if let Some(Ok(b)) = body.next().await {
-                        warn!(url, why = %b.escape_ascii(), "watch refused, retrying");
-                    }
+                if counters.too_many.fetch_add(1, Ordering::Relaxed) < 3
+                    && let Some(Ok(b)) = body.next().await
+                {
+                    warn!(url, why = %b.escape_ascii(), "watch refused, retrying");
                 }
                 tokio::time::sleep(Duration::from_millis(800 + fastrand::u64(0..800))).await;
             }
