@@ -141,3 +141,73 @@ fn the_bench_runs_over_tls_with_http2() {
     // requests of the tool's own.
     assert!(h2 < 20, "watchers share HTTP/2 connections: {connections}");
 }
+
+/// `--model kubelet`: simulated kubelets, each on one TLS HTTP/2 connection with its own node
+/// certificate, 18 protobuf watches each, authorized by Node,RBAC; both pod paths delivered
+/// exactly once against etcd's history, and a node refused another node's pods.
+#[test]
+fn the_kubelet_model_runs_at_smoke_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+        .args([
+            "bench", "--model", "kubelet", "--nodes", "20", "--pods", "200",
+        ])
+        .args(["--rate", "100", "--duration", "3", "--lease-period", "1"])
+        .args(["--mode", "cache", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let side = &report["sides"][0];
+    assert_eq!(side["side"], "watchcache", "{side}");
+    assert_eq!(side["connections"], 20, "one connection per node: {side}");
+    assert_eq!(
+        side["watches_opened"], 360,
+        "every node's 18 watches opened and authorized: {side}"
+    );
+    for key in [
+        "watches_forbidden",
+        "watches_failed",
+        "unreadable_frames",
+        "stream_errors",
+    ] {
+        assert_eq!(side[key], 0, "{key}: {side}");
+    }
+    assert_eq!(
+        side["cross_node_watch_status"], 403,
+        "a node may not watch another node's pods"
+    );
+    for path in ["node_path", "label_path"] {
+        let p = &side[path];
+        assert_eq!(p["watches"], 20, "{path}: {p}");
+        assert!(p["delivered"].as_u64().unwrap() > 50, "{path}: {p}");
+        for key in ["lost", "duplicated", "out_of_order", "unexpected"] {
+            assert_eq!(p[key], 0, "{path}.{key}: {p}");
+        }
+        for key in ["p50", "p99"] {
+            assert!(p["latency_ms"][key].as_f64().unwrap() > 0.0, "{path}: {p}");
+        }
+    }
+    assert!(
+        side["lease_writes_per_sec"].as_f64().unwrap() > 10.0,
+        "20 leases renewed every second: {side}"
+    );
+    assert!(
+        side["other_events"].as_u64().unwrap() > 0,
+        "idle watches got their objects"
+    );
+    for key in [
+        "server_cpu_s",
+        "etcd_cpu_s",
+        "rss_per_connection_bytes",
+        "rss_per_watch_bytes",
+    ] {
+        assert!(side[key].is_number(), "{key}: {side}");
+    }
+}

@@ -42,11 +42,36 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Load the cache kubelet-style on a real etcd and report latency, loss and resource use,
     /// optionally side by side with one etcd watch per watcher (the world before the cache).
-    Bench(BenchArgs),
+    // Boxed: the flags are many, and there is one of these per process.
+    Bench(Box<BenchArgs>),
 }
 
 #[derive(clap::Args)]
 struct BenchArgs {
+    /// The load: `pods` (per-node and unrouted pod watchers, one stream each) or `kubelet`
+    /// (simulated kubelets: one TLS HTTP/2 connection per node with its own client certificate,
+    /// its watches in protobuf, authorized by Node,RBAC; `--mode cache`, `kube-apiserver` or
+    /// `both`, one after the other on the same etcd).
+    #[arg(long, value_enum, default_value_t = bench::Model::Pods)]
+    model: bench::Model,
+    /// `--model kubelet`: watches per node (k8s-1m's 18 by default; the first N of the list in
+    /// design/performance.md, the pod paths first).
+    #[arg(long, default_value_t = 18)]
+    watches_per_node: usize,
+    /// `--model kubelet`: each node renews its Lease once per this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    lease_period: f64,
+    /// `--model kubelet`: the etcd binary to run (kube-apiserver 1.35 needs 3.5.13+); default:
+    /// target/etcd/v3.6.16/etcd when it is there (the tests' etcd), else `etcd` from PATH.
+    #[arg(long, value_name = "FILE")]
+    etcd_binary: Option<PathBuf>,
+    /// `--model kubelet`: kube-apiserver 1.35's binary.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "target/k8s/v1.35.4/kube-apiserver"
+    )]
+    kube_apiserver: PathBuf,
     /// Nodes; pods are spread over them.
     #[arg(long, default_value_t = 100)]
     nodes: usize,
@@ -574,6 +599,9 @@ fn tls_config(args: &ServeArgs) -> Result<Option<TlsConfig>, Box<dyn std::error:
 }
 
 async fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    if args.model == bench::Model::Kubelet {
+        return kubelets(args).await;
+    }
     let cfg = bench::BenchConfig {
         nodes: args.nodes,
         pods: args.pods,
@@ -616,6 +644,41 @@ async fn shutdown_signal() {
     }
 }
 
+async fn kubelets(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use bench::kubelet::{KubeletConfig, Sides};
+    let sides = match args.mode {
+        bench::Mode::Cache => Sides::Watchcache,
+        bench::Mode::KubeApiserver => Sides::KubeApiserver,
+        bench::Mode::Both => Sides::Both,
+        bench::Mode::DirectEtcd => return Err("--model kubelet has no direct-etcd mode".into()),
+    };
+    let cfg = KubeletConfig {
+        nodes: args.nodes,
+        pods: args.pods,
+        watches: args.watches_per_node,
+        rate: args.rate,
+        duration: std::time::Duration::from_secs(args.duration),
+        lease_period: std::time::Duration::from_secs_f64(args.lease_period.max(0.001)),
+        sides,
+        server_binary: std::env::current_exe()?,
+        kube_apiserver: args.kube_apiserver,
+        delivery_grace: std::time::Duration::from_secs(30),
+        progress: true,
+        etcd_data_dir: args.etcd_data_dir,
+        etcd_binary: args.etcd_binary.or_else(|| {
+            let tests = PathBuf::from("target/etcd/v3.6.16/etcd");
+            tests.exists().then_some(tests)
+        }),
+    };
+    let run = bench::kubelet::run(cfg).await?;
+    print!("{}", bench::kubelet::table(&run));
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&run)?)?;
+        info!(path = %path.display(), "report written");
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     // Logs go to stderr: stdout carries results (the bench table).
     tracing_subscriber::fmt()
@@ -635,7 +698,7 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Serve(args) => serve(*args).await,
-            Command::Bench(args) => bench(args).await,
+            Command::Bench(args) => bench(*args).await,
         }
     });
     match result {

@@ -1,5 +1,8 @@
 //! A watch response body served by hyper (a watch that is not a connection's first request): the
-//! pump's chunks as a stream. Each event's frame goes out as the cache's shared bytes.
+//! pump's chunks as a stream. Each event's frame goes out as the cache's shared bytes. Empty
+//! pieces are dropped: over HTTP/2 each chunk is a DATA frame, and an empty one is 9 bytes of
+//! nothing that clients count as abuse (h2's client closes the connection after 100 of them,
+//! `too_many_data_frames`; found by `watchcache bench --model kubelet`).
 
 use std::convert::Infallible;
 
@@ -12,7 +15,8 @@ use crate::server::watch::pump::WatchPump;
 pub(crate) fn body(pump: WatchPump) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
     stream::unfold(pump, |mut pump| async move {
         let chunks = pump.next().await?;
-        Some((stream::iter(chunks.into_iter().map(Ok)), pump))
+        let chunks = chunks.into_iter().filter(|c| !c.is_empty()).map(Ok);
+        Some((stream::iter(chunks), pump))
     })
     .flatten()
 }

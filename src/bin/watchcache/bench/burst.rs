@@ -19,7 +19,7 @@ pub async fn run(cfg: &BenchConfig, clients: &[Http], url: &str, etcd_url: &str)
     let n = cfg.burst;
     let reads_before = fresh_reads(&clients[0], url).await;
     let ranges_before = etcd_ranges(etcd_url).await;
-    let b = bar(cfg, n as u64, "burst");
+    let b = bar(cfg.progress, n as u64, "burst");
     let started = Instant::now();
     let spacing = Duration::from_secs(1).div_f64(n.max(1) as f64);
     let mut tasks = Vec::with_capacity(n);

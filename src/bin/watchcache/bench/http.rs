@@ -56,6 +56,15 @@ impl Http {
 
     /// GET `url`: its status, and its body as it comes.
     pub async fn get(&self, url: &str) -> Result<(u16, BodyChunks), String> {
+        self.get_accept(url, None).await
+    }
+
+    /// GET `url` with this `Accept` header (TLS only; plain HTTP sends reqwest's).
+    pub async fn get_accept(
+        &self,
+        url: &str,
+        accept: Option<&'static str>,
+    ) -> Result<(u16, BodyChunks), String> {
         match self {
             Http::Plain(c) => {
                 let resp = c.get(url).send().await.map_err(|e| e.to_string())?;
@@ -63,7 +72,18 @@ impl Http {
                 let body = resp.bytes_stream().map(|c| c.map_err(|e| e.to_string()));
                 Ok((status, Box::pin(body)))
             }
-            Http::Tls(t) => t.get(url).await,
+            Http::Tls(t) => t.get(url, accept).await,
+        }
+    }
+
+    /// Opens the HTTP/2 connection now, without a request (a kubelet connected, no watch yet).
+    pub async fn connect_h2(&self, url: &str) -> Result<(), String> {
+        match self {
+            Http::Tls(t) if t.mode == TlsMode::H2 => {
+                let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+                t.h2_sender(&uri).await.map(drop)
+            }
+            _ => Ok(()),
         }
     }
 
@@ -101,37 +121,49 @@ impl TlsClient {
             .map_err(|e| format!("TLS: {e}"))
     }
 
-    async fn get(&self, url: &str) -> Result<(u16, BodyChunks), String> {
+    /// The shared HTTP/2 connection's sender, connecting first when there is none.
+    async fn h2_sender(&self, uri: &hyper::Uri) -> Result<SendRequest<Empty<Bytes>>, String> {
+        // Under the lock, so requests made together wait for one connection.
+        let mut shared = self.h2.lock().await;
+        match &*shared {
+            Some(s) if !s.is_closed() => Ok(s.clone()),
+            _ => {
+                let tls = self.connect(uri).await?;
+                // Go's HTTP/2 client's windows (what a kubelet has): h2's budget for small DATA
+                // frames follows the connection window, and a watch server may write small ones.
+                let (send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+                    .initial_stream_window_size(4 << 20)
+                    .initial_connection_window_size(1 << 30)
+                    .handshake(TokioIo::new(tls))
+                    .await
+                    .map_err(|e| format!("HTTP/2: {e}"))?;
+                tokio::spawn(conn);
+                *shared = Some(send.clone());
+                Ok(send)
+            }
+        }
+    }
+
+    async fn get(
+        &self,
+        url: &str,
+        accept: Option<&'static str>,
+    ) -> Result<(u16, BodyChunks), String> {
         let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
         let req = |uri: hyper::Uri| {
-            hyper::Request::get(uri)
-                .body(Empty::<Bytes>::new())
-                .map_err(|e| e.to_string())
+            let mut r = hyper::Request::get(uri);
+            if let Some(a) = accept {
+                r = r.header(hyper::header::ACCEPT, a);
+            }
+            r.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())
         };
         let resp = match self.mode {
             TlsMode::H2 => {
-                // Under the lock, so requests made together wait for one connection.
-                let mut send = {
-                    let mut shared = self.h2.lock().await;
-                    match &*shared {
-                        Some(s) if !s.is_closed() => s.clone(),
-                        _ => {
-                            let tls = self.connect(&uri).await?;
-                            let (send, conn) =
-                                hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-                                    .handshake(TokioIo::new(tls))
-                                    .await
-                                    .map_err(|e| format!("HTTP/2: {e}"))?;
-                            tokio::spawn(conn);
-                            *shared = Some(send.clone());
-                            send
-                        }
-                    }
-                };
-                send.ready().await.map_err(|e| e.to_string())?;
+                let mut send = self.h2_sender(&uri).await?;
+                send.ready().await.map_err(|e| format!("{e:?}"))?;
                 send.send_request(req(uri)?)
                     .await
-                    .map_err(|e| e.to_string())?
+                    .map_err(|e| format!("{e:?}"))?
             }
             TlsMode::Http1 => {
                 let path = uri

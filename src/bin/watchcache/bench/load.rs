@@ -170,11 +170,13 @@ pub async fn etcd_watcher(
     }
 }
 
-/// Creates `pods` pods (pod i on node i % nodes) in transactions of 100; returns the revision.
+/// Creates `pods` pods (pod i on node i % nodes, labelled `app=app-{i % apps}`) in transactions
+/// of 100; returns the revision.
 pub async fn seed(
     client: &Client,
     pods: usize,
     nodes: usize,
+    apps: usize,
     bar: &ProgressBar,
 ) -> Result<u64, etcd_client::Error> {
     let sem = Arc::new(Semaphore::new(8));
@@ -192,7 +194,7 @@ pub async fn seed(
                 .map(|i| {
                     TxnOp::put(
                         pods::key(i),
-                        pods::json(i, i % nodes, 1, pods::now_us()),
+                        pods::json_app(i, i % nodes, i % apps, 1, pods::now_us()),
                         None,
                     )
                 })
@@ -213,6 +215,8 @@ pub async fn seed(
 /// The churn writer's view of the pods.
 pub struct Churn {
     nodes: usize,
+    /// Pod i is labelled `app=app-{i % apps}`.
+    apps: usize,
     node_of: Vec<Option<usize>>,
     live: Vec<usize>,
     busy: HashSet<usize>,
@@ -228,11 +232,18 @@ impl Churn {
     pub fn new(pods: usize, nodes: usize) -> Churn {
         Churn {
             nodes,
+            apps: 50,
             node_of: (0..pods).map(|i| Some(i % nodes)).collect(),
             live: (0..pods).collect(),
             busy: HashSet::new(),
             generation: 1,
         }
+    }
+
+    /// Labels pod i `app=app-{i % apps}` (default 50).
+    pub fn with_apps(mut self, apps: usize) -> Churn {
+        self.apps = apps.max(1);
+        self
     }
 
     /// 40 % updates in place, 20 % moves to another node, 20 % creations, 20 % deletions.
@@ -305,14 +316,15 @@ pub async fn churn(
             let at = pods::now_us();
             let (id, r) = match op {
                 Op::Put(id, node) => {
-                    let generation = {
+                    let (generation, app) = {
                         let mut c = churn.lock();
                         c.generation += 1;
-                        c.generation
+                        (c.generation, id % c.apps)
                     };
+                    let pod = pods::json_app(id, node, app, generation, at);
                     (
                         id,
-                        kv.put(pods::key(id), pods::json(id, node, generation, at), None)
+                        kv.put(pods::key(id), pod, None)
                             .await
                             .map(|r| r.header().map(|h| h.revision())),
                     )

@@ -10,6 +10,7 @@
 
 mod burst;
 mod http;
+pub mod kubelet;
 mod load;
 mod pods;
 mod procstat;
@@ -41,8 +42,21 @@ pub enum Mode {
     Cache,
     /// Each watcher has its own etcd watch and filters on the client.
     DirectEtcd,
-    /// Both, one after the other, with ratios.
+    /// Both, one after the other, with ratios (`--model kubelet`: watchcache, then
+    /// kube-apiserver, on the same etcd).
     Both,
+    /// `--model kubelet` only: the kubelets against kube-apiserver 1.35.
+    KubeApiserver,
+}
+
+/// What load a run makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Model {
+    /// Per-node and unrouted pod watchers, one stream each ([`BenchConfig`]).
+    Pods,
+    /// Simulated kubelets: one TLS HTTP/2 connection per node with its own client certificate,
+    /// its watches in protobuf, Node,RBAC ([`kubelet`]).
+    Kubelet,
 }
 
 /// How the cache mode's clients reach the server over TLS.
@@ -97,10 +111,10 @@ pub struct BenchConfig {
     pub burst: usize,
 }
 
-fn bar(cfg: &BenchConfig, len: u64, what: &str) -> ProgressBar {
+fn bar(progress: bool, len: u64, what: &str) -> ProgressBar {
     let b = ProgressBar::with_draw_target(
         Some(len),
-        if cfg.progress {
+        if progress {
             ProgressDrawTarget::stderr()
         } else {
             ProgressDrawTarget::hidden()
@@ -128,6 +142,7 @@ pub async fn run(cfg: BenchConfig) -> Result<Report, String> {
         ));
     }
     match cfg.mode {
+        Mode::KubeApiserver => Err("--mode kube-apiserver is for --model kubelet".into()),
         Mode::Cache => Ok(Report::One(Box::new(run_mode(&cfg, Mode::Cache).await?))),
         Mode::DirectEtcd => Ok(Report::One(Box::new(
             run_mode(&cfg, Mode::DirectEtcd).await?,
@@ -225,8 +240,8 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
 
 /// Seeds the pods; returns the revision the watchers start after.
 async fn seed(cfg: &BenchConfig, stack: &Stack) -> Result<u64, String> {
-    let b = bar(cfg, cfg.pods as u64, "seeding");
-    let seeded = load::seed(&stack.client, cfg.pods, cfg.nodes, &b)
+    let b = bar(cfg.progress, cfg.pods as u64, "seeding");
+    let seeded = load::seed(&stack.client, cfg.pods, cfg.nodes, 50, &b)
         .await
         .map_err(|e| format!("seeding: {e}"))?;
     b.finish_and_clear();
@@ -270,7 +285,7 @@ async fn open(
             );
         }
     }
-    let b = bar(cfg, total as u64, "watchers");
+    let b = bar(cfg.progress, total as u64, "watchers");
     let tasks = watchers::open_watchers(total, &counters, &b, |i| {
         let (rec, node) = (Arc::clone(&recorders[i]), nodes[i]);
         let (counters, stop) = (Arc::clone(&counters), stop_rx.clone());
@@ -316,7 +331,7 @@ async fn churn(cfg: &BenchConfig, stack: &Stack, w: &Watchers, start_rev: u64) -
     let me = Some(std::process::id());
     let (client0, server0, etcd0) = (cpu(me), cpu(server_pid), cpu(etcd_pid));
     let b = bar(
-        cfg,
+        cfg.progress,
         (cfg.rate * cfg.duration.as_secs_f64()) as u64,
         "writing",
     );
@@ -338,7 +353,7 @@ async fn churn(cfg: &BenchConfig, stack: &Stack, w: &Watchers, start_rev: u64) -
     let end_rev = sent.keys().copied().max().unwrap_or(start_rev);
     // What each watcher must see is only known from etcd's history, and reading it loads etcd; so
     // delivery ends when nothing has arrived for a second, or at the grace deadline.
-    let b = bar(cfg, sent.len() as u64, "delivering");
+    let b = bar(cfg.progress, sent.len() as u64, "delivering");
     let deadline = Instant::now() + cfg.delivery_grace;
     let mut last = (w.counters.received.load(Ordering::Relaxed), Instant::now());
     while Instant::now() < deadline {

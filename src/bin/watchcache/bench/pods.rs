@@ -16,8 +16,8 @@ pub fn key(id: usize) -> String {
     format!("/registry/pods/bench-{}/pod-{id}", id % 16)
 }
 
-/// A pod of about 2 KB on `node`, written at `sent_us`.
-pub fn json(id: usize, node: usize, generation: u64, sent_us: u64) -> String {
+/// A pod of about 2 KB on `node`, labelled `app=app-{app}`, written at `sent_us`.
+pub fn json_app(id: usize, node: usize, app: usize, generation: u64, sent_us: u64) -> String {
     let ns = format!("bench-{}", id % 16);
     format!(
         concat!(
@@ -35,7 +35,7 @@ pub fn json(id: usize, node: usize, generation: u64, sent_us: u64) -> String {
         id = id,
         ns = ns,
         gen = generation,
-        app = id % 50,
+        app = app,
         sent = SENT_AT,
         sent_us = sent_us,
         pad = "x".repeat(850),
@@ -67,7 +67,7 @@ mod tests {
 
     #[test]
     fn pods_are_about_2kb_valid_json_with_a_node() {
-        let j = json(12345, 77, 3, 42);
+        let j = json_app(12345, 77, 45, 3, 42);
         assert!((1900..2400).contains(&j.len()), "{}", j.len());
         let v: serde_json::Value = serde_json::from_str(&j).unwrap();
         assert_eq!(v["metadata"]["annotations"][SENT_AT], "42");

@@ -108,7 +108,7 @@ impl Drop for Stack {
 }
 
 /// A watchcache server process, stopped with SIGTERM on drop.
-pub struct ServerProcess(Child);
+pub struct ServerProcess(pub Child);
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {

@@ -1,0 +1,664 @@
+//! `watchcache bench --model kubelet`: simulated nodes as kubelets connect, against watchcache and
+//! kube-apiserver 1.35 on the same etcd, one after the other in one run.
+//!
+//! Each node opens ONE TLS connection with its own client certificate (CN `system:node:NAME`, O
+//! `system:nodes`), HTTP/2, and over it its watches (`--watches-per-node`, 18 by default: see
+//! [`objects::watches`]) in protobuf. Writes: the pod churn of the pods model, plus each node's
+//! Lease renewed every `--lease-period` (10 s, as a kubelet). A side's steps: seed (etcd), start
+//! its server (after the seed, so it starts from a full store as a restarted server would), open
+//! the connections (RSS measured), open the watches (RSS measured: idle watches, before the
+//! churn), check that a node cannot watch another node's pods (403), churn, await delivery, and
+//! check every pod stream against etcd's history: the `spec.nodeName` path and the label-routed
+//! path.
+
+mod objects;
+mod pki;
+mod proto;
+mod report;
+mod servers;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{Semaphore, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::{info, warn};
+use watchcache::etcd::LocalEtcd;
+
+use super::http::Http;
+use super::load::{self, Churn, Received, Recorder};
+use super::{Latency, TlsMode, bar, pods, procstat, stack, verify};
+use objects::Path as WatchPath;
+pub use report::{KubeletReport, KubeletRun, table};
+pub use servers::Side;
+
+/// Which servers a kubelet run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sides {
+    /// watchcache only.
+    Watchcache,
+    /// kube-apiserver only.
+    KubeApiserver,
+    /// watchcache, then kube-apiserver, on the same etcd.
+    Both,
+}
+
+/// A kubelet run's parameters.
+#[derive(Debug, Clone)]
+pub struct KubeletConfig {
+    /// Simulated nodes (each one connection).
+    pub nodes: usize,
+    /// Churned pods seeded (plus one static pod per node).
+    pub pods: usize,
+    /// Watches per node.
+    pub watches: usize,
+    /// Pod writes per second.
+    pub rate: f64,
+    /// Churn duration.
+    pub duration: Duration,
+    /// Each node's Lease is renewed once per period.
+    pub lease_period: Duration,
+    pub sides: Sides,
+    /// The watchcache binary.
+    pub server_binary: PathBuf,
+    /// kube-apiserver 1.35's binary.
+    pub kube_apiserver: PathBuf,
+    pub delivery_grace: Duration,
+    pub progress: bool,
+    /// Where the run's etcd keeps its data; default: the system temp dir.
+    pub etcd_data_dir: Option<PathBuf>,
+    /// The etcd to run (kube-apiserver 1.35 needs 3.5.13+ for its watch cache's progress
+    /// requests); `None`: `etcd` from PATH.
+    pub etcd_binary: Option<PathBuf>,
+}
+
+/// The Accept header of a kubelet's watches.
+const WATCH_ACCEPT: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+
+/// Runs the kubelet model.
+///
+/// # Errors
+/// What could not be set up: etcd, a server, the connections.
+pub async fn run(cfg: KubeletConfig) -> Result<KubeletRun, String> {
+    if cfg.watches == 0 {
+        return Err("--watches-per-node must be at least 1".into());
+    }
+    let base = cfg.etcd_data_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!(
+        "watchcache-kubelets-{}-{}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let _cleanup = RemoveOnDrop(dir.clone());
+    let etcd = match &cfg.etcd_binary {
+        Some(b) => LocalEtcd::start_binary(b, &dir.join("etcd")).await,
+        None => LocalEtcd::start(&dir.join("etcd")).await,
+    }
+    .map_err(|e| e.to_string())?;
+    let endpoint = etcd.url();
+    let client = etcd_client::Client::connect([endpoint.as_str()], None)
+        .await
+        .map_err(|e| format!("etcd: {e}"))?;
+    let pki = pki::Pki::new(&dir.join("pki"))?;
+    let made = Instant::now();
+    let node_tls = (0..cfg.nodes)
+        .map(|n| pki.node(&format!("node-{n}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    info!(nodes = cfg.nodes, took = ?made.elapsed(), "node certificates made");
+    let sides: &[Side] = match cfg.sides {
+        Sides::Watchcache => &[Side::Watchcache],
+        Sides::KubeApiserver => &[Side::KubeApiserver],
+        Sides::Both => &[Side::Watchcache, Side::KubeApiserver],
+    };
+    let ctx = Ctx {
+        cfg: &cfg,
+        client,
+        endpoint,
+        etcd_pid: etcd.pid(),
+        pki: &pki,
+        node_tls: &node_tls,
+        dir: &dir,
+    };
+    let mut out = Vec::new();
+    for side in sides {
+        out.push(run_side(&ctx, *side).await?);
+    }
+    drop(etcd);
+    Ok(KubeletRun { sides: out })
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What every side shares.
+struct Ctx<'a> {
+    cfg: &'a KubeletConfig,
+    client: etcd_client::Client,
+    endpoint: String,
+    etcd_pid: Option<u32>,
+    pki: &'a pki::Pki,
+    node_tls: &'a [Arc<rustls::ClientConfig>],
+    dir: &'a std::path::Path,
+}
+
+/// Counters of the watch streams.
+#[derive(Default)]
+struct Streams {
+    opened: AtomicUsize,
+    forbidden: AtomicUsize,
+    failed: AtomicUsize,
+    /// 429 answers (each retried).
+    too_many: AtomicU64,
+    received: AtomicU64,
+    /// Frames that did not read as a protobuf watch event.
+    unreadable: AtomicU64,
+    /// Events on the idle (non-pod) watches: their initial ADDED events.
+    other_events: AtomicU64,
+}
+
+/// One watch: who, what, and what it recorded.
+struct Stream {
+    node: usize,
+    what: WatchPath,
+    rec: Arc<Recorder>,
+}
+
+async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
+    let cfg = ctx.cfg;
+    info!(
+        side = side.name(),
+        nodes = cfg.nodes,
+        watches = cfg.watches,
+        "kubelet model"
+    );
+    // A second side starts from the same objects: the first side's churned pods go.
+    ctx.client
+        .kv_client()
+        .delete(
+            "/registry/pods/",
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .map_err(|e| format!("etcd: {e}"))?;
+    let b = bar_of(cfg, 0, "seeding");
+    objects::seed(&ctx.client, cfg.nodes, cfg.watches, &b).await?;
+    load::seed(&ctx.client, cfg.pods, cfg.nodes, cfg.nodes, &b)
+        .await
+        .map_err(|e| format!("seeding: {e}"))?;
+    b.finish_and_clear();
+    let start_rev = stack::current_revision(&ctx.client).await?;
+    let binary = match side {
+        Side::Watchcache => &cfg.server_binary,
+        Side::KubeApiserver => &cfg.kube_apiserver,
+    };
+    let (url, server) = servers::start(side, binary, &ctx.endpoint, ctx.pki, ctx.dir)?;
+    let pid = server.0.id();
+    let admin = Http::tls(ctx.pki.admin(), TlsMode::H2);
+    let started = Instant::now();
+    if let Err(e) = ready(ctx, &admin, &url, start_rev).await {
+        return Err(format!(
+            "{}: {e}; the end of its log:\n{}",
+            side.name(),
+            servers::log_tail(side, ctx.dir)
+        ));
+    }
+    info!(side = side.name(), took = ?started.elapsed(), "server ready");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // Connections, then watches, each measured.
+    let rss0 = procstat::rss_bytes(pid);
+    let clients: Vec<Http> = ctx
+        .node_tls
+        .iter()
+        .map(|c| Http::tls(Arc::clone(c), TlsMode::H2))
+        .collect();
+    let connected = connect_all(cfg, &clients, &url).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss1 = procstat::rss_bytes(pid);
+    let counters = Arc::new(Streams::default());
+    let (stop, stop_rx) = watch::channel(false);
+    let (streams, tasks) = open_watches(cfg, &clients, &url, start_rev, &counters, &stop_rx).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss2 = procstat::rss_bytes(pid);
+    let cross_node = cross_node_status(&clients, &url, cfg.nodes).await;
+    let per = |a: Option<u64>, b: Option<u64>, n: usize| {
+        a.zip(b)
+            .map(|(a, b)| b.saturating_sub(a) as f64 / n.max(1) as f64)
+    };
+    let rss_per_connection = per(rss0, rss1, connected);
+    let rss_per_watch = per(rss1, rss2, counters.opened.load(Ordering::Relaxed));
+    info!(
+        side = side.name(),
+        connected,
+        opened = counters.opened.load(Ordering::Relaxed),
+        forbidden = counters.forbidden.load(Ordering::Relaxed),
+        ?rss_per_connection,
+        ?rss_per_watch,
+        "watches open"
+    );
+
+    // The churn and the Leases, CPU measured over them and the delivery.
+    let cpu = |pid: Option<u32>| pid.and_then(procstat::cpu_seconds);
+    let me = Some(std::process::id());
+    let (client0, server0, etcd0) = (cpu(me), cpu(Some(pid)), cpu(ctx.etcd_pid));
+    let leases = tokio::spawn(renew_leases(
+        ctx.client.clone(),
+        cfg.nodes,
+        cfg.lease_period,
+        cfg.duration,
+    ));
+    let b = bar_of(
+        cfg,
+        (cfg.rate * cfg.duration.as_secs_f64()) as u64,
+        "writing",
+    );
+    let began = Instant::now();
+    let sent = load::churn(
+        &ctx.client,
+        Churn::new(cfg.pods, cfg.nodes).with_apps(cfg.nodes),
+        cfg.rate,
+        cfg.duration,
+        &b,
+    )
+    .await;
+    b.finish_and_clear();
+    let wrote_for = cfg
+        .duration
+        .as_secs_f64()
+        .min(began.elapsed().as_secs_f64());
+    let lease_writes = leases.await.unwrap_or(0);
+    let deadline = Instant::now() + cfg.delivery_grace;
+    let mut last = (counters.received.load(Ordering::Relaxed), Instant::now());
+    while Instant::now() < deadline {
+        let got = counters.received.load(Ordering::Relaxed);
+        if got != last.0 {
+            last = (got, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let spent = |before: Option<f64>, pid| before.zip(cpu(pid)).map(|(a, b)| b - a);
+    let server_cpu = spent(server0, Some(pid));
+    let etcd_cpu = spent(etcd0, ctx.etcd_pid);
+    let client_cpu = spent(client0, me);
+    let server_rss = procstat::rss_bytes(pid);
+    let etcd_rss = ctx.etcd_pid.and_then(procstat::rss_bytes);
+
+    // Verification against etcd's history.
+    let end_rev = sent.keys().copied().max().unwrap_or(start_rev);
+    let history = verify::history(&ctx.client, start_rev, end_rev).await?;
+    if stop.send(true).is_err() {
+        warn!("watchers already gone");
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let mut node_path = report::PathFigures::default();
+    let mut label_path = report::PathFigures::default();
+    let mut stream_errors = 0;
+    for s in &streams {
+        stream_errors += s.rec.errors.load(Ordering::Relaxed);
+        let (expected, figures) = match s.what {
+            WatchPath::NodePods => (verify::expected(&history, Some(s.node)), &mut node_path),
+            WatchPath::LabelPods => (
+                history
+                    .iter()
+                    .filter(|h| {
+                        let id = h.id as usize;
+                        id % cfg.nodes == s.node
+                            && id % objects::NAMESPACES == s.node % objects::NAMESPACES
+                    })
+                    .map(|h| (h.rev, h.id))
+                    .collect(),
+                &mut label_path,
+            ),
+            WatchPath::Other => continue,
+        };
+        let got = s.rec.events.lock();
+        figures.watches += 1;
+        let (latencies, after_ack) = (&mut figures.latencies, &mut figures.after_ack);
+        let t = verify::tally(&got, &expected, end_rev, |rev, at| {
+            if let Some(&(sent, ack)) = sent.get(&rev) {
+                latencies.push(at.saturating_sub(sent) as f64 / 1000.0);
+                after_ack.push(at.saturating_sub(ack) as f64 / 1000.0);
+            }
+        });
+        figures.tally += t;
+    }
+    drop(server);
+    let opened = counters.opened.load(Ordering::Relaxed);
+    let r = KubeletReport {
+        side,
+        nodes: cfg.nodes,
+        watches_per_node: cfg.watches,
+        pods: cfg.pods,
+        connections: connected,
+        watches_opened: opened,
+        watches_forbidden: counters.forbidden.load(Ordering::Relaxed),
+        watches_failed: counters.failed.load(Ordering::Relaxed),
+        watch_429s: counters.too_many.load(Ordering::Relaxed),
+        unreadable_frames: counters.unreadable.load(Ordering::Relaxed),
+        stream_errors,
+        other_events: counters.other_events.load(Ordering::Relaxed),
+        cross_node_watch_status: cross_node,
+        pod_writes_per_sec: sent.len() as f64 / wrote_for.max(1e-3),
+        etcd_write_ms: Latency::of(
+            &mut sent
+                .values()
+                .map(|(s, a)| a.saturating_sub(*s) as f64 / 1000.0)
+                .collect::<Vec<_>>(),
+        ),
+        lease_writes_per_sec: lease_writes as f64 / wrote_for.max(1e-3),
+        duration_s: cfg.duration.as_secs_f64(),
+        node_path: node_path.finish(),
+        label_path: label_path.finish(),
+        server_cpu_s: server_cpu,
+        server_rss_bytes: server_rss,
+        rss_per_connection_bytes: rss_per_connection,
+        rss_per_watch_bytes: rss_per_watch,
+        etcd_cpu_s: etcd_cpu,
+        etcd_rss_bytes: etcd_rss,
+        client_cpu_s: client_cpu,
+        load_average: load_average(),
+    };
+    info!(
+        side = side.name(),
+        delivered = r.delivered(),
+        lost = r.lost(),
+        "side done"
+    );
+    Ok(r)
+}
+
+fn bar_of(cfg: &KubeletConfig, len: u64, what: &str) -> indicatif::ProgressBar {
+    bar(cfg.progress, len, what)
+}
+
+/// The machine's 1-minute load average, recorded with each figure.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Waits until the server has the seeded revision and the last node is authorized for each of
+/// its watches (kube-apiserver's Node authorizer learns pods from its own informer).
+async fn ready(ctx: &Ctx<'_>, admin: &Http, url: &str, rev: u64) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let probe = format!(
+        "{url}/api/v1/pods?resourceVersion={rev}&resourceVersionMatch=NotOlderThan&limit=1"
+    );
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        match admin.text(&probe).await {
+            Ok(_) => break,
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let n = ctx.cfg.nodes - 1;
+    let node = Http::tls(Arc::clone(&ctx.node_tls[n]), TlsMode::H2);
+    'probe: while Instant::now() < deadline {
+        for w in objects::watches(n, ctx.cfg.watches) {
+            if let Err(e) = node.text(&format!("{url}{}&limit=1", w.path)).await {
+                last = e;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue 'probe;
+            }
+        }
+        return Ok(());
+    }
+    Err(format!("not ready within 180 s: {last}"))
+}
+
+/// Opens every node's connection, 64 handshakes at a time; returns how many connected.
+async fn connect_all(cfg: &KubeletConfig, clients: &[Http], url: &str) -> usize {
+    let b = bar_of(cfg, clients.len() as u64, "connecting");
+    let results = futures_util::stream::iter(clients.iter().cloned())
+        .map(|c| {
+            let b = b.clone();
+            async move {
+                let r = c.connect_h2(url).await;
+                b.inc(1);
+                r
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+    b.finish_and_clear();
+    let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    if let Some(e) = failed.first() {
+        warn!(failed = failed.len(), first = %e, "connections failed");
+    }
+    results.len() - failed.len()
+}
+
+/// Opens every node's watches on its connection, paced; waits (at most 180 s) until each has
+/// answered.
+async fn open_watches(
+    cfg: &KubeletConfig,
+    clients: &[Http],
+    url: &str,
+    start_rev: u64,
+    counters: &Arc<Streams>,
+    stop: &watch::Receiver<bool>,
+) -> (Vec<Stream>, Vec<tokio::task::JoinHandle<()>>) {
+    let total = cfg.nodes * cfg.watches;
+    let b = bar_of(cfg, total as u64, "watches");
+    let mut streams = Vec::with_capacity(total);
+    let mut tasks = Vec::with_capacity(total);
+    for (n, client) in clients.iter().enumerate() {
+        for w in objects::watches(n, cfg.watches) {
+            // The pod streams start at the seeded revision (verified from there); the others
+            // as a reflector's first watch after its list.
+            let rv = match w.what {
+                WatchPath::Other => 0,
+                _ => start_rev,
+            };
+            let u = format!(
+                "{url}{}&watch=1&allowWatchBookmarks=true&resourceVersion={rv}",
+                w.path
+            );
+            let rec = Arc::new(Recorder::default());
+            tasks.push(tokio::spawn(watcher(
+                client.clone(),
+                u,
+                w.what,
+                Arc::clone(&rec),
+                Arc::clone(counters),
+                stop.clone(),
+            )));
+            streams.push(Stream {
+                node: n,
+                what: w.what,
+                rec,
+            });
+        }
+        if n % 50 == 49 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let done = counters.opened.load(Ordering::Relaxed)
+            + counters.forbidden.load(Ordering::Relaxed)
+            + counters.failed.load(Ordering::Relaxed);
+        b.set_position(done as u64);
+        if done >= total || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.finish_and_clear();
+    (streams, tasks)
+}
+
+/// Node 0 asking for node 1's pods (or its own name with another node's, for one node): the
+/// status both servers must answer, 403.
+async fn cross_node_status(clients: &[Http], url: &str, nodes: usize) -> Option<u16> {
+    let other = if nodes > 1 { 1 } else { 7 };
+    let u = format!(
+        "{url}/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dnode-{other}&resourceVersion=0"
+    );
+    let (status, _) = clients
+        .first()?
+        .get_accept(&u, Some(WATCH_ACCEPT))
+        .await
+        .ok()?;
+    Some(status)
+}
+
+fn pod_id(name: &[u8]) -> Option<u32> {
+    std::str::from_utf8(name.strip_prefix(b"pod-")?)
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// One kubelet watch in protobuf: pod streams record each change; the others count events.
+async fn watcher(
+    client: Http,
+    url: String,
+    what: WatchPath,
+    rec: Arc<Recorder>,
+    counters: Arc<Streams>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // A reflector retries a refused watch after a pause (client-go backs off from 800 ms); so do
+    // the kubelets here, for a minute, counting the 429s.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let answer = loop {
+        match client.get_accept(&url, Some(WATCH_ACCEPT)).await {
+            Ok((429, mut body)) if Instant::now() < deadline => {
+                if counters.too_many.fetch_add(1, Ordering::Relaxed) < 3
+                    && let Some(Ok(b)) = body.next().await
+                {
+                    warn!(url, why = %b.escape_ascii(), "watch refused, retrying");
+                }
+                tokio::time::sleep(Duration::from_millis(800 + fastrand::u64(0..800))).await;
+            }
+            other => break other,
+        }
+    };
+    let mut body = match answer {
+        Ok((status, body)) if (200..300).contains(&status) => body,
+        Ok((403, mut body)) => {
+            if counters.forbidden.fetch_add(1, Ordering::Relaxed) < 5 {
+                let why = match body.next().await {
+                    Some(Ok(b)) => b.escape_ascii().to_string(),
+                    _ => String::new(),
+                };
+                warn!(url, why, "watch forbidden");
+            }
+            return;
+        }
+        Ok((status, _)) => {
+            warn!(status, url, "watch refused");
+            counters.failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        Err(e) => {
+            warn!(error = %e, url, "watch failed");
+            counters.failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    counters.opened.fetch_add(1, Ordering::Relaxed);
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let chunk = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            c = body.next() => c,
+        };
+        let chunk = match chunk {
+            Some(Ok(c)) => c,
+            other => {
+                warn!(url, end = ?other.map(|r| r.err()), "watch stream ended");
+                rec.errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        buf.extend_from_slice(&chunk);
+        let used = proto::frames(&buf, |frame| {
+            let Some(ev) = proto::event(frame) else {
+                warn!(url, frame = %String::from_utf8_lossy(&frame[..frame.len().min(200)]), "unreadable frame");
+                counters.unreadable.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            match ev.kind {
+                b"ADDED" | b"MODIFIED" | b"DELETED" => {}
+                b"ERROR" => {
+                    warn!(url, frame = %frame.escape_ascii(), "watch ERROR event");
+                    rec.errors.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                _ => return,
+            }
+            if what == WatchPath::Other {
+                counters.other_events.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            let rev = std::str::from_utf8(ev.rv).ok().and_then(|r| r.parse().ok());
+            if let (Some(rev), Some(id)) = (rev, pod_id(ev.name)) {
+                rec.events.lock().push(Received {
+                    rev,
+                    id,
+                    at_us: pods::now_us(),
+                });
+                counters.received.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        buf.drain(..used);
+    }
+}
+
+/// Renews every node's Lease once per `period`, spread evenly over it, for `duration`; returns
+/// the renewals etcd acknowledged.
+async fn renew_leases(
+    client: etcd_client::Client,
+    nodes: usize,
+    period: Duration,
+    duration: Duration,
+) -> u64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let in_flight = Arc::new(Semaphore::new(256));
+    let mut tick = tokio::time::interval(period.div_f64(nodes.max(1) as f64));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
+    let deadline = Instant::now() + duration;
+    let mut n = 0;
+    while Instant::now() < deadline {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = tokio::time::sleep_until(deadline) => break,
+        }
+        let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
+            break;
+        };
+        let (mut kv, done) = (client.kv_client(), Arc::clone(&done));
+        let node = n % nodes.max(1);
+        n += 1;
+        tokio::spawn(async move {
+            let value = objects::lease(node, pods::now_us());
+            if kv.put(objects::lease_key(node), value, None).await.is_ok() {
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            drop(permit);
+        });
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), in_flight.acquire_many(256)).await;
+    done.load(Ordering::Relaxed)
+}

@@ -1,0 +1,102 @@
+//! The two servers the kubelet model measures, started on the run's etcd with the run's PKI and
+//! `--authorization-mode=Node,RBAC`: watchcache (`serve`), and kube-apiserver 1.35 with the flags
+//! the project's control-plane tests use (`tests/support/kube.rs`), without encryption at rest.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use watchcache::etcd::free_port;
+
+use super::pki::Pki;
+use crate::bench::stack::ServerProcess;
+
+/// Which server a side of the run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Side {
+    /// watchcache.
+    Watchcache,
+    /// kube-apiserver 1.35 and its watch cache.
+    KubeApiserver,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Watchcache => "watchcache",
+            Side::KubeApiserver => "kube-apiserver",
+        }
+    }
+}
+
+/// What the watchcache server serves: what the kubelets watch, what the Node authorizer and
+/// RBAC read, and the Leases the nodes renew.
+const RESOURCES: &str = "pods,nodes,configmaps,secrets,services,endpoints,endpointslices.discovery.k8s.io,\
+namespaces,networkpolicies.networking.k8s.io,runtimeclasses.node.k8s.io,csidrivers.storage.k8s.io,\
+csinodes.storage.k8s.io,leases.coordination.k8s.io,serviceaccounts,persistentvolumeclaims,persistentvolumes,\
+volumeattachments.storage.k8s.io,clusterroles.rbac.authorization.k8s.io,\
+clusterrolebindings.rbac.authorization.k8s.io,roles.rbac.authorization.k8s.io,\
+rolebindings.rbac.authorization.k8s.io";
+
+/// Starts `side` on `etcd_url`; returns its URL and process (stopped on drop).
+pub fn start(
+    side: Side,
+    binary: &Path,
+    etcd_url: &str,
+    pki: &Pki,
+    dir: &Path,
+) -> Result<(String, ServerProcess), String> {
+    let port = free_port().map_err(|e| e.to_string())?;
+    let f = |p: &Path| p.display().to_string();
+    let mut cmd = Command::new(binary);
+    match side {
+        Side::Watchcache => {
+            cmd.args(["serve", "--etcd", etcd_url])
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .args(["--tls-cert-file", &f(&pki.serving_cert)])
+                .args(["--tls-private-key-file", &f(&pki.serving_key)])
+                .args(["--client-ca-file", &f(&pki.ca_file)])
+                .args(["--authorization-mode", "Node,RBAC"])
+                .args(["--resources", RESOURCES])
+                .env("RUST_LOG", "warn");
+        }
+        Side::KubeApiserver => {
+            cmd.args([
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+                format!("--cert-dir={}", f(&dir.join("certs"))),
+                format!("--tls-cert-file={}", f(&pki.serving_cert)),
+                format!("--tls-private-key-file={}", f(&pki.serving_key)),
+                format!("--client-ca-file={}", f(&pki.ca_file)),
+                format!("--service-account-key-file={}", f(&pki.sa_pub)),
+                format!("--service-account-signing-key-file={}", f(&pki.sa_key)),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                "--authorization-mode=Node,RBAC".into(),
+                "--enable-admission-plugins=NodeRestriction".into(),
+                "--profiling=false".into(),
+                "--v=1".into(),
+            ]);
+        }
+    }
+    let log = dir.join(format!("{}.log", side.name()));
+    let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+    Ok((format!("https://127.0.0.1:{port}"), ServerProcess(child)))
+}
+
+/// The last lines of a side's log, for an error message.
+pub fn log_tail(side: Side, dir: &Path) -> String {
+    let text =
+        std::fs::read_to_string(dir.join(format!("{}.log", side.name()))).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
