@@ -277,6 +277,10 @@ impl EtcdCaches {
                 transformers.push((cache.definition().prefix.clone(), Arc::clone(t)));
             }
             cache.set_upstream(upstream.clone());
+            let truth = range::EtcdTruth {
+                upstream: Arc::clone(&upstream),
+                page_size: config.page_size,
+            };
             let source = EtcdSource {
                 cache,
                 upstream,
@@ -286,7 +290,7 @@ impl EtcdCaches {
                 reliable,
                 cluster: None,
             };
-            followers.spawn(source, writer, policy, WatchListUse::Off);
+            followers.spawn(source, writer, policy, WatchListUse::Off, truth);
         }
         info!(resources = followers.len(), endpoints = %config.endpoints.join(","), reliable_progress = reliable, "following etcd");
         Ok(EtcdCaches {
