@@ -10,13 +10,13 @@ mod support;
 
 use std::time::Duration;
 
+use etcd_client::{GetOptions, Txn, TxnOp};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
 use support::etcd::{EtcdVersion, etcd, etcd_version};
 use support::kube::KubeApiserver;
 use tokio::sync::oneshot;
 use watchcache::apiserver::{ApiServerCaches, ApiServerConfig, client_from_kubeconfig};
-use etcd_client::{GetOptions, Txn, TxnOp};
 use watchcache::etcd::EtcdCaches;
 use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{
@@ -153,9 +153,11 @@ async fn a_corrupted_cache_on_etcd_is_found_counted_healed_and_its_watchers_told
     })
     .await;
 
-    wait_for("the check found the mismatch", Duration::from_secs(15), || {
-        checks(&pods).failure >= 1
-    })
+    wait_for(
+        "the check found the mismatch",
+        Duration::from_secs(15),
+        || checks(&pods).failure >= 1,
+    )
     .await;
     let after_failure = checks(&pods);
     wait_for("a later check passed", Duration::from_secs(15), || {
@@ -173,12 +175,7 @@ async fn a_corrupted_cache_on_etcd_is_found_counted_healed_and_its_watchers_told
     let truth: Vec<(String, u64)> = resp
         .kvs()
         .iter()
-        .map(|kv| {
-            (
-                kv.key_str().unwrap().to_owned(),
-                kv.mod_revision() as u64,
-            )
-        })
+        .map(|kv| (kv.key_str().unwrap().to_owned(), kv.mod_revision() as u64))
         .collect();
     assert_eq!(cached(&pods, "ns").await, truth);
     assert_eq!(
@@ -272,9 +269,11 @@ async fn a_corrupted_cache_of_kube_apiserver_is_found_healed_and_its_watchers_to
         last = rv(&api.create(&pp, &cm(name, "1")).await.unwrap());
     }
     let k = |name: &str| format!("/registry/configmaps/default/{name}");
-    wait_for("the cache has the configmaps", Duration::from_secs(10), || {
-        cms.resource_version() >= last
-    })
+    wait_for(
+        "the cache has the configmaps",
+        Duration::from_secs(10),
+        || cms.resource_version() >= last,
+    )
     .await;
     wait_for("a first check passed", Duration::from_secs(15), || {
         checks(&cms).success >= 1
@@ -299,14 +298,18 @@ async fn a_corrupted_cache_of_kube_apiserver_is_found_healed_and_its_watchers_to
     api.delete("c", &DeleteParams::default()).await.unwrap();
     // A check may fall between these writes, so that more than one relist heals them; each heals
     // what was lost by then, so the order of the healing events holds either way.
-    wait_for("the check found the mismatch", Duration::from_secs(20), || {
-        checks(&cms).failure >= 1
-    })
+    wait_for(
+        "the check found the mismatch",
+        Duration::from_secs(20),
+        || checks(&cms).failure >= 1,
+    )
     .await;
     wait_for("the cache was healed", Duration::from_secs(20), || {
         cms.peek(Some("default"), "c").is_none()
             && cms.peek(Some("default"), "d").is_some()
-            && cms.peek(Some("default"), "b").is_some_and(|o| o.resource_version() == b)
+            && cms
+                .peek(Some("default"), "b")
+                .is_some_and(|o| o.resource_version() == b)
     })
     .await;
     let healed = checks(&cms);
@@ -314,7 +317,11 @@ async fn a_corrupted_cache_of_kube_apiserver_is_found_healed_and_its_watchers_to
         checks(&cms).success > healed.success
     })
     .await;
-    assert_eq!(checks(&cms).failure, healed.failure, "no mismatch after healing");
+    assert_eq!(
+        checks(&cms).failure,
+        healed.failure,
+        "no mismatch after healing"
+    );
     assert_eq!(checks(&cms).error, 0);
 
     // The cache equals kube-apiserver's consistent LIST.

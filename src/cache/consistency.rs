@@ -266,10 +266,7 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(
-            out.samples[1].to_string(),
-            "/b: cached at 2, upstream at 3"
-        );
+        assert_eq!(out.samples[1].to_string(), "/b: cached at 2, upstream at 3");
     }
 
     #[test]

@@ -50,11 +50,11 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 pub use config::CacheConfig;
-pub use list::{ListOptions, ObjectList};
-pub use resync::Resync;
 #[cfg(any(test, feature = "test-hooks"))]
 pub use consistency::Corruption;
 pub use consistency::{Compared, Difference};
+pub use list::{ListOptions, ObjectList};
+pub use resync::Resync;
 pub use state::{CacheStats, Change, CheckStatus, ConsistencyChecks, OutOfOrder, ResyncOutcome};
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
 pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};

@@ -59,7 +59,11 @@ fn truth_error(e: RestError) -> TruthError {
 }
 
 impl Truth for ApiTruth {
-    async fn page(&mut self, n: u64, cursor: Option<String>) -> std::result::Result<TruthPage, TruthError> {
+    async fn page(
+        &mut self,
+        n: u64,
+        cursor: Option<String>,
+    ) -> std::result::Result<TruthPage, TruthError> {
         let page = self
             .rest
             .list_exact(n, self.page_size, cursor.as_deref())
@@ -86,7 +90,11 @@ impl Truth for ApiTruth {
         })
     }
 
-    async fn value_at(&mut self, _n: u64, _key: &str) -> std::result::Result<Option<Bytes>, TruthError> {
+    async fn value_at(
+        &mut self,
+        _n: u64,
+        _key: &str,
+    ) -> std::result::Result<Option<Bytes>, TruthError> {
         // Every entry of a LIST carries its object.
         Ok(None)
     }

@@ -210,7 +210,11 @@ fn truth_error(e: Error) -> TruthError {
 }
 
 impl Truth for EtcdTruth {
-    async fn page(&mut self, n: u64, cursor: Option<String>) -> std::result::Result<TruthPage, TruthError> {
+    async fn page(
+        &mut self,
+        n: u64,
+        cursor: Option<String>,
+    ) -> std::result::Result<TruthPage, TruthError> {
         let keys = KeyRange {
             from: cursor,
             end: None,
@@ -236,7 +240,11 @@ impl Truth for EtcdTruth {
         Ok(TruthPage { entries, next })
     }
 
-    async fn value_at(&mut self, n: u64, key: &str) -> std::result::Result<Option<Bytes>, TruthError> {
+    async fn value_at(
+        &mut self,
+        n: u64,
+        key: &str,
+    ) -> std::result::Result<Option<Bytes>, TruthError> {
         let page = self
             .upstream
             .range(Some(n), KeyRange::one(key), 1)

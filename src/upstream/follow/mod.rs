@@ -128,21 +128,22 @@ pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follo
                 // Every relist asked for so far is answered by this sync.
                 let answers = relists.as_mut().map(|r| *r.asked.borrow_and_update());
                 match source.sync(&mut writer, mode, &mut shutdown).await {
-                Ok(Synced { rv, watch }) => {
-                    if let (Some(r), Some(n)) = (&relists, answers) {
-                        r.done.send_replace(n);
+                    Ok(Synced { rv, watch }) => {
+                        if let (Some(r), Some(n)) = (&relists, answers) {
+                            r.done.send_replace(n);
+                        }
+                        let streaming = watch.is_some();
+                        open = watch;
+                        Input::Synced { rv, streaming }
                     }
-                    let streaming = watch.is_some();
-                    open = watch;
-                    Input::Synced { rv, streaming }
-                }
-                Err(why) => {
-                    if mode == SyncMode::WatchList && machine.watch_list() == WatchListUse::Try {
-                        fallback = log_watch_list_fallback(&plural, S::NAME, &why);
+                    Err(why) => {
+                        if mode == SyncMode::WatchList && machine.watch_list() == WatchListUse::Try
+                        {
+                            fallback = log_watch_list_fallback(&plural, S::NAME, &why);
+                        }
+                        Input::Broke { applied: None, why }
                     }
-                    Input::Broke { applied: None, why }
                 }
-            }
             }
             Action::Watch { from } => match source.open(from, &mut shutdown).await {
                 Ok(w) => {
