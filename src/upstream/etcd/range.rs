@@ -21,7 +21,6 @@ use tokio::sync::Notify;
 use super::encryption::Transformer;
 use crate::cache::{BoxFuture, KeyRange, RangePage, RawKv, Upstream};
 use crate::error::{Error, Result};
-use crate::upstream::follow::check::{Truth, TruthEntry, TruthError, TruthPage};
 
 /// The end of the key range `[prefix, end)` holding every key with the prefix.
 pub(crate) fn prefix_end(prefix: &str) -> Vec<u8> {
@@ -191,66 +190,6 @@ impl Upstream for EtcdUpstream {
     ) -> BoxFuture<'_, Result<RangePage>> {
         let mut kv = self.kv.clone();
         Box::pin(async move { read_page(&mut kv, &self.prefix, revision, keys, limit, true).await })
-    }
-}
-
-/// etcd's side of the consistency check (`follow/check.rs`): keys-only range reads of the
-/// prefix at exactly the checked revision, in pages; a value is read only for a key the cache
-/// lacks, to see whether it decodes.
-pub(crate) struct EtcdTruth {
-    pub upstream: Arc<EtcdUpstream>,
-    pub page_size: usize,
-}
-
-fn truth_error(e: Error) -> TruthError {
-    match e {
-        Error::Expired { .. } => TruthError::Expired(e.to_string()),
-        other => TruthError::Failed(other.to_string()),
-    }
-}
-
-impl Truth for EtcdTruth {
-    async fn page(
-        &mut self,
-        n: u64,
-        cursor: Option<String>,
-    ) -> std::result::Result<TruthPage, TruthError> {
-        let keys = KeyRange {
-            from: cursor,
-            end: None,
-        };
-        let page = self
-            .upstream
-            .range_keys(Some(n), keys, self.page_size)
-            .await
-            .map_err(truth_error)?;
-        let next = page
-            .more
-            .then(|| page.kvs.last().map(|kv| format!("{}\u{0}", kv.key)))
-            .flatten();
-        let entries = page
-            .kvs
-            .into_iter()
-            .map(|kv| TruthEntry {
-                key: kv.key,
-                rv: kv.mod_revision,
-                value: None,
-            })
-            .collect();
-        Ok(TruthPage { entries, next })
-    }
-
-    async fn value_at(
-        &mut self,
-        n: u64,
-        key: &str,
-    ) -> std::result::Result<Option<Bytes>, TruthError> {
-        let page = self
-            .upstream
-            .range(Some(n), KeyRange::one(key), 1)
-            .await
-            .map_err(truth_error)?;
-        Ok(page.kvs.into_iter().next().map(|kv| kv.value))
     }
 }
 

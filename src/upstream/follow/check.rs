@@ -26,7 +26,8 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::cache::consistency::{Comparison, Seen};
-use crate::cache::{Cache, CheckStatus, Compared};
+use crate::cache::{Cache, CheckStatus, Compared, KeyRange, Upstream};
+use crate::error::Error;
 
 /// Checks started over at a newer revision before one counts as an error.
 pub(crate) const ATTEMPTS: usize = 3;
@@ -88,6 +89,76 @@ pub(crate) struct Relists {
     pub ask: watch::Sender<u64>,
     /// The last request a finished sync answered.
     pub done: watch::Receiver<u64>,
+}
+
+/// An [`Upstream`] with range reads (etcd) as the check's side of the truth: keys-only reads of
+/// the resource at exactly the checked revision, in pages; a value is read only for a key the
+/// cache lacks, to see whether it decodes.
+pub(crate) struct RangeTruth {
+    pub upstream: std::sync::Arc<dyn Upstream>,
+    pub page_size: usize,
+}
+
+fn range_error(e: Error) -> TruthError {
+    match e {
+        Error::Expired { .. } => TruthError::Expired(e.to_string()),
+        other => TruthError::Failed(other.to_string()),
+    }
+}
+
+impl Truth for RangeTruth {
+    async fn page(&mut self, n: u64, cursor: Option<String>) -> Result<TruthPage, TruthError> {
+        let keys = KeyRange {
+            from: cursor,
+            end: None,
+        };
+        let page = self
+            .upstream
+            .range_keys(Some(n), keys, self.page_size)
+            .await
+            .map_err(range_error)?;
+        let next = page
+            .more
+            .then(|| page.kvs.last().map(|kv| format!("{}\u{0}", kv.key)))
+            .flatten();
+        let entries = page
+            .kvs
+            .into_iter()
+            .map(|kv| TruthEntry {
+                key: kv.key,
+                rv: kv.mod_revision,
+                value: None,
+            })
+            .collect();
+        Ok(TruthPage { entries, next })
+    }
+
+    async fn value_at(&mut self, n: u64, key: &str) -> Result<Option<Bytes>, TruthError> {
+        let page = self
+            .upstream
+            .range(Some(n), KeyRange::one(key), 1)
+            .await
+            .map_err(range_error)?;
+        Ok(page.kvs.into_iter().next().map(|kv| kv.value))
+    }
+}
+
+/// One check of `cache` now, against its upstream's range reads, without counting it or
+/// relisting: what the periodic check compares (for benchmarks and operators' tools).
+///
+/// # Errors
+/// Why no comparison was made: no upstream with range reads, not ready, or the upstream failed.
+pub(crate) async fn check_now(cache: &Cache, page_size: usize) -> Result<(u64, Compared), String> {
+    let upstream = cache
+        .upstream()
+        .ok_or_else(|| "the cache has no upstream".to_owned())?;
+    let mut truth = RangeTruth {
+        upstream,
+        page_size,
+    };
+    check(cache, &mut truth).await.map_err(|e| match e {
+        NotChecked::Moved(why) | NotChecked::Failed(why) => why,
+    })
 }
 
 /// Why one check did not compare.
@@ -213,5 +284,143 @@ async fn compare<T: Truth>(
             Some(next) => cursor = Some(next),
             None => return Ok(cmp.finish()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::CacheConfig;
+    use crate::model::ResourceDef;
+
+    fn pod(name: &str) -> String {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"ns"}}}}"#
+        )
+    }
+
+    fn key(name: &str) -> String {
+        format!("/registry/pods/ns/{name}")
+    }
+
+    /// An upstream's objects by revision, answering from a table: `expire` first reads of a
+    /// revision are 410, as a compaction racing the check.
+    struct Table {
+        at: Vec<(u64, Vec<(String, u64, Bytes)>)>,
+        expire: usize,
+        pages: usize,
+    }
+
+    impl Truth for Table {
+        async fn page(&mut self, n: u64, cursor: Option<String>) -> Result<TruthPage, TruthError> {
+            if self.expire > 0 {
+                self.expire -= 1;
+                return Err(TruthError::Expired(format!("{n} compacted")));
+            }
+            self.pages += 1;
+            let (_, objects) = self
+                .at
+                .iter()
+                .find(|(rv, _)| *rv == n)
+                .ok_or_else(|| TruthError::Failed(format!("no state at {n}")))?;
+            // One object per page, to cross page boundaries.
+            let rest: Vec<_> = objects
+                .iter()
+                .filter(|(k, _, _)| cursor.as_deref().is_none_or(|c| k.as_str() >= c))
+                .collect();
+            let entries = rest
+                .first()
+                .map(|(k, rv, _)| TruthEntry {
+                    key: k.clone(),
+                    rv: *rv,
+                    value: None,
+                })
+                .into_iter()
+                .collect();
+            Ok(TruthPage {
+                entries,
+                next: rest.get(1).map(|(k, _, _)| k.clone()),
+            })
+        }
+
+        async fn value_at(&mut self, n: u64, key: &str) -> Result<Option<Bytes>, TruthError> {
+            Ok(self
+                .at
+                .iter()
+                .find(|(rv, _)| *rv == n)
+                .and_then(|(_, o)| o.iter().find(|(k, _, _)| k == key))
+                .map(|(_, _, v)| v.clone()))
+        }
+    }
+
+    async fn cache_at_5() -> (Cache, crate::cache::CacheWriter) {
+        let (cache, mut writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let mut r = writer.resync(5);
+        r.add_page(
+            [("a", 2), ("b", 5)]
+                .map(|(n, rv)| cache.decode(&key(n), pod(n).as_bytes(), rv).unwrap()),
+        );
+        r.finish();
+        (cache, writer)
+    }
+
+    #[tokio::test]
+    async fn a_compacted_revision_is_checked_again_and_an_undecodable_value_is_no_difference() {
+        let (cache, _writer) = cache_at_5().await;
+        let state = vec![
+            (key("a"), 2, Bytes::from(pod("a"))),
+            (key("b"), 5, Bytes::from(pod("b"))),
+            (key("bad"), 4, Bytes::from_static(b"not an object")),
+        ];
+        let mut t = Table {
+            at: vec![(5, state)],
+            expire: 2,
+            pages: 0,
+        };
+        let (n, out) = check(&cache, &mut t).await.unwrap();
+        assert_eq!(n, 5);
+        assert!(out.consistent(), "{out:?}");
+        assert_eq!((out.upstream, out.cached, out.skipped), (3, 2, 1));
+        assert_eq!(t.pages, 3, "paged, one object a page");
+
+        let mut gone = Table {
+            at: vec![],
+            expire: ATTEMPTS,
+            pages: 0,
+        };
+        assert!(
+            matches!(check(&cache, &mut gone).await, Err(NotChecked::Moved(_))),
+            "compacted every time: an error, never a failure"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_decodable_object_the_cache_lacks_is_missing() {
+        let (cache, _writer) = cache_at_5().await;
+        let state = vec![
+            (key("a"), 2, Bytes::from(pod("a"))),
+            (key("b"), 4, Bytes::from(pod("b"))),
+            (key("c"), 3, Bytes::from(pod("c"))),
+        ];
+        let mut t = Table {
+            at: vec![(5, state)],
+            expire: 0,
+            pages: 0,
+        };
+        let (_, out) = check(&cache, &mut t).await.unwrap();
+        assert_eq!((out.missing, out.stale, out.ghosts), (1, 1, 0), "{out:?}");
+        assert_eq!(
+            out.samples
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            [
+                "/registry/pods/ns/b: cached at 5, upstream at 4",
+                "/registry/pods/ns/c: missing (upstream at 3)"
+            ]
+        );
     }
 }
