@@ -810,6 +810,7 @@ impl Shared {
     // ---- consistency check ----
 
     /// Counts a finished consistency check.
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
     pub fn record_check(&self, status: CheckStatus) {
         let i = match status {
             CheckStatus::Success => 0,
@@ -825,6 +826,7 @@ impl Shared {
     ///
     /// # Errors
     /// [`Evicted`] when `at` left the history window.
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
     pub fn entries_at(
         &self,
         at: u64,

@@ -303,10 +303,13 @@ mod tests {
         format!("/registry/pods/ns/{name}")
     }
 
+    /// An object upstream: key, revision, value.
+    type Stored = (String, u64, Bytes);
+
     /// An upstream's objects by revision, answering from a table: `expire` first reads of a
     /// revision are 410, as a compaction racing the check.
     struct Table {
-        at: Vec<(u64, Vec<(String, u64, Bytes)>)>,
+        at: Vec<(u64, Vec<Stored>)>,
         expire: usize,
         pages: usize,
     }
