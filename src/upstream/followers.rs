@@ -58,7 +58,11 @@ impl Followers {
         watch_list: WatchListUse,
         truth: T,
     ) {
-        let period = writer.cache().config().consistency_check_period;
+        let cache = writer.cache();
+        let period = cache
+            .definition()
+            .consistency_check_period
+            .unwrap_or(cache.config().consistency_check_period);
         let relists = (!period.is_zero()).then(|| {
             let (ask, asked) = watch::channel(0);
             let (done_tx, done) = watch::channel(0);
