@@ -74,11 +74,15 @@ pub mod server;
 mod sync;
 pub mod upstream;
 
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use cache::Corruption;
 pub use cache::{
-    BoxFuture, Cache, CacheConfig, CacheStats, CacheWriter, Change, Frame, KeyRange, ListOptions,
-    ObjectList, OutOfOrder, RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome,
-    Upstream, WatchEvent, WatchOptions, WatchStream, list_parts, list_parts_protobuf,
-    list_parts_protobuf_with, list_parts_with,
+    BoxFuture, Cache, CacheConfig, CacheStats, CacheWriter, Change, CheckStatus, Compared,
+    ConsistencyChecks, Difference, Frame, KeyRange, ListOptions, ObjectList, OutOfOrder,
+    RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream, WatchEvent,
+    WatchOptions, WatchStream, list_parts, list_parts_protobuf, list_parts_protobuf_with,
+    list_parts_with,
 };
 pub use error::{Error, Result};
 

@@ -23,6 +23,10 @@ pub struct CacheConfig {
     /// notifications cannot be trusted) that may run at once; more are answered 429 with a
     /// Retry-After, so that a burst of them cannot exhaust memory or etcd.
     pub max_upstream_reads: usize,
+    /// Period of the consistency check of a followed cache against its upstream (upstream:
+    /// 5 minutes, `DetectCacheInconsistency`); each wait is drawn in `[period, 1.5 × period]`.
+    /// Zero: no checks. Only caches fed by a follower (etcd, an API server) are checked.
+    pub consistency_check_period: Duration,
 }
 
 impl Default for CacheConfig {
@@ -34,6 +38,7 @@ impl Default for CacheConfig {
             too_large_wait: Duration::from_secs(3),
             progress_interval: Duration::from_millis(100),
             max_upstream_reads: 32,
+            consistency_check_period: Duration::from_secs(300),
         }
     }
 }
@@ -43,6 +48,13 @@ impl CacheConfig {
     #[must_use]
     pub fn max_upstream_reads(mut self, n: usize) -> Self {
         self.max_upstream_reads = n.max(1);
+        self
+    }
+
+    /// Sets the consistency check's period (zero: no checks).
+    #[must_use]
+    pub fn consistency_check_period(mut self, d: Duration) -> Self {
+        self.consistency_check_period = d;
         self
     }
 

@@ -22,6 +22,9 @@
 //! queue.
 
 mod config;
+// Used by the followers' check (etcd, apiserver); the core keeps it, tested, for them.
+#[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
+pub(crate) mod consistency;
 mod consistent;
 pub(crate) mod continue_token;
 mod fresh;
@@ -49,9 +52,12 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 pub use config::CacheConfig;
+#[cfg(any(test, feature = "test-hooks"))]
+pub use consistency::Corruption;
+pub use consistency::{Compared, Difference};
 pub use list::{ListOptions, ObjectList};
 pub use resync::Resync;
-pub use state::{CacheStats, Change, OutOfOrder, ResyncOutcome};
+pub use state::{CacheStats, Change, CheckStatus, ConsistencyChecks, OutOfOrder, ResyncOutcome};
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
 pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
 pub use wire::{Frame, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with};
@@ -530,6 +536,52 @@ impl Cache {
     /// A snapshot of sizes and counters.
     pub fn stats(&self) -> CacheStats {
         self.shared.stats()
+    }
+
+    /// The cache's objects at revision `at` as (key, revision) pairs in key order: the cache's
+    /// side of a consistency check. Read in pages of [`consistency::PAGE`], one lock hold each,
+    /// yielding to other tasks between them.
+    ///
+    /// # Errors
+    /// [`Evicted`](history::Evicted) when `at` left the history window meanwhile.
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
+    pub(crate) async fn entries_at(
+        &self,
+        at: u64,
+    ) -> std::result::Result<Vec<consistency::Entry>, history::Evicted> {
+        let all = Predicate::compile(&self.shared.schema, &Selection::all());
+        let mut out = Vec::new();
+        loop {
+            let after = out.last().map(|(k, _): &consistency::Entry| Arc::clone(k));
+            let (page, more) =
+                self.shared
+                    .entries_at(at, &all, after.as_deref(), consistency::PAGE)?;
+            out.extend(page);
+            if !more {
+                return Ok(out);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// `Ok` when the cache serves reads, else why not ([`Error::NotReady`]).
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
+    pub(crate) fn check_ready(&self) -> Result<()> {
+        self.shared.check_ready()
+    }
+
+    /// Counts a finished consistency check (`apiserver_storage_consistency_checks_total`).
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
+    pub(crate) fn record_check(&self, status: CheckStatus) {
+        self.shared.record_check(status);
+    }
+
+    /// Test hook (feature `test-hooks`, never in a shipped binary): corrupts the cache as a bug
+    /// or a lost event would, without history or fan-out, for tests of the consistency check.
+    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub fn corrupt(&self, c: Corruption) {
+        self.shared.corrupt(c);
     }
 
     /// The selection as upstream's field label conversion leaves it: renamed labels (a pod's

@@ -23,6 +23,9 @@ use hashbrown::HashSet;
 use tracing::{debug, error, info, warn};
 
 use crate::cache::config::CacheConfig;
+#[cfg(any(test, feature = "test-hooks"))]
+use crate::cache::consistency::Corruption;
+use crate::cache::consistency::Entry;
 use crate::cache::fresh::Coalescer;
 use crate::cache::history::{Event, Evicted, History};
 use crate::cache::list::{self, Page, Rollback};
@@ -116,6 +119,32 @@ pub struct CacheStats {
     pub refused_timeout: u64,
     /// Reads refused: the upstream read that proves freshness failed.
     pub refused_upstream: u64,
+    /// Consistency checks against the upstream, by outcome.
+    pub consistency_checks: ConsistencyChecks,
+}
+
+/// Consistency checks of one cache against its upstream, by outcome (upstream's
+/// `apiserver_storage_consistency_checks_total` statuses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConsistencyChecks {
+    /// The cache equalled the upstream at the checked revision.
+    pub success: u64,
+    /// It did not: the cache was resynced.
+    pub failure: u64,
+    /// The check could not be made (the upstream failed, the cache was not ready, or the
+    /// revision kept leaving the windows).
+    pub error: u64,
+}
+
+/// How one consistency check ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckStatus {
+    /// The cache equalled the upstream.
+    Success,
+    /// It did not.
+    Failure,
+    /// The check could not be made.
+    Error,
 }
 
 /// Counters of one cache. Relaxed: they are statistics, and order nothing.
@@ -132,6 +161,7 @@ pub(crate) struct Metrics {
     refused_not_ready: std::sync::atomic::AtomicU64,
     pub refused_timeout: std::sync::atomic::AtomicU64,
     pub refused_upstream: std::sync::atomic::AtomicU64,
+    checks: [std::sync::atomic::AtomicU64; 3],
 }
 
 impl Default for Metrics {
@@ -148,6 +178,7 @@ impl Default for Metrics {
             refused_not_ready: Default::default(),
             refused_timeout: Default::default(),
             refused_upstream: Default::default(),
+            checks: Default::default(),
         }
     }
 }
@@ -198,6 +229,9 @@ struct State {
     readiness: Readiness,
     /// Undeclared field paths that registered watchers' selectors read, with how many use each.
     json_paths: hashbrown::HashMap<FieldPath, u32>,
+    /// Keys whose next change the test hook drops ([`Corruption::MissNext`]).
+    #[cfg(any(test, feature = "test-hooks"))]
+    missed: HashSet<String>,
 }
 
 impl State {
@@ -240,6 +274,13 @@ impl State {
         let now = Instant::now();
         let mut c = Committed::default();
         for change in changes {
+            #[cfg(any(test, feature = "test-hooks"))]
+            if self.missed.remove(match &change {
+                Change::Put(o) => o.key(),
+                Change::Delete(k) => k.as_str(),
+            }) {
+                continue;
+            }
             let (object, prev) = match change {
                 Change::Put(o) => {
                     let prev = self.store.upsert(schema, o.clone());
@@ -299,6 +340,8 @@ impl Shared {
                 since: Instant::now(),
             },
             json_paths: hashbrown::HashMap::new(),
+            #[cfg(any(test, feature = "test-hooks"))]
+            missed: HashSet::new(),
         };
         Shared {
             schema,
@@ -756,6 +799,69 @@ impl Shared {
             refused_not_ready: Metrics::get(&m.refused_not_ready),
             refused_timeout: Metrics::get(&m.refused_timeout),
             refused_upstream: Metrics::get(&m.refused_upstream),
+            consistency_checks: ConsistencyChecks {
+                success: Metrics::get(&m.checks[0]),
+                failure: Metrics::get(&m.checks[1]),
+                error: Metrics::get(&m.checks[2]),
+            },
+        }
+    }
+
+    // ---- consistency check ----
+
+    /// Counts a finished consistency check.
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
+    pub fn record_check(&self, status: CheckStatus) {
+        let i = match status {
+            CheckStatus::Success => 0,
+            CheckStatus::Failure => 1,
+            CheckStatus::Error => 2,
+        };
+        Metrics::add(&self.metrics.checks[i], 1);
+    }
+
+    /// One page of the store at revision `at` as (key, revision) pairs, after key `after`:
+    /// the cache's side of a consistency check. One read-lock hold of at most `limit` objects
+    /// plus the events since `at`.
+    ///
+    /// # Errors
+    /// [`Evicted`] when `at` left the history window.
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
+    pub fn entries_at(
+        &self,
+        at: u64,
+        all: &Predicate,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Entry>, bool), Evicted> {
+        let st = self.state.read();
+        let seq = st.history.seq_after_rv(at)?;
+        let rollback = Rollback::since(&st.history, seq)?;
+        let page = list::page(&self.schema, &st.store, &rollback, all, after, Some(limit));
+        drop(st);
+        let entries = page
+            .items
+            .iter()
+            .map(|o| (Arc::clone(o.key_arc()), o.resource_version()))
+            .collect();
+        Ok((entries, page.more))
+    }
+
+    /// The test hook: corrupts the store without history or fan-out (see [`Corruption`]).
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub fn corrupt(&self, c: Corruption) {
+        let mut st = self.state.write();
+        warn!(resource = %self.schema.def.plural, corruption = ?c, "test hook: corrupting the cache");
+        match c {
+            Corruption::MissNext(key) => {
+                st.missed.insert(key);
+            }
+            Corruption::Forget(key) => {
+                st.store.remove(&self.schema, &key);
+            }
+            Corruption::Plant(o) => {
+                st.store.upsert(&self.schema, o);
+            }
         }
     }
 }
@@ -837,6 +943,49 @@ mod tests {
             Some(Evicted { oldest: 5 }),
             "positions before the resync are gone"
         );
+    }
+
+    #[test]
+    fn entries_at_a_revision_roll_back_later_changes_and_see_corruption() {
+        let (s, f) = shared();
+        let keys = |names: &[&str]| -> HashSet<Arc<str>> {
+            names
+                .iter()
+                .map(|n| Arc::from(format!("/registry/pods/ns/{n}")))
+                .collect()
+        };
+        s.finish_resync(
+            3,
+            vec![f.pod("a", "n1", 2), f.pod("b", "n1", 3)],
+            &keys(&["a", "b"]),
+            2,
+        );
+        s.apply(4, [Change::Put(f.pod("c", "n1", 4))]).unwrap();
+        s.apply(5, [Change::Put(f.pod("a", "n1", 5))]).unwrap();
+        let all = Predicate::compile(&s.schema, &Selection::all());
+        let at = |n: u64, after: Option<&str>, limit: usize| {
+            let (e, more) = s.entries_at(n, &all, after, limit).unwrap();
+            let e: Vec<(String, u64)> = e.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            (e, more)
+        };
+        let k = |n: &str| format!("/registry/pods/ns/{n}");
+        assert_eq!(at(3, None, 10), (vec![(k("a"), 2), (k("b"), 3)], false));
+        assert_eq!(at(4, None, 1), (vec![(k("a"), 2)], true));
+        assert_eq!(
+            at(5, Some(&k("a")), 10),
+            (vec![(k("b"), 3), (k("c"), 4)], false)
+        );
+        // The hook: b forgotten, a ghost planted, c's next change missed.
+        s.corrupt(Corruption::Forget(k("b")));
+        s.corrupt(Corruption::Plant(f.pod("g", "n1", 5)));
+        s.corrupt(Corruption::MissNext(k("c")));
+        s.apply(6, [Change::Delete(k("c"))]).unwrap();
+        assert_eq!(
+            at(6, None, 10).0,
+            [(k("a"), 5), (k("c"), 4), (k("g"), 5)],
+            "the store differs, and nothing was dispatched for it"
+        );
+        assert_eq!(s.stats().events, 2, "the missed delete is no event");
     }
 
     #[test]

@@ -133,6 +133,10 @@ pub struct ResourceDef {
     pub indexes: Vec<IndexDef>,
     /// History window sizing.
     pub history: HistoryConfig,
+    /// How often this resource's cache is compared with its upstream (`consistency_check_seconds
+    /// = N`, 0: never), overriding the cache config's period (`--consistency-check-period`).
+    /// `None`: the config's.
+    pub consistency_check_period: Option<Duration>,
     /// Whether watchers with a `shardSelector` (and no trigger) are routed by their hash ranges
     /// (always, from files); `false` only in [`without_triggers`](ResourceDef::without_triggers),
     /// the scan baseline, where each sharded watcher's filter checks every event as upstream's does.
@@ -184,6 +188,8 @@ struct RawDef {
     namespaced: bool,
     #[serde(default)]
     history: Option<RawHistory>,
+    #[serde(default)]
+    consistency_check_seconds: Option<u64>,
     #[serde(default, rename = "index")]
     indexes: Vec<RawIndex>,
     #[serde(default)]
@@ -568,6 +574,7 @@ impl ResourceDef {
             namespaced: raw.namespaced,
             indexes,
             history,
+            consistency_check_period: raw.consistency_check_seconds.map(Duration::from_secs),
             route_shards: true,
         })
     }
@@ -758,6 +765,21 @@ mod tests {
             "v1",
         ),
     ];
+
+    #[test]
+    fn a_definition_may_set_its_consistency_check_period() {
+        let text = |extra: &str| {
+            format!(
+                "kind = \"Widget\"\nplural = \"widgets\"\ngroup = \"example.com\"\nversion = \"v1\"\nprefix = \"/registry/example.com/widgets/\"\nnamespaced = true\n{extra}"
+            )
+        };
+        let d = ResourceDef::parse("w.toml", &text("")).unwrap();
+        assert_eq!(d.consistency_check_period, None, "the config's period");
+        let d = ResourceDef::parse("w.toml", &text("consistency_check_seconds = 60\n")).unwrap();
+        assert_eq!(d.consistency_check_period, Some(Duration::from_secs(60)));
+        let d = ResourceDef::parse("w.toml", &text("consistency_check_seconds = 0\n")).unwrap();
+        assert_eq!(d.consistency_check_period, Some(Duration::ZERO), "off");
+    }
 
     #[test]
     fn every_stored_resource_of_kube_apiserver_is_built_in_with_a_protobuf_message() {

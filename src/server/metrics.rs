@@ -202,6 +202,14 @@ struct GroupResource {
     resource: String,
 }
 
+/// kube-apiserver's labels of `apiserver_storage_consistency_checks_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    group: String,
+    resource: String,
+    status: &'static str,
+}
+
 /// Reads refused, by resource and reason.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RefusalLabels {
@@ -722,8 +730,30 @@ fn register_upstream_names(
         "Histogram of time spent waiting for a watch cache to become fresh",
         read_wait.clone(),
     );
+    let checks = Family::<CheckLabels, Counter<u64, AtomicU64>>::default();
+    reg.register(
+        "apiserver_storage_consistency_checks",
+        "Counter for status of consistency checks between etcd and watch cache",
+        checks.clone(),
+    );
     for (cache, s) in caches.iter().zip(stats) {
         let def = cache.definition();
+        let c = s.consistency_checks;
+        if c.success + c.failure + c.error > 0 {
+            for (status, n) in [
+                ("success", c.success),
+                ("failure", c.failure),
+                ("error", c.error),
+            ] {
+                checks
+                    .get_or_create(&CheckLabels {
+                        group: def.group.clone(),
+                        resource: def.plural.clone(),
+                        status,
+                    })
+                    .inc_by(n);
+            }
+        }
         registered
             .get_or_create(&KindLabels::of(def))
             .set(i64::try_from(s.routed_watchers + s.unrouted_watchers).unwrap_or(i64::MAX));

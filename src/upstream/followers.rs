@@ -10,7 +10,8 @@ use tracing::warn;
 
 use crate::cache::{Cache, CacheConfig, CacheWriter};
 use crate::model::ResourceDef;
-use crate::upstream::follow::{self, Follow, Policy, Source, WatchListUse};
+use crate::upstream::follow::check::{self, Relists, Truth};
+use crate::upstream::follow::{self, Follow, Policy, RelistRequests, Source, WatchListUse};
 
 /// Caches followed on one upstream.
 pub(crate) struct Followers {
@@ -46,18 +47,42 @@ impl Followers {
         Ok((cache, writer))
     }
 
-    /// Starts following `source` into the cache of `writer`, on its own task.
-    pub fn spawn<S: Source + 'static>(
+    /// Starts following `source` into the cache of `writer`, on its own task, and checking the
+    /// cache against `truth` on another every `consistency_check_period` of its config (unless
+    /// zero); the checker asks the follower to relist, it never writes.
+    pub fn spawn<S: Source + 'static, T: Truth>(
         &mut self,
         source: S,
         writer: CacheWriter,
         policy: Policy,
         watch_list: WatchListUse,
+        truth: T,
     ) {
+        let cache = writer.cache();
+        let period = cache
+            .definition()
+            .consistency_check_period
+            .unwrap_or(cache.config().consistency_check_period);
+        let relists = (!period.is_zero()).then(|| {
+            let (ask, asked) = watch::channel(0);
+            let (done_tx, done) = watch::channel(0);
+            self.tasks.push(tokio::spawn(check::run(
+                writer.cache().clone(),
+                truth,
+                period,
+                Relists { ask, done },
+                self.shutdown.subscribe(),
+            )));
+            RelistRequests {
+                asked,
+                done: done_tx,
+            }
+        });
         let follow = Follow {
             policy,
             watch_list,
             shutdown: self.shutdown.subscribe(),
+            relists,
         };
         self.tasks
             .push(tokio::spawn(follow::run(source, writer, follow)));

@@ -53,7 +53,7 @@ use crate::upstream::follow::{Policy, WatchListUse};
 use crate::upstream::followers::Followers;
 use rest::Rest;
 use source::ApiSource;
-use upstream::ApiUpstream;
+use upstream::{ApiTruth, ApiUpstream};
 
 /// How a follower reads the full state (at start and after 410 Expired).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -256,13 +256,18 @@ impl ApiServerCaches {
                 rest: rest.clone(),
                 progress: Arc::clone(&progress),
             }));
+            let truth = ApiTruth {
+                rest: rest.clone(),
+                def: Arc::new(cache.definition().clone()),
+                page_size: config.page_size,
+            };
             let source = ApiSource {
                 cache,
                 rest,
                 config: config.clone(),
                 progress,
             };
-            followers.spawn(source, writer, policy, watch_list);
+            followers.spawn(source, writer, policy, watch_list, truth);
         }
         let writes = Arc::new(ApiServerWrites::new(
             Rest {

@@ -339,6 +339,31 @@ impl Rest {
         parse_list(&self.get_ok(&uri).await?)
     }
 
+    /// One page of a LIST at exactly resourceVersion `rv` (`resourceVersionMatch=Exact`), then
+    /// continued: the consistency check's read.
+    pub async fn list_exact(
+        &self,
+        rv: u64,
+        limit: usize,
+        continue_token: Option<&str>,
+    ) -> Result<ListPage, RestError> {
+        let uri = {
+            let mut q = form_query();
+            q.append_pair("limit", &limit.to_string());
+            match continue_token {
+                Some(c) => {
+                    q.append_pair("continue", c);
+                }
+                None => {
+                    q.append_pair("resourceVersion", &rv.to_string());
+                    q.append_pair("resourceVersionMatch", "Exact");
+                }
+            }
+            format!("{}?{}", self.collection, q.finish())
+        };
+        parse_list(&self.get_ok(&uri).await?)
+    }
+
     /// Opens a watch. `from`: resume after this resourceVersion; `None` with `initial_events`: a
     /// WatchList (the current state as ADDED events, then the initial-events-end bookmark).
     pub async fn watch(

@@ -448,6 +448,7 @@ mod tests {
             policy: policy(),
             watch_list,
             shutdown,
+            relists: None,
         };
         (cache, tokio::spawn(follow::run(f, writer, follow)), stop)
     }

@@ -7,9 +7,13 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
+use bytes::Bytes;
+
 use crate::cache::{BoxFuture, Upstream};
 use crate::error::{Error, Result};
-use crate::upstream::apiserver::rest::Rest;
+use crate::model::ResourceDef;
+use crate::upstream::apiserver::rest::{Rest, RestError, identity};
+use crate::upstream::follow::check::{Truth, TruthEntry, TruthError, TruthPage};
 
 /// The [`Upstream`] of one resource followed on an API server.
 pub(crate) struct ApiUpstream {
@@ -35,5 +39,63 @@ impl Upstream for ApiUpstream {
 
     fn request_progress(&self) {
         self.progress.notify_one();
+    }
+}
+
+/// The API server's side of the consistency check (`follow/check.rs`): a paged LIST at exactly
+/// the checked resourceVersion (`resourceVersionMatch=Exact`), items keyed as the cache keys them.
+pub(crate) struct ApiTruth {
+    pub rest: Rest,
+    pub def: Arc<ResourceDef>,
+    pub page_size: usize,
+}
+
+fn truth_error(e: RestError) -> TruthError {
+    if e.is_expired() {
+        TruthError::Expired(e.to_string())
+    } else {
+        TruthError::Failed(e.to_string())
+    }
+}
+
+impl Truth for ApiTruth {
+    async fn page(
+        &mut self,
+        n: u64,
+        cursor: Option<String>,
+    ) -> std::result::Result<TruthPage, TruthError> {
+        let page = self
+            .rest
+            .list_exact(n, self.page_size, cursor.as_deref())
+            .await
+            .map_err(truth_error)?;
+        if page.rv != n {
+            return Err(TruthError::Failed(format!(
+                "a LIST at exactly {n} answered at {}",
+                page.rv
+            )));
+        }
+        let mut entries = Vec::with_capacity(page.items.len());
+        for raw in page.items {
+            let id = identity(&self.def, &raw).map_err(truth_error)?;
+            entries.push(TruthEntry {
+                key: id.key,
+                rv: id.rv,
+                value: Some(raw),
+            });
+        }
+        Ok(TruthPage {
+            entries,
+            next: page.continue_token,
+        })
+    }
+
+    async fn value_at(
+        &mut self,
+        _n: u64,
+        _key: &str,
+    ) -> std::result::Result<Option<Bytes>, TruthError> {
+        // Every entry of a LIST carries its object.
+        Ok(None)
     }
 }

@@ -45,6 +45,7 @@ pub use writes::EtcdWrites;
 
 use crate::cache::{Cache, CacheConfig};
 use crate::model::ResourceDef;
+use crate::upstream::follow::check::RangeTruth;
 use crate::upstream::follow::{Policy, WatchListUse};
 use crate::upstream::followers::Followers;
 use range::EtcdUpstream;
@@ -277,6 +278,10 @@ impl EtcdCaches {
                 transformers.push((cache.definition().prefix.clone(), Arc::clone(t)));
             }
             cache.set_upstream(upstream.clone());
+            let truth = RangeTruth {
+                upstream: upstream.clone(),
+                page_size: config.page_size,
+            };
             let source = EtcdSource {
                 cache,
                 upstream,
@@ -286,7 +291,7 @@ impl EtcdCaches {
                 reliable,
                 cluster: None,
             };
-            followers.spawn(source, writer, policy, WatchListUse::Off);
+            followers.spawn(source, writer, policy, WatchListUse::Off, truth);
         }
         info!(resources = followers.len(), endpoints = %config.endpoints.join(","), reliable_progress = reliable, "following etcd");
         Ok(EtcdCaches {
@@ -325,6 +330,20 @@ impl EtcdCaches {
     /// trusted) rather than from etcd range reads.
     pub fn reads_from_cache(&self) -> bool {
         self.reliable_progress
+    }
+
+    /// Compares the cache of `resource` with etcd now, as the periodic consistency check does,
+    /// without counting it or relisting: the revision compared at and what differed. For
+    /// benchmarks and tools; the check itself runs every `consistency_check_period`.
+    ///
+    /// # Errors
+    /// An unknown resource, a cache not ready, or etcd failing.
+    #[doc(hidden)]
+    pub async fn check_now(&self, resource: &str) -> Result<(u64, crate::cache::Compared), String> {
+        let cache = self
+            .cache(resource)
+            .ok_or_else(|| format!("no cache of {resource}"))?;
+        crate::upstream::follow::check::check_now(cache, 10_000).await
     }
 
     /// Stops every follower and waits for them.

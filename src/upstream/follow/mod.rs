@@ -14,6 +14,7 @@
 //!   to; a watch is only ever opened after it, so no change is skipped or applied twice.
 //! - No lock is held here; the cache's own lock is taken inside the writer's calls.
 
+pub(crate) mod check;
 pub(crate) mod machine;
 
 use std::future::Future;
@@ -79,6 +80,29 @@ pub(crate) struct Follow {
     pub policy: Policy,
     pub watch_list: WatchListUse,
     pub shutdown: watch::Receiver<bool>,
+    /// Relists the consistency check asks for (`check.rs`), when it runs.
+    pub relists: Option<RelistRequests>,
+}
+
+/// The follower's end of the consistency check's relist requests.
+pub(crate) struct RelistRequests {
+    /// Each request is one more than the last.
+    pub asked: watch::Receiver<u64>,
+    /// The last request a finished sync answered.
+    pub done: watch::Sender<u64>,
+}
+
+impl RelistRequests {
+    /// A new request; never, when its sender is gone.
+    async fn next(this: &mut Option<RelistRequests>) {
+        let asked = match this {
+            Some(r) => r.asked.changed().await.is_ok(),
+            None => false,
+        };
+        if !asked {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// Follows `source` into the cache of `writer` until shutdown.
@@ -87,6 +111,7 @@ pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follo
         policy,
         watch_list,
         mut shutdown,
+        mut relists,
     } = follow;
     let plural = writer.cache().definition().plural.clone();
     let mut machine = Machine::new(policy, watch_list);
@@ -99,19 +124,27 @@ pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follo
         // A WatchList that falls back to LIST is no failure: logged as the fallback only.
         let mut fallback = false;
         let input = match action {
-            Action::Sync(mode) => match source.sync(&mut writer, mode, &mut shutdown).await {
-                Ok(Synced { rv, watch }) => {
-                    let streaming = watch.is_some();
-                    open = watch;
-                    Input::Synced { rv, streaming }
-                }
-                Err(why) => {
-                    if mode == SyncMode::WatchList && machine.watch_list() == WatchListUse::Try {
-                        fallback = log_watch_list_fallback(&plural, S::NAME, &why);
+            Action::Sync(mode) => {
+                // Every relist asked for so far is answered by this sync.
+                let answers = relists.as_mut().map(|r| *r.asked.borrow_and_update());
+                match source.sync(&mut writer, mode, &mut shutdown).await {
+                    Ok(Synced { rv, watch }) => {
+                        if let (Some(r), Some(n)) = (&relists, answers) {
+                            r.done.send_replace(n);
+                        }
+                        let streaming = watch.is_some();
+                        open = watch;
+                        Input::Synced { rv, streaming }
                     }
-                    Input::Broke { applied: None, why }
+                    Err(why) => {
+                        if mode == SyncMode::WatchList && machine.watch_list() == WatchListUse::Try
+                        {
+                            fallback = log_watch_list_fallback(&plural, S::NAME, &why);
+                        }
+                        Input::Broke { applied: None, why }
+                    }
                 }
-            },
+            }
             Action::Watch { from } => match source.open(from, &mut shutdown).await {
                 Ok(w) => {
                     open = Some(w);
@@ -125,11 +158,14 @@ pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follo
             Action::Follow { from } => {
                 let mut applied = from;
                 let why = match open.take() {
-                    Some(w) => {
-                        source
-                            .follow(w, &mut writer, &mut applied, &mut shutdown)
-                            .await
-                    }
+                    // The follow future is dropped for a relist between two of its awaits:
+                    // `applied` holds what it applied, and the relist starts over anyway.
+                    Some(w) => tokio::select! {
+                        why = source.follow(w, &mut writer, &mut applied, &mut shutdown) => why,
+                        () = RelistRequests::next(&mut relists) => Break::Relist(
+                            "the consistency check found the cache differs from the upstream".into(),
+                        ),
+                    },
                     None => Break::Relist("no open watch to follow".into()),
                 };
                 Input::Broke {
