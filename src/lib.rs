@@ -73,12 +73,12 @@ mod model;
 pub mod server;
 mod sync;
 pub mod upstream;
+mod wire;
 
 pub use cache::{
-    BoxFuture, Cache, CacheConfig, CacheStats, CacheWriter, Change, Frame, KeyRange, ListOptions,
-    ObjectList, OutOfOrder, RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome,
-    Upstream, WatchEvent, WatchOptions, WatchStream, list_parts, list_parts_protobuf,
-    list_parts_protobuf_with, list_parts_with,
+    BoxFuture, Cache, CacheConfig, CacheStats, CacheWriter, Change, KeyRange, ListOptions,
+    OutOfOrder, RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream,
+    WatchEvent, WatchOptions, WatchStream,
 };
 pub use error::{Error, Result};
 
@@ -90,7 +90,7 @@ pub use model::{
     FieldPath, FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector, Object,
     PrinterColumn, Quantity, ResourceDef, ResourceVersion, RvMatch, Selection, SelectorError,
     ShardKey, ShardRange, ShardSelector, ShardSelectorError, columns, definition, encode_counts,
-    managed_fields, names, selector,
+    names, selector,
 };
 #[cfg(feature = "apiserver")]
 pub use upstream::apiserver;
@@ -101,3 +101,7 @@ pub use upstream::apiserver::embedded as kube;
 pub use upstream::etcd;
 pub use upstream::memory::MemorySource;
 pub use upstream::{Stored, WriteError, Writes};
+pub use wire::{
+    Frame, ObjectList, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with,
+    managed_fields,
+};

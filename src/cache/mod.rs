@@ -42,24 +42,23 @@ mod stream;
 mod testing;
 mod upstream;
 mod watcher;
-mod wire;
 mod writer;
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
 pub use config::CacheConfig;
-pub use list::{ListOptions, ObjectList};
+pub use list::ListOptions;
 pub use resync::Resync;
 pub use state::{CacheStats, Change, OutOfOrder, ResyncOutcome};
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
 pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
-pub use wire::{Frame, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with};
 pub use writer::CacheWriter;
 
 use crate::error::{Error, Result};
 use crate::model::selector::Predicate;
 use crate::model::{DecodeError, Object, ResourceDef, ResourceVersion, Schema, Selection};
+use crate::wire::ObjectList;
 use consistent::{ListPlan, Wait, WatchPlan};
 use state::{From, Shared};
 use stream::InitialEvents;

@@ -22,10 +22,10 @@ use crate::cache::WatchOptions;
 use crate::cache::{Cache, WatchStream};
 use crate::error::Error;
 use crate::server::auth::{User, UserWatchSlot};
-use crate::server::convert::WatchConverter;
 use crate::server::metrics::RequestKey;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
+use crate::wire::convert::WatchConverter;
 use pump::WatchPump;
 
 /// The longest timeout a watch is given, whatever `timeoutSeconds` says.
@@ -108,7 +108,7 @@ pub(crate) async fn start(
             Ok(WatchPump::events(w, shutdown, gzip, wire, convert, meter))
         }
         Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => Ok(WatchPump::single(
-            wire.error_frame(&ApiError::from(e)),
+            wire.error_frame(ApiError::from(e).status()),
             shutdown,
             gzip,
         )),

@@ -6,11 +6,11 @@ use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::watch;
 
-use crate::cache::Frame;
-use crate::server::convert::WatchConverter;
 use crate::server::metrics::WatchMeter;
 use crate::server::watch::StartedWatch;
 use crate::server::watch::frames::{FrameEncoder, Wire};
+use crate::wire::Frame;
+use crate::wire::convert::WatchConverter;
 
 /// A watch response in progress.
 pub(crate) struct WatchPump {
