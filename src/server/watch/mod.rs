@@ -5,12 +5,12 @@
 //!   socket (an idle watch then costs about 3 KB instead of hyper's 32 KB);
 //! - `body.rs`: any other watch, as a hyper response body.
 //!
-//! `frames.rs` turns events into chunks (shared bytes, or gzip).
+//! `chunks.rs` turns events' frames into chunks (shared bytes, or gzip).
 
 pub(crate) mod body;
+mod chunks;
 pub(crate) mod fast_path;
-mod frames;
-pub(crate) use frames::Wire;
+pub(crate) use chunks::Wire;
 pub(crate) mod pump;
 
 use std::sync::Arc;
