@@ -73,16 +73,15 @@ mod model;
 pub mod server;
 mod sync;
 pub mod upstream;
+mod wire;
 
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub use cache::Corruption;
 pub use cache::{
     BoxFuture, Cache, CacheConfig, CacheStats, CacheWriter, Change, CheckStatus, Compared,
-    ConsistencyChecks, Difference, Frame, KeyRange, ListOptions, ObjectList, OutOfOrder,
-    RangeCursor, RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Upstream, WatchEvent,
-    WatchOptions, WatchStream, list_parts, list_parts_protobuf, list_parts_protobuf_with,
-    list_parts_with,
+    ConsistencyChecks, Difference, KeyRange, ListOptions, OutOfOrder, RangeCursor, RangePage,
+    RangeReader, RawKv, Resync, ResyncOutcome, Upstream, WatchEvent, WatchOptions, WatchStream,
 };
 pub use error::{Error, Result};
 
@@ -94,7 +93,7 @@ pub use model::{
     FieldPath, FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector, Object,
     PrinterColumn, Quantity, ResourceDef, ResourceVersion, RvMatch, Selection, SelectorError,
     ShardKey, ShardRange, ShardSelector, ShardSelectorError, columns, definition, encode_counts,
-    managed_fields, names, selector,
+    names, selector,
 };
 #[cfg(feature = "apiserver")]
 pub use upstream::apiserver;
@@ -105,3 +104,7 @@ pub use upstream::apiserver::embedded as kube;
 pub use upstream::etcd;
 pub use upstream::memory::MemorySource;
 pub use upstream::{Stored, WriteError, Writes};
+pub use wire::{
+    Frame, ObjectList, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with,
+    managed_fields,
+};

@@ -105,7 +105,7 @@ impl Event {
                     Some(p) => p.protobuf_at(self.rv)?,
                     None => Bytes::new(),
                 };
-                let head = crate::model::protobuf::watch_frame_head("DELETED", env.len());
+                let head = crate::wire::protobuf::watch_frame_head("DELETED", env.len());
                 Ok((Bytes::from(head), env))
             })
             .as_ref()

@@ -70,22 +70,6 @@ impl ListOptions {
     }
 }
 
-/// One page of a LIST.
-#[derive(Debug, Clone)]
-pub struct ObjectList {
-    /// The revision the page is consistent at.
-    pub resource_version: u64,
-    /// The objects, sorted by key.
-    pub items: Vec<Object>,
-    /// The token for the next page, when there is one.
-    pub continue_token: Option<String>,
-    /// How many more items match after this page, when known.
-    pub remaining_item_count: Option<u64>,
-    /// The `shardSelector` applied, in upstream's canonical form: echoed as the list's
-    /// `metadata.shardInfo.selector` (KEP-5866), so a client knows it got a shard, not the whole.
-    pub shard_info: Option<String>,
-}
-
 /// Keys changed after a snapshot point, with their state at that point (`None`: did not exist).
 #[derive(Default)]
 pub(crate) struct Rollback {

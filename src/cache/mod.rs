@@ -45,7 +45,6 @@ mod stream;
 mod testing;
 mod upstream;
 mod watcher;
-mod wire;
 mod writer;
 
 use std::borrow::Cow;
@@ -55,17 +54,17 @@ pub use config::CacheConfig;
 #[cfg(any(test, feature = "test-hooks"))]
 pub use consistency::Corruption;
 pub use consistency::{Compared, Difference};
-pub use list::{ListOptions, ObjectList};
+pub use list::ListOptions;
 pub use resync::Resync;
 pub use state::{CacheStats, Change, CheckStatus, ConsistencyChecks, OutOfOrder, ResyncOutcome};
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
 pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
-pub use wire::{Frame, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with};
 pub use writer::CacheWriter;
 
 use crate::error::{Error, Result};
 use crate::model::selector::Predicate;
 use crate::model::{DecodeError, Object, ResourceDef, ResourceVersion, Schema, Selection};
+use crate::wire::ObjectList;
 use consistent::{ListPlan, Wait, WatchPlan};
 use state::{From, Shared};
 use stream::InitialEvents;

@@ -25,9 +25,9 @@ use std::future::Future;
 
 use crate::cache::state::{Registered, Shared};
 use crate::cache::watcher::{Delivery, Feed, Watcher};
-use crate::cache::wire::{self, Frame};
 use crate::error::Error;
 use crate::model::{EncodeError, EventType, Object, ResourceVersion, Selection};
+use crate::wire::{self, Frame};
 
 /// Objects per page while streaming initial events.
 const INITIAL_PAGE: usize = 256;
@@ -199,7 +199,7 @@ impl WatchEvent {
             (EventType::Deleted, Some(o), None) => {
                 Ok(Frame::protobuf("DELETED", o.protobuf_at(self.rv)?))
             }
-            (kind, Some(o), _) => match o.protobuf_frame(kind)? {
+            (kind, Some(o), _) => match o.protobuf_frame(kind, wire::protobuf::whole_frame)? {
                 Some(frame) => Ok(Frame::protobuf_whole(frame)),
                 None => Ok(Frame::protobuf(kind.as_str(), o.protobuf_wire()?.clone())),
             },
@@ -461,6 +461,25 @@ impl std::fmt::Debug for WatchStream {
             .field("id", &self.id)
             .field("last_rv", &self.last_rv)
             .finish()
+    }
+}
+
+#[cfg(feature = "server")]
+impl wire::convert::Encodings for WatchEvent {
+    fn kind(&self) -> EventType {
+        WatchEvent::kind(self)
+    }
+    fn json(&self) -> &Bytes {
+        WatchEvent::json(self)
+    }
+    fn protobuf(&self) -> Result<Bytes, EncodeError> {
+        WatchEvent::protobuf(self)
+    }
+    fn frame(&self) -> Frame {
+        WatchEvent::frame(self)
+    }
+    fn protobuf_frame(&self) -> Result<Frame, EncodeError> {
+        WatchEvent::protobuf_frame(self)
     }
 }
 

@@ -15,7 +15,6 @@ pub(crate) mod field_labels;
 pub(crate) mod field_memo;
 pub(crate) mod field_path;
 pub(crate) mod labels;
-pub mod managed_fields;
 pub(crate) mod members;
 pub mod names;
 mod object;

@@ -552,11 +552,16 @@ impl Object {
 
     /// The whole protobuf watch frame (length, `WatchEvent` {type, object}, this object's
     /// [`protobuf_wire`](Object::protobuf_wire)) of an ADDED or MODIFIED event carrying it, made
-    /// once per event type and shared (`None` for other event types).
+    /// by `make` (`wire/protobuf.rs`: the event type and the envelope) once per event type and
+    /// kept here, shared (`None` for other event types).
     ///
     /// # Errors
     /// As [`protobuf_wire`](Object::protobuf_wire).
-    pub fn protobuf_frame(&self, kind: EventType) -> Result<Option<Bytes>, EncodeError> {
+    pub(crate) fn protobuf_frame(
+        &self,
+        kind: EventType,
+        make: impl FnOnce(&str, &Bytes) -> Bytes,
+    ) -> Result<Option<Bytes>, EncodeError> {
         let f = self.pb_form()?;
         let (i, name) = match kind {
             EventType::Added => (0, "ADDED"),
@@ -566,14 +571,7 @@ impl Object {
         let Some(slot) = f.frames.get(i) else {
             return Ok(None);
         };
-        Ok(Some(
-            slot.get_or_init(|| {
-                let mut frame = crate::model::protobuf::watch_frame_head(name, f.envelope.len());
-                frame.extend_from_slice(&f.envelope);
-                Bytes::from(frame)
-            })
-            .clone(),
-        ))
+        Ok(Some(slot.get_or_init(|| make(name, &f.envelope)).clone()))
     }
 
     /// The object's protobuf message alone, as a list's item (shared with

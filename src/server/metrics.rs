@@ -34,7 +34,7 @@ use crate::cache::Cache;
 use crate::histogram::{self, HistogramSnapshot};
 use crate::model::ResourceDef;
 use crate::server::auth::RequestInfo;
-use crate::server::negotiate::{Fields, Format};
+use crate::wire::format::{Fields, Format};
 
 /// Labels naming one resource.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -27,7 +27,7 @@
 //! | `blocking.rs` | heavy request work (patches, large bodies) on blocking threads, one job per core |
 //! | `discovery.rs`, `metrics.rs` | discovery documents (legacy, aggregated v2, `/version`), `/metrics` |
 //! | `openapi.rs` | `/openapi/v3` and its group-version documents (permissive schemas) |
-//! | `negotiate.rs`, `convert.rs` | content negotiation (`Accept`, 406), Table and PartialObjectMetadata |
+//! | `negotiate.rs` | content negotiation (`Accept`, 406): the `wire::Format` of a request |
 //! | `proxy.rs`, `forward.rs` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
 //! | `auth/` | authentication, authorization (RBAC, Node), per-client limits, the audit log |
 //! | `client_cert.rs` | client certificate verification: webpki, and X.509 v1 leaves by Go's rules |
@@ -56,13 +56,11 @@ mod blocking;
 mod client_cert;
 mod config;
 pub(crate) mod conn;
-mod convert;
 mod deletion;
 mod discovery;
 mod filters;
 mod forward;
 mod gate;
-mod go_json;
 mod metrics;
 mod negotiate;
 mod node_restriction;

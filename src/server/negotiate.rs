@@ -16,51 +16,9 @@
 
 use axum::http::{HeaderMap, header};
 
-use bytes::Bytes;
-
-use crate::cache::Frame;
 use crate::server::status::ApiError;
-
-/// What a request is answered with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Format {
-    /// The resource's own JSON (`application/json`).
-    Json,
-    /// A `meta.k8s.io` Table (kubectl's human-readable output).
-    Table(MetaVersion),
-    /// `PartialObjectMetadata` (single objects and watch events) or `PartialObjectMetadataList`
-    /// (lists): metadata only (client-go's metadata client).
-    Metadata(MetaVersion),
-    /// Aggregated discovery, `apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`.
-    AggregatedDiscovery,
-    /// Kubernetes protobuf (`application/vnd.kubernetes.protobuf`): built-in kinds only.
-    Protobuf,
-    /// `meta.k8s.io/v1` `PartialObjectMetadata` (or its List) in protobuf: what client-go's
-    /// metadata client asks for first, for every resource (custom ones too, as upstream).
-    MetadataProtobuf,
-}
-
-/// Which of an object's fields an answer carries: all, or all but `metadata.managedFields`
-/// (`drop=metadata.managedFields`, KEP-5958). JSON and protobuf objects, lists and watch events,
-/// and PartialObjectMetadata, honour it; a Table's rows are left as they are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub(crate) enum Fields {
-    /// The object as stored.
-    #[default]
-    All,
-    /// Without `metadata.managedFields`.
-    WithoutManaged,
-}
-
-impl Fields {
-    /// The label of this variant in metrics.
-    pub fn label(self) -> &'static str {
-        match self {
-            Fields::All => "all",
-            Fields::WithoutManaged => "without-managed-fields",
-        }
-    }
-}
+pub(crate) use crate::wire::convert::IncludeObject;
+pub(crate) use crate::wire::format::{Fields, Format, MetaVersion, WatchWire, Wire};
 
 /// The `drop=` target that leaves managed fields out.
 const DROP_MANAGED_FIELDS: &str = "metadata.managedFields";
@@ -68,65 +26,30 @@ const DROP_MANAGED_FIELDS: &str = "metadata.managedFields";
 /// The protobuf media type.
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
-/// The `meta.k8s.io` version a Table or PartialObjectMetadata is asked in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum MetaVersion {
-    V1,
-    V1beta1,
-}
-
-impl MetaVersion {
-    /// `meta.k8s.io/v1` or `meta.k8s.io/v1beta1`.
-    pub fn api_version(self) -> &'static str {
-        match self {
-            MetaVersion::V1 => "meta.k8s.io/v1",
-            MetaVersion::V1beta1 => "meta.k8s.io/v1beta1",
-        }
-    }
-
-    fn parse(v: &str) -> Option<MetaVersion> {
-        match v {
-            "v1" => Some(MetaVersion::V1),
-            "v1beta1" => Some(MetaVersion::V1beta1),
-            _ => None,
-        }
-    }
-}
-
-/// The wire format of a watch response's frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wire {
-    /// One `{"type":...,"object":...}` line per event (`application/json`).
-    Json,
-    /// Length-prefixed `metav1.WatchEvent` messages
-    /// (`application/vnd.kubernetes.protobuf;stream=watch`).
-    Protobuf,
-}
-
-impl Wire {
-    /// The response's Content-Type.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Wire::Json => "application/json",
-            Wire::Protobuf => "application/vnd.kubernetes.protobuf;stream=watch",
-        }
-    }
-
-    /// The frame of an ERROR event carrying this error's `Status`.
-    pub fn error_frame(self, e: &ApiError) -> Frame {
-        match self {
-            Wire::Json => Frame::error(e.status_json()),
-            Wire::Protobuf => {
-                let json: serde_json::Value =
-                    serde_json::from_slice(&e.status_json()).unwrap_or_default();
-                Frame::protobuf_error(Bytes::from(crate::model::protobuf::status(&json)))
+impl IncludeObject {
+    /// Reads `includeObject` from a query string.
+    ///
+    /// # Errors
+    /// 400 for a value other than None, Metadata or Object (upstream's message).
+    pub fn from_query(query: Option<&str>) -> Result<IncludeObject, ApiError> {
+        let mut out = IncludeObject::default();
+        for (k, v) in crate::server::params::query_pairs(query) {
+            if k == "includeObject" {
+                out = match &*v {
+                    "None" => IncludeObject::None,
+                    "Metadata" | "" => IncludeObject::Metadata,
+                    "Object" => IncludeObject::Object,
+                    other => {
+                        return Err(ApiError::bad_request(format!(
+                            "includeObject: Unsupported value: \"{other}\": supported values: \"Metadata\", \"None\", \"Object\""
+                        )));
+                    }
+                };
             }
         }
+        Ok(out)
     }
 }
-
-/// A watch's frames: their format and the fields their objects keep.
-pub(crate) type WatchWire = (Wire, Fields);
 
 /// What is being answered: the targets an `as=` parameter may name depend on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,14 +10,11 @@ use axum::response::{IntoResponse, Response};
 
 use bytes::Bytes;
 
-use crate::cache::{
-    Cache, ObjectList, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with,
-};
+use crate::cache::Cache;
 use crate::model::ResourceDef;
 use crate::server::admission;
 use crate::server::auth::{RequestInfo, User};
 use crate::server::blocking;
-use crate::server::convert::{self, IncludeObject, WatchConverter};
 use crate::server::discovery::{self, Entry};
 use crate::server::forward;
 use crate::server::gate::ParsedRead;
@@ -32,6 +29,10 @@ use crate::server::status::ApiError;
 use crate::server::warning;
 use crate::server::watch::{self, Wire};
 use crate::server::writes;
+use crate::wire::convert::{self, IncludeObject, WatchConverter};
+use crate::wire::{
+    ObjectList, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with,
+};
 use tracing::debug;
 
 pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
@@ -346,7 +347,7 @@ fn reply_response(
         )?],
         writes::Reply::Status(json) if protobuf => {
             let v: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
-            vec![Bytes::from(crate::model::protobuf::status(&v))]
+            vec![Bytes::from(crate::wire::protobuf::status(&v))]
         }
         writes::Reply::Status(json) => vec![json],
         writes::Reply::List(list) => {
@@ -395,7 +396,9 @@ async fn read(
         if let Some(n) = name {
             params.watch_one(n);
         }
-        let convert = WatchConverter::new(def, format, include, fields, &st.metrics);
+        let convert = WatchConverter::new(def, format, include, fields, || {
+            st.metrics.conversions(&def.plural, format, fields)
+        });
         let opts = params.watch_options(ns)?;
         let wire = watch_wire(format);
         let pump = watch::start(
@@ -469,8 +472,10 @@ fn object_body(
         (Format::Protobuf, Fields::WithoutManaged) => {
             convert::protobuf_without_managed(obj).map_err(encode_error)
         }
-        (Format::MetadataProtobuf, _) => convert::object_metadata_protobuf(def, obj, fields),
-        _ => convert::object(def, obj.json(), format, include, fields),
+        (Format::MetadataProtobuf, _) => {
+            convert::object_metadata_protobuf(def, obj, fields).map_err(ApiError::from)
+        }
+        _ => convert::object(def, obj.json(), format, include, fields).map_err(ApiError::from),
     }
 }
 
@@ -494,7 +499,7 @@ fn list_body(
             list_parts_protobuf_with(def, list, convert::protobuf_item_without_managed)
                 .map_err(encode_error)
         }
-        _ => convert::list(def, list, format, include, fields),
+        _ => convert::list(def, list, format, include, fields).map_err(ApiError::from),
     }
 }
 

@@ -5,36 +5,17 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use crate::error::Error;
+use crate::wire::status::{Cause, Status};
 
 /// An error answer: a Kubernetes `Status` with its HTTP code. Boxed: errors are rare and results
 /// stay small.
 #[derive(Debug, Clone)]
-pub struct ApiError(Box<Inner>);
-
-#[derive(Debug, Clone)]
-struct Inner {
-    code: u16,
-    reason: &'static str,
-    message: String,
-    retry_after: Option<u64>,
-    causes: Vec<Cause>,
-    details: Option<(String, String)>,
-    /// `details.group`, when the error names an API group (Forbidden).
-    group: String,
-}
-
-/// One entry of `details.causes`: why, what, and which field (when one is at fault).
-#[derive(Debug, Clone)]
-struct Cause {
-    reason: &'static str,
-    message: String,
-    field: Option<String>,
-}
+pub struct ApiError(Box<Status>);
 
 impl ApiError {
     /// A status with a code, reason and message.
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError(Box::new(Inner {
+        ApiError(Box::new(Status {
             code,
             reason,
             message: message.into(),
@@ -245,73 +226,20 @@ impl ApiError {
         &self.0.message
     }
 
-    /// The `Status` object as JSON, as encoding/json writes `metav1.Status`: kind, apiVersion,
-    /// metadata, status, message, reason, details (name, group, kind, causes (reason, message,
-    /// field), retryAfterSeconds), code.
+    /// The `Status` object as JSON (see [`Status::json`]).
     pub fn status_json(&self) -> Bytes {
-        use crate::server::go_json::string;
-        let this = &self.0;
-        let mut out = Vec::with_capacity(160 + this.message.len());
-        out.extend_from_slice(
-            br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"#,
-        );
-        string(&mut out, &this.message);
-        out.extend_from_slice(br#","reason":"#);
-        string(&mut out, this.reason);
-        let mut details: Vec<(&str, Vec<u8>)> = Vec::new();
-        if let Some((kind, name)) = &this.details {
-            // Forbidden (the only error with a group) leaves an empty name out, as Go's
-            // omitempty does; the others keep the shape they always had.
-            if !name.is_empty() || this.group.is_empty() && this.code != 403 {
-                let mut v = Vec::new();
-                string(&mut v, name);
-                details.push(("name", v));
-            }
-            if !this.group.is_empty() {
-                let mut v = Vec::new();
-                string(&mut v, &this.group);
-                details.push(("group", v));
-            }
-            let mut v = Vec::new();
-            string(&mut v, kind);
-            details.push(("kind", v));
-        }
-        if !this.causes.is_empty() {
-            let mut v = vec![b'['];
-            for (i, c) in this.causes.iter().enumerate() {
-                if i > 0 {
-                    v.push(b',');
-                }
-                v.extend_from_slice(br#"{"reason":"#);
-                string(&mut v, c.reason);
-                v.extend_from_slice(br#","message":"#);
-                string(&mut v, &c.message);
-                if let Some(f) = &c.field {
-                    v.extend_from_slice(br#","field":"#);
-                    string(&mut v, f);
-                }
-                v.push(b'}');
-            }
-            v.push(b']');
-            details.push(("causes", v));
-        }
-        if let Some(s) = this.retry_after {
-            details.push(("retryAfterSeconds", s.to_string().into_bytes()));
-        }
-        if !details.is_empty() {
-            out.extend_from_slice(br#","details":{"#);
-            for (i, (k, v)) in details.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                string(&mut out, k);
-                out.push(b':');
-                out.extend_from_slice(v);
-            }
-            out.push(b'}');
-        }
-        out.extend_from_slice(format!(r#","code":{}}}"#, this.code).as_bytes());
-        Bytes::from(out)
+        self.0.json()
+    }
+
+    /// The error's `Status`.
+    pub(crate) fn status(&self) -> &Status {
+        &self.0
+    }
+}
+
+impl From<Box<Status>> for ApiError {
+    fn from(s: Box<Status>) -> ApiError {
+        ApiError(s)
     }
 }
 
@@ -340,12 +268,7 @@ impl ApiError {
     pub fn into_response_as(self, protobuf: bool) -> Response {
         let code = StatusCode::from_u16(self.0.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let (content_type, body) = if protobuf {
-            let json: serde_json::Value =
-                serde_json::from_slice(&self.status_json()).unwrap_or_default();
-            (
-                "application/vnd.kubernetes.protobuf",
-                crate::model::protobuf::status(&json),
-            )
+            ("application/vnd.kubernetes.protobuf", self.0.protobuf())
         } else {
             // Ends with a newline, as Go's json.Encoder writes kube-apiserver's Status.
             let mut body = self.status_json().to_vec();

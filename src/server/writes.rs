@@ -17,7 +17,7 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use crate::cache::{Cache, ObjectList};
+use crate::cache::Cache;
 use crate::model::labels;
 use crate::model::names::{self, NameRule};
 use crate::model::protobuf::fields::unknown_fields;
@@ -28,6 +28,7 @@ use crate::server::patch::PatchKind;
 use crate::server::status::ApiError;
 use crate::server::strategy;
 use crate::upstream::{Stored, WriteError, Writes};
+use crate::wire::ObjectList;
 
 /// Admission of the object a write is about to store, given the stored one for an update: the
 /// caller's checks beyond the object's own rules (RBAC's escalation check). Runs on the object as

@@ -1,5 +1,5 @@
 //! managedFields cut out of kube-apiserver's own answers, written apart from the server's
-//! implementation (`src/model/managed_fields.rs`): JSON by a scan of the text that skips strings,
+//! implementation (`src/wire/managed_fields.rs`): JSON by a scan of the text that skips strings,
 //! protobuf by a walk of the wire format. What the tests compare `drop=metadata.managedFields`
 //! answers with.
 #![allow(dead_code)]

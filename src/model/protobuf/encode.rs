@@ -33,7 +33,7 @@ use super::wire::{Fields, Value};
 const MAX_DEPTH: u32 = 64;
 
 /// Appends a varint.
-fn varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -41,7 +41,7 @@ fn varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn tag(out: &mut Vec<u8>, num: u32, wire_type: u8) {
+pub(crate) fn tag(out: &mut Vec<u8>, num: u32, wire_type: u8) {
     varint(out, (u64::from(num) << 3) | u64::from(wire_type));
 }
 
@@ -52,7 +52,7 @@ pub(crate) fn put_len(out: &mut Vec<u8>, num: u32, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-fn put_varint(out: &mut Vec<u8>, num: u32, v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, num: u32, v: u64) {
     tag(out, num, 0);
     varint(out, v);
 }
@@ -65,7 +65,7 @@ fn put_f64(out: &mut Vec<u8>, num: u32, v: f64) {
 
 /// Writes a nested message under `num`: its length is only known once it is written, so it is
 /// written after a placeholder and moved when the length takes more than one byte.
-fn nested<E>(
+pub(crate) fn nested<E>(
     out: &mut Vec<u8>,
     num: u32,
     f: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
@@ -473,7 +473,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 }
 
 /// One field of a message with the span of bytes it takes (tag included).
-fn spans(
+pub(crate) fn spans(
     buf: &[u8],
 ) -> impl Iterator<Item = Result<(u32, Value<'_>, std::ops::Range<usize>), String>> {
     let mut it = Fields::new(buf);
@@ -573,173 +573,6 @@ fn splice_meta(out: &mut Vec<u8>, meta: &[u8], digits: &str) -> Result<(), Strin
     Ok(())
 }
 
-/// `ObjectMeta`'s field number of `managedFields`.
-const MANAGED_FIELDS: u32 = 17;
-
-/// An `ObjectMeta` message without its `managedFields` (field 17), every other byte as it was:
-/// what gogo writes for the same Go value with `ManagedFields` nil. `None` when it has none.
-///
-/// # Errors
-/// Bytes that are not a message.
-pub(crate) fn meta_without_managed_fields(meta: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    let mut found = false;
-    for e in spans(meta) {
-        found |= e?.0 == MANAGED_FIELDS;
-    }
-    if !found {
-        return Ok(None);
-    }
-    let mut out = Vec::with_capacity(meta.len());
-    for e in spans(meta) {
-        let (n, _, span) = e?;
-        if n != MANAGED_FIELDS {
-            out.extend_from_slice(&meta[span]);
-        }
-    }
-    Ok(Some(out))
-}
-
-/// Rewrites each length-delimited field `num` of `msg` with `inner`; `None` when `inner` changed
-/// none of them (the message is then used as it is).
-fn rewrite_field(
-    msg: &[u8],
-    num: u32,
-    inner: impl Fn(&[u8]) -> Result<Option<Vec<u8>>, String>,
-) -> Result<Option<Vec<u8>>, String> {
-    let mut out: Option<Vec<u8>> = None;
-    for e in spans(msg) {
-        let (n, v, span) = e?;
-        let new = match (n, v) {
-            (n, Value::Len(b)) if n == num => inner(b)?,
-            _ => None,
-        };
-        match (new, &mut out) {
-            (None, None) => {}
-            (None, Some(o)) => o.extend_from_slice(&msg[span]),
-            (Some(b), o) => {
-                let o = o.get_or_insert_with(|| {
-                    let mut o = Vec::with_capacity(msg.len());
-                    o.extend_from_slice(&msg[..span.start]);
-                    o
-                });
-                put_len(o, num, &b);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// An object's message (a list item) without `metadata.managedFields`; `None` when it has none.
-///
-/// # Errors
-/// Bytes that are not a message.
-pub(crate) fn object_without_managed_fields(raw: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    rewrite_field(raw, 1, meta_without_managed_fields)
-}
-
-/// An object's envelope (`k8s\0` + `runtime.Unknown`) without `metadata.managedFields`, the
-/// length prefixes around it rewritten; `None` when it has none.
-///
-/// # Errors
-/// A value that is not a well-formed envelope.
-pub(crate) fn envelope_without_managed_fields(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    let body = value.strip_prefix(MAGIC).ok_or("no k8s protobuf prefix")?;
-    Ok(
-        rewrite_field(body, 2, object_without_managed_fields)?.map(|b| {
-            let mut out = Vec::with_capacity(MAGIC.len() + b.len());
-            out.extend_from_slice(MAGIC);
-            out.extend_from_slice(&b);
-            out
-        }),
-    )
-}
-
-/// `metav1.WatchEvent` {type = 1, object = 2 (RawExtension {raw = 1})} around an object's
-/// envelope, behind the 4-byte big-endian length of the stream framer: the head of the frame
-/// (the envelope follows it).
-pub(crate) fn watch_frame_head(event_type: &str, envelope_len: usize) -> Vec<u8> {
-    let mut ext_len = Vec::with_capacity(5);
-    varint(&mut ext_len, envelope_len as u64);
-    let ext = 1 + ext_len.len() + envelope_len;
-    let mut msg = Vec::with_capacity(32);
-    put_len(&mut msg, 1, event_type.as_bytes());
-    tag(&mut msg, 2, 2);
-    varint(&mut msg, ext as u64);
-    tag(&mut msg, 1, 2);
-    msg.extend_from_slice(&ext_len);
-    let total = msg.len() + envelope_len;
-    let mut out = Vec::with_capacity(4 + msg.len());
-    out.extend_from_slice(&(total as u32).to_be_bytes());
-    out.extend_from_slice(&msg);
-    out
-}
-
-/// `metav1.ListMeta` {selfLink = 1, resourceVersion = 2, continue = 3, remainingItemCount = 4,
-/// shardInfo = 5 {selector = 1}} as field 1 of a list.
-fn list_meta(out: &mut Vec<u8>, rv: &str, cont: &str, remaining: Option<i64>, shard: Option<&str>) {
-    let _ = nested::<()>(out, 1, |out| {
-        put_len(out, 1, b"");
-        put_len(out, 2, rv.as_bytes());
-        put_len(out, 3, cont.as_bytes());
-        if let Some(n) = remaining {
-            put_varint(out, 4, n as u64);
-        }
-        if let Some(sel) = shard {
-            nested::<()>(out, 5, |out| {
-                put_len(out, 1, sel.as_bytes());
-                Ok(())
-            })?;
-        }
-        Ok(())
-    });
-}
-
-/// The envelope around a `{Kind}List` {metadata = 1, items = 2} whose items (each an object's
-/// message, of the given lengths) are written by the caller: returns what goes before the first
-/// item, and the head of each item is [`item_head`]; [`ENVELOPE_TAIL`] ends the body.
-pub(crate) fn list_head(
-    api_version: &str,
-    list_kind: &str,
-    rv: &str,
-    cont: &str,
-    remaining: Option<i64>,
-    shard: Option<&str>,
-    item_lens: impl Iterator<Item = usize>,
-) -> Vec<u8> {
-    let mut meta = Vec::with_capacity(32);
-    list_meta(&mut meta, rv, cont, remaining, shard);
-    let mut scratch = Vec::with_capacity(8);
-    let items: usize = item_lens
-        .map(|n| {
-            scratch.clear();
-            varint(&mut scratch, n as u64);
-            1 + scratch.len() + n
-        })
-        .sum();
-    let mut out = Vec::with_capacity(64 + meta.len());
-    out.extend_from_slice(MAGIC);
-    let _ = nested::<()>(&mut out, 1, |out| {
-        put_len(out, 1, api_version.as_bytes());
-        put_len(out, 2, list_kind.as_bytes());
-        Ok(())
-    });
-    tag(&mut out, 2, 2);
-    varint(&mut out, (meta.len() + items) as u64);
-    out.extend_from_slice(&meta);
-    out
-}
-
-/// The envelope's last two fields, contentEncoding and contentType, both empty.
-pub(crate) const ENVELOPE_TAIL: &[u8] = &[0x1a, 0x00, 0x22, 0x00];
-
-/// The head of a list item (field 2 of a `{Kind}List`) of `len` bytes.
-pub(crate) fn item_head(len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(6);
-    tag(&mut out, 2, 2);
-    varint(&mut out, len as u64);
-    out
-}
-
 /// Where the object's message is in an envelope.
 pub(crate) fn raw_range(value: &[u8]) -> Option<std::ops::Range<usize>> {
     let body = value.strip_prefix(MAGIC)?;
@@ -754,83 +587,9 @@ pub(crate) fn raw_range(value: &[u8]) -> Option<std::ops::Range<usize>> {
     found
 }
 
-/// `metav1.Status` from its JSON (`kind: Status`, as the server writes its errors), in the
-/// envelope: Status is a metav1 type outside the generated tables (they hold the served kinds),
-/// so its few fields are written here, numbered as in apimachinery's `generated.proto`:
-/// Status {metadata = 1 ListMeta, status = 2, message = 3, reason = 4, details = 5, code = 6},
-/// StatusDetails {name = 1, group = 2, kind = 3, causes = 4, retryAfterSeconds = 5, uid = 6},
-/// StatusCause {reason = 1, message = 2, field = 3}.
-// Only the server writes Status objects.
-#[cfg_attr(not(feature = "server"), allow(dead_code))]
-pub(crate) fn status(json: &Json) -> Vec<u8> {
-    let s = |v: &Json, k: &str| v.get(k).and_then(Json::as_str).unwrap_or("").to_owned();
-    let i = |v: &Json, k: &str| v.get(k).and_then(Json::as_i64).unwrap_or(0);
-    let mut raw = Vec::with_capacity(256);
-    let meta = json.get("metadata").cloned().unwrap_or(Json::Null);
-    list_meta(
-        &mut raw,
-        &s(&meta, "resourceVersion"),
-        &s(&meta, "continue"),
-        meta.get("remainingItemCount").and_then(Json::as_i64),
-        None,
-    );
-    put_len(&mut raw, 2, s(json, "status").as_bytes());
-    put_len(&mut raw, 3, s(json, "message").as_bytes());
-    put_len(&mut raw, 4, s(json, "reason").as_bytes());
-    if let Some(d) = json.get("details").filter(|d| d.is_object()) {
-        let _ = nested::<()>(&mut raw, 5, |out| {
-            put_len(out, 1, s(d, "name").as_bytes());
-            put_len(out, 2, s(d, "group").as_bytes());
-            put_len(out, 3, s(d, "kind").as_bytes());
-            for c in d
-                .get("causes")
-                .and_then(Json::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let _ = nested::<()>(out, 4, |out| {
-                    put_len(out, 1, s(c, "reason").as_bytes());
-                    put_len(out, 2, s(c, "message").as_bytes());
-                    put_len(out, 3, s(c, "field").as_bytes());
-                    Ok(())
-                });
-            }
-            put_varint(out, 5, i(d, "retryAfterSeconds") as i32 as i64 as u64);
-            put_len(out, 6, s(d, "uid").as_bytes());
-            Ok(())
-        });
-    }
-    put_varint(&mut raw, 6, i(json, "code") as i32 as i64 as u64);
-    envelope("v1", "Status", &raw)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_sharded_lists_meta_carries_shard_info_as_field_5() {
-        let sel = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
-        let plain = list_head("v1", "PodList", "7", "", None, None, std::iter::empty());
-        let sharded = list_head(
-            "v1",
-            "PodList",
-            "7",
-            "",
-            None,
-            Some(sel),
-            std::iter::empty(),
-        );
-        // ListMeta {selfLink "", resourceVersion "7", continue "", shardInfo {selector}}:
-        // field 5 (tag 0x2a) holding field 1 (tag 0x0a), after the plain head's meta.
-        let mut info = vec![0x0a, sel.len() as u8];
-        info.extend_from_slice(sel.as_bytes());
-        let mut field = vec![0x2a, info.len() as u8];
-        field.extend_from_slice(&info);
-        assert!(sharded.windows(field.len()).any(|w| w == field.as_slice()));
-        assert!(!plain.windows(2).any(|w| w == [0x2a, info.len() as u8]));
-        assert_eq!(sharded.len(), plain.len() + field.len());
-    }
 
     #[test]
     fn times_parse_as_rfc3339() {

@@ -16,8 +16,7 @@
 //! | `json.rs` | protobuf → JSON with encoding/json's rules |
 //! | `fields.rs` | the fields a JSON object's type does not declare (`fieldValidation`) |
 //! | `request.rs` | protobuf request bodies (objects, DeleteOptions) read as the JSON they stand for |
-//! | `encode.rs` | JSON → protobuf with gogo's rules; the envelope, watch and list framing, the resourceVersion splice |
-//! | `partial.rs` | `PartialObjectMetadata`: an object's `ObjectMeta` in protobuf and in JSON, as kube-apiserver writes them |
+//! | `encode.rs` | JSON → protobuf with gogo's rules; the envelope, the resourceVersion splice, the primitives `wire/` writes its frames with |
 
 pub(crate) mod catalog;
 mod encode;
@@ -25,9 +24,6 @@ mod encode;
 #[cfg(feature = "server")]
 pub(crate) mod fields;
 mod json;
-// Only the server converts objects to PartialObjectMetadata.
-#[cfg(feature = "server")]
-pub(crate) mod partial;
 // Only the server reads request bodies.
 #[cfg(feature = "server")]
 mod request;
@@ -43,16 +39,21 @@ use wire::{Fields, Value};
 
 use crate::model::FieldPath;
 
-#[cfg(feature = "server")]
-pub(crate) use encode::status;
+// The primitives `wire/` writes its envelopes, frame heads and variants with (the server's
+// conversions use a few more).
 pub(crate) use encode::{
-    ENVELOPE_TAIL, encode_json, envelope_without_managed_fields, item_head, list_head,
-    meta_without_managed_fields, object_without_managed_fields, raw_range, watch_frame_head,
-    with_resource_version,
+    encode_json, nested, put_len, put_varint, raw_range, spans, tag, varint, with_resource_version,
 };
+#[cfg(feature = "server")]
+pub(crate) use encode::{encode_message, envelope};
+#[cfg(feature = "server")]
+pub(crate) use json::write_message_json;
 pub(crate) use json::write_str as write_json_str;
 #[cfg(feature = "server")]
 pub(crate) use request::{RequestBodyError, request_json};
+#[cfg(feature = "server")]
+pub(crate) use wire::Fields as WireFields;
+pub(crate) use wire::Value as WireValue;
 
 /// Whether kube-apiserver serves this kind in protobuf (a built-in kind with a message in the
 /// tables); custom resources are JSON only.

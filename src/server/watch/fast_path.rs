@@ -29,7 +29,6 @@ use crate::server::conn::ConnInfo;
 use crate::server::filters::{self, Incoming};
 use tracing::debug;
 
-use crate::server::convert::{IncludeObject, WatchConverter};
 use crate::server::negotiate::{Fields, Format, WatchWire};
 use crate::server::params;
 use crate::server::sealed::HandDown;
@@ -38,6 +37,7 @@ use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
 use crate::server::watch::pump::WatchPump;
 use crate::server::watch::{self, Wire};
+use crate::wire::convert::{IncludeObject, WatchConverter};
 
 /// Largest request head the fast path reads before giving the connection to hyper.
 const MAX_HEAD: usize = 16 * 1024;
@@ -284,7 +284,10 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
             format,
             IncludeObject::default(),
             fields,
-            &st.metrics,
+            || {
+                st.metrics
+                    .conversions(&target.served.cache.definition().plural, format, fields)
+            },
         );
         watch::start(
             st,

@@ -5,12 +5,12 @@
 //!   socket (an idle watch then costs about 3 KB instead of hyper's 32 KB);
 //! - `body.rs`: any other watch, as a hyper response body.
 //!
-//! `frames.rs` turns events into chunks (shared bytes, or gzip).
+//! `chunks.rs` turns events' frames into chunks (shared bytes, or gzip).
 
 pub(crate) mod body;
+mod chunks;
 pub(crate) mod fast_path;
-mod frames;
-pub(crate) use frames::Wire;
+pub(crate) use chunks::Wire;
 pub(crate) mod pump;
 
 use std::sync::Arc;
@@ -22,10 +22,10 @@ use crate::cache::WatchOptions;
 use crate::cache::{Cache, WatchStream};
 use crate::error::Error;
 use crate::server::auth::{User, UserWatchSlot};
-use crate::server::convert::WatchConverter;
 use crate::server::metrics::RequestKey;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
+use crate::wire::convert::WatchConverter;
 use pump::WatchPump;
 
 /// The longest timeout a watch is given, whatever `timeoutSeconds` says.
@@ -108,7 +108,7 @@ pub(crate) async fn start(
             Ok(WatchPump::events(w, shutdown, gzip, wire, convert, meter))
         }
         Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => Ok(WatchPump::single(
-            wire.error_frame(&ApiError::from(e)),
+            wire.error_frame(ApiError::from(e).status()),
             shutdown,
             gzip,
         )),

@@ -6,11 +6,11 @@ use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::watch;
 
-use crate::cache::Frame;
-use crate::server::convert::WatchConverter;
 use crate::server::metrics::WatchMeter;
 use crate::server::watch::StartedWatch;
-use crate::server::watch::frames::{FrameEncoder, Wire};
+use crate::server::watch::chunks::{FrameEncoder, Wire};
+use crate::wire::Frame;
+use crate::wire::convert::WatchConverter;
 
 /// A watch response in progress.
 pub(crate) struct WatchPump {
@@ -19,7 +19,7 @@ pub(crate) struct WatchPump {
     encoder: FrameEncoder,
     /// The frames' format.
     wire: Wire,
-    /// Set when the watch is answered as Table or PartialObjectMetadata (see `convert.rs`). Boxed:
+    /// Set when the watch is answered as Table or PartialObjectMetadata (see `wire/convert.rs`). Boxed:
     /// a plain JSON watch (nearly all) carries one pointer, not the state.
     convert: Option<Box<WatchConverter>>,
     /// The watch's metrics (`None` for a response of one frame).

@@ -22,12 +22,35 @@ use parking_lot::Mutex;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::cache::{Frame, ObjectList, WatchEvent};
-use crate::model::{EncodeError, EventType, ResourceDef, managed_fields};
-use crate::server::go_json;
-use crate::server::metrics::ServerMetrics;
-use crate::server::negotiate::{Fields, Format, MetaVersion};
-use crate::server::status::ApiError;
+use crate::model::{EncodeError, EventType, Object, ResourceDef};
+use crate::wire::format::{Fields, Format, MetaVersion};
+use crate::wire::status::Status;
+
+/// A conversion that failed: the `Status` of the 500 it is answered with (boxed: failures are
+/// never expected, results stay small).
+pub(crate) type Failed = Box<Status>;
+use crate::wire::{Frame, ObjectList, go_json, managed_fields, partial};
+
+/// What a watch event offers to be converted: its type and its shared encodings (the cache's
+/// `WatchEvent`, made once per event and shared by its watchers).
+pub(crate) trait Encodings {
+    /// ADDED, MODIFIED, DELETED or BOOKMARK.
+    fn kind(&self) -> EventType;
+    /// The object's JSON as this event carries it.
+    fn json(&self) -> &Bytes;
+    /// The object's protobuf envelope as this event carries it.
+    ///
+    /// # Errors
+    /// An object stored as JSON that its kind's protobuf message cannot hold.
+    fn protobuf(&self) -> Result<Bytes, EncodeError>;
+    /// The event's own JSON frame.
+    fn frame(&self) -> Frame;
+    /// The event's own protobuf frame.
+    ///
+    /// # Errors
+    /// As [`protobuf`](Encodings::protobuf).
+    fn protobuf_frame(&self) -> Result<Frame, EncodeError>;
+}
 
 /// What a Table row's `object` holds (`includeObject`); upstream's default is `Metadata`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -39,31 +62,6 @@ pub(crate) enum IncludeObject {
     Metadata,
     /// The whole object.
     Object,
-}
-
-impl IncludeObject {
-    /// Reads `includeObject` from a query string.
-    ///
-    /// # Errors
-    /// 400 for a value other than None, Metadata or Object (upstream's message).
-    pub fn from_query(query: Option<&str>) -> Result<IncludeObject, ApiError> {
-        let mut out = IncludeObject::default();
-        for (k, v) in crate::server::params::query_pairs(query) {
-            if k == "includeObject" {
-                out = match &*v {
-                    "None" => IncludeObject::None,
-                    "Metadata" | "" => IncludeObject::Metadata,
-                    "Object" => IncludeObject::Object,
-                    other => {
-                        return Err(ApiError::bad_request(format!(
-                            "includeObject: Unsupported value: \"{other}\": supported values: \"Metadata\", \"None\", \"Object\""
-                        )));
-                    }
-                };
-            }
-        }
-        Ok(out)
-    }
 }
 
 /// `PartialObjectMetadata` of an object: its kind and apiVersion (the metadata's), and its
@@ -160,7 +158,7 @@ fn write_table(
     rows: &[(Value, &[u8])],
     include: IncludeObject,
     with_columns: bool,
-) -> Result<(), ApiError> {
+) -> Result<(), Failed> {
     out.extend_from_slice(br#"{"kind":"Table","apiVersion":"#);
     go_json::string(out, v.api_version());
     out.extend_from_slice(br#","metadata":"#);
@@ -254,7 +252,7 @@ fn write_partial(out: &mut Vec<u8>, v: MetaVersion, meta: &[u8]) {
 /// An object's `metadata` as encoding/json writes `metav1.ObjectMeta`. A built-in's JSON is made
 /// from its protobuf by the same rules, so its `metadata` member is taken as it is; a custom
 /// resource's (a map, its keys sorted) goes through the `ObjectMeta` message.
-fn meta_json(def: &ResourceDef, obj: &[u8]) -> Result<Vec<u8>, ApiError> {
+fn meta_json(def: &ResourceDef, obj: &[u8]) -> Result<Vec<u8>, Failed> {
     #[derive(serde::Deserialize)]
     struct Top<'a> {
         #[serde(borrow)]
@@ -267,14 +265,14 @@ fn meta_json(def: &ResourceDef, obj: &[u8]) -> Result<Vec<u8>, ApiError> {
     }
     let meta = meta_message(raw)?;
     let mut out = Vec::with_capacity(raw.len());
-    crate::model::protobuf::partial::meta_json(&mut out, &meta).map_err(unreadable)?;
+    partial::meta_json(&mut out, &meta).map_err(unreadable)?;
     Ok(out)
 }
 
 /// The `ObjectMeta` message of a JSON `metadata`.
-fn meta_message(raw: &str) -> Result<Vec<u8>, ApiError> {
+fn meta_message(raw: &str) -> Result<Vec<u8>, Failed> {
     let map: Map<String, Value> = serde_json::from_str(raw).map_err(unreadable)?;
-    crate::model::protobuf::partial::encode_meta(&map).map_err(unreadable)
+    partial::encode_meta(&map).map_err(unreadable)
 }
 
 /// An object's `ObjectMeta` message: from its protobuf envelope (`envelope`, made only for
@@ -282,11 +280,11 @@ fn meta_message(raw: &str) -> Result<Vec<u8>, ApiError> {
 fn meta_protobuf(
     def: &ResourceDef,
     json: impl FnOnce() -> Bytes,
-    envelope: impl FnOnce() -> Result<Bytes, crate::model::EncodeError>,
-) -> Result<Vec<u8>, ApiError> {
+    envelope: impl FnOnce() -> Result<Bytes, EncodeError>,
+) -> Result<Vec<u8>, Failed> {
     if def.has_protobuf() {
         let env = envelope().map_err(unreadable)?;
-        return crate::model::protobuf::partial::envelope_meta(&env)
+        return partial::envelope_meta(&env)
             .map(<[u8]>::to_vec)
             .ok_or_else(|| unreadable("an object's protobuf has no metadata"));
     }
@@ -300,21 +298,21 @@ fn meta_protobuf(
     meta_message(top.metadata.map_or("{}", |m| m.get()))
 }
 
-fn unreadable(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(
+fn unreadable(e: impl std::fmt::Display) -> Failed {
+    Box::new(Status::new(
         500,
         "InternalError",
         format!("a stored object cannot be converted: {e}"),
-    )
+    ))
 }
 
-fn parse(json: &[u8]) -> Result<Value, ApiError> {
+fn parse(json: &[u8]) -> Result<Value, Failed> {
     serde_json::from_slice(json).map_err(|e| {
-        ApiError::new(
+        Box::new(Status::new(
             500,
             "InternalError",
             format!("a stored object is not valid JSON: {e}"),
-        )
+        ))
     })
 }
 
@@ -328,7 +326,7 @@ pub(crate) fn list(
     format: Format,
     include: IncludeObject,
     fields: Fields,
-) -> Result<Vec<Bytes>, ApiError> {
+) -> Result<Vec<Bytes>, Failed> {
     let drop = fields == Fields::WithoutManaged;
     let rv = list.resource_version.to_string();
     let meta = list_meta_json(
@@ -390,7 +388,7 @@ pub(crate) fn list(
             }
         }
         Format::MetadataProtobuf => {
-            use crate::model::protobuf::{self as pb, partial};
+            use crate::wire::protobuf as pb;
             let items = list
                 .items
                 .iter()
@@ -441,7 +439,7 @@ pub(crate) fn object(
     format: Format,
     include: IncludeObject,
     fields: Fields,
-) -> Result<Bytes, ApiError> {
+) -> Result<Bytes, Failed> {
     let mut out = Vec::with_capacity(json.len() + 256);
     match format {
         Format::Table(v) => {
@@ -476,17 +474,15 @@ pub(crate) fn object(
 /// 500 if the stored object cannot be converted.
 pub(crate) fn object_metadata_protobuf(
     def: &ResourceDef,
-    obj: &crate::model::Object,
+    obj: &Object,
     fields: Fields,
-) -> Result<Bytes, ApiError> {
+) -> Result<Bytes, Failed> {
     let meta = meta_protobuf(def, || obj.json().clone(), || obj.protobuf_wire().cloned())?;
     let meta = match fields {
         Fields::All => meta,
         Fields::WithoutManaged => meta_without_managed(meta),
     };
-    Ok(Bytes::from(
-        crate::model::protobuf::partial::partial_envelope(&meta),
-    ))
+    Ok(Bytes::from(partial::partial_envelope(&meta)))
 }
 
 /// Converts a watch's events for one watcher: each event's object becomes a one-row Table (column
@@ -512,7 +508,7 @@ impl WatchConverter {
         format: Format,
         include: IncludeObject,
         fields: Fields,
-        metrics: &ServerMetrics,
+        made: impl FnOnce() -> Counter<u64, AtomicU64>,
     ) -> Option<WatchConverter> {
         let converts = match format {
             Format::Table(_) | Format::Metadata(_) | Format::MetadataProtobuf => true,
@@ -525,7 +521,7 @@ impl WatchConverter {
             include,
             fields,
             columns_sent: false,
-            made: metrics.conversions(&def.plural, format, fields),
+            made: made(),
         })
     }
 
@@ -536,7 +532,7 @@ impl WatchConverter {
     ///
     /// # Errors
     /// A protobuf watch of an object stored as JSON that its kind's message cannot hold.
-    pub fn frame(&mut self, ev: &WatchEvent) -> Result<Frame, EncodeError> {
+    pub fn frame(&mut self, ev: &impl Encodings) -> Result<Frame, EncodeError> {
         let kind = ev.kind();
         if kind == EventType::Bookmark {
             // A bookmark's object has no managed fields to leave out.
@@ -583,7 +579,7 @@ impl WatchConverter {
     }
 
     /// A converted body as the event's frame in this watch's wire format.
-    fn framed(&self, ev: &WatchEvent, body: Bytes) -> Frame {
+    fn framed(&self, ev: &impl Encodings, body: Bytes) -> Frame {
         match self.format {
             Format::MetadataProtobuf | Format::Protobuf => {
                 Frame::protobuf(ev.kind().as_str(), body)
@@ -594,7 +590,7 @@ impl WatchConverter {
 
     /// The event as it is, when its conversion failed (never expected: stored objects are
     /// validated); it goes out unconverted rather than being lost.
-    fn unconverted(&self, ev: &WatchEvent) -> Result<Frame, EncodeError> {
+    fn unconverted(&self, ev: &impl Encodings) -> Result<Frame, EncodeError> {
         match self.format {
             Format::MetadataProtobuf => Ok(ev.protobuf_frame().unwrap_or_else(|_| ev.frame())),
             Format::Protobuf => ev.protobuf_frame(),
@@ -603,7 +599,7 @@ impl WatchConverter {
     }
 
     /// Converts one event for this watcher alone (a Table's first event, a bookmark).
-    fn convert(&mut self, ev: &WatchEvent) -> Frame {
+    fn convert(&mut self, ev: &impl Encodings) -> Frame {
         let first = !self.columns_sent && matches!(self.format, Format::Table(_));
         if first && ev.kind() != EventType::Bookmark {
             self.columns_sent = true;
@@ -616,7 +612,7 @@ impl WatchConverter {
 
     /// The event's object in this watch's format; `None` when it cannot be converted. A Table
     /// carries its column definitions when `first`.
-    fn body(&self, ev: &WatchEvent, first: bool) -> Option<Bytes> {
+    fn body(&self, ev: &impl Encodings, first: bool) -> Option<Bytes> {
         let drop = self.fields == Fields::WithoutManaged;
         match self.format {
             Format::Json => Some(json_without_managed(ev.json())),
@@ -635,9 +631,7 @@ impl WatchConverter {
                 } else {
                     meta
                 };
-                Some(Bytes::from(
-                    crate::model::protobuf::partial::partial_envelope(&meta),
-                ))
+                Some(Bytes::from(partial::partial_envelope(&meta)))
             }
             Format::Metadata(v) => {
                 let meta = meta_json(&self.def, ev.json()).ok()?;
@@ -713,8 +707,8 @@ fn meta_without_managed(meta: Vec<u8>) -> Vec<u8> {
 /// it has none.
 ///
 /// # Errors
-/// As [`Object::protobuf_wire`](crate::model::Object::protobuf_wire).
-pub(crate) fn protobuf_without_managed(obj: &crate::model::Object) -> Result<Bytes, EncodeError> {
+/// As [`Object::protobuf_wire`](Object::protobuf_wire).
+pub(crate) fn protobuf_without_managed(obj: &Object) -> Result<Bytes, EncodeError> {
     let env = obj.protobuf_wire()?;
     match managed_fields::protobuf_without(env) {
         Ok(Some(b)) => Ok(Bytes::from(b)),
@@ -730,8 +724,8 @@ pub(crate) fn protobuf_without_managed(obj: &crate::model::Object) -> Result<Byt
 /// members after `kind` and `apiVersion` for a built-in (which come before `metadata`, so the
 /// item starts at the same offset), the whole object for a custom resource.
 ///
-/// [`list_parts_with`]: crate::cache::list_parts_with
-pub(crate) fn json_item_without_managed(o: &crate::model::Object, parts: &mut Vec<Bytes>) {
+/// [`list_parts_with`]: crate::wire::list_parts_with
+pub(crate) fn json_item_without_managed(o: &Object, parts: &mut Vec<Bytes>) {
     let json = json_without_managed(o.json());
     match o.list_item_tail() {
         Some(tail) => {
@@ -745,13 +739,11 @@ pub(crate) fn json_item_without_managed(o: &crate::model::Object, parts: &mut Ve
 
 /// A list item's message without `metadata.managedFields` (for [`list_parts_protobuf_with`]).
 ///
-/// [`list_parts_protobuf_with`]: crate::cache::list_parts_protobuf_with
+/// [`list_parts_protobuf_with`]: crate::wire::list_parts_protobuf_with
 ///
 /// # Errors
-/// As [`Object::protobuf_item`](crate::model::Object::protobuf_item).
-pub(crate) fn protobuf_item_without_managed(
-    o: &crate::model::Object,
-) -> Result<Bytes, EncodeError> {
+/// As [`Object::protobuf_item`](Object::protobuf_item).
+pub(crate) fn protobuf_item_without_managed(o: &Object) -> Result<Bytes, EncodeError> {
     let raw = o.protobuf_item()?;
     match managed_fields::message_without(&raw) {
         Ok(Some(b)) => Ok(Bytes::from(b)),

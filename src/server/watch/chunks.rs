@@ -27,11 +27,12 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use flate2::{Compress, Compression, Crc, FlushCompress};
 
-use crate::cache::{Frame, WatchEvent};
+use crate::cache::WatchEvent;
 use crate::error::Error;
-use crate::server::convert::WatchConverter;
 pub(crate) use crate::server::negotiate::Wire;
 use crate::server::status::ApiError;
+use crate::wire::Frame;
+use crate::wire::convert::WatchConverter;
 
 /// The gzip member header: magic, deflate, no flags, no mtime, no extra flags, unknown OS.
 const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
@@ -130,13 +131,13 @@ impl FrameEncoder {
                         // fails to encode.
                         tracing::error!(error = %e, "protobuf encoding of a watch event failed");
                         let err = ApiError::new(500, "InternalError", e.to_string());
-                        return (self.last(&wire.error_frame(&err)), true, None);
+                        return (self.last(&wire.error_frame(err.status())), true, None);
                     }
                 };
                 (self.chunks(&frame), false, Some(frame.len()))
             }
             Some(Err(e)) => {
-                let frame = wire.error_frame(&ApiError::from(e));
+                let frame = wire.error_frame(ApiError::from(e).status());
                 (self.last(&frame), true, None)
             }
             None => (self.finish().into_iter().collect(), true, None),

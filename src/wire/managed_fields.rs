@@ -24,7 +24,7 @@
 )]
 
 use crate::model::members::{find, members};
-use crate::model::protobuf;
+use crate::model::protobuf::{MAGIC, WireValue as Value, put_len, spans};
 
 /// The member's key as compact JSON writes it.
 const KEY: &str = "\"managedFields\":";
@@ -111,7 +111,7 @@ fn offset(outer: &str, inner: &str) -> usize {
 /// # Errors
 /// A value that is not a well-formed envelope.
 pub fn protobuf_without(envelope: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    protobuf::envelope_without_managed_fields(envelope)
+    envelope_without_managed_fields(envelope)
 }
 
 /// An object's message (a list item: the `raw` of its envelope) without
@@ -120,7 +120,7 @@ pub fn protobuf_without(envelope: &[u8]) -> Result<Option<Vec<u8>>, String> {
 /// # Errors
 /// Bytes that are not a message.
 pub fn message_without(raw: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    protobuf::object_without_managed_fields(raw)
+    object_without_managed_fields(raw)
 }
 
 /// An `ObjectMeta` message without `managedFields` (field 17), or `None` when it has none.
@@ -128,7 +128,95 @@ pub fn message_without(raw: &[u8]) -> Result<Option<Vec<u8>>, String> {
 /// # Errors
 /// Bytes that are not a message.
 pub fn meta_message_without(meta: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    protobuf::meta_without_managed_fields(meta)
+    meta_without_managed_fields(meta)
+}
+
+/// `ObjectMeta`'s field number of `managedFields`.
+const MANAGED_FIELDS: u32 = 17;
+
+/// An `ObjectMeta` message without its `managedFields` (field 17), every other byte as it was:
+/// what gogo writes for the same Go value with `ManagedFields` nil. `None` when it has none.
+///
+/// # Errors
+/// Bytes that are not a message.
+fn meta_without_managed_fields(meta: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    let mut found = false;
+    for e in spans(meta) {
+        found |= e?.0 == MANAGED_FIELDS;
+    }
+    if !found {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(meta.len());
+    for e in spans(meta) {
+        let (n, _, span) = e?;
+        if n != MANAGED_FIELDS {
+            out.extend_from_slice(meta.get(span).ok_or("a field past the message")?);
+        }
+    }
+    Ok(Some(out))
+}
+
+/// Rewrites each length-delimited field `num` of `msg` with `inner`; `None` when `inner` changed
+/// none of them (the message is then used as it is).
+fn rewrite_field(
+    msg: &[u8],
+    num: u32,
+    inner: impl Fn(&[u8]) -> Result<Option<Vec<u8>>, String>,
+) -> Result<Option<Vec<u8>>, String> {
+    let mut out: Option<Vec<u8>> = None;
+    for e in spans(msg) {
+        let (n, v, span) = e?;
+        let new = match (n, v) {
+            (n, Value::Len(b)) if n == num => inner(b)?,
+            _ => None,
+        };
+        match (new, &mut out) {
+            (None, None) => {}
+            (None, Some(o)) => {
+                o.extend_from_slice(msg.get(span).ok_or("a field past the message")?)
+            }
+            (Some(b), o) => {
+                let o = match o {
+                    Some(o) => o,
+                    None => {
+                        let mut first = Vec::with_capacity(msg.len());
+                        first.extend_from_slice(
+                            msg.get(..span.start).ok_or("a field past the message")?,
+                        );
+                        o.insert(first)
+                    }
+                };
+                put_len(o, num, &b);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// An object's message (a list item) without `metadata.managedFields`; `None` when it has none.
+///
+/// # Errors
+/// Bytes that are not a message.
+fn object_without_managed_fields(raw: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    rewrite_field(raw, 1, meta_without_managed_fields)
+}
+
+/// An object's envelope (`k8s\0` + `runtime.Unknown`) without `metadata.managedFields`, the
+/// length prefixes around it rewritten; `None` when it has none.
+///
+/// # Errors
+/// A value that is not a well-formed envelope.
+fn envelope_without_managed_fields(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    let body = value.strip_prefix(MAGIC).ok_or("no k8s protobuf prefix")?;
+    Ok(
+        rewrite_field(body, 2, object_without_managed_fields)?.map(|b| {
+            let mut out = Vec::with_capacity(MAGIC.len() + b.len());
+            out.extend_from_slice(MAGIC);
+            out.extend_from_slice(&b);
+            out
+        }),
+    )
 }
 
 #[cfg(test)]
@@ -209,11 +297,11 @@ mod tests {
         put_varint(&mut raw, meta.len() as u64);
         raw.extend_from_slice(&meta);
         raw.extend_from_slice(&[0x12, 2, 0x08, 0x01]);
-        let env = protobuf::encode_json(&serde_json::json!({
+        let env = crate::model::protobuf::encode_json(&serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}
         }))
         .unwrap();
-        let range = protobuf::raw_range(&env).unwrap();
+        let range = crate::model::protobuf::raw_range(&env).unwrap();
         let mut with = env[..range.start - 2].to_vec();
         with.push(0x12);
         put_varint(&mut with, raw.len() as u64);
@@ -225,7 +313,10 @@ mod tests {
         let mut want_raw = vec![0x0a, want_meta.len() as u8];
         want_raw.extend_from_slice(&want_meta);
         want_raw.extend_from_slice(&[0x12, 2, 0x08, 0x01]);
-        assert_eq!(&out[protobuf::raw_range(&out).unwrap()], &want_raw[..]);
+        assert_eq!(
+            &out[crate::model::protobuf::raw_range(&out).unwrap()],
+            &want_raw[..]
+        );
         assert_eq!(message_without(&raw).unwrap().unwrap(), want_raw);
         assert_eq!(meta_message_without(&meta).unwrap().unwrap(), want_meta);
         // Nothing to leave out: None, the bytes are shared as they are.

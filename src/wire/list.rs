@@ -1,120 +1,27 @@
-//! Wire encoding, serialize-once: an object's JSON is produced once on ingest and every frame that
-//! carries it (live event, history replay, initial event, list item) points at those same bytes.
-//!
-//! A watch frame is `{"type":"ADDED","object":<object JSON>}\n`, written as three [`Bytes`]: a static
-//! head, the shared object bytes and a static tail, so a socket writer can send them vectored with no
-//! copy. The only per-event encoding is a DELETED event's previous state at the deletion's revision,
-//! made once per event and shared by all its watchers.
+//! A page of a LIST ([`ObjectList`]) and its bodies, as pieces of shared [`Bytes`] to write in
+//! order: each item is the object's own shared bytes (its JSON, or its protobuf message), never
+//! copied; only the list's head and separators are made per answer. Byte for byte what
+//! kube-apiserver writes for the same list, a custom resource's `UnstructuredList` included.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 
-use crate::cache::list::ObjectList;
 use crate::model::definition::ResourceDef;
-use crate::model::{EncodeError, EventType, Object};
+use crate::model::{EncodeError, Object};
 
-/// One encoded watch event: `head ++ body ++ tail` is a line of JSON ending in `\n`.
+/// One page of a LIST.
 #[derive(Debug, Clone)]
-pub struct Frame {
-    parts: [Bytes; 3],
-}
-
-impl Frame {
-    pub(crate) fn new(kind: EventType, body: Bytes) -> Frame {
-        let head: &'static [u8] = match kind {
-            EventType::Added => b"{\"type\":\"ADDED\",\"object\":",
-            EventType::Modified => b"{\"type\":\"MODIFIED\",\"object\":",
-            EventType::Deleted => b"{\"type\":\"DELETED\",\"object\":",
-            EventType::Bookmark => b"{\"type\":\"BOOKMARK\",\"object\":",
-        };
-        Frame {
-            parts: [Bytes::from_static(head), body, Bytes::from_static(b"}\n")],
-        }
-    }
-
-    /// A frame carrying an `ERROR` event with a `Status` object.
-    pub fn error(status_json: Bytes) -> Frame {
-        Frame {
-            parts: [
-                Bytes::from_static(b"{\"type\":\"ERROR\",\"object\":"),
-                status_json,
-                Bytes::from_static(b"}\n"),
-            ],
-        }
-    }
-
-    /// A protobuf watch frame: the length and `metav1.WatchEvent` head, then the object's shared
-    /// envelope (`k8s\0` + `runtime.Unknown`), as upstream's protobuf stream framer writes it.
-    pub fn protobuf(event_type: &str, envelope: Bytes) -> Frame {
-        let head = crate::model::protobuf::watch_frame_head(event_type, envelope.len());
-        Frame {
-            parts: [Bytes::from(head), envelope, Bytes::new()],
-        }
-    }
-
-    /// A protobuf watch frame from its shared head (made by the object or event) and envelope.
-    pub(crate) fn protobuf_parts(head: Bytes, envelope: Bytes) -> Frame {
-        Frame {
-            parts: [head, envelope, Bytes::new()],
-        }
-    }
-
-    /// A protobuf watch frame made whole (head and envelope in one shared buffer).
-    pub(crate) fn protobuf_whole(frame: Bytes) -> Frame {
-        Frame {
-            parts: [frame, Bytes::new(), Bytes::new()],
-        }
-    }
-
-    /// A protobuf frame carrying an `ERROR` event with a `Status` object (its envelope).
-    pub fn protobuf_error(status_envelope: Bytes) -> Frame {
-        Frame::protobuf("ERROR", status_envelope)
-    }
-
-    /// The pieces to write, in order.
-    pub fn parts(&self) -> &[Bytes; 3] {
-        &self.parts
-    }
-
-    /// The object's bytes inside the frame (shared with every other frame of the same event); for
-    /// a protobuf frame made whole ([`WatchEvent::protobuf_frame`](crate::WatchEvent::protobuf_frame)
-    /// of ADDED and MODIFIED events), empty: the frame is its first piece.
-    pub fn body(&self) -> &Bytes {
-        &self.parts[1]
-    }
-
-    /// Total length in bytes.
-    pub fn len(&self) -> usize {
-        self.parts.iter().map(Bytes::len).sum()
-    }
-
-    /// Whether the frame is empty (never, for a real frame).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The frame as one contiguous buffer (copies; for tests and simple writers).
-    pub fn to_bytes(&self) -> Bytes {
-        let mut b = BytesMut::with_capacity(self.len());
-        for p in &self.parts {
-            b.put_slice(p);
-        }
-        b.freeze()
-    }
-}
-
-/// The object of a BOOKMARK event: kind, apiVersion and resourceVersion only, plus the
-/// `k8s.io/initial-events-end` annotation when it closes the initial events of a WatchList.
-pub(crate) fn bookmark_object(def: &ResourceDef, rv: u64, initial_events_end: bool) -> Bytes {
-    let annotations = if initial_events_end {
-        r#","annotations":{"k8s.io/initial-events-end":"true"}"#
-    } else {
-        ""
-    };
-    Bytes::from(format!(
-        r#"{{"kind":"{}","apiVersion":"{}","metadata":{{"resourceVersion":"{rv}"{annotations}}}}}"#,
-        def.kind,
-        def.api_version()
-    ))
+pub struct ObjectList {
+    /// The revision the page is consistent at.
+    pub resource_version: u64,
+    /// The objects, sorted by key.
+    pub items: Vec<Object>,
+    /// The token for the next page, when there is one.
+    pub continue_token: Option<String>,
+    /// How many more items match after this page, when known.
+    pub remaining_item_count: Option<u64>,
+    /// The `shardSelector` applied, in upstream's canonical form: echoed as the list's
+    /// `metadata.shardInfo.selector` (KEP-5866), so a client knows it got a shard, not the whole.
+    pub shard_info: Option<String>,
 }
 
 /// A `{Kind}List` in protobuf as pieces to write in order: the envelope and list metadata, each
@@ -140,7 +47,7 @@ pub fn list_parts_protobuf_with(
     list: &ObjectList,
     item: impl FnMut(&Object) -> Result<Bytes, EncodeError>,
 ) -> Result<Vec<Bytes>, EncodeError> {
-    use crate::model::protobuf as pb;
+    use crate::wire::protobuf as pb;
     let items = list.items.iter().map(item).collect::<Result<Vec<_>, _>>()?;
     let rv = list.resource_version.to_string();
     let remaining = list

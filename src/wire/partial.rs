@@ -9,11 +9,11 @@
 
 use serde_json::{Map, Value as Json};
 
-use super::catalog::object_meta;
-use super::encode::{encode_message, envelope, put_len};
-use super::json::write_message_json;
-use super::raw_range;
-use super::wire::{Fields, Value};
+use crate::model::protobuf::catalog::object_meta;
+use crate::model::protobuf::{
+    WireFields as Fields, WireValue as Value, encode_message, envelope, put_len, raw_range,
+    write_message_json,
+};
 
 /// The API version of the `PartialObjectMetadata` served here.
 pub(crate) const META_V1: &str = "meta.k8s.io/v1";
@@ -78,10 +78,10 @@ mod tests {
             r#"{"name":"w","namespace":"a","uid":"u","resourceVersion":"7","generation":2,"creationTimestamp":"2026-01-02T03:04:05Z","labels":{"a":"1","b":"2"},"managedFields":[{"manager":"m","operation":"Update","apiVersion":"example.com/v1","time":"2026-01-02T03:04:05Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{}}}]}"#
         );
         let env = partial_envelope(&pb);
-        assert!(env.starts_with(super::super::MAGIC));
+        assert!(env.starts_with(crate::model::protobuf::MAGIC));
         // PartialObjectMetadata's metadata is field 1, as every object's.
         assert_eq!(envelope_meta(&env), Some(pb.as_slice()));
-        let inner = super::super::raw_range(&env).unwrap();
+        let inner = raw_range(&env).unwrap();
         assert_eq!(&env[inner], partial_message(&pb).as_slice());
     }
 }

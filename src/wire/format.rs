@@ -1,0 +1,106 @@
+//! The wire variants: what an answer is encoded as ([`Format`], and a watch's frames as [`Wire`])
+//! and which of an object's fields it keeps ([`Fields`]). The server's negotiation picks one per
+//! request (`server/negotiate.rs`); everything else in this folder encodes it.
+
+use bytes::Bytes;
+
+use crate::wire::frame::Frame;
+use crate::wire::status::Status;
+
+/// What a request is answered with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Format {
+    /// The resource's own JSON (`application/json`).
+    Json,
+    /// A `meta.k8s.io` Table (kubectl's human-readable output).
+    Table(MetaVersion),
+    /// `PartialObjectMetadata` (single objects and watch events) or `PartialObjectMetadataList`
+    /// (lists): metadata only (client-go's metadata client).
+    Metadata(MetaVersion),
+    /// Aggregated discovery, `apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`.
+    AggregatedDiscovery,
+    /// Kubernetes protobuf (`application/vnd.kubernetes.protobuf`): built-in kinds only.
+    Protobuf,
+    /// `meta.k8s.io/v1` `PartialObjectMetadata` (or its List) in protobuf: what client-go's
+    /// metadata client asks for first, for every resource (custom ones too, as upstream).
+    MetadataProtobuf,
+}
+
+/// Which of an object's fields an answer carries: all, or all but `metadata.managedFields`
+/// (`drop=metadata.managedFields`, KEP-5958). JSON and protobuf objects, lists and watch events,
+/// and PartialObjectMetadata, honour it; a Table's rows are left as they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub(crate) enum Fields {
+    /// The object as stored.
+    #[default]
+    All,
+    /// Without `metadata.managedFields`.
+    WithoutManaged,
+}
+
+impl Fields {
+    /// The label of this variant in metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Fields::All => "all",
+            Fields::WithoutManaged => "without-managed-fields",
+        }
+    }
+}
+
+/// The `meta.k8s.io` version a Table or PartialObjectMetadata is asked in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum MetaVersion {
+    V1,
+    V1beta1,
+}
+
+impl MetaVersion {
+    /// `meta.k8s.io/v1` or `meta.k8s.io/v1beta1`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            MetaVersion::V1 => "meta.k8s.io/v1",
+            MetaVersion::V1beta1 => "meta.k8s.io/v1beta1",
+        }
+    }
+
+    /// `v1` or `v1beta1` (an `as=` range's `v=`).
+    pub fn parse(v: &str) -> Option<MetaVersion> {
+        match v {
+            "v1" => Some(MetaVersion::V1),
+            "v1beta1" => Some(MetaVersion::V1beta1),
+            _ => None,
+        }
+    }
+}
+
+/// The wire format of a watch response's frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// One `{"type":...,"object":...}` line per event (`application/json`).
+    Json,
+    /// Length-prefixed `metav1.WatchEvent` messages
+    /// (`application/vnd.kubernetes.protobuf;stream=watch`).
+    Protobuf,
+}
+
+impl Wire {
+    /// The response's Content-Type.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Wire::Json => "application/json",
+            Wire::Protobuf => "application/vnd.kubernetes.protobuf;stream=watch",
+        }
+    }
+
+    /// The frame of an ERROR event carrying this error's `Status`.
+    pub fn error_frame(self, status: &Status) -> Frame {
+        match self {
+            Wire::Json => Frame::error(status.json()),
+            Wire::Protobuf => Frame::protobuf_error(Bytes::from(status.protobuf())),
+        }
+    }
+}
+
+/// A watch's frames: their format and the fields their objects keep.
+pub(crate) type WatchWire = (Wire, Fields);
