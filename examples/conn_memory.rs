@@ -9,6 +9,10 @@
 //!   each open one watch stream, then S - 1 more. Reported: the cost of a connection with its first
 //!   stream, and the cost of each further idle watch stream on a shared connection.
 //!
+//! - `rustls`: with `tls`, the server keeps every watch's connection in rustls instead of handing
+//!   a TLS 1.3 watch down to its sending half (`ServerConfig::tls_watch_hand_down`), for the
+//!   figure before that change.
+//!
 //! With TLS the clients run in a child process (this example, re-run as `client`), so that their
 //! own TLS state is not counted; without, in a thread with blocking sockets (they allocate nothing).
 
@@ -102,7 +106,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let mut server = Server::new(
-        ServerConfig::default(),
+        ServerConfig {
+            tls_watch_hand_down: !std::env::args().skip(3).any(|a| a == "rustls"),
+            ..ServerConfig::default()
+        },
         caches
             .caches()
             .map(|(_, c)| Served::new(c.clone(), caches.writes())),
