@@ -424,7 +424,8 @@ mod tests {
     /// Whatever the client sends after the hand-down reads as the end of the stream.
     #[tokio::test]
     async fn anything_the_client_sends_reads_as_the_end() {
-        let (server, client) = configs(rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256);
+        let (server, client) =
+            configs(rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256);
         let (a, b) = tokio::io::duplex(1 << 16);
         let accept = tokio_rustls::TlsAcceptor::from(server).accept(a);
         let connect = tokio_rustls::TlsConnector::from(client)

@@ -31,8 +31,8 @@ use tracing::debug;
 
 use crate::server::negotiate::{Fields, Format, WatchWire};
 use crate::server::params;
-use crate::server::sealed::HandDown;
 use crate::server::response::wants_gzip_value;
+use crate::server::sealed::HandDown;
 use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
 use crate::server::watch::pump::WatchPump;
