@@ -237,7 +237,7 @@ pub(crate) enum TlsIo {
     /// rustls does both halves.
     Rustls(Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>),
     /// A watch's sending half.
-    Sealed(Sealed<tokio::net::TcpStream>),
+    Sealed(Box<Sealed<tokio::net::TcpStream>>),
     /// Only while being handed down.
     Gone,
 }
@@ -259,7 +259,7 @@ impl HandDown for TlsIo {
         // dropped (closed) and the watch's first write fails; the client retries.
         *self = match conn.dangerous_extract_secrets() {
             Ok(secrets) => match Sealed::new(io, secrets.tx.0, &secrets.tx.1) {
-                Some(sealed) => TlsIo::Sealed(sealed),
+                Some(sealed) => TlsIo::Sealed(Box::new(sealed)),
                 None => TlsIo::Gone,
             },
             Err(e) => {
@@ -283,7 +283,7 @@ impl AsyncRead for TlsIo {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             TlsIo::Rustls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-            TlsIo::Sealed(s) => Pin::new(s).poll_read(cx, buf),
+            TlsIo::Sealed(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             TlsIo::Gone => gone(),
         }
     }
@@ -297,7 +297,7 @@ impl AsyncWrite for TlsIo {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             TlsIo::Rustls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-            TlsIo::Sealed(s) => Pin::new(s).poll_write(cx, buf),
+            TlsIo::Sealed(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             TlsIo::Gone => gone(),
         }
     }
@@ -309,7 +309,7 @@ impl AsyncWrite for TlsIo {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             TlsIo::Rustls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-            TlsIo::Sealed(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            TlsIo::Sealed(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             TlsIo::Gone => gone(),
         }
     }
@@ -324,7 +324,7 @@ impl AsyncWrite for TlsIo {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             TlsIo::Rustls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-            TlsIo::Sealed(s) => Pin::new(s).poll_flush(cx),
+            TlsIo::Sealed(s) => Pin::new(s.as_mut()).poll_flush(cx),
             TlsIo::Gone => gone(),
         }
     }
@@ -332,7 +332,7 @@ impl AsyncWrite for TlsIo {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             TlsIo::Rustls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-            TlsIo::Sealed(s) => Pin::new(s).poll_shutdown(cx),
+            TlsIo::Sealed(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             TlsIo::Gone => gone(),
         }
     }
@@ -405,10 +405,11 @@ mod tests {
             let mut sealed = Sealed::new(io, secrets.tx.0, &secrets.tx.1).unwrap();
             let big: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
             sealed.write_all(b"after ").await.unwrap();
-            sealed
+            let n = sealed
                 .write_vectored(&[IoSlice::new(b"x"), IoSlice::new(b"yz")])
                 .await
                 .unwrap();
+            assert_eq!(n, 3, "one record takes both slices");
             sealed.write_all(&big).await.unwrap();
             sealed.shutdown().await.unwrap();
 
