@@ -449,7 +449,7 @@ fn frame_event(f: &[u8]) -> Option<(String, u64)> {
     Some((kind, rv))
 }
 
-/// A Table watch event's frame with the AGE cells of its row taken out, and those cells' values
+/// A Table watch event's frame with the AGE cells (and the other durations up to now) of its row taken out, and those cells' values
 /// in seconds (for the one-second rule).
 fn table_frame_without_age(f: &[u8]) -> Option<(Value, Vec<i64>)> {
     let mut v: Value = serde_json::from_slice(f).ok()?;
@@ -461,7 +461,16 @@ fn table_frame_without_age(f: &[u8]) -> Option<(Value, Vec<i64>)> {
                 .filter(|(_, c)| {
                     matches!(
                         c["name"].as_str(),
-                        Some("Age" | "AGE" | "Last Seen" | "First Seen")
+                        // Each a duration up to now: a running Job's Duration and a CronJob's
+                        // Last Schedule move with the clock as Age does.
+                        Some(
+                            "Age"
+                                | "AGE"
+                                | "Last Seen"
+                                | "First Seen"
+                                | "Duration"
+                                | "Last Schedule"
+                        )
                     )
                 })
                 .map(|(i, _)| i)
