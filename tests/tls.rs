@@ -609,6 +609,22 @@ fn wait_ready(kubeconfig: &Path, home: &Path) {
     panic!("watchcache --local-pki did not become ready over TLS");
 }
 
+/// Runs a Python client script with the kubeconfig as its argument; its output, trimmed.
+fn python(script: &str, kubeconfig: &Path) -> String {
+    let py = Command::new(support::venv::bin("python"))
+        .arg("-c")
+        .arg(script)
+        .arg(kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    String::from_utf8_lossy(&py.stdout).trim().to_owned()
+}
+
 #[test]
 fn local_pki_is_made_once_and_its_kubeconfig_works_with_kubectl_and_python() {
     let data = tempfile::tempdir().unwrap();
@@ -649,18 +665,7 @@ fn local_pki_is_made_once_and_its_kubeconfig_works_with_kubectl_and_python() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "pod/web");
     // The official Python client with the same kubeconfig.
     let script = "import sys\nfrom kubernetes import client, config\nconfig.load_kube_config(config_file=sys.argv[1])\nprint(' '.join(p.metadata.name for p in client.CoreV1Api().list_namespaced_pod('default').items))\n";
-    let py = Command::new(support::venv::bin("python"))
-        .arg("-c")
-        .arg(script)
-        .arg(&kubeconfig)
-        .output()
-        .unwrap();
-    assert!(
-        py.status.success(),
-        "{}",
-        String::from_utf8_lossy(&py.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&py.stdout).trim(), "web");
+    assert_eq!(python(script, &kubeconfig), "web");
     // Watches over TLS 1.3 HTTP/1.1 stream from the connection's sending half
     // (server/sealed.rs): Go's crypto/tls (kubectl, HTTP/2 off) and OpenSSL (the Python client)
     // read its records to the watch's end.
@@ -687,18 +692,7 @@ fn local_pki_is_made_once_and_its_kubeconfig_works_with_kubectl_and_python() {
         "{out}"
     );
     let script = "import sys\nfrom kubernetes import client, config, watch\nconfig.load_kube_config(config_file=sys.argv[1])\nprint(' '.join(e['type'] + ':' + e['object'].metadata.name for e in watch.Watch().stream(client.CoreV1Api().list_namespaced_pod, 'default', timeout_seconds=2)))\n";
-    let py = Command::new(support::venv::bin("python"))
-        .arg("-c")
-        .arg(script)
-        .arg(&kubeconfig)
-        .output()
-        .unwrap();
-    assert!(
-        py.status.success(),
-        "{}",
-        String::from_utf8_lossy(&py.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&py.stdout).trim(), "ADDED:web");
+    assert_eq!(python(script, &kubeconfig), "ADDED:web");
     let printed = serve.stop();
     assert!(
         printed.contains("kubectl --kubeconfig"),

@@ -883,19 +883,21 @@ mod tests {
 
     use crate::model::ResourceDef;
 
+    /// The keys of pods in namespace `ns`, as a relist reports what it saw.
+    fn keys(names: &[&str]) -> HashSet<Arc<str>> {
+        names
+            .iter()
+            .map(|n| Arc::from(format!("/registry/pods/ns/{n}")))
+            .collect()
+    }
+
     #[test]
     fn live_apply_and_resync_commit_the_same_way() {
         let (s, f) = shared();
-        let seen = |names: &[&str]| -> HashSet<Arc<str>> {
-            names
-                .iter()
-                .map(|n| Arc::from(format!("/registry/pods/ns/{n}")))
-                .collect()
-        };
         let out = s.finish_resync(
             1,
             vec![f.pod("a", "n1", 1), f.pod("b", "n1", 1)],
-            &seen(&["a", "b"]),
+            &keys(&["a", "b"]),
             2,
         );
         assert_eq!((out.listed, out.added), (2, 2));
@@ -911,7 +913,7 @@ mod tests {
         let out = s.finish_resync(
             5,
             vec![f.pod("a", "n2", 4), f.pod("c", "n1", 3)],
-            &seen(&["a", "c"]),
+            &keys(&["a", "c"]),
             2,
         );
         assert_eq!((out.added, out.modified, out.deleted), (1, 1, 1));
@@ -948,12 +950,6 @@ mod tests {
     #[test]
     fn entries_at_a_revision_roll_back_later_changes_and_see_corruption() {
         let (s, f) = shared();
-        let keys = |names: &[&str]| -> HashSet<Arc<str>> {
-            names
-                .iter()
-                .map(|n| Arc::from(format!("/registry/pods/ns/{n}")))
-                .collect()
-        };
         s.finish_resync(
             3,
             vec![f.pod("a", "n1", 2), f.pod("b", "n1", 3)],
@@ -991,12 +987,6 @@ mod tests {
     #[test]
     fn a_reset_expires_every_watcher_and_the_next_resync_may_go_back() {
         let (s, f) = shared();
-        let keys = |names: &[&str]| -> HashSet<Arc<str>> {
-            names
-                .iter()
-                .map(|n| Arc::from(format!("/registry/pods/ns/{n}")))
-                .collect()
-        };
         s.finish_resync(10, vec![f.pod("a", "n1", 9)], &keys(&["a"]), 1);
         let routed = s
             .register(
