@@ -1,7 +1,60 @@
 //! Typed errors. Every variant maps one-to-one onto a Kubernetes `Status` reason and HTTP code, so the
 //! server layer never has to guess (see [`Error::reason`] and [`Error::code`]).
+//!
+//! An error caused by another one keeps it as a [`Cause`], which [`std::error::Error::source`]
+//! returns as the original type (so `downcast_ref` finds an `etcd_client::Error` or a
+//! `serde_json::Error`). The `Display` text still carries the cause's text too: it becomes the
+//! message of the `Status` a client gets, which has no chain.
 
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// The error another error was caused by.
+///
+/// Shared (an `Arc`), so that the errors holding one stay `Clone`: one failed upstream read
+/// answers every request waiting on it. Compared by its text, so that errors compare as they
+/// read. It dereferences to the original error, which is what `source()` hands out.
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl Cause {
+    /// Keeps `e` as a cause.
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Cause(Arc::new(e))
+    }
+}
+
+// Deliberately not `std::error::Error` itself: thiserror's `#[source]` then reaches the original
+// error through this `Deref`, and `source()` returns it rather than a wrapper.
+impl Deref for Cause {
+    type Target = dyn std::error::Error + Send + Sync + 'static;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for Cause {}
 
 /// The result type of the cache's public API.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -38,8 +91,14 @@ pub enum Error {
         current: u64,
     },
     /// The request is malformed: bad selector, parameter or resourceVersion (400 BadRequest).
-    #[error("{0}")]
-    BadRequest(String),
+    #[error("{message}")]
+    BadRequest {
+        /// What is wrong, as the client reads it in the `Status`.
+        message: String,
+        /// The parse error behind it, when there is one.
+        #[source]
+        cause: Option<Cause>,
+    },
     /// The object does not exist (404 NotFound).
     #[error("{kind} \"{name}\" not found")]
     NotFound {
@@ -67,9 +126,27 @@ pub enum Error {
         /// How long the client should wait before retrying.
         retry_after: Duration,
     },
-    /// The upstream (etcd) failed in a way the client may retry (500 InternalError).
-    #[error("upstream error: {0}")]
-    Upstream(String),
+    /// The upstream (etcd or an API server) failed in a way the client may retry (500 InternalError).
+    #[error("upstream error: {message}")]
+    Upstream {
+        /// What failed, with the cause's text (the `Status` message a client reads).
+        message: String,
+        /// The upstream's own error, when there is one (`etcd_client::Error`, a `RestError`, ...).
+        #[source]
+        cause: Option<Cause>,
+    },
+    /// A stored object does not decode as the type a library caller asked for (500 InternalError):
+    /// the cache holds it as the upstream sent it, so the type, not the request, is wrong.
+    #[error("{key} does not decode as {type_name}: {cause}")]
+    Decode {
+        /// The object's storage key.
+        key: String,
+        /// The Rust type it was decoded as.
+        type_name: &'static str,
+        /// The decoder's error.
+        #[source]
+        cause: Cause,
+    },
 }
 
 impl Error {
@@ -78,10 +155,10 @@ impl Error {
         match self {
             Error::Expired { .. } | Error::ContinueExpired { .. } => "Expired",
             Error::TooLargeResourceVersion { .. } => "Timeout",
-            Error::BadRequest(_) => "BadRequest",
+            Error::BadRequest { .. } => "BadRequest",
             Error::NotFound { .. } => "NotFound",
             Error::NotReady { .. } | Error::TooManyRequests { .. } => "TooManyRequests",
-            Error::Upstream(_) => "InternalError",
+            Error::Upstream { .. } | Error::Decode { .. } => "InternalError",
         }
     }
 
@@ -90,10 +167,10 @@ impl Error {
         match self {
             Error::Expired { .. } | Error::ContinueExpired { .. } => 410,
             Error::TooLargeResourceVersion { .. } => 504,
-            Error::BadRequest(_) => 400,
+            Error::BadRequest { .. } => 400,
             Error::NotFound { .. } => 404,
             Error::NotReady { .. } | Error::TooManyRequests { .. } => 429,
-            Error::Upstream(_) => 500,
+            Error::Upstream { .. } | Error::Decode { .. } => 500,
         }
     }
 
@@ -109,7 +186,44 @@ impl Error {
     }
 
     pub(crate) fn bad_request(msg: impl Into<String>) -> Self {
-        Error::BadRequest(msg.into())
+        Error::BadRequest {
+            message: msg.into(),
+            cause: None,
+        }
+    }
+
+    /// A 400 whose message is a parse error's text, keeping the error as its cause.
+    pub(crate) fn bad_request_from(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::BadRequest {
+            message: e.to_string(),
+            cause: Some(Cause::new(e)),
+        }
+    }
+
+    /// An upstream failure with no error object behind it (a timeout, a missing answer).
+    pub(crate) fn upstream(msg: impl Into<String>) -> Self {
+        Error::Upstream {
+            message: msg.into(),
+            cause: None,
+        }
+    }
+
+    /// An upstream failure caused by `e`: the message is `context: e`, or `e` alone when the
+    /// context is empty.
+    pub(crate) fn upstream_from(
+        context: impl fmt::Display,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        let context = context.to_string();
+        let message = if context.is_empty() {
+            e.to_string()
+        } else {
+            format!("{context}: {e}")
+        };
+        Error::Upstream {
+            message,
+            cause: Some(Cause::new(e)),
+        }
     }
 }
 
@@ -170,7 +284,7 @@ mod tests {
                 "TooManyRequests",
                 429,
             ),
-            (Error::Upstream("boom".into()), "InternalError", 500),
+            (Error::upstream("boom"), "InternalError", 500),
         ];
         for (err, reason, code) in cases {
             assert_eq!(err.reason(), reason, "{err}");
@@ -200,5 +314,24 @@ mod tests {
             .retry_after(),
             Some(Duration::from_secs(1))
         );
+    }
+
+    #[test]
+    fn a_cause_is_the_source_as_its_own_type_and_keeps_errors_clone_and_comparable() {
+        use std::error::Error as _;
+        let io = || std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = Error::upstream_from("reading /registry/pods", io());
+        assert_eq!(e.to_string(), "upstream error: reading /registry/pods: refused");
+        let source = e.source().expect("a source");
+        let inner = source.downcast_ref::<std::io::Error>().expect("the io::Error itself");
+        assert_eq!(inner.kind(), std::io::ErrorKind::ConnectionRefused);
+        // Clones share the cause; equal text compares equal, other text does not.
+        assert_eq!(e.clone(), e);
+        assert_eq!(e, Error::upstream_from("reading /registry/pods", io()));
+        assert_ne!(e, Error::upstream_from("reading /registry/nodes", io()));
+        assert!(Error::upstream("timed out").source().is_none());
+        let bad = Error::bad_request_from(io());
+        assert_eq!(bad.code(), 400);
+        assert!(bad.source().and_then(|s| s.downcast_ref::<std::io::Error>()).is_some());
     }
 }

@@ -83,7 +83,7 @@ pub use cache::{
     ConsistencyChecks, Difference, KeyRange, ListOptions, OutOfOrder, RangeCursor, RangePage,
     RangeReader, RawKv, Resync, ResyncOutcome, Upstream, WatchEvent, WatchOptions, WatchStream,
 };
-pub use error::{Error, Result};
+pub use error::{Cause, Error, Result};
 
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

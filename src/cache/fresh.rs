@@ -100,10 +100,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Coalescer<K> {
         };
         match rx.wait_for(Option::is_some).await {
             Ok(answer) => answer.clone().unwrap_or_else(|| {
-                Err(Error::Upstream("a shared read ended without answer".into()))
+                Err(Error::upstream("a shared read ended without answer"))
             }),
-            Err(_) => Err(Error::Upstream(
-                "a shared read of the upstream was dropped".into(),
+            Err(_) => Err(Error::upstream(
+                "a shared read of the upstream was dropped",
             )),
         }
     }
@@ -214,7 +214,7 @@ mod tests {
     #[tokio::test]
     async fn an_error_reaches_every_waiter_of_its_read() {
         let c: Arc<Coalescer<()>> = Arc::new(Coalescer::new(1));
-        let fail = || async { Err(Error::Upstream("etcd is down".into())) };
+        let fail = || async { Err(Error::upstream("etcd is down")) };
         let waiters: Vec<_> = (0..3)
             .map(|_| {
                 let c = Arc::clone(&c);
@@ -224,7 +224,7 @@ mod tests {
         for w in waiters {
             assert_eq!(
                 w.await.unwrap().unwrap_err(),
-                Error::Upstream("etcd is down".into())
+                Error::upstream("etcd is down")
             );
         }
     }

@@ -279,7 +279,7 @@ impl Cache {
             return match self.prove_fresh(keys, Some(n)).await {
                 // A revision compacted away, or a failed read: the plain wait decides. So does
                 // a revision etcd has not reached yet: a write may reach it within the wait.
-                Err(Error::Upstream(_) | Error::TooLargeResourceVersion { .. }) => {
+                Err(Error::Upstream { .. } | Error::TooLargeResourceVersion { .. }) => {
                     self.wait_for(n).await
                 }
                 other => other,
@@ -298,7 +298,7 @@ impl Cache {
     async fn prove_fresh(&self, keys: &KeyRange, at: Option<u64>) -> Result<u64> {
         let up = self
             .upstream()
-            .ok_or_else(|| Error::Upstream("no upstream to prove freshness with".into()))?;
+            .ok_or_else(|| Error::upstream("no upstream to prove freshness with"))?;
         let mut reader = RangeReader::within(&*up, at, keys.clone(), None, KEYS_PAGE).keys_only();
         let mut held = Vec::new();
         let mut newest = 0;
@@ -348,7 +348,7 @@ impl Cache {
             Err(Error::TooLargeResourceVersion { .. }) => {
                 state::Metrics::add(&m.refused_timeout, 1);
             }
-            Err(Error::Upstream(_)) => state::Metrics::add(&m.refused_upstream, 1),
+            Err(Error::Upstream { .. }) => state::Metrics::add(&m.refused_upstream, 1),
             _ => {}
         }
         r
@@ -596,7 +596,7 @@ impl Cache {
         }
         let fields = labels
             .convert(&selection.fields)
-            .map_err(Error::BadRequest)?;
+            .map_err(Error::bad_request)?;
         Ok(Cow::Owned(Selection {
             fields,
             ..selection.clone()

@@ -148,8 +148,8 @@ pub trait Upstream: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<RangePage>> {
         let _ = (revision, keys, limit);
         Box::pin(async {
-            Err(Error::Upstream(
-                "this upstream does not serve range reads".into(),
+            Err(Error::upstream(
+                "this upstream does not serve range reads",
             ))
         })
     }

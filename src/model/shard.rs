@@ -124,7 +124,7 @@ impl std::error::Error for ShardSelectorError {}
 
 impl From<ShardSelectorError> for Error {
     fn from(e: ShardSelectorError) -> Self {
-        Error::BadRequest(e.to_string())
+        Error::bad_request_from(e)
     }
 }
 

@@ -30,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch as signal;
 use tracing::{info, warn};
 
+use crate::error::Cause;
 use crate::server::client_cert::ClientVerifier;
 use crate::sync::RwLock;
 
@@ -92,6 +93,9 @@ pub enum TlsError {
         path: PathBuf,
         /// What is wrong with it.
         what: String,
+        /// The reader's or parser's error, when there is one.
+        #[source]
+        cause: Option<Cause>,
     },
     /// rustls refused the combination (e.g. the key does not match the certificate).
     #[error("TLS configuration: {0}")]
@@ -103,6 +107,9 @@ pub enum TlsError {
         path: PathBuf,
         /// What is wrong with it.
         what: String,
+        /// rustls' or webpki's error.
+        #[source]
+        cause: Cause,
     },
 }
 
@@ -213,10 +220,19 @@ fn fingerprint(config: &TlsConfig) -> Fingerprint {
         .collect()
 }
 
-fn file_error(path: &Path, what: impl std::fmt::Display) -> TlsError {
+fn file_error(path: &Path, e: impl std::error::Error + Send + Sync + 'static) -> TlsError {
     TlsError::File {
         path: path.to_owned(),
-        what: what.to_string(),
+        what: e.to_string(),
+        cause: Some(Cause::new(e)),
+    }
+}
+
+fn ca_error(path: &Path, e: impl std::error::Error + Send + Sync + 'static) -> TlsError {
+    TlsError::ClientCa {
+        path: path.to_owned(),
+        what: e.to_string(),
+        cause: Cause::new(e),
     }
 }
 
@@ -226,7 +242,11 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| file_error(path, e))?;
     if certs.is_empty() {
-        return Err(file_error(path, "no CERTIFICATE in the file"));
+        return Err(TlsError::File {
+            path: path.to_owned(),
+            what: "no CERTIFICATE in the file".to_owned(),
+            cause: None,
+        });
     }
     Ok(certs)
 }
@@ -249,19 +269,13 @@ fn build(config: &TlsConfig) -> Result<rustls::ServerConfig, TlsError> {
             let mut roots = rustls::RootCertStore::empty();
             let cas = read_certs(path)?;
             for ca in &cas {
-                roots.add(ca.clone()).map_err(|e| TlsError::ClientCa {
-                    path: path.clone(),
-                    what: e.to_string(),
-                })?;
+                roots.add(ca.clone()).map_err(|e| ca_error(path, e))?;
             }
             let algs = provider.signature_verification_algorithms;
             let webpki = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .allow_unauthenticated()
                 .build()
-                .map_err(|e| TlsError::ClientCa {
-                    path: path.clone(),
-                    what: e.to_string(),
-                })?;
+                .map_err(|e| ca_error(path, e))?;
             // X.509 v1 leaves, which webpki refuses and kube-apiserver accepts, beside it.
             builder.with_client_cert_verifier(Arc::new(ClientVerifier::new(webpki, cas, algs)))
         }

@@ -61,7 +61,7 @@ fn write_failed(e: WriteError, def: &ResourceDef, name: &str) -> ApiError {
             "{} \"{name}\" is larger than the storage takes in one write (etcd's --max-request-bytes, 1.5 MiB by default)",
             def.plural
         )),
-        WriteError::Upstream(m) => internal(m),
+        WriteError::Upstream { message, .. } => internal(message),
     }
 }
 

@@ -29,6 +29,7 @@ pub mod memory;
 use bytes::Bytes;
 
 use crate::cache::BoxFuture;
+use crate::error::Cause;
 
 /// A stored value and the revision it was last written at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,8 +61,35 @@ pub enum WriteError {
     #[error("the value is larger than the upstream takes in one write")]
     TooLarge,
     /// The upstream failed.
-    #[error("upstream error: {0}")]
-    Upstream(String),
+    #[error("upstream error: {message}")]
+    Upstream {
+        /// What failed, with the cause's text.
+        message: String,
+        /// The upstream's own error, when there is one.
+        #[source]
+        cause: Option<Cause>,
+    },
+}
+
+impl WriteError {
+    /// An upstream failure with no error object behind it.
+    pub(crate) fn upstream(message: impl Into<String>) -> Self {
+        WriteError::Upstream {
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// An upstream failure caused by `e`; the message is `context: e`.
+    pub(crate) fn upstream_from(
+        context: impl std::fmt::Display,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        WriteError::Upstream {
+            message: format!("{context}: {e}"),
+            cause: Some(Cause::new(e)),
+        }
+    }
 }
 
 /// Writes through to a source, with the preconditions Kubernetes writes need. Keys are full keys
@@ -119,8 +147,8 @@ pub trait Writes: Send + Sync + 'static {
         _options: Bytes,
     ) -> BoxFuture<'a, Result<(u64, Bytes), WriteError>> {
         Box::pin(async {
-            Err(WriteError::Upstream(
-                "this upstream does not apply deletion rules itself".into(),
+            Err(WriteError::upstream(
+                "this upstream does not apply deletion rules itself",
             ))
         })
     }

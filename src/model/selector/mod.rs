@@ -77,7 +77,7 @@ impl std::error::Error for SelectorError {}
 
 impl From<SelectorError> for Error {
     fn from(e: SelectorError) -> Self {
-        Error::BadRequest(e.to_string())
+        Error::bad_request_from(e)
     }
 }
 

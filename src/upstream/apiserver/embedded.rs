@@ -53,7 +53,7 @@ use futures_util::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
 
 use crate::cache::{Cache, CacheConfig, ListOptions, WatchOptions};
-use crate::error::{Error, Result};
+use crate::error::{Cause, Error, Result};
 use crate::model::{EventType, Object, ResourceDef, ResourceVersion, Selection};
 use crate::upstream::apiserver::{ApiServerCaches, ApiServerConfig};
 
@@ -127,7 +127,7 @@ fn definition(
         ));
     }
     ResourceDef::parse(&format!("{plural}.{group}"), &toml)
-        .map_err(|e| Error::BadRequest(e.to_string()))
+        .map_err(Error::bad_request_from)
 }
 
 fn toml_string(s: &str) -> String {
@@ -191,9 +191,9 @@ impl<K: DeserializeOwned + Send + Sync + 'static> KubeCache<K> {
     ) -> Result<KubeCache<K>> {
         let plural = def.plural.clone();
         let caches = ApiServerCaches::connect(client, config, vec![def], cache_config)
-            .map_err(|e| Error::BadRequest(e.to_string()))?;
+            .map_err(Error::bad_request_from)?;
         let Some(cache) = caches.cache(&plural).cloned() else {
-            return Err(Error::BadRequest(format!("no cache for {plural}")));
+            return Err(Error::bad_request(format!("no cache for {plural}")));
         };
         cache.wait_ready().await?;
         Ok(KubeCache {
@@ -211,7 +211,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> KubeCache<K> {
     /// One object as the cache holds it now (no wait for the server), if present.
     ///
     /// # Errors
-    /// [`Error::BadRequest`] when the stored JSON does not decode as `K`.
+    /// [`Error::Decode`] (its source is serde_json's error) when the stored JSON does not decode as `K`.
     pub async fn get(&self, namespace: Option<&str>, name: &str) -> Result<Option<Arc<K>>> {
         match self.cache.get(namespace, name, ResourceVersion::Any).await {
             Ok(o) => decode(&o).map(Some),
@@ -223,7 +223,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> KubeCache<K> {
     /// Every object now, sorted by namespace and name (a reflector store's `state()`).
     ///
     /// # Errors
-    /// [`Error::BadRequest`] when an object does not decode as `K`.
+    /// [`Error::Decode`] when an object does not decode as `K`.
     pub async fn state(&self) -> Result<Vec<Arc<K>>> {
         let mut opts = ListOptions::all();
         opts.resource_version = ResourceVersion::Any;
@@ -234,7 +234,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> KubeCache<K> {
     /// The objects whose index `index` has `value`, from the index's bitmap (no scan).
     ///
     /// # Errors
-    /// [`Error::BadRequest`] for an unknown index or an object that does not decode as `K`.
+    /// [`Error::BadRequest`] for an unknown index, [`Error::Decode`] for an object that does not decode as `K`.
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<K>>> {
         self.cache
             .lookup(index, value)?
@@ -265,7 +265,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> KubeCache<K> {
             std::future::ready(match ev {
                 Ok(ev) if ev.kind() == EventType::Bookmark => None,
                 Ok(ev) => Some(ev.object().map_or_else(
-                    || Err(Error::Upstream("an event without an object".into())),
+                    || Err(Error::upstream("an event without an object")),
                     |o| decode(o).map(|k| (ev.kind(), k)),
                 )),
                 Err(e) => Some(Err(e)),
@@ -321,9 +321,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> KubeCache<K> {
                 }
                 Ok(ev) if ev.kind() == EventType::Bookmark => None,
                 Ok(ev) => match ev.object().map(decode::<K>) {
-                    None => Some(Err(status(Error::Upstream(
-                        "an event without an object".into(),
-                    )))),
+                    None => Some(Err(status(Error::upstream("an event without an object")))),
                     Some(Err(e)) => Some(Err(status(e))),
                     Some(Ok(k)) => {
                         let k = K::clone(&k);
@@ -353,11 +351,10 @@ impl<K: DeserializeOwned + Send + Sync + 'static> KubeCache<K> {
 /// `o` as `K`: decoded on its first read, shared after.
 fn decode<K: DeserializeOwned + Send + Sync + 'static>(o: &Object) -> Result<Arc<K>> {
     o.typed(|o| {
-        serde_json::from_slice(o.json()).map_err(|e| {
-            Error::BadRequest(format!(
-                "{} does not decode as the requested type: {e}",
-                o.key()
-            ))
+        serde_json::from_slice(o.json()).map_err(|e| Error::Decode {
+            key: o.key().to_owned(),
+            type_name: std::any::type_name::<K>(),
+            cause: Cause::new(e),
         })
     })
 }
@@ -427,7 +424,17 @@ mod tests {
         let bad = cache
             .decode("//pods/ns/a", br#"{"metadata":{"name":"a","namespace":"ns"},"spec":{"nodeName":"n1","containers":"no"}}"#, 4)
             .unwrap();
-        assert!(decode::<Pod>(&bad).is_err());
+        let e = decode::<Pod>(&bad).unwrap_err();
+        assert!(
+            matches!(&e, Error::Decode { key, type_name, .. } if key == "//pods/ns/a" && type_name.ends_with("::Pod")),
+            "{e:?}"
+        );
+        assert_eq!(e.code(), 500, "the type is wrong, not the request");
+        // The caller can reach serde's own error, with its position.
+        let cause = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<serde_json::Error>())
+            .expect("serde_json's error as the source");
+        assert!(cause.is_data(), "{cause}");
         assert!(decode::<Pod>(&bad).is_err());
     }
 

@@ -48,6 +48,7 @@ pub use rest::RestError;
 pub use writes::ApiServerWrites;
 
 use crate::cache::{Cache, CacheConfig};
+use crate::error::Cause;
 use crate::model::ResourceDef;
 use crate::upstream::follow::{Policy, WatchListUse};
 use crate::upstream::followers::Followers;
@@ -124,6 +125,9 @@ pub enum ApiServerError {
         path: String,
         /// What went wrong.
         message: String,
+        /// kube-rs' error.
+        #[source]
+        cause: Cause,
     },
     /// Two definitions have the same resource name (plural and group).
     #[error("resource {0} is defined twice")]
@@ -142,23 +146,24 @@ pub async fn client_from_kubeconfig(
     path: &Path,
     context: Option<&str>,
 ) -> Result<kube::Client, ApiServerError> {
-    let err = |message: String| ApiServerError::Kubeconfig {
+    let err = |cause: Cause| ApiServerError::Kubeconfig {
         path: path.display().to_string(),
-        message,
+        message: cause.to_string(),
+        cause,
     };
-    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| err(Cause::new(e)))?;
     let options = kube::config::KubeConfigOptions {
         context: context.map(str::to_owned),
         ..Default::default()
     };
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(|e| err(Cause::new(e)))?;
     // kube-rs retries 429, 503 and 504 by itself (with backoff, for minutes). Not here: a proxy
     // answers the upstream's 429/503/504 as they are, for its client to retry with the
     // upstream's Retry-After, and the followers have their own backoff and readiness.
     config.default_retry = false;
-    kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+    kube::Client::try_from(config).map_err(|e| err(Cause::new(e)))
 }
 
 /// The definitions the API server serves, and those it does not (its discovery has no such

@@ -15,6 +15,7 @@ use kube::client::Body;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::error::Cause;
 use crate::model::ResourceDef;
 
 /// The annotation of the bookmark that ends a WatchList's initial events.
@@ -35,11 +36,23 @@ pub enum RestError {
         message: String,
     },
     /// The request could not be sent, or its answer not read.
-    #[error("transport: {0}")]
-    Transport(String),
+    #[error("transport: {message}")]
+    Transport {
+        /// What failed, with the cause's text.
+        message: String,
+        /// The client's error.
+        #[source]
+        cause: Option<Cause>,
+    },
     /// The answer was not what the API defines.
-    #[error("malformed response: {0}")]
-    Malformed(String),
+    #[error("malformed response: {message}")]
+    Malformed {
+        /// What is wrong, with the decoder's text.
+        message: String,
+        /// The decoder's error, when there is one.
+        #[source]
+        cause: Option<Cause>,
+    },
     /// A resourceVersion was not a decimal integer: watchcache needs comparable resourceVersions
     /// (GA in Kubernetes 1.35), which etcd-backed servers and watchcache itself provide.
     #[error(
@@ -52,6 +65,33 @@ pub enum RestError {
 }
 
 impl RestError {
+    fn transport(
+        context: impl std::fmt::Display,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        RestError::Transport {
+            message: format!("{context}: {e}"),
+            cause: Some(Cause::new(e)),
+        }
+    }
+
+    pub(crate) fn malformed(message: impl Into<String>) -> Self {
+        RestError::Malformed {
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    fn malformed_from(
+        context: impl std::fmt::Display,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        RestError::Malformed {
+            message: format!("{context}: {e}"),
+            cause: Some(Cause::new(e)),
+        }
+    }
+
     /// Whether this is 410 Expired / Gone: the position left the server's window.
     pub fn is_expired(&self) -> bool {
         matches!(self, RestError::Status { code: 410, .. })
@@ -133,17 +173,15 @@ pub(crate) struct Identity {
 /// The key and resourceVersion of a raw object of `def`.
 pub(crate) fn identity(def: &ResourceDef, raw: &[u8]) -> Result<Identity, RestError> {
     let env: Envelope = serde_json::from_slice(raw)
-        .map_err(|e| RestError::Malformed(format!("an object's metadata: {e}")))?;
+        .map_err(|e| RestError::malformed_from("an object's metadata", e))?;
     let m = env.metadata;
     if m.name.is_empty() {
-        return Err(RestError::Malformed(
-            "an object without metadata.name".into(),
-        ));
+        return Err(RestError::malformed("an object without metadata.name"));
     }
     let rv = match m.resource_version.as_deref() {
         Some(s) => parse_rv(s)?,
         None => {
-            return Err(RestError::Malformed(format!(
+            return Err(RestError::malformed(format!(
                 "object {} has no metadata.resourceVersion",
                 m.name
             )));
@@ -177,13 +215,11 @@ struct ListBody<'a> {
 /// Parses a LIST body.
 pub(crate) fn parse_list(body: &Bytes) -> Result<ListPage, RestError> {
     let list: ListBody =
-        serde_json::from_slice(body).map_err(|e| RestError::Malformed(format!("a list: {e}")))?;
+        serde_json::from_slice(body).map_err(|e| RestError::malformed_from("a list", e))?;
     let rv = match list.metadata.resource_version.as_deref() {
         Some(s) => parse_rv(s)?,
         None => {
-            return Err(RestError::Malformed(
-                "a list without a resourceVersion".into(),
-            ));
+            return Err(RestError::malformed("a list without a resourceVersion"));
         }
     };
     let items = list
@@ -231,14 +267,14 @@ struct FrameBody<'a> {
 /// Parses one line of a watch stream (without its newline).
 pub(crate) fn parse_frame(line: &Bytes) -> Result<Frame, RestError> {
     let f: FrameBody = serde_json::from_slice(line)
-        .map_err(|e| RestError::Malformed(format!("a watch frame: {e}")))?;
+        .map_err(|e| RestError::malformed_from("a watch frame", e))?;
     let object = || line.slice_ref(f.object.get().as_bytes());
     match &*f.kind {
         "ADDED" | "MODIFIED" => Ok(Frame::Put(object())),
         "DELETED" => Ok(Frame::Delete(object())),
         "BOOKMARK" => {
             let env: Envelope = serde_json::from_str(f.object.get())
-                .map_err(|e| RestError::Malformed(format!("a bookmark: {e}")))?;
+                .map_err(|e| RestError::malformed_from("a bookmark", e))?;
             let rv = parse_rv(env.metadata.resource_version.as_deref().unwrap_or(""))?;
             let initial_end = env
                 .metadata
@@ -252,7 +288,7 @@ pub(crate) fn parse_frame(line: &Bytes) -> Result<Frame, RestError> {
             StatusCode::INTERNAL_SERVER_ERROR,
             f.object.get().as_bytes(),
         ))),
-        other => Err(RestError::Malformed(format!(
+        other => Err(RestError::malformed(format!(
             "a watch frame of unknown type \"{other}\""
         ))),
     }
@@ -291,19 +327,19 @@ impl Rest {
         let req = req
             .header(http::header::ACCEPT, "application/json")
             .body(body.map_or_else(Body::empty, Body::from))
-            .map_err(|e| RestError::Transport(format!("{uri}: {e}")))?;
+            .map_err(|e| RestError::transport(uri, e))?;
         let call = async {
             let res = self
                 .client
                 .send(req)
                 .await
-                .map_err(|e| RestError::Transport(format!("{uri}: {e}")))?;
+                .map_err(|e| RestError::transport(uri, e))?;
             let status = res.status();
             let bytes = res
                 .into_body()
                 .collect_bytes()
                 .await
-                .map_err(|e| RestError::Transport(format!("{uri}: reading the answer: {e}")))?;
+                .map_err(|e| RestError::transport(format_args!("{uri}: reading the answer"), e))?;
             Ok((status, bytes))
         };
         tokio::time::timeout(self.timeout, call)
@@ -393,17 +429,17 @@ impl Rest {
             // One event per line, flushed as it comes: no compression to wait for.
             .header(http::header::ACCEPT_ENCODING, "identity")
             .body(Body::empty())
-            .map_err(|e| RestError::Transport(format!("{uri}: {e}")))?;
+            .map_err(|e| RestError::transport(&uri, e))?;
         let res = tokio::time::timeout(self.timeout, self.client.send(req))
             .await
             .map_err(|_| RestError::Timeout(self.timeout))?
-            .map_err(|e| RestError::Transport(format!("{uri}: {e}")))?;
+            .map_err(|e| RestError::transport(&uri, e))?;
         let status = res.status();
         if !status.is_success() {
             let body = tokio::time::timeout(self.timeout, res.into_body().collect_bytes())
                 .await
                 .map_err(|_| RestError::Timeout(self.timeout))?
-                .map_err(|e| RestError::Transport(format!("{uri}: {e}")))?;
+                .map_err(|e| RestError::transport(&uri, e))?;
             return Err(status_error(status, &body));
         }
         Ok(WatchLines {
@@ -464,7 +500,7 @@ impl WatchLines {
                         self.buf.extend_from_slice(&data);
                     }
                 }
-                Some(Err(e)) => return Err(RestError::Transport(format!("watch: {e}"))),
+                Some(Err(e)) => return Err(RestError::transport("watch", e)),
             }
         }
     }

@@ -201,9 +201,7 @@ impl ApiSource {
                     }
                     Frame::Bookmark { .. } => {}
                     Frame::Delete(_) => {
-                        return Err(broken(RestError::Malformed(
-                            "a DELETED event among WatchList initial events".into(),
-                        )));
+                        return Err(broken(RestError::malformed("a DELETED event among WatchList initial events")));
                     }
                     Frame::Error(e) => return Err(broken(e)),
                 }

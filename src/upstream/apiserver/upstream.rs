@@ -29,10 +29,13 @@ impl Upstream for ApiUpstream {
                 .await
                 .map(|p| p.rv)
                 .map_err(|e| {
-                    Error::Upstream(format!(
-                        "reading the current resourceVersion of {}: {e}",
-                        self.rest.collection
-                    ))
+                    Error::upstream_from(
+                        format_args!(
+                            "reading the current resourceVersion of {}",
+                            self.rest.collection
+                        ),
+                        e,
+                    )
                 })
         })
     }

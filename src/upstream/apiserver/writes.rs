@@ -11,6 +11,7 @@ use http::{Method, StatusCode};
 use serde_json::Value;
 
 use crate::cache::BoxFuture;
+use crate::error::Cause;
 use crate::model::ResourceDef;
 use crate::upstream::apiserver::rest::{Rest, RestError, collection_path, parse_rv, status_error};
 use crate::upstream::{Stored, WriteError, Writes};
@@ -41,7 +42,7 @@ impl ApiServerWrites {
     }
 
     fn locate(&self, key: &str) -> Result<Located, WriteError> {
-        let unknown = || WriteError::Upstream(format!("no followed resource has key {key}"));
+        let unknown = || WriteError::upstream(format!("no followed resource has key {key}"));
         let def = self
             .defs
             .iter()
@@ -74,7 +75,10 @@ fn upstream(e: RestError) -> WriteError {
         RestError::Timeout(_) => WriteError::Timeout,
         RestError::Status { code: 504, .. } => WriteError::Timeout,
         RestError::Status { code: 413, .. } => WriteError::TooLarge,
-        other => WriteError::Upstream(other.to_string()),
+        other => WriteError::Upstream {
+            message: other.to_string(),
+            cause: Some(Cause::new(other)),
+        },
     }
 }
 
@@ -96,29 +100,30 @@ fn refused(status: StatusCode, body: &[u8]) -> WriteError {
 /// The resourceVersion of an answered object.
 fn rv_of(body: &[u8]) -> Result<u64, WriteError> {
     let v: Value = serde_json::from_slice(body)
-        .map_err(|e| WriteError::Upstream(format!("the API server answered non-JSON: {e}")))?;
+        .map_err(|e| WriteError::upstream_from("the API server answered non-JSON", e))?;
     let s = v
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
         .ok_or_else(|| {
-            WriteError::Upstream("the API server's answer has no metadata.resourceVersion".into())
+            WriteError::upstream("the API server's answer has no metadata.resourceVersion")
         })?;
-    parse_rv(s).map_err(|e| WriteError::Upstream(e.to_string()))
+    parse_rv(s).map_err(|e| WriteError::Upstream {
+        message: e.to_string(),
+        cause: Some(Cause::new(e)),
+    })
 }
 
 /// `value` with `metadata.resourceVersion` set to `rv`: the API server's optimistic concurrency.
 fn with_rv(value: &[u8], rv: u64) -> Result<Bytes, WriteError> {
     let mut v: Value = serde_json::from_slice(value)
-        .map_err(|e| WriteError::Upstream(format!("the value to write is not JSON: {e}")))?;
+        .map_err(|e| WriteError::upstream_from("the value to write is not JSON", e))?;
     let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return Err(WriteError::Upstream(
-            "the value to write has no metadata".into(),
-        ));
+        return Err(WriteError::upstream("the value to write has no metadata"));
     };
     meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
     serde_json::to_vec(&v)
         .map(Bytes::from)
-        .map_err(|e| WriteError::Upstream(e.to_string()))
+        .map_err(|e| WriteError::upstream_from("encoding the value to write", e))
 }
 
 impl Writes for ApiServerWrites {
@@ -275,7 +280,7 @@ mod tests {
         );
         assert!(with_rv(b"[]", 9).is_err());
         assert!(
-            matches!(rv_of(br#"{"metadata":{"resourceVersion":"x"}}"#), Err(WriteError::Upstream(m)) if m.contains("not a decimal"))
+            matches!(rv_of(br#"{"metadata":{"resourceVersion":"x"}}"#), Err(WriteError::Upstream { message, .. }) if message.contains("not a decimal"))
         );
     }
 }

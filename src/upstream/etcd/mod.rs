@@ -44,6 +44,7 @@ pub use version::progress_is_reliable;
 pub use writes::EtcdWrites;
 
 use crate::cache::{Cache, CacheConfig};
+use crate::error::Cause;
 use crate::model::ResourceDef;
 use crate::upstream::follow::check::RangeTruth;
 use crate::upstream::follow::{Policy, WatchListUse};
@@ -131,7 +132,10 @@ impl EtcdTls {
     /// [`EtcdError::Tls`] when a file cannot be read, or a certificate comes without its key.
     pub fn options(&self) -> Result<TlsOptions, EtcdError> {
         let read = |p: &PathBuf| {
-            std::fs::read(p).map_err(|e| EtcdError::Tls(format!("{}: {e}", p.display())))
+            std::fs::read(p).map_err(|e| EtcdError::Tls {
+                message: format!("{}: {e}", p.display()),
+                cause: Some(Cause::new(e)),
+            })
         };
         let mut tls = TlsOptions::new();
         if let Some(ca) = &self.ca_file {
@@ -143,10 +147,11 @@ impl EtcdTls {
             }
             (None, None) => {}
             _ => {
-                return Err(EtcdError::Tls(
-                    "a client certificate and its key go together (--etcd-certfile, --etcd-keyfile)"
+                return Err(EtcdError::Tls {
+                    message: "a client certificate and its key go together (--etcd-certfile, --etcd-keyfile)"
                         .into(),
-                ));
+                    cause: None,
+                });
             }
         }
         Ok(tls)
@@ -198,8 +203,14 @@ pub enum EtcdError {
     #[error("resource {0} is defined twice")]
     Duplicate(String),
     /// The TLS configuration could not be loaded.
-    #[error("etcd TLS: {0}")]
-    Tls(String),
+    #[error("etcd TLS: {message}")]
+    Tls {
+        /// What is wrong, with the cause's text.
+        message: String,
+        /// The I/O error, when a file could not be read.
+        #[source]
+        cause: Option<Cause>,
+    },
     /// The client could not be built.
     #[error("cannot connect to etcd at {endpoints}: {source}")]
     Connect {

@@ -51,7 +51,7 @@ pub(crate) fn upstream_error(e: etcd_client::Error, requested: Option<u64>) -> E
             oldest: requested + 1,
         };
     }
-    Error::Upstream(e.to_string())
+    Error::upstream_from("", e)
 }
 
 fn is_future_revision(e: &etcd_client::Error) -> bool {
@@ -65,8 +65,8 @@ async fn current_revision(kv: &mut KvClient, key: &str) -> Result<u64> {
         kv.get(key, Some(GetOptions::new().with_count_only())),
     )
     .await
-    .map_err(|_| Error::Upstream("etcd revision read timed out".into()))?
-    .map_err(|e| Error::Upstream(e.to_string()))?;
+    .map_err(|_| Error::upstream("etcd revision read timed out"))?
+    .map_err(|e| Error::upstream_from("", e))?;
     Ok(resp.header().map_or(0, |h| h.revision() as u64))
 }
 
@@ -94,7 +94,7 @@ pub(crate) async fn read_page(
     let resp = match tokio::time::timeout(REQUEST_TIMEOUT, kv.get(start, Some(opts)))
         .await
         .map_err(|_| {
-            Error::Upstream(format!(
+            Error::upstream(format!(
                 "etcd range read timed out after {REQUEST_TIMEOUT:?}"
             ))
         })? {

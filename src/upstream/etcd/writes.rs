@@ -54,7 +54,7 @@ impl EtcdWrites {
             Ok(Some(pb)) => Bytes::from(pb),
             Ok(None) => value,
             Err(e) => {
-                return Err(WriteError::Upstream(format!(
+                return Err(WriteError::upstream(format!(
                     "encoding {key} as protobuf: {e}"
                 )));
             }
@@ -63,7 +63,7 @@ impl EtcdWrites {
             None => Ok(value.to_vec()),
             Some(t) => t
                 .encrypt(key, &value)
-                .map_err(|e| WriteError::Upstream(format!("encrypting {key}: {e}"))),
+                .map_err(|e| WriteError::upstream(format!("encrypting {key}: {e}"))),
         }
     }
 
@@ -74,7 +74,7 @@ impl EtcdWrites {
             Some(t) => t
                 .decrypt(key, value)
                 .map(|v| Bytes::copy_from_slice(&v))
-                .map_err(|e| WriteError::Upstream(format!("reading {key}: {e}"))),
+                .map_err(|e| WriteError::upstream(format!("reading {key}: {e}"))),
         }
     }
 
@@ -87,7 +87,7 @@ impl EtcdWrites {
                 if is_too_large(&e) {
                     WriteError::TooLarge
                 } else {
-                    WriteError::Upstream(format!("etcd: {e}"))
+                    WriteError::upstream_from("etcd", e)
                 }
             })
     }
@@ -97,7 +97,7 @@ impl EtcdWrites {
         let resp = tokio::time::timeout(WRITE_TIMEOUT, kv.get(key, None))
             .await
             .map_err(|_| WriteError::Timeout)?
-            .map_err(|e| WriteError::Upstream(format!("etcd: {e}")))?;
+            .map_err(|e| WriteError::upstream_from("etcd", e))?;
         resp.kvs()
             .first()
             .map(|kv| {
