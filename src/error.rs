@@ -201,7 +201,7 @@ impl Error {
     }
 
     /// An upstream failure with no error object behind it (a timeout, a missing answer).
-    pub(crate) fn upstream(msg: impl Into<String>) -> Self {
+    pub fn upstream(msg: impl Into<String>) -> Self {
         Error::Upstream {
             message: msg.into(),
             cause: None,
@@ -210,7 +210,7 @@ impl Error {
 
     /// An upstream failure caused by `e`: the message is `context: e`, or `e` alone when the
     /// context is empty.
-    pub(crate) fn upstream_from(
+    pub fn upstream_from(
         context: impl fmt::Display,
         e: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
@@ -321,9 +321,14 @@ mod tests {
         use std::error::Error as _;
         let io = || std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
         let e = Error::upstream_from("reading /registry/pods", io());
-        assert_eq!(e.to_string(), "upstream error: reading /registry/pods: refused");
+        assert_eq!(
+            e.to_string(),
+            "upstream error: reading /registry/pods: refused"
+        );
         let source = e.source().expect("a source");
-        let inner = source.downcast_ref::<std::io::Error>().expect("the io::Error itself");
+        let inner = source
+            .downcast_ref::<std::io::Error>()
+            .expect("the io::Error itself");
         assert_eq!(inner.kind(), std::io::ErrorKind::ConnectionRefused);
         // Clones share the cause; equal text compares equal, other text does not.
         assert_eq!(e.clone(), e);
@@ -332,6 +337,10 @@ mod tests {
         assert!(Error::upstream("timed out").source().is_none());
         let bad = Error::bad_request_from(io());
         assert_eq!(bad.code(), 400);
-        assert!(bad.source().and_then(|s| s.downcast_ref::<std::io::Error>()).is_some());
+        assert!(
+            bad.source()
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .is_some()
+        );
     }
 }

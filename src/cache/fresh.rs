@@ -99,12 +99,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Coalescer<K> {
             rx
         };
         match rx.wait_for(Option::is_some).await {
-            Ok(answer) => answer.clone().unwrap_or_else(|| {
-                Err(Error::upstream("a shared read ended without answer"))
-            }),
-            Err(_) => Err(Error::upstream(
-                "a shared read of the upstream was dropped",
-            )),
+            Ok(answer) => answer
+                .clone()
+                .unwrap_or_else(|| Err(Error::upstream("a shared read ended without answer"))),
+            Err(_) => Err(Error::upstream("a shared read of the upstream was dropped")),
         }
     }
 

@@ -147,11 +147,7 @@ pub trait Upstream: Send + Sync + 'static {
         limit: usize,
     ) -> BoxFuture<'_, Result<RangePage>> {
         let _ = (revision, keys, limit);
-        Box::pin(async {
-            Err(Error::upstream(
-                "this upstream does not serve range reads",
-            ))
-        })
+        Box::pin(async { Err(Error::upstream("this upstream does not serve range reads")) })
     }
 }
 

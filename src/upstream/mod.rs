@@ -73,7 +73,7 @@ pub enum WriteError {
 
 impl WriteError {
     /// An upstream failure with no error object behind it.
-    pub(crate) fn upstream(message: impl Into<String>) -> Self {
+    pub fn upstream(message: impl Into<String>) -> Self {
         WriteError::Upstream {
             message: message.into(),
             cause: None,
@@ -81,7 +81,7 @@ impl WriteError {
     }
 
     /// An upstream failure caused by `e`; the message is `context: e`.
-    pub(crate) fn upstream_from(
+    pub fn upstream_from(
         context: impl std::fmt::Display,
         e: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {

@@ -126,8 +126,7 @@ fn definition(
             toml_string(value)
         ));
     }
-    ResourceDef::parse(&format!("{plural}.{group}"), &toml)
-        .map_err(Error::bad_request_from)
+    ResourceDef::parse(&format!("{plural}.{group}"), &toml).map_err(Error::bad_request_from)
 }
 
 fn toml_string(s: &str) -> String {

@@ -266,8 +266,8 @@ struct FrameBody<'a> {
 
 /// Parses one line of a watch stream (without its newline).
 pub(crate) fn parse_frame(line: &Bytes) -> Result<Frame, RestError> {
-    let f: FrameBody = serde_json::from_slice(line)
-        .map_err(|e| RestError::malformed_from("a watch frame", e))?;
+    let f: FrameBody =
+        serde_json::from_slice(line).map_err(|e| RestError::malformed_from("a watch frame", e))?;
     let object = || line.slice_ref(f.object.get().as_bytes());
     match &*f.kind {
         "ADDED" | "MODIFIED" => Ok(Frame::Put(object())),
@@ -335,11 +335,10 @@ impl Rest {
                 .await
                 .map_err(|e| RestError::transport(uri, e))?;
             let status = res.status();
-            let bytes = res
-                .into_body()
-                .collect_bytes()
-                .await
-                .map_err(|e| RestError::transport(format_args!("{uri}: reading the answer"), e))?;
+            let bytes =
+                res.into_body().collect_bytes().await.map_err(|e| {
+                    RestError::transport(format_args!("{uri}: reading the answer"), e)
+                })?;
             Ok((status, bytes))
         };
         tokio::time::timeout(self.timeout, call)

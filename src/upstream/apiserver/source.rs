@@ -201,7 +201,9 @@ impl ApiSource {
                     }
                     Frame::Bookmark { .. } => {}
                     Frame::Delete(_) => {
-                        return Err(broken(RestError::malformed("a DELETED event among WatchList initial events")));
+                        return Err(broken(RestError::malformed(
+                            "a DELETED event among WatchList initial events",
+                        )));
                     }
                     Frame::Error(e) => return Err(broken(e)),
                 }
