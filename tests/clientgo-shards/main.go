@@ -39,6 +39,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -61,7 +62,11 @@ type shard struct {
 	expr  string
 }
 
+// selects: the shard without an expression is the unsharded reference watch's.
 func (s shard) selects(p *corev1.Pod) bool {
+	if s.expr == "" {
+		return true
+	}
 	v := string(p.UID)
 	if s.path == "object.metadata.namespace" {
 		v = p.Namespace
@@ -344,8 +349,11 @@ func (r *run) watch() error {
 	defer cancel()
 	var all []*watcher
 	var lines []line
-	for _, name := range r.watches {
+	// "all", without a selector, is the reference: what an unsharded watcher gets of the same
+	// changes (a pod's delete is a MODIFIED with its deletionTimestamp, then DELETED).
+	for _, name := range append([]string{"all"}, r.watches...) {
 		s := r.shards[name]
+		s.name = name
 		w := &watcher{name: name, shard: s}
 		list, err := r.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{ShardSelector: s.expr})
 		if err != nil {
@@ -422,7 +430,6 @@ func (r *run) watch() error {
 
 	// The changes, after every watcher started: each pod created, updated, deleted.
 	var made []event
-	expect := map[*watcher]int{}
 	for i := 0; i < r.pods; i++ {
 		ns := r.namespace[i%len(r.namespace)]
 		p := &corev1.Pod{
@@ -445,20 +452,36 @@ func (r *run) watch() error {
 			return fmt.Errorf("%s delete %s/%s: %w", r.ct, ns, p.Name, err)
 		}
 		made = append(made, event{"DELETED", itemOf(updated)})
-		for _, w := range append(all, inf) {
-			if w.shard.selects(created) {
-				expect[w] += 3
-			}
-		}
 	}
 	for _, m := range made {
 		it := m.item
 		r.emit(line{Kind: "mutation", Type: m.Type, Object: &it})
 	}
-	// What this program's hash expects, then a little more for any event it does not.
+	// The reference's events, each pod's up to its DELETED; then what this program's hash picks
+	// of them for each watcher; then a little more for any event it does not expect.
 	deadline := time.Now().Add(r.wait)
-	for _, w := range append(all, inf) {
-		for w.count() < expect[w] && time.Now().Before(deadline) {
+	ref := all[0]
+	deleted := func() int {
+		n := 0
+		for _, e := range ref.take() {
+			if e.Type == "DELETED" {
+				n++
+			}
+		}
+		return n
+	}
+	for deleted() < r.pods && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, w := range append(all[1:], inf) {
+		want := 0
+		for _, e := range ref.take() {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, UID: types.UID(e.UID)}}
+			if w.shard.selects(p) {
+				want++
+			}
+		}
+		for w.count() < want && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
@@ -516,8 +539,12 @@ func main() {
 	out := json.NewEncoder(os.Stdout)
 	for _, ct := range []string{"json", "protobuf"} {
 		cfg := rest.CopyConfig(base)
+		// Said both ways: the typed clientset of v0.36 asks for protobuf when a config names
+		// no content type.
 		if ct == "protobuf" {
 			cfg.ContentType = "application/vnd.kubernetes.protobuf"
+		} else {
+			cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
 		}
 		rec := &recorder{}
 		cfg.Wrap(rec.wrap)
