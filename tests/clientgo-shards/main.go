@@ -407,7 +407,11 @@ func (r *run) watch() error {
 		return fmt.Errorf("%s informer handler: %w", r.ct, err)
 	}
 	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	// Shutdown waits for the informer's goroutines, which end when ctx does.
+	defer func() {
+		cancel()
+		factory.Shutdown()
+	}()
 	syncCtx, syncCancel := context.WithTimeout(ctx, r.wait)
 	synced := cache.WaitForCacheSync(syncCtx.Done(), pods.HasSynced)
 	syncCancel()
