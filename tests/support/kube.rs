@@ -66,6 +66,39 @@ pub fn k8s_bin(name: &str) -> PathBuf {
     p
 }
 
+/// `wc-shards`, the client-go program of tests/clientgo-shards, built first when needed by
+/// `scripts/k8s-peers clientgo` (that step only: the program needs no Kubernetes peer).
+pub fn clientgo_shards_bin() -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let status = Command::new(root().join("scripts/k8s-peers"))
+            .arg("clientgo")
+            .stdin(Stdio::null())
+            .status()
+            .expect("run scripts/k8s-peers clientgo (needs Go 1.26)");
+        assert!(
+            status.success(),
+            "scripts/k8s-peers clientgo failed ({status}): wc-shards could not be built"
+        );
+    });
+    let gomod = std::fs::read_to_string(root().join("tests/clientgo-shards/go.mod")).unwrap();
+    let version = gomod
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("k8s.io/client-go "))
+        .expect("tests/clientgo-shards/go.mod requires k8s.io/client-go")
+        .trim();
+    let p = root()
+        .join("target/k8s")
+        .join(format!("clientgo-{version}"))
+        .join("wc-shards");
+    assert!(
+        p.exists(),
+        "{} is missing after scripts/k8s-peers clientgo",
+        p.display()
+    );
+    p
+}
+
 /// The etcd 3.6 server built from tests/etcd36, built first when needed.
 pub fn etcd36_bin() -> PathBuf {
     build_peers();
