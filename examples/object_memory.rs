@@ -113,12 +113,13 @@ fn main() {
         // The vector as the cache reads it, then its JSON with another name, then that JSON in
         // storage form: JSON decoded, its protobuf as served, read back at revision 0 (which
         // leaves the resourceVersion out, as kube-apiserver's storage does).
-        let json_of = |name: &str| -> String {
-            let o = probe
-                .decode(&format!("{prefix}{name}"), &stored, RV)
-                .unwrap();
-            let mut v: serde_json::Value = serde_json::from_slice(o.json()).unwrap();
-            v["metadata"]["name"] = serde_json::Value::from(name);
+        let original = probe
+            .decode(&format!("{prefix}{name}"), &stored, RV)
+            .unwrap();
+        let original: serde_json::Value = serde_json::from_slice(original.json()).unwrap();
+        let json_of = |copy: &str| -> String {
+            let mut v = original.clone();
+            v["metadata"]["name"] = serde_json::Value::from(copy);
             v.to_string()
         };
         let storage_of = |name: &str, json: &str| -> Vec<u8> {
