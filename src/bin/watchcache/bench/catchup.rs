@@ -72,7 +72,7 @@ pub struct CatchupReport {
     pub watchers: usize,
     pub label_watchers: usize,
     pub watchers_connected: usize,
-    /// Mean bytes of a value written in the backlog.
+    /// Mean bytes of a value put in the backlog (deletions have none).
     pub stored_bytes_mean: f64,
     /// Writing the backlog to etcd: seconds, and writes/s (etcd's rate here).
     pub write_s: f64,
@@ -270,7 +270,7 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
         watchers: cfg.watchers,
         label_watchers: cfg.label_watchers,
         watchers_connected: connected,
-        stored_bytes_mean: written.bytes as f64 / events.max(1) as f64,
+        stored_bytes_mean: written.bytes as f64 / written.puts.max(1) as f64,
         write_s: written.secs,
         writes_per_sec: events as f64 / written.secs.max(1e-9),
         catchup_s,
@@ -339,6 +339,7 @@ async fn seed(
 /// What writing the backlog did.
 struct Written {
     events: u64,
+    puts: u64,
     last_rev: u64,
     bytes: u64,
     secs: f64,
@@ -358,6 +359,7 @@ async fn backlog(
     let sem = Arc::new(Semaphore::new(IN_FLIGHT));
     let last_rev = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
+    let puts = Arc::new(AtomicU64::new(0));
     let failed: Arc<Mutex<Option<String>>> = Arc::default();
     let began = Instant::now();
     let mut issued = 0;
@@ -381,9 +383,10 @@ async fn backlog(
             Arc::clone(&churn),
             b.clone(),
         );
-        let (last_rev, bytes, failed, storage) = (
+        let (last_rev, bytes, puts, failed, storage) = (
             Arc::clone(&last_rev),
             Arc::clone(&bytes),
+            Arc::clone(&puts),
             Arc::clone(&failed),
             cfg.storage,
         );
@@ -395,6 +398,7 @@ async fn backlog(
                     match codec.stored(storage, &key, json) {
                         Ok(value) => {
                             bytes.fetch_add(value.len() as u64, Ordering::Relaxed);
+                            puts.fetch_add(1, Ordering::Relaxed);
                             kv.put(key, value, None)
                                 .await
                                 .map(|r| r.header().map(|h| h.revision()))
@@ -430,6 +434,7 @@ async fn backlog(
     }
     Ok(Written {
         events: issued as u64,
+        puts: puts.load(Ordering::Relaxed),
         last_rev: last_rev.load(Ordering::Relaxed),
         bytes: bytes.load(Ordering::Relaxed),
         secs: began.elapsed().as_secs_f64(),

@@ -47,6 +47,7 @@ pub fn json_app(id: usize, node: usize, app: usize, generation: u64, sent_us: u6
 
 /// How the bench's pods are stored in etcd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Storage {
     /// As kube-apiserver 1.35 writes pods: protobuf, `k8s\0` + `runtime.Unknown`, no
     /// resourceVersion.
