@@ -211,3 +211,57 @@ fn the_kubelet_model_runs_at_smoke_size() {
         assert!(side[key].is_number(), "{key}: {side}");
     }
 }
+
+/// `--model catchup` at smoke size, both storages: the backlog written while the cache is cut off
+/// from etcd reaches every watcher exactly once, in order, and the report has its figures.
+#[test]
+fn the_catchup_model_runs_at_smoke_size() {
+    for storage in ["protobuf", "json"] {
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("report.json");
+        let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+            .args(["bench", "--model", "catchup", "--nodes", "20", "--pods"])
+            .args(["200", "--watchers", "20", "--unrouted", "3", "--apps", "5"])
+            .args(["--events", "2000", "--storage", storage, "--json"])
+            .arg(&json)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "bench failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            table.contains("ingest s, first to last backlog revision"),
+            "{table}"
+        );
+        let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_eq!(r["storage"], storage, "{r}");
+        assert_eq!(r["events"], 2000, "{r}");
+        assert_eq!(r["watchers_connected"], 23, "{r}");
+        // 2 000 events over 20 nodes and 5 apps: every node watcher and every label watcher has
+        // events to see; all of them arrive once, in order, and nothing else does.
+        assert!(r["delivered"].as_u64().unwrap() >= 2000, "{r}");
+        for k in [
+            "lost",
+            "duplicated",
+            "out_of_order",
+            "unexpected",
+            "watcher_errors",
+        ] {
+            assert_eq!(r[k], 0, "{k}: {r}");
+        }
+        assert!(r["ingest_events_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(
+            r["catchup_s"].as_f64().unwrap() >= r["ingest_s"].as_f64().unwrap(),
+            "{r}"
+        );
+        let stored = r["stored_bytes_mean"].as_f64().unwrap();
+        match storage {
+            // The same pods: kube-apiserver's protobuf is smaller than their JSON.
+            "protobuf" => assert!((900.0..1700.0).contains(&stored), "{r}"),
+            _ => assert!(stored > 1900.0, "{r}"),
+        }
+    }
+}

@@ -56,8 +56,9 @@ struct Inner {
     fields: Box<[Box<str>]>,
     /// Values of undeclared field paths that selectors use, each read once.
     memo: FieldMemo,
-    /// The protobuf encoding as served, made on first use.
-    pb: OnceLock<Result<PbForm, String>>,
+    /// The protobuf encoding as served, made on first use. Boxed: inline it was 128 of every
+    /// object's bytes, also in caches whose clients never ask for protobuf (8 when empty).
+    pb: OnceLock<Box<Result<PbForm, String>>>,
     /// The object decoded into an embedder's type (`watchcache::kube`: kube-rs's `K`), made on
     /// first read and shared by every later one: decoded once per object version.
     #[cfg(feature = "apiserver")]
@@ -133,10 +134,11 @@ struct JsonForm {
 enum Body {
     /// JSON: re-encoded compactly at ingest.
     Json(JsonForm),
-    /// kube-apiserver's protobuf (`k8s\0` + `runtime.Unknown`), as stored; its JSON on first use.
+    /// kube-apiserver's protobuf (`k8s\0` + `runtime.Unknown`), as stored; its JSON on first use
+    /// (boxed: inline it made every `Body` 40 bytes larger, JSON-stored objects included).
     Protobuf {
         value: Bytes,
-        json: OnceLock<JsonForm>,
+        json: OnceLock<Box<JsonForm>>,
     },
 }
 
@@ -389,7 +391,7 @@ impl Object {
     fn form(&self) -> &JsonForm {
         match &self.0.body {
             Body::Json(f) => f,
-            Body::Protobuf { value, json } => json.get_or_init(|| {
+            Body::Protobuf { value, json } => json.get_or_init(|| Box::new({
                 count_encode(false);
                 match crate::model::protobuf::Envelope::parse(value).and_then(|e| e.encode_json(self.0.rv)) {
                     Ok((json, rv_at, rv_len, item_at)) => JsonForm {
@@ -424,7 +426,7 @@ impl Object {
                         }
                     }
                 }
-            }),
+            })),
         }
     }
 
@@ -511,28 +513,30 @@ impl Object {
 
     fn pb_form(&self) -> Result<&PbForm, EncodeError> {
         let made = self.0.pb.get_or_init(|| {
-            count_encode(true);
-            let (envelope, raw) = match &self.0.body {
-                // Never transcoded: the stored bytes, the revision spliced in.
-                Body::Protobuf { value, .. } => {
-                    crate::model::protobuf::with_resource_version(value, self.0.rv)?
-                }
-                Body::Json(f) => {
-                    let v: serde_json::Value =
-                        serde_json::from_slice(&f.json).map_err(|e| e.to_string())?;
-                    let env = crate::model::protobuf::encode_json(&v)?;
-                    let raw = crate::model::protobuf::raw_range(&env)
-                        .ok_or("no message in the envelope")?;
-                    (env, raw)
-                }
-            };
-            Ok(PbForm {
-                envelope: Bytes::from(envelope),
-                raw: (raw.start as u32, raw.end as u32),
-                frames: [OnceLock::new(), OnceLock::new()],
-            })
+            Box::new((|| {
+                count_encode(true);
+                let (envelope, raw) = match &self.0.body {
+                    // Never transcoded: the stored bytes, the revision spliced in.
+                    Body::Protobuf { value, .. } => {
+                        crate::model::protobuf::with_resource_version(value, self.0.rv)?
+                    }
+                    Body::Json(f) => {
+                        let v: serde_json::Value =
+                            serde_json::from_slice(&f.json).map_err(|e| e.to_string())?;
+                        let env = crate::model::protobuf::encode_json(&v)?;
+                        let raw = crate::model::protobuf::raw_range(&env)
+                            .ok_or("no message in the envelope")?;
+                        (env, raw)
+                    }
+                };
+                Ok(PbForm {
+                    envelope: Bytes::from(envelope),
+                    raw: (raw.start as u32, raw.end as u32),
+                    frames: [OnceLock::new(), OnceLock::new()],
+                })
+            })())
         });
-        made.as_ref().map_err(|reason| EncodeError {
+        (**made).as_ref().map_err(|reason| EncodeError {
             key: self.key().to_owned(),
             reason: reason.clone(),
         })
@@ -767,12 +771,16 @@ impl Object {
             + match &i.body {
                 Body::Json(_) => 0,
                 Body::Protobuf { value, json } => {
-                    value.len() + json.get().map_or(0, |f| f.json.len())
+                    value.len()
+                        + json
+                            .get()
+                            .map_or(0, |f| std::mem::size_of::<JsonForm>() + f.json.len())
                 }
             }
-            + match i.pb.get() {
+            + match i.pb.get().map(|b| &**b) {
                 Some(Ok(f)) => {
-                    f.envelope.len()
+                    std::mem::size_of::<Result<PbForm, String>>()
+                        + f.envelope.len()
                         + f.frames
                             .iter()
                             .filter_map(OnceLock::get)

@@ -72,6 +72,17 @@ struct BenchArgs {
         default_value = "target/k8s/v1.35.4/kube-apiserver"
     )]
     kube_apiserver: PathBuf,
+    /// `--model catchup`: events written to etcd while the cache is cut off from it.
+    #[arg(long, default_value_t = 300_000)]
+    events: usize,
+    /// `--model catchup`: how pods are stored in etcd (`protobuf`: as kube-apiserver 1.35 writes
+    /// them).
+    #[arg(long, value_enum, default_value_t = bench::pods::Storage::Protobuf)]
+    storage: bench::pods::Storage,
+    /// `--model catchup`: distinct `app` labels; the label watchers (`--unrouted`) select
+    /// `app=app-0`, `app=app-1`, ...
+    #[arg(long, default_value_t = 100)]
+    apps: usize,
     /// Nodes; pods are spread over them.
     #[arg(long, default_value_t = 100)]
     nodes: usize,
@@ -81,7 +92,7 @@ struct BenchArgs {
     /// Per-node watchers (fieldSelector=spec.nodeName=node-i), one per node.
     #[arg(long, default_value_t = 100)]
     watchers: usize,
-    /// Unrouted watchers of all pods (controllers).
+    /// Unrouted watchers of all pods (controllers); with `--model catchup`, label watchers.
     #[arg(long, default_value_t = 2)]
     unrouted: usize,
     /// Target writes per second during the churn.
@@ -621,6 +632,9 @@ async fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     if args.model == bench::Model::Kubelet {
         return kubelets(args).await;
     }
+    if args.model == bench::Model::Catchup {
+        return catchup(args).await;
+    }
     let cfg = bench::BenchConfig {
         nodes: args.nodes,
         pods: args.pods,
@@ -661,6 +675,29 @@ async fn shutdown_signal() {
         _ = term.recv() => info!("SIGTERM"),
         _ = int.recv() => info!("SIGINT"),
     }
+}
+
+async fn catchup(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let cfg = bench::catchup::CatchupConfig {
+        nodes: args.nodes,
+        pods: args.pods,
+        watchers: args.watchers,
+        label_watchers: args.unrouted,
+        apps: args.apps,
+        events: args.events,
+        storage: args.storage,
+        server_binary: std::env::current_exe()?,
+        etcd_data_dir: args.etcd_data_dir,
+        grace: std::time::Duration::from_secs(120),
+        progress: true,
+    };
+    let report = bench::catchup::run(cfg).await?;
+    print!("{}", bench::catchup::table(&report));
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
+        info!(path = %path.display(), "report written");
+    }
+    Ok(())
 }
 
 async fn kubelets(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {

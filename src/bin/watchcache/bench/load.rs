@@ -223,6 +223,14 @@ pub struct Churn {
     generation: u64,
 }
 
+/// One write of the churn: pod `id` put on `node` (`None`: deleted), labelled `app=app-{app}`.
+pub struct Write {
+    pub id: usize,
+    pub node: Option<usize>,
+    pub app: usize,
+    pub generation: u64,
+}
+
 enum Op {
     Put(usize, usize),
     Delete(usize),
@@ -244,6 +252,27 @@ impl Churn {
     pub fn with_apps(mut self, apps: usize) -> Churn {
         self.apps = apps.max(1);
         self
+    }
+
+    /// The next write as a [`Write`], its pod held busy until [`done`](Churn::done); `None` when
+    /// the pod drawn is busy.
+    pub fn next_write(&mut self) -> Option<Write> {
+        let (id, node) = match self.next()? {
+            Op::Put(id, node) => (id, Some(node)),
+            Op::Delete(id) => (id, None),
+        };
+        self.generation += 1;
+        Some(Write {
+            id,
+            node,
+            app: id % self.apps,
+            generation: self.generation,
+        })
+    }
+
+    /// Releases a pod taken by [`next_write`](Churn::next_write) once its write is acknowledged.
+    pub fn done(&mut self, id: usize) {
+        self.busy.remove(&id);
     }
 
     /// 40 % updates in place, 20 % moves to another node, 20 % creations, 20 % deletions.

@@ -9,10 +9,12 @@
 //! awaited for at most 30 s more, and anything undelivered counts as lost.
 
 mod burst;
+pub mod catchup;
 mod http;
 pub mod kubelet;
 mod load;
-mod pods;
+mod partition;
+pub mod pods;
 mod procstat;
 mod report;
 mod stack;
@@ -57,6 +59,9 @@ pub enum Model {
     /// Simulated kubelets: one TLS HTTP/2 connection per node with its own client certificate,
     /// its watches in protobuf, Node,RBAC ([`kubelet`]).
     Kubelet,
+    /// Ingest from etcd with watchers attached: the link to etcd cut, a backlog written, the
+    /// link healed, the catch-up timed ([`catchup`]).
+    Catchup,
 }
 
 /// How the cache mode's clients reach the server over TLS.

@@ -45,6 +45,66 @@ pub fn json_app(id: usize, node: usize, app: usize, generation: u64, sent_us: u6
     )
 }
 
+/// How the bench's pods are stored in etcd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Storage {
+    /// As kube-apiserver 1.35 writes pods: protobuf, `k8s\0` + `runtime.Unknown`, no
+    /// resourceVersion.
+    Protobuf,
+    /// JSON, as the bench's other models write.
+    Json,
+}
+
+/// The bench pods' encodings in etcd, made and read with the library's own codec (a probe cache
+/// of pods that holds nothing).
+pub struct Codec {
+    probe: watchcache::Cache,
+    node_name: watchcache::FieldPath,
+}
+
+impl Codec {
+    pub fn new() -> Result<Codec, String> {
+        let def = watchcache::ResourceDef::builtin("pods").ok_or("no built-in pods")?;
+        let (probe, _writer) = watchcache::Cache::new(def, watchcache::CacheConfig::default());
+        Ok(Codec {
+            probe,
+            node_name: watchcache::FieldPath::parse("spec.nodeName")?,
+        })
+    }
+
+    /// The value to store for a pod's JSON. Protobuf: the JSON decoded, encoded as
+    /// kube-apiserver serves it, and that read back at revision 0, which leaves the
+    /// resourceVersion out, as kube-apiserver's storage does.
+    pub fn stored(&self, storage: Storage, key: &str, json: String) -> Result<Vec<u8>, String> {
+        match storage {
+            Storage::Json => Ok(json.into_bytes()),
+            Storage::Protobuf => {
+                let fail = |e: &dyn std::fmt::Display| format!("{key} as protobuf: {e}");
+                let served = self
+                    .probe
+                    .decode(key, json.as_bytes(), 1)
+                    .map_err(|e| fail(&e))?;
+                let pb = served.protobuf_wire().map_err(|e| fail(&e))?;
+                let stored = self.probe.decode(key, pb, 0).map_err(|e| fail(&e))?;
+                Ok(stored.protobuf_wire().map_err(|e| fail(&e))?.to_vec())
+            }
+        }
+    }
+
+    /// The node number of a stored bench pod, JSON or protobuf.
+    pub fn node_of(&self, key: &str, value: &[u8]) -> Option<usize> {
+        if !value.starts_with(b"k8s\0") {
+            return node_of(value);
+        }
+        let pod = self.probe.decode(key, value, 1).ok()?;
+        pod.field(&self.node_name)?
+            .strip_prefix("node-")?
+            .parse()
+            .ok()
+    }
+}
+
 /// The string value of the first `"field":"..."` in a JSON document, without parsing it.
 pub fn string_field<'a>(doc: &'a [u8], field: &str) -> Option<&'a [u8]> {
     let pat = format!("\"{field}\":\"");
@@ -73,5 +133,31 @@ mod tests {
         assert_eq!(v["metadata"]["annotations"][SENT_AT], "42");
         assert_eq!(node_of(j.as_bytes()), Some(77));
         assert_eq!(string_field(j.as_bytes(), "name"), Some(&b"pod-12345"[..]));
+    }
+
+    #[test]
+    fn protobuf_storage_is_kube_apiservers_form_and_reads_back() {
+        let c = Codec::new().unwrap();
+        let k = key(12345);
+        let pb = c
+            .stored(Storage::Protobuf, &k, json_app(12345, 77, 45, 3, 42))
+            .unwrap();
+        assert!(pb.starts_with(b"k8s\0"), "{pb:?}");
+        assert_eq!(c.node_of(&k, &pb), Some(77));
+        // No resourceVersion stored: read at 9, the object says 9 and nothing else.
+        let pod = c.probe.decode(&k, &pb, 9).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(pod.json()).unwrap();
+        assert_eq!(v["metadata"]["resourceVersion"], "9");
+        assert_eq!(v["metadata"]["annotations"][SENT_AT], "42");
+        // No resourceVersion stored: the served form (revision 9 in it) read back at revision 0
+        // is the stored value again, byte for byte.
+        let served = pod.protobuf_wire().unwrap();
+        assert_ne!(&served[..], &pb[..]);
+        let again = c.probe.decode(&k, served, 0).unwrap();
+        assert_eq!(&again.protobuf_wire().unwrap()[..], &pb[..]);
+        let json = c
+            .stored(Storage::Json, &k, json_app(1, 2, 3, 4, 5))
+            .unwrap();
+        assert_eq!(c.node_of(&key(1), &json), Some(2));
     }
 }

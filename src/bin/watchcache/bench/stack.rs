@@ -37,6 +37,16 @@ impl Stack {
     /// are measured before a large sync leaves the allocator holding memory that later allocations
     /// would reuse unseen.
     pub async fn start(cfg: &BenchConfig, mode: Mode) -> Result<Stack, String> {
+        Stack::start_fronted(cfg, mode, |etcd| Ok(etcd.to_owned())).await
+    }
+
+    /// As [`start`](Stack::start), the server reaching etcd at the URL `front` gives for etcd's
+    /// (a proxy in between: `--model catchup`'s partition).
+    pub async fn start_fronted(
+        cfg: &BenchConfig,
+        mode: Mode,
+        front: impl FnOnce(&str) -> Result<String, String>,
+    ) -> Result<Stack, String> {
         let dir = tempfile_dir(cfg.etcd_data_dir.as_deref())?;
         let mut local = None;
         let endpoints = if cfg.etcd.is_empty() {
@@ -63,7 +73,8 @@ impl Stack {
         let (server_url, server, tls) = match (mode, &cfg.server) {
             (Mode::Cache, Some(url)) => (Some(url.clone()), None, None),
             (Mode::Cache, None) => {
-                let (url, p, tls) = start_server(cfg, &endpoints[0], base_rev, &dir).await?;
+                let etcd = front(&endpoints[0])?;
+                let (url, p, tls) = start_server(cfg, &etcd, base_rev, &dir).await?;
                 (Some(url), Some(p), tls)
             }
             _ => (None, None, None),

@@ -19,6 +19,16 @@ pub struct HistoryEntry {
 
 /// etcd's history of the pods prefix in `(from, to]`, read with a direct watch.
 pub async fn history(client: &Client, from: u64, to: u64) -> Result<Vec<HistoryEntry>, String> {
+    history_with(client, from, to, &pods::Codec::new()?).await
+}
+
+/// [`history`], the pods read with `codec` (JSON or protobuf).
+pub async fn history_with(
+    client: &Client,
+    from: u64,
+    to: u64,
+    codec: &pods::Codec,
+) -> Result<Vec<HistoryEntry>, String> {
     let mut out = Vec::new();
     if to <= from {
         return Ok(out);
@@ -43,11 +53,8 @@ pub async fn history(client: &Client, from: u64, to: u64) -> Result<Vec<HistoryE
         };
         for ev in resp.events() {
             let Some(kv) = ev.kv() else { continue };
-            let name = kv
-                .key_str()
-                .ok()
-                .and_then(|k| k.rsplit('/').next())
-                .unwrap_or_default();
+            let key = kv.key_str().unwrap_or_default();
+            let name = key.rsplit('/').next().unwrap_or_default();
             let Some(id) = name.strip_prefix("pod-").and_then(|n| n.parse().ok()) else {
                 continue;
             };
@@ -55,9 +62,9 @@ pub async fn history(client: &Client, from: u64, to: u64) -> Result<Vec<HistoryE
                 rev: kv.mod_revision() as u64,
                 id,
                 new_node: (ev.event_type() == EventType::Put)
-                    .then(|| pods::node_of(kv.value()))
+                    .then(|| codec.node_of(key, kv.value()))
                     .flatten(),
-                old_node: ev.prev_kv().and_then(|p| pods::node_of(p.value())),
+                old_node: ev.prev_kv().and_then(|p| codec.node_of(key, p.value())),
             });
         }
     }

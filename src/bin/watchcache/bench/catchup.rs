@@ -1,0 +1,539 @@
+//! `--model catchup`: ingest from the upstream, measured as a catch-up after a partition.
+//!
+//! etcd on this machine writes a few thousand pods a second, far below what the cache ingests,
+//! so the events are made first and replayed: the server runs with its watchers attached (W
+//! routed by `spec.nodeName`, K routed by the `app` label), the link between it and etcd is cut
+//! ([`Partition`]), E pod events (the churn's mix, each its own revision, stored as kube-apiserver
+//! stores pods or as JSON) are written to etcd meanwhile, and the link is healed. The follower
+//! resumes its watch at the revision it had (after its backoff: up to seconds, which is policy,
+//! not ingest), etcd sends the backlog from its history, and the figure is E − 1 over the time
+//! from the cache's resourceVersion reaching the backlog's first revision to its reaching the
+//! last: decoding, indexes, history and fan-out to the watchers' queues included, with etcd
+//! reading its history and the proxy forwarding on the same 2 cores. The time from the heal is
+//! reported too. Every watcher's stream is then checked against etcd's history (exactly once,
+//! in order, none lost).
+//!
+//! A fresh cache reading a long history was not chosen: a fresh cache lists the current state and
+//! watches from there, so it never reads history event by event, and a LIST is not what a
+//! follower does per event.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use etcd_client::{Txn, TxnOp};
+use parking_lot::Mutex;
+use serde::Serialize;
+use tokio::sync::{Semaphore, watch};
+use tracing::{info, warn};
+
+use super::load::{self, Churn, Counters, Recorder};
+use super::partition::Partition;
+use super::pods::{self, Codec, Storage};
+use super::stack::{self, Stack};
+use super::{BenchConfig, Mode, bar, procstat, verify, watchers};
+
+/// Writes in flight while the backlog is written (etcd batches them into its commits).
+const IN_FLIGHT: usize = 256;
+
+/// A catch-up run's parameters.
+#[derive(Debug, Clone)]
+pub struct CatchupConfig {
+    /// Nodes (N); pods are spread over them.
+    pub nodes: usize,
+    /// Pods seeded before the watchers open (P).
+    pub pods: usize,
+    /// Per-node watchers (W), one per node for the first W nodes.
+    pub watchers: usize,
+    /// Label watchers (K), watcher k selecting `app=app-k`.
+    pub label_watchers: usize,
+    /// Distinct `app` labels: pod i is labelled `app=app-{i % apps}`.
+    pub apps: usize,
+    /// Events written while the link is cut (E).
+    pub events: usize,
+    /// How the pods are stored in etcd.
+    pub storage: Storage,
+    /// The watchcache binary to start the server from.
+    pub server_binary: std::path::PathBuf,
+    /// Where the local etcd keeps its data; default: the system temp dir.
+    pub etcd_data_dir: Option<std::path::PathBuf>,
+    /// How long to wait for the catch-up and for delivery.
+    pub grace: Duration,
+    /// Draw progress bars on stderr.
+    pub progress: bool,
+}
+
+/// What a catch-up run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct CatchupReport {
+    pub storage: Storage,
+    pub events: u64,
+    pub pods: usize,
+    pub watchers: usize,
+    pub label_watchers: usize,
+    pub watchers_connected: usize,
+    /// Mean bytes of a value put in the backlog (deletions have none).
+    pub stored_bytes_mean: f64,
+    /// Writing the backlog to etcd: seconds, and writes/s (etcd's rate here).
+    pub write_s: f64,
+    pub writes_per_sec: f64,
+    /// Heal → the cache's resourceVersion is the last revision.
+    pub catchup_s: f64,
+    pub events_per_sec: f64,
+    /// The backlog's first revision in the cache → its last: the ingest rate (E − 1 events).
+    pub ingest_s: f64,
+    pub ingest_events_per_sec: f64,
+    /// Heal → the last event received by a watcher.
+    pub delivered_by_s: f64,
+    /// Server CPU over the ingest span, and from the heal to the end of delivery.
+    pub server_cpu_catchup_s: Option<f64>,
+    pub server_cpu_delivery_s: Option<f64>,
+    /// This process (watchers' clients, the proxy) over the same span as the delivery figure.
+    pub client_cpu_s: Option<f64>,
+    pub etcd_cpu_s: Option<f64>,
+    pub server_rss_bytes: Option<u64>,
+    pub delivered: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub out_of_order: u64,
+    pub unexpected: u64,
+    pub watcher_errors: u64,
+    /// The 1-minute load average before the heal and after delivery.
+    pub load_before: Option<f64>,
+    pub load_after: Option<f64>,
+}
+
+/// Runs the catch-up.
+///
+/// # Errors
+/// What could not be set up or measured (etcd, the server, the catch-up not ending in time).
+pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
+    if cfg.watchers > cfg.nodes {
+        return Err(format!(
+            "--watchers ({}) cannot exceed --nodes ({})",
+            cfg.watchers, cfg.nodes
+        ));
+    }
+    let bench = BenchConfig {
+        nodes: cfg.nodes,
+        pods: cfg.pods,
+        watchers: cfg.watchers,
+        unrouted: cfg.label_watchers,
+        rate: 1.0,
+        duration: Duration::ZERO,
+        mode: Mode::Cache,
+        etcd: Vec::new(),
+        server: None,
+        server_binary: cfg.server_binary.clone(),
+        delivery_grace: cfg.grace,
+        progress: cfg.progress,
+        etcd_data_dir: cfg.etcd_data_dir.clone(),
+        tls: None,
+        samples: None,
+        burst: 0,
+    };
+    let partition: Arc<Mutex<Option<Partition>>> = Arc::default();
+    let stack = Stack::start_fronted(&bench, Mode::Cache, |etcd| {
+        let p = Partition::start(etcd)?;
+        let url = p.url.clone();
+        *partition.lock() = Some(p);
+        Ok(url)
+    })
+    .await?;
+    let partition = partition
+        .lock()
+        .take()
+        .ok_or("the partition proxy was not started")?;
+    let url = stack.server_url.clone().ok_or("no server")?;
+    let codec = Arc::new(Codec::new()?);
+
+    let b = bar(cfg.progress, cfg.pods as u64, "seeding");
+    let start_rev = seed(&cfg, &stack.client, &codec, &b).await?;
+    b.finish_and_clear();
+    stack::wait_for_revision(&stack.http_client(), &url, start_rev).await?;
+    info!(pods = cfg.pods, revision = start_rev, "seeded");
+
+    let total = cfg.watchers + cfg.label_watchers;
+    let (stop, stop_rx) = watch::channel(false);
+    let counters = Arc::new(Counters::default());
+    let recorders: Vec<Arc<Recorder>> = (0..total).map(|_| Arc::new(Recorder::default())).collect();
+    let http = stack.http_client();
+    let b = bar(cfg.progress, total as u64, "watchers");
+    let tasks = watchers::open_watchers(total, &counters, &b, |i| {
+        let selector = if i < cfg.watchers {
+            format!("fieldSelector=spec.nodeName%3Dnode-{i}")
+        } else {
+            format!("labelSelector=app%3Dapp-{}", i - cfg.watchers)
+        };
+        let u = format!("{url}/api/v1/pods?watch=1&resourceVersion={start_rev}&{selector}");
+        tokio::spawn(load::http_watcher(
+            http.clone(),
+            u,
+            Arc::clone(&recorders[i]),
+            Arc::clone(&counters),
+            stop_rx.clone(),
+        ))
+    })
+    .await;
+    b.finish_and_clear();
+    let connected = counters.connected.load(Ordering::Relaxed);
+    info!(
+        connected,
+        failed = counters.failed.load(Ordering::Relaxed),
+        "watchers open"
+    );
+
+    partition.cut();
+    let b = bar(cfg.progress, cfg.events as u64, "backlog");
+    let written = backlog(&cfg, &stack.client, &codec, &b).await?;
+    b.finish_and_clear();
+    let end_rev = written.last_rev;
+    info!(
+        events = written.events,
+        end_rev,
+        secs = written.secs,
+        "backlog written; healing"
+    );
+
+    let cpu = |pid: Option<u32>| pid.and_then(procstat::cpu_seconds);
+    let (server_pid, etcd_pid, me) = (
+        stack.server_pid(),
+        stack.etcd_pid(),
+        Some(std::process::id()),
+    );
+    let load_before = load_average();
+    let (server0, etcd0, me0) = (cpu(server_pid), cpu(etcd_pid), cpu(me));
+    let healed = partition.heal();
+    let healed_us = pods::now_us();
+    caught_up(&stack, &url, start_rev + 1, cfg.grace).await?;
+    let first = Instant::now();
+    let server_first = cpu(server_pid);
+    caught_up(&stack, &url, end_rev, cfg.grace).await?;
+    let done = Instant::now();
+    let server_caught = cpu(server_pid);
+
+    // Delivery ends when nothing has arrived for a second (the expected count is only known from
+    // etcd's history, and reading it loads etcd and this process).
+    let deadline = Instant::now() + cfg.grace;
+    let mut last = (counters.received.load(Ordering::Relaxed), Instant::now());
+    while Instant::now() < deadline {
+        let got = counters.received.load(Ordering::Relaxed);
+        if got != last.0 {
+            last = (got, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (server1, etcd1, me1) = (cpu(server_pid), cpu(etcd_pid), cpu(me));
+    let load_after = load_average();
+    let server_rss_bytes = server_pid.and_then(procstat::rss_bytes);
+
+    let history = verify::history_with(&stack.client, start_rev, end_rev, &codec).await?;
+    if stop.send(true).is_err() {
+        warn!("watchers already gone");
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let mut tally = verify::Tally::default();
+    let mut errors = counters.failed.load(Ordering::Relaxed) as u64;
+    let mut last_at = healed_us;
+    for (i, rec) in recorders.iter().enumerate() {
+        let expected: Vec<(u64, u32)> = if i < cfg.watchers {
+            verify::expected(&history, Some(i))
+        } else {
+            let app = i - cfg.watchers;
+            history
+                .iter()
+                .filter(|c| c.id as usize % cfg.apps.max(1) == app)
+                .map(|c| (c.rev, c.id))
+                .collect()
+        };
+        let got = rec.events.lock();
+        tally += verify::tally(&got, &expected, end_rev, |_, at| {
+            last_at = last_at.max(at);
+        });
+        errors += rec.errors.load(Ordering::Relaxed);
+    }
+    drop(partition);
+    drop(stack);
+
+    let events = written.events;
+    let catchup_s = done.duration_since(healed).as_secs_f64();
+    let ingest_s = done.duration_since(first).as_secs_f64();
+    let spent = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
+    Ok(CatchupReport {
+        storage: cfg.storage,
+        events,
+        pods: cfg.pods,
+        watchers: cfg.watchers,
+        label_watchers: cfg.label_watchers,
+        watchers_connected: connected,
+        stored_bytes_mean: written.bytes as f64 / written.puts.max(1) as f64,
+        write_s: written.secs,
+        writes_per_sec: events as f64 / written.secs.max(1e-9),
+        catchup_s,
+        events_per_sec: events as f64 / catchup_s.max(1e-9),
+        ingest_s,
+        ingest_events_per_sec: events.saturating_sub(1) as f64 / ingest_s.max(1e-9),
+        delivered_by_s: last_at.saturating_sub(healed_us) as f64 / 1e6,
+        server_cpu_catchup_s: spent(server_first, server_caught),
+        server_cpu_delivery_s: spent(server0, server1),
+        client_cpu_s: spent(me0, me1),
+        etcd_cpu_s: spent(etcd0, etcd1),
+        server_rss_bytes,
+        delivered: tally.delivered,
+        lost: tally.lost,
+        duplicated: tally.duplicated,
+        out_of_order: tally.out_of_order,
+        unexpected: tally.unexpected,
+        watcher_errors: errors,
+        load_before,
+        load_after,
+    })
+}
+
+/// Seeds the pods in transactions of 100 (pod i on node i % N); returns the revision.
+async fn seed(
+    cfg: &CatchupConfig,
+    client: &etcd_client::Client,
+    codec: &Arc<Codec>,
+    b: &indicatif::ProgressBar,
+) -> Result<u64, String> {
+    let sem = Arc::new(Semaphore::new(8));
+    let mut tasks = Vec::new();
+    for from in (0..cfg.pods).step_by(100) {
+        let permit = Arc::clone(&sem)
+            .acquire_owned()
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut kv, codec, b) = (client.kv_client(), Arc::clone(codec), b.clone());
+        let (pods, nodes, apps, storage) = (cfg.pods, cfg.nodes, cfg.apps.max(1), cfg.storage);
+        tasks.push(tokio::spawn(async move {
+            let to = (from + 100).min(pods);
+            let ops = (from..to)
+                .map(|i| {
+                    let key = pods::key(i);
+                    let json = pods::json_app(i, i % nodes, i % apps, 1, 0);
+                    let value = codec.stored(storage, &key, json)?;
+                    Ok(TxnOp::put(key, value, None))
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            let r = kv
+                .txn(Txn::new().and_then(ops))
+                .await
+                .map_err(|e| format!("seeding: {e}"))?;
+            b.inc((to - from) as u64);
+            drop(permit);
+            Ok::<u64, String>(r.header().map_or(0, |h| h.revision() as u64))
+        }));
+    }
+    let mut rev = 0;
+    for t in tasks {
+        rev = rev.max(t.await.map_err(|e| e.to_string())??);
+    }
+    Ok(rev.max(stack::current_revision(client).await?))
+}
+
+/// What writing the backlog did.
+struct Written {
+    events: u64,
+    puts: u64,
+    last_rev: u64,
+    bytes: u64,
+    secs: f64,
+}
+
+/// Writes `cfg.events` churn events as fast as etcd takes them, each its own revision (a put or a
+/// delete, as kube-apiserver writes).
+async fn backlog(
+    cfg: &CatchupConfig,
+    client: &etcd_client::Client,
+    codec: &Arc<Codec>,
+    b: &indicatif::ProgressBar,
+) -> Result<Written, String> {
+    let churn = Arc::new(Mutex::new(
+        Churn::new(cfg.pods, cfg.nodes).with_apps(cfg.apps),
+    ));
+    let sem = Arc::new(Semaphore::new(IN_FLIGHT));
+    let last_rev = Arc::new(AtomicU64::new(0));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let puts = Arc::new(AtomicU64::new(0));
+    let failed: Arc<Mutex<Option<String>>> = Arc::default();
+    let began = Instant::now();
+    let mut issued = 0;
+    while issued < cfg.events {
+        if let Some(e) = failed.lock().take() {
+            return Err(e);
+        }
+        let permit = Arc::clone(&sem)
+            .acquire_owned()
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some(w) = churn.lock().next_write() else {
+            drop(permit);
+            tokio::task::yield_now().await;
+            continue;
+        };
+        issued += 1;
+        let (mut kv, codec, churn, b) = (
+            client.kv_client(),
+            Arc::clone(codec),
+            Arc::clone(&churn),
+            b.clone(),
+        );
+        let (last_rev, bytes, puts, failed, storage) = (
+            Arc::clone(&last_rev),
+            Arc::clone(&bytes),
+            Arc::clone(&puts),
+            Arc::clone(&failed),
+            cfg.storage,
+        );
+        tokio::spawn(async move {
+            let key = pods::key(w.id);
+            let r = match w.node {
+                Some(node) => {
+                    let json = pods::json_app(w.id, node, w.app, w.generation, pods::now_us());
+                    match codec.stored(storage, &key, json) {
+                        Ok(value) => {
+                            bytes.fetch_add(value.len() as u64, Ordering::Relaxed);
+                            puts.fetch_add(1, Ordering::Relaxed);
+                            kv.put(key, value, None)
+                                .await
+                                .map(|r| r.header().map(|h| h.revision()))
+                                .map_err(|e| e.to_string())
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                None => kv
+                    .delete(key, None)
+                    .await
+                    .map(|r| r.header().map(|h| h.revision()))
+                    .map_err(|e| e.to_string()),
+            };
+            match r {
+                Ok(Some(rev)) => {
+                    last_rev.fetch_max(rev as u64, Ordering::Relaxed);
+                }
+                Ok(None) => *failed.lock() = Some("a write without a header".into()),
+                Err(e) => *failed.lock() = Some(format!("backlog write: {e}")),
+            }
+            churn.lock().done(w.id);
+            b.inc(1);
+            drop(permit);
+        });
+    }
+    let _all = sem
+        .acquire_many(IN_FLIGHT as u32)
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some(e) = failed.lock().take() {
+        return Err(e);
+    }
+    Ok(Written {
+        events: issued as u64,
+        puts: puts.load(Ordering::Relaxed),
+        last_rev: last_rev.load(Ordering::Relaxed),
+        bytes: bytes.load(Ordering::Relaxed),
+        secs: began.elapsed().as_secs_f64(),
+    })
+}
+
+/// Waits until the cache's resourceVersion is at least `rev`: a LIST of one item not older than
+/// `rev`, asked again every 2 ms until it is served.
+async fn caught_up(stack: &Stack, url: &str, rev: u64, grace: Duration) -> Result<(), String> {
+    let http = stack.http_client();
+    let probe = format!(
+        "{url}/api/v1/pods?resourceVersion={rev}&resourceVersionMatch=NotOlderThan&limit=1"
+    );
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if http.text(&probe).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Err(format!(
+        "the cache did not reach revision {rev} within {grace:?} of the heal"
+    ))
+}
+
+/// The machine's 1-minute load average.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The report as a table.
+pub fn table(r: &CatchupReport) -> String {
+    let opt = |v: Option<f64>, d: usize| v.map_or("-".to_owned(), |v| format!("{v:.d$}"));
+    let rows = [
+        ("storage", format!("{:?}", r.storage).to_lowercase()),
+        (
+            "pods, watchers (node / label), connected",
+            format!(
+                "{}, {} / {}, {}",
+                r.pods, r.watchers, r.label_watchers, r.watchers_connected
+            ),
+        ),
+        (
+            "backlog events, mean stored bytes",
+            format!("{}, {:.0}", r.events, r.stored_bytes_mean),
+        ),
+        (
+            "backlog written in s (writes/s)",
+            format!("{:.2} ({:.0})", r.write_s, r.writes_per_sec),
+        ),
+        (
+            "catch-up s from heal (events/s)",
+            format!("{:.3} ({:.0})", r.catchup_s, r.events_per_sec),
+        ),
+        (
+            "ingest s, first to last backlog revision (events/s)",
+            format!("{:.3} ({:.0})", r.ingest_s, r.ingest_events_per_sec),
+        ),
+        (
+            "last delivery s after heal",
+            format!("{:.3}", r.delivered_by_s),
+        ),
+        (
+            "server CPU s: ingest span, heal to delivery end",
+            format!(
+                "{}, {}",
+                opt(r.server_cpu_catchup_s, 2),
+                opt(r.server_cpu_delivery_s, 2)
+            ),
+        ),
+        (
+            "bench CPU s (clients, proxy), etcd CPU s",
+            format!("{}, {}", opt(r.client_cpu_s, 2), opt(r.etcd_cpu_s, 2)),
+        ),
+        (
+            "server RSS MiB",
+            opt(r.server_rss_bytes.map(|b| b as f64 / 1048576.0), 1),
+        ),
+        (
+            "delivered; lost / duplicated / out of order / unexpected",
+            format!(
+                "{}; {} / {} / {} / {}",
+                r.delivered, r.lost, r.duplicated, r.out_of_order, r.unexpected
+            ),
+        ),
+        ("watcher errors", r.watcher_errors.to_string()),
+        (
+            "load average before / after",
+            format!("{} / {}", opt(r.load_before, 2), opt(r.load_after, 2)),
+        ),
+    ];
+    let mut out = String::from("| catch-up | |\n|---|---:|\n");
+    for (k, v) in rows {
+        out.push_str(&format!("| {k} | {v} |\n"));
+    }
+    out
+}
