@@ -537,8 +537,8 @@ fn service(
 
 /// [`service`] for an HTTP/2 connection, whose every stream is a task of its own holding the
 /// service's future next to the response body's pipe: boxed, the future costs a stream a pointer
-/// instead of axum's routing state (the request inline: 256 B of the task's 512) for as long as its watch
-/// streams.
+/// instead of axum's routing state (the request inline: 256 B of the task's 512) for as long as
+/// its watch streams.
 fn h2_service(
     router: Router,
     conn: Arc<ConnInfo>,
