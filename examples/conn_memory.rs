@@ -13,6 +13,13 @@
 //!   a TLS 1.3 watch down to its sending half (`ServerConfig::tls_watch_hand_down`), for the
 //!   figure before that change.
 //!
+//! - `proto`: with `tls` or `h2`, the watches ask for protobuf
+//!   (`application/vnd.kubernetes.protobuf;stream=watch`), as a kubelet does.
+//! - `live`: after the report, the process exits at once with every connection still open, so
+//!   that a heap profiler's "leaked" allocations are those live while idle:
+//!   `heaptrack target/release/examples/conn_memory 1800 routed h2=18 proto live`, then
+//!   `heaptrack_print -f heaptrack.conn_memory.*.zst --print-leaks 1 -n 40`.
+//!
 //! With TLS the clients run in a child process (this example, re-run as `client`), so that their
 //! own TLS state is not counted; without, in a thread with blocking sockets (they allocate nothing).
 
@@ -78,6 +85,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(2000);
     let routed = std::env::args().nth(2).is_none_or(|a| a == "routed");
     let gzip = std::env::args().skip(3).any(|a| a == "gzip");
+    let proto = std::env::args().skip(3).any(|a| a == "proto");
+    let live = std::env::args().skip(3).any(|a| a == "live");
     let transport = std::env::args()
         .skip(3)
         .find_map(|a| match a.split_once('=') {
@@ -120,9 +129,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::spawn(server.serve(listener, std::future::pending()));
     tokio::time::sleep(Duration::from_millis(200)).await;
     if transport != Transport::Plain {
-        let result = measure_tls(addr, &dir, n, routed, gzip, transport).await;
+        let result = measure_tls(addr, &dir, n, routed, gzip, proto, transport, live).await;
         drop(etcd);
         let _ = std::fs::remove_dir_all(dir);
+        if matches!(&result, Err(e) if e.to_string() == LIVE_EXIT) {
+            std::process::exit(0);
+        }
         return result;
     }
     // Clients in a plain thread with blocking sockets, so their memory is counted apart.
@@ -220,14 +232,18 @@ fn report(what: &str, before: &(isize, Vec<isize>), after: &(isize, Vec<isize>),
     }
 }
 
-/// TLS clients in a child process; the server's heap measured after each phase.
+/// TLS clients in a child process; the server's heap measured after each phase. With `live`, the
+/// process exits after the report, its connections open (see the module's doc).
+#[allow(clippy::too_many_arguments)]
 async fn measure_tls(
     addr: std::net::SocketAddr,
     dir: &std::path::Path,
     n: usize,
     routed: bool,
     gzip: bool,
+    proto: bool,
     transport: Transport,
+    live: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let per_conn = match transport {
@@ -249,6 +265,9 @@ async fn measure_tls(
         })
         .arg(if routed { "routed" } else { "unrouted" })
         .arg(if gzip { "gzip" } else { "identity" })
+        .arg(if proto { "proto" } else { "json" })
+        // A heap profiler's preload is for the server only.
+        .env_remove("LD_PRELOAD")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -263,9 +282,10 @@ async fn measure_tls(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let one = snapshot();
     let kind = format!(
-        "{}{}",
+        "{}{}{}",
         if routed { "routed" } else { "unrouted" },
-        if gzip { " gzip" } else { "" }
+        if gzip { " gzip" } else { "" },
+        if proto { " protobuf" } else { "" }
     );
     match transport {
         Transport::H2(s) => {
@@ -298,10 +318,19 @@ async fn measure_tls(
             conns,
         ),
     }
+    if live {
+        // Neither killed nor closed: the connections stay open until this process exits (the
+        // child exits when its stdin closes with it).
+        std::mem::forget((stdin, child));
+        return Err(LIVE_EXIT.into());
+    }
     drop(stdin);
     child.kill().await?;
     Ok(())
 }
+
+/// `measure_tls`'s way of asking `main` to exit with the connections open.
+const LIVE_EXIT: &str = "live";
 
 /// The clients (a child process): TLS connections with watches; "opened" on stdout once they are
 /// all answered; on a line on stdin (h2), the further streams; exits when stdin closes.
@@ -314,8 +343,13 @@ mod client {
 
     pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
         let a: Vec<String> = std::env::args().skip(2).collect();
-        let [addr, ca, conns, per_conn, proto, routed, gzip] = &a[..] else {
-            return Err("client: addr ca conns per-conn proto routed gzip".into());
+        let [addr, ca, conns, per_conn, proto, routed, gzip, format] = &a[..] else {
+            return Err("client: addr ca conns per-conn proto routed gzip format".into());
+        };
+        let media = if format == "proto" {
+            "application/vnd.kubernetes.protobuf;stream=watch"
+        } else {
+            "application/json"
         };
         let (conns, per_conn): (usize, usize) = (conns.parse()?, per_conn.parse()?);
         let h2 = proto == "h2";
@@ -355,12 +389,12 @@ mod client {
                 )
                 .await?;
                 tokio::spawn(conn);
-                held_h2.push(watch(&mut send, &path(c * per_conn), accept).await?);
+                held_h2.push(watch(&mut send, &path(c * per_conn), accept, media).await?);
                 senders.push(send);
             } else {
                 tls.write_all(
                     format!(
-                        "GET {} HTTP/1.1\r\nHost: x\r\nAccept-Encoding: {accept}\r\n\r\n",
+                        "GET {} HTTP/1.1\r\nHost: x\r\nAccept: {media}\r\nAccept-Encoding: {accept}\r\n\r\n",
                         path(c)
                     )
                     .as_bytes(),
@@ -379,7 +413,7 @@ mod client {
         if h2 && stdin.next_line().await?.is_some() {
             for (c, send) in senders.iter_mut().enumerate() {
                 for s in 1..per_conn {
-                    held_h2.push(watch(send, &path(c * per_conn + s), accept).await?);
+                    held_h2.push(watch(send, &path(c * per_conn + s), accept, media).await?);
                 }
             }
             println!("opened");
@@ -393,9 +427,11 @@ mod client {
         send: &mut hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
         path: &str,
         accept: &str,
+        media: &str,
     ) -> Result<hyper::Response<hyper::body::Incoming>, Box<dyn std::error::Error>> {
         send.ready().await?;
         let req = hyper::Request::get(format!("https://127.0.0.1{path}"))
+            .header("accept", media)
             .header("accept-encoding", accept)
             .body(http_body_util::Empty::new())?;
         let resp = send.send_request(req).await?;

@@ -754,3 +754,72 @@ async fn an_http2_client_that_never_sends_its_preface_is_closed() {
         "its slot is free again: {ok}"
     );
 }
+
+/// One HTTP/2 frame: (type, flags, stream, payload).
+async fn read_frame<R: tokio::io::AsyncRead + Unpin>(r: &mut R) -> (u8, u8, u32, Vec<u8>) {
+    let mut head = [0u8; 9];
+    r.read_exact(&mut head).await.unwrap();
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0u8; len];
+    r.read_exact(&mut payload).await.unwrap();
+    (head[3], head[4], stream, payload)
+}
+
+fn frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = (payload.len() as u32).to_be_bytes();
+    let mut f = vec![len[1], len[2], len[3], ty, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_connections_offer_no_hpack_table_and_serve_requests_that_drop_theirs() {
+    // The server advertises SETTINGS_HEADER_TABLE_SIZE 0 (design/performance.md: an indexed
+    // header pins the buffer it arrived in), and a client that then resizes its table to 0, as
+    // RFC 7541 §4.2 has it do, and indexes its headers anyway is served.
+    let pki = pki();
+    let s = TestServer::start_tls(ServerConfig::default(), pki.tls()).await;
+    let mut c = connect(&s.url, client_config(&pki.ca.cert_file, None, &[b"h2"]))
+        .await
+        .unwrap();
+    assert_eq!(c.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    c.write_all(&frame(0x4, 0, 0, &[])).await.unwrap();
+    let (ty, flags, _, settings) = read_frame(&mut c).await;
+    assert_eq!((ty, flags), (0x4, 0), "the server's SETTINGS first");
+    let table: Vec<u32> = settings
+        .chunks(6)
+        .filter(|p| u16::from_be_bytes([p[0], p[1]]) == 0x1)
+        .map(|p| u32::from_be_bytes([p[2], p[3], p[4], p[5]]))
+        .collect();
+    assert_eq!(table, [0], "SETTINGS_HEADER_TABLE_SIZE 0: {settings:?}");
+    c.write_all(&frame(0x4, 0x1, 0, &[])).await.unwrap();
+    // A table size update to 0, then :method GET, :scheme https (static), and :path and
+    // :authority as literals with incremental indexing (into a table of size 0).
+    let mut block = vec![0x20, 0x82, 0x87, 0x44, 6];
+    block.extend_from_slice(b"/livez");
+    block.extend_from_slice(&[0x41, 1, b'x']);
+    for stream in [1u32, 3] {
+        c.write_all(&frame(0x1, 0x4 | 0x1, stream, &block))
+            .await
+            .unwrap();
+        // The second request repeats the size update: allowed at the start of any block.
+        let status = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let (ty, _, id, payload) = read_frame(&mut c).await;
+                assert_ne!(ty, 0x7, "GOAWAY: {payload:?}");
+                if ty == 0x1 && id == stream {
+                    // :status 200 from the static table, after any size update of its own.
+                    break payload.into_iter().find(|b| b & 0xe0 != 0x20);
+                }
+            }
+        })
+        .await
+        .expect("a response");
+        assert_eq!(status, Some(0x88), "stream {stream}: 200");
+    }
+}

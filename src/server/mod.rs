@@ -123,6 +123,13 @@ const H2_CONN_WINDOW: u32 = 1024 * 1024;
 /// Most bytes queued for sending per HTTP/2 stream before its body is no longer polled: a watch
 /// whose client does not read stops here and its watcher's own queue takes over.
 const H2_SEND_BUF: usize = 64 * 1024;
+/// The HPACK dynamic table a client may fill on an HTTP/2 connection (SETTINGS_HEADER_TABLE_SIZE):
+/// none. h2 keeps each indexed header as a slice of the read buffer it arrived in (or of its
+/// Huffman scratch buffer), so up to 4 KiB of table could pin buffers of 4 and 8 KiB for as long
+/// as the connection lives (Go's client indexes even each request's `:path`); without a table a
+/// request's headers cost a connection nothing once decoded. What it costs: a client re-sends its
+/// headers in full with every request, a few hundred bytes a watch or list.
+const H2_HEADER_TABLE: u32 = 0;
 
 impl Server {
     /// A server for these resources.
@@ -254,7 +261,8 @@ impl Server {
             .max_concurrent_streams(H2_MAX_STREAMS)
             .initial_stream_window_size(H2_STREAM_WINDOW)
             .initial_connection_window_size(H2_CONN_WINDOW)
-            .max_send_buf_size(H2_SEND_BUF);
+            .max_send_buf_size(H2_SEND_BUF)
+            .header_table_size(H2_HEADER_TABLE);
         let conns = Connections {
             state: Arc::clone(&self.state),
             router,
@@ -404,63 +412,107 @@ impl Connections {
                 });
             }
             Some(tls) => {
-                let acceptor = tls.acceptor();
-                let h2 = self.h2.clone();
+                let setup = Box::new(TlsConnection {
+                    acceptor: tls.acceptor(),
+                    h2: self.h2.clone(),
+                    http,
+                    st,
+                    router,
+                    watcher,
+                    peer,
+                });
+                // The task holds only pointers: its phases, the handshake and then the serving,
+                // are each boxed and freed in turn. (One task with everything inline reserved
+                // room for the handshake's state, the builders and the shutdown signal for as
+                // long as the connection lived: 1 920 B of every idle TLS connection.)
                 tokio::spawn(async move {
                     let _slot = slot;
-                    // The handshake counts against the head's deadline: a client that opens TCP
-                    // and never finishes it does not hold a slot for longer.
-                    let timeout = st.config.header_read_timeout;
-                    let mut shutdown = st.shutdown.clone();
-                    // Boxed, like the connection futures below: this task then holds only
-                    // pointers while the connection idles (its handshake state is freed, and
-                    // the stream lives in the one box that serves it).
-                    let handshake = Box::pin(tokio::time::timeout(timeout, acceptor.accept(tcp)));
-                    let stream = tokio::select! {
-                        s = handshake => match s {
-                            Ok(Ok(stream)) => stream,
-                            Ok(Err(e)) => {
-                                st.metrics.count_handshake_failure();
-                                return debug!(%peer, error = %e, "TLS handshake failed");
-                            }
-                            Err(_) => {
-                                st.metrics.count_handshake_failure();
-                                return debug!(%peer, "TLS handshake timed out");
-                            }
-                        },
-                        _ = shutdown.wait_for(|s| *s) => return,
-                    };
-                    let session = stream.get_ref().1;
-                    let conn = Arc::new(ConnInfo {
-                        peer: Some(peer),
-                        client_cert: tls::client_leaf(session),
-                        insecure_listener: false,
-                    });
-                    let is_h2 = tls::is_h2(session);
-                    st.metrics.count_connection(true, is_h2);
-                    if is_h2 {
-                        let service = service(router, conn);
-                        // hyper's HTTP/2 server has no head deadline: the preface must come
-                        // within the same time a request head has.
-                        let io = tls::FirstBytesBy::new(stream, timeout);
-                        let served =
-                            Box::pin(watcher.watch(h2.serve_connection(TokioIo::new(io), service)));
-                        if let Err(e) = served.await {
-                            debug!(error = %e, "HTTP/2 connection ended with an error");
-                        }
-                    } else {
-                        Box::pin(http1(
-                            sealed::TlsIo::Rustls(Box::new(stream)),
-                            st,
-                            conn,
-                            router,
-                            http,
-                            watcher,
-                        ))
-                        .await;
+                    if let Some(serving) = Box::pin(setup.handshake(tcp)).await {
+                        serving.await;
                     }
                 });
             }
+        }
+    }
+}
+
+/// What a TLS connection needs until its handshake is done and it is being served.
+struct TlsConnection {
+    acceptor: tokio_rustls::TlsAcceptor,
+    h2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    http: hyper::server::conn::http1::Builder,
+    st: Arc<AppState>,
+    router: Router,
+    watcher: hyper_util::server::graceful::Watcher,
+    peer: SocketAddr,
+}
+
+/// A connection being served, boxed.
+type Serving = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl TlsConnection {
+    /// The handshake, within the head's deadline: then the connection's serving (HTTP/2 or
+    /// HTTP/1.1 by ALPN), or `None` when the handshake failed or the server is stopping.
+    async fn handshake(self: Box<Self>, tcp: tokio::net::TcpStream) -> Option<Serving> {
+        let TlsConnection {
+            acceptor,
+            h2,
+            http,
+            st,
+            router,
+            watcher,
+            peer,
+        } = *self;
+        // The handshake counts against the head's deadline: a client that opens TCP and never
+        // finishes it does not hold a slot for longer.
+        let timeout = st.config.header_read_timeout;
+        let mut shutdown = st.shutdown.clone();
+        let stream = tokio::select! {
+            s = tokio::time::timeout(timeout, acceptor.accept(tcp)) => match s {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    st.metrics.count_handshake_failure();
+                    debug!(%peer, error = %e, "TLS handshake failed");
+                    return None;
+                }
+                Err(_) => {
+                    st.metrics.count_handshake_failure();
+                    debug!(%peer, "TLS handshake timed out");
+                    return None;
+                }
+            },
+            _ = shutdown.wait_for(|s| *s) => return None,
+        };
+        let session = stream.get_ref().1;
+        let conn = Arc::new(ConnInfo {
+            peer: Some(peer),
+            client_cert: tls::client_leaf(session),
+            insecure_listener: false,
+        });
+        let is_h2 = tls::is_h2(session);
+        st.metrics.count_connection(true, is_h2);
+        if is_h2 {
+            let service = h2_service(router, conn);
+            // hyper's HTTP/2 server has no head deadline: the preface must come within the
+            // same time a request head has.
+            let io = tls::FirstBytesBy::new(stream, timeout);
+            let served = watcher.watch(h2.serve_connection(TokioIo::new(io), service));
+            // Mapped, not awaited in an async block: that would hold the connection's future
+            // twice, as the block's capture and as what it awaits (1.2 KB more per connection).
+            Some(Box::pin(futures_util::FutureExt::map(served, |r| {
+                if let Err(e) = r {
+                    debug!(error = %e, "HTTP/2 connection ended with an error");
+                }
+            })))
+        } else {
+            Some(Box::pin(http1(
+                sealed::TlsIo::Rustls(Box::new(stream)),
+                st,
+                conn,
+                router,
+                http,
+                watcher,
+            )))
         }
     }
 }
@@ -480,6 +532,31 @@ fn service(
     hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         req.extensions_mut().insert(Arc::clone(&conn));
         router.clone().call(req)
+    })
+}
+
+/// [`service`] for an HTTP/2 connection, whose every stream is a task of its own holding the
+/// service's future next to the response body's pipe: boxed, the future costs a stream a pointer
+/// instead of axum's routing state (the request inline: 256 B of the task's 512) for as long as
+/// its watch streams.
+fn h2_service(
+    router: Router,
+    conn: Arc<ConnInfo>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = futures_util::future::BoxFuture<
+        'static,
+        Result<axum::response::Response, std::convert::Infallible>,
+    >,
+> + Clone
++ Send
++ 'static {
+    let inner = service(router, conn);
+    hyper::service::service_fn(move |req| {
+        Box::pin(hyper::service::Service::call(&inner, req))
+            as futures_util::future::BoxFuture<'static, _>
     })
 }
 
