@@ -486,8 +486,12 @@ fn table_frame_without_age(f: &[u8]) -> Option<(Value, Vec<i64>)> {
     let mut secs = Vec::new();
     if let Some(cells) = v["object"]["rows"][0]["cells"].as_array_mut() {
         for i in ages {
-            if let Some(c) = cells.get_mut(i) {
-                secs.push(c.as_str().and_then(age_seconds)?);
+            // A cell that is not a duration (a CronJob's Last Schedule is `<none>` until its
+            // first run) stays in the frame, compared exactly.
+            if let Some(c) = cells.get_mut(i)
+                && let Some(n) = c.as_str().and_then(age_seconds)
+            {
+                secs.push(n);
                 *c = Value::Null;
             }
         }
