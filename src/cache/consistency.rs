@@ -99,7 +99,7 @@ pub struct Compared {
     pub ghosts: u64,
     /// Upstream values the cache skips as it does when following (undecodable): no difference.
     pub skipped: u64,
-    /// The first differences, in key order, at most [`SAMPLES`].
+    /// The first differences, in key order, at most five.
     pub samples: Vec<Difference>,
 }
 

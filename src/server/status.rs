@@ -226,7 +226,7 @@ impl ApiError {
         &self.0.message
     }
 
-    /// The `Status` object as JSON (see [`Status::json`]).
+    /// The `Status` object as JSON (as `wire::status` writes it).
     pub fn status_json(&self) -> Bytes {
         self.0.json()
     }
