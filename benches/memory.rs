@@ -1,42 +1,15 @@
 //! Memory: bytes per idle watcher (routed and unrouted) and bytes per cached object beyond its JSON,
 //! measured with a counting global allocator. Run with `cargo bench --bench memory`.
 
+mod counting;
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
-
+use counting::live;
 use futures_util::FutureExt;
 use watchcache::{Cache, CacheConfig, ResourceDef, ResourceVersion, Selection, WatchOptions};
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        unsafe { System.realloc(p, l, new) }
-    }
-}
-
-#[global_allocator]
-static A: Counting = Counting;
-
 /// Builds watcher i's selection.
 type SelectionFor = fn(usize) -> Selection;
-
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
 
 fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` runs this too, so keep it small there.
