@@ -201,7 +201,7 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
         stack.etcd_pid(),
         Some(std::process::id()),
     );
-    let load_before = load_average();
+    let load_before = procstat::load_average();
     let (server0, etcd0, me0) = (cpu(server_pid), cpu(etcd_pid), cpu(me));
     let healed = partition.heal();
     let healed_us = pods::now_us();
@@ -212,21 +212,9 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
     let done = Instant::now();
     let server_caught = cpu(server_pid);
 
-    // Delivery ends when nothing has arrived for a second (the expected count is only known from
-    // etcd's history, and reading it loads etcd and this process).
-    let deadline = Instant::now() + cfg.grace;
-    let mut last = (counters.received.load(Ordering::Relaxed), Instant::now());
-    while Instant::now() < deadline {
-        let got = counters.received.load(Ordering::Relaxed);
-        if got != last.0 {
-            last = (got, Instant::now());
-        } else if last.1.elapsed() > Duration::from_secs(1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    load::until_quiet(&counters.received, cfg.grace, None).await;
     let (server1, etcd1, me1) = (cpu(server_pid), cpu(etcd_pid), cpu(me));
-    let load_after = load_average();
+    let load_after = procstat::load_average();
     let server_rss_bytes = server_pid.and_then(procstat::rss_bytes);
 
     let history = verify::history_with(&stack.client, start_rev, end_rev, &codec).await?;
@@ -461,15 +449,6 @@ async fn caught_up(stack: &Stack, url: &str, rev: u64, grace: Duration) -> Resul
 }
 
 /// The machine's 1-minute load average.
-fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// The report as a table.
 pub fn table(r: &CatchupReport) -> String {
     let opt = |v: Option<f64>, d: usize| v.map_or("-".to_owned(), |v| format!("{v:.d$}"));

@@ -39,6 +39,26 @@ pub struct Counters {
     pub received: AtomicU64,
 }
 
+/// Waits until `received` has not moved for a second, or until `grace` has passed. What each
+/// watcher must see is only known from etcd's history, and reading it loads etcd and this
+/// process, so delivery is taken to have ended when it goes quiet. `bar` shows the count.
+pub async fn until_quiet(received: &AtomicU64, grace: Duration, bar: Option<&ProgressBar>) {
+    let deadline = Instant::now() + grace;
+    let mut last = (received.load(Ordering::Relaxed), Instant::now());
+    while Instant::now() < deadline {
+        let got = received.load(Ordering::Relaxed);
+        if let Some(b) = bar {
+            b.set_position(got);
+        }
+        if got != last.0 {
+            last = (got, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn pod_id(name: &[u8]) -> Option<u32> {
     std::str::from_utf8(name.strip_prefix(b"pod-")?)
         .ok()?

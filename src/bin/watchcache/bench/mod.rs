@@ -356,21 +356,8 @@ async fn churn(cfg: &BenchConfig, stack: &Stack, w: &Watchers, start_rev: u64) -
     b.finish_and_clear();
     let etcd_watchers = stack::etcd_watch_count(&stack.endpoints[0]).await;
     let end_rev = sent.keys().copied().max().unwrap_or(start_rev);
-    // What each watcher must see is only known from etcd's history, and reading it loads etcd; so
-    // delivery ends when nothing has arrived for a second, or at the grace deadline.
     let b = bar(cfg.progress, sent.len() as u64, "delivering");
-    let deadline = Instant::now() + cfg.delivery_grace;
-    let mut last = (w.counters.received.load(Ordering::Relaxed), Instant::now());
-    while Instant::now() < deadline {
-        let got = w.counters.received.load(Ordering::Relaxed);
-        b.set_position(got);
-        if got != last.0 {
-            last = (got, Instant::now());
-        } else if last.1.elapsed() > Duration::from_secs(1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    load::until_quiet(&w.counters.received, cfg.delivery_grace, Some(&b)).await;
     b.finish_and_clear();
     let spent = |before: Option<f64>, pid| before.zip(cpu(pid)).map(|(a, b)| b - a);
     Churned {

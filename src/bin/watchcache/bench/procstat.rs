@@ -1,4 +1,4 @@
-//! Resident memory and CPU time of a process, from `/proc`.
+//! Resident memory and CPU time of a process, and the machine's load, from `/proc`.
 
 /// Clock ticks per second of `/proc/<pid>/stat` times (`getconf CLK_TCK`; 100 on Linux).
 const TICKS_PER_SEC: f64 = 100.0;
@@ -26,6 +26,16 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let utime: f64 = fields.get(11)?.parse().ok()?;
     let stime: f64 = fields.get(12)?.parse().ok()?;
     Some((utime + stime) / TICKS_PER_SEC)
+}
+
+/// The machine's 1-minute load average, if it can be read.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]

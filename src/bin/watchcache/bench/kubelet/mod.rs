@@ -276,17 +276,7 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         .as_secs_f64()
         .min(began.elapsed().as_secs_f64());
     let lease_writes = leases.await.unwrap_or(0);
-    let deadline = Instant::now() + cfg.delivery_grace;
-    let mut last = (counters.received.load(Ordering::Relaxed), Instant::now());
-    while Instant::now() < deadline {
-        let got = counters.received.load(Ordering::Relaxed);
-        if got != last.0 {
-            last = (got, Instant::now());
-        } else if last.1.elapsed() > Duration::from_secs(1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    super::load::until_quiet(&counters.received, cfg.delivery_grace, None).await;
     let spent = |before: Option<f64>, pid| before.zip(cpu(pid)).map(|(a, b)| b - a);
     let server_cpu = spent(server0, Some(pid));
     let etcd_cpu = spent(etcd0, ctx.etcd_pid);
@@ -369,7 +359,7 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         etcd_cpu_s: etcd_cpu,
         etcd_rss_bytes: etcd_rss,
         client_cpu_s: client_cpu,
-        load_average: load_average(),
+        load_average: procstat::load_average(),
     };
     info!(
         side = side.name(),
@@ -385,15 +375,6 @@ fn bar_of(cfg: &KubeletConfig, len: u64, what: &str) -> indicatif::ProgressBar {
 }
 
 /// The machine's 1-minute load average, recorded with each figure.
-fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// Waits until the server has the seeded revision and the last node is authorized for each of
 /// its watches (kube-apiserver's Node authorizer learns pods from its own informer).
 async fn ready(ctx: &Ctx<'_>, admin: &Http, url: &str, rev: u64) -> Result<(), String> {
