@@ -24,6 +24,21 @@ impl Cause {
     pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         Cause(Arc::new(e))
     }
+
+    /// `e` as a cause, with the message of the error that carries it: `context: e`, or `e` alone
+    /// when the context is empty.
+    pub fn with_context(
+        context: impl fmt::Display,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> (String, Cause) {
+        let context = context.to_string();
+        let message = if context.is_empty() {
+            e.to_string()
+        } else {
+            format!("{context}: {e}")
+        };
+        (message, Cause::new(e))
+    }
 }
 
 // Deliberately not `std::error::Error` itself: thiserror's `#[source]` then reaches the original
@@ -194,9 +209,10 @@ impl Error {
 
     /// A 400 whose message is a parse error's text, keeping the error as its cause.
     pub(crate) fn bad_request_from(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        let (message, cause) = Cause::with_context("", e);
         Error::BadRequest {
-            message: e.to_string(),
-            cause: Some(Cause::new(e)),
+            message,
+            cause: Some(cause),
         }
     }
 
@@ -214,15 +230,10 @@ impl Error {
         context: impl fmt::Display,
         e: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        let context = context.to_string();
-        let message = if context.is_empty() {
-            e.to_string()
-        } else {
-            format!("{context}: {e}")
-        };
+        let (message, cause) = Cause::with_context(context, e);
         Error::Upstream {
             message,
-            cause: Some(Cause::new(e)),
+            cause: Some(cause),
         }
     }
 }

@@ -80,14 +80,16 @@ impl WriteError {
         }
     }
 
-    /// An upstream failure caused by `e`; the message is `context: e`.
+    /// An upstream failure caused by `e`; the message is `context: e`, or `e` alone when the
+    /// context is empty.
     pub fn upstream_from(
         context: impl std::fmt::Display,
         e: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
+        let (message, cause) = Cause::with_context(context, e);
         WriteError::Upstream {
-            message: format!("{context}: {e}"),
-            cause: Some(Cause::new(e)),
+            message,
+            cause: Some(cause),
         }
     }
 }

@@ -69,9 +69,10 @@ impl RestError {
         context: impl std::fmt::Display,
         e: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
+        let (message, cause) = Cause::with_context(context, e);
         RestError::Transport {
-            message: format!("{context}: {e}"),
-            cause: Some(Cause::new(e)),
+            message,
+            cause: Some(cause),
         }
     }
 
@@ -86,9 +87,10 @@ impl RestError {
         context: impl std::fmt::Display,
         e: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
+        let (message, cause) = Cause::with_context(context, e);
         RestError::Malformed {
-            message: format!("{context}: {e}"),
-            cause: Some(Cause::new(e)),
+            message,
+            cause: Some(cause),
         }
     }
 

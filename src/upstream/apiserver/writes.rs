@@ -11,7 +11,6 @@ use http::{Method, StatusCode};
 use serde_json::Value;
 
 use crate::cache::BoxFuture;
-use crate::error::Cause;
 use crate::model::ResourceDef;
 use crate::upstream::apiserver::rest::{Rest, RestError, collection_path, parse_rv, status_error};
 use crate::upstream::{Stored, WriteError, Writes};
@@ -75,10 +74,7 @@ fn upstream(e: RestError) -> WriteError {
         RestError::Timeout(_) => WriteError::Timeout,
         RestError::Status { code: 504, .. } => WriteError::Timeout,
         RestError::Status { code: 413, .. } => WriteError::TooLarge,
-        other => WriteError::Upstream {
-            message: other.to_string(),
-            cause: Some(Cause::new(other)),
-        },
+        other => WriteError::upstream_from("", other),
     }
 }
 
@@ -107,10 +103,7 @@ fn rv_of(body: &[u8]) -> Result<u64, WriteError> {
         .ok_or_else(|| {
             WriteError::upstream("the API server's answer has no metadata.resourceVersion")
         })?;
-    parse_rv(s).map_err(|e| WriteError::Upstream {
-        message: e.to_string(),
-        cause: Some(Cause::new(e)),
-    })
+    parse_rv(s).map_err(|e| WriteError::upstream_from("", e))
 }
 
 /// `value` with `metadata.resourceVersion` set to `rv`: the API server's optimistic concurrency.

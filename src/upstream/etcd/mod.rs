@@ -132,9 +132,12 @@ impl EtcdTls {
     /// [`EtcdError::Tls`] when a file cannot be read, or a certificate comes without its key.
     pub fn options(&self) -> Result<TlsOptions, EtcdError> {
         let read = |p: &PathBuf| {
-            std::fs::read(p).map_err(|e| EtcdError::Tls {
-                message: format!("{}: {e}", p.display()),
-                cause: Some(Cause::new(e)),
+            std::fs::read(p).map_err(|e| {
+                let (message, cause) = Cause::with_context(p.display(), e);
+                EtcdError::Tls {
+                    message,
+                    cause: Some(cause),
+                }
             })
         };
         let mut tls = TlsOptions::new();
