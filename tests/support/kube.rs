@@ -37,20 +37,25 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs `scripts/k8s-peers` once per test process: it builds what is missing or stale and
-/// returns at once when everything is there.
-fn build_peers() {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
+/// Runs `scripts/k8s-peers ARGS` once per test process (`once` per step): it builds what is
+/// missing or stale and returns at once when everything is there.
+fn run_peers(once: &'static OnceLock<()>, args: &[&str]) {
+    once.get_or_init(|| {
         let status = Command::new(root().join("scripts/k8s-peers"))
+            .args(args)
             .stdin(Stdio::null())
             .status()
             .expect("run scripts/k8s-peers (needs Go 1.26)");
         assert!(
             status.success(),
-            "scripts/k8s-peers failed ({status}): the Kubernetes peers could not be built"
+            "scripts/k8s-peers {args:?} failed ({status}): the peers could not be built"
         );
     });
+}
+
+fn build_peers() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    run_peers(&BUILT, &[]);
 }
 
 /// A Kubernetes binary of [`K8S_VERSION`] (`kube-apiserver`, `kube-controller-manager`,
@@ -70,17 +75,7 @@ pub fn k8s_bin(name: &str) -> PathBuf {
 /// `scripts/k8s-peers clientgo` (that step only: the program needs no Kubernetes peer).
 pub fn clientgo_shards_bin() -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let status = Command::new(root().join("scripts/k8s-peers"))
-            .arg("clientgo")
-            .stdin(Stdio::null())
-            .status()
-            .expect("run scripts/k8s-peers clientgo (needs Go 1.26)");
-        assert!(
-            status.success(),
-            "scripts/k8s-peers clientgo failed ({status}): wc-shards could not be built"
-        );
-    });
+    run_peers(&BUILT, &["clientgo"]);
     let gomod = std::fs::read_to_string(root().join("tests/clientgo-shards/go.mod")).unwrap();
     let version = gomod
         .lines()
