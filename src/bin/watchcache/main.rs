@@ -79,6 +79,10 @@ struct BenchArgs {
     /// them).
     #[arg(long, value_enum, default_value_t = bench::pods::Storage::Protobuf)]
     storage: bench::pods::Storage,
+    /// `--model catchup`: what the server under test follows (`root`: it is a leaf of a root
+    /// watchcache on etcd, and the root replays the backlog from its history window).
+    #[arg(long, value_enum, default_value_t = bench::catchup::Follow::Etcd)]
+    follow: bench::catchup::Follow,
     /// `--model catchup`: distinct `app` labels; the label watchers (`--unrouted`) select
     /// `app=app-0`, `app=app-1`, ...
     #[arg(long, default_value_t = 100)]
@@ -686,6 +690,7 @@ async fn catchup(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         apps: args.apps,
         events: args.events,
         storage: args.storage,
+        follow: args.follow,
         server_binary: std::env::current_exe()?,
         etcd_data_dir: args.etcd_data_dir,
         grace: std::time::Duration::from_secs(120),

@@ -141,7 +141,7 @@ pub(crate) fn parse_rv(s: &str) -> Result<u64, RestError> {
         .map_err(|_| RestError::NonNumericResourceVersion(s.to_owned()))
 }
 
-/// What the follower reads of an object's metadata.
+/// What the follower reads of a bookmark's or a list's metadata.
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow)]
@@ -151,10 +151,6 @@ struct Envelope<'a> {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Meta<'a> {
-    #[serde(default, borrow)]
-    name: Cow<'a, str>,
-    #[serde(default, borrow)]
-    namespace: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     resource_version: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
@@ -172,11 +168,70 @@ pub(crate) struct Identity {
     pub rv: u64,
 }
 
+/// What identifies an object in its metadata.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IdMeta<'a> {
+    #[serde(default, borrow)]
+    name: Cow<'a, str>,
+    #[serde(default, borrow)]
+    namespace: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    resource_version: Option<Cow<'a, str>>,
+}
+
+/// A top-level member's name, as far as identity goes (no allocation for the others).
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
+enum TopMember {
+    Metadata,
+    #[serde(other)]
+    Other,
+}
+
+/// An object's metadata, read without reading past it. The cache decodes the whole object right
+/// after (spec and status: most of its bytes, validated there); reading them here as well made
+/// this the leaf's largest ingest cost after the decode itself.
+fn metadata_first(raw: &[u8]) -> Result<IdMeta<'_>, serde_json::Error> {
+    use serde::de::{Error as _, IgnoredAny, MapAccess, Visitor};
+    /// What the visitor returns to leave the map unread once metadata is found; serde_json then
+    /// fails the call, and the caller takes the metadata instead.
+    const FOUND: &str = "metadata found";
+    struct Visit<'de, 'r>(&'r mut Option<IdMeta<'de>>);
+    impl<'de> Visitor<'de> for Visit<'de, '_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(k) = map.next_key::<TopMember>()? {
+                match k {
+                    TopMember::Metadata => {
+                        *self.0 = Some(map.next_value()?);
+                        return Err(A::Error::custom(FOUND));
+                    }
+                    TopMember::Other => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut found = None;
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let read = serde::Deserializer::deserialize_map(&mut de, Visit(&mut found));
+    match (found, read) {
+        (Some(m), _) => Ok(m),
+        (None, Err(e)) => Err(e),
+        (None, Ok(())) => Err(serde_json::Error::missing_field("metadata")),
+    }
+}
+
 /// The key and resourceVersion of a raw object of `def`.
 pub(crate) fn identity(def: &ResourceDef, raw: &[u8]) -> Result<Identity, RestError> {
-    let env: Envelope = serde_json::from_slice(raw)
-        .map_err(|e| RestError::malformed_from("an object's metadata", e))?;
-    let m = env.metadata;
+    let m =
+        metadata_first(raw).map_err(|e| RestError::malformed_from("an object's metadata", e))?;
     if m.name.is_empty() {
         return Err(RestError::malformed("an object without metadata.name"));
     }
@@ -445,7 +500,7 @@ impl Rest {
         }
         Ok(WatchLines {
             body: res.into_body(),
-            buf: BytesMut::new(),
+            lines: LineBuf::default(),
             ended: false,
         })
     }
@@ -471,8 +526,45 @@ pub(crate) fn collection_path(def: &ResourceDef, namespace: Option<&str>) -> Str
 /// A watch response body, cut into lines.
 pub(crate) struct WatchLines {
     body: Body,
-    buf: BytesMut,
+    lines: LineBuf,
     ended: bool,
+}
+
+/// Bytes cut into lines as they arrive.
+#[derive(Default)]
+struct LineBuf {
+    buf: BytesMut,
+    /// How much of `buf` is known to hold no newline (the start of a line still arriving), so a
+    /// long line is scanned once, not once per chunk.
+    scanned: usize,
+}
+
+impl LineBuf {
+    fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// Moves every complete non-blank line (without its newline) to `out`; at the end of the
+    /// stream (`ended`), the rest too.
+    fn take(&mut self, out: &mut Vec<Bytes>, ended: bool) {
+        while let Some(i) = memchr::memchr(b'\n', &self.buf[self.scanned..]) {
+            let i = self.scanned + i;
+            self.scanned = 0;
+            let mut line = self.buf.split_to(i + 1).freeze();
+            line.truncate(i);
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                out.push(line);
+            }
+        }
+        self.scanned = self.buf.len();
+        if ended && !self.buf.iter().all(u8::is_ascii_whitespace) {
+            out.push(self.buf.split().freeze());
+        }
+        if ended {
+            self.buf.clear();
+            self.scanned = 0;
+        }
+    }
 }
 
 impl WatchLines {
@@ -498,7 +590,7 @@ impl WatchLines {
                 None => self.ended = true,
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        self.buf.extend_from_slice(&data);
+                        self.lines.push(&data);
                     }
                 }
                 Some(Err(e)) => return Err(RestError::transport("watch", e)),
@@ -507,22 +599,68 @@ impl WatchLines {
     }
 
     fn take_lines(&mut self, out: &mut Vec<Bytes>) {
-        while let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
-            let mut line = self.buf.split_to(i + 1).freeze();
-            line.truncate(i);
-            if !line.iter().all(u8::is_ascii_whitespace) {
-                out.push(line);
-            }
-        }
-        if self.ended && !self.buf.is_empty() && !self.buf.iter().all(u8::is_ascii_whitespace) {
-            out.push(self.buf.split().freeze());
-        }
+        self.lines.take(out, self.ended);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identity_reads_metadata_wherever_it_is_and_nothing_after_it() {
+        let d = pods();
+        let id = identity(
+            &d,
+            br#"{"kind":"Pod","metadata":{"name":"a","namespace":"n\u0073","resourceVersion":"7","labels":{"x":"y"}},"spec":{}}"#,
+        )
+        .unwrap();
+        assert_eq!((id.key.as_str(), id.rv), ("/registry/pods/ns/a", 7));
+        // Members before metadata are skipped, escapes and all; what follows it is not read
+        // here (the cache's decode validates the whole object).
+        let id = identity(
+            &d,
+            br#"{"spec":{"s":"\"}{"},"metadata":{"name":"b","namespace":"ns","resourceVersion":"8"},"status":"#,
+        )
+        .unwrap();
+        assert_eq!((id.key.as_str(), id.rv), ("/registry/pods/ns/b", 8));
+        for bad in [
+            &br#"{"kind":"Pod"}"#[..],
+            br#"{"metadata":{"name":"a","resourceVersion":"7""#,
+            br#"{"spec":{"#,
+            br#"[1]"#,
+        ] {
+            assert!(
+                identity(&d, bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let no_rv = identity(&d, br#"{"metadata":{"name":"a","namespace":"ns"}}"#).unwrap_err();
+        assert!(
+            no_rv.to_string().contains("no metadata.resourceVersion"),
+            "{no_rv}"
+        );
+    }
+
+    #[test]
+    fn lines_are_cut_across_chunks_and_blank_ones_dropped() {
+        let mut b = LineBuf::default();
+        let mut out = Vec::new();
+        b.push(b"{\"a\":1}\n{\"b\":");
+        b.take(&mut out, false);
+        assert_eq!(out, [Bytes::from_static(b"{\"a\":1}")]);
+        // The partial line is not scanned again from its start, and still found whole.
+        assert_eq!(b.scanned, 5);
+        b.push(b"2}\n\n  \n{\"c\"");
+        b.take(&mut out, false);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1], Bytes::from_static(b"{\"b\":2}"));
+        b.push(b":3}");
+        b.take(&mut out, true);
+        assert_eq!(out[2], Bytes::from_static(b"{\"c\":3}"));
+        assert_eq!((b.buf.len(), b.scanned), (0, 0));
+    }
 
     fn pods() -> ResourceDef {
         ResourceDef::builtin("pods").unwrap()

@@ -13,6 +13,16 @@
 //! reported too. Every watcher's stream is then checked against etcd's history (exactly once,
 //! in order, none lost).
 //!
+//! What the server under test follows (`--follow`):
+//! - `etcd`: etcd replays the backlog, paced by etcd (at most 1 000 revisions per 100 ms for a
+//!   watch that starts in the past), so the figure is etcd's;
+//! - `root`: a root watchcache on etcd ingests the backlog live while the link to its leaf (the
+//!   server under test, `--upstream-kubeconfig`) is cut, then replays it from its history window
+//!   at the leaf's pace;
+//! - `root-embedded`: the same, the leaf embedded in the bench's process as a library (what a
+//!   controller embedding watchcache runs), its watchers in-process streams: the cache's ingest
+//!   without 10 000 sockets' worth of HTTP delivery on the same two cores.
+//!
 //! A fresh cache reading a long history was not chosen: a fresh cache lists the current state and
 //! watches from there, so it never reads history event by event, and a LIST is not what a
 //! follower does per event.
@@ -32,9 +42,28 @@ use super::partition::Partition;
 use super::pods::{self, Codec, Storage};
 use super::stack::{self, Stack};
 use super::{BenchConfig, Mode, bar, procstat, verify, watchers};
+use watchcache::{
+    Cache, CacheConfig, ResourceDef, ResourceVersion, Selection, WatchOptions, apiserver,
+};
 
 /// Writes in flight while the backlog is written (etcd batches them into its commits).
 const IN_FLIGHT: usize = 256;
+
+/// What the server under test follows, through the partition proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Follow {
+    /// etcd: etcd replays the backlog from its history, paced by etcd (a watch that starts in
+    /// the past gets at most 1 000 revisions per 100 ms).
+    Etcd,
+    /// A root watchcache on etcd: the server under test is a leaf (`--upstream-kubeconfig`), and
+    /// the root, which ingested the backlog live, replays it from its history window.
+    Root,
+    /// A root watchcache, followed by a leaf embedded in the bench's process as a library (what a
+    /// controller embedding watchcache runs), its watchers in-process streams: the cache's ingest
+    /// without the HTTP delivery to 10 000 sockets on the same two cores.
+    RootEmbedded,
+}
 
 /// A catch-up run's parameters.
 #[derive(Debug, Clone)]
@@ -53,6 +82,8 @@ pub struct CatchupConfig {
     pub events: usize,
     /// How the pods are stored in etcd.
     pub storage: Storage,
+    /// What the server under test follows.
+    pub follow: Follow,
     /// The watchcache binary to start the server from.
     pub server_binary: std::path::PathBuf,
     /// Where the local etcd keeps its data; default: the system temp dir.
@@ -66,6 +97,7 @@ pub struct CatchupConfig {
 /// What a catch-up run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct CatchupReport {
+    pub follow: Follow,
     pub storage: Storage,
     pub events: u64,
     pub pods: usize,
@@ -91,6 +123,8 @@ pub struct CatchupReport {
     /// This process (watchers' clients, the proxy) over the same span as the delivery figure.
     pub client_cpu_s: Option<f64>,
     pub etcd_cpu_s: Option<f64>,
+    /// The root's CPU from the heal to the end of delivery, when the server is a leaf.
+    pub root_cpu_s: Option<f64>,
     pub server_rss_bytes: Option<u64>,
     pub delivered: u64,
     pub lost: u64,
@@ -132,25 +166,61 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
         samples: None,
         burst: 0,
     };
-    let partition: Arc<Mutex<Option<Partition>>> = Arc::default();
-    let stack = Stack::start_fronted(&bench, Mode::Cache, |etcd| {
-        let p = Partition::start(etcd)?;
-        let url = p.url.clone();
-        *partition.lock() = Some(p);
-        Ok(url)
-    })
-    .await?;
-    let partition = partition
-        .lock()
-        .take()
-        .ok_or("the partition proxy was not started")?;
-    let url = stack.server_url.clone().ok_or("no server")?;
+    let (stack, partition, under_test) = match cfg.follow {
+        Follow::Etcd => {
+            let partition: Arc<Mutex<Option<Partition>>> = Arc::default();
+            let stack = Stack::start_fronted(&bench, Mode::Cache, |etcd| {
+                let p = Partition::start(etcd)?;
+                let url = p.url.clone();
+                *partition.lock() = Some(p);
+                Ok(url)
+            })
+            .await?;
+            let partition = partition
+                .lock()
+                .take()
+                .ok_or("the partition proxy was not started")?;
+            let url = stack.server_url.clone().ok_or("no server")?;
+            (stack, partition, UnderTest::Http { url, leaf: None })
+        }
+        Follow::Root | Follow::RootEmbedded => {
+            let stack = Stack::start(&bench, Mode::Cache).await?;
+            let root = stack.server_url.clone().ok_or("no root server")?;
+            let partition = Partition::start(&root)?;
+            let rev = stack::current_revision(&stack.client).await?;
+            let under_test = if cfg.follow == Follow::Root {
+                let (url, leaf) = stack.start_leaf(&bench, &partition.url, rev).await?;
+                UnderTest::Http {
+                    url,
+                    leaf: Some(leaf),
+                }
+            } else {
+                let kubeconfig = stack.leaf_kubeconfig(&partition.url)?;
+                let client = apiserver::client_from_kubeconfig(&kubeconfig, None)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let pods = ResourceDef::builtin("pods").ok_or("no built-in pods")?;
+                let caches = apiserver::ApiServerCaches::connect(
+                    client,
+                    apiserver::ApiServerConfig::default(),
+                    vec![pods],
+                    CacheConfig::default(),
+                )
+                .map_err(|e| e.to_string())?;
+                let cache = caches.cache("pods").ok_or("no pods cache")?.clone();
+                let t = UnderTest::Embedded { caches, cache };
+                t.reached(&stack, rev, cfg.grace).await?;
+                t
+            };
+            (stack, partition, under_test)
+        }
+    };
     let codec = Arc::new(Codec::new()?);
 
     let b = bar(cfg.progress, cfg.pods as u64, "seeding");
     let start_rev = seed(&cfg, &stack.client, &codec, &b).await?;
     b.finish_and_clear();
-    stack::wait_for_revision(&stack.http_client(), &url, start_rev).await?;
+    under_test.reached(&stack, start_rev, cfg.grace).await?;
     info!(pods = cfg.pods, revision = start_rev, "seeded");
 
     let total = cfg.watchers + cfg.label_watchers;
@@ -160,19 +230,40 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
     let http = stack.http_client();
     let b = bar(cfg.progress, total as u64, "watchers");
     let tasks = watchers::open_watchers(total, &counters, &b, |i| {
-        let selector = if i < cfg.watchers {
-            format!("fieldSelector=spec.nodeName%3Dnode-{i}")
-        } else {
-            format!("labelSelector=app%3Dapp-{}", i - cfg.watchers)
-        };
-        let u = format!("{url}/api/v1/pods?watch=1&resourceVersion={start_rev}&{selector}");
-        tokio::spawn(load::http_watcher(
-            http.clone(),
-            u,
+        let (rec, counters, stop) = (
             Arc::clone(&recorders[i]),
             Arc::clone(&counters),
             stop_rx.clone(),
-        ))
+        );
+        let (field, label) = if i < cfg.watchers {
+            (format!("spec.nodeName=node-{i}"), String::new())
+        } else {
+            (String::new(), format!("app=app-{}", i - cfg.watchers))
+        };
+        match &under_test {
+            UnderTest::Http { url, .. } => {
+                let encode = |s: &str| s.replace('=', "%3D");
+                let u = format!(
+                    "{url}/api/v1/pods?watch=1&resourceVersion={start_rev}\
+                     &fieldSelector={}&labelSelector={}",
+                    encode(&field),
+                    encode(&label)
+                );
+                tokio::spawn(load::http_watcher(http.clone(), u, rec, counters, stop))
+            }
+            UnderTest::Embedded { cache, .. } => {
+                let selection = Selection::parse(None, &field, &label)
+                    .unwrap_or_else(|e| unreachable!("the bench's selectors parse: {e}"));
+                let opts = WatchOptions::new(selection, ResourceVersion::At(start_rev));
+                tokio::spawn(load::embedded_watcher(
+                    cache.clone(),
+                    opts,
+                    rec,
+                    counters,
+                    stop,
+                ))
+            }
+        }
     })
     .await;
     b.finish_and_clear();
@@ -196,24 +287,28 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
     );
 
     let cpu = |pid: Option<u32>| pid.and_then(procstat::cpu_seconds);
-    let (server_pid, etcd_pid, me) = (
-        stack.server_pid(),
-        stack.etcd_pid(),
-        Some(std::process::id()),
-    );
+    // The server under test is the leaf when there is one; the root is then reported apart. An
+    // embedded leaf is this process: its CPU is the server's, with its watchers and the proxy.
+    let me = Some(std::process::id());
+    let (server_pid, root_pid, me) = match &under_test {
+        UnderTest::Http { leaf: Some(p), .. } => (Some(p.0.id()), stack.server_pid(), me),
+        UnderTest::Http { leaf: None, .. } => (stack.server_pid(), None, me),
+        UnderTest::Embedded { .. } => (me, stack.server_pid(), None),
+    };
+    let etcd_pid = stack.etcd_pid();
     let load_before = procstat::load_average();
-    let (server0, etcd0, me0) = (cpu(server_pid), cpu(etcd_pid), cpu(me));
+    let (server0, etcd0, me0, root0) = (cpu(server_pid), cpu(etcd_pid), cpu(me), cpu(root_pid));
     let healed = partition.heal();
     let healed_us = pods::now_us();
-    caught_up(&stack, &url, start_rev + 1, cfg.grace).await?;
+    under_test.reached(&stack, start_rev + 1, cfg.grace).await?;
     let first = Instant::now();
     let server_first = cpu(server_pid);
-    caught_up(&stack, &url, end_rev, cfg.grace).await?;
+    under_test.reached(&stack, end_rev, cfg.grace).await?;
     let done = Instant::now();
     let server_caught = cpu(server_pid);
 
     load::until_quiet(&counters.received, cfg.grace, None).await;
-    let (server1, etcd1, me1) = (cpu(server_pid), cpu(etcd_pid), cpu(me));
+    let (server1, etcd1, me1, root1) = (cpu(server_pid), cpu(etcd_pid), cpu(me), cpu(root_pid));
     let load_after = procstat::load_average();
     let server_rss_bytes = server_pid.and_then(procstat::rss_bytes);
 
@@ -245,6 +340,7 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
         errors += rec.errors.load(Ordering::Relaxed);
     }
     drop(partition);
+    drop(under_test);
     drop(stack);
 
     let events = written.events;
@@ -252,6 +348,7 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
     let ingest_s = done.duration_since(first).as_secs_f64();
     let spent = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
     Ok(CatchupReport {
+        follow: cfg.follow,
         storage: cfg.storage,
         events,
         pods: cfg.pods,
@@ -270,6 +367,7 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
         server_cpu_delivery_s: spent(server0, server1),
         client_cpu_s: spent(me0, me1),
         etcd_cpu_s: spent(etcd0, etcd1),
+        root_cpu_s: spent(root0, root1),
         server_rss_bytes,
         delivered: tally.delivered,
         lost: tally.lost,
@@ -429,23 +527,55 @@ async fn backlog(
     })
 }
 
-/// Waits until the cache's resourceVersion is at least `rev`: a LIST of one item not older than
-/// `rev`, asked again every 2 ms until it is served.
-async fn caught_up(stack: &Stack, url: &str, rev: u64, grace: Duration) -> Result<(), String> {
-    let http = stack.http_client();
-    let probe = format!(
-        "{url}/api/v1/pods?resourceVersion={rev}&resourceVersionMatch=NotOlderThan&limit=1"
-    );
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if http.text(&probe).await.is_ok() {
-            return Ok(());
+/// The server under test.
+enum UnderTest {
+    /// A server process reached over HTTP: etcd's follower (the stack's server), or a leaf
+    /// following the root (its process, stopped on drop).
+    Http {
+        url: String,
+        leaf: Option<stack::ServerProcess>,
+    },
+    /// A leaf cache embedded in this process, following the root: what a controller that embeds
+    /// the library runs, its watchers in-process streams.
+    Embedded {
+        /// Kept for its follower tasks, which stop on drop.
+        #[allow(dead_code)]
+        caches: apiserver::ApiServerCaches,
+        cache: Cache,
+    },
+}
+
+impl UnderTest {
+    /// Waits until the cache's resourceVersion is at least `rev`, looking every 2 ms (1 ms
+    /// embedded): over HTTP a LIST of one item not older than `rev`.
+    async fn reached(&self, stack: &Stack, rev: u64, grace: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + grace;
+        match self {
+            UnderTest::Http { url, .. } => {
+                let http = stack.http_client();
+                let probe = format!(
+                    "{url}/api/v1/pods?resourceVersion={rev}&resourceVersionMatch=NotOlderThan&limit=1"
+                );
+                while Instant::now() < deadline {
+                    if http.text(&probe).await.is_ok() {
+                        return Ok(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+            UnderTest::Embedded { cache, .. } => {
+                while Instant::now() < deadline {
+                    if cache.resource_version() >= rev {
+                        return Ok(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        Err(format!(
+            "the cache did not reach revision {rev} within {grace:?}"
+        ))
     }
-    Err(format!(
-        "the cache did not reach revision {rev} within {grace:?} of the heal"
-    ))
 }
 
 /// The machine's 1-minute load average.
@@ -453,7 +583,16 @@ async fn caught_up(stack: &Stack, url: &str, rev: u64, grace: Duration) -> Resul
 pub fn table(r: &CatchupReport) -> String {
     let opt = |v: Option<f64>, d: usize| v.map_or("-".to_owned(), |v| format!("{v:.d$}"));
     let rows = [
-        ("storage", format!("{:?}", r.storage).to_lowercase()),
+        (
+            "follows, storage",
+            format!(
+                "{}, {:?}",
+                clap::ValueEnum::to_possible_value(&r.follow)
+                    .map_or_else(String::new, |v| v.get_name().to_owned()),
+                r.storage
+            )
+            .to_lowercase(),
+        ),
         (
             "pods, watchers (node / label), connected",
             format!(
@@ -490,8 +629,13 @@ pub fn table(r: &CatchupReport) -> String {
             ),
         ),
         (
-            "bench CPU s (clients, proxy), etcd CPU s",
-            format!("{}, {}", opt(r.client_cpu_s, 2), opt(r.etcd_cpu_s, 2)),
+            "bench CPU s (clients, proxy), etcd CPU s, root CPU s",
+            format!(
+                "{}, {}, {}",
+                opt(r.client_cpu_s, 2),
+                opt(r.etcd_cpu_s, 2),
+                opt(r.root_cpu_s, 2)
+            ),
         ),
         (
             "server RSS MiB",

@@ -131,6 +131,48 @@ pub async fn http_watcher(
     }
 }
 
+/// A watcher of a cache in this process (a controller embedding the library): the same record as
+/// [`http_watcher`]'s, taken from the cache's own watch stream.
+pub async fn embedded_watcher(
+    cache: watchcache::Cache,
+    opts: watchcache::WatchOptions,
+    rec: Arc<Recorder>,
+    counters: Arc<Counters>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let Ok(mut stream) = cache.watch(opts).await else {
+        counters.failed.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    counters.connected.fetch_add(1, Ordering::Relaxed);
+    loop {
+        let ev = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            ev = stream.next() => ev,
+        };
+        let Some(Ok(ev)) = ev else {
+            rec.errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if ev.kind() == watchcache::EventType::Bookmark {
+            continue;
+        }
+        match ev.object().and_then(|o| pod_id(o.name().as_bytes())) {
+            Some(id) => {
+                rec.events.lock().push(Received {
+                    rev: ev.resource_version(),
+                    id,
+                    at_us: pods::now_us(),
+                });
+                counters.received.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                rec.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 /// The world before the cache: each watcher has its own etcd watch on the whole pods prefix and
 /// filters on the client.
 pub async fn etcd_watcher(

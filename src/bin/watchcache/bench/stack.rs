@@ -108,6 +108,60 @@ impl Stack {
     pub fn etcd_pid(&self) -> Option<u32> {
         self.local.as_ref().and_then(LocalEtcd::pid)
     }
+
+    /// Starts a leaf: a watchcache server following `upstream` (this stack's server, or a proxy in
+    /// front of it) as a Kubernetes API server, over plain HTTP and anonymously, as
+    /// `scripts/bench-tree` runs one. Returns once the leaf's pods cache has reached `rev`.
+    pub async fn start_leaf(
+        &self,
+        cfg: &BenchConfig,
+        upstream: &str,
+        rev: u64,
+    ) -> Result<(String, ServerProcess), String> {
+        let kubeconfig = self.leaf_kubeconfig(upstream)?;
+        let port = free_port().map_err(|e| e.to_string())?;
+        let url = format!("http://127.0.0.1:{port}");
+        let child = Command::new(&cfg.server_binary)
+            .arg("serve")
+            .arg("--upstream-kubeconfig")
+            .arg(&kubeconfig)
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--resources",
+                "pods",
+            ])
+            .args([
+                "--max-watchers",
+                &(2 * (cfg.watchers + cfg.unrouted) + 100).to_string(),
+            ])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", cfg.server_binary.display()))?;
+        let leaf = ServerProcess(child);
+        wait_for_revision(&self.plain, &url, rev).await?;
+        Ok((url, leaf))
+    }
+
+    /// A kubeconfig for `upstream` over plain HTTP, anonymous, in the stack's directory.
+    pub fn leaf_kubeconfig(&self, upstream: &str) -> Result<PathBuf, String> {
+        let kubeconfig = self.dir.join("leaf.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\n\
+                 clusters: [{{name: root, cluster: {{server: \"{upstream}\"}}}}]\n\
+                 users: [{{name: anonymous, user: {{}}}}]\n\
+                 contexts: [{{name: root, context: {{cluster: root, user: anonymous}}}}]\n\
+                 current-context: root\n"
+            ),
+        )
+        .map_err(|e| format!("{}: {e}", kubeconfig.display()))?;
+        Ok(kubeconfig)
+    }
 }
 
 impl Drop for Stack {
