@@ -212,17 +212,24 @@ fn the_kubelet_model_runs_at_smoke_size() {
     }
 }
 
-/// `--model catchup` at smoke size, both storages: the backlog written while the cache is cut off
-/// from etcd reaches every watcher exactly once, in order, and the report has its figures.
+/// `--model catchup` at smoke size, both storages, and with each upstream: the backlog written while
+/// the cache is cut off from etcd (or a leaf from its root) reaches every watcher exactly once, in
+/// order, and the report has its figures.
 #[test]
 fn the_catchup_model_runs_at_smoke_size() {
-    for storage in ["protobuf", "json"] {
+    for (storage, follow) in [
+        ("protobuf", "etcd"),
+        ("json", "etcd"),
+        ("protobuf", "root"),
+        ("json", "root-embedded"),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("report.json");
         let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
             .args(["bench", "--model", "catchup", "--nodes", "20", "--pods"])
             .args(["200", "--watchers", "20", "--unrouted", "3", "--apps", "5"])
-            .args(["--events", "2000", "--storage", storage, "--json"])
+            .args(["--events", "2000", "--storage", storage, "--follow", follow])
+            .arg("--json")
             .arg(&json)
             .output()
             .unwrap();
@@ -238,7 +245,10 @@ fn the_catchup_model_runs_at_smoke_size() {
         );
         let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         assert_eq!(r["storage"], storage, "{r}");
+        assert_eq!(r["follow"], follow, "{r}");
         assert_eq!(r["events"], 2000, "{r}");
+        // A leaf's root is measured apart; with etcd there is none.
+        assert_eq!(r["root_cpu_s"].is_number(), follow != "etcd", "{r}");
         assert_eq!(r["watchers_connected"], 23, "{r}");
         // 2 000 events over 20 nodes and 5 apps: every node watcher and every label watcher has
         // events to see; all of them arrive once, in order, and nothing else does.
