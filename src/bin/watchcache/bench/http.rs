@@ -40,6 +40,12 @@ impl Http {
     pub fn plain() -> Result<Http, String> {
         reqwest::Client::builder()
             .pool_max_idle_per_host(0)
+            // reqwest probes every idle connection after 15 s, three times 15 s apart. Thousands of
+            // watchers opened within seconds probe in bursts, and loopback drops what exceeds its
+            // 1 000-packet input queue (`net.core.netdev_max_backlog`; `/proc/net/softnet_stat`
+            // counted 13 000 drops): idle watches ended with `Connection timed out` while the
+            // server held them. A local load tool needs no keepalive.
+            .tcp_keepalive(None)
             .build()
             .map(Http::Plain)
             .map_err(|e| e.to_string())
@@ -69,7 +75,7 @@ impl Http {
             Http::Plain(c) => {
                 let resp = c.get(url).send().await.map_err(|e| e.to_string())?;
                 let status = resp.status().as_u16();
-                let body = resp.bytes_stream().map(|c| c.map_err(|e| e.to_string()));
+                let body = resp.bytes_stream().map(|c| c.map_err(|e| chain(&e)));
                 Ok((status, Box::pin(body)))
             }
             Http::Tls(t) => t.get(url, accept).await,
@@ -192,4 +198,16 @@ impl TlsClient {
         });
         Ok((status, Box::pin(body)))
     }
+}
+
+/// An error with its sources, `: `-separated (reqwest's own text names only its outermost layer).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
 }

@@ -81,6 +81,10 @@ fn parse_line(line: &[u8]) -> Option<Result<(u64, u32), ()>> {
     Some(Ok((rev, id)))
 }
 
+/// Whether a watcher's error frame was logged yet (one per run: they are counted, not listed).
+static FIRST_ERROR_LOGGED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// A kubelet- or controller-style HTTP watch on the cache.
 pub async fn http_watcher(
     client: Http,
@@ -103,9 +107,19 @@ pub async fn http_watcher(
             _ = stop.wait_for(|s| *s) => return,
             c = body.next() => c,
         };
-        let Some(Ok(chunk)) = chunk else {
-            rec.errors.fetch_add(1, Ordering::Relaxed);
-            return;
+        let chunk = match chunk {
+            Some(Ok(chunk)) => chunk,
+            end => {
+                rec.errors.fetch_add(1, Ordering::Relaxed);
+                if !FIRST_ERROR_LOGGED.swap(true, Ordering::Relaxed) {
+                    let why = match end {
+                        Some(Err(e)) => format!("failed: {e}"),
+                        _ => "ended".to_owned(),
+                    };
+                    tracing::warn!(%why, "a watcher's stream stopped before the run did (the first of the run)");
+                }
+                return;
+            }
         };
         buf.extend_from_slice(&chunk);
         let mut start = 0;
@@ -122,7 +136,14 @@ pub async fn http_watcher(
                     counters.received.fetch_add(1, Ordering::Relaxed);
                 }
                 Some(Err(())) => {
-                    rec.errors.fetch_add(1, Ordering::Relaxed);
+                    if rec.errors.fetch_add(1, Ordering::Relaxed) == 0
+                        && !FIRST_ERROR_LOGGED.swap(true, Ordering::Relaxed)
+                    {
+                        tracing::warn!(
+                            frame = %String::from_utf8_lossy(&line[..line.len().min(400)]),
+                            "a watcher's stream ended with an error (the first of the run)"
+                        );
+                    }
                 }
                 None => {}
             }
