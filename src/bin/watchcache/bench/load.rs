@@ -136,9 +136,8 @@ pub async fn http_watcher(
                     counters.received.fetch_add(1, Ordering::Relaxed);
                 }
                 Some(Err(())) => {
-                    if rec.errors.fetch_add(1, Ordering::Relaxed) == 0
-                        && !FIRST_ERROR_LOGGED.swap(true, Ordering::Relaxed)
-                    {
+                    rec.errors.fetch_add(1, Ordering::Relaxed);
+                    if !FIRST_ERROR_LOGGED.swap(true, Ordering::Relaxed) {
                         tracing::warn!(
                             frame = %String::from_utf8_lossy(&line[..line.len().min(400)]),
                             "a watcher's stream ended with an error (the first of the run)"
