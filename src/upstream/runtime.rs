@@ -60,6 +60,8 @@ impl UpstreamRuntime {
                 // dropped here, off any async context, cancelling what is left.
                 let _ = rt.block_on(stopped);
             });
+        // Waits for the thread to build its runtime (well under a millisecond), once per
+        // upstream at connect.
         let started = match thread {
             Ok(_) => handle_rx
                 .recv()
