@@ -101,6 +101,10 @@ pub struct CacheStats {
     pub decode_errors: u64,
     /// Resyncs after the initial sync.
     pub resyncs: u64,
+    /// Times the upstream failed the follower (a sync, a watch's opening or the watch itself:
+    /// a timeout, a lost connection, an error) and was retried. Each one is a window in which the
+    /// cache fell behind its upstream, and past the grace period a not-ready cache.
+    pub upstream_failures: u64,
     /// Upstream reads made to prove consistent reads fresh (one per burst, not per request).
     pub fresh_reads: u64,
     /// Whether the cache serves requests.
@@ -156,6 +160,7 @@ pub(crate) struct Metrics {
     expired: std::sync::atomic::AtomicU64,
     decode_errors: std::sync::atomic::AtomicU64,
     resyncs: std::sync::atomic::AtomicU64,
+    pub upstream_failures: std::sync::atomic::AtomicU64,
     queued: Histogram,
     pub read_wait: Histogram,
     refused_not_ready: std::sync::atomic::AtomicU64,
@@ -173,6 +178,7 @@ impl Default for Metrics {
             expired: Default::default(),
             decode_errors: Default::default(),
             resyncs: Default::default(),
+            upstream_failures: Default::default(),
             queued: Histogram::new(LATENCY_NANOS),
             read_wait: Histogram::new(READ_WAIT_NANOS),
             refused_not_ready: Default::default(),
@@ -791,6 +797,7 @@ impl Shared {
             expired: Metrics::get(&m.expired),
             decode_errors: Metrics::get(&m.decode_errors),
             resyncs: Metrics::get(&m.resyncs),
+            upstream_failures: Metrics::get(&m.upstream_failures),
             fresh_reads: self.fresh_reads.reads(),
             ready: matches!(st.readiness, Readiness::Ready),
             object_bytes: st.store.bytes() as u64,

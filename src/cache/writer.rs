@@ -72,6 +72,13 @@ impl CacheWriter {
         Resync::new(&self.cache.shared, rv)
     }
 
+    /// Counts one failure of the upstream that the feeder retries (see
+    /// [`CacheStats::upstream_failures`](crate::CacheStats::upstream_failures)).
+    pub fn count_upstream_failure(&mut self) {
+        let m = self.cache.shared.metrics();
+        crate::cache::state::Metrics::add(&m.upstream_failures, 1);
+    }
+
     /// Marks the cache not ready (reads answer 429 with a Retry-After that grows with the downtime),
     /// e.g. while its upstream is unavailable. A finished [`Resync`] or
     /// [`set_ready`](CacheWriter::set_ready) makes it ready again. Has no effect unless the cache

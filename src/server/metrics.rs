@@ -540,6 +540,11 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
         &mut *reg,
     );
     let resyncs = counter("resyncs", "Relists after the initial sync", &mut *reg);
+    let upstream_failures = counter(
+        "upstream_failures",
+        "Failures of the upstream (a sync, a watch opening, the watch: timeouts, lost connections, errors) the follower retried",
+        &mut *reg,
+    );
     let fresh_reads = counter(
         "fresh_reads",
         "Upstream reads that proved consistent reads fresh (shared by the reads waiting at once)",
@@ -649,6 +654,9 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
         expired.get_or_create(&l).inc_by(s.expired);
         decode_errors.get_or_create(&l).inc_by(s.decode_errors);
         resyncs.get_or_create(&l).inc_by(s.resyncs);
+        upstream_failures
+            .get_or_create(&l)
+            .inc_by(s.upstream_failures);
         fresh_reads.get_or_create(&l).inc_by(s.fresh_reads);
         rv.get_or_create(&l).set(s.resource_version as i64);
         if let Some(e) = upstream_rev {

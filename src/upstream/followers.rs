@@ -1,6 +1,9 @@
 //! `Followers`: the caches of one upstream, one per resource, each fed by its own follower task
 //! (the driver of `follow/`), and their common shutdown. What the etcd and API server upstreams
 //! share of "connect": the duplicate check, the task per cache, the lookups, the shutdown.
+//!
+//! The tasks run on the followers' own runtime ([`UpstreamRuntime`]), never on the caller's: a
+//! server busy with its clients must not make a follower late for its upstream's time limits.
 
 use std::collections::BTreeMap;
 
@@ -12,12 +15,15 @@ use crate::cache::{Cache, CacheConfig, CacheWriter};
 use crate::model::ResourceDef;
 use crate::upstream::follow::check::{self, Relists, Truth};
 use crate::upstream::follow::{self, Follow, Policy, RelistRequests, Source, WatchListUse};
+use crate::upstream::runtime::UpstreamRuntime;
 
 /// Caches followed on one upstream.
 pub(crate) struct Followers {
     caches: BTreeMap<String, Cache>,
     tasks: Vec<JoinHandle<()>>,
     shutdown: watch::Sender<bool>,
+    /// Dropped last (after the tasks are awaited, or with them when never shut down).
+    runtime: UpstreamRuntime,
 }
 
 impl Followers {
@@ -26,6 +32,7 @@ impl Followers {
             caches: BTreeMap::new(),
             tasks: Vec::new(),
             shutdown: watch::Sender::new(false),
+            runtime: UpstreamRuntime::start(),
         }
     }
 
@@ -66,7 +73,7 @@ impl Followers {
         let relists = (!period.is_zero()).then(|| {
             let (ask, asked) = watch::channel(0);
             let (done_tx, done) = watch::channel(0);
-            self.tasks.push(tokio::spawn(check::run(
+            self.tasks.push(self.runtime.spawn(check::run(
                 writer.cache().clone(),
                 truth,
                 period,
@@ -85,7 +92,12 @@ impl Followers {
             relists,
         };
         self.tasks
-            .push(tokio::spawn(follow::run(source, writer, follow)));
+            .push(self.runtime.spawn(follow::run(source, writer, follow)));
+    }
+
+    /// The followers' runtime, where an upstream's client is made so that its tasks run there.
+    pub fn runtime(&self) -> &UpstreamRuntime {
+        &self.runtime
     }
 
     pub fn cache(&self, name: &str) -> Option<&Cache> {

@@ -25,6 +25,8 @@ pub(crate) mod follow;
 #[cfg(any(feature = "etcd", feature = "apiserver"))]
 pub(crate) mod followers;
 pub mod memory;
+#[cfg(any(feature = "etcd", feature = "apiserver"))]
+pub(crate) mod runtime;
 
 use bytes::Bytes;
 

@@ -250,8 +250,19 @@ impl EtcdCaches {
             return Err(EtcdError::NoEndpoints);
         }
         let opts = config.connect_options()?;
-        let client = Client::connect(&config.endpoints, Some(opts))
+        let mut followers = Followers::new();
+        // Made on the followers' runtime: the client's channel worker and connections (its
+        // keep-alive pings among them) run there, out of reach of the server's load.
+        let endpoints = config.endpoints.clone();
+        let client = followers
+            .runtime()
+            .run(async move { Client::connect(&endpoints, Some(opts)).await })
             .await
+            .unwrap_or_else(|| {
+                Err(etcd_client::Error::Internal(
+                    "the followers' runtime stopped".into(),
+                ))
+            })
             .map_err(|source| EtcdError::Connect {
                 endpoints: config.endpoints.join(","),
                 source,
@@ -269,7 +280,6 @@ impl EtcdCaches {
             // etcd serves every prefix: a sync is never answered "not served".
             absent_retry: config.backoff_max,
         };
-        let mut followers = Followers::new();
         let mut transformers = Vec::new();
         for def in defs {
             let (cache, writer) = followers

@@ -187,6 +187,13 @@ pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follo
         if !fallback {
             log_input(&plural, S::NAME, &input, &machine);
         }
+        if let Input::Broke {
+            why: Break::Failed { .. },
+            ..
+        } = &input
+        {
+            writer.count_upstream_failure();
+        }
         let step = machine.step(input, Instant::now());
         if let Some(effect) = step.effect {
             carry_out(effect, &mut writer, &plural, S::NAME, &policy);
