@@ -275,3 +275,117 @@ fn the_catchup_model_runs_at_smoke_size() {
         }
     }
 }
+
+/// The processes a bench started (etcd, the servers) end with it when it is interrupted: SIGINT
+/// drops its futures, and their drops stop the processes, instead of leaving them running.
+#[test]
+fn an_interrupted_bench_stops_the_processes_it_started() {
+    use std::io::{BufRead, BufReader};
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+        .args([
+            "bench", "--model", "catchup", "--follow", "root", "--nodes", "20",
+        ])
+        .args([
+            "--pods",
+            "200",
+            "--watchers",
+            "20",
+            "--unrouted",
+            "3",
+            "--apps",
+            "5",
+        ])
+        // Far more than it writes before the interrupt: it is still writing the backlog.
+        .args(["--events", "10000000"])
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = bench.stderr.take().unwrap();
+    // Drains stderr for the whole run, so the bench never blocks on a full pipe.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("watchers open") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the bench opened its watchers");
+    let started = descendants(bench.id());
+    // etcd, the root and the leaf.
+    assert!(started.len() >= 3, "children: {started:?}");
+    let interrupted = Command::new("kill")
+        .args(["-INT", &bench.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(interrupted.success());
+    let status = wait_for(&mut bench, std::time::Duration::from_secs(60));
+    assert!(
+        !status.success(),
+        "an interrupted bench reports failure: {status}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let alive: Vec<u32> = started.iter().copied().filter(|p| running(*p)).collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running after the bench ended: {alive:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Every process below `pid` (`/proc/PID/task/*/children`, recursively).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for c in children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok())
+            {
+                out.push(c);
+                todo.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `pid` is a process that has not exited (a zombie has).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let state = s.rsplit_once(')')?.1.split_whitespace().next()?.to_owned();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
+fn wait_for(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the interrupted bench did not end within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

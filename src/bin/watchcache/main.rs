@@ -681,6 +681,19 @@ async fn shutdown_signal() {
     }
 }
 
+/// Runs a bench until it ends or SIGTERM or SIGINT arrives. Either way its futures are dropped in
+/// this process, and with them the etcd, watchcache and kube-apiserver processes it started (each
+/// stopped by its drop; the runtime's end drops what spawned tasks hold). The signals' default
+/// action would end the process at once and leave them running.
+async fn interruptible(
+    run: impl std::future::Future<Output = Result<(), Box<dyn std::error::Error>>>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::select! {
+        r = run => r,
+        () = shutdown_signal() => Err("interrupted; the processes the bench started are stopped".into()),
+    }
+}
+
 async fn catchup(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = bench::catchup::CatchupConfig {
         nodes: args.nodes,
@@ -759,7 +772,7 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Serve(args) => serve(*args).await,
-            Command::Bench(args) => bench(*args).await,
+            Command::Bench(args) => interruptible(bench(*args)).await,
         }
     });
     match result {
