@@ -208,7 +208,10 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
                 )
                 .map_err(|e| e.to_string())?;
                 let cache = caches.cache("pods").ok_or("no pods cache")?.clone();
-                let t = UnderTest::Embedded { caches, cache };
+                let t = UnderTest::Embedded {
+                    _caches: caches,
+                    cache,
+                };
                 t.reached(&stack, rev, cfg.grace).await?;
                 t
             };
@@ -539,8 +542,7 @@ enum UnderTest {
     /// the library runs, its watchers in-process streams.
     Embedded {
         /// Kept for its follower tasks, which stop on drop.
-        #[allow(dead_code)]
-        caches: apiserver::ApiServerCaches,
+        _caches: apiserver::ApiServerCaches,
         cache: Cache,
     },
 }

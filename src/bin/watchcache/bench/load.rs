@@ -31,6 +31,31 @@ pub struct Recorder {
     pub errors: AtomicU64,
 }
 
+/// Whether a watcher's error was logged yet: one per run, the rest are counted.
+static FIRST_ERROR_LOGGED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+impl Recorder {
+    /// Records a change received now, and counts it in `received`.
+    pub fn record(&self, received: &AtomicU64, rev: u64, id: u32) {
+        self.record_at(received, rev, id, pods::now_us());
+    }
+
+    /// Records a change received at `at_us`, and counts it in `received`.
+    pub fn record_at(&self, received: &AtomicU64, rev: u64, id: u32, at_us: u64) {
+        self.events.lock().push(Received { rev, id, at_us });
+        received.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an error; the first of the run is logged with `why`.
+    pub fn error(&self, why: impl FnOnce() -> String) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        if !FIRST_ERROR_LOGGED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(why = %why(), "a watcher's error (the first of the run; the rest are counted)");
+        }
+    }
+}
+
 /// Shared counters for progress and connection tracking.
 #[derive(Default)]
 pub struct Counters {
@@ -81,10 +106,6 @@ fn parse_line(line: &[u8]) -> Option<Result<(u64, u32), ()>> {
     Some(Ok((rev, id)))
 }
 
-/// Whether a watcher's error frame was logged yet (one per run: they are counted, not listed).
-static FIRST_ERROR_LOGGED: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
 /// A kubelet- or controller-style HTTP watch on the cache.
 pub async fn http_watcher(
     client: Http,
@@ -109,17 +130,8 @@ pub async fn http_watcher(
         };
         let chunk = match chunk {
             Some(Ok(chunk)) => chunk,
-            end => {
-                rec.errors.fetch_add(1, Ordering::Relaxed);
-                if !FIRST_ERROR_LOGGED.swap(true, Ordering::Relaxed) {
-                    let why = match end {
-                        Some(Err(e)) => format!("failed: {e}"),
-                        _ => "ended".to_owned(),
-                    };
-                    tracing::warn!(%why, "a watcher's stream stopped before the run did (the first of the run)");
-                }
-                return;
-            }
+            Some(Err(e)) => return rec.error(|| format!("the stream failed: {e}")),
+            None => return rec.error(|| "the stream ended".to_owned()),
         };
         buf.extend_from_slice(&chunk);
         let mut start = 0;
@@ -127,23 +139,13 @@ pub async fn http_watcher(
             let line = &buf[start..start + n];
             start += n + 1;
             match parse_line(line) {
-                Some(Ok((rev, id))) => {
-                    rec.events.lock().push(Received {
-                        rev,
-                        id,
-                        at_us: pods::now_us(),
-                    });
-                    counters.received.fetch_add(1, Ordering::Relaxed);
-                }
-                Some(Err(())) => {
-                    rec.errors.fetch_add(1, Ordering::Relaxed);
-                    if !FIRST_ERROR_LOGGED.swap(true, Ordering::Relaxed) {
-                        tracing::warn!(
-                            frame = %String::from_utf8_lossy(&line[..line.len().min(400)]),
-                            "a watcher's stream ended with an error (the first of the run)"
-                        );
-                    }
-                }
+                Some(Ok((rev, id))) => rec.record(&counters.received, rev, id),
+                Some(Err(())) => rec.error(|| {
+                    format!(
+                        "an ERROR frame: {}",
+                        String::from_utf8_lossy(&line[..line.len().min(400)])
+                    )
+                }),
                 None => {}
             }
         }
@@ -170,25 +172,17 @@ pub async fn embedded_watcher(
             _ = stop.wait_for(|s| *s) => return,
             ev = stream.next() => ev,
         };
-        let Some(Ok(ev)) = ev else {
-            rec.errors.fetch_add(1, Ordering::Relaxed);
-            return;
+        let ev = match ev {
+            Some(Ok(ev)) => ev,
+            Some(Err(e)) => return rec.error(|| format!("the stream failed: {e}")),
+            None => return rec.error(|| "the stream ended".to_owned()),
         };
         if ev.kind() == watchcache::EventType::Bookmark {
             continue;
         }
         match ev.object().and_then(|o| pod_id(o.name().as_bytes())) {
-            Some(id) => {
-                rec.events.lock().push(Received {
-                    rev: ev.resource_version(),
-                    id,
-                    at_us: pods::now_us(),
-                });
-                counters.received.fetch_add(1, Ordering::Relaxed);
-            }
-            None => {
-                rec.errors.fetch_add(1, Ordering::Relaxed);
-            }
+            Some(id) => rec.record(&counters.received, ev.resource_version(), id),
+            None => rec.error(|| format!("an event without a bench pod: {:?}", ev.kind())),
         }
     }
 }
@@ -221,9 +215,10 @@ pub async fn etcd_watcher(
             _ = stop.wait_for(|s| *s) => return,
             m = stream.message() => m,
         };
-        let Ok(Some(resp)) = msg else {
-            rec.errors.fetch_add(1, Ordering::Relaxed);
-            return;
+        let resp = match msg {
+            Ok(Some(resp)) => resp,
+            Ok(None) => return rec.error(|| "the etcd watch ended".to_owned()),
+            Err(e) => return rec.error(|| format!("the etcd watch failed: {e}")),
         };
         let now = pods::now_us();
         for ev in resp.events() {
@@ -241,12 +236,7 @@ pub async fn etcd_watcher(
                 else {
                     continue;
                 };
-                rec.events.lock().push(Received {
-                    rev: kv.mod_revision() as u64,
-                    id,
-                    at_us: now,
-                });
-                counters.received.fetch_add(1, Ordering::Relaxed);
+                rec.record_at(&counters.received, kv.mod_revision() as u64, id, now);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! What a mode runs against: etcd (a fresh local one, or the given one emptied) and, for the cache
 //! mode, a watchcache server process.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -121,27 +122,11 @@ impl Stack {
         let kubeconfig = self.leaf_kubeconfig(upstream)?;
         let port = free_port().map_err(|e| e.to_string())?;
         let url = format!("http://127.0.0.1:{port}");
-        let child = Command::new(&cfg.server_binary)
-            .arg("serve")
-            .arg("--upstream-kubeconfig")
-            .arg(&kubeconfig)
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--resources",
-                "pods",
-            ])
-            .args([
-                "--max-watchers",
-                &(2 * (cfg.watchers + cfg.unrouted) + 100).to_string(),
-            ])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", cfg.server_binary.display()))?;
-        let leaf = ServerProcess(child);
+        let leaf = spawn_serve(
+            cfg,
+            port,
+            ["--upstream-kubeconfig".into(), kubeconfig.into_os_string()],
+        )?;
         wait_for_revision(&self.plain, &url, rev).await?;
         Ok((url, leaf))
     }
@@ -198,36 +183,15 @@ async fn start_server(
     let scheme = if cfg.tls.is_some() { "https" } else { "http" };
     let url = format!("{scheme}://127.0.0.1:{port}");
     let server_dir = dir.join("server");
-    let mut tls_args: Vec<std::ffi::OsString> = Vec::new();
+    let mut source: Vec<OsString> = vec!["--etcd".into(), etcd_url.into()];
     if cfg.tls.is_some() {
-        tls_args.extend([
+        source.extend([
             "--local-pki".into(),
             "--data-dir".into(),
             server_dir.clone().into(),
         ]);
     }
-    let child = Command::new(&cfg.server_binary)
-        .args([
-            "serve",
-            "--etcd",
-            etcd_url,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--resources",
-            "pods",
-        ])
-        .args([
-            "--max-watchers",
-            &(2 * (cfg.watchers + cfg.unrouted) + 100).to_string(),
-        ])
-        .args(tls_args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", cfg.server_binary.display()))?;
-    let server = ServerProcess(child);
+    let server = spawn_serve(cfg, port, source)?;
     let tls = match cfg.tls {
         Some(mode) => Some(client_tls(&server_dir.join("pki"), mode).await?),
         None => None,
@@ -238,6 +202,33 @@ async fn start_server(
     };
     wait_for_revision(&client, &url, from_rev).await?;
     Ok((url, server, tls))
+}
+
+/// Starts `watchcache serve` for the pods on loopback `port`, with room for twice the run's
+/// watchers, reading from `source` (its upstream's flags, and any TLS ones).
+fn spawn_serve(
+    cfg: &BenchConfig,
+    port: u16,
+    source: impl IntoIterator<Item = OsString>,
+) -> Result<ServerProcess, String> {
+    Command::new(&cfg.server_binary)
+        .arg("serve")
+        .args(source)
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--resources",
+            "pods",
+            "--max-watchers",
+            &(2 * (cfg.watchers + cfg.unrouted) + 100).to_string(),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map(ServerProcess)
+        .map_err(|e| format!("cannot start {}: {e}", cfg.server_binary.display()))
 }
 
 /// The client side of the local PKI the server makes at start (waited for).

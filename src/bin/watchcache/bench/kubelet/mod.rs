@@ -29,7 +29,7 @@ use tracing::{info, warn};
 use watchcache::etcd::LocalEtcd;
 
 use super::http::Http;
-use super::load::{self, Churn, Received, Recorder};
+use super::load::{self, Churn, Recorder};
 use super::{Latency, TlsMode, bar, pods, procstat, stack, verify};
 use objects::Path as WatchPath;
 pub use report::{KubeletReport, KubeletRun, table};
@@ -595,12 +595,7 @@ async fn watcher(
             }
             let rev = std::str::from_utf8(ev.rv).ok().and_then(|r| r.parse().ok());
             if let (Some(rev), Some(id)) = (rev, pod_id(ev.name)) {
-                rec.events.lock().push(Received {
-                    rev,
-                    id,
-                    at_us: pods::now_us(),
-                });
-                counters.received.fetch_add(1, Ordering::Relaxed);
+                rec.record(&counters.received, rev, id);
             }
         });
         buf.drain(..used);
