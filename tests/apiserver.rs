@@ -99,6 +99,7 @@ fn leaf_config(initial_list: InitialList) -> ApiServerConfig {
         request_timeout: Duration::from_secs(5),
         idle_timeout: Duration::from_secs(150),
         absent_retry: Duration::from_secs(1),
+        protobuf_watch: true,
     }
 }
 
@@ -287,6 +288,68 @@ async fn a_leaf_syncs_by_watch_list_or_by_list_and_streams_the_roots_events() {
         create(&c, &root.url, &format!("{name}-elsewhere"), "node-2").await;
         assert_eq!(w.event().await, ("ADDED".into(), name, at));
         leaf.stop().await;
+    }
+    root.stop().await;
+}
+
+/// With `protobuf_watch`, the leaf reads its root's watch in protobuf: it keeps the root's
+/// protobuf bytes as they came, and the JSON it makes of them is the root's JSON. Without it, the
+/// same watch is read in JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_reads_its_roots_watch_in_protobuf_and_serves_the_roots_objects() {
+    let (_etcd, mut root, c) = setup().await;
+    create(&c, &root.url, "listed", "node-1").await;
+    for protobuf_watch in [true, false] {
+        let gone = format!("gone-{protobuf_watch}");
+        create(&c, &root.url, &gone, "node-1").await;
+        let client = kube::Client::try_from(kube::Config::new(root.url.parse().unwrap())).unwrap();
+        let caches = ApiServerCaches::connect(
+            client,
+            ApiServerConfig {
+                protobuf_watch,
+                ..leaf_config(InitialList::List)
+            },
+            vec![ResourceDef::builtin("pods").unwrap()],
+            CacheConfig::default(),
+        )
+        .unwrap();
+        let pods = caches.cache("pods").unwrap().clone();
+        tokio::time::timeout(Duration::from_secs(30), pods.wait_ready())
+            .await
+            .expect("ready in time")
+            .unwrap();
+        // Listed: JSON, whatever the watch speaks.
+        assert!(
+            pods.peek(Some("ns"), "listed")
+                .unwrap()
+                .protobuf()
+                .is_none()
+        );
+        let name = format!("watched-{protobuf_watch}");
+        let at = create(&c, &root.url, &name, "node-2").await;
+        let r = c
+            .delete(format!("{}/api/v1/namespaces/ns/pods/{gone}", root.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let last = create(&c, &root.url, &format!("last-{protobuf_watch}"), "node-3").await;
+        tokio::time::timeout(Duration::from_secs(10), pods.wait_for(last))
+            .await
+            .expect("the leaf reaches the root's revision")
+            .unwrap();
+        let o = pods.peek(Some("ns"), &name).expect("the watched pod");
+        assert_eq!(o.protobuf().is_some(), protobuf_watch, "{name}");
+        assert_eq!((o.resource_version(), o.label("app")), (at, Some("web")));
+        let (_, want) = get(
+            &c,
+            &format!("{}/api/v1/namespaces/ns/pods/{name}", root.url),
+        )
+        .await;
+        let got: Value = serde_json::from_slice(o.json()).unwrap();
+        assert_eq!(got, want, "{name}: the leaf's JSON is the root's");
+        assert!(pods.peek(Some("ns"), &gone).is_none(), "{gone} deleted");
+        caches.shutdown().await;
     }
     root.stop().await;
 }

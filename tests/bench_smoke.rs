@@ -217,11 +217,13 @@ fn the_kubelet_model_runs_at_smoke_size() {
 /// order, and the report has its figures.
 #[test]
 fn the_catchup_model_runs_at_smoke_size() {
-    for (storage, follow) in [
-        ("protobuf", "etcd"),
-        ("json", "etcd"),
-        ("protobuf", "root"),
-        ("json", "root-embedded"),
+    // (storage, follows, the watchers read, a leaf reads its root)
+    for (storage, follow, watch_wire, leaf_wire) in [
+        ("protobuf", "etcd", "json", "protobuf"),
+        ("json", "etcd", "protobuf", "protobuf"),
+        ("protobuf", "root", "protobuf", "protobuf"),
+        ("protobuf", "root", "json", "json"),
+        ("json", "root-embedded", "json", "protobuf"),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("report.json");
@@ -229,6 +231,7 @@ fn the_catchup_model_runs_at_smoke_size() {
             .args(["bench", "--model", "catchup", "--nodes", "20", "--pods"])
             .args(["200", "--watchers", "20", "--unrouted", "3", "--apps", "5"])
             .args(["--events", "2000", "--storage", storage, "--follow", follow])
+            .args(["--watch-wire", watch_wire, "--leaf-wire", leaf_wire])
             .arg("--json")
             .arg(&json)
             .output()
@@ -246,6 +249,11 @@ fn the_catchup_model_runs_at_smoke_size() {
         let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         assert_eq!(r["storage"], storage, "{r}");
         assert_eq!(r["follow"], follow, "{r}");
+        assert_eq!(
+            (&r["watch_wire"], &r["leaf_wire"]),
+            (&watch_wire.into(), &leaf_wire.into()),
+            "{r}"
+        );
         assert_eq!(r["events"], 2000, "{r}");
         // A leaf's root is measured apart; with etcd there is none.
         assert_eq!(r["root_cpu_s"].is_number(), follow != "etcd", "{r}");

@@ -34,6 +34,9 @@ pub use event_type::EventType;
 pub use field_path::FieldPath;
 pub use object::{DecodeError, EncodeCounts, EncodeError, Object, encode_counts};
 pub use quantity::Quantity;
+
+/// The annotation of the bookmark that ends a WatchList's initial events (`"true"`).
+pub(crate) const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 pub use resource_version::{ResourceVersion, RvMatch};
 pub(crate) use schema::{Attr, Schema};
 pub use selector::{FieldSelector, LabelSelector, Selection, SelectorError};

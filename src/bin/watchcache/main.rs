@@ -83,6 +83,13 @@ struct BenchArgs {
     /// watchcache on etcd, and the root replays the backlog from its history window).
     #[arg(long, value_enum, default_value_t = bench::catchup::Follow::Etcd)]
     follow: bench::catchup::Follow,
+    /// `--model catchup`: what the bench's HTTP watchers ask for.
+    #[arg(long, value_enum, default_value_t = bench::WatchWire::Json)]
+    watch_wire: bench::WatchWire,
+    /// `--model catchup --follow root|root-embedded`: how the leaf reads its root's watch
+    /// (`protobuf`: when the root's version allows it, as a leaf does by default).
+    #[arg(long, value_enum, default_value_t = bench::WatchWire::Protobuf)]
+    leaf_wire: bench::WatchWire,
     /// `--model catchup`: distinct `app` labels; the label watchers (`--unrouted`) select
     /// `app=app-0`, `app=app-1`, ...
     #[arg(long, default_value_t = 100)]
@@ -233,6 +240,11 @@ struct ServeArgs {
     #[arg(long, default_value = "auto", value_parser = ["auto", "watchlist", "list"],
           requires = "upstream_kubeconfig")]
     upstream_initial_list: String,
+    /// How the upstream API server's watches of built-in kinds are read: in protobuf when its
+    /// version is not newer than this build's (auto), or always in JSON (json).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "json"],
+          requires = "upstream_kubeconfig")]
+    upstream_watch_wire: String,
     /// Static bearer tokens: a CSV file of `token,user,uid,"group1,group2"` lines (as
     /// kube-apiserver's).
     #[arg(long, value_name = "FILE")]
@@ -446,6 +458,7 @@ async fn follow_api_server(
             "list" => InitialList::List,
             _ => InitialList::Auto,
         },
+        protobuf_watch: args.upstream_watch_wire != "json",
         ..ApiServerConfig::default()
     };
     info!(kubeconfig = %kubeconfig.display(), context = ?args.upstream_context, "following an API server");
@@ -704,6 +717,8 @@ async fn catchup(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         events: args.events,
         storage: args.storage,
         follow: args.follow,
+        watch_wire: args.watch_wire,
+        leaf_wire: args.leaf_wire,
         server_binary: std::env::current_exe()?,
         etcd_data_dir: args.etcd_data_dir,
         grace: std::time::Duration::from_secs(120),

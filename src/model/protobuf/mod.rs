@@ -15,6 +15,7 @@
 //! | `catalog.rs` | lookups over the tables: a message by index or kind, a field by JSON name |
 //! | `json.rs` | protobuf → JSON with encoding/json's rules |
 //! | `fields.rs` | the fields a JSON object's type does not declare (`fieldValidation`) |
+//! | `stream.rs` | a protobuf watch stream as a follower reads it: frames, an object's identity, a `Status` |
 //! | `request.rs` | protobuf request bodies (objects, DeleteOptions) read as the JSON they stand for |
 //! | `encode.rs` | JSON → protobuf with gogo's rules; the envelope, the resourceVersion splice, the primitives `wire/` writes its frames with |
 
@@ -29,6 +30,9 @@ mod json;
 mod request;
 pub(crate) mod schema;
 pub(crate) mod stored;
+// What the API server follower reads off a protobuf watch stream.
+#[cfg(feature = "apiserver")]
+pub(crate) mod stream;
 #[rustfmt::skip]
 mod tables;
 mod wire;
@@ -95,6 +99,11 @@ pub(crate) fn storage_form(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
         stored::write_as_stored((&av, &kind), raw)?.unwrap_or(pb),
     ))
 }
+
+/// The Kubernetes minor version (1.x) whose messages the tables describe (`tables.rs`, generated
+/// from its Go modules): a server of this version or older sends nothing they do not know.
+#[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
+pub(crate) const TABLES_MINOR: u32 = 35;
 
 /// The prefix of every protobuf value kube-apiserver stores.
 pub(crate) const MAGIC: &[u8] = b"k8s\0";

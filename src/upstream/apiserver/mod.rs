@@ -52,7 +52,7 @@ use crate::error::Cause;
 use crate::model::ResourceDef;
 use crate::upstream::follow::{Policy, WatchListUse};
 use crate::upstream::followers::Followers;
-use rest::Rest;
+use rest::{Rest, WireChoice};
 use source::ApiSource;
 use upstream::{ApiTruth, ApiUpstream};
 
@@ -96,6 +96,12 @@ pub struct ApiServerConfig {
     /// How often a resource the server does not serve (404: a CRD not installed) is asked for
     /// again; a CRD installed later is picked up within this.
     pub absent_retry: Duration,
+    /// Read the watches of built-in kinds in protobuf (what kube-controller-manager and kubelets
+    /// speak), from a server whose `/version` is not newer than the Kubernetes version whose
+    /// messages this build knows (1.35): the server sends its stored bytes as they are, and the
+    /// follower reads only the identity before the cache's decode. Custom resources and newer
+    /// servers are read in JSON. The LIST of a sync is JSON either way.
+    pub protobuf_watch: bool,
 }
 
 impl Default for ApiServerConfig {
@@ -110,6 +116,7 @@ impl Default for ApiServerConfig {
             request_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(150),
             absent_retry: Duration::from_secs(5),
+            protobuf_watch: true,
         }
     }
 }
@@ -250,8 +257,10 @@ impl ApiServerCaches {
         };
         let mut followers = Followers::new();
         let mut all_defs = Vec::new();
+        // One `/version` for all the resources.
+        let wire = config.protobuf_watch.then(WireChoice::default);
         for def in defs {
-            let rest = Rest::new(client.clone(), &def, config.request_timeout);
+            let rest = Rest::new(client.clone(), &def, config.request_timeout, wire.clone());
             all_defs.push(Arc::new(def.clone()));
             let (cache, writer) = followers
                 .add(def, &cache_config)
@@ -279,6 +288,7 @@ impl ApiServerCaches {
                 client: client.clone(),
                 collection: String::new(),
                 timeout: config.request_timeout,
+                protobuf_watch: None,
             },
             all_defs,
         ));

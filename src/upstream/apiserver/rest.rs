@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -14,12 +15,13 @@ use http_body_util::BodyExt;
 use kube::client::Body;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use tracing::{info, warn};
 
 use crate::error::Cause;
 use crate::model::ResourceDef;
+use crate::model::protobuf as pb;
 
-/// The annotation of the bookmark that ends a WatchList's initial events.
-pub(crate) const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+pub(crate) use crate::model::INITIAL_EVENTS_END;
 
 /// A failed call: what the API server said, or why there was no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -228,8 +230,25 @@ fn metadata_first(raw: &[u8]) -> Result<IdMeta<'_>, serde_json::Error> {
     }
 }
 
-/// The key and resourceVersion of a raw object of `def`.
+/// The key and resourceVersion of a raw object of `def`, JSON or protobuf (`k8s\0` + envelope).
 pub(crate) fn identity(def: &ResourceDef, raw: &[u8]) -> Result<Identity, RestError> {
+    if raw.starts_with(pb::MAGIC) {
+        let m = pb::stream::identity(raw).map_err(RestError::malformed)?;
+        if m.name.is_empty() {
+            return Err(RestError::malformed("an object without metadata.name"));
+        }
+        if m.resource_version.is_empty() {
+            return Err(RestError::malformed(format!(
+                "object {} has no metadata.resourceVersion",
+                m.name
+            )));
+        }
+        let ns = Some(m.namespace).filter(|n| !n.is_empty());
+        return Ok(Identity {
+            key: def.key_for(ns, m.name),
+            rv: parse_rv(m.resource_version)?,
+        });
+    }
     let m =
         metadata_first(raw).map_err(|e| RestError::malformed_from("an object's metadata", e))?;
     if m.name.is_empty() {
@@ -321,6 +340,38 @@ struct FrameBody<'a> {
     object: &'a RawValue,
 }
 
+/// Parses one frame of a protobuf watch stream (without its 4-byte length).
+pub(crate) fn parse_protobuf_frame(frame: &Bytes) -> Result<Frame, RestError> {
+    let f = pb::stream::watch_frame(frame).map_err(RestError::malformed)?;
+    let object = || frame.slice_ref(f.object);
+    match f.kind {
+        "ADDED" | "MODIFIED" => Ok(Frame::Put(object())),
+        "DELETED" => Ok(Frame::Delete(object())),
+        "BOOKMARK" => {
+            let id = pb::stream::identity(f.object).map_err(RestError::malformed)?;
+            Ok(Frame::Bookmark {
+                rv: parse_rv(id.resource_version)?,
+                initial_end: id.initial_events_end,
+            })
+        }
+        "ERROR" if f.object.starts_with(pb::MAGIC) => {
+            let s = pb::stream::status(f.object).map_err(RestError::malformed)?;
+            Ok(Frame::Error(RestError::Status {
+                code: if s.code == 0 { 500 } else { s.code },
+                reason: s.reason,
+                message: s.message,
+            }))
+        }
+        "ERROR" => Ok(Frame::Error(status_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            f.object,
+        ))),
+        other => Err(RestError::malformed(format!(
+            "a watch frame of unknown type \"{other}\""
+        ))),
+    }
+}
+
 /// Parses one line of a watch stream (without its newline).
 pub(crate) fn parse_frame(line: &Bytes) -> Result<Frame, RestError> {
     let f: FrameBody =
@@ -351,6 +402,52 @@ pub(crate) fn parse_frame(line: &Bytes) -> Result<Frame, RestError> {
     }
 }
 
+/// Whether an upstream's watches are read in protobuf: decided once per upstream from its
+/// `/version`, shared by the `Rest` of each of its resources.
+///
+/// Protobuf is read only from a server whose Kubernetes version is at most the one whose messages
+/// this build knows ([`pb::TABLES_MINOR`]): the JSON that watchcache makes from a protobuf object
+/// holds only the fields its tables know, so a newer server's new fields would be missing from
+/// it, where its JSON would carry them.
+#[derive(Clone, Default)]
+pub(crate) struct WireChoice(Arc<tokio::sync::OnceCell<bool>>);
+
+/// kube-apiserver's `/version`, as much as the choice needs.
+#[derive(Deserialize)]
+struct Version<'a> {
+    #[serde(borrow, default)]
+    major: Cow<'a, str>,
+    #[serde(borrow, default)]
+    minor: Cow<'a, str>,
+}
+
+impl WireChoice {
+    /// Whether to ask `rest`'s server for protobuf; asked once, then remembered. A failed
+    /// `/version` is not remembered: that watch is read as JSON and the next one asks again.
+    async fn protobuf(&self, rest: &Rest) -> bool {
+        let asked = self
+            .0
+            .get_or_try_init(|| async {
+                let body = rest.get_ok("/version").await?;
+                let v: Version = serde_json::from_slice(&body)
+                    .map_err(|e| RestError::malformed_from("/version", e))?;
+                // "35+" on some distributions.
+                let minor = v.minor.trim_end_matches(|c: char| !c.is_ascii_digit());
+                let known = v.major == "1" && minor.parse::<u32>().is_ok_and(|m| m <= pb::TABLES_MINOR);
+                info!(major = %v.major, minor = %v.minor, protobuf = known, "upstream version: watches read in protobuf when it is not newer than this build's messages");
+                Ok::<bool, RestError>(known)
+            })
+            .await;
+        match asked {
+            Ok(b) => *b,
+            Err(e) => {
+                warn!(error = %e, "upstream /version unreadable; this watch is read as JSON");
+                false
+            }
+        }
+    }
+}
+
 /// The REST client of one resource.
 #[derive(Clone)]
 pub(crate) struct Rest {
@@ -359,14 +456,24 @@ pub(crate) struct Rest {
     pub collection: String,
     /// How long a plain request may take.
     pub timeout: Duration,
+    /// Watches in protobuf where the server allows it: `None` for a kind without a protobuf
+    /// message (custom resources) or when configured off.
+    pub protobuf_watch: Option<WireChoice>,
 }
 
 impl Rest {
-    pub fn new(client: kube::Client, def: &ResourceDef, timeout: Duration) -> Rest {
+    pub fn new(
+        client: kube::Client,
+        def: &ResourceDef,
+        timeout: Duration,
+        protobuf_watch: Option<WireChoice>,
+    ) -> Rest {
         Rest {
             client,
             collection: collection_path(def, None),
             timeout,
+            protobuf_watch: protobuf_watch
+                .filter(|_| pb::has_message(&def.api_version(), &def.kind)),
         }
     }
 
@@ -463,7 +570,11 @@ impl Rest {
         from: Option<u64>,
         initial_events: bool,
         timeout_secs: u64,
-    ) -> Result<WatchLines, RestError> {
+    ) -> Result<WatchFrames, RestError> {
+        let protobuf = match &self.protobuf_watch {
+            Some(c) => c.protobuf(self).await,
+            None => false,
+        };
         let uri = {
             let mut q = form_query();
             q.append_pair("watch", "true");
@@ -481,8 +592,17 @@ impl Rest {
         let req = Request::builder()
             .method(Method::GET)
             .uri(&uri)
-            .header(http::header::ACCEPT, "application/json")
-            // One event per line, flushed as it comes: no compression to wait for.
+            // client-go's Accept in protobuf: a server that has no protobuf form of the kind
+            // answers JSON, and the answer's Content-Type says which.
+            .header(
+                http::header::ACCEPT,
+                if protobuf {
+                    "application/vnd.kubernetes.protobuf, application/json"
+                } else {
+                    "application/json"
+                },
+            )
+            // One event per frame, flushed as it comes: no compression to wait for.
             .header(http::header::ACCEPT_ENCODING, "identity")
             .body(Body::empty())
             .map_err(|e| RestError::transport(&uri, e))?;
@@ -498,9 +618,18 @@ impl Rest {
                 .map_err(|e| RestError::transport(&uri, e))?;
             return Err(status_error(status, &body));
         }
-        Ok(WatchLines {
+        let framing = match res.headers().get(http::header::CONTENT_TYPE) {
+            Some(t)
+                if t.as_bytes()
+                    .starts_with(b"application/vnd.kubernetes.protobuf") =>
+            {
+                Framing::Lengths(LenBuf::default())
+            }
+            _ => Framing::Lines(LineBuf::default()),
+        };
+        Ok(WatchFrames {
             body: res.into_body(),
-            lines: LineBuf::default(),
+            framing,
             ended: false,
         })
     }
@@ -523,11 +652,18 @@ pub(crate) fn collection_path(def: &ResourceDef, namespace: Option<&str>) -> Str
     }
 }
 
-/// A watch response body, cut into lines.
-pub(crate) struct WatchLines {
+/// A watch response body, cut into frames and parsed.
+pub(crate) struct WatchFrames {
     body: Body,
-    lines: LineBuf,
+    framing: Framing,
     ended: bool,
+}
+
+/// How a watch response is cut: JSON one event per line, protobuf a 4-byte big-endian length
+/// before each event.
+enum Framing {
+    Lines(LineBuf),
+    Lengths(LenBuf),
 }
 
 /// Bytes cut into lines as they arrive.
@@ -567,39 +703,97 @@ impl LineBuf {
     }
 }
 
-impl WatchLines {
-    /// Every complete line that has arrived: waits for at least one, then takes whatever else is
-    /// already there without waiting, so that the frames of one upstream commit (several events at
-    /// one resourceVersion) are usually seen together. An empty result: the stream ended.
-    pub async fn next_lines(&mut self) -> Result<Vec<Bytes>, RestError> {
-        let mut lines = Vec::new();
-        loop {
-            self.take_lines(&mut lines);
-            if self.ended {
-                return Ok(lines);
+/// The largest protobuf watch frame taken: far above any object etcd stores (1.5 MiB by
+/// default), and a bound on what a broken length can make the follower buffer.
+const MAX_FRAME: usize = 64 << 20;
+
+/// Bytes cut into length-prefixed frames as they arrive.
+#[derive(Default)]
+struct LenBuf {
+    buf: BytesMut,
+}
+
+impl LenBuf {
+    fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// Moves every complete frame (without its length) to `out`. A frame longer than
+    /// [`MAX_FRAME`], or a partial one at the end of the stream, is an error.
+    fn take(&mut self, out: &mut Vec<Bytes>, ended: bool) -> Result<(), RestError> {
+        while let Some(head) = self.buf.first_chunk::<4>() {
+            let len = u32::from_be_bytes(*head) as usize;
+            if len > MAX_FRAME {
+                return Err(RestError::malformed(format!(
+                    "a protobuf watch frame of {len} bytes (at most {MAX_FRAME})"
+                )));
             }
-            let chunk = if lines.is_empty() {
+            if self.buf.len() < 4 + len {
+                // Room for the rest of the frame once, not by doubling as it arrives.
+                self.buf.reserve(4 + len - self.buf.len());
+                break;
+            }
+            let _ = self.buf.split_to(4);
+            out.push(self.buf.split_to(len).freeze());
+        }
+        if ended && !self.buf.is_empty() {
+            return Err(RestError::malformed(format!(
+                "the watch ended inside a protobuf frame ({} bytes of it)",
+                self.buf.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl WatchFrames {
+    /// Every complete frame that has arrived, parsed: waits for at least one, then takes whatever
+    /// else is already there without waiting, so that the frames of one upstream commit (several
+    /// events at one resourceVersion) are usually seen together. An empty result: the stream
+    /// ended.
+    pub async fn next_frames(&mut self) -> Result<Vec<Frame>, RestError> {
+        let mut raw = Vec::new();
+        loop {
+            self.take(&mut raw)?;
+            if self.ended {
+                break;
+            }
+            let chunk = if raw.is_empty() {
                 self.body.frame().await
             } else {
                 match self.body.frame().now_or_never() {
                     Some(c) => c,
-                    None => return Ok(lines),
+                    None => break,
                 }
             };
             match chunk {
                 None => self.ended = true,
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        self.lines.push(&data);
+                        match &mut self.framing {
+                            Framing::Lines(l) => l.push(&data),
+                            Framing::Lengths(l) => l.push(&data),
+                        }
                     }
                 }
                 Some(Err(e)) => return Err(RestError::transport("watch", e)),
             }
         }
+        let parse = match self.framing {
+            Framing::Lines(_) => parse_frame,
+            Framing::Lengths(_) => parse_protobuf_frame,
+        };
+        raw.iter().map(parse).collect()
     }
 
-    fn take_lines(&mut self, out: &mut Vec<Bytes>) {
-        self.lines.take(out, self.ended);
+    fn take(&mut self, out: &mut Vec<Bytes>) -> Result<(), RestError> {
+        match &mut self.framing {
+            Framing::Lines(l) => {
+                l.take(out, self.ended);
+                Ok(())
+            }
+            Framing::Lengths(l) => l.take(out, self.ended),
+        }
     }
 }
 
@@ -660,6 +854,87 @@ mod tests {
         b.take(&mut out, true);
         assert_eq!(out[2], Bytes::from_static(b"{\"c\":3}"));
         assert_eq!((b.buf.len(), b.scanned), (0, 0));
+    }
+
+    #[test]
+    fn protobuf_frames_are_cut_across_chunks_and_bounded() {
+        let stream = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/kubernetes-protobuf/pods-watch.pb-stream"
+        ))
+        .unwrap();
+        // Every cut of kube-apiserver's stream gives its five frames.
+        for cut in [1, 3, 4, 5, 100, stream.len() - 1] {
+            let mut b = LenBuf::default();
+            let mut out = Vec::new();
+            b.push(&stream[..cut]);
+            b.take(&mut out, false).unwrap();
+            b.push(&stream[cut..]);
+            b.take(&mut out, true).unwrap();
+            assert_eq!(out.len(), 5, "cut at {cut}");
+            assert_eq!(out.iter().map(|f| f.len() + 4).sum::<usize>(), stream.len());
+        }
+        // A stream ending inside a frame, and a length past the bound, are errors.
+        let mut b = LenBuf::default();
+        b.push(&stream[..10]);
+        assert!(b.take(&mut Vec::new(), true).is_err());
+        let mut b = LenBuf::default();
+        b.push(&[0xff, 0xff, 0xff, 0xff, 0]);
+        assert!(b.take(&mut Vec::new(), false).is_err());
+    }
+
+    /// kube-apiserver 1.35's protobuf watch stream parses into the frames of its JSON one, with
+    /// the same identities.
+    #[test]
+    fn protobuf_frames_parse_as_the_json_ones() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/kubernetes-protobuf/"
+        );
+        let stream = std::fs::read(format!("{dir}pods-watch.pb-stream")).unwrap();
+        let json = std::fs::read(format!("{dir}pods-watch.json-stream")).unwrap();
+        let mut b = LenBuf::default();
+        let mut frames = Vec::new();
+        b.push(&stream);
+        b.take(&mut frames, true).unwrap();
+        let mut l = LineBuf::default();
+        let mut lines = Vec::new();
+        l.push(&json);
+        l.take(&mut lines, true);
+        assert_eq!(frames.len(), lines.len());
+        for (f, l) in frames.iter().zip(&lines) {
+            let (pb, js) = (
+                parse_protobuf_frame(&Bytes::from(f.clone())).unwrap(),
+                parse_frame(l).unwrap(),
+            );
+            match (&pb, &js) {
+                (Frame::Put(a), Frame::Put(b)) | (Frame::Delete(a), Frame::Delete(b)) => {
+                    assert!(a.starts_with(pb::MAGIC));
+                    assert_eq!(identity(&pods(), a).unwrap(), identity(&pods(), b).unwrap());
+                }
+                _ => assert_eq!(pb, js),
+            }
+        }
+    }
+
+    #[test]
+    fn a_protobuf_error_frame_is_its_status() {
+        let mut status = Vec::new();
+        pb::put_len(&mut status, 3, b"too old resource version: 5 (9)");
+        pb::put_len(&mut status, 4, b"Expired");
+        pb::tag(&mut status, 6, 0);
+        pb::varint(&mut status, 410);
+        let mut unknown = pb::MAGIC.to_vec();
+        pb::put_len(&mut unknown, 2, &status);
+        let mut ext = Vec::new();
+        pb::put_len(&mut ext, 1, &unknown);
+        let mut frame = Vec::new();
+        pb::put_len(&mut frame, 1, b"ERROR");
+        pb::put_len(&mut frame, 2, &ext);
+        let Frame::Error(e) = parse_protobuf_frame(&Bytes::from(frame)).unwrap() else {
+            panic!("not an error frame");
+        };
+        assert!(e.is_expired(), "{e}");
     }
 
     fn pods() -> ResourceDef {

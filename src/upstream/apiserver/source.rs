@@ -29,7 +29,7 @@ use tracing::{debug, info, warn};
 use crate::cache::{Cache, CacheWriter, Change};
 use crate::model::Object;
 use crate::upstream::apiserver::ApiServerConfig;
-use crate::upstream::apiserver::rest::{Frame, Rest, RestError, WatchLines, identity, parse_frame};
+use crate::upstream::apiserver::rest::{Frame, Rest, RestError, WatchFrames, identity};
 use crate::upstream::follow::{Break, Source, SyncMode, Synced};
 
 /// What a failed call means to the follower: 410 is an expired position, 404 a resource the
@@ -59,7 +59,7 @@ pub(crate) struct ApiSource {
 }
 
 impl Source for ApiSource {
-    type Watch = WatchLines;
+    type Watch = WatchFrames;
     const NAME: &'static str = "API server";
 
     async fn sync(
@@ -67,7 +67,7 @@ impl Source for ApiSource {
         writer: &mut CacheWriter,
         mode: SyncMode,
         shutdown: &mut watch::Receiver<bool>,
-    ) -> Result<Synced<WatchLines>, Break> {
+    ) -> Result<Synced<WatchFrames>, Break> {
         match mode {
             SyncMode::WatchList => self.sync_watch_list(writer, shutdown).await,
             SyncMode::List => self
@@ -81,7 +81,7 @@ impl Source for ApiSource {
         &mut self,
         from: u64,
         _shutdown: &mut watch::Receiver<bool>,
-    ) -> Result<WatchLines, Break> {
+    ) -> Result<WatchFrames, Break> {
         self.rest
             .watch(Some(from), false, self.watch_timeout())
             .await
@@ -90,7 +90,7 @@ impl Source for ApiSource {
 
     async fn follow(
         &mut self,
-        mut stream: WatchLines,
+        mut stream: WatchFrames,
         writer: &mut CacheWriter,
         applied: &mut u64,
         shutdown: &mut watch::Receiver<bool>,
@@ -101,7 +101,7 @@ impl Source for ApiSource {
             // kube-apiserver and watchcache send a bookmark about every minute to a watch that
             // allows them: a watch silent for longer than `idle_timeout` is a dead connection.
             let dead_at = silent_since + self.config.idle_timeout;
-            let lines = tokio::select! {
+            let frames = tokio::select! {
                 _ = shutdown.changed() => return Break::Shutdown,
                 _ = tokio::time::sleep_until(dead_at) => return Break::failed("the watch went silent"),
                 _ = self.progress.notified() => {
@@ -117,13 +117,13 @@ impl Source for ApiSource {
                     }
                     continue;
                 }
-                l = stream.next_lines() => l,
+                f = stream.next_frames() => f,
             };
             silent_since = tokio::time::Instant::now();
-            match lines {
-                Ok(lines) if lines.is_empty() => return Break::Ended,
-                Ok(lines) => {
-                    if let Err(b) = self.apply_lines(&lines, writer, applied) {
+            match frames {
+                Ok(frames) if frames.is_empty() => return Break::Ended,
+                Ok(frames) => {
+                    if let Err(b) = self.apply_frames(frames, writer, applied) {
                         return b;
                     }
                 }
@@ -152,7 +152,7 @@ impl ApiSource {
         &mut self,
         writer: &mut CacheWriter,
         shutdown: &mut watch::Receiver<bool>,
-    ) -> Result<Synced<WatchLines>, Break> {
+    ) -> Result<Synced<WatchFrames>, Break> {
         let started = Instant::now();
         let timeout = self.watch_timeout();
         let mut stream = self.rest.watch(None, true, timeout).await.map_err(broken)?;
@@ -161,18 +161,19 @@ impl ApiSource {
             + Duration::from_secs(timeout)
             + self.config.request_timeout;
         loop {
-            let lines = tokio::select! {
+            let frames = tokio::select! {
                 _ = shutdown.changed() => return Err(Break::Shutdown),
                 _ = tokio::time::sleep_until(deadline) => {
                     return Err(broken(RestError::Timeout(Duration::from_secs(timeout))));
                 }
-                l = stream.next_lines() => l.map_err(broken)?,
+                f = stream.next_frames() => f.map_err(broken)?,
             };
-            if lines.is_empty() {
+            if frames.is_empty() {
                 return Err(Break::NoInitialEventsEnd);
             }
-            for (i, line) in lines.iter().enumerate() {
-                match parse_frame(line).map_err(broken)? {
+            let mut frames = frames.into_iter();
+            while let Some(frame) = frames.next() {
+                match frame {
                     Frame::Put(raw) => {
                         if let Some(o) = self.decode(&raw).map_err(broken)? {
                             objects.push(o);
@@ -189,11 +190,7 @@ impl ApiSource {
                         info!(resource = %self.plural(), listed = n, added = out.added, modified = out.modified, deleted = out.deleted, revision = rv, took = ?started.elapsed(), "synced by WatchList");
                         let mut applied = rv;
                         // Whatever followed the bookmark in the same read is live.
-                        self.apply_lines(
-                            lines.get(i + 1..).unwrap_or_default(),
-                            writer,
-                            &mut applied,
-                        )?;
+                        self.apply_frames(frames, writer, &mut applied)?;
                         return Ok(Synced {
                             rv: applied,
                             watch: Some(stream),
@@ -254,15 +251,14 @@ impl ApiSource {
     }
 
     /// Applies the frames of one read: consecutive events at one resourceVersion as one batch.
-    fn apply_lines(
+    fn apply_frames(
         &self,
-        lines: &[Bytes],
+        frames: impl IntoIterator<Item = Frame>,
         writer: &mut CacheWriter,
         applied: &mut u64,
     ) -> Result<(), Break> {
         let mut batch: Option<(u64, Vec<Change>)> = None;
-        for line in lines {
-            let frame = parse_frame(line).map_err(|e| Break::failed(e.to_string()))?;
+        for frame in frames {
             let (rv, change) = match frame {
                 Frame::Put(raw) => {
                     let id = identity(self.cache.definition(), &raw)
@@ -358,12 +354,12 @@ async fn probe_progress(rest: Rest, cache: Cache) -> Option<u64> {
     let mut best = None;
     let read = async {
         loop {
-            match stream.next_lines().await {
-                Ok(lines) if lines.is_empty() => return,
-                Ok(lines) => {
-                    for line in &lines {
-                        match parse_frame(line) {
-                            Ok(Frame::Bookmark { rv, .. }) => best = Some(rv),
+            match stream.next_frames().await {
+                Ok(frames) if frames.is_empty() => return,
+                Ok(frames) => {
+                    for frame in frames {
+                        match frame {
+                            Frame::Bookmark { rv, .. } => best = Some(rv),
                             _ => {
                                 best = None;
                                 return;
@@ -416,7 +412,7 @@ mod tests {
         let client =
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
                 .unwrap();
-        let rest = Rest::new(client, cache.definition(), Duration::from_secs(1));
+        let rest = Rest::new(client, cache.definition(), Duration::from_secs(1), None);
         let f = ApiSource {
             cache,
             rest,
@@ -439,7 +435,7 @@ mod tests {
         let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
         let (stop, shutdown) = watch::channel(false);
         let f = ApiSource {
-            rest: Rest::new(client, cache.definition(), Duration::from_secs(2)),
+            rest: Rest::new(client, cache.definition(), Duration::from_secs(2), None),
             cache: cache.clone(),
             config: ApiServerConfig::default(),
             progress: Arc::new(Notify::new()),
@@ -451,6 +447,21 @@ mod tests {
             relists: None,
         };
         (cache, tokio::spawn(follow::run(f, writer, follow)), stop)
+    }
+
+    /// What the follower does with one read of JSON lines: parse, then apply.
+    fn apply_lines(
+        f: &ApiSource,
+        lines: &[Bytes],
+        w: &mut CacheWriter,
+        applied: &mut u64,
+    ) -> Result<(), Break> {
+        let frames = lines
+            .iter()
+            .map(crate::upstream::apiserver::rest::parse_frame)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Break::failed(e.to_string()))?;
+        f.apply_frames(frames, w, applied)
     }
 
     fn frame(kind: &str, name: &str, rv: &str) -> Bytes {
@@ -480,14 +491,14 @@ mod tests {
             frame("ADDED", "b", "5"),
             frame("MODIFIED", "a", "6"),
         ];
-        f.apply_lines(&lines, &mut w, &mut applied).unwrap();
+        apply_lines(&f, &lines, &mut w, &mut applied).unwrap();
         assert_eq!(applied, 6);
         assert_eq!(f.cache.resource_version(), 6);
         assert_eq!(names(&f).await, vec![("a".into(), 6), ("b".into(), 5)]);
         // The rest of revision 6 in a later read: the cache cannot take it, so relist.
         let late = [frame("ADDED", "c", "6")];
         assert!(matches!(
-            f.apply_lines(&late, &mut w, &mut applied),
+            apply_lines(&f, &late, &mut w, &mut applied),
             Err(Break::Relist(m)) if m.contains("revision 6")
         ));
         // Deletions, then a bookmark as progress.
@@ -497,7 +508,7 @@ mod tests {
                 br#"{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"9"}}}"#,
             ),
         ];
-        f.apply_lines(&lines, &mut w, &mut applied).unwrap();
+        apply_lines(&f, &lines, &mut w, &mut applied).unwrap();
         assert_eq!((applied, f.cache.resource_version()), (9, 9));
         assert_eq!(names(&f).await, vec![("a".into(), 6)]);
     }
@@ -525,6 +536,7 @@ mod tests {
             kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap(),
             f.cache.definition(),
             Duration::from_secs(2),
+            None,
         );
         f.config.idle_timeout = Duration::from_millis(300);
         let stream = f.rest.watch(Some(1), false, 60).await.unwrap();
@@ -697,11 +709,11 @@ mod tests {
             br#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old"}}"#,
         );
         assert!(matches!(
-            f.apply_lines(&[gone], &mut w, &mut applied),
+            apply_lines(&f, &[gone], &mut w, &mut applied),
             Err(Break::Expired(_))
         ));
         let bad = frame("ADDED", "a", "12abc");
-        match f.apply_lines(&[bad], &mut w, &mut applied) {
+        match apply_lines(&f, &[bad], &mut w, &mut applied) {
             Err(Break::Failed { why, .. }) => assert!(why.contains("\"12abc\""), "{why}"),
             other => panic!("{other:?}"),
         }

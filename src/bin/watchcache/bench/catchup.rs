@@ -84,6 +84,10 @@ pub struct CatchupConfig {
     pub storage: Storage,
     /// What the server under test follows.
     pub follow: Follow,
+    /// What the watchers ask for (HTTP watchers only).
+    pub watch_wire: load::WatchWire,
+    /// How a leaf (`--follow root`, `root-embedded`) reads its root's watch.
+    pub leaf_wire: load::WatchWire,
     /// The watchcache binary to start the server from.
     pub server_binary: std::path::PathBuf,
     /// Where the local etcd keeps its data; default: the system temp dir.
@@ -98,6 +102,9 @@ pub struct CatchupConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct CatchupReport {
     pub follow: Follow,
+    /// How the watchers read, and how a leaf read its root.
+    pub watch_wire: load::WatchWire,
+    pub leaf_wire: load::WatchWire,
     pub storage: Storage,
     pub events: u64,
     pub pods: usize,
@@ -189,7 +196,9 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
             let partition = Partition::start(&root)?;
             let rev = stack::current_revision(&stack.client).await?;
             let under_test = if cfg.follow == Follow::Root {
-                let (url, leaf) = stack.start_leaf(&bench, &partition.url, rev).await?;
+                let (url, leaf) = stack
+                    .start_leaf(&bench, &partition.url, rev, cfg.leaf_wire)
+                    .await?;
                 UnderTest::Http {
                     url,
                     leaf: Some(leaf),
@@ -202,7 +211,10 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
                 let pods = ResourceDef::builtin("pods").ok_or("no built-in pods")?;
                 let caches = apiserver::ApiServerCaches::connect(
                     client,
-                    apiserver::ApiServerConfig::default(),
+                    apiserver::ApiServerConfig {
+                        protobuf_watch: cfg.leaf_wire == load::WatchWire::Protobuf,
+                        ..apiserver::ApiServerConfig::default()
+                    },
                     vec![pods],
                     CacheConfig::default(),
                 )
@@ -252,7 +264,14 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
                     encode(&field),
                     encode(&label)
                 );
-                tokio::spawn(load::http_watcher(http.clone(), u, rec, counters, stop))
+                tokio::spawn(load::http_watcher(
+                    http.clone(),
+                    u,
+                    cfg.watch_wire,
+                    rec,
+                    counters,
+                    stop,
+                ))
             }
             UnderTest::Embedded { cache, .. } => {
                 let selection = Selection::parse(None, &field, &label)
@@ -352,6 +371,8 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
     let spent = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
     Ok(CatchupReport {
         follow: cfg.follow,
+        watch_wire: cfg.watch_wire,
+        leaf_wire: cfg.leaf_wire,
         storage: cfg.storage,
         events,
         pods: cfg.pods,
@@ -594,6 +615,10 @@ pub fn table(r: &CatchupReport) -> String {
                 r.storage
             )
             .to_lowercase(),
+        ),
+        (
+            "watchers read, a leaf reads its root",
+            format!("{:?}, {:?}", r.watch_wire, r.leaf_wire).to_lowercase(),
         ),
         (
             "pods, watchers (node / label), connected",

@@ -65,7 +65,7 @@ impl Http {
         self.get_accept(url, None).await
     }
 
-    /// GET `url` with this `Accept` header (TLS only; plain HTTP sends reqwest's).
+    /// GET `url` with this `Accept` header (`None`: the client's default).
     pub async fn get_accept(
         &self,
         url: &str,
@@ -73,7 +73,11 @@ impl Http {
     ) -> Result<(u16, BodyChunks), String> {
         match self {
             Http::Plain(c) => {
-                let resp = c.get(url).send().await.map_err(|e| e.to_string())?;
+                let mut req = c.get(url);
+                if let Some(a) = accept {
+                    req = req.header(reqwest::header::ACCEPT, a);
+                }
+                let resp = req.send().await.map_err(|e| e.to_string())?;
                 let status = resp.status().as_u16();
                 let body = resp.bytes_stream().map(|c| c.map_err(|e| chain(&e)));
                 Ok((status, Box::pin(body)))

@@ -15,6 +15,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::http::Http;
 use super::pods;
+use super::proto;
 
 /// One received event: revision, pod id, receive time (µs since the epoch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,15 +107,43 @@ fn parse_line(line: &[u8]) -> Option<Result<(u64, u32), ()>> {
     Some(Ok((rev, id)))
 }
 
-/// A kubelet- or controller-style HTTP watch on the cache.
+/// The wire format the bench's HTTP watchers ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WatchWire {
+    /// JSON, one event per line (kubectl, client-go's default).
+    #[default]
+    Json,
+    /// Protobuf, length-prefixed frames (kubelets, kube-controller-manager).
+    Protobuf,
+}
+
+/// Reads one protobuf watch frame cheaply: (revision, pod id) of a change.
+fn parse_protobuf(frame: &[u8]) -> Option<Result<(u64, u32), ()>> {
+    let ev = proto::event(frame)?;
+    match ev.kind {
+        b"ADDED" | b"MODIFIED" | b"DELETED" => {}
+        b"ERROR" => return Some(Err(())),
+        _ => return None,
+    }
+    let rev = std::str::from_utf8(ev.rv).ok()?.parse().ok()?;
+    Some(Ok((rev, pod_id(ev.name)?)))
+}
+
+/// A kubelet- or controller-style HTTP watch on the cache, in `wire`.
 pub async fn http_watcher(
     client: Http,
     url: String,
+    wire: WatchWire,
     rec: Arc<Recorder>,
     counters: Arc<Counters>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut body = match client.get(&url).await {
+    let accept = match wire {
+        WatchWire::Json => None,
+        WatchWire::Protobuf => Some("application/vnd.kubernetes.protobuf;stream=watch"),
+    };
+    let mut body = match client.get_accept(&url, accept).await {
         Ok((status, body)) if (200..300).contains(&status) => body,
         _ => {
             counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -134,6 +163,15 @@ pub async fn http_watcher(
             None => return rec.error(|| "the stream ended".to_owned()),
         };
         buf.extend_from_slice(&chunk);
+        if wire == WatchWire::Protobuf {
+            let used = proto::frames(&buf, |frame| match parse_protobuf(frame) {
+                Some(Ok((rev, id))) => rec.record(&counters.received, rev, id),
+                Some(Err(())) => rec.error(|| "an ERROR frame".to_owned()),
+                None => {}
+            });
+            buf.drain(..used);
+            continue;
+        }
         let mut start = 0;
         while let Some(n) = memchr::memchr(b'\n', &buf[start..]) {
             let line = &buf[start..start + n];

@@ -16,6 +16,7 @@ mod load;
 mod partition;
 pub mod pods;
 mod procstat;
+mod proto;
 mod report;
 mod stack;
 mod verify;
@@ -33,6 +34,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+pub use load::WatchWire;
 use load::{Churn, Counters, Recorder};
 pub use report::{EtcdStats, Latency, ModeReport, Ratios, Report, ServerStats, table};
 use stack::Stack;
@@ -302,7 +304,14 @@ async fn open(
                 let url =
                     format!("{url}/api/v1/pods?watch=1&resourceVersion={start_rev}{selector}");
                 let client = http[i / per_client].clone();
-                tokio::spawn(load::http_watcher(client, url, rec, counters, stop))
+                tokio::spawn(load::http_watcher(
+                    client,
+                    url,
+                    load::WatchWire::Json,
+                    rec,
+                    counters,
+                    stop,
+                ))
             }
             None => {
                 let client = etcd_clients[i % etcd_clients.len()].clone();

@@ -118,14 +118,24 @@ impl Stack {
         cfg: &BenchConfig,
         upstream: &str,
         rev: u64,
+        wire: super::WatchWire,
     ) -> Result<(String, ServerProcess), String> {
         let kubeconfig = self.leaf_kubeconfig(upstream)?;
         let port = free_port().map_err(|e| e.to_string())?;
         let url = format!("http://127.0.0.1:{port}");
+        let wire = match wire {
+            super::WatchWire::Json => "json",
+            super::WatchWire::Protobuf => "auto",
+        };
         let leaf = spawn_serve(
             cfg,
             port,
-            ["--upstream-kubeconfig".into(), kubeconfig.into_os_string()],
+            [
+                "--upstream-kubeconfig".into(),
+                kubeconfig.into_os_string(),
+                "--upstream-watch-wire".into(),
+                wire.into(),
+            ],
         )?;
         wait_for_revision(&self.plain, &url, rev).await?;
         Ok((url, leaf))

@@ -72,6 +72,7 @@ pub async fn idle_watcher_rss(
         tokio::spawn(load::http_watcher(
             http[i / per_client].clone(),
             u,
+            load::WatchWire::Json,
             rec,
             Arc::clone(&counters),
             stop_rx.clone(),

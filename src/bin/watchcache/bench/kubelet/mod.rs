@@ -13,7 +13,6 @@
 
 mod objects;
 mod pki;
-mod proto;
 mod report;
 mod servers;
 
@@ -574,8 +573,8 @@ async fn watcher(
             }
         };
         buf.extend_from_slice(&chunk);
-        let used = proto::frames(&buf, |frame| {
-            let Some(ev) = proto::event(frame) else {
+        let used = super::proto::frames(&buf, |frame| {
+            let Some(ev) = super::proto::event(frame) else {
                 warn!(url, frame = %String::from_utf8_lossy(&frame[..frame.len().min(200)]), "unreadable frame");
                 counters.unreadable.fetch_add(1, Ordering::Relaxed);
                 return;

@@ -1,0 +1,199 @@
+//! What a follower reads off a protobuf watch stream
+//! (`application/vnd.kubernetes.protobuf;stream=watch`), as kube-apiserver and watchcache write it:
+//! each frame a `metav1.WatchEvent` {type 1, object 2 = `RawExtension` {raw 1}}, whose raw is the
+//! object in its `k8s\0` + `runtime.Unknown` envelope. Of an object only its metadata's identity
+//! is read here (name, namespace, resourceVersion, one annotation): the cache's decode reads the
+//! rest once, right after.
+//!
+//! Everything here reads untrusted bytes: malformed input is an error, never a panic.
+
+use super::MAGIC;
+use super::wire::{Fields, Value};
+
+/// One frame of a protobuf watch stream: the event type and the object's envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WatchFrame<'a> {
+    /// `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK` or `ERROR`.
+    pub kind: &'a str,
+    /// The object, `k8s\0` + `runtime.Unknown` (an ERROR's `Status`, a BOOKMARK's bare object).
+    pub object: &'a [u8],
+}
+
+fn len_field<'a>(msg: &'a [u8], num: u32, what: &str) -> Result<Option<&'a [u8]>, String> {
+    let mut found = None;
+    for e in Fields::new(msg) {
+        match e.map_err(|e| format!("{what}: {e}"))? {
+            (n, Value::Len(b)) if n == num => found = Some(b),
+            (n, _) if n == num => {
+                return Err(format!("{what}: field {num} has the wrong wire type"));
+            }
+            _ => {}
+        }
+    }
+    Ok(found)
+}
+
+/// Reads one frame (without its 4-byte length).
+///
+/// # Errors
+/// Malformed protobuf, a type that is not UTF-8, or no object.
+pub(crate) fn watch_frame(frame: &[u8]) -> Result<WatchFrame<'_>, String> {
+    let kind = len_field(frame, 1, "a watch event")?.unwrap_or_default();
+    let kind = std::str::from_utf8(kind).map_err(|_| "a watch event's type is not UTF-8")?;
+    let ext = len_field(frame, 2, "a watch event")?.ok_or("a watch event without an object")?;
+    let object = len_field(ext, 1, "a watch event's object")?.unwrap_or_default();
+    Ok(WatchFrame { kind, object })
+}
+
+/// The message inside an object's `k8s\0` + `runtime.Unknown` envelope.
+fn message(value: &[u8]) -> Result<&[u8], String> {
+    let body = value
+        .strip_prefix(MAGIC)
+        .ok_or("an object without the k8s protobuf prefix")?;
+    Ok(len_field(body, 2, "an object's envelope")?.unwrap_or_default())
+}
+
+/// An object's identity, read from its `metadata` (`ObjectMeta`, field 1 of every top-level
+/// kind's message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Identity<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub resource_version: &'a str,
+    /// Whether `metadata.annotations` has `k8s.io/initial-events-end: "true"` (a WatchList's
+    /// last bookmark).
+    pub initial_events_end: bool,
+}
+
+fn text<'a>(b: &'a [u8], what: &str) -> Result<&'a str, String> {
+    std::str::from_utf8(b).map_err(|_| format!("{what} is not UTF-8"))
+}
+
+/// Reads the identity of an object in its envelope.
+///
+/// # Errors
+/// Malformed protobuf in the envelope or the metadata, or text that is not UTF-8.
+pub(crate) fn identity(value: &[u8]) -> Result<Identity<'_>, String> {
+    let meta = len_field(message(value)?, 1, "an object")?.unwrap_or_default();
+    let mut id = Identity::default();
+    for e in Fields::new(meta) {
+        match e.map_err(|e| format!("metadata: {e}"))? {
+            (1, Value::Len(b)) => id.name = text(b, "metadata.name")?,
+            (3, Value::Len(b)) => id.namespace = text(b, "metadata.namespace")?,
+            (6, Value::Len(b)) => id.resource_version = text(b, "metadata.resourceVersion")?,
+            (12, Value::Len(entry)) => {
+                let k = len_field(entry, 1, "metadata.annotations")?.unwrap_or_default();
+                if k == crate::model::INITIAL_EVENTS_END.as_bytes() {
+                    let v = len_field(entry, 2, "metadata.annotations")?.unwrap_or_default();
+                    id.initial_events_end = v == b"true";
+                }
+            }
+            (1 | 3 | 6 | 12, _) => return Err("metadata: wrong wire type".into()),
+            _ => {}
+        }
+    }
+    Ok(id)
+}
+
+/// A `metav1.Status` in its envelope: code, reason and message.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Status {
+    pub code: u16,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Reads a `Status` (message 3, reason 4, code 6).
+///
+/// # Errors
+/// Malformed protobuf.
+pub(crate) fn status(value: &[u8]) -> Result<Status, String> {
+    let mut s = Status::default();
+    for e in Fields::new(message(value)?) {
+        match e.map_err(|e| format!("a Status: {e}"))? {
+            (3, Value::Len(b)) => s.message = String::from_utf8_lossy(b).into_owned(),
+            (4, Value::Len(b)) => s.reason = String::from_utf8_lossy(b).into_owned(),
+            (6, Value::Varint(c)) => s.code = u16::try_from(c).unwrap_or(500),
+            _ => {}
+        }
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vector(name: &str) -> Vec<u8> {
+        std::fs::read(format!(
+            "{}/tests/data/kubernetes-protobuf/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    }
+
+    /// kube-apiserver 1.35's own protobuf watch stream, read against its JSON one.
+    #[test]
+    fn kube_apiservers_watch_stream_reads_as_its_json_one() {
+        let stream = vector("pods-watch.pb-stream");
+        let lines = vector("pods-watch.json-stream");
+        let mut lines = lines.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+        let mut rest = &stream[..];
+        let mut n = 0;
+        while !rest.is_empty() {
+            let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+            let f = watch_frame(&rest[4..4 + len]).unwrap();
+            rest = &rest[4 + len..];
+            let want: serde_json::Value = serde_json::from_slice(lines.next().unwrap()).unwrap();
+            assert_eq!(f.kind, want["type"]);
+            let id = identity(f.object).unwrap();
+            let meta = &want["object"]["metadata"];
+            assert_eq!(id.name, meta["name"].as_str().unwrap_or(""));
+            assert_eq!(id.namespace, meta["namespace"].as_str().unwrap_or(""));
+            assert_eq!(id.resource_version, meta["resourceVersion"]);
+            assert_eq!(
+                id.initial_events_end,
+                meta["annotations"]["k8s.io/initial-events-end"] == "true"
+            );
+            n += 1;
+        }
+        assert_eq!(n, 5);
+    }
+
+    #[test]
+    fn a_status_reads_its_code_reason_and_message() {
+        use crate::model::protobuf::{put_len, tag, varint as put_var};
+        let mut msg = Vec::new();
+        put_len(&mut msg, 3, b"too old resource version: 1 (5)");
+        put_len(&mut msg, 4, b"Expired");
+        tag(&mut msg, 6, 0);
+        put_var(&mut msg, 410);
+        let mut value = MAGIC.to_vec();
+        put_len(&mut value, 2, &msg);
+        let s = status(&value).unwrap();
+        assert_eq!(
+            s,
+            Status {
+                code: 410,
+                reason: "Expired".into(),
+                message: "too old resource version: 1 (5)".into()
+            }
+        );
+    }
+
+    #[test]
+    fn malformed_frames_are_errors_not_panics() {
+        for bad in [
+            &b"\x0a"[..],
+            b"\x0a\x05AD",
+            b"\x12\x02\x0a\x7f",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+        ] {
+            assert!(watch_frame(bad).is_err(), "{bad:?}");
+        }
+        assert!(identity(b"k8s\0\x12\x03\x0a\x05a").is_err());
+        assert!(identity(b"{\"json\":1}").is_err());
+        // No object at all is an error; an empty one is an identity without a name.
+        assert!(watch_frame(b"\x0a\x05ADDED").is_err());
+    }
+}
