@@ -518,7 +518,18 @@ impl Object {
                 let (envelope, raw) = match &self.0.body {
                     // Never transcoded: the stored bytes, the revision spliced in.
                     Body::Protobuf { value, .. } => {
-                        crate::model::protobuf::with_resource_version(value, self.0.rv)?
+                        let (env, raw) =
+                            crate::model::protobuf::with_resource_version(value, self.0.rv)?;
+                        // Read from an API server's watch, the bytes already carry this revision:
+                        // share them rather than keep a second copy for every object.
+                        if env == **value {
+                            return Ok(PbForm {
+                                envelope: value.clone(),
+                                raw: (raw.start as u32, raw.end as u32),
+                                frames: [OnceLock::new(), OnceLock::new()],
+                            });
+                        }
+                        (env, raw)
                     }
                     Body::Json(f) => {
                         let v: serde_json::Value =
@@ -1114,6 +1125,28 @@ mod tests {
             o.field(&FieldPath::parse("status.phase").unwrap()).unwrap(),
             "Running"
         );
+    }
+
+    /// kube-apiserver's GET body of a pod at revision 12345, read back (as a leaf reads its
+    /// root's watch): served at 12345 it is the same bytes, shared; at another revision, spliced.
+    #[test]
+    fn protobuf_already_at_its_revision_is_served_as_it_came() {
+        let served = crate::model::protobuf::tests::vector("pod.pb");
+        let key = {
+            let env = crate::model::protobuf::Envelope::parse(&served).unwrap();
+            let m = env.meta().unwrap();
+            format!("/registry/pods/{}/{}", m.namespace, m.name)
+        };
+        let o = Object::decode(&pods(), &key, &served, 12345).unwrap();
+        let wire = o.protobuf_wire().unwrap();
+        assert_eq!(&wire[..], &served[..]);
+        assert_eq!(wire.as_ptr(), o.protobuf().unwrap().as_ptr(), "shared, not copied");
+        let o = Object::decode(&pods(), &key, &served, 777).unwrap();
+        let wire = o.protobuf_wire().unwrap();
+        assert_ne!(wire.as_ptr(), o.protobuf().unwrap().as_ptr());
+        let (want, _) = crate::model::protobuf::with_resource_version(&served, 777).unwrap();
+        assert_eq!(&wire[..], &want[..]);
+        assert_eq!(o.to_value()["metadata"]["resourceVersion"], "777");
     }
 
     #[test]

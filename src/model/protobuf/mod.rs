@@ -407,4 +407,4 @@ fn leaf_text(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
