@@ -199,10 +199,12 @@ impl WatchEvent {
             (EventType::Deleted, Some(o), None) => {
                 Ok(Frame::protobuf("DELETED", o.protobuf_at(self.rv)?))
             }
-            (kind, Some(o), _) => match o.protobuf_frame(kind, wire::protobuf::whole_frame)? {
-                Some(frame) => Ok(Frame::protobuf_whole(frame)),
-                None => Ok(Frame::protobuf(kind.as_str(), o.protobuf_wire()?.clone())),
-            },
+            (kind, Some(o), _) => {
+                match o.protobuf_frame(kind, &wire::protobuf::watch_frame_head)? {
+                    Some(frame) => Ok(Frame::protobuf_whole(frame)),
+                    None => Ok(Frame::protobuf(kind.as_str(), o.protobuf_wire()?.clone())),
+                }
+            }
             (kind, None, _) => {
                 let fail = |reason: String| EncodeError {
                     key: String::new(),

@@ -512,6 +512,16 @@ impl Object {
     }
 
     fn pb_form(&self) -> Result<&PbForm, EncodeError> {
+        self.pb_form_in(None)
+    }
+
+    /// The protobuf form, made now if this is its first use. `frame`: the first use is a watch
+    /// frame of this type (its slot and name) whose head `head` makes; the envelope is then
+    /// written once, inside that frame, and shared from it (one copy per object state, not two).
+    fn pb_form_in(
+        &self,
+        frame: Option<(usize, &str, &dyn Fn(&str, usize) -> Vec<u8>)>,
+    ) -> Result<&PbForm, EncodeError> {
         let made = self.0.pb.get_or_init(|| {
             Box::new((|| {
                 count_encode(true);
@@ -540,10 +550,26 @@ impl Object {
                         (env, raw)
                     }
                 };
+                let raw = (raw.start as u32, raw.end as u32);
+                let frames = [OnceLock::new(), OnceLock::new()];
+                let Some((i, name, head)) = frame else {
+                    return Ok(PbForm {
+                        envelope: Bytes::from(envelope),
+                        raw,
+                        frames,
+                    });
+                };
+                let mut whole = head(name, envelope.len());
+                let at = whole.len();
+                whole.extend_from_slice(&envelope);
+                let whole = Bytes::from(whole);
+                if let Some(slot) = frames.get(i) {
+                    let _ = slot.set(whole.clone());
+                }
                 Ok(PbForm {
-                    envelope: Bytes::from(envelope),
-                    raw: (raw.start as u32, raw.end as u32),
-                    frames: [OnceLock::new(), OnceLock::new()],
+                    envelope: whole.slice(at..),
+                    raw,
+                    frames,
                 })
             })())
         });
@@ -566,27 +592,35 @@ impl Object {
     }
 
     /// The whole protobuf watch frame (length, `WatchEvent` {type, object}, this object's
-    /// [`protobuf_wire`](Object::protobuf_wire)) of an ADDED or MODIFIED event carrying it, made
-    /// by `make` (`wire/protobuf.rs`: the event type and the envelope) once per event type and
-    /// kept here, shared (`None` for other event types).
+    /// [`protobuf_wire`](Object::protobuf_wire)) of an ADDED or MODIFIED event carrying it: the
+    /// head made by `head` (`wire/protobuf.rs`: from the event type and the envelope's length),
+    /// then the envelope, once per event type, kept here and shared (`None` for other event
+    /// types). When a frame is the object's first protobuf use, its envelope is made inside it.
     ///
     /// # Errors
     /// As [`protobuf_wire`](Object::protobuf_wire).
     pub(crate) fn protobuf_frame(
         &self,
         kind: EventType,
-        make: impl FnOnce(&str, &Bytes) -> Bytes,
+        head: &dyn Fn(&str, usize) -> Vec<u8>,
     ) -> Result<Option<Bytes>, EncodeError> {
-        let f = self.pb_form()?;
         let (i, name) = match kind {
             EventType::Added => (0, "ADDED"),
             EventType::Modified => (1, "MODIFIED"),
             _ => return Ok(None),
         };
+        let f = self.pb_form_in(Some((i, name, head)))?;
         let Some(slot) = f.frames.get(i) else {
             return Ok(None);
         };
-        Ok(Some(slot.get_or_init(|| make(name, &f.envelope)).clone()))
+        Ok(Some(
+            slot.get_or_init(|| {
+                let mut frame = head(name, f.envelope.len());
+                frame.extend_from_slice(&f.envelope);
+                Bytes::from(frame)
+            })
+            .clone(),
+        ))
     }
 
     /// The object's protobuf message alone, as a list's item (shared with
@@ -1140,13 +1174,57 @@ mod tests {
         let o = Object::decode(&pods(), &key, &served, 12345).unwrap();
         let wire = o.protobuf_wire().unwrap();
         assert_eq!(&wire[..], &served[..]);
-        assert_eq!(wire.as_ptr(), o.protobuf().unwrap().as_ptr(), "shared, not copied");
+        assert_eq!(
+            wire.as_ptr(),
+            o.protobuf().unwrap().as_ptr(),
+            "shared, not copied"
+        );
         let o = Object::decode(&pods(), &key, &served, 777).unwrap();
         let wire = o.protobuf_wire().unwrap();
         assert_ne!(wire.as_ptr(), o.protobuf().unwrap().as_ptr());
         let (want, _) = crate::model::protobuf::with_resource_version(&served, 777).unwrap();
         assert_eq!(&wire[..], &want[..]);
         assert_eq!(o.to_value()["metadata"]["resourceVersion"], "777");
+    }
+
+    /// A watch frame as an object's first protobuf use holds the only copy of its envelope; a
+    /// frame of the other event type is made from it; both are made once.
+    #[test]
+    fn the_first_watch_frame_holds_the_envelope() {
+        let stored = crate::model::protobuf::tests::vector("pod.etcd.bin");
+        let served = crate::model::protobuf::tests::vector("pod.pb");
+        let key = {
+            let env = crate::model::protobuf::Envelope::parse(&stored).unwrap();
+            let m = env.meta().unwrap();
+            format!("/registry/pods/{}/{}", m.namespace, m.name)
+        };
+        let o = Object::decode(&pods(), &key, &stored, 12345).unwrap();
+        let head = |name: &str, len: usize| format!("<{name} {len}>").into_bytes();
+        let added = o.protobuf_frame(EventType::Added, &head).unwrap().unwrap();
+        let wire = o.protobuf_wire().unwrap();
+        assert_eq!(&wire[..], &served[..]);
+        let at = added.len() - wire.len();
+        assert_eq!(&added[..at], format!("<ADDED {}>", served.len()).as_bytes());
+        assert_eq!(
+            wire.as_ptr(),
+            added[at..].as_ptr(),
+            "the envelope is inside the frame"
+        );
+        let modified = o
+            .protobuf_frame(EventType::Modified, &head)
+            .unwrap()
+            .unwrap();
+        assert!(modified.starts_with(b"<MODIFIED ") && modified.ends_with(&served));
+        let again = o
+            .protobuf_frame(EventType::Modified, &head)
+            .unwrap()
+            .unwrap();
+        assert_eq!(again.as_ptr(), modified.as_ptr(), "made once");
+        assert!(
+            o.protobuf_frame(EventType::Deleted, &head)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]

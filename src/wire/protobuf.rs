@@ -3,7 +3,6 @@
 //! `{Kind}List`'s envelope and item heads, and `metav1.Status`. Objects themselves are the cache's
 //! shared bytes (`model/protobuf/`), never re-encoded here.
 
-use bytes::Bytes;
 #[cfg(feature = "server")]
 use serde_json::Value as Json;
 
@@ -29,14 +28,6 @@ pub(crate) fn watch_frame_head(event_type: &str, envelope_len: usize) -> Vec<u8>
     out.extend_from_slice(&(total as u32).to_be_bytes());
     out.extend_from_slice(&msg);
     out
-}
-
-/// A whole watch frame: [`watch_frame_head`] and the envelope in one buffer (what an object keeps
-/// for its ADDED and MODIFIED events, so a delivery writes one piece).
-pub(crate) fn whole_frame(event_type: &str, envelope: &Bytes) -> Bytes {
-    let mut frame = watch_frame_head(event_type, envelope.len());
-    frame.extend_from_slice(envelope);
-    Bytes::from(frame)
 }
 
 /// `metav1.ListMeta` {selfLink = 1, resourceVersion = 2, continue = 3, remainingItemCount = 4,
