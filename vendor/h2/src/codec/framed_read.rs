@@ -11,19 +11,20 @@ use futures_core::Stream;
 use bytes::{Buf, BytesMut};
 
 use std::io;
+use std::mem::MaybeUninit;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use tokio::io::AsyncRead;
-use tokio_util::codec::FramedRead as InnerFramedRead;
-use tokio_util::codec::{LengthDelimitedCodec, LengthDelimitedCodecError};
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio_util::codec::{Decoder, LengthDelimitedCodec, LengthDelimitedCodecError};
+use tokio_util::io::poll_read_buf;
 
 // 16 MB "sane default" taken from golang http2
 const DEFAULT_SETTINGS_MAX_HEADER_LIST_SIZE: usize = 16 << 20;
 
 #[derive(Debug)]
 pub struct FramedRead<T> {
-    inner: InnerFramedRead<T, LengthDelimitedCodec>,
+    inner: Delimited<T>,
 
     decoder: FrameDecoder,
 }
@@ -59,7 +60,7 @@ enum Continuable {
 }
 
 impl<T> FramedRead<T> {
-    pub fn new(inner: InnerFramedRead<T, LengthDelimitedCodec>) -> FramedRead<T> {
+    pub fn new(inner: Delimited<T>) -> FramedRead<T> {
         let decoder = FrameDecoder::new(inner.decoder().max_frame_length());
         FramedRead { inner, decoder }
     }
@@ -421,7 +422,7 @@ where
         let _e = span.enter();
         loop {
             tracing::trace!("poll");
-            let bytes = match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
+            let bytes = match ready!(self.inner.poll_next(cx)) {
                 Some(Ok(bytes)) => bytes,
                 Some(Err(e)) => return Poll::Ready(Some(Err(map_err(e)))),
                 None => return Poll::Ready(None),
@@ -488,6 +489,212 @@ impl<T> From<Continuable> for Frame<T> {
                 push.set_end_headers();
                 push.into()
             }
+        }
+    }
+}
+
+/// watchcache: what tokio-util's `FramedRead<T, LengthDelimitedCodec>` did here (split the
+/// input into frames), without its read buffer's 8 KiB for the connection's life. HTTP/2 always
+/// has a read pending, so a buffer kept across it is held by every idle connection. Here the
+/// buffer goes when it is empty, and a read with no buffer goes into the stack (`PROBE`): only
+/// bytes that arrived are moved into a new buffer, so an idle pending read holds nothing.
+#[derive(Debug)]
+pub struct Delimited<T> {
+    io: T,
+    codec: LengthDelimitedCodec,
+    /// Bytes read and not yet framed. No allocation while empty between reads.
+    buf: BytesMut,
+    /// The input ended (a read of 0 bytes).
+    eof: bool,
+    /// An error was returned: the stream ends (as tokio-util's `FramedRead` did).
+    errored: bool,
+}
+
+/// The stack buffer of a read made with no buffer (the connection was idle): a TLS record's
+/// worth of plaintext or less arrives in one read; more is read into the heap buffer it
+/// starts.
+const PROBE: usize = 8 * 1024;
+
+impl<T> Delimited<T> {
+    pub fn new(io: T, codec: LengthDelimitedCodec) -> Delimited<T> {
+        Delimited {
+            io,
+            codec,
+            buf: BytesMut::new(),
+            eof: false,
+            errored: false,
+        }
+    }
+
+    pub fn get_ref(&self) -> &T {
+        &self.io
+    }
+
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.io
+    }
+
+    pub fn decoder(&self) -> &LengthDelimitedCodec {
+        &self.codec
+    }
+
+    pub fn decoder_mut(&mut self) -> &mut LengthDelimitedCodec {
+        &mut self.codec
+    }
+
+    /// The next frame (its 9-byte head included), as tokio-util's `FramedRead` returned it:
+    /// `None` at the end of the input, or after an error.
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<BytesMut>>>
+    where
+        T: AsyncRead + Unpin,
+    {
+        loop {
+            if self.errored {
+                return Poll::Ready(None);
+            }
+            if !self.buf.is_empty() {
+                match self.codec.decode(&mut self.buf) {
+                    Ok(Some(frame)) => return Poll::Ready(Some(Ok(frame))),
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.errored = true;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                }
+            }
+            if self.eof {
+                if self.buf.is_empty() {
+                    return Poll::Ready(None);
+                }
+                // As tokio-util's default `Decoder::decode_eof`: a partial frame at the end.
+                self.errored = true;
+                return Poll::Ready(Some(Err(io::Error::other("bytes remaining on stream"))));
+            }
+            let read = if self.buf.is_empty() {
+                // Frames already returned keep their part of the allocation alive; the rest
+                // goes, so that the pending read below holds no buffer.
+                self.buf = BytesMut::new();
+                let mut probe = [MaybeUninit::<u8>::uninit(); PROBE];
+                let mut probe = ReadBuf::uninit(&mut probe);
+                match Pin::new(&mut self.io).poll_read(cx, &mut probe) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(e)) => Err(e),
+                    Poll::Ready(Ok(())) => {
+                        let filled = probe.filled();
+                        // A full probe: more is likely coming, so room for it too.
+                        let room = if filled.len() == PROBE {
+                            2 * PROBE
+                        } else {
+                            filled.len()
+                        };
+                        self.buf.reserve(room);
+                        self.buf.extend_from_slice(filled);
+                        Ok(filled.len())
+                    }
+                }
+            } else {
+                // Room for at least one byte, so that a read of 0 means the end.
+                self.buf.reserve(1);
+                match poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(read) => read,
+                }
+            };
+            match read {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
+                Err(e) => {
+                    self.errored = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+    }
+}
+
+/// watchcache: the read buffer exists only while bytes wait to be framed.
+#[cfg(test)]
+mod watchcache_tests {
+    use super::super::watchcache_mock::{frame, Mock};
+    use super::super::Codec;
+    use crate::frame::Frame;
+    use bytes::Bytes;
+    use futures_core::Stream;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    fn poll(codec: &mut Codec<Mock, Bytes>) -> Poll<Option<Result<Frame, crate::proto::Error>>> {
+        Pin::new(codec).poll_next(&mut Context::from_waker(Waker::noop()))
+    }
+
+    fn buffer(codec: &Codec<Mock, Bytes>) -> usize {
+        codec.inner.inner.buf.capacity()
+    }
+
+    #[test]
+    fn an_idle_read_holds_no_buffer() {
+        let mut codec = Codec::new(Mock::default());
+        assert!(poll(&mut codec).is_pending());
+        assert_eq!(buffer(&codec), 0);
+        // Two frames in one read, then idle: both come out and the buffer goes.
+        let mut both = frame(0x6, 0, 0, b"12345678");
+        both.extend(frame(0x6, 0x1, 0, b"abcdefgh"));
+        codec.inner.get_mut().get_mut().input.push_back(both);
+        for payload in [b"12345678", b"abcdefgh"] {
+            match poll(&mut codec) {
+                Poll::Ready(Some(Ok(Frame::Ping(p)))) => assert_eq!(p.payload(), payload),
+                other => panic!("a PING: {other:?}"),
+            }
+        }
+        assert!(poll(&mut codec).is_pending());
+        assert_eq!(buffer(&codec), 0);
+    }
+
+    #[test]
+    fn a_frame_larger_than_the_probe_in_pieces_is_whole() {
+        let mut codec = Codec::new(Mock::default());
+        codec.set_max_recv_frame_size(1 << 20);
+        let payload: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let bytes = frame(0x0, 0x1, 1, &payload);
+        // A partial head, then pieces around the stack probe's size.
+        for piece in [&bytes[..5], &bytes[5..9000], &bytes[9000..9001], &bytes[9001..]] {
+            codec.inner.get_mut().get_mut().input.push_back(piece.to_vec());
+        }
+        match poll(&mut codec) {
+            Poll::Ready(Some(Ok(Frame::Data(d)))) => {
+                assert_eq!(d.payload(), &payload[..]);
+                assert!(d.is_end_stream());
+            }
+            other => panic!("a DATA frame: {other:?}"),
+        }
+        assert!(poll(&mut codec).is_pending());
+        assert_eq!(buffer(&codec), 0);
+    }
+
+    #[test]
+    fn the_end_of_input_ends_the_stream_and_a_partial_frame_is_an_error() {
+        let mut codec = Codec::new(Mock::default());
+        codec.inner.get_mut().get_mut().input.push_back(Vec::new());
+        assert!(matches!(poll(&mut codec), Poll::Ready(None)));
+
+        let mut codec = Codec::new(Mock::default());
+        let ping = frame(0x6, 0, 0, b"12345678");
+        codec.inner.get_mut().get_mut().input.push_back(ping[..12].to_vec());
+        codec.inner.get_mut().get_mut().input.push_back(Vec::new());
+        assert!(matches!(poll(&mut codec), Poll::Ready(Some(Err(_)))));
+        assert!(matches!(poll(&mut codec), Poll::Ready(None)));
+    }
+
+    #[test]
+    fn an_oversized_frame_is_a_frame_size_error() {
+        let mut codec = Codec::new(Mock::default());
+        let big = frame(0x0, 0, 1, &[0; 16_385]);
+        codec.inner.get_mut().get_mut().input.push_back(big);
+        match poll(&mut codec) {
+            Poll::Ready(Some(Err(crate::proto::Error::GoAway(_, reason, _)))) => {
+                assert_eq!(reason, crate::frame::Reason::FRAME_SIZE_ERROR)
+            }
+            other => panic!("FRAME_SIZE_ERROR: {other:?}"),
         }
     }
 }

@@ -93,7 +93,9 @@ where
             final_flush_done: false,
             encoder: Encoder {
                 hpack: hpack::Encoder::default(),
-                buf: Cursor::new(BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY)),
+                // watchcache: no buffer until a frame is queued (`Encoder::buffer`), so that an
+                // idle connection holds none; `unset_frame` releases it once flushed.
+                buf: Cursor::new(BytesMut::new()),
                 next: None,
                 last_data_frame: None,
                 max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
@@ -206,6 +208,7 @@ where
             Some(Next::Data(frame)) => {
                 self.last_data_frame = Some(frame);
                 debug_assert!(self.is_empty());
+                self.release();
                 ControlFlow::Break
             }
             Some(Next::Continuation(frame)) => {
@@ -216,7 +219,19 @@ where
                 }
                 ControlFlow::Continue
             }
-            None => ControlFlow::Break,
+            None => {
+                self.release();
+                ControlFlow::Break
+            }
+        }
+    }
+
+    /// watchcache: everything buffered is written, so the buffer goes: an idle connection
+    /// (a watch between events) then holds no 16 KiB write buffer. The next `buffer` allocates
+    /// one again.
+    fn release(&mut self) {
+        if self.buf.get_ref().capacity() != 0 {
+            *self.buf.get_mut() = BytesMut::new();
         }
     }
 
@@ -227,6 +242,11 @@ where
         let _e = span.enter();
 
         tracing::debug!(frame = ?item, "send");
+
+        // watchcache: the buffer is allocated when a frame is queued (released by `release`).
+        if self.buf.get_ref().capacity() == 0 {
+            self.buf.get_mut().reserve(DEFAULT_BUFFER_CAPACITY);
+        }
 
         match item {
             Frame::Data(mut v) => {
@@ -307,9 +327,11 @@ where
     }
 
     fn has_capacity(&self) -> bool {
+        // watchcache: no buffer (released when empty) is room for a frame: `buffer` allocates.
         self.next.is_none()
-            && (self.buf.get_ref().capacity() - self.buf.get_ref().len()
-                >= self.min_buffer_capacity)
+            && (self.buf.get_ref().capacity() == 0
+                || self.buf.get_ref().capacity() - self.buf.get_ref().len()
+                    >= self.min_buffer_capacity)
     }
 
     fn is_empty(&self) -> bool {
@@ -374,5 +396,50 @@ mod unstable {
         pub fn get_ref(&self) -> &T {
             &self.inner
         }
+    }
+}
+
+/// watchcache: the write buffer exists only while frames wait to be written.
+#[cfg(test)]
+mod watchcache_tests {
+    use super::super::watchcache_mock::{frame, Mock};
+    use super::super::Codec;
+    use crate::frame::{self, Frame, StreamId};
+    use bytes::Bytes;
+    use std::task::{Context, Poll, Waker};
+
+    fn buffer(codec: &mut Codec<Mock, Bytes>) -> usize {
+        codec.framed_write().encoder.buf.get_ref().capacity()
+    }
+
+    #[test]
+    fn the_buffer_comes_with_a_frame_and_goes_with_the_flush() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut codec: Codec<Mock, Bytes> = Codec::new(Mock::default());
+        assert_eq!(buffer(&mut codec), 0);
+        assert!(codec.poll_ready(&mut cx).is_ready());
+        codec.buffer(frame::Ping::new(*b"12345678").into()).unwrap();
+        assert!(buffer(&mut codec) > 0);
+        assert!(codec.poll_ready(&mut cx).is_ready());
+        codec.buffer(frame::Ping::pong(*b"abcdefgh").into()).unwrap();
+        assert!(matches!(codec.flush(&mut cx), Poll::Ready(Ok(()))));
+        assert_eq!(buffer(&mut codec), 0);
+        let mut want = frame(0x6, 0, 0, b"12345678");
+        want.extend(frame(0x6, 0x1, 0, b"abcdefgh"));
+        assert_eq!(codec.get_mut().output, want);
+
+        // A large DATA frame (chained, not copied) and a small one, after the buffer went.
+        let big: Vec<u8> = (0..16_384u32).map(|i| (i % 253) as u8).collect();
+        let one = StreamId::from(1);
+        for payload in [&big[..], b"tail"] {
+            assert!(codec.poll_ready(&mut cx).is_ready());
+            let data = frame::Data::new(one, Bytes::copy_from_slice(payload));
+            codec.buffer(Frame::Data(data)).unwrap();
+            assert!(matches!(codec.flush(&mut cx), Poll::Ready(Ok(()))));
+            assert_eq!(buffer(&mut codec), 0);
+        }
+        want.extend(frame(0x0, 0, 1, &big));
+        want.extend(frame(0x0, 0, 1, b"tail"));
+        assert_eq!(codec.get_mut().output, want);
     }
 }

@@ -47,9 +47,11 @@ where
             .length_field_length(3)
             .length_adjustment(9)
             .num_skip(0) // Don't skip the header
-            .new_read(framed_write);
+            // watchcache: the codec only; `framed_read::Delimited` reads (holding no buffer
+            // while idle) where tokio-util's `FramedRead` kept 8 KiB for the connection's life.
+            .new_codec();
 
-        let mut inner = FramedRead::new(delimited);
+        let mut inner = FramedRead::new(framed_read::Delimited::new(framed_write, delimited));
 
         // Use FramedRead's method since it checks the value is within range.
         inner.set_max_frame_size(max_frame_size);
@@ -208,5 +210,69 @@ where
 {
     fn from(src: T) -> Self {
         Self::new(src)
+    }
+}
+
+/// watchcache: an in-memory connection for the tests of the patch (`framed_read`,
+/// `framed_write`): reads return the queued chunks, then `Pending` (an idle peer).
+#[cfg(test)]
+mod watchcache_mock {
+    use std::collections::VecDeque;
+    use std::io;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+    #[derive(Debug, Default)]
+    pub(super) struct Mock {
+        pub input: VecDeque<Vec<u8>>,
+        pub output: Vec<u8>,
+    }
+
+    impl AsyncRead for Mock {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let Some(chunk) = self.input.front_mut() else {
+                return Poll::Pending;
+            };
+            let n = chunk.len().min(buf.remaining());
+            buf.put_slice(&chunk[..n]);
+            chunk.drain(..n);
+            if chunk.is_empty() {
+                self.input.pop_front();
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncWrite for Mock {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.output.extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A frame's bytes: its 9-byte head, then the payload.
+    pub(super) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = (payload.len() as u32).to_be_bytes();
+        let mut f = vec![len[1], len[2], len[3], kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
     }
 }

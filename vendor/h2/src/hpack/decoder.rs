@@ -158,7 +158,9 @@ impl Decoder {
             max_size_update: None,
             last_max_update: size,
             table: Table::new(size),
-            buffer: BytesMut::with_capacity(4096),
+            // watchcache: allocated per header block in `decode` (kept 4 KiB for the
+            // connection's life before).
+            buffer: BytesMut::new(),
         }
     }
 
@@ -175,6 +177,27 @@ impl Decoder {
 
     /// Decodes the headers found in the given buffer.
     pub fn decode<F>(
+        &mut self,
+        src: &mut Cursor<&mut BytesMut>,
+        f: F,
+    ) -> Result<(), DecoderError>
+    where
+        F: FnMut(Header) -> ControlFlow<()>,
+    {
+        // watchcache: the Huffman scratch buffer is sized to this block (a block of n bytes
+        // decodes to at most n * 8 / 5 + 1 per string; more is allocated if needed) and
+        // released after it: the decoded strings keep their part alive, and an idle connection
+        // holds none of it.
+        if src.has_remaining() {
+            self.buffer
+                .reserve(cmp::min(src.remaining() * 8 / 5 + 1, 4096));
+        }
+        let decoded = self.decode_block(src, f);
+        self.buffer = BytesMut::new();
+        decoded
+    }
+
+    fn decode_block<F>(
         &mut self,
         src: &mut Cursor<&mut BytesMut>,
         mut f: F,
@@ -893,6 +916,43 @@ mod test {
                 assert_eq!(value, "bar");
             }
             _ => panic!(),
+        }
+    }
+
+    /// watchcache: the Huffman scratch buffer is gone after a block, whatever its size (here
+    /// more than the 4 KiB the buffer is first given), and every string decodes whole.
+    #[test]
+    fn test_decode_releases_the_huffman_buffer() {
+        let mut de = Decoder::new(0);
+        let values: Vec<Vec<u8>> = (0..40)
+            .map(|i| format!("value-{i}-").repeat(12).into_bytes())
+            .collect();
+        let mut buf = BytesMut::new();
+        for v in &values {
+            let h = huff_encode(v);
+            // Literal without indexing, name and value Huffman-encoded.
+            buf.extend([0, 0x80 | 3]);
+            buf.extend(huff_encode(b"foo"));
+            assert!(h.len() < 127);
+            buf.extend([0x80 | h.len() as u8]);
+            buf.extend(h);
+        }
+        let mut res = vec![];
+        de.decode(&mut Cursor::new(&mut buf), |h| {
+            res.push(h);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(de.buffer.capacity(), 0);
+        assert_eq!(res.len(), values.len());
+        for (h, v) in res.iter().zip(&values) {
+            match h {
+                Header::Field { name, value } => {
+                    assert_eq!(name, "foo");
+                    assert_eq!(value.as_bytes(), &v[..]);
+                }
+                _ => panic!(),
+            }
         }
     }
 
