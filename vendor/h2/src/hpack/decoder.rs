@@ -931,8 +931,9 @@ mod test {
         for v in &values {
             let h = huff_encode(v);
             // Literal without indexing, name and value Huffman-encoded.
-            buf.extend([0, 0x80 | 3]);
-            buf.extend(huff_encode(b"foo"));
+            let name = huff_encode(b"foo");
+            buf.extend([0, 0x80 | name.len() as u8]);
+            buf.extend(name);
             assert!(h.len() < 127);
             buf.extend([0x80 | h.len() as u8]);
             buf.extend(h);
