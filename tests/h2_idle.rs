@@ -247,7 +247,10 @@ async fn clients(
             .await
             .unwrap_or_else(|_| panic!("the small pod on the {name} stream within 60 s"));
         assert_eq!(event["type"], "ADDED", "{name}: {event}");
-        assert_eq!(event["object"]["metadata"]["name"], "small", "{name}: {event}");
+        assert_eq!(
+            event["object"]["metadata"]["name"], "small",
+            "{name}: {event}"
+        );
     }
 }
 

@@ -657,8 +657,18 @@ mod watchcache_tests {
         let payload: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         let bytes = frame(0x0, 0x1, 1, &payload);
         // A partial head, then pieces around the stack probe's size.
-        for piece in [&bytes[..5], &bytes[5..9000], &bytes[9000..9001], &bytes[9001..]] {
-            codec.inner.get_mut().get_mut().input.push_back(piece.to_vec());
+        for piece in [
+            &bytes[..5],
+            &bytes[5..9000],
+            &bytes[9000..9001],
+            &bytes[9001..],
+        ] {
+            codec
+                .inner
+                .get_mut()
+                .get_mut()
+                .input
+                .push_back(piece.to_vec());
         }
         match poll(&mut codec) {
             Poll::Ready(Some(Ok(Frame::Data(d)))) => {
@@ -679,7 +689,12 @@ mod watchcache_tests {
 
         let mut codec = Codec::new(Mock::default());
         let ping = frame(0x6, 0, 0, b"12345678");
-        codec.inner.get_mut().get_mut().input.push_back(ping[..12].to_vec());
+        codec
+            .inner
+            .get_mut()
+            .get_mut()
+            .input
+            .push_back(ping[..12].to_vec());
         codec.inner.get_mut().get_mut().input.push_back(Vec::new());
         assert!(matches!(poll(&mut codec), Poll::Ready(Some(Err(_)))));
         assert!(matches!(poll(&mut codec), Poll::Ready(None)));

@@ -421,7 +421,9 @@ mod watchcache_tests {
         codec.buffer(frame::Ping::new(*b"12345678").into()).unwrap();
         assert!(buffer(&mut codec) > 0);
         assert!(codec.poll_ready(&mut cx).is_ready());
-        codec.buffer(frame::Ping::pong(*b"abcdefgh").into()).unwrap();
+        codec
+            .buffer(frame::Ping::pong(*b"abcdefgh").into())
+            .unwrap();
         assert!(matches!(codec.flush(&mut cx), Poll::Ready(Ok(()))));
         assert_eq!(buffer(&mut codec), 0);
         let mut want = frame(0x6, 0, 0, b"12345678");

@@ -176,11 +176,7 @@ impl Decoder {
     }
 
     /// Decodes the headers found in the given buffer.
-    pub fn decode<F>(
-        &mut self,
-        src: &mut Cursor<&mut BytesMut>,
-        f: F,
-    ) -> Result<(), DecoderError>
+    pub fn decode<F>(&mut self, src: &mut Cursor<&mut BytesMut>, f: F) -> Result<(), DecoderError>
     where
         F: FnMut(Header) -> ControlFlow<()>,
     {
