@@ -125,9 +125,10 @@ const H2_CONN_WINDOW: u32 = 1024 * 1024;
 const H2_SEND_BUF: usize = 64 * 1024;
 /// The HPACK dynamic table a client may fill on an HTTP/2 connection (SETTINGS_HEADER_TABLE_SIZE):
 /// none. h2 keeps each indexed header as a slice of the read buffer it arrived in (or of its
-/// Huffman scratch buffer), so up to 4 KiB of table could pin buffers of 4 and 8 KiB for as long
-/// as the connection lives (Go's client indexes even each request's `:path`); without a table a
-/// request's headers cost a connection nothing once decoded. What it costs: a client re-sends its
+/// Huffman scratch buffer), so up to 4 KiB of table could pin those buffers for as long as the
+/// connection lives (Go's client indexes even each request's `:path`), and the patched h2
+/// (vendor/h2) could not free them when idle; without a table a request's headers cost a
+/// connection nothing once decoded. What it costs: a client re-sends its
 /// headers in full with every request, a few hundred bytes a watch or list.
 const H2_HEADER_TABLE: u32 = 0;
 
