@@ -65,6 +65,10 @@ struct Inner {
     typed: OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
+/// Makes a protobuf watch frame's head from its event type and its envelope's length
+/// (`wire/protobuf.rs`).
+type FrameHead = dyn Fn(&str, usize) -> Vec<u8>;
+
 /// The protobuf encoding as served: `k8s\0` + `runtime.Unknown` with `metadata.resourceVersion`
 /// set, and where the object's message is in it (a list's item).
 struct PbForm {
@@ -518,10 +522,7 @@ impl Object {
     /// The protobuf form, made now if this is its first use. `frame`: the first use is a watch
     /// frame of this type (its slot and name) whose head `head` makes; the envelope is then
     /// written once, inside that frame, and shared from it (one copy per object state, not two).
-    fn pb_form_in(
-        &self,
-        frame: Option<(usize, &str, &dyn Fn(&str, usize) -> Vec<u8>)>,
-    ) -> Result<&PbForm, EncodeError> {
+    fn pb_form_in(&self, frame: Option<(usize, &str, &FrameHead)>) -> Result<&PbForm, EncodeError> {
         let made = self.0.pb.get_or_init(|| {
             Box::new((|| {
                 count_encode(true);
@@ -602,7 +603,7 @@ impl Object {
     pub(crate) fn protobuf_frame(
         &self,
         kind: EventType,
-        head: &dyn Fn(&str, usize) -> Vec<u8>,
+        head: &FrameHead,
     ) -> Result<Option<Bytes>, EncodeError> {
         let (i, name) = match kind {
             EventType::Added => (0, "ADDED"),

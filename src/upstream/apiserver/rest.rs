@@ -903,10 +903,7 @@ mod tests {
         l.take(&mut lines, true);
         assert_eq!(frames.len(), lines.len());
         for (f, l) in frames.iter().zip(&lines) {
-            let (pb, js) = (
-                parse_protobuf_frame(&Bytes::from(f.clone())).unwrap(),
-                parse_frame(l).unwrap(),
-            );
+            let (pb, js) = (parse_protobuf_frame(f).unwrap(), parse_frame(l).unwrap());
             match (&pb, &js) {
                 (Frame::Put(a), Frame::Put(b)) | (Frame::Delete(a), Frame::Delete(b)) => {
                     assert!(a.starts_with(pb::MAGIC));
