@@ -3,7 +3,6 @@
 //! copy of the whole data set; [`Resync::finish`] applies the difference through the same commit as
 //! live events.
 
-
 use hashbrown::HashSet;
 
 use crate::cache::state::{ResyncOutcome, Shared};

@@ -9,6 +9,7 @@
 //!   once (`OnceLock`), outside the cache's lock (consumers ask for it, the commit never does).
 //!   Everything that encoding reads was validated at ingest, so making it cannot fail.
 //! - `namespace` and `name` agree with the key: `prefix + ns + "/" + name`, or `prefix + name`.
+//!   `ns_at == name_at` iff the object is cluster-scoped.
 // Reads outside input (requests or stored values): it must not panic on any of it
 // (design/reliability.md).
 #![cfg_attr(
@@ -41,7 +42,7 @@ use crate::model::{Attr, EventType, Schema};
 #[derive(Clone)]
 pub struct Object(Arc<Inner>);
 
-/// 128 bytes (with feature `apiserver` too), plus the `Arc`'s 16 (checked by a test): every
+/// 120 bytes (with feature `apiserver` too), plus the `Arc`'s 16 (checked by a test): every
 /// byte here is paid by every cached object, so what only some objects use lives in [`Lazy`].
 struct Inner {
     /// The stored form: the compact JSON (`Form::Json`) or the protobuf value as stored.
@@ -51,8 +52,9 @@ struct Inner {
     uid_hash: u64,
     /// The key, labels (sorted by key) and values of the schema's declared fields, by slot.
     text: Packed,
-    /// Byte range of the namespace inside the key (empty for cluster-scoped objects).
-    ns: (u32, u32),
+    /// Byte offset of the namespace inside the key; it runs to the `/` before the name. Equal to
+    /// `name_at` for cluster-scoped objects (a namespaced object's namespace is never empty).
+    ns_at: u32,
     /// Byte offset of the name inside the key; it runs to the end.
     name_at: u32,
     form: Form,
@@ -324,7 +326,7 @@ impl Object {
             rv,
             uid_hash,
             text,
-            ns,
+            ns_at: ns.0,
             name_at,
             form: Form::Json { rv_at, rv_len },
             lazy: OnceLock::new(),
@@ -442,7 +444,7 @@ impl Object {
             rv,
             uid_hash: fnv1a64(meta.uid.as_bytes()),
             text,
-            ns,
+            ns_at: ns.0,
             name_at,
             form: Form::Protobuf,
             lazy: OnceLock::new(),
@@ -527,8 +529,12 @@ impl Object {
 
     /// The namespace, `None` for cluster-scoped objects.
     pub fn namespace(&self) -> Option<&str> {
-        let (a, b) = self.0.ns;
-        (a != b).then(|| self.key().get(a as usize..b as usize).unwrap_or_default())
+        let (a, b) = (self.0.ns_at, self.0.name_at);
+        (a != b).then(|| {
+            self.key()
+                .get(a as usize..b.saturating_sub(1) as usize)
+                .unwrap_or_default()
+        })
     }
 
     /// `metadata.name`.
@@ -1380,7 +1386,7 @@ mod tests {
         // Paid by every cached object (design/performance.md, "Per cached object against its
         // JSON"): a field added here is paid by all of them; what only some objects use goes in
         // `Lazy`.
-        assert_eq!(std::mem::size_of::<Inner>(), 128);
+        assert_eq!(std::mem::size_of::<Inner>(), 120);
         assert_eq!(std::mem::size_of::<Form>(), 8);
     }
 
