@@ -39,7 +39,7 @@ impl<'w> Resync<'w> {
                 page.push(o);
             }
         }
-        self.shared.retain_changed(&mut page);
+        self.shared.retain_changed(&mut page, &mut self.seen);
         self.changed.append(&mut page);
     }
 

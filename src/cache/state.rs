@@ -415,13 +415,17 @@ impl Shared {
         }
     }
 
-    /// Keeps the objects whose revision differs from the cached one's (new or changed).
-    pub fn retain_changed(&self, objects: &mut Vec<Object>) {
+    /// Keeps the objects whose revision differs from the cached one's (new or changed). For each
+    /// other one, `seen`'s entry becomes the cached object: a key is the object it belongs to,
+    /// and holding the listed copy would keep a second copy of the data set until the end.
+    pub fn retain_changed(&self, objects: &mut Vec<Object>, seen: &mut HashSet<ObjectKey>) {
         let st = self.state.read();
-        objects.retain(|o| {
-            st.store
-                .get(o.key())
-                .is_none_or(|cur| cur.resource_version() != o.resource_version())
+        objects.retain(|o| match st.store.get(o.key()) {
+            Some(cur) if cur.resource_version() == o.resource_version() => {
+                seen.replace(cur.key_owned());
+                false
+            }
+            _ => true,
         });
     }
 
@@ -991,6 +995,29 @@ mod tests {
             "the store differs, and nothing was dispatched for it"
         );
         assert_eq!(s.stats().events, 2, "the missed delete is no event");
+    }
+
+    #[test]
+    fn a_relist_keeps_no_copy_of_unchanged_objects() {
+        let (s, f) = shared();
+        let mut r = crate::cache::resync::Resync::new(&s, 1);
+        r.add_page(vec![f.pod("a", "n1", 1)]);
+        r.finish();
+        let (same, new) = (f.pod("a", "n1", 1), f.pod("b", "n1", 2));
+        let mut r = crate::cache::resync::Resync::new(&s, 2);
+        r.add_page(vec![same.clone(), new.clone()]);
+        assert_eq!(
+            same.refs(),
+            1,
+            "the listed copy of an unchanged object is not kept"
+        );
+        assert_eq!(
+            new.refs(),
+            3,
+            "a changed one is kept, to apply: once as a key"
+        );
+        let out = r.finish();
+        assert_eq!((out.added, out.modified, out.deleted), (1, 0, 0));
     }
 
     #[test]

@@ -1388,6 +1388,9 @@ mod tests {
         // `Lazy`.
         assert_eq!(std::mem::size_of::<Inner>(), 120);
         assert_eq!(std::mem::size_of::<Form>(), 8);
+        // What an object whose JSON or protobuf is made allocates once (design/performance.md).
+        #[cfg(feature = "apiserver")]
+        assert_eq!(std::mem::size_of::<Lazy>(), 112);
     }
 
     #[test]
