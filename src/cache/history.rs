@@ -56,7 +56,7 @@ impl std::fmt::Debug for Event {
         f.debug_struct("Event")
             .field("seq", &self.seq)
             .field("rv", &self.rv)
-            .field("key", self.key())
+            .field("key", &self.key())
             .finish_non_exhaustive()
     }
 }
@@ -81,9 +81,14 @@ impl Event {
         }
     }
 
-    pub fn key(&self) -> &Arc<str> {
+    pub fn key(&self) -> &str {
+        self.subject().key()
+    }
+
+    /// The event's object, or its last state for a deletion.
+    pub fn subject(&self) -> &Object {
         match (&self.object, &self.prev) {
-            (Some(o), _) | (None, Some(o)) => o.key_arc(),
+            (Some(o), _) | (None, Some(o)) => o,
             (None, None) => unreachable!("an event has an object or a previous object"),
         }
     }

@@ -10,14 +10,13 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
 use crate::cache::history::{Evicted, History};
 use crate::cache::store::Store;
 use crate::model::selector::Predicate;
-use crate::model::{Object, ResourceVersion, RvMatch, Schema, Selection};
+use crate::model::{Object, ObjectKey, ResourceVersion, RvMatch, Schema, Selection};
 
 /// Options of a LIST, with the upstream meaning of each parameter.
 #[derive(Debug, Clone, Default)]
@@ -73,7 +72,7 @@ impl ListOptions {
 /// Keys changed after a snapshot point, with their state at that point (`None`: did not exist).
 #[derive(Default)]
 pub(crate) struct Rollback {
-    keys: BTreeMap<Arc<str>, Option<Object>>,
+    keys: BTreeMap<ObjectKey, Option<Object>>,
 }
 
 impl Rollback {
@@ -81,11 +80,13 @@ impl Rollback {
     ///
     /// # Errors
     /// [`Evicted`] when events from `seq` on were evicted.
+    // `ObjectKey` orders by the object's key, which never changes (the lazily made parts do).
+    #[allow(clippy::mutable_key_type)]
     pub fn since(history: &History, seq: u64) -> Result<Rollback, Evicted> {
         history.check_seq(seq)?;
         let mut keys = BTreeMap::new();
         for ev in history.since(seq) {
-            keys.entry(Arc::clone(ev.key()))
+            keys.entry(ev.subject().key_owned())
                 .or_insert_with(|| ev.prev.clone());
         }
         Ok(Rollback { keys })

@@ -3,12 +3,10 @@
 //! copy of the whole data set; [`Resync::finish`] applies the difference through the same commit as
 //! live events.
 
-use std::sync::Arc;
-
 use hashbrown::HashSet;
 
 use crate::cache::state::{ResyncOutcome, Shared};
-use crate::model::Object;
+use crate::model::{Object, ObjectKey};
 
 /// A resync in progress (see [`CacheWriter::resync`](crate::CacheWriter::resync)). It borrows
 /// the writer: nothing else is applied until it is finished or dropped (dropped, it changes
@@ -16,7 +14,7 @@ use crate::model::Object;
 pub struct Resync<'w> {
     shared: &'w Shared,
     rv: u64,
-    seen: HashSet<Arc<str>>,
+    seen: HashSet<ObjectKey>,
     changed: Vec<Object>,
     listed: u64,
 }
@@ -37,11 +35,11 @@ impl<'w> Resync<'w> {
         let mut page: Vec<Object> = Vec::new();
         for o in objects {
             self.listed += 1;
-            if self.seen.insert(o.key_arc().clone()) {
+            if self.seen.insert(o.key_owned()) {
                 page.push(o);
             }
         }
-        self.shared.retain_changed(&mut page);
+        self.shared.retain_changed(&mut page, &mut self.seen);
         self.changed.append(&mut page);
     }
 

@@ -37,7 +37,7 @@ use crate::cache::watcher::Watcher;
 use crate::error::Error;
 use crate::histogram::{Histogram, HistogramSnapshot, LATENCY_NANOS, READ_WAIT_NANOS};
 use crate::model::selector::Predicate;
-use crate::model::{DecodeError, FieldPath, Object, Schema};
+use crate::model::{DecodeError, FieldPath, Object, ObjectKey, Schema};
 use crate::sync::{AtomicU64, RwLock};
 
 /// One change of an applied batch.
@@ -415,13 +415,17 @@ impl Shared {
         }
     }
 
-    /// Keeps the objects whose revision differs from the cached one's (new or changed).
-    pub fn retain_changed(&self, objects: &mut Vec<Object>) {
+    /// Keeps the objects whose revision differs from the cached one's (new or changed). For each
+    /// other one, `seen`'s entry becomes the cached object: a key is the object it belongs to,
+    /// and holding the listed copy would keep a second copy of the data set until the end.
+    pub fn retain_changed(&self, objects: &mut Vec<Object>, seen: &mut HashSet<ObjectKey>) {
         let st = self.state.read();
-        objects.retain(|o| {
-            st.store
-                .get(o.key())
-                .is_none_or(|cur| cur.resource_version() != o.resource_version())
+        objects.retain(|o| match st.store.get(o.key()) {
+            Some(cur) if cur.resource_version() == o.resource_version() => {
+                seen.replace(cur.key_owned());
+                false
+            }
+            _ => true,
         });
     }
 
@@ -431,7 +435,7 @@ impl Shared {
         &self,
         rv: u64,
         mut changed: Vec<Object>,
-        seen: &HashSet<Arc<str>>,
+        seen: &HashSet<ObjectKey>,
         listed: u64,
     ) -> ResyncOutcome {
         let schema = &self.schema;
@@ -445,7 +449,7 @@ impl Shared {
         let deleted: Vec<String> = st
             .store
             .iter()
-            .map(Object::key_arc)
+            .map(Object::key)
             .filter(|k| !seen.contains(*k))
             .map(|k| k.to_string())
             .collect();
@@ -849,7 +853,9 @@ impl Shared {
         let entries = page
             .items
             .iter()
-            .map(|o| (Arc::clone(o.key_arc()), o.resource_version()))
+            // A copy of each key: the check is occasional, and holding the objects would keep
+            // states the cache has since replaced.
+            .map(|o| (Arc::from(o.key()), o.resource_version()))
             .collect();
         Ok((entries, page.more))
     }
@@ -891,10 +897,10 @@ mod tests {
     use crate::model::ResourceDef;
 
     /// The keys of pods in namespace `ns`, as a relist reports what it saw.
-    fn keys(names: &[&str]) -> HashSet<Arc<str>> {
+    fn keys(f: &Fixture, names: &[&str]) -> HashSet<ObjectKey> {
         names
             .iter()
-            .map(|n| Arc::from(format!("/registry/pods/ns/{n}")))
+            .map(|n| f.pod(n, "n1", 1).key_owned())
             .collect()
     }
 
@@ -904,7 +910,7 @@ mod tests {
         let out = s.finish_resync(
             1,
             vec![f.pod("a", "n1", 1), f.pod("b", "n1", 1)],
-            &keys(&["a", "b"]),
+            &keys(&f, &["a", "b"]),
             2,
         );
         assert_eq!((out.listed, out.added), (2, 2));
@@ -920,7 +926,7 @@ mod tests {
         let out = s.finish_resync(
             5,
             vec![f.pod("a", "n2", 4), f.pod("c", "n1", 3)],
-            &keys(&["a", "c"]),
+            &keys(&f, &["a", "c"]),
             2,
         );
         assert_eq!((out.added, out.modified, out.deleted), (1, 1, 1));
@@ -960,7 +966,7 @@ mod tests {
         s.finish_resync(
             3,
             vec![f.pod("a", "n1", 2), f.pod("b", "n1", 3)],
-            &keys(&["a", "b"]),
+            &keys(&f, &["a", "b"]),
             2,
         );
         s.apply(4, [Change::Put(f.pod("c", "n1", 4))]).unwrap();
@@ -992,9 +998,32 @@ mod tests {
     }
 
     #[test]
+    fn a_relist_keeps_no_copy_of_unchanged_objects() {
+        let (s, f) = shared();
+        let mut r = crate::cache::resync::Resync::new(&s, 1);
+        r.add_page(vec![f.pod("a", "n1", 1)]);
+        r.finish();
+        let (same, new) = (f.pod("a", "n1", 1), f.pod("b", "n1", 2));
+        let mut r = crate::cache::resync::Resync::new(&s, 2);
+        r.add_page(vec![same.clone(), new.clone()]);
+        assert_eq!(
+            same.refs(),
+            1,
+            "the listed copy of an unchanged object is not kept"
+        );
+        assert_eq!(
+            new.refs(),
+            3,
+            "a changed one is kept, to apply: once as a key"
+        );
+        let out = r.finish();
+        assert_eq!((out.added, out.modified, out.deleted), (1, 0, 0));
+    }
+
+    #[test]
     fn a_reset_expires_every_watcher_and_the_next_resync_may_go_back() {
         let (s, f) = shared();
-        s.finish_resync(10, vec![f.pod("a", "n1", 9)], &keys(&["a"]), 1);
+        s.finish_resync(10, vec![f.pod("a", "n1", 9)], &keys(&f, &["a"]), 1);
         let routed = s
             .register(
                 Predicate::compile(&s.schema, &on_node("n1")),
@@ -1033,7 +1062,7 @@ mod tests {
         );
         s.set_ready();
         assert!(!s.is_ready(), "only a resync ends the reset");
-        let out = s.finish_resync(3, vec![f.pod("c", "n2", 2)], &keys(&["c"]), 1);
+        let out = s.finish_resync(3, vec![f.pod("c", "n2", 2)], &keys(&f, &["c"]), 1);
         assert_eq!(
             (out.added, out.deleted),
             (1, 0),

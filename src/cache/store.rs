@@ -4,29 +4,65 @@
 //! ## Invariants
 //! - `by_key[k] == s` iff `slots[s]` holds the object with key `k`; free slots are `None` and listed in
 //!   `free`.
+//! - `by_key`'s entry for a key is the object in its slot (an update replaces both), so the map
+//!   keeps no earlier state alive.
 //! - For each index `i` and value `v`, `indexes[i][v]` holds exactly the slots whose object has
 //!   attribute `schema.indexed[i]` equal to `v`. Empty bitmaps are removed.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::ops::Bound;
-use std::sync::Arc;
 
 use hashbrown::HashMap;
 use roaring::RoaringBitmap;
 
 use crate::cache::upstream::KeyRange;
-use crate::model::Object;
 use crate::model::Schema;
 use crate::model::selector::Predicate;
+use crate::model::{Object, ObjectKey};
 
 #[derive(Default)]
 pub(crate) struct Store {
     slots: Vec<Option<Object>>,
     free: Vec<u32>,
-    by_key: BTreeMap<Arc<str>, u32>,
+    /// Each object's slot, ordered by key. Keyed by the objects themselves: no second copy of
+    /// each key. A set, so that an update can put the new state in place of the old
+    /// ([`BTreeSet::replace`]): a key holding the old state would keep it alive.
+    by_key: BTreeSet<Keyed>,
     indexes: Vec<HashMap<Box<str>, RoaringBitmap>>,
     /// The sum of the objects' stored sizes (`Object::stored_len`), for metrics.
     bytes: usize,
+}
+
+/// An entry of [`Store::by_key`]: an object's key (the object) and its slot.
+struct Keyed {
+    key: ObjectKey,
+    slot: u32,
+}
+
+impl std::borrow::Borrow<str> for Keyed {
+    fn borrow(&self) -> &str {
+        &self.key
+    }
+}
+
+impl PartialEq for Keyed {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for Keyed {}
+
+impl PartialOrd for Keyed {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Keyed {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key.cmp(&other.key)
+    }
 }
 
 impl Store {
@@ -47,7 +83,7 @@ impl Store {
     }
 
     pub fn get(&self, key: &str) -> Option<&Object> {
-        self.by_key.get(key).map(|&s| self.slot(s))
+        self.by_key.get(key).map(|e| self.slot(e.slot))
     }
 
     pub fn slot(&self, s: u32) -> &Object {
@@ -59,7 +95,11 @@ impl Store {
     /// Inserts or replaces an object; returns the previous state.
     pub fn upsert(&mut self, schema: &Schema, obj: Object) -> Option<Object> {
         self.bytes += obj.stored_len();
-        if let Some(&s) = self.by_key.get(obj.key()) {
+        if let Some(s) = self.by_key.get(obj.key()).map(|e| e.slot) {
+            self.by_key.replace(Keyed {
+                key: obj.key_owned(),
+                slot: s,
+            });
             let prev = self.slots[s as usize].replace(obj);
             let prev = prev.unwrap_or_else(|| unreachable!("slot {s} is keyed but empty"));
             self.bytes -= prev.stored_len();
@@ -91,14 +131,17 @@ impl Store {
                 bitmap_for(&mut self.indexes[i], v).insert(s);
             }
         }
-        self.by_key.insert(obj.key_arc().clone(), s);
+        self.by_key.insert(Keyed {
+            key: obj.key_owned(),
+            slot: s,
+        });
         self.slots[s as usize] = Some(obj);
         None
     }
 
     /// Removes an object; returns its last state.
     pub fn remove(&mut self, schema: &Schema, key: &str) -> Option<Object> {
-        let s = self.by_key.remove(key)?;
+        let s = self.by_key.take(key)?.slot;
         let prev = self.slots[s as usize].take()?;
         self.bytes -= prev.stored_len();
         for (i, attr) in schema.indexed.iter().enumerate() {
@@ -146,14 +189,14 @@ impl Store {
     pub fn range_after<'a>(
         &'a self,
         after: Option<&str>,
-    ) -> impl Iterator<Item = (&'a Arc<str>, u32)> + 'a {
+    ) -> impl Iterator<Item = (&'a ObjectKey, u32)> + 'a {
         let lower = match after {
             Some(k) => Bound::Excluded(k),
             None => Bound::Unbounded,
         };
         self.by_key
             .range::<str, _>((lower, Bound::Unbounded))
-            .map(|(k, s)| (k, *s))
+            .map(|e| (&e.key, e.slot))
     }
 
     /// Every object, in key order.
@@ -167,11 +210,11 @@ impl Store {
             .end
             .as_deref()
             .map_or(Bound::Unbounded, Bound::Excluded);
-        self.by_key.range::<str, _>((from, end)).map(|(k, _)| &**k)
+        self.by_key.range::<str, _>((from, end)).map(|e| &*e.key)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Object> {
-        self.by_key.values().map(|&s| self.slot(s))
+        self.by_key.iter().map(|e| self.slot(e.slot))
     }
 
     /// Distinct values and sizes of one index, for tests and introspection.
@@ -244,6 +287,15 @@ mod tests {
         );
         assert!(st.candidates(&p).unwrap().is_empty());
         st.upsert(&s, pod(&s, "c", "n1", "db", 4));
+        // The map's entry follows the update: the replaced state is held by nothing but `prev`.
+        let prev = st.upsert(&s, pod(&s, "c", "n1", "db", 5)).unwrap();
+        assert_eq!(prev.refs(), 1);
+        assert_eq!(
+            st.get("/registry/pods/ns/c").unwrap().refs(),
+            2,
+            "slot and map"
+        );
+        assert_eq!(st.get("/registry/pods/ns/c").unwrap().resource_version(), 5);
         assert_eq!(st.len(), 2);
         assert_eq!(st.iter().map(|o| o.name()).collect::<Vec<_>>(), ["a", "c"]);
     }

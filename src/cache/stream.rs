@@ -26,7 +26,7 @@ use std::future::Future;
 use crate::cache::state::{Registered, Shared};
 use crate::cache::watcher::{Delivery, Feed, Watcher};
 use crate::error::Error;
-use crate::model::{EncodeError, EventType, Object, ResourceVersion, Selection};
+use crate::model::{EncodeError, EventType, Object, ObjectKey, ResourceVersion, Selection};
 use crate::wire::{self, Frame};
 
 /// Objects per page while streaming initial events.
@@ -242,7 +242,7 @@ struct Initial {
     /// The history sequence number whose state is listed.
     seq: u64,
     /// The last key read.
-    after: Option<Arc<str>>,
+    after: Option<ObjectKey>,
     rv: u64,
     page: VecDeque<Object>,
     exhausted: bool,
@@ -362,7 +362,7 @@ impl WatchStream {
                 oldest: e.oldest,
             })?;
         init.exhausted = !page.more;
-        init.after = page.items.last().map(|o| o.key_arc().clone());
+        init.after = page.items.last().map(Object::key_owned);
         init.page.extend(page.items);
         Ok(())
     }

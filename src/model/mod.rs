@@ -18,6 +18,7 @@ pub(crate) mod labels;
 pub(crate) mod members;
 pub mod names;
 mod object;
+mod packed;
 pub(crate) mod printers;
 pub(crate) mod protobuf;
 mod quantity;
@@ -32,6 +33,7 @@ pub use definition::{
 };
 pub use event_type::EventType;
 pub use field_path::FieldPath;
+pub(crate) use object::ObjectKey;
 pub use object::{DecodeError, EncodeCounts, EncodeError, Object, encode_counts};
 pub use quantity::Quantity;
 

@@ -9,6 +9,7 @@
 //!   once (`OnceLock`), outside the cache's lock (consumers ask for it, the commit never does).
 //!   Everything that encoding reads was validated at ingest, so making it cannot fail.
 //! - `namespace` and `name` agree with the key: `prefix + ns + "/" + name`, or `prefix + name`.
+//!   `ns_at == name_at` iff the object is cluster-scoped.
 // Reads outside input (requests or stored values): it must not panic on any of it
 // (design/reliability.md).
 #![cfg_attr(
@@ -33,6 +34,7 @@ use serde_json::value::RawValue;
 use crate::model::field_memo::FieldMemo;
 use crate::model::field_path::{self, FieldPath};
 use crate::model::members::{Members, find, members};
+use crate::model::packed::Packed;
 use crate::model::shard::{ShardKey, fnv1a64};
 use crate::model::{Attr, EventType, Schema};
 
@@ -40,25 +42,46 @@ use crate::model::{Attr, EventType, Schema};
 #[derive(Clone)]
 pub struct Object(Arc<Inner>);
 
+/// 120 bytes (with feature `apiserver` too), plus the `Arc`'s 16 (checked by a test): every
+/// byte here is paid by every cached object, so what only some objects use lives in [`Lazy`].
 struct Inner {
-    key: Arc<str>,
-    /// Byte range of the namespace inside `key` (empty for cluster-scoped objects).
-    ns: (u32, u32),
-    /// Byte offset of the name inside `key`; it runs to the end.
-    name_at: u32,
+    /// The stored form: the compact JSON (`Form::Json`) or the protobuf value as stored.
+    stored: Bytes,
     rv: u64,
     /// FNV-1a of `metadata.uid`, read at decode: what a `shardSelector` on the uid routes by.
     uid_hash: u64,
-    body: Body,
-    /// Sorted by key.
-    labels: Box<[(Box<str>, Box<str>)]>,
-    /// Values of the schema's declared fields, by slot.
-    fields: Box<[Box<str>]>,
+    /// The key, labels (sorted by key) and values of the schema's declared fields, by slot.
+    text: Packed,
+    /// Byte offset of the namespace inside the key; it runs to the `/` before the name. Equal to
+    /// `name_at` for cluster-scoped objects (a namespaced object's namespace is never empty).
+    ns_at: u32,
+    /// Byte offset of the name inside the key; it runs to the end.
+    name_at: u32,
+    form: Form,
+    /// What is made on first use, boxed together: 16 bytes while nothing is.
+    lazy: OnceLock<Box<Lazy>>,
+}
+
+/// What an object was decoded from.
+#[derive(Clone, Copy)]
+enum Form {
+    /// JSON, re-encoded compactly at ingest (`stored`); `metadata.resourceVersion`'s digits at
+    /// `stored[rv_at..rv_at + rv_len]`.
+    Json { rv_at: u32, rv_len: u8 },
+    /// kube-apiserver's protobuf (`k8s\0` + `runtime.Unknown`), as stored; its JSON on first use.
+    Protobuf,
+}
+
+/// The parts of an object made after ingest, if ever: an object no client reads as protobuf,
+/// through a typed embedder or with an undeclared field path allocates none of them.
+#[derive(Default)]
+struct Lazy {
+    /// A protobuf-stored object's JSON.
+    json: OnceLock<JsonForm>,
+    /// The protobuf encoding as served (boxed: 8 bytes until made, in objects only read as JSON).
+    pb: OnceLock<Box<Result<PbForm, String>>>,
     /// Values of undeclared field paths that selectors use, each read once.
     memo: FieldMemo,
-    /// The protobuf encoding as served, made on first use. Boxed: inline it was 128 of every
-    /// object's bytes, also in caches whose clients never ask for protobuf (8 when empty).
-    pb: OnceLock<Box<Result<PbForm, String>>>,
     /// The object decoded into an embedder's type (`watchcache::kube`: kube-rs's `K`), made on
     /// first read and shared by every later one: decoded once per object version.
     #[cfg(feature = "apiserver")]
@@ -79,6 +102,57 @@ struct PbForm {
     /// buffer, as a JSON delivery shares the object's JSON (one reference count, not two; measured
     /// in design/performance.md). Costs a copy of the envelope per event type used.
     frames: [OnceLock<Bytes>; 2],
+}
+
+/// An object's key as an owned value: the object itself, compared, ordered and hashed by its key
+/// (a map keyed by objects' keys holds no copy of them).
+#[derive(Clone)]
+pub(crate) struct ObjectKey(Object);
+
+impl std::ops::Deref for ObjectKey {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0.key()
+    }
+}
+
+impl std::borrow::Borrow<str> for ObjectKey {
+    fn borrow(&self) -> &str {
+        self.0.key()
+    }
+}
+
+impl PartialEq for ObjectKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
+}
+
+impl Eq for ObjectKey {}
+
+impl PartialOrd for ObjectKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ObjectKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.key().cmp(other.0.key())
+    }
+}
+
+impl std::hash::Hash for ObjectKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `str` hashes, so that lookups by `&str` find it.
+        self.0.key().hash(state);
+    }
+}
+
+impl fmt::Debug for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.0.key(), f)
+    }
 }
 
 /// JSON encodings made since start (see [`encode_counts`]).
@@ -134,16 +208,13 @@ struct JsonForm {
     item_at: u32,
 }
 
-/// What an object was decoded from.
-enum Body {
-    /// JSON: re-encoded compactly at ingest.
-    Json(JsonForm),
-    /// kube-apiserver's protobuf (`k8s\0` + `runtime.Unknown`), as stored; its JSON on first use
-    /// (boxed: inline it made every `Body` 40 bytes larger, JSON-stored objects included).
-    Protobuf {
-        value: Bytes,
-        json: OnceLock<Box<JsonForm>>,
-    },
+/// A view of the JSON encoding, stored or made.
+#[derive(Clone, Copy)]
+struct JsonRef<'a> {
+    json: &'a Bytes,
+    rv_at: u32,
+    rv_len: u8,
+    item_at: u32,
 }
 
 /// Why a stored value could not be cached.
@@ -224,22 +295,25 @@ impl Object {
         }
         let labels =
             match find(&meta, "labels") {
-                None => Vec::new(),
+                None => std::collections::BTreeMap::new(),
                 Some(raw) => serde_json::from_str::<
                     Option<std::collections::BTreeMap<String, String>>,
                 >(raw.get())
                 .map_err(|e| fail(format!("metadata.labels must map strings to strings: {e}")))?
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
-                .collect(),
+                .unwrap_or_default(),
             };
-        let fields = schema
+        let fields: Vec<Box<str>> = schema
             .fields
             .iter()
             .enumerate()
             .map(|(i, p)| schema.field_value(i, field_in_members(&top, p)))
             .collect();
+        let text = Packed::new(
+            key,
+            labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            fields.iter().map(|f| &**f),
+        )
+        .map_err(&fail)?;
 
         // A custom resource is what kube-apiserver writes from a map: members sorted by key, so
         // the resourceVersion goes where Go's encoding/json puts it. Elsewhere, last.
@@ -252,23 +326,14 @@ impl Object {
             ((prefix_len, prefix_len), prefix_len)
         };
         Ok(Object(Arc::new(Inner {
-            key: key.into(),
-            ns,
-            name_at,
+            stored: json,
             rv,
             uid_hash,
-            body: Body::Json(JsonForm {
-                json,
-                rv_at,
-                rv_len,
-                item_at: 0,
-            }),
-            labels: labels.into_boxed_slice(),
-            fields,
-            memo: FieldMemo::default(),
-            pb: OnceLock::new(),
-            #[cfg(feature = "apiserver")]
-            typed: OnceLock::new(),
+            text,
+            ns_at: ns.0,
+            name_at,
+            form: Form::Json { rv_at, rv_len },
+            lazy: OnceLock::new(),
         })))
     }
 
@@ -364,7 +429,7 @@ impl Object {
             return Err(fail("metadata.name is missing or empty".into()));
         }
         let (ns, name_at) = key_layout(schema, key, meta.name, meta.namespace).map_err(&fail)?;
-        let fields = schema
+        let fields: Vec<Box<str>> = schema
             .fields
             .iter()
             .enumerate()
@@ -372,87 +437,113 @@ impl Object {
             .collect::<Result<_, _>>()
             .map_err(&fail)?;
         env.validate().map_err(&fail)?;
+        let text = Packed::new(
+            key,
+            meta.labels.iter().map(|(k, v)| (&**k, &**v)),
+            fields.iter().map(|f| &**f),
+        )
+        .map_err(&fail)?;
         Ok(Object(Arc::new(Inner {
-            key: key.into(),
-            ns,
-            name_at,
+            stored: Bytes::copy_from_slice(value),
             rv,
             uid_hash: fnv1a64(meta.uid.as_bytes()),
-            body: Body::Protobuf {
-                value: Bytes::copy_from_slice(value),
-                json: OnceLock::new(),
-            },
-            labels: meta.labels.into_boxed_slice(),
-            fields,
-            memo: FieldMemo::default(),
-            pb: OnceLock::new(),
-            #[cfg(feature = "apiserver")]
-            typed: OnceLock::new(),
+            text,
+            ns_at: ns.0,
+            name_at,
+            form: Form::Protobuf,
+            lazy: OnceLock::new(),
         })))
     }
 
+    /// The parts made on first use, made now (empty) if none was yet.
+    fn lazy(&self) -> &Lazy {
+        self.0.lazy.get_or_init(Box::default)
+    }
+
     /// The JSON encoding, made now if this is its first use.
-    fn form(&self) -> &JsonForm {
-        match &self.0.body {
-            Body::Json(f) => f,
-            Body::Protobuf { value, json } => json.get_or_init(|| Box::new({
-                count_encode(false);
-                match crate::model::protobuf::Envelope::parse(value).and_then(|e| e.encode_json(self.0.rv)) {
-                    Ok((json, rv_at, rv_len, item_at)) => JsonForm {
-                        json: Bytes::from(json),
-                        rv_at,
-                        rv_len,
-                        item_at,
-                    },
-                    Err(e) => {
-                        // Unreachable: ingest validated everything the encoding reads. Should it
-                        // happen, the identity survives and the failure is loud.
-                        debug_assert!(false, "{}: {e}", self.key());
-                        tracing::error!(key = self.key(), error = %e, "JSON encoding of a validated protobuf object failed");
-                        let mut out = Vec::new();
-                        out.extend_from_slice(b"{\"metadata\":{\"name\":");
-                        let _ = serde_json::to_writer(&mut out, self.name());
-                        if let Some(ns) = self.namespace() {
-                            out.extend_from_slice(b",\"namespace\":");
-                            let _ = serde_json::to_writer(&mut out, ns);
-                        }
-                        out.extend_from_slice(b",\"resourceVersion\":\"");
-                        let rv_at = out.len() as u32;
-                        let mut digits = itoa::Buffer::new();
-                        let d = digits.format(self.0.rv);
-                        out.extend_from_slice(d.as_bytes());
-                        out.extend_from_slice(b"\"}}");
-                        JsonForm {
-                            json: Bytes::from(out),
-                            rv_at,
-                            rv_len: d.len() as u8,
-                            item_at: 0,
-                        }
-                    }
+    fn form(&self) -> JsonRef<'_> {
+        let f = match self.0.form {
+            Form::Json { rv_at, rv_len } => {
+                return JsonRef {
+                    json: &self.0.stored,
+                    rv_at,
+                    rv_len,
+                    item_at: 0,
+                };
+            }
+            Form::Protobuf => self.lazy().json.get_or_init(|| self.make_json()),
+        };
+        JsonRef {
+            json: &f.json,
+            rv_at: f.rv_at,
+            rv_len: f.rv_len,
+            item_at: f.item_at,
+        }
+    }
+
+    /// A protobuf-stored object's JSON encoding.
+    fn make_json(&self) -> JsonForm {
+        count_encode(false);
+        match crate::model::protobuf::Envelope::parse(&self.0.stored)
+            .and_then(|e| e.encode_json(self.0.rv))
+        {
+            Ok((json, rv_at, rv_len, item_at)) => JsonForm {
+                json: Bytes::from(json),
+                rv_at,
+                rv_len,
+                item_at,
+            },
+            Err(e) => {
+                // Unreachable: ingest validated everything the encoding reads. Should it
+                // happen, the identity survives and the failure is loud.
+                debug_assert!(false, "{}: {e}", self.key());
+                tracing::error!(key = self.key(), error = %e, "JSON encoding of a validated protobuf object failed");
+                let mut out = Vec::new();
+                out.extend_from_slice(b"{\"metadata\":{\"name\":");
+                let _ = serde_json::to_writer(&mut out, self.name());
+                if let Some(ns) = self.namespace() {
+                    out.extend_from_slice(b",\"namespace\":");
+                    let _ = serde_json::to_writer(&mut out, ns);
                 }
-            })),
+                out.extend_from_slice(b",\"resourceVersion\":\"");
+                let rv_at = out.len() as u32;
+                let mut digits = itoa::Buffer::new();
+                let d = digits.format(self.0.rv);
+                out.extend_from_slice(d.as_bytes());
+                out.extend_from_slice(b"\"}}");
+                JsonForm {
+                    json: Bytes::from(out),
+                    rv_at,
+                    rv_len: d.len() as u8,
+                    item_at: 0,
+                }
+            }
         }
     }
 
     /// The etcd key.
     pub fn key(&self) -> &str {
-        &self.0.key
+        self.0.text.key()
     }
 
-    pub(crate) fn key_arc(&self) -> &Arc<str> {
-        &self.0.key
+    /// The key as an owned value (this object, ordered and hashed by its key).
+    pub(crate) fn key_owned(&self) -> ObjectKey {
+        ObjectKey(self.clone())
     }
 
     /// The namespace, `None` for cluster-scoped objects.
     pub fn namespace(&self) -> Option<&str> {
-        let (a, b) = self.0.ns;
-        (a != b).then(|| self.0.key.get(a as usize..b as usize).unwrap_or_default())
+        let (a, b) = (self.0.ns_at, self.0.name_at);
+        (a != b).then(|| {
+            self.key()
+                .get(a as usize..b.saturating_sub(1) as usize)
+                .unwrap_or_default()
+        })
     }
 
     /// `metadata.name`.
     pub fn name(&self) -> &str {
-        self.0
-            .key
+        self.key()
             .get(self.0.name_at as usize..)
             .unwrap_or_default()
     }
@@ -474,7 +565,7 @@ impl Object {
     /// The object's JSON, compact, with `metadata.resourceVersion` set. Shared, never copied.
     /// For an object stored as protobuf it is made on the first call (once).
     pub fn json(&self) -> &Bytes {
-        &self.form().json
+        self.form().json
     }
 
     /// The JSON of this object as an item of a list: built-ins decoded from protobuf leave `kind`
@@ -487,9 +578,9 @@ impl Object {
 
     /// The stored protobuf value (`k8s\0` + envelope), for objects stored as protobuf.
     pub fn protobuf(&self) -> Option<&Bytes> {
-        match &self.0.body {
-            Body::Json(_) => None,
-            Body::Protobuf { value, .. } => Some(value),
+        match self.0.form {
+            Form::Json { .. } => None,
+            Form::Protobuf => Some(&self.0.stored),
         }
     }
 
@@ -501,7 +592,7 @@ impl Object {
             return form.json.clone();
         }
         count_encode(false);
-        let j = &form.json;
+        let j = form.json;
         let (a, b) = (
             form.rv_at as usize,
             form.rv_at as usize + form.rv_len as usize,
@@ -523,12 +614,13 @@ impl Object {
     /// frame of this type (its slot and name) whose head `head` makes; the envelope is then
     /// written once, inside that frame, and shared from it (one copy per object state, not two).
     fn pb_form_in(&self, frame: Option<(usize, &str, &FrameHead)>) -> Result<&PbForm, EncodeError> {
-        let made = self.0.pb.get_or_init(|| {
+        let made = self.lazy().pb.get_or_init(|| {
             Box::new((|| {
                 count_encode(true);
-                let (envelope, raw) = match &self.0.body {
+                let (envelope, raw) = match self.0.form {
                     // Never transcoded: the stored bytes, the revision spliced in.
-                    Body::Protobuf { value, .. } => {
+                    Form::Protobuf => {
+                        let value = &self.0.stored;
                         let (env, raw) =
                             crate::model::protobuf::with_resource_version(value, self.0.rv)?;
                         // Read from an API server's watch, the bytes already carry this revision:
@@ -542,9 +634,9 @@ impl Object {
                         }
                         (env, raw)
                     }
-                    Body::Json(f) => {
+                    Form::Json { .. } => {
                         let v: serde_json::Value =
-                            serde_json::from_slice(&f.json).map_err(|e| e.to_string())?;
+                            serde_json::from_slice(&self.0.stored).map_err(|e| e.to_string())?;
                         let env = crate::model::protobuf::encode_json(&v)?;
                         let raw = crate::model::protobuf::raw_range(&env)
                             .ok_or("no message in the envelope")?;
@@ -656,17 +748,12 @@ impl Object {
 
     /// A label's value.
     pub fn label(&self, key: &str) -> Option<&str> {
-        let labels = &self.0.labels;
-        labels
-            .binary_search_by(|(k, _)| (**k).cmp(key))
-            .ok()
-            .and_then(|i| labels.get(i))
-            .map(|(_, v)| &**v)
+        self.0.text.label(key)
     }
 
     /// All labels, sorted by key.
     pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.labels.iter().map(|(k, v)| (&**k, &**v))
+        self.0.text.labels()
     }
 
     /// A field's value as a field selector sees it (see [`FieldPath`]): missing fields read as "".
@@ -676,9 +763,7 @@ impl Object {
             "metadata.name" => Some(Cow::Borrowed(self.name())),
             "metadata.namespace" => Some(Cow::Borrowed(self.namespace().unwrap_or(""))),
             _ => self
-                .0
-                .memo
-                .get(path, false, || self.read_field(path))
+                .memo_get(path, false)
                 .map(|v| Cow::Owned(v.to_string())),
         }
     }
@@ -694,11 +779,18 @@ impl Object {
         match path.as_str() {
             "metadata.name" => f(Some(self.name())),
             "metadata.namespace" => f(Some(self.namespace().unwrap_or(""))),
-            _ => f(self
-                .0
-                .memo
-                .get(path, keep, || self.read_field(path))
-                .as_deref()),
+            _ => f(self.memo_get(path, keep).as_deref()),
+        }
+    }
+
+    /// An undeclared field path's value: from the memo, or read (and kept when `keep`; a read
+    /// that is not kept makes no memo).
+    fn memo_get(&self, path: &FieldPath, keep: bool) -> Option<Arc<str>> {
+        let read = || self.read_field(path);
+        match (self.0.lazy.get(), keep) {
+            (Some(l), _) => l.memo.get(path, keep, read),
+            (None, true) => self.lazy().memo.get(path, true, read),
+            (None, false) => read(),
         }
     }
 
@@ -706,7 +798,7 @@ impl Object {
     /// under the cache's lock, reads nothing. Called at decode, outside any lock.
     pub(crate) fn extract_fields(&self, paths: &[FieldPath]) {
         if !paths.is_empty() {
-            self.0.memo.extract(paths, |p| self.read_field(p));
+            self.lazy().memo.extract(paths, |p| self.read_field(p));
         }
     }
 
@@ -716,10 +808,10 @@ impl Object {
     fn read_field(&self, path: &FieldPath) -> Option<Arc<str>> {
         #[cfg(test)]
         crate::model::field_memo::READS.with(|r| r.set(r.get() + 1));
-        if let Body::Protobuf { value, json } = &self.0.body
-            && json.get().is_none()
+        if let Form::Protobuf = self.0.form
+            && self.0.lazy.get().is_none_or(|l| l.json.get().is_none())
         {
-            let env = crate::model::protobuf::Envelope::parse(value).ok()?;
+            let env = crate::model::protobuf::Envelope::parse(&self.0.stored).ok()?;
             return env.field(path).ok().flatten().map(Arc::from);
         }
         let raw: &RawValue = serde_json::from_slice(self.json()).ok()?;
@@ -743,7 +835,7 @@ impl Object {
         match a {
             Attr::Namespace => self.namespace(),
             Attr::Name => Some(self.name()),
-            Attr::Field(i) => self.0.fields.get(i as usize).map(|v| &**v),
+            Attr::Field(i) => self.0.text.field(i as usize),
             Attr::Label(_) => None,
         }
     }
@@ -759,19 +851,16 @@ impl Object {
     /// The size of the object's stored encoding (its protobuf value, or its JSON): fixed for the
     /// object's life, so a store can keep a running total.
     pub fn stored_len(&self) -> usize {
-        match &self.0.body {
-            Body::Json(f) => f.json.len(),
-            Body::Protobuf { value, .. } => value.len(),
-        }
+        self.0.stored.len()
     }
 
     /// Heap bytes this object holds, its JSON included when that is its stored form (what a
     /// history byte budget charges).
     pub fn heap_bytes(&self) -> usize {
         self.overhead_bytes()
-            + match &self.0.body {
-                Body::Json(f) => f.json.len(),
-                Body::Protobuf { .. } => 0,
+            + match self.0.form {
+                Form::Json { .. } => self.0.stored.len(),
+                Form::Protobuf => 0,
             }
     }
 
@@ -789,17 +878,15 @@ impl Object {
     where
         T: std::any::Any + Send + Sync,
     {
-        if let Some(t) = self.0.typed.get() {
+        let typed = &self.lazy().typed;
+        if let Some(t) = typed.get() {
             if let Ok(t) = Arc::clone(t).downcast::<T>() {
                 return Ok(t);
             }
             return make(self).map(Arc::new);
         }
         let t = Arc::new(make(self)?);
-        let kept = self
-            .0
-            .typed
-            .get_or_init(|| Arc::clone(&t) as Arc<dyn std::any::Any + Send + Sync>);
+        let kept = typed.get_or_init(|| Arc::clone(&t) as Arc<dyn std::any::Any + Send + Sync>);
         // A racing reader may have kept its own: share that one.
         Ok(Arc::clone(kept).downcast::<T>().unwrap_or(t))
     }
@@ -808,33 +895,38 @@ impl Object {
     /// protobuf: the stored value, and the JSON once made).
     pub fn overhead_bytes(&self) -> usize {
         let i = &self.0;
+        let lazy = i.lazy.get().map(|l| &**l);
         std::mem::size_of::<Inner>()
             + 16 // Arc counts
-            + i.key.len()
-            + 16
-            + i.labels.iter().map(|(k, v)| 32 + k.len() + v.len()).sum::<usize>()
-            + i.fields.iter().map(|f| 16 + f.len()).sum::<usize>()
-            + match &i.body {
-                Body::Json(_) => 0,
-                Body::Protobuf { value, json } => {
-                    value.len()
-                        + json
-                            .get()
-                            .map_or(0, |f| std::mem::size_of::<JsonForm>() + f.json.len())
-                }
+            + i.text.heap_bytes()
+            + match i.form {
+                Form::Json { .. } => 0,
+                Form::Protobuf => i.stored.len(),
             }
-            + match i.pb.get().map(|b| &**b) {
-                Some(Ok(f)) => {
-                    std::mem::size_of::<Result<PbForm, String>>()
-                        + f.envelope.len()
-                        + f.frames
-                            .iter()
-                            .filter_map(OnceLock::get)
-                            .map(Bytes::len)
-                            .sum::<usize>()
-                }
-                _ => 0,
-            }
+            + lazy.map_or(0, |l| {
+                std::mem::size_of::<Lazy>()
+                    + l.json.get().map_or(0, |f| f.json.len())
+                    + match l.pb.get().map(|b| &**b) {
+                        Some(Ok(f)) => {
+                            std::mem::size_of::<Result<PbForm, String>>()
+                                + f.envelope.len()
+                                + f.frames
+                                    .iter()
+                                    .filter_map(OnceLock::get)
+                                    .map(Bytes::len)
+                                    .sum::<usize>()
+                        }
+                        _ => 0,
+                    }
+            })
+    }
+}
+
+#[cfg(test)]
+impl Object {
+    /// Holders of this object state (tests of what keeps it alive).
+    pub(crate) fn refs(&self) -> usize {
+        Arc::strong_count(&self.0)
     }
 }
 
@@ -850,7 +942,7 @@ impl fmt::Debug for Object {
 impl PartialEq for Object {
     /// Same key, revision and bytes.
     fn eq(&self, other: &Self) -> bool {
-        self.0.key == other.0.key
+        self.key() == other.key()
             && self.0.rv == other.0.rv
             && match (self.protobuf(), other.protobuf()) {
                 (Some(a), Some(b)) => a == b,
@@ -1400,6 +1492,48 @@ mod tests {
         assert_eq!(back["k0"], 60_000);
         assert_eq!(back["k59999"], 59_999);
         assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    }
+
+    #[test]
+    fn the_fixed_part_of_an_object_stays_small() {
+        // Paid by every cached object (design/performance.md, "Per cached object against its
+        // JSON"): a field added here is paid by all of them; what only some objects use goes in
+        // `Lazy`.
+        assert_eq!(std::mem::size_of::<Inner>(), 120);
+        assert_eq!(std::mem::size_of::<Form>(), 8);
+        // What an object whose JSON or protobuf is made allocates once (design/performance.md).
+        #[cfg(feature = "apiserver")]
+        assert_eq!(std::mem::size_of::<Lazy>(), 112);
+    }
+
+    #[test]
+    fn what_is_made_later_is_made_once_and_only_when_asked() {
+        let s = pods();
+        let k = "/registry/pods/ns/a";
+        let v = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"ns","labels":{"b":"2","a":"1"}},"spec":{"nodeName":"n1","hostname":"y"}}"#;
+        let json = Object::decode(&s, k, v, 7).unwrap();
+        let pb = Object::decode(&s, k, json.protobuf_wire().unwrap(), 7).unwrap();
+        assert!(pb.0.lazy.get().is_none(), "ingest makes nothing later");
+        assert_eq!(pb.labels().collect::<Vec<_>>(), [("a", "1"), ("b", "2")]);
+        assert_eq!((pb.key(), pb.name(), pb.namespace()), (k, "a", Some("ns")));
+        // An undeclared path read once (not kept) makes nothing either; kept, the memo is made.
+        let path = FieldPath::parse("spec.hostname").unwrap();
+        assert!(s.field_attr("spec.hostname").is_none(), "undeclared");
+        assert_eq!(
+            pb.with_field(&path, false, |v| v.map(str::to_owned))
+                .as_deref(),
+            Some("y")
+        );
+        assert!(pb.0.lazy.get().is_none());
+        assert_eq!(
+            pb.with_field(&path, true, |v| v.map(str::to_owned))
+                .as_deref(),
+            Some("y")
+        );
+        assert!(pb.0.lazy.get().is_some());
+        assert_eq!(pb.to_value()["spec"]["nodeName"], "n1");
+        assert!(std::ptr::eq(pb.json(), pb.json()), "made once");
+        assert!(pb.overhead_bytes() > json.overhead_bytes());
     }
 
     #[test]
