@@ -103,8 +103,8 @@ fn leaf_config(initial_list: InitialList) -> ApiServerConfig {
     }
 }
 
-/// The leaf: caches following `root_url` through kube-rs's client, served on a free port.
-async fn leaf(root_url: &str, config: ApiServerConfig) -> Running {
+/// The leaf's pods cache following `root_url` through kube-rs's client, ready.
+async fn leaf_caches(root_url: &str, config: ApiServerConfig) -> ApiServerCaches {
     let client =
         kube::Client::try_from(kube::Config::new(root_url.parse().unwrap())).expect("a client");
     let caches = ApiServerCaches::connect(
@@ -119,6 +119,12 @@ async fn leaf(root_url: &str, config: ApiServerConfig) -> Running {
         .await
         .expect("ready in time")
         .unwrap();
+    caches
+}
+
+/// The leaf: [`leaf_caches`], served on a free port.
+async fn leaf(root_url: &str, config: ApiServerConfig) -> Running {
+    let caches = leaf_caches(root_url, config).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let writes = caches.writes();
@@ -302,22 +308,15 @@ async fn a_leaf_reads_its_roots_watch_in_protobuf_and_serves_the_roots_objects()
     for protobuf_watch in [true, false] {
         let gone = format!("gone-{protobuf_watch}");
         create(&c, &root.url, &gone, "node-1").await;
-        let client = kube::Client::try_from(kube::Config::new(root.url.parse().unwrap())).unwrap();
-        let caches = ApiServerCaches::connect(
-            client,
+        let caches = leaf_caches(
+            &root.url,
             ApiServerConfig {
                 protobuf_watch,
                 ..leaf_config(InitialList::List)
             },
-            vec![ResourceDef::builtin("pods").unwrap()],
-            CacheConfig::default(),
         )
-        .unwrap();
+        .await;
         let pods = caches.cache("pods").unwrap().clone();
-        tokio::time::timeout(Duration::from_secs(30), pods.wait_ready())
-            .await
-            .expect("ready in time")
-            .unwrap();
         // Listed: JSON, whatever the watch speaks.
         assert!(
             pods.peek(Some("ns"), "listed")

@@ -100,7 +100,8 @@ struct PbForm {
     /// The whole protobuf watch frames (length, `WatchEvent` head, envelope) of an ADDED and of a
     /// MODIFIED event carrying this object, each made on first use: a delivery then shares one
     /// buffer, as a JSON delivery shares the object's JSON (one reference count, not two; measured
-    /// in design/performance.md). Costs a copy of the envelope per event type used.
+    /// in design/performance.md). The first frame made holds the only copy of the envelope
+    /// (`envelope` is a slice of it); a second event type costs a copy.
     frames: [OnceLock<Bytes>; 2],
 }
 
@@ -617,22 +618,18 @@ impl Object {
         let made = self.lazy().pb.get_or_init(|| {
             Box::new((|| {
                 count_encode(true);
-                let (envelope, raw) = match self.0.form {
+                // The envelope, and whether it is the stored bytes as they are.
+                let (envelope, raw, stored) = match self.0.form {
                     // Never transcoded: the stored bytes, the revision spliced in.
                     Form::Protobuf => {
-                        let value = &self.0.stored;
-                        let (env, raw) =
-                            crate::model::protobuf::with_resource_version(value, self.0.rv)?;
+                        let (env, raw) = crate::model::protobuf::with_resource_version(
+                            &self.0.stored,
+                            self.0.rv,
+                        )?;
                         // Read from an API server's watch, the bytes already carry this revision:
                         // share them rather than keep a second copy for every object.
-                        if env == **value {
-                            return Ok(PbForm {
-                                envelope: value.clone(),
-                                raw: (raw.start as u32, raw.end as u32),
-                                frames: [OnceLock::new(), OnceLock::new()],
-                            });
-                        }
-                        (env, raw)
+                        let stored = env == *self.0.stored;
+                        (env, raw, stored)
                     }
                     Form::Json { .. } => {
                         let v: serde_json::Value =
@@ -640,28 +637,27 @@ impl Object {
                         let env = crate::model::protobuf::encode_json(&v)?;
                         let raw = crate::model::protobuf::raw_range(&env)
                             .ok_or("no message in the envelope")?;
-                        (env, raw)
+                        (env, raw, false)
                     }
                 };
-                let raw = (raw.start as u32, raw.end as u32);
                 let frames = [OnceLock::new(), OnceLock::new()];
-                let Some((i, name, head)) = frame else {
-                    return Ok(PbForm {
-                        envelope: Bytes::from(envelope),
-                        raw,
-                        frames,
-                    });
+                let envelope = match frame {
+                    _ if stored => self.0.stored.clone(),
+                    None => Bytes::from(envelope),
+                    Some((i, name, head)) => {
+                        let mut whole = head(name, envelope.len());
+                        let at = whole.len();
+                        whole.extend_from_slice(&envelope);
+                        let whole = Bytes::from(whole);
+                        if let Some(slot) = frames.get(i) {
+                            let _ = slot.set(whole.clone());
+                        }
+                        whole.slice(at..)
+                    }
                 };
-                let mut whole = head(name, envelope.len());
-                let at = whole.len();
-                whole.extend_from_slice(&envelope);
-                let whole = Bytes::from(whole);
-                if let Some(slot) = frames.get(i) {
-                    let _ = slot.set(whole.clone());
-                }
                 Ok(PbForm {
-                    envelope: whole.slice(at..),
-                    raw,
+                    envelope,
+                    raw: (raw.start as u32, raw.end as u32),
                     frames,
                 })
             })())
@@ -1254,16 +1250,21 @@ mod tests {
         );
     }
 
+    /// The cache key of a pod in protobuf.
+    fn pod_key(value: &[u8]) -> String {
+        let m = crate::model::protobuf::Envelope::parse(value)
+            .unwrap()
+            .meta()
+            .unwrap();
+        format!("/registry/pods/{}/{}", m.namespace, m.name)
+    }
+
     /// kube-apiserver's GET body of a pod at revision 12345, read back (as a leaf reads its
     /// root's watch): served at 12345 it is the same bytes, shared; at another revision, spliced.
     #[test]
     fn protobuf_already_at_its_revision_is_served_as_it_came() {
         let served = crate::model::protobuf::tests::vector("pod.pb");
-        let key = {
-            let env = crate::model::protobuf::Envelope::parse(&served).unwrap();
-            let m = env.meta().unwrap();
-            format!("/registry/pods/{}/{}", m.namespace, m.name)
-        };
+        let key = pod_key(&served);
         let o = Object::decode(&pods(), &key, &served, 12345).unwrap();
         let wire = o.protobuf_wire().unwrap();
         assert_eq!(&wire[..], &served[..]);
@@ -1286,11 +1287,7 @@ mod tests {
     fn the_first_watch_frame_holds_the_envelope() {
         let stored = crate::model::protobuf::tests::vector("pod.etcd.bin");
         let served = crate::model::protobuf::tests::vector("pod.pb");
-        let key = {
-            let env = crate::model::protobuf::Envelope::parse(&stored).unwrap();
-            let m = env.meta().unwrap();
-            format!("/registry/pods/{}/{}", m.namespace, m.name)
-        };
+        let key = pod_key(&stored);
         let o = Object::decode(&pods(), &key, &stored, 12345).unwrap();
         let head = |name: &str, len: usize| format!("<{name} {len}>").into_bytes();
         let added = o.protobuf_frame(EventType::Added, &head).unwrap().unwrap();

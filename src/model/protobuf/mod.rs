@@ -253,7 +253,7 @@ impl<'a> Envelope<'a> {
                 let Kind::Msg(m) = inline.kind else {
                     return Ok(Some(String::new()));
                 };
-                bytes = last_len(msg, bytes, inline.num)?.unwrap_or_default();
+                bytes = last_len(msg.name, bytes, inline.num)?.unwrap_or_default();
                 msg = message(m);
             }
             if segs.peek().is_none() {
@@ -261,7 +261,7 @@ impl<'a> Envelope<'a> {
             }
             match (f.kind, f.card) {
                 (Kind::Msg(m), Card::One | Card::Ptr) => {
-                    bytes = match last_len(msg, bytes, f.num)? {
+                    bytes = match last_len(msg.name, bytes, f.num)? {
                         Some(b) => b,
                         // A zero struct has only zero fields: reading on from an empty message
                         // gives what the JSON encoding shows.
@@ -338,18 +338,20 @@ impl<'a> Envelope<'a> {
 }
 
 /// The last occurrence of a length-delimited field.
-fn last_len<'a>(msg: &Message, bytes: &'a [u8], num: u32) -> Result<Option<&'a [u8]>, String> {
-    match last_value(msg, bytes, num)? {
+/// The last length-delimited field `num` of a message (`what`, for errors), as gogo's decoder
+/// keeps the last of a repeated singular field.
+fn last_len<'a>(what: &str, bytes: &'a [u8], num: u32) -> Result<Option<&'a [u8]>, String> {
+    match last_value(what, bytes, num)? {
         None => Ok(None),
         Some(Value::Len(b)) => Ok(Some(b)),
-        Some(_) => Err(format!("{}: field {num} has the wrong wire type", msg.name)),
+        Some(_) => Err(format!("{what}: field {num} has the wrong wire type")),
     }
 }
 
-fn last_value<'a>(msg: &Message, bytes: &'a [u8], num: u32) -> Result<Option<Value<'a>>, String> {
+fn last_value<'a>(what: &str, bytes: &'a [u8], num: u32) -> Result<Option<Value<'a>>, String> {
     let mut found = None;
     for e in Fields::new(bytes) {
-        let (n, v) = e.map_err(|e| format!("{}: {e}", msg.name))?;
+        let (n, v) = e.map_err(|e| format!("{what}: {e}"))?;
         if n == num {
             found = Some(v);
         }
@@ -365,7 +367,7 @@ fn leaf_text(
     bytes: &[u8],
 ) -> Result<Option<String>, String> {
     let wire = || format!("{}: field {} has the wrong wire type", msg.name, f.num);
-    match (f.kind, f.card, last_value(msg, bytes, f.num)?) {
+    match (f.kind, f.card, last_value(msg.name, bytes, f.num)?) {
         // An empty string reads as "" whether it is written or left out.
         (Kind::Str, Card::One | Card::Ptr, None) => Ok(Some(String::new())),
         (Kind::Str, Card::One | Card::Ptr, Some(Value::Len(b))) => {

@@ -7,8 +7,8 @@
 //!
 //! Everything here reads untrusted bytes: malformed input is an error, never a panic.
 
-use super::MAGIC;
 use super::wire::{Fields, Value};
+use super::{MAGIC, last_len, utf8};
 
 /// One frame of a protobuf watch stream: the event type and the object's envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,29 +19,17 @@ pub(crate) struct WatchFrame<'a> {
     pub object: &'a [u8],
 }
 
-fn len_field<'a>(msg: &'a [u8], num: u32, what: &str) -> Result<Option<&'a [u8]>, String> {
-    let mut found = None;
-    for e in Fields::new(msg) {
-        match e.map_err(|e| format!("{what}: {e}"))? {
-            (n, Value::Len(b)) if n == num => found = Some(b),
-            (n, _) if n == num => {
-                return Err(format!("{what}: field {num} has the wrong wire type"));
-            }
-            _ => {}
-        }
-    }
-    Ok(found)
-}
-
 /// Reads one frame (without its 4-byte length).
 ///
 /// # Errors
 /// Malformed protobuf, a type that is not UTF-8, or no object.
 pub(crate) fn watch_frame(frame: &[u8]) -> Result<WatchFrame<'_>, String> {
-    let kind = len_field(frame, 1, "a watch event")?.unwrap_or_default();
-    let kind = std::str::from_utf8(kind).map_err(|_| "a watch event's type is not UTF-8")?;
-    let ext = len_field(frame, 2, "a watch event")?.ok_or("a watch event without an object")?;
-    let object = len_field(ext, 1, "a watch event's object")?.unwrap_or_default();
+    let kind = utf8(
+        last_len("a watch event", frame, 1)?.unwrap_or_default(),
+        "a watch event's type",
+    )?;
+    let ext = last_len("a watch event", frame, 2)?.ok_or("a watch event without an object")?;
+    let object = last_len("a watch event's object", ext, 1)?.unwrap_or_default();
     Ok(WatchFrame { kind, object })
 }
 
@@ -50,7 +38,7 @@ fn message(value: &[u8]) -> Result<&[u8], String> {
     let body = value
         .strip_prefix(MAGIC)
         .ok_or("an object without the k8s protobuf prefix")?;
-    Ok(len_field(body, 2, "an object's envelope")?.unwrap_or_default())
+    Ok(last_len("an object's envelope", body, 2)?.unwrap_or_default())
 }
 
 /// An object's identity, read from its `metadata` (`ObjectMeta`, field 1 of every top-level
@@ -65,26 +53,22 @@ pub(crate) struct Identity<'a> {
     pub initial_events_end: bool,
 }
 
-fn text<'a>(b: &'a [u8], what: &str) -> Result<&'a str, String> {
-    std::str::from_utf8(b).map_err(|_| format!("{what} is not UTF-8"))
-}
-
 /// Reads the identity of an object in its envelope.
 ///
 /// # Errors
 /// Malformed protobuf in the envelope or the metadata, or text that is not UTF-8.
 pub(crate) fn identity(value: &[u8]) -> Result<Identity<'_>, String> {
-    let meta = len_field(message(value)?, 1, "an object")?.unwrap_or_default();
+    let meta = last_len("an object", message(value)?, 1)?.unwrap_or_default();
     let mut id = Identity::default();
     for e in Fields::new(meta) {
         match e.map_err(|e| format!("metadata: {e}"))? {
-            (1, Value::Len(b)) => id.name = text(b, "metadata.name")?,
-            (3, Value::Len(b)) => id.namespace = text(b, "metadata.namespace")?,
-            (6, Value::Len(b)) => id.resource_version = text(b, "metadata.resourceVersion")?,
+            (1, Value::Len(b)) => id.name = utf8(b, "metadata.name")?,
+            (3, Value::Len(b)) => id.namespace = utf8(b, "metadata.namespace")?,
+            (6, Value::Len(b)) => id.resource_version = utf8(b, "metadata.resourceVersion")?,
             (12, Value::Len(entry)) => {
-                let k = len_field(entry, 1, "metadata.annotations")?.unwrap_or_default();
+                let k = last_len("metadata.annotations", entry, 1)?.unwrap_or_default();
                 if k == crate::model::INITIAL_EVENTS_END.as_bytes() {
-                    let v = len_field(entry, 2, "metadata.annotations")?.unwrap_or_default();
+                    let v = last_len("metadata.annotations", entry, 2)?.unwrap_or_default();
                     id.initial_events_end = v == b"true";
                 }
             }
@@ -123,14 +107,7 @@ pub(crate) fn status(value: &[u8]) -> Result<Status, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn vector(name: &str) -> Vec<u8> {
-        std::fs::read(format!(
-            "{}/tests/data/kubernetes-protobuf/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap()
-    }
+    use crate::model::protobuf::tests::vector;
 
     /// kube-apiserver 1.35's own protobuf watch stream, read against its JSON one.
     #[test]

@@ -21,7 +21,7 @@ use crate::error::Cause;
 use crate::model::ResourceDef;
 use crate::model::protobuf as pb;
 
-pub(crate) use crate::model::INITIAL_EVENTS_END;
+use crate::model::INITIAL_EVENTS_END;
 
 /// A failed call: what the API server said, or why there was no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -121,14 +121,19 @@ struct StatusBody<'a> {
     message: Cow<'a, str>,
 }
 
+/// The error a `Status` stands for; one without a code has the answer's.
+fn status_of(answer: StatusCode, code: u16, reason: String, message: String) -> RestError {
+    RestError::Status {
+        code: if code == 0 { answer.as_u16() } else { code },
+        reason,
+        message,
+    }
+}
+
 /// The error for an HTTP error answer: its `Status`, or the raw body when it is none.
 pub(crate) fn status_error(code: StatusCode, body: &[u8]) -> RestError {
     match serde_json::from_slice::<StatusBody>(body) {
-        Ok(s) => RestError::Status {
-            code: if s.code == 0 { code.as_u16() } else { s.code },
-            reason: s.reason.into_owned(),
-            message: s.message.into_owned(),
-        },
+        Ok(s) => status_of(code, s.code, s.reason.into_owned(), s.message.into_owned()),
         Err(_) => RestError::Status {
             code: code.as_u16(),
             reason: code.canonical_reason().unwrap_or("").to_owned(),
@@ -232,40 +237,35 @@ fn metadata_first(raw: &[u8]) -> Result<IdMeta<'_>, serde_json::Error> {
 
 /// The key and resourceVersion of a raw object of `def`, JSON or protobuf (`k8s\0` + envelope).
 pub(crate) fn identity(def: &ResourceDef, raw: &[u8]) -> Result<Identity, RestError> {
-    if raw.starts_with(pb::MAGIC) {
+    let json;
+    // (name, namespace, resourceVersion); protobuf leaves an empty string out.
+    let (name, namespace, rv) = if raw.starts_with(pb::MAGIC) {
         let m = pb::stream::identity(raw).map_err(RestError::malformed)?;
-        if m.name.is_empty() {
-            return Err(RestError::malformed("an object without metadata.name"));
-        }
-        if m.resource_version.is_empty() {
-            return Err(RestError::malformed(format!(
-                "object {} has no metadata.resourceVersion",
-                m.name
-            )));
-        }
-        let ns = Some(m.namespace).filter(|n| !n.is_empty());
-        return Ok(Identity {
-            key: def.key_for(ns, m.name),
-            rv: parse_rv(m.resource_version)?,
-        });
-    }
-    let m =
-        metadata_first(raw).map_err(|e| RestError::malformed_from("an object's metadata", e))?;
-    if m.name.is_empty() {
+        (
+            m.name,
+            Some(m.namespace).filter(|s| !s.is_empty()),
+            Some(m.resource_version).filter(|s| !s.is_empty()),
+        )
+    } else {
+        json = metadata_first(raw)
+            .map_err(|e| RestError::malformed_from("an object's metadata", e))?;
+        (
+            &*json.name,
+            json.namespace.as_deref(),
+            json.resource_version.as_deref(),
+        )
+    };
+    if name.is_empty() {
         return Err(RestError::malformed("an object without metadata.name"));
     }
-    let rv = match m.resource_version.as_deref() {
-        Some(s) => parse_rv(s)?,
-        None => {
-            return Err(RestError::malformed(format!(
-                "object {} has no metadata.resourceVersion",
-                m.name
-            )));
-        }
+    let Some(rv) = rv else {
+        return Err(RestError::malformed(format!(
+            "object {name} has no metadata.resourceVersion"
+        )));
     };
     Ok(Identity {
-        key: def.key_for(m.namespace.as_deref(), &m.name),
-        rv,
+        key: def.key_for(namespace, name),
+        rv: parse_rv(rv)?,
     })
 }
 
@@ -356,11 +356,12 @@ pub(crate) fn parse_protobuf_frame(frame: &Bytes) -> Result<Frame, RestError> {
         }
         "ERROR" if f.object.starts_with(pb::MAGIC) => {
             let s = pb::stream::status(f.object).map_err(RestError::malformed)?;
-            Ok(Frame::Error(RestError::Status {
-                code: if s.code == 0 { 500 } else { s.code },
-                reason: s.reason,
-                message: s.message,
-            }))
+            Ok(Frame::Error(status_of(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                s.code,
+                s.reason,
+                s.message,
+            )))
         }
         "ERROR" => Ok(Frame::Error(status_error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -666,6 +667,34 @@ enum Framing {
     Lengths(LenBuf),
 }
 
+impl Framing {
+    fn push(&mut self, data: &[u8]) {
+        match self {
+            Framing::Lines(l) => l.push(data),
+            Framing::Lengths(l) => l.push(data),
+        }
+    }
+
+    /// Moves every complete frame to `out` (at the end of the stream, `ended`, the rest too).
+    fn take(&mut self, out: &mut Vec<Bytes>, ended: bool) -> Result<(), RestError> {
+        match self {
+            Framing::Lines(l) => {
+                l.take(out, ended);
+                Ok(())
+            }
+            Framing::Lengths(l) => l.take(out, ended),
+        }
+    }
+
+    /// Parses one frame as `take` cut it.
+    fn parse(&self, frame: &Bytes) -> Result<Frame, RestError> {
+        match self {
+            Framing::Lines(_) => parse_frame(frame),
+            Framing::Lengths(_) => parse_protobuf_frame(frame),
+        }
+    }
+}
+
 /// Bytes cut into lines as they arrive.
 #[derive(Default)]
 struct LineBuf {
@@ -754,7 +783,7 @@ impl WatchFrames {
     pub async fn next_frames(&mut self) -> Result<Vec<Frame>, RestError> {
         let mut raw = Vec::new();
         loop {
-            self.take(&mut raw)?;
+            self.framing.take(&mut raw, self.ended)?;
             if self.ended {
                 break;
             }
@@ -770,36 +799,20 @@ impl WatchFrames {
                 None => self.ended = true,
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        match &mut self.framing {
-                            Framing::Lines(l) => l.push(&data),
-                            Framing::Lengths(l) => l.push(&data),
-                        }
+                        self.framing.push(&data);
                     }
                 }
                 Some(Err(e)) => return Err(RestError::transport("watch", e)),
             }
         }
-        let parse = match self.framing {
-            Framing::Lines(_) => parse_frame,
-            Framing::Lengths(_) => parse_protobuf_frame,
-        };
-        raw.iter().map(parse).collect()
-    }
-
-    fn take(&mut self, out: &mut Vec<Bytes>) -> Result<(), RestError> {
-        match &mut self.framing {
-            Framing::Lines(l) => {
-                l.take(out, self.ended);
-                Ok(())
-            }
-            Framing::Lengths(l) => l.take(out, self.ended),
-        }
+        raw.iter().map(|f| self.framing.parse(f)).collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::protobuf::tests::vector;
 
     #[test]
     fn identity_reads_metadata_wherever_it_is_and_nothing_after_it() {
@@ -858,11 +871,7 @@ mod tests {
 
     #[test]
     fn protobuf_frames_are_cut_across_chunks_and_bounded() {
-        let stream = std::fs::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/data/kubernetes-protobuf/pods-watch.pb-stream"
-        ))
-        .unwrap();
+        let stream = vector("pods-watch.pb-stream");
         // Every cut of kube-apiserver's stream gives its five frames.
         for cut in [1, 3, 4, 5, 100, stream.len() - 1] {
             let mut b = LenBuf::default();
@@ -887,12 +896,8 @@ mod tests {
     /// the same identities.
     #[test]
     fn protobuf_frames_parse_as_the_json_ones() {
-        let dir = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/data/kubernetes-protobuf/"
-        );
-        let stream = std::fs::read(format!("{dir}pods-watch.pb-stream")).unwrap();
-        let json = std::fs::read(format!("{dir}pods-watch.json-stream")).unwrap();
+        let stream = vector("pods-watch.pb-stream");
+        let json = vector("pods-watch.json-stream");
         let mut b = LenBuf::default();
         let mut frames = Vec::new();
         b.push(&stream);
@@ -903,13 +908,13 @@ mod tests {
         l.take(&mut lines, true);
         assert_eq!(frames.len(), lines.len());
         for (f, l) in frames.iter().zip(&lines) {
-            let (pb, js) = (parse_protobuf_frame(f).unwrap(), parse_frame(l).unwrap());
-            match (&pb, &js) {
+            let (from_pb, from_json) = (parse_protobuf_frame(f).unwrap(), parse_frame(l).unwrap());
+            match (&from_pb, &from_json) {
                 (Frame::Put(a), Frame::Put(b)) | (Frame::Delete(a), Frame::Delete(b)) => {
                     assert!(a.starts_with(pb::MAGIC));
                     assert_eq!(identity(&pods(), a).unwrap(), identity(&pods(), b).unwrap());
                 }
-                _ => assert_eq!(pb, js),
+                _ => assert_eq!(from_pb, from_json),
             }
         }
     }

@@ -92,19 +92,47 @@ fn pod_id(name: &[u8]) -> Option<u32> {
         .ok()
 }
 
-/// Parses one watch line of the cache's wire format cheaply: (revision, pod id) of a change.
-fn parse_line(line: &[u8]) -> Option<Result<(u64, u32), ()>> {
-    match pods::string_field(line, "type")? {
+/// (revision, pod id) of a change event of type `kind`, its resourceVersion and name read by
+/// `rv_name` only then; `Err` for an ERROR event; `None` for any other.
+fn change<'a>(
+    kind: &[u8],
+    rv_name: impl FnOnce() -> Option<(&'a [u8], &'a [u8])>,
+) -> Option<Result<(u64, u32), ()>> {
+    match kind {
         b"ADDED" | b"MODIFIED" | b"DELETED" => {}
         b"ERROR" => return Some(Err(())),
         _ => return None,
     }
-    let rev = std::str::from_utf8(pods::string_field(line, "resourceVersion")?)
-        .ok()?
-        .parse()
-        .ok()?;
-    let id = pod_id(pods::string_field(line, "name")?)?;
-    Some(Ok((rev, id)))
+    let (rv, name) = rv_name()?;
+    let rev = std::str::from_utf8(rv).ok()?.parse().ok()?;
+    Some(Ok((rev, pod_id(name)?)))
+}
+
+/// Parses one watch line of the cache's wire format cheaply: (revision, pod id) of a change.
+fn parse_line(line: &[u8]) -> Option<Result<(u64, u32), ()>> {
+    change(pods::string_field(line, "type")?, || {
+        Some((
+            pods::string_field(line, "resourceVersion")?,
+            pods::string_field(line, "name")?,
+        ))
+    })
+}
+
+/// Reads one protobuf watch frame cheaply: (revision, pod id) of a change.
+fn parse_protobuf(frame: &[u8]) -> Option<Result<(u64, u32), ()>> {
+    let ev = proto::event(frame)?;
+    change(ev.kind, || Some((ev.rv, ev.name)))
+}
+
+/// Takes the complete lines off the front of `buf`, calling `f` with each (without its newline);
+/// returns how many bytes they took.
+fn lines(buf: &[u8], mut f: impl FnMut(&[u8])) -> usize {
+    let mut start = 0;
+    while let Some(n) = memchr::memchr(b'\n', &buf[start..]) {
+        f(&buf[start..start + n]);
+        start += n + 1;
+    }
+    start
 }
 
 /// The wire format the bench's HTTP watchers ask for.
@@ -116,18 +144,6 @@ pub enum WatchWire {
     Json,
     /// Protobuf, length-prefixed frames (kubelets, kube-controller-manager).
     Protobuf,
-}
-
-/// Reads one protobuf watch frame cheaply: (revision, pod id) of a change.
-fn parse_protobuf(frame: &[u8]) -> Option<Result<(u64, u32), ()>> {
-    let ev = proto::event(frame)?;
-    match ev.kind {
-        b"ADDED" | b"MODIFIED" | b"DELETED" => {}
-        b"ERROR" => return Some(Err(())),
-        _ => return None,
-    }
-    let rev = std::str::from_utf8(ev.rv).ok()?.parse().ok()?;
-    Some(Ok((rev, pod_id(ev.name)?)))
 }
 
 /// A kubelet- or controller-style HTTP watch on the cache, in `wire`.
@@ -163,31 +179,21 @@ pub async fn http_watcher(
             None => return rec.error(|| "the stream ended".to_owned()),
         };
         buf.extend_from_slice(&chunk);
-        if wire == WatchWire::Protobuf {
-            let used = proto::frames(&buf, |frame| match parse_protobuf(frame) {
-                Some(Ok((rev, id))) => rec.record(&counters.received, rev, id),
-                Some(Err(())) => rec.error(|| "an ERROR frame".to_owned()),
-                None => {}
-            });
-            buf.drain(..used);
-            continue;
-        }
-        let mut start = 0;
-        while let Some(n) = memchr::memchr(b'\n', &buf[start..]) {
-            let line = &buf[start..start + n];
-            start += n + 1;
-            match parse_line(line) {
-                Some(Ok((rev, id))) => rec.record(&counters.received, rev, id),
-                Some(Err(())) => rec.error(|| {
-                    format!(
-                        "an ERROR frame: {}",
-                        String::from_utf8_lossy(&line[..line.len().min(400)])
-                    )
-                }),
-                None => {}
-            }
-        }
-        buf.drain(..start);
+        let record = |raw: &[u8], parsed| match parsed {
+            Some(Ok((rev, id))) => rec.record(&counters.received, rev, id),
+            Some(Err(())) => rec.error(|| {
+                format!(
+                    "an ERROR frame: {}",
+                    String::from_utf8_lossy(&raw[..raw.len().min(400)])
+                )
+            }),
+            None => {}
+        };
+        let used = match wire {
+            WatchWire::Json => lines(&buf, |l| record(l, parse_line(l))),
+            WatchWire::Protobuf => proto::frames(&buf, |f| record(f, parse_protobuf(f))),
+        };
+        buf.drain(..used);
     }
 }
 
