@@ -298,9 +298,9 @@ async fn a_leaf_syncs_by_watch_list_or_by_list_and_streams_the_roots_events() {
     root.stop().await;
 }
 
-/// With `protobuf_watch`, the leaf reads its root's watch in protobuf: it keeps the root's
-/// protobuf bytes as they came, and the JSON it makes of them is the root's JSON. Without it, the
-/// same watch is read in JSON.
+/// With `protobuf_watch`, the leaf reads its root's LIST and watch in protobuf: it keeps the
+/// root's protobuf bytes as they came, and the JSON it makes of them is the root's JSON. Without
+/// it, the same LIST and watch are read in JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaf_reads_its_roots_watch_in_protobuf_and_serves_the_roots_objects() {
     let (_etcd, mut root, c) = setup().await;
@@ -317,13 +317,17 @@ async fn a_leaf_reads_its_roots_watch_in_protobuf_and_serves_the_roots_objects()
         )
         .await;
         let pods = caches.cache("pods").unwrap().clone();
-        // Listed: JSON, whatever the watch speaks.
-        assert!(
-            pods.peek(Some("ns"), "listed")
-                .unwrap()
-                .protobuf()
-                .is_none()
-        );
+        // Listed (`InitialList::List`): read in protobuf under the watch's rule, and stored as
+        // a watched object is, its JSON the root's.
+        let listed = pods.peek(Some("ns"), "listed").unwrap();
+        assert_eq!(listed.protobuf().is_some(), protobuf_watch, "listed");
+        let (_, want) = get(
+            &c,
+            &format!("{}/api/v1/namespaces/ns/pods/listed", root.url),
+        )
+        .await;
+        let got: Value = serde_json::from_slice(listed.json()).unwrap();
+        assert_eq!(got, want, "listed: the leaf's JSON is the root's");
         let name = format!("watched-{protobuf_watch}");
         let at = create(&c, &root.url, &name, "node-2").await;
         let r = c

@@ -2,7 +2,8 @@
 //! scripts/k8s-peers) on a real etcd, with encryption at rest and `Node,RBAC`. kubectl works
 //! through it, and the client-go conformance program (tests/k8s/conformance) passes against it
 //! on both etcd versions: that proves the program right before it judges watchcache. Then
-//! `watchcache serve` on the same etcd reads what kube-apiserver wrote, encrypted values too.
+//! `watchcache serve` on the same etcd reads what kube-apiserver wrote, encrypted values too, and
+//! a leaf reads kube-apiserver's own LIST and watch in protobuf.
 
 mod support;
 
@@ -175,5 +176,104 @@ async fn a_real_control_plane_runs_a_deployment_on_hollow_nodes() {
     for p in &pods {
         let node = p["spec"]["nodeName"].as_str().unwrap();
         assert!(names.contains(&node), "{node}");
+    }
+}
+
+/// A leaf of kube-apiserver 1.35 lists it (`InitialList::List`) and watches it in protobuf:
+/// listed and watched objects alike are stored as kube-apiserver's protobuf, and their JSON is
+/// kube-apiserver's. With protobuf off, the same objects are read and stored as JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_lists_and_watches_kube_apiserver_in_protobuf() {
+    use std::time::Duration;
+    use watchcache::ResourceDef;
+    use watchcache::apiserver::{
+        ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig,
+    };
+    let etcd = etcd_version(EtcdVersion::V36).await;
+    let kas = KubeApiserver::start(&etcd.server.url()).await;
+    let k = Kubectl::with_kubeconfig(&kas.admin_kubeconfig);
+    must(
+        &k.run(&["create", "configmap", "listed", "--from-literal=k=v"])
+            .await,
+        "create configmap",
+    );
+    let client = client_from_kubeconfig(&kas.admin_kubeconfig, None)
+        .await
+        .unwrap();
+    for protobuf in [true, false] {
+        let caches = ApiServerCaches::connect(
+            client.clone(),
+            ApiServerConfig {
+                initial_list: InitialList::List,
+                page_size: 500,
+                protobuf_watch: protobuf,
+                ..ApiServerConfig::default()
+            },
+            vec![
+                ResourceDef::builtin("configmaps").unwrap(),
+                ResourceDef::builtin("namespaces").unwrap(),
+            ],
+            watchcache::CacheConfig::default(),
+        )
+        .unwrap();
+        let (cms, nss) = (
+            caches.cache("configmaps").unwrap().clone(),
+            caches.cache("namespaces").unwrap().clone(),
+        );
+        for c in [&cms, &nss] {
+            tokio::time::timeout(Duration::from_secs(30), c.wait_ready())
+                .await
+                .expect("ready in time")
+                .unwrap();
+        }
+        let watched = format!("watched-{protobuf}");
+        must(
+            &k.run(&["create", "configmap", &watched, "--from-literal=k=w"])
+                .await,
+            "create configmap",
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while cms.peek(Some("default"), &watched).is_none() {
+            assert!(tokio::time::Instant::now() < deadline, "{watched} watched");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for (cache, ns, name, path) in [
+            (
+                &cms,
+                Some("default"),
+                "listed",
+                "/api/v1/namespaces/default/configmaps/listed".to_owned(),
+            ),
+            (
+                &cms,
+                Some("default"),
+                watched.as_str(),
+                format!("/api/v1/namespaces/default/configmaps/{watched}"),
+            ),
+            (
+                &nss,
+                None,
+                "kube-system",
+                "/api/v1/namespaces/kube-system".to_owned(),
+            ),
+        ] {
+            let o = cache
+                .peek(ns, name)
+                .unwrap_or_else(|| panic!("{path} cached"));
+            assert_eq!(
+                o.protobuf().is_some(),
+                protobuf,
+                "{path}: stored as protobuf"
+            );
+            let (code, body) = kas.get(&path).await;
+            assert_eq!(code, 200, "{path}: {body}");
+            let got: Value = serde_json::from_slice(o.json()).unwrap();
+            assert_eq!(
+                got,
+                json(&body),
+                "{path}: the leaf's JSON is kube-apiserver's"
+            );
+        }
+        caches.shutdown().await;
     }
 }

@@ -89,16 +89,21 @@ pub(crate) fn nested<E>(
 /// contentType ""} encoding of a message, as kube-apiserver stores and serves it.
 pub(crate) fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len() + api_version.len() + kind.len() + 24);
+    envelope_into(&mut out, api_version, kind, raw);
+    out
+}
+
+/// [`envelope`], appended to `out` (a protobuf list's items, one buffer for a page).
+pub(crate) fn envelope_into(out: &mut Vec<u8>, api_version: &str, kind: &str, raw: &[u8]) {
     out.extend_from_slice(MAGIC);
-    let _ = nested::<()>(&mut out, 1, |out| {
+    let _ = nested::<()>(out, 1, |out| {
         put_len(out, 1, api_version.as_bytes());
         put_len(out, 2, kind.as_bytes());
         Ok(())
     });
-    put_len(&mut out, 2, raw);
-    put_len(&mut out, 3, b"");
-    put_len(&mut out, 4, b"");
-    out
+    put_len(out, 2, raw);
+    put_len(out, 3, b"");
+    put_len(out, 4, b"");
 }
 
 /// The envelope of a JSON object of a built-in kind (named by its own `apiVersion` and `kind`).

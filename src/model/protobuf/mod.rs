@@ -48,6 +48,9 @@ use crate::model::FieldPath;
 pub(crate) use encode::{
     encode_json, nested, put_len, put_varint, raw_range, spans, tag, varint, with_resource_version,
 };
+// A leaf's protobuf LIST: each item in the envelope a watch frame's object has.
+#[cfg(feature = "apiserver")]
+pub(crate) use encode::envelope_into;
 #[cfg(feature = "server")]
 pub(crate) use encode::{encode_message, envelope};
 #[cfg(feature = "server")]
@@ -133,12 +136,22 @@ fn utf8<'a>(b: &'a [u8], what: &str) -> Result<&'a str, String> {
     std::str::from_utf8(b).map_err(|_| format!("{what} is not UTF-8"))
 }
 
-impl<'a> Envelope<'a> {
-    /// Reads the envelope of `value` (which starts with [`MAGIC`]).
+/// A `k8s\0` + `runtime.Unknown` value of any type (an object, a list, a `Status`): its type
+/// and its message.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Unknown<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    /// The message (`raw`; the last one, as gogo's decoder keeps it).
+    pub raw: &'a [u8],
+}
+
+impl<'a> Unknown<'a> {
+    /// Reads the envelope of `value`.
     ///
     /// # Errors
-    /// Malformed protobuf, a content encoding, or a type with no built-in message.
-    pub fn parse(value: &'a [u8]) -> Result<Envelope<'a>, String> {
+    /// No [`MAGIC`], malformed protobuf, or a content encoding (kube-apiserver writes none).
+    pub fn parse(value: &'a [u8]) -> Result<Unknown<'a>, String> {
         let body = value
             .strip_prefix(MAGIC)
             .ok_or("no protobuf magic prefix")?;
@@ -166,13 +179,29 @@ impl<'a> Envelope<'a> {
                 _ => {}
             }
         }
+        Ok(Unknown {
+            api_version,
+            kind,
+            raw: raw.unwrap_or_default(),
+        })
+    }
+}
+
+impl<'a> Envelope<'a> {
+    /// Reads the envelope of `value` (which starts with [`MAGIC`]).
+    ///
+    /// # Errors
+    /// Malformed protobuf, a content encoding, or a type with no built-in message.
+    pub fn parse(value: &'a [u8]) -> Result<Envelope<'a>, String> {
+        let u = Unknown::parse(value)?;
+        let (api_version, kind) = (u.api_version, u.kind);
         let msg = kind_message(api_version, kind).ok_or_else(|| {
             format!("protobuf envelope names {api_version:?} {kind:?}, not a built-in type")
         })?;
         Ok(Envelope {
             api_version,
             kind,
-            raw: raw.unwrap_or_default(),
+            raw: u.raw,
             msg,
         })
     }

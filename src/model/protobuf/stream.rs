@@ -3,12 +3,13 @@
 //! each frame a `metav1.WatchEvent` {type 1, object 2 = `RawExtension` {raw 1}}, whose raw is the
 //! object in its `k8s\0` + `runtime.Unknown` envelope. Of an object only its metadata's identity
 //! is read here (name, namespace, resourceVersion, one annotation): the cache's decode reads the
-//! rest once, right after.
+//! rest once, right after. A protobuf LIST answer (`application/vnd.kubernetes.protobuf`) is read
+//! here too, as far as its metadata and where each item is.
 //!
 //! Everything here reads untrusted bytes: malformed input is an error, never a panic.
 
 use super::wire::{Fields, Value};
-use super::{MAGIC, last_len, utf8};
+use super::{Unknown, last_len, utf8};
 
 /// One frame of a protobuf watch stream: the event type and the object's envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,10 +36,58 @@ pub(crate) fn watch_frame(frame: &[u8]) -> Result<WatchFrame<'_>, String> {
 
 /// The message inside an object's `k8s\0` + `runtime.Unknown` envelope.
 fn message(value: &[u8]) -> Result<&[u8], String> {
-    let body = value
-        .strip_prefix(MAGIC)
-        .ok_or("an object without the k8s protobuf prefix")?;
-    Ok(last_len("an object's envelope", body, 2)?.unwrap_or_default())
+    Unknown::parse(value).map(|u| u.raw)
+}
+
+/// A LIST answer in protobuf: `k8s\0` + `runtime.Unknown` {typeMeta {apiVersion, `{Kind}List`},
+/// raw = the list's message {metadata 1 = `ListMeta` {resourceVersion 2, continue 3}, items 2}},
+/// each item an object's message without an envelope (as kube-apiserver and watchcache write it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct List<'a> {
+    pub api_version: &'a str,
+    /// The list's kind (`PodList`).
+    pub kind: &'a str,
+    pub resource_version: &'a str,
+    pub continue_token: &'a str,
+    /// Each item's message, in order.
+    pub items: Vec<&'a [u8]>,
+}
+
+/// Reads a LIST answer. Nothing of an item is read here: the caller reads its identity, the
+/// cache's decode the rest.
+///
+/// # Errors
+/// No [`MAGIC`](super::MAGIC), malformed protobuf in the envelope, the list or its metadata, or text that is
+/// not UTF-8.
+pub(crate) fn list(body: &[u8]) -> Result<List<'_>, String> {
+    let u = Unknown::parse(body)?;
+    let mut list = List {
+        api_version: u.api_version,
+        kind: u.kind,
+        resource_version: "",
+        continue_token: "",
+        items: Vec::new(),
+    };
+    let mut meta: &[u8] = &[];
+    for e in Fields::new(u.raw) {
+        match e.map_err(|e| format!("a list: {e}"))? {
+            (1, Value::Len(b)) => meta = b,
+            (2, Value::Len(b)) => list.items.push(b),
+            (1 | 2, _) => return Err("a list: wrong wire type".into()),
+            _ => {}
+        }
+    }
+    for e in Fields::new(meta) {
+        match e.map_err(|e| format!("a list's metadata: {e}"))? {
+            (2, Value::Len(b)) => {
+                list.resource_version = utf8(b, "a list's metadata.resourceVersion")?;
+            }
+            (3, Value::Len(b)) => list.continue_token = utf8(b, "a list's metadata.continue")?,
+            (2 | 3, _) => return Err("a list's metadata: wrong wire type".into()),
+            _ => {}
+        }
+    }
+    Ok(list)
 }
 
 /// An object's identity, read from its `metadata` (`ObjectMeta`, field 1 of every top-level
@@ -107,6 +156,7 @@ pub(crate) fn status(value: &[u8]) -> Result<Status, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::protobuf::MAGIC;
     use crate::model::protobuf::tests::vector;
 
     /// kube-apiserver 1.35's own protobuf watch stream, read against its JSON one.
@@ -135,6 +185,27 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 5);
+    }
+
+    /// kube-apiserver 1.35's own protobuf LIST, read against its JSON one.
+    #[test]
+    fn kube_apiservers_list_reads_as_its_json_one() {
+        let body = vector("pods-list.pb");
+        let want: serde_json::Value = serde_json::from_slice(&vector("pods-list.json")).unwrap();
+        let l = list(&body).unwrap();
+        assert_eq!((l.api_version, l.kind), ("v1", "PodList"));
+        assert_eq!(l.resource_version, want["metadata"]["resourceVersion"]);
+        assert_eq!(l.continue_token, "");
+        let items = want["items"].as_array().unwrap();
+        assert_eq!(l.items.len(), items.len());
+        for (item, want) in l.items.iter().zip(items) {
+            // An item is a message without an envelope: its metadata is field 1.
+            let meta = last_len("an item", item, 1).unwrap().unwrap();
+            let name = last_len("metadata", meta, 1).unwrap().unwrap();
+            assert_eq!(name, want["metadata"]["name"].as_str().unwrap().as_bytes());
+        }
+        assert!(list(b"k8s\0\x12\x03\x0a\x05a").is_err());
+        assert!(list(b"{}").is_err());
     }
 
     #[test]

@@ -96,11 +96,12 @@ pub struct ApiServerConfig {
     /// How often a resource the server does not serve (404: a CRD not installed) is asked for
     /// again; a CRD installed later is picked up within this.
     pub absent_retry: Duration,
-    /// Read the watches of built-in kinds in protobuf (what kube-controller-manager and kubelets
-    /// speak), from a server whose `/version` is not newer than the Kubernetes version whose
-    /// messages this build knows (1.35): the server sends its stored bytes as they are, and the
-    /// follower reads only the identity before the cache's decode. Custom resources and newer
-    /// servers are read in JSON. The LIST of a sync is JSON either way.
+    /// Read the watches and LISTs of built-in kinds in protobuf (what kube-controller-manager
+    /// and kubelets speak), from a server whose `/version` is not newer than the Kubernetes
+    /// version whose messages this build knows (1.35): the server sends its stored bytes as they
+    /// are, and the follower reads only the identity before the cache's decode, so a listed
+    /// object is stored in protobuf as a watched one is. Custom resources and newer servers are
+    /// read in JSON.
     pub protobuf_watch: bool,
 }
 
@@ -288,7 +289,7 @@ impl ApiServerCaches {
                 client: client.clone(),
                 collection: String::new(),
                 timeout: config.request_timeout,
-                protobuf_watch: None,
+                protobuf: None,
             },
             all_defs,
         ));

@@ -130,8 +130,14 @@ fn status_of(answer: StatusCode, code: u16, reason: String, message: String) -> 
     }
 }
 
-/// The error for an HTTP error answer: its `Status`, or the raw body when it is none.
+/// The error for an HTTP error answer: its `Status` (JSON, or protobuf to a request that accepted
+/// it), or the raw body when it is none.
 pub(crate) fn status_error(code: StatusCode, body: &[u8]) -> RestError {
+    if body.starts_with(pb::MAGIC)
+        && let Ok(s) = pb::stream::status(body)
+    {
+        return status_of(code, s.code, s.reason, s.message);
+    }
     match serde_json::from_slice::<StatusBody>(body) {
         Ok(s) => status_of(code, s.code, s.reason.into_owned(), s.message.into_owned()),
         Err(_) => RestError::Status {
@@ -276,7 +282,8 @@ pub(crate) struct ListPage {
     pub rv: u64,
     /// The continue token of the next page, if any.
     pub continue_token: Option<String>,
-    /// The raw items.
+    /// The raw items: JSON objects, or protobuf ones in their `k8s\0` + envelope, as a watch
+    /// frame carries them.
     pub items: Vec<Bytes>,
 }
 
@@ -313,6 +320,49 @@ pub(crate) fn parse_list(body: &Bytes) -> Result<ListPage, RestError> {
         items,
     })
 }
+
+/// Parses a protobuf LIST body of `item_type`'s (apiVersion, kind) objects. Each item becomes
+/// the object a protobuf watch frame carries (`k8s\0` + `runtime.Unknown` {apiVersion, kind}
+/// around the item's message, as kube-apiserver's serializer writes an object), so that a listed
+/// object is stored as a watched one is. The items of a page share one buffer: the body's size
+/// and, per item, the envelope's few bytes.
+pub(crate) fn parse_protobuf_list(
+    item_type: (&str, &str),
+    body: &[u8],
+) -> Result<ListPage, RestError> {
+    let list = pb::stream::list(body).map_err(|e| RestError::malformed(format!("a list: {e}")))?;
+    let (api_version, kind) = item_type;
+    if list.api_version != api_version || list.kind.strip_suffix("List") != Some(kind) {
+        return Err(RestError::malformed(format!(
+            "a list of {} {}, not of {api_version} {kind}",
+            list.api_version, list.kind
+        )));
+    }
+    if list.resource_version.is_empty() {
+        return Err(RestError::malformed("a list without a resourceVersion"));
+    }
+    let rv = parse_rv(list.resource_version)?;
+    let per_item = MAGIC_ENVELOPE + api_version.len() + kind.len();
+    let mut buf = Vec::with_capacity(body.len() + list.items.len() * per_item);
+    let mut at = Vec::with_capacity(list.items.len());
+    for item in &list.items {
+        let start = buf.len();
+        pb::envelope_into(&mut buf, api_version, kind, item);
+        at.push(start..buf.len());
+    }
+    let buf = Bytes::from(buf);
+    Ok(ListPage {
+        rv,
+        continue_token: Some(list.continue_token)
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned),
+        items: at.into_iter().map(|r| buf.slice(r)).collect(),
+    })
+}
+
+/// An envelope's bytes besides its message and type strings: the magic, the tags and lengths
+/// (a message's length up to 2 MiB in 3 bytes), the empty contentEncoding and contentType.
+const MAGIC_ENVELOPE: usize = 4 + 2 + 2 + 2 + 1 + 4 + 4;
 
 /// One frame of a watch stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -403,8 +453,8 @@ pub(crate) fn parse_frame(line: &Bytes) -> Result<Frame, RestError> {
     }
 }
 
-/// Whether an upstream's watches are read in protobuf: decided once per upstream from its
-/// `/version`, shared by the `Rest` of each of its resources.
+/// Whether an upstream's watches and LISTs are read in protobuf: decided once per upstream from
+/// its `/version`, shared by the `Rest` of each of its resources.
 ///
 /// Protobuf is read only from a server whose Kubernetes version is at most the one whose messages
 /// this build knows ([`pb::TABLES_MINOR`]): the JSON that watchcache makes from a protobuf object
@@ -424,7 +474,8 @@ struct Version<'a> {
 
 impl WireChoice {
     /// Whether to ask `rest`'s server for protobuf; asked once, then remembered. A failed
-    /// `/version` is not remembered: that watch is read as JSON and the next one asks again.
+    /// `/version` is not remembered: that watch or LIST is read as JSON and the next one asks
+    /// again.
     async fn protobuf(&self, rest: &Rest) -> bool {
         let asked = self
             .0
@@ -435,18 +486,47 @@ impl WireChoice {
                 // "35+" on some distributions.
                 let minor = v.minor.trim_end_matches(|c: char| !c.is_ascii_digit());
                 let known = v.major == "1" && minor.parse::<u32>().is_ok_and(|m| m <= pb::TABLES_MINOR);
-                info!(major = %v.major, minor = %v.minor, protobuf = known, "upstream version: watches read in protobuf when it is not newer than this build's messages");
+                info!(major = %v.major, minor = %v.minor, protobuf = known, "upstream version: watches and LISTs read in protobuf when it is not newer than this build's messages");
                 Ok::<bool, RestError>(known)
             })
             .await;
         match asked {
             Ok(b) => *b,
             Err(e) => {
-                warn!(error = %e, "upstream /version unreadable; this watch is read as JSON");
+                warn!(error = %e, "upstream /version unreadable; this watch or LIST is read as JSON");
                 false
             }
         }
     }
+}
+
+/// The protobuf side of one resource's reads: the upstream's choice, and the type its objects
+/// are enveloped with (a protobuf list's items carry none).
+#[derive(Clone)]
+pub(crate) struct ProtobufReads {
+    choice: WireChoice,
+    api_version: String,
+    kind: String,
+}
+
+/// client-go's `Accept` in protobuf: a server that has no protobuf form of the kind answers JSON,
+/// and the answer's `Content-Type` says which.
+const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
+
+/// Whether an answer is protobuf, by its `Content-Type` (a watch's has `;stream=watch`).
+fn is_protobuf(headers: &http::HeaderMap) -> bool {
+    headers.get(http::header::CONTENT_TYPE).is_some_and(|t| {
+        t.as_bytes()
+            .starts_with(b"application/vnd.kubernetes.protobuf")
+    })
+}
+
+/// An answer read whole.
+struct Answer {
+    status: StatusCode,
+    /// Whether its `Content-Type` is protobuf.
+    protobuf: bool,
+    body: Bytes,
 }
 
 /// The REST client of one resource.
@@ -457,9 +537,9 @@ pub(crate) struct Rest {
     pub collection: String,
     /// How long a plain request may take.
     pub timeout: Duration,
-    /// Watches in protobuf where the server allows it: `None` for a kind without a protobuf
-    /// message (custom resources) or when configured off.
-    pub protobuf_watch: Option<WireChoice>,
+    /// Watches and LISTs in protobuf where the server allows it: `None` for a kind without a
+    /// protobuf message (custom resources) or when configured off.
+    pub protobuf: Option<ProtobufReads>,
 }
 
 impl Rest {
@@ -467,14 +547,29 @@ impl Rest {
         client: kube::Client,
         def: &ResourceDef,
         timeout: Duration,
-        protobuf_watch: Option<WireChoice>,
+        protobuf: Option<WireChoice>,
     ) -> Rest {
+        let api_version = def.api_version();
+        let protobuf = protobuf
+            .filter(|_| pb::has_message(&api_version, &def.kind))
+            .map(|choice| ProtobufReads {
+                choice,
+                api_version,
+                kind: def.kind.clone(),
+            });
         Rest {
             client,
             collection: collection_path(def, None),
             timeout,
-            protobuf_watch: protobuf_watch
-                .filter(|_| pb::has_message(&def.api_version(), &def.kind)),
+            protobuf,
+        }
+    }
+
+    /// Whether this read asks for protobuf (the upstream's `/version` asked once).
+    async fn asks_protobuf(&self) -> bool {
+        match &self.protobuf {
+            Some(p) => p.choice.protobuf(self).await,
+            None => false,
         }
     }
 
@@ -485,12 +580,24 @@ impl Rest {
         uri: &str,
         body: Option<Bytes>,
     ) -> Result<(StatusCode, Bytes), RestError> {
+        let a = self.exchange(method, uri, body, "application/json").await?;
+        Ok((a.status, a.body))
+    }
+
+    /// Sends a request, accepting `accept`, and reads the whole answer in time.
+    async fn exchange(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<Bytes>,
+        accept: &'static str,
+    ) -> Result<Answer, RestError> {
         let mut req = Request::builder().method(method).uri(uri);
         if body.is_some() {
             req = req.header(http::header::CONTENT_TYPE, "application/json");
         }
         let req = req
-            .header(http::header::ACCEPT, "application/json")
+            .header(http::header::ACCEPT, accept)
             .body(body.map_or_else(Body::empty, Body::from))
             .map_err(|e| RestError::transport(uri, e))?;
         let call = async {
@@ -500,15 +607,41 @@ impl Rest {
                 .await
                 .map_err(|e| RestError::transport(uri, e))?;
             let status = res.status();
-            let bytes =
+            let protobuf = is_protobuf(res.headers());
+            let body =
                 res.into_body().collect_bytes().await.map_err(|e| {
                     RestError::transport(format_args!("{uri}: reading the answer"), e)
                 })?;
-            Ok((status, bytes))
+            Ok(Answer {
+                status,
+                protobuf,
+                body,
+            })
         };
         tokio::time::timeout(self.timeout, call)
             .await
             .map_err(|_| RestError::Timeout(self.timeout))?
+    }
+
+    /// One LIST page at `uri`: asked in protobuf under the watches' rule, parsed as its
+    /// `Content-Type` says.
+    async fn list(&self, uri: &str) -> Result<ListPage, RestError> {
+        let accept = if self.asks_protobuf().await {
+            ACCEPT_PROTOBUF
+        } else {
+            "application/json"
+        };
+        let a = self.exchange(Method::GET, uri, None, accept).await?;
+        if !a.status.is_success() {
+            return Err(status_error(a.status, &a.body));
+        }
+        match (&self.protobuf, a.protobuf) {
+            (_, false) => parse_list(&a.body),
+            (Some(p), true) => parse_protobuf_list((&p.api_version, &p.kind), &a.body),
+            (None, true) => Err(RestError::malformed(
+                "a protobuf list of a kind without a protobuf message",
+            )),
+        }
     }
 
     /// GETs `uri`; any non-2xx answer is its `Status` error.
@@ -536,7 +669,7 @@ impl Rest {
             }
             format!("{}?{}", self.collection, q.finish())
         };
-        parse_list(&self.get_ok(&uri).await?)
+        self.list(&uri).await
     }
 
     /// One page of a LIST at exactly resourceVersion `rv` (`resourceVersionMatch=Exact`), then
@@ -561,7 +694,7 @@ impl Rest {
             }
             format!("{}?{}", self.collection, q.finish())
         };
-        parse_list(&self.get_ok(&uri).await?)
+        self.list(&uri).await
     }
 
     /// Opens a watch. `from`: resume after this resourceVersion; `None` with `initial_events`: a
@@ -572,10 +705,7 @@ impl Rest {
         initial_events: bool,
         timeout_secs: u64,
     ) -> Result<WatchFrames, RestError> {
-        let protobuf = match &self.protobuf_watch {
-            Some(c) => c.protobuf(self).await,
-            None => false,
-        };
+        let protobuf = self.asks_protobuf().await;
         let uri = {
             let mut q = form_query();
             q.append_pair("watch", "true");
@@ -593,12 +723,10 @@ impl Rest {
         let req = Request::builder()
             .method(Method::GET)
             .uri(&uri)
-            // client-go's Accept in protobuf: a server that has no protobuf form of the kind
-            // answers JSON, and the answer's Content-Type says which.
             .header(
                 http::header::ACCEPT,
                 if protobuf {
-                    "application/vnd.kubernetes.protobuf, application/json"
+                    ACCEPT_PROTOBUF
                 } else {
                     "application/json"
                 },
@@ -619,14 +747,10 @@ impl Rest {
                 .map_err(|e| RestError::transport(&uri, e))?;
             return Err(status_error(status, &body));
         }
-        let framing = match res.headers().get(http::header::CONTENT_TYPE) {
-            Some(t)
-                if t.as_bytes()
-                    .starts_with(b"application/vnd.kubernetes.protobuf") =>
-            {
-                Framing::Lengths(LenBuf::default())
-            }
-            _ => Framing::Lines(LineBuf::default()),
+        let framing = if is_protobuf(res.headers()) {
+            Framing::Lengths(LenBuf::default())
+        } else {
+            Framing::Lines(LineBuf::default())
         };
         Ok(WatchFrames {
             body: res.into_body(),
@@ -1000,6 +1124,152 @@ mod tests {
         assert_eq!(page.continue_token.as_deref(), Some("abc"));
         assert_eq!(page.items.len(), 2);
         assert_eq!(&page.items[1][..], br#"{"metadata":{"name":"b"}}"#);
+    }
+
+    /// kube-apiserver 1.35's protobuf LIST answer is its JSON twin: the same resourceVersion,
+    /// continue token and items, each item the object a protobuf watch frame carries (stored as
+    /// protobuf, its envelope kept as it came) whose JSON is the twin's item byte for byte.
+    #[test]
+    fn kube_apiservers_protobuf_list_is_its_json_twin() {
+        let pb_body = vector("pods-list.pb");
+        let page = parse_protobuf_list(("v1", "Pod"), &pb_body).unwrap();
+        let twin = parse_list(&Bytes::from(vector("pods-list.json"))).unwrap();
+        assert_eq!(
+            (page.rv, &page.continue_token),
+            (twin.rv, &twin.continue_token)
+        );
+        assert_eq!((page.rv, page.items.len()), (12345, twin.items.len()));
+        assert!(!page.items.is_empty());
+        let (cache, _writer) = crate::Cache::new(pods(), crate::CacheConfig::default());
+        for (item, want) in page.items.iter().zip(&twin.items) {
+            let id = identity(&pods(), item).unwrap();
+            assert_eq!(id, identity(&pods(), want).unwrap());
+            let o = cache.decode(&id.key, item, id.rv).unwrap();
+            // Stored as protobuf, as kube-apiserver's watch sends it: the envelope as it came.
+            assert_eq!(o.protobuf(), Some(item));
+            assert_eq!(o.protobuf_wire().unwrap(), item);
+            // The object's JSON is the twin's item with the type that typed lists leave out.
+            let mut twin_item: serde_json::Value = serde_json::from_slice(want).unwrap();
+            twin_item["kind"] = "Pod".into();
+            twin_item["apiVersion"] = "v1".into();
+            let got: serde_json::Value = serde_json::from_slice(o.json()).unwrap();
+            assert_eq!(got, twin_item, "{}", id.key);
+            let mut as_item = b"{".to_vec();
+            as_item.extend_from_slice(&o.list_item_tail().unwrap());
+            assert_eq!(
+                String::from_utf8_lossy(&as_item),
+                String::from_utf8_lossy(want),
+                "{}: the list item's JSON",
+                id.key
+            );
+        }
+        // The page's items share one buffer.
+        let first = page.items[0].as_ptr() as usize;
+        let last = page.items[page.items.len() - 1].as_ptr() as usize;
+        assert!(last - first < pb_body.len() + 64 * page.items.len());
+    }
+
+    fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        pb::envelope_into(&mut out, api_version, kind, raw);
+        out
+    }
+
+    /// A protobuf list with `metadata` {resourceVersion 2, continue 3} and `items`.
+    fn pb_list(kind: &str, rv: &str, cont: &str, items: &[&[u8]]) -> Vec<u8> {
+        let mut meta = Vec::new();
+        pb::put_len(&mut meta, 2, rv.as_bytes());
+        pb::put_len(&mut meta, 3, cont.as_bytes());
+        let mut list = Vec::new();
+        pb::put_len(&mut list, 1, &meta);
+        for i in items {
+            pb::put_len(&mut list, 2, i);
+        }
+        envelope("v1", kind, &list)
+    }
+
+    #[test]
+    fn protobuf_lists_carry_their_continue_token_and_type() {
+        let mut meta = Vec::new();
+        pb::put_len(&mut meta, 1, b"a");
+        pb::put_len(&mut meta, 3, b"ns");
+        pb::put_len(&mut meta, 6, b"5");
+        let mut pod = Vec::new();
+        pb::put_len(&mut pod, 1, &meta);
+        let body = pb_list("PodList", "7", "abc", &[&pod, &pod]);
+        let page = parse_protobuf_list(("v1", "Pod"), &body).unwrap();
+        assert_eq!((page.rv, page.continue_token.as_deref()), (7, Some("abc")));
+        assert_eq!(page.items.len(), 2);
+        assert_eq!(page.items[1], envelope("v1", "Pod", &pod));
+        let id = identity(&pods(), &page.items[0]).unwrap();
+        assert_eq!((id.key.as_str(), id.rv), ("/registry/pods/ns/a", 5));
+        // An empty list; no continue token.
+        let page = parse_protobuf_list(("v1", "Pod"), &pb_list("PodList", "9", "", &[])).unwrap();
+        assert_eq!(
+            (page.rv, page.continue_token, page.items.len()),
+            (9, None, 0)
+        );
+        // Another kind's list, no or a non-numeric resourceVersion: clear errors.
+        let other = parse_protobuf_list(("v1", "Pod"), &pb_list("NodeList", "7", "", &[&pod]));
+        assert!(
+            matches!(&other, Err(RestError::Malformed { message, .. }) if message.contains("NodeList")),
+            "{other:?}"
+        );
+        for rv in ["", "x"] {
+            assert!(
+                parse_protobuf_list(("v1", "Pod"), &pb_list("PodList", rv, "", &[])).is_err(),
+                "{rv:?}"
+            );
+        }
+        assert_eq!(
+            parse_protobuf_list(("v1", "Pod"), &pb_list("PodList", "x", "", &[])).unwrap_err(),
+            RestError::NonNumericResourceVersion("x".into())
+        );
+    }
+
+    /// Every truncation of kube-apiserver's list is a clear error, never a panic, until only its
+    /// empty trailing fields (contentEncoding, contentType) are missing; so is a garbled one.
+    #[test]
+    fn malformed_and_truncated_protobuf_lists_are_errors() {
+        let body = vector("pods-list.pb");
+        let whole = parse_protobuf_list(("v1", "Pod"), &body).unwrap();
+        for cut in 0..body.len() {
+            let got = parse_protobuf_list(("v1", "Pod"), &body[..cut]);
+            // Cut between fields: before contentEncoding, or before contentType.
+            if cut == body.len() - 4 || cut == body.len() - 2 {
+                let page = got.unwrap();
+                assert_eq!((page.rv, page.items), (whole.rv, whole.items.clone()));
+            } else {
+                assert!(
+                    matches!(got, Err(RestError::Malformed { .. })),
+                    "cut at {cut}: {got:?}"
+                );
+            }
+        }
+        let mut garbled = body.clone();
+        // The list's length prefix made larger than the body.
+        let at = garbled.windows(2).position(|w| w == [0x12, 0xf9]).unwrap();
+        garbled[at + 1] = 0xff;
+        assert!(parse_protobuf_list(("v1", "Pod"), &garbled).is_err());
+        assert!(parse_protobuf_list(("v1", "Pod"), b"{\"items\":[]}").is_err());
+    }
+
+    #[test]
+    fn a_protobuf_status_answer_is_its_code_and_reason() {
+        let mut status = Vec::new();
+        pb::put_len(&mut status, 3, b"pods is forbidden");
+        pb::put_len(&mut status, 4, b"Forbidden");
+        pb::tag(&mut status, 6, 0);
+        pb::varint(&mut status, 403);
+        let body = envelope("v1", "Status", &status);
+        assert_eq!(
+            status_error(StatusCode::FORBIDDEN, &body),
+            RestError::Status {
+                code: 403,
+                reason: "Forbidden".into(),
+                message: "pods is forbidden".into()
+            }
+        );
     }
 
     #[test]
