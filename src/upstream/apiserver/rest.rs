@@ -342,7 +342,7 @@ pub(crate) fn parse_protobuf_list(
         return Err(RestError::malformed("a list without a resourceVersion"));
     }
     let rv = parse_rv(list.resource_version)?;
-    let per_item = MAGIC_ENVELOPE + api_version.len() + kind.len();
+    let per_item = ENVELOPE_OVERHEAD + api_version.len() + kind.len();
     let mut buf = Vec::with_capacity(body.len() + list.items.len() * per_item);
     let mut at = Vec::with_capacity(list.items.len());
     for item in &list.items {
@@ -360,9 +360,10 @@ pub(crate) fn parse_protobuf_list(
     })
 }
 
-/// An envelope's bytes besides its message and type strings: the magic, the tags and lengths
-/// (a message's length up to 2 MiB in 3 bytes), the empty contentEncoding and contentType.
-const MAGIC_ENVELOPE: usize = 4 + 2 + 2 + 2 + 1 + 4 + 4;
+/// An envelope's bytes besides its message and type strings (a capacity hint): the magic; the
+/// tags and lengths of typeMeta, apiVersion and kind; raw's tag and length (up to 256 MiB in 4
+/// bytes); the empty contentEncoding and contentType.
+const ENVELOPE_OVERHEAD: usize = 4 + 2 + 2 + 2 + 1 + 4 + 4;
 
 /// One frame of a watch stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
