@@ -162,15 +162,17 @@ mod tests {
 
     #[test]
     fn a_pump_is_small() {
-        // The pump lives in every idle watch's task (design/performance.md, per idle watch
+        // The pump is all an idle watch's response holds (design/performance.md, per idle watch
         // connection): its metrics are one shared pointer, the watch's long-running gauge and
-        // duration handles, and two instants.
+        // duration handles, and two instants; its deadline is an entry in the server's wheel.
         println!(
-            "WatchPump {} B, WatchMeter {} B",
+            "WatchPump {} B, WatchMeter {} B, Deadline {} B",
             std::mem::size_of::<WatchPump>(),
-            std::mem::size_of::<WatchMeter>()
+            std::mem::size_of::<WatchMeter>(),
+            std::mem::size_of::<crate::server::watch::deadlines::Deadline>()
         );
         assert!(std::mem::size_of::<WatchMeter>() <= 72);
+        assert!(std::mem::size_of::<crate::server::watch::deadlines::Deadline>() <= 40);
     }
 
     fn pod(name: &str) -> String {
