@@ -16,13 +16,14 @@
 //!   and `stopped`; the wheel's task stores those before it takes the lock to find the wakers.
 //!   So either the watch reads the new value, or the task finds its waker.
 //! - The task runs while the map has an entry (`running`, changed only under the lock): an idle
-//!   server has no task, and an entry always has a task to fire it. The task also ends with its
-//!   runtime (its guard clears `running`), so a later watch starts a new one.
+//!   server has no task, and an entry always has a task to fire it. A task dropped with its
+//!   runtime clears `running` (its guard), so a later watch starts a new one.
 //! - A [`Deadline`]'s entry is gone once the handle is dropped. Ids are never reused, so removing
 //!   an entry the task already fired cannot remove another watch's.
 //! - Lock order: the wheel's lock is a leaf; no waker is woken and no task spawned under it.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
@@ -148,44 +149,66 @@ impl Deadlines {
     }
 }
 
-/// Clears `running` when the task ends, however it ends (its runtime may drop it).
-struct Running(Weak<Deadlines>);
+/// Clears `running` when the task is dropped before it ended (its runtime shut down). A task that
+/// ends by itself cleared it already, under the lock, and a new task may be running by then.
+struct Running {
+    wheel: Weak<Deadlines>,
+    ended: bool,
+}
+
+impl Running {
+    /// The task ends by itself (it set `running` under the lock).
+    fn end(&mut self) {
+        self.ended = true;
+    }
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(w) = self.0.upgrade() {
+        if !self.ended
+            && let Some(w) = self.wheel.upgrade()
+        {
             w.inner.lock().running = false;
         }
     }
 }
 
 /// The wheel's task: one sleep to the next tick at a time, until the wheel is empty or gone.
-async fn run(
+/// (The guard is made outside the `async` block: a task dropped before its first poll must clear
+/// `running` too.)
+fn run(
     wheel: Weak<Deadlines>,
     mut shutdown: watch::Receiver<bool>,
     epoch: Instant,
     tick: Duration,
-) {
-    let running = Running(wheel);
-    let tick_nanos = tick.as_nanos().max(1);
-    loop {
-        let elapsed = Instant::now().saturating_duration_since(epoch).as_nanos() / tick_nanos;
-        let next = epoch + tick.saturating_mul(u32::try_from(elapsed + 1).unwrap_or(u32::MAX));
-        // `Err`: the server is gone, and with it whoever could end its watches.
-        let stop = tokio::select! {
-            () = tokio::time::sleep_until(next) => false,
-            r = shutdown.wait_for(|s| *s) => { drop(r); true },
-        };
-        let Some(w) = running.0.upgrade() else {
-            return;
-        };
-        if stop {
-            w.stop();
-            return;
-        }
-        let now = Instant::now().saturating_duration_since(epoch).as_nanos() / tick_nanos;
-        if !w.advance(u32::try_from(now).unwrap_or(u32::MAX)) {
-            return;
+) -> impl Future<Output = ()> + Send {
+    let mut running = Running {
+        wheel,
+        ended: false,
+    };
+    async move {
+        let tick_nanos = tick.as_nanos().max(1);
+        loop {
+            let elapsed = Instant::now().saturating_duration_since(epoch).as_nanos() / tick_nanos;
+            let next = epoch + tick.saturating_mul(u32::try_from(elapsed + 1).unwrap_or(u32::MAX));
+            // `Err`: the server is gone, and with it whoever could end its watches.
+            let stop = tokio::select! {
+                () = tokio::time::sleep_until(next) => false,
+                r = shutdown.wait_for(|s| *s) => { drop(r); true },
+            };
+            let Some(w) = running.wheel.upgrade() else {
+                return;
+            };
+            if stop {
+                w.stop();
+                running.end();
+                return;
+            }
+            let now = Instant::now().saturating_duration_since(epoch).as_nanos() / tick_nanos;
+            if !w.advance(u32::try_from(now).unwrap_or(u32::MAX)) {
+                running.end();
+                return;
+            }
         }
     }
 }
@@ -304,5 +327,38 @@ mod tests {
         let mut d = wheel.deadline(Instant::now() + TICK);
         poll_fn(|cx| d.poll_passed(cx)).await;
         assert_eq!(wheel.waiting(), 0);
+    }
+
+    #[test]
+    fn a_task_dropped_with_its_runtime_is_replaced() {
+        let rt = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap()
+        };
+        let (_tx, wheel) = rt().block_on(async { wheel() });
+        let first = rt();
+        let mut far = first.block_on(async {
+            let mut d = wheel.deadline(Instant::now() + Duration::from_secs(3600));
+            assert!(
+                poll_fn(|cx| Poll::Ready(d.poll_passed(cx)))
+                    .await
+                    .is_pending()
+            );
+            d
+        });
+        assert!(wheel.inner.lock().running);
+        drop(first);
+        assert!(!wheel.inner.lock().running);
+        // A later runtime's watch gets a task again, and its deadline passes.
+        rt().block_on(async {
+            let mut d = wheel.deadline(Instant::now() + TICK);
+            tokio::time::timeout(TICK * 3, poll_fn(|cx| d.poll_passed(cx)))
+                .await
+                .expect("a new task fired it");
+        });
+        drop(far.waker.take());
     }
 }
