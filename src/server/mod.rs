@@ -148,6 +148,7 @@ impl Server {
             config,
             watchers: Arc::new(AtomicUsize::new(0)),
             metrics: ServerMetrics::default(),
+            deadlines: watch::deadlines::Deadlines::new(rx.clone(), watch::deadlines::TICK),
             shutdown: rx,
             proxy: std::sync::OnceLock::new(),
             openapi: std::sync::OnceLock::new(),

@@ -46,6 +46,16 @@ impl FieldRequirement {
         &self.path
     }
 
+    /// The same term on `path`, an equal path shared with whoever holds it.
+    pub(crate) fn with_path(&self, path: FieldPath) -> FieldRequirement {
+        debug_assert_eq!(path, self.path);
+        FieldRequirement {
+            path,
+            op: self.op,
+            value: self.value.clone(),
+        }
+    }
+
     /// The operator.
     pub fn op(&self) -> FieldOp {
         self.op

@@ -3,20 +3,48 @@
 //! pieces are dropped: over HTTP/2 each chunk is a DATA frame, and an empty one is 9 bytes of
 //! nothing that clients count as abuse (h2's client closes the connection after 100 of them,
 //! `too_many_data_frames`; found by `watchcache bench --model kubelet`).
+//!
+//! Hand-written, not a `stream::unfold` around `next()`: idle, the body holds the pump and an
+//! empty iterator, no pending future (design/performance.md, "HTTP/2 over TLS").
 
 use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt, stream};
+use futures_util::Stream;
 
 use crate::server::watch::pump::WatchPump;
 
 /// The body of a watch response.
-pub(crate) fn body(pump: WatchPump) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
-    stream::unfold(pump, |mut pump| async move {
-        let chunks = pump.next().await?;
-        let chunks = chunks.into_iter().filter(|c| !c.is_empty()).map(Ok);
-        Some((stream::iter(chunks), pump))
-    })
-    .flatten()
+pub(crate) struct WatchBody {
+    pump: WatchPump,
+    /// What is left of the pump's last chunks.
+    chunks: std::vec::IntoIter<Bytes>,
+}
+
+/// The body of a watch response.
+pub(crate) fn body(pump: WatchPump) -> WatchBody {
+    WatchBody {
+        pump,
+        chunks: Vec::new().into_iter(),
+    }
+}
+
+impl Stream for WatchBody {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(c) = this.chunks.by_ref().find(|c| !c.is_empty()) {
+                return Poll::Ready(Some(Ok(c)));
+            }
+            match this.pump.poll_chunks(cx) {
+                Poll::Ready(Some(chunks)) => this.chunks = chunks.into_iter(),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
 }

@@ -5,10 +5,12 @@
 //!   socket (an idle watch then costs about 3 KB instead of hyper's 32 KB);
 //! - `body.rs`: any other watch, as a hyper response body.
 //!
-//! `chunks.rs` turns events' frames into chunks (shared bytes, or gzip).
+//! `chunks.rs` turns events' frames into chunks (shared bytes, or gzip); `deadlines.rs` ends
+//! watches at their deadline and at shutdown, for all of them from one place.
 
 pub(crate) mod body;
 mod chunks;
+pub(crate) mod deadlines;
 pub(crate) mod fast_path;
 pub(crate) use chunks::Wire;
 pub(crate) mod pump;
@@ -26,6 +28,7 @@ use crate::server::metrics::RequestKey;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
 use crate::wire::convert::WatchConverter;
+use deadlines::Deadline;
 use pump::WatchPump;
 
 /// The longest timeout a watch is given, whatever `timeoutSeconds` says.
@@ -43,7 +46,7 @@ impl Drop for WatcherSlot {
 /// A started watch: its events, when it must end, and its slot.
 pub(crate) struct StartedWatch {
     pub stream: WatchStream,
-    pub deadline: Instant,
+    pub deadline: Deadline,
     /// Held for its `Drop`: the watch counts against the limit while it lives.
     _slot: WatcherSlot,
     /// Held for its `Drop`: the watch counts against its user's cap while it lives.
@@ -94,22 +97,22 @@ pub(crate) async fn start(
     // `timeoutSeconds` may be any u64, and an instant 2^64 s away does not exist (adding it
     // panicked): beyond a year, a watch's own timeout is no different from none.
     let deadline = Instant::now() + timeout.min(MAX_WATCH_TIMEOUT);
-    let shutdown = st.shutdown.clone();
+    let deadlines = Arc::clone(&st.deadlines);
     match cache.watch(opts).await {
         Ok(mut stream) => {
             stream.bookmark_before(deadline);
             let w = StartedWatch {
                 stream,
-                deadline,
+                deadline: deadlines.deadline(deadline),
                 _slot: slot,
                 _user_slot: user_slot,
             };
             let meter = st.metrics.watch(cache.definition(), key);
-            Ok(WatchPump::events(w, shutdown, gzip, wire, convert, meter))
+            Ok(WatchPump::events(w, deadlines, gzip, wire, convert, meter))
         }
         Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => Ok(WatchPump::single(
             wire.error_frame(ApiError::from(e).status()),
-            shutdown,
+            deadlines,
             gzip,
         )),
         Err(e) => Err(e.into()),

@@ -1,21 +1,31 @@
-//! The one loop every watch response runs: wait for the next event, the watch's deadline or server
-//! shutdown, and turn what came into response chunks. The fast path writes the chunks to its
-//! socket; hyper's body yields them.
+//! The one state machine every watch response runs: wait for the next event, the watch's deadline
+//! or server shutdown, and turn what came into response chunks. The fast path writes the chunks to
+//! its socket; hyper's body yields them.
+//!
+//! It is polled, not awaited: an idle watch holds its pump and nothing else (no future, no timer
+//! entry, no shutdown waiter; the deadline and the shutdown come from the server's
+//! [`Deadlines`](super::deadlines::Deadlines)). Invariant: every `Pending` it returns has the
+//! caller's waker stored both with the watch stream and with the deadline wheel.
+
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures_util::{FutureExt, StreamExt};
-use tokio::sync::watch;
+use futures_util::StreamExt;
 
 use crate::server::metrics::WatchMeter;
 use crate::server::watch::StartedWatch;
 use crate::server::watch::chunks::{FrameEncoder, Wire};
+use crate::server::watch::deadlines::Deadlines;
 use crate::wire::Frame;
 use crate::wire::convert::WatchConverter;
 
 /// A watch response in progress.
 pub(crate) struct WatchPump {
     phase: Phase,
-    shutdown: watch::Receiver<bool>,
+    /// The server's deadlines, for [`WatchPump::shutting_down`] once the watch has ended.
+    deadlines: Arc<Deadlines>,
     encoder: FrameEncoder,
     /// The frames' format.
     wire: Wire,
@@ -40,7 +50,7 @@ impl WatchPump {
     /// PartialObjectMetadata.
     pub fn events(
         w: StartedWatch,
-        shutdown: watch::Receiver<bool>,
+        deadlines: Arc<Deadlines>,
         gzip: bool,
         wire: Wire,
         convert: Option<WatchConverter>,
@@ -48,7 +58,7 @@ impl WatchPump {
     ) -> WatchPump {
         WatchPump {
             phase: Phase::Streaming(w),
-            shutdown,
+            deadlines,
             encoder: FrameEncoder::new(gzip),
             wire,
             convert: convert.map(Box::new),
@@ -57,10 +67,10 @@ impl WatchPump {
     }
 
     /// A response made of one last frame.
-    pub fn single(frame: Frame, shutdown: watch::Receiver<bool>, gzip: bool) -> WatchPump {
+    pub fn single(frame: Frame, deadlines: Arc<Deadlines>, gzip: bool) -> WatchPump {
         WatchPump {
             phase: Phase::Single(frame),
-            shutdown,
+            deadlines,
             encoder: FrameEncoder::new(gzip),
             wire: Wire::Json,
             convert: None,
@@ -74,22 +84,31 @@ impl WatchPump {
     /// Cancel-safe: dropped before it completes, it loses nothing (the watch stream keeps its
     /// events until they are taken).
     pub async fn next(&mut self) -> Option<Vec<Bytes>> {
+        poll_fn(|cx| self.poll_chunks(cx)).await
+    }
+
+    /// The next chunks to send, or `None` once the response is complete; `Pending` until an
+    /// event, the deadline or shutdown comes (`cx` is then woken).
+    pub fn poll_chunks(&mut self, cx: &mut Context<'_>) -> Poll<Option<Vec<Bytes>>> {
         // Asked for more: the writer took the last chunks.
         self.written();
         let w = match &mut self.phase {
-            Phase::Done => return None,
+            Phase::Done => return Poll::Ready(None),
             Phase::Single(frame) => {
                 let chunks = self.encoder.last(frame);
                 self.phase = Phase::Done;
-                return Some(chunks);
+                return Poll::Ready(Some(chunks));
             }
             Phase::Streaming(w) => w,
         };
-        let item = tokio::select! {
-            ev = w.stream.next() => Some(ev),
-            _ = tokio::time::sleep_until(w.deadline) => None,
-            // (mapped: the guard it returns must not outlive the select)
-            _ = self.shutdown.wait_for(|stop| *stop).map(|_| ()) => None,
+        // The deadline first: a watch whose events never pause still ends at its deadline.
+        let item = if w.deadline.poll_passed(cx).is_ready() {
+            None
+        } else {
+            match w.stream.poll_next_unpin(cx) {
+                Poll::Ready(ev) => Some(ev),
+                Poll::Pending => return Poll::Pending,
+            }
         };
         let (chunks, done) = match item {
             Some(ev) => {
@@ -110,7 +129,7 @@ impl WatchPump {
         if done {
             self.phase = Phase::Done;
         }
-        Some(chunks)
+        Poll::Ready(Some(chunks))
     }
 
     /// Records that the chunks returned last were written to the connection (the fast path
@@ -124,24 +143,166 @@ impl WatchPump {
     /// Whether the server is shutting down (a response that ended for that closes its
     /// connection).
     pub fn shutting_down(&self) -> bool {
-        *self.shutdown.borrow()
+        self.deadlines.stopped()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use tokio::sync::watch;
+    use tokio::time::Instant;
+
     use super::*;
+    use crate::cache::WatchOptions;
+    use crate::server::metrics::ServerMetrics;
+    use crate::server::watch::{WatcherSlot, deadlines};
+    use crate::{Cache, CacheConfig, MemorySource, ResourceDef, Selection};
 
     #[test]
     fn a_pump_is_small() {
-        // The pump lives in every idle watch's task (design/performance.md, per idle watch
+        // The pump is all an idle watch's response holds (design/performance.md, per idle watch
         // connection): its metrics are one shared pointer, the watch's long-running gauge and
-        // duration handles, and two instants.
+        // duration handles, and two instants; its deadline is an entry in the server's wheel.
         println!(
-            "WatchPump {} B, WatchMeter {} B",
+            "WatchPump {} B, WatchMeter {} B, Deadline {} B",
             std::mem::size_of::<WatchPump>(),
-            std::mem::size_of::<WatchMeter>()
+            std::mem::size_of::<WatchMeter>(),
+            std::mem::size_of::<crate::server::watch::deadlines::Deadline>()
         );
         assert!(std::mem::size_of::<WatchMeter>() <= 72);
+        assert!(std::mem::size_of::<crate::server::watch::deadlines::Deadline>() <= 40);
+    }
+
+    fn pod(name: &str) -> String {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "uid": name},
+            "spec": {"nodeName": "n1"}})
+        .to_string()
+    }
+
+    /// A cache of pods at revision 1, its source, and a server's deadlines.
+    fn setup() -> (Cache, MemorySource, watch::Sender<bool>, Arc<Deadlines>) {
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let src = MemorySource::new(writer, 1, []);
+        let (tx, rx) = watch::channel(false);
+        (cache, src, tx, Deadlines::new(rx, deadlines::TICK))
+    }
+
+    /// A started watch of every pod after revision 1, ending at `deadline`.
+    async fn pump(
+        cache: &Cache,
+        wheel: &Arc<Deadlines>,
+        deadline: Instant,
+        gzip: bool,
+    ) -> WatchPump {
+        let stream = cache
+            .watch(WatchOptions::new(
+                Selection::all(),
+                crate::ResourceVersion::At(1),
+            ))
+            .await
+            .unwrap();
+        let w = StartedWatch {
+            stream,
+            deadline: wheel.deadline(deadline),
+            _slot: WatcherSlot(Arc::new(std::sync::atomic::AtomicUsize::new(1))),
+            _user_slot: None,
+        };
+        let meter = ServerMetrics::default().watch(cache.definition(), None);
+        WatchPump::events(w, Arc::clone(wheel), gzip, Wire::Json, None, meter)
+    }
+
+    fn watchers(cache: &Cache) -> u64 {
+        let s = cache.stats();
+        s.routed_watchers + s.unrouted_watchers
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_ends_a_watch_with_its_final_chunk() {
+        let (cache, src, _tx, wheel) = setup();
+        let start = Instant::now();
+        let mut p = pump(&cache, &wheel, start + Duration::from_secs(5), true).await;
+        src.put("/registry/pods/ns/a", pod("a")).unwrap();
+        let event: Vec<u8> = p.next().await.unwrap().concat();
+        assert!(!event.is_empty());
+        // Then nothing until the deadline, which ends the gzip stream: its final block and
+        // trailer, the response's last chunk.
+        let last = tokio::time::timeout(Duration::from_secs(10), p.next())
+            .await
+            .expect("ended at the deadline")
+            .unwrap();
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_secs(5) && took <= Duration::from_secs(6),
+            "{took:?}"
+        );
+        let mut gz = event;
+        gz.extend(last.concat());
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut text)
+            .unwrap();
+        assert!(text.contains("\"ADDED\""), "{text}");
+        assert!(p.next().await.is_none());
+        assert!(!p.shutting_down());
+        // The watch is gone from the cache and from the wheel.
+        assert_eq!((watchers(&cache), wheel.waiting()), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_ends_every_watch() {
+        let (cache, _src, tx, wheel) = setup();
+        let far = Instant::now() + Duration::from_secs(3600);
+        let mut tasks = Vec::new();
+        for gzip in [false, true, false] {
+            let mut p = pump(&cache, &wheel, far, gzip).await;
+            tasks.push(tokio::spawn(async move {
+                let mut chunks = 0;
+                while let Some(c) = p.next().await {
+                    chunks += c.len();
+                }
+                (chunks, p.shutting_down())
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!((watchers(&cache), wheel.waiting()), (3, 3));
+        tx.send(true).unwrap();
+        let mut ended = Vec::new();
+        for t in tasks {
+            ended.push(
+                tokio::time::timeout(Duration::from_millis(100), t)
+                    .await
+                    .expect("ended at shutdown")
+                    .unwrap(),
+            );
+        }
+        // The gzip watch still sent its end; each says why it ended.
+        assert_eq!(ended, [(0, true), (1, true), (0, true)]);
+        assert_eq!((watchers(&cache), wheel.waiting()), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_watch_leaves_nothing_in_the_wheel() {
+        let (cache, _src, _tx, wheel) = setup();
+        let mut p = pump(
+            &cache,
+            &wheel,
+            Instant::now() + Duration::from_secs(60),
+            false,
+        )
+        .await;
+        // Polled once and cancelled: it waits in the wheel and the cache, cancel-safe.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), p.next())
+                .await
+                .is_err()
+        );
+        assert_eq!((watchers(&cache), wheel.waiting()), (1, 1));
+        drop(p);
+        assert_eq!((watchers(&cache), wheel.waiting()), (0, 0));
     }
 }
