@@ -290,6 +290,7 @@ impl ApiServerCaches {
                 collection: String::new(),
                 timeout: config.request_timeout,
                 protobuf: None,
+                type_meta: "".into(),
             },
             all_defs,
         ));

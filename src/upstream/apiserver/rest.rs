@@ -295,8 +295,39 @@ struct ListBody<'a> {
     items: Vec<&'a RawValue>,
 }
 
-/// Parses a LIST body.
-pub(crate) fn parse_list(body: &Bytes) -> Result<ListPage, RestError> {
+/// Whether a JSON object names its `kind` or `apiVersion` at its top level.
+fn has_type(raw: &str) -> bool {
+    #[derive(Deserialize)]
+    struct TypeKeys {
+        kind: Option<serde::de::IgnoredAny>,
+        #[serde(rename = "apiVersion")]
+        api_version: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_str::<TypeKeys>(raw).is_ok_and(|t| t.kind.is_some() || t.api_version.is_some())
+}
+
+/// `item` with `type_meta` (`"kind":…,"apiVersion":…`) put first, as a watch event's object and
+/// a GET carry it.
+fn with_type(type_meta: &str, item: &str) -> Bytes {
+    let rest = item.strip_prefix('{').unwrap_or(item);
+    let sep = if rest.trim_start().starts_with('}') {
+        ""
+    } else {
+        ","
+    };
+    let mut out = Vec::with_capacity(item.len() + type_meta.len() + 1);
+    out.push(b'{');
+    out.extend_from_slice(type_meta.as_bytes());
+    out.extend_from_slice(sep.as_bytes());
+    out.extend_from_slice(rest.as_bytes());
+    Bytes::from(out)
+}
+
+/// Parses a JSON LIST body. Typed lists leave their items' `kind` and `apiVersion` out
+/// (kube-apiserver's, and ours); an item without them gets `type_meta` (the resource's
+/// `"kind":…,"apiVersion":…`), so that a listed object is stored, and served, as a watched one
+/// is. Empty `type_meta` keeps items as they are.
+pub(crate) fn parse_list(body: &Bytes, type_meta: &str) -> Result<ListPage, RestError> {
     let list: ListBody =
         serde_json::from_slice(body).map_err(|e| RestError::malformed_from("a list", e))?;
     let rv = match list.metadata.resource_version.as_deref() {
@@ -308,7 +339,13 @@ pub(crate) fn parse_list(body: &Bytes) -> Result<ListPage, RestError> {
     let items = list
         .items
         .iter()
-        .map(|raw| body.slice_ref(raw.get().as_bytes()))
+        .map(|raw| {
+            if type_meta.is_empty() || has_type(raw.get()) {
+                body.slice_ref(raw.get().as_bytes())
+            } else {
+                with_type(type_meta, raw.get())
+            }
+        })
         .collect();
     Ok(ListPage {
         rv,
@@ -541,6 +578,8 @@ pub(crate) struct Rest {
     /// Watches and LISTs in protobuf where the server allows it: `None` for a kind without a
     /// protobuf message (custom resources) or when configured off.
     pub protobuf: Option<ProtobufReads>,
+    /// `"kind":"Pod","apiVersion":"v1"`: what a JSON list's items lack (empty: leave them).
+    pub type_meta: Arc<str>,
 }
 
 impl Rest {
@@ -558,11 +597,18 @@ impl Rest {
                 api_version,
                 kind: def.kind.clone(),
             });
+        let quote = |s: &str| serde_json::Value::from(s).to_string();
+        let type_meta = format!(
+            "\"kind\":{},\"apiVersion\":{}",
+            quote(&def.kind),
+            quote(&def.api_version())
+        );
         Rest {
             client,
             collection: collection_path(def, None),
             timeout,
             protobuf,
+            type_meta: type_meta.into(),
         }
     }
 
@@ -637,7 +683,7 @@ impl Rest {
             return Err(status_error(a.status, &a.body));
         }
         match (&self.protobuf, a.protobuf) {
-            (_, false) => parse_list(&a.body),
+            (_, false) => parse_list(&a.body, &self.type_meta),
             (Some(p), true) => parse_protobuf_list((&p.api_version, &p.kind), &a.body),
             (None, true) => Err(RestError::malformed(
                 "a protobuf list of a kind without a protobuf message",
@@ -1110,7 +1156,7 @@ mod tests {
         assert!(err.to_string().contains("comparable resourceVersions"));
         let list = Bytes::from_static(br#"{"metadata":{"resourceVersion":"x1"},"items":[]}"#);
         assert!(matches!(
-            parse_list(&list),
+            parse_list(&list, ""),
             Err(RestError::NonNumericResourceVersion(_))
         ));
     }
@@ -1120,11 +1166,37 @@ mod tests {
         let list = Bytes::from_static(
             br#"{"kind":"PodList","metadata":{"resourceVersion":"7","continue":"abc"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#,
         );
-        let page = parse_list(&list).unwrap();
+        let page = parse_list(&list, "").unwrap();
         assert_eq!(page.rv, 7);
         assert_eq!(page.continue_token.as_deref(), Some("abc"));
         assert_eq!(page.items.len(), 2);
         assert_eq!(&page.items[1][..], br#"{"metadata":{"name":"b"}}"#);
+    }
+
+    #[test]
+    fn a_json_lists_items_get_the_type_a_watch_event_carries() {
+        let list = Bytes::from_static(
+            br#"{"kind":"PodList","metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"a"}},{"apiVersion":"v1","kind":"Pod","metadata":{"name":"b"}},{ }]}"#,
+        );
+        let rest_type = r#""kind":"Pod","apiVersion":"v1""#;
+        let page = parse_list(&list, rest_type).unwrap();
+        assert_eq!(
+            &page.items[0][..],
+            br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#
+        );
+        assert_eq!(
+            &page.items[1][..],
+            br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"b"}}"#,
+            "an item that names its type is kept as it came"
+        );
+        assert_eq!(&page.items[2][..], br#"{"kind":"Pod","apiVersion":"v1" }"#);
+        // kube-apiserver's own list: its items become its GET's object.
+        let twin = parse_list(&Bytes::from(vector("pods-list.json")), rest_type).unwrap();
+        let pod: serde_json::Value = serde_json::from_slice(&vector("pod.json")).unwrap();
+        assert!(twin.items.iter().all(|i| {
+            let v: serde_json::Value = serde_json::from_slice(i).unwrap();
+            v["kind"] == pod["kind"] && v["apiVersion"] == pod["apiVersion"]
+        }));
     }
 
     /// kube-apiserver 1.35's protobuf LIST answer is its JSON twin: the same resourceVersion,
@@ -1134,7 +1206,7 @@ mod tests {
     fn kube_apiservers_protobuf_list_is_its_json_twin() {
         let pb_body = vector("pods-list.pb");
         let page = parse_protobuf_list(("v1", "Pod"), &pb_body).unwrap();
-        let twin = parse_list(&Bytes::from(vector("pods-list.json"))).unwrap();
+        let twin = parse_list(&Bytes::from(vector("pods-list.json")), "").unwrap();
         assert_eq!(
             (page.rv, &page.continue_token),
             (twin.rv, &twin.continue_token)
