@@ -1,0 +1,272 @@
+//! The store's occupied slots in their objects' key order: a sorted sequence of 4-byte slot
+//! numbers cut into chunks of at most [`CHUNK`], searched by comparing keys that the caller reads
+//! from its slots.
+//!
+//! Why not a `BTreeSet` of the objects (as before): an update had to find its entry and replace
+//! it (the entry held the old state), two descents comparing one object per step, which was a
+//! third of routed apply's time; and a `BTreeSet` orders by `Ord` alone, which cannot reach the
+//! store's slots without `unsafe` (the crate forbids it). A slot keeps its key while occupied, so
+//! an entry here never changes on update: only creations and deletions search, and the entry is
+//! 4 bytes (design/performance.md, "The store's key order").
+//!
+//! ## Invariants
+//! - The chunks, concatenated, are the occupied slots in strictly increasing key order (each
+//!   key once); no chunk is empty; none is longer than `CHUNK`; `len` is their total.
+//! - Every call gets the same `key_of` for the same slot numbers (the caller's slots), and a
+//!   slot passed to `insert` already holds its object.
+
+use std::cmp::Ordering;
+use std::ops::Bound;
+
+/// A chunk's most entries. A creation or deletion moves at most this many 4-byte entries; a
+/// search compares about log2(chunks) + log2(CHUNK) keys, as a balanced tree would.
+const CHUNK: usize = 512;
+
+/// The occupied slots in key order.
+#[derive(Default)]
+pub(crate) struct KeyOrder {
+    chunks: Vec<Vec<u32>>,
+    len: usize,
+}
+
+/// Where a key is, or would go: chunk `c`, index `i`; `found` if a slot has exactly that key.
+struct Pos {
+    c: usize,
+    i: usize,
+    found: bool,
+}
+
+impl KeyOrder {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    fn position<'a>(&self, key: &str, key_of: impl Fn(u32) -> &'a str) -> Pos {
+        // The last chunk whose first key is ≤ `key` (or the first chunk).
+        let c = self
+            .chunks
+            .partition_point(|ch| key_of(ch[0]) <= key)
+            .saturating_sub(1);
+        match self.chunks.get(c) {
+            None => Pos {
+                c: 0,
+                i: 0,
+                found: false,
+            },
+            Some(ch) => match ch.binary_search_by(|&s| key_of(s).cmp(key)) {
+                Ok(i) => Pos { c, i, found: true },
+                Err(i) => Pos { c, i, found: false },
+            },
+        }
+    }
+
+    /// Adds slot `s` (its object already in the caller's slots). False if its key is present.
+    pub fn insert<'a>(&mut self, s: u32, key_of: impl Fn(u32) -> &'a str) -> bool {
+        let p = self.position(key_of(s), &key_of);
+        if p.found {
+            return false;
+        }
+        self.len += 1;
+        let Some(ch) = self.chunks.get_mut(p.c) else {
+            let mut ch = Vec::with_capacity(CHUNK);
+            ch.push(s);
+            self.chunks.push(ch);
+            return true;
+        };
+        ch.insert(p.i, s);
+        if ch.len() > CHUNK {
+            let mut tail = Vec::with_capacity(CHUNK);
+            tail.extend_from_slice(&ch[CHUNK / 2..]);
+            ch.truncate(CHUNK / 2);
+            self.chunks.insert(p.c + 1, tail);
+        }
+        true
+    }
+
+    /// Removes the slot whose object has `key` (still in the caller's slots); returns it.
+    pub fn remove<'a>(&mut self, key: &str, key_of: impl Fn(u32) -> &'a str) -> Option<u32> {
+        let p = self.position(key, key_of);
+        if !p.found {
+            return None;
+        }
+        self.len -= 1;
+        let ch = &mut self.chunks[p.c];
+        let s = ch.remove(p.i);
+        if ch.is_empty() {
+            self.chunks.remove(p.c);
+        } else if let Some(next) = self.chunks.get(p.c + 1) {
+            // Merge thin neighbours, so deletions do not leave many small chunks behind.
+            if self.chunks[p.c].len() + next.len() <= CHUNK / 2 {
+                let next = self.chunks.remove(p.c + 1);
+                self.chunks[p.c].extend_from_slice(&next);
+            }
+        }
+        Some(s)
+    }
+
+    /// The flat index of the first entry not before `bound` (a lower bound).
+    fn lower<'a>(&self, bound: Bound<&str>, key_of: impl Fn(u32) -> &'a str) -> (usize, usize) {
+        let (key, skip_equal) = match bound {
+            Bound::Unbounded => return (0, 0),
+            Bound::Included(k) => (k, false),
+            Bound::Excluded(k) => (k, true),
+        };
+        self.after_position(self.position(key, key_of), skip_equal)
+    }
+
+    /// The flat index of the first entry after the range's end (an upper bound).
+    fn upper<'a>(&self, bound: Bound<&str>, key_of: impl Fn(u32) -> &'a str) -> (usize, usize) {
+        let (key, keep_equal) = match bound {
+            Bound::Unbounded => return (self.chunks.len(), 0),
+            Bound::Included(k) => (k, true),
+            Bound::Excluded(k) => (k, false),
+        };
+        self.after_position(self.position(key, key_of), keep_equal)
+    }
+
+    /// `p` as (chunk, index), moved past the entry found there when `past_found`, and past the
+    /// chunk's end onto the next chunk.
+    fn after_position(&self, p: Pos, past_found: bool) -> (usize, usize) {
+        let i = p.i + usize::from(p.found && past_found);
+        match self.chunks.get(p.c) {
+            Some(ch) if i >= ch.len() => (p.c + 1, 0),
+            Some(_) => (p.c, i),
+            None => (self.chunks.len(), 0),
+        }
+    }
+
+    /// The slots with keys within (`from`, `to`), in key order. The ends are found now; walking
+    /// between them compares nothing.
+    pub fn range<'a, 'k>(
+        &'a self,
+        from: Bound<&str>,
+        to: Bound<&str>,
+        key_of: impl Fn(u32) -> &'k str,
+    ) -> impl Iterator<Item = u32> + 'a {
+        let start = self.lower(from, &key_of);
+        let end = self.upper(to, &key_of);
+        let end = if (start.0, start.1).cmp(&(end.0, end.1)) == Ordering::Greater {
+            start
+        } else {
+            end
+        };
+        self.chunks
+            .iter()
+            .enumerate()
+            .skip(start.0)
+            .take_while(move |(c, _)| *c < end.0 || (*c == end.0 && end.1 > 0))
+            .flat_map(move |(c, ch)| {
+                let lo = if c == start.0 { start.1 } else { 0 };
+                let hi = if c == end.0 { end.1 } else { ch.len() };
+                ch[lo..hi.max(lo)].iter().copied()
+            })
+    }
+
+    /// Every slot, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.chunks.iter().flatten().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A model to check against: keys by slot, and the same set as a `BTreeMap`.
+    struct Model {
+        keys: Vec<String>,
+    }
+
+    impl Model {
+        fn key_of<'a>(&'a self) -> impl Fn(u32) -> &'a str + 'a {
+            |s| self.keys[s as usize].as_str()
+        }
+    }
+
+    fn bound(b: u8, k: &str) -> Bound<&str> {
+        match b % 3 {
+            0 => Bound::Unbounded,
+            1 => Bound::Included(k),
+            _ => Bound::Excluded(k),
+        }
+    }
+
+    #[test]
+    fn agrees_with_a_btree_through_splits_merges_and_ranges() {
+        // A deterministic walk of insertions and deletions over enough keys to split chunks
+        // many times, checked against a BTreeMap after each phase, with ranges of every bound
+        // kind at keys present and absent.
+        let n = 5_000u32;
+        let m = Model {
+            keys: (0..n).map(|i| format!("k{:05}", (i * 7919) % n)).collect(),
+        };
+        let mut o = KeyOrder::default();
+        let mut want: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut x = 12345u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..4 {
+            for _ in 0..6_000 {
+                let s = (rnd() % u64::from(n)) as u32;
+                let k = m.keys[s as usize].as_str();
+                // Rounds 0 and 1 mostly insert; 2 and 3 mostly delete.
+                if rnd() % 4 < if round < 2 { 1 } else { 3 } {
+                    assert_eq!(o.remove(k, m.key_of()), want.remove(k), "remove {k}");
+                } else {
+                    let fresh = !want.contains_key(k);
+                    assert_eq!(o.insert(s, m.key_of()), fresh, "insert {k}");
+                    want.insert(k, s);
+                }
+            }
+            assert_eq!(o.len(), want.len());
+            assert_eq!(
+                o.iter().collect::<Vec<_>>(),
+                want.values().copied().collect::<Vec<_>>()
+            );
+            assert!(o.chunks.iter().all(|c| !c.is_empty() && c.len() <= CHUNK));
+            for _ in 0..300 {
+                let (a, b) = (rnd() % u64::from(n + 10), rnd() % u64::from(n + 10));
+                let (ka, kb) = (format!("k{a:05}"), format!("k{b:05}"));
+                let (fa, fb) = (bound(rnd() as u8, &ka), bound(rnd() as u8, &kb));
+                let got: Vec<u32> = o.range(fa, fb, m.key_of()).collect();
+                let lo_ok = |k: &str| match fa {
+                    Bound::Unbounded => true,
+                    Bound::Included(x) => k >= x,
+                    Bound::Excluded(x) => k > x,
+                };
+                let hi_ok = |k: &str| match fb {
+                    Bound::Unbounded => true,
+                    Bound::Included(x) => k <= x,
+                    Bound::Excluded(x) => k < x,
+                };
+                let exp: Vec<u32> = want
+                    .iter()
+                    .filter(|(k, _)| lo_ok(k) && hi_ok(k))
+                    .map(|(_, s)| *s)
+                    .collect();
+                assert_eq!(got, exp, "range {fa:?} .. {fb:?}");
+            }
+        }
+        for (k, s) in std::mem::take(&mut want) {
+            assert_eq!(o.remove(k, m.key_of()), Some(s));
+        }
+        assert_eq!((o.len(), o.chunks.len()), (0, 0));
+    }
+
+    #[test]
+    fn an_empty_order_has_no_ranges() {
+        let m = Model { keys: vec![] };
+        let o = KeyOrder::default();
+        assert_eq!(
+            o.range(Bound::Included("a"), Bound::Unbounded, m.key_of())
+                .count(),
+            0
+        );
+        assert_eq!(o.iter().count(), 0);
+    }
+}
