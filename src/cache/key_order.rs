@@ -1,6 +1,9 @@
 //! The store's occupied slots in their objects' key order: a sorted sequence of 4-byte slot
-//! numbers cut into chunks of at most [`CHUNK`], searched by comparing keys that the caller reads
-//! from its slots.
+//! numbers cut into chunks of at most [`CHUNK`], each with a copy of its first key, searched by
+//! comparing keys that the caller reads from its slots.
+//!
+//! The copies of the chunks' first keys (one per 256–512 objects) let a search pick its chunk
+//! without touching any object; within the chunk it compares about log2(CHUNK) objects' keys.
 //!
 //! Why not a `BTreeSet` of the objects (as before): an update had to find its entry and replace
 //! it (the entry held the old state), two descents comparing one object per step, which was a
@@ -12,6 +15,7 @@
 //! ## Invariants
 //! - The chunks, concatenated, are the occupied slots in strictly increasing key order (each
 //!   key once); no chunk is empty; none is longer than `CHUNK`; `len` is their total.
+//! - Each chunk's `first` is the key of its first slot.
 //! - Every call gets the same `key_of` for the same slot numbers (the caller's slots), and a
 //!   slot passed to `insert` already holds its object.
 
@@ -25,8 +29,22 @@ const CHUNK: usize = 512;
 /// The occupied slots in key order.
 #[derive(Default)]
 pub(crate) struct KeyOrder {
-    chunks: Vec<Vec<u32>>,
+    chunks: Vec<Chunk>,
     len: usize,
+}
+
+struct Chunk {
+    first: Box<str>,
+    slots: Vec<u32>,
+}
+
+impl Chunk {
+    fn new<'a>(slots: Vec<u32>, key_of: impl Fn(u32) -> &'a str) -> Chunk {
+        Chunk {
+            first: key_of(slots[0]).into(),
+            slots,
+        }
+    }
 }
 
 /// Where a key is, or would go: chunk `c`, index `i`; `found` if a slot has exactly that key.
@@ -45,7 +63,7 @@ impl KeyOrder {
         // The last chunk whose first key is ≤ `key` (or the first chunk).
         let c = self
             .chunks
-            .partition_point(|ch| key_of(ch[0]) <= key)
+            .partition_point(|ch| &*ch.first <= key)
             .saturating_sub(1);
         match self.chunks.get(c) {
             None => Pos {
@@ -53,7 +71,7 @@ impl KeyOrder {
                 i: 0,
                 found: false,
             },
-            Some(ch) => match ch.binary_search_by(|&s| key_of(s).cmp(key)) {
+            Some(ch) => match ch.slots.binary_search_by(|&s| key_of(s).cmp(key)) {
                 Ok(i) => Pos { c, i, found: true },
                 Err(i) => Pos { c, i, found: false },
             },
@@ -68,37 +86,45 @@ impl KeyOrder {
         }
         self.len += 1;
         let Some(ch) = self.chunks.get_mut(p.c) else {
-            let mut ch = Vec::with_capacity(CHUNK);
-            ch.push(s);
-            self.chunks.push(ch);
+            let mut slots = Vec::with_capacity(CHUNK);
+            slots.push(s);
+            self.chunks.push(Chunk::new(slots, key_of));
             return true;
         };
-        ch.insert(p.i, s);
-        if ch.len() > CHUNK {
+        ch.slots.insert(p.i, s);
+        if p.i == 0 {
+            ch.first = key_of(s).into();
+        }
+        if ch.slots.len() > CHUNK {
             let mut tail = Vec::with_capacity(CHUNK);
-            tail.extend_from_slice(&ch[CHUNK / 2..]);
-            ch.truncate(CHUNK / 2);
-            self.chunks.insert(p.c + 1, tail);
+            tail.extend_from_slice(&ch.slots[CHUNK / 2..]);
+            ch.slots.truncate(CHUNK / 2);
+            self.chunks.insert(p.c + 1, Chunk::new(tail, key_of));
         }
         true
     }
 
     /// Removes the slot whose object has `key` (still in the caller's slots); returns it.
     pub fn remove<'a>(&mut self, key: &str, key_of: impl Fn(u32) -> &'a str) -> Option<u32> {
-        let p = self.position(key, key_of);
+        let p = self.position(key, &key_of);
         if !p.found {
             return None;
         }
         self.len -= 1;
         let ch = &mut self.chunks[p.c];
-        let s = ch.remove(p.i);
-        if ch.is_empty() {
+        let s = ch.slots.remove(p.i);
+        if ch.slots.is_empty() {
             self.chunks.remove(p.c);
-        } else if let Some(next) = self.chunks.get(p.c + 1) {
+            return Some(s);
+        }
+        if p.i == 0 {
+            ch.first = key_of(ch.slots[0]).into();
+        }
+        if let Some(next) = self.chunks.get(p.c + 1) {
             // Merge thin neighbours, so deletions do not leave many small chunks behind.
-            if self.chunks[p.c].len() + next.len() <= CHUNK / 2 {
+            if self.chunks[p.c].slots.len() + next.slots.len() <= CHUNK / 2 {
                 let next = self.chunks.remove(p.c + 1);
-                self.chunks[p.c].extend_from_slice(&next);
+                self.chunks[p.c].slots.extend_from_slice(&next.slots);
             }
         }
         Some(s)
@@ -129,7 +155,7 @@ impl KeyOrder {
     fn after_position(&self, p: Pos, past_found: bool) -> (usize, usize) {
         let i = p.i + usize::from(p.found && past_found);
         match self.chunks.get(p.c) {
-            Some(ch) if i >= ch.len() => (p.c + 1, 0),
+            Some(ch) if i >= ch.slots.len() => (p.c + 1, 0),
             Some(_) => (p.c, i),
             None => (self.chunks.len(), 0),
         }
@@ -157,14 +183,14 @@ impl KeyOrder {
             .take_while(move |(c, _)| *c < end.0 || (*c == end.0 && end.1 > 0))
             .flat_map(move |(c, ch)| {
                 let lo = if c == start.0 { start.1 } else { 0 };
-                let hi = if c == end.0 { end.1 } else { ch.len() };
-                ch[lo..hi.max(lo)].iter().copied()
+                let hi = if c == end.0 { end.1 } else { ch.slots.len() };
+                ch.slots[lo..hi.max(lo)].iter().copied()
             })
     }
 
     /// Every slot, in key order.
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.chunks.iter().flatten().copied()
+        self.chunks.iter().flat_map(|ch| ch.slots.iter().copied())
     }
 }
 
@@ -228,7 +254,9 @@ mod tests {
                 o.iter().collect::<Vec<_>>(),
                 want.values().copied().collect::<Vec<_>>()
             );
-            assert!(o.chunks.iter().all(|c| !c.is_empty() && c.len() <= CHUNK));
+            assert!(o.chunks.iter().all(|c| !c.slots.is_empty()
+                && c.slots.len() <= CHUNK
+                && *c.first == *m.key_of()(c.slots[0])));
             for _ in 0..300 {
                 let (a, b) = (rnd() % u64::from(n + 10), rnd() % u64::from(n + 10));
                 let (ka, kb) = (format!("k{a:05}"), format!("k{b:05}"));
