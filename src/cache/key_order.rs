@@ -2,7 +2,7 @@
 //! numbers cut into chunks of at most [`CHUNK`], each with a copy of its first key, searched by
 //! comparing keys that the caller reads from its slots.
 //!
-//! The copies of the chunks' first keys (one per 256–512 objects) let a search pick its chunk
+//! The copies of the chunks' first keys (one per 64–128 objects) let a search pick its chunk
 //! without touching any object; within the chunk it compares about log2(CHUNK) objects' keys.
 //!
 //! Why not a `BTreeSet` of the objects (as before): an update had to find its entry and replace
@@ -24,7 +24,7 @@ use std::ops::Bound;
 
 /// A chunk's most entries. A creation or deletion moves at most this many 4-byte entries; a
 /// search compares about log2(chunks) + log2(CHUNK) keys, as a balanced tree would.
-const CHUNK: usize = 512;
+const CHUNK: usize = 128;
 
 /// The occupied slots in key order.
 #[derive(Default)]
@@ -104,18 +104,28 @@ impl KeyOrder {
         true
     }
 
-    /// Removes the slot whose object has `key` (still in the caller's slots); returns it.
-    pub fn remove<'a>(&mut self, key: &str, key_of: impl Fn(u32) -> &'a str) -> Option<u32> {
-        let p = self.position(key, &key_of);
-        if !p.found {
-            return None;
-        }
+    /// Removes slot `s`, whose object (still in the caller's slots) has `key`. False if it is
+    /// not here. The chunk is found by its first key and the slot by its number: no object's
+    /// key is read but the new first one's.
+    pub fn remove<'a>(&mut self, s: u32, key: &str, key_of: impl Fn(u32) -> &'a str) -> bool {
+        let c = self
+            .chunks
+            .partition_point(|ch| &*ch.first <= key)
+            .saturating_sub(1);
+        let Some(i) = self
+            .chunks
+            .get(c)
+            .and_then(|ch| ch.slots.iter().position(|&t| t == s))
+        else {
+            return false;
+        };
+        let p = Pos { c, i, found: true };
         self.len -= 1;
         let ch = &mut self.chunks[p.c];
-        let s = ch.slots.remove(p.i);
+        ch.slots.remove(p.i);
         if ch.slots.is_empty() {
             self.chunks.remove(p.c);
-            return Some(s);
+            return true;
         }
         if p.i == 0 {
             ch.first = key_of(ch.slots[0]).into();
@@ -127,7 +137,7 @@ impl KeyOrder {
                 self.chunks[p.c].slots.extend_from_slice(&next.slots);
             }
         }
-        Some(s)
+        true
     }
 
     /// The flat index of the first entry not before `bound` (a lower bound).
@@ -242,7 +252,8 @@ mod tests {
                 let k = m.keys[s as usize].as_str();
                 // Rounds 0 and 1 mostly insert; 2 and 3 mostly delete.
                 if rnd() % 4 < if round < 2 { 1 } else { 3 } {
-                    assert_eq!(o.remove(k, m.key_of()), want.remove(k), "remove {k}");
+                    let gone = want.remove(k).is_some();
+                    assert_eq!(o.remove(s, k, m.key_of()), gone, "remove {k}");
                 } else {
                     let fresh = !want.contains_key(k);
                     assert_eq!(o.insert(s, m.key_of()), fresh, "insert {k}");
@@ -281,7 +292,7 @@ mod tests {
             }
         }
         for (k, s) in std::mem::take(&mut want) {
-            assert_eq!(o.remove(k, m.key_of()), Some(s));
+            assert!(o.remove(s, k, m.key_of()));
         }
         assert_eq!((o.len(), o.chunks.len()), (0, 0));
     }

@@ -138,8 +138,8 @@ impl Store {
             return None;
         };
         let s = entry.remove().0;
-        let ordered = self.by_key.remove(key, |t| key_in(slots, t));
-        debug_assert_eq!(ordered, Some(s), "by_key and by_hash hold the same slots");
+        let ordered = self.by_key.remove(s, key, |t| key_in(slots, t));
+        debug_assert!(ordered, "by_key and by_hash hold the same slots");
         let prev = self.slots[s as usize]
             .take()
             .unwrap_or_else(|| unreachable!("slot {s} is indexed but empty"));
