@@ -29,6 +29,7 @@ mod consistent;
 pub(crate) mod continue_token;
 mod fresh;
 mod history;
+mod key_order;
 mod list;
 #[cfg(all(test, watchcache_loom))]
 mod loom;

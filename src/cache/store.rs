@@ -2,67 +2,50 @@
 //! (indexed attribute, value).
 //!
 //! ## Invariants
-//! - `by_key[k] == s` iff `slots[s]` holds the object with key `k`; free slots are `None` and listed in
-//!   `free`.
-//! - `by_key`'s entry for a key is the object in its slot (an update replaces both), so the map
-//!   keeps no earlier state alive.
+//! - `by_key` holds exactly the occupied slots, in their objects' key order (`key_order.rs`);
+//!   free slots are `None` and listed in `free`. A slot keeps its key while occupied: an update
+//!   puts the new state in the same slot and touches neither `by_key` nor `by_hash`.
+//! - `by_hash` holds exactly the occupied slots, each at its object's key hash: the point lookups
+//!   (get, update, delete) find a slot there; only creations and deletions search `by_key`.
+//! - The indexes hold slot numbers, never objects: a slot is the only owner of an object's
+//!   current state here, so a replaced state is kept alive by nothing in the store.
 //! - For each index `i` and value `v`, `indexes[i][v]` holds exactly the slots whose object has
 //!   attribute `schema.indexed[i]` equal to `v`. Empty bitmaps are removed.
 
-use std::collections::BTreeSet;
+use std::hash::BuildHasher;
 use std::ops::Bound;
 
-use hashbrown::HashMap;
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use roaring::RoaringBitmap;
 
+use crate::cache::key_order::KeyOrder;
 use crate::cache::upstream::KeyRange;
+use crate::model::Object;
 use crate::model::Schema;
 use crate::model::selector::Predicate;
-use crate::model::{Object, ObjectKey};
 
 #[derive(Default)]
 pub(crate) struct Store {
     slots: Vec<Option<Object>>,
     free: Vec<u32>,
-    /// Each object's slot, ordered by key. Keyed by the objects themselves: no second copy of
-    /// each key. A set, so that an update can put the new state in place of the old
-    /// ([`BTreeSet::replace`]): a key holding the old state would keep it alive.
-    by_key: BTreeSet<Keyed>,
+    /// The occupied slots in key order, for LIST and ranges.
+    by_key: KeyOrder,
+    /// Each occupied slot, by its object's key hash: a point lookup touches one object, where a
+    /// search of `by_key` compares with an object's key per step (design/performance.md, "The
+    /// store's key order").
+    by_hash: HashTable<u32>,
+    hasher: DefaultHashBuilder,
     indexes: Vec<HashMap<Box<str>, RoaringBitmap>>,
     /// The sum of the objects' stored sizes (`Object::stored_len`), for metrics.
     bytes: usize,
 }
 
-/// An entry of [`Store::by_key`]: an object's key (the object) and its slot.
-struct Keyed {
-    key: ObjectKey,
-    slot: u32,
-}
-
-impl std::borrow::Borrow<str> for Keyed {
-    fn borrow(&self) -> &str {
-        &self.key
-    }
-}
-
-impl PartialEq for Keyed {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
-    }
-}
-
-impl Eq for Keyed {}
-
-impl PartialOrd for Keyed {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Keyed {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key.cmp(&other.key)
-    }
+/// Slot `s`'s key (every slot `by_key` and `by_hash` name is occupied).
+fn key_in(slots: &[Option<Object>], s: u32) -> &str {
+    slots[s as usize]
+        .as_ref()
+        .unwrap_or_else(|| unreachable!("slot {s} is indexed but empty"))
+        .key()
 }
 
 impl Store {
@@ -83,7 +66,15 @@ impl Store {
     }
 
     pub fn get(&self, key: &str) -> Option<&Object> {
-        self.by_key.get(key).map(|e| self.slot(e.slot))
+        self.find(key).map(|s| self.slot(s))
+    }
+
+    /// The slot of the object with `key`.
+    fn find(&self, key: &str) -> Option<u32> {
+        let slots = &self.slots;
+        self.by_hash
+            .find(self.hasher.hash_one(key), |&s| key_in(slots, s) == key)
+            .copied()
     }
 
     pub fn slot(&self, s: u32) -> &Object {
@@ -95,11 +86,7 @@ impl Store {
     /// Inserts or replaces an object; returns the previous state.
     pub fn upsert(&mut self, schema: &Schema, obj: Object) -> Option<Object> {
         self.bytes += obj.stored_len();
-        if let Some(s) = self.by_key.get(obj.key()).map(|e| e.slot) {
-            self.by_key.replace(Keyed {
-                key: obj.key_owned(),
-                slot: s,
-            });
+        if let Some(s) = self.find(obj.key()) {
             let prev = self.slots[s as usize].replace(obj);
             let prev = prev.unwrap_or_else(|| unreachable!("slot {s} is keyed but empty"));
             self.bytes -= prev.stored_len();
@@ -131,18 +118,31 @@ impl Store {
                 bitmap_for(&mut self.indexes[i], v).insert(s);
             }
         }
-        self.by_key.insert(Keyed {
-            key: obj.key_owned(),
-            slot: s,
-        });
+        let h = self.hasher.hash_one(obj.key());
         self.slots[s as usize] = Some(obj);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.by_hash
+            .insert_unique(h, s, |&t| hasher.hash_one(key_in(slots, t)));
+        let fresh = self.by_key.insert(s, |t| key_in(slots, t));
+        debug_assert!(fresh, "a key missing from by_hash is missing from by_key");
         None
     }
 
     /// Removes an object; returns its last state.
     pub fn remove(&mut self, schema: &Schema, key: &str) -> Option<Object> {
-        let s = self.by_key.take(key)?.slot;
-        let prev = self.slots[s as usize].take()?;
+        let slots = &self.slots;
+        let Ok(entry) = self
+            .by_hash
+            .find_entry(self.hasher.hash_one(key), |&s| key_in(slots, s) == key)
+        else {
+            return None;
+        };
+        let s = entry.remove().0;
+        let ordered = self.by_key.remove(s, key, |t| key_in(slots, t));
+        debug_assert!(ordered, "by_key and by_hash hold the same slots");
+        let prev = self.slots[s as usize]
+            .take()
+            .unwrap_or_else(|| unreachable!("slot {s} is indexed but empty"));
         self.bytes -= prev.stored_len();
         for (i, attr) in schema.indexed.iter().enumerate() {
             if let Some(v) = prev.attr_in(schema, *attr) {
@@ -189,14 +189,15 @@ impl Store {
     pub fn range_after<'a>(
         &'a self,
         after: Option<&str>,
-    ) -> impl Iterator<Item = (&'a ObjectKey, u32)> + 'a {
+    ) -> impl Iterator<Item = (&'a str, u32)> + 'a {
         let lower = match after {
             Some(k) => Bound::Excluded(k),
             None => Bound::Unbounded,
         };
+        let slots = &self.slots;
         self.by_key
-            .range::<str, _>((lower, Bound::Unbounded))
-            .map(|e| (&e.key, e.slot))
+            .range(lower, Bound::Unbounded, |t| key_in(slots, t))
+            .map(|s| (key_in(slots, s), s))
     }
 
     /// Every object, in key order.
@@ -210,11 +211,14 @@ impl Store {
             .end
             .as_deref()
             .map_or(Bound::Unbounded, Bound::Excluded);
-        self.by_key.range::<str, _>((from, end)).map(|e| &*e.key)
+        let slots = &self.slots;
+        self.by_key
+            .range(from, end, |t| key_in(slots, t))
+            .map(|s| key_in(slots, s))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Object> {
-        self.by_key.iter().map(|e| self.slot(e.slot))
+        self.by_key.iter().map(|s| self.slot(s))
     }
 
     /// Distinct values and sizes of one index, for tests and introspection.
@@ -287,16 +291,64 @@ mod tests {
         );
         assert!(st.candidates(&p).unwrap().is_empty());
         st.upsert(&s, pod(&s, "c", "n1", "db", 4));
-        // The map's entry follows the update: the replaced state is held by nothing but `prev`.
+        // The replaced state is held by nothing but `prev`.
         let prev = st.upsert(&s, pod(&s, "c", "n1", "db", 5)).unwrap();
         assert_eq!(prev.refs(), 1);
         assert_eq!(
             st.get("/registry/pods/ns/c").unwrap().refs(),
-            2,
-            "slot and map"
+            1,
+            "the slot alone: the indexes hold slot numbers"
         );
         assert_eq!(st.get("/registry/pods/ns/c").unwrap().resource_version(), 5);
         assert_eq!(st.len(), 2);
         assert_eq!(st.iter().map(|o| o.name()).collect::<Vec<_>>(), ["a", "c"]);
+    }
+
+    #[test]
+    fn point_lookups_and_order_follow_growth_reuse_and_deletes() {
+        // Enough keys for the hash table to grow several times and the key order to split,
+        // deletions that free slots for reuse by other keys, and every key checked both ways.
+        let s = Schema::new(ResourceDef::builtin("pods").unwrap());
+        let mut st = Store::new(&s);
+        let key = |i: usize| format!("/registry/pods/ns/p{i:04}");
+        let check = |st: &Store, live: &dyn Fn(usize) -> bool| {
+            for i in 0..2000 {
+                let got = st.get(&key(i)).map(|o| o.name().to_string());
+                assert_eq!(got, live(i).then(|| format!("p{i:04}")), "key {i}");
+            }
+            let want: Vec<String> = (0..2000).filter(|&i| live(i)).map(key).collect();
+            let got: Vec<String> = st.iter().map(|o| o.key().to_string()).collect();
+            assert_eq!((st.len(), &got), (want.len(), &want));
+            let after = st
+                .range_after(Some(&key(999)))
+                .map(|(k, _)| k.to_string())
+                .collect::<Vec<_>>();
+            assert_eq!(
+                after,
+                want.iter()
+                    .filter(|k| **k > key(999))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            );
+        };
+        for i in (0..1500).rev() {
+            st.upsert(&s, pod(&s, &format!("p{i:04}"), "n1", "web", i as u64 + 1));
+        }
+        check(&st, &|i| i < 1500);
+        for i in (0..1500).step_by(3) {
+            assert!(st.remove(&s, &key(i)).is_some());
+            assert!(st.remove(&s, &key(i)).is_none(), "removed once");
+        }
+        check(&st, &|i| i < 1500 && i % 3 != 0);
+        // New keys take the freed slots.
+        for i in 1500..2000 {
+            st.upsert(&s, pod(&s, &format!("p{i:04}"), "n2", "db", i as u64 + 1));
+        }
+        assert_eq!(st.slots.len(), 1500, "freed slots were reused");
+        check(&st, &|i| i % 3 != 0 || i >= 1500);
+        let prev = st.upsert(&s, pod(&s, "p0001", "n3", "db", 9000)).unwrap();
+        assert_eq!(prev.resource_version(), 2);
+        assert_eq!(st.get(&key(1)).unwrap().resource_version(), 9000);
+        check(&st, &|i| i % 3 != 0 || i >= 1500);
     }
 }
