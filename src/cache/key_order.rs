@@ -19,7 +19,6 @@
 //! - Every call gets the same `key_of` for the same slot numbers (the caller's slots), and a
 //!   slot passed to `insert` already holds its object.
 
-use std::cmp::Ordering;
 use std::ops::Bound;
 
 /// A chunk's most entries. A creation or deletion moves at most this many 4-byte entries; a
@@ -119,22 +118,21 @@ impl KeyOrder {
         else {
             return false;
         };
-        let p = Pos { c, i, found: true };
         self.len -= 1;
-        let ch = &mut self.chunks[p.c];
-        ch.slots.remove(p.i);
+        let ch = &mut self.chunks[c];
+        ch.slots.remove(i);
         if ch.slots.is_empty() {
-            self.chunks.remove(p.c);
+            self.chunks.remove(c);
             return true;
         }
-        if p.i == 0 {
+        if i == 0 {
             ch.first = key_of(ch.slots[0]).into();
         }
-        if let Some(next) = self.chunks.get(p.c + 1) {
+        if let Some(next) = self.chunks.get(c + 1) {
             // Merge thin neighbours, so deletions do not leave many small chunks behind.
-            if self.chunks[p.c].slots.len() + next.slots.len() <= CHUNK / 2 {
-                let next = self.chunks.remove(p.c + 1);
-                self.chunks[p.c].slots.extend_from_slice(&next.slots);
+            if self.chunks[c].slots.len() + next.slots.len() <= CHUNK / 2 {
+                let next = self.chunks.remove(c + 1);
+                self.chunks[c].slots.extend_from_slice(&next.slots);
             }
         }
         true
@@ -181,11 +179,7 @@ impl KeyOrder {
     ) -> impl Iterator<Item = u32> + 'a {
         let start = self.lower(from, &key_of);
         let end = self.upper(to, &key_of);
-        let end = if (start.0, start.1).cmp(&(end.0, end.1)) == Ordering::Greater {
-            start
-        } else {
-            end
-        };
+        let end = end.max(start);
         self.chunks
             .iter()
             .enumerate()

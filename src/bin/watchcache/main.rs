@@ -240,7 +240,7 @@ struct ServeArgs {
     #[arg(long, default_value = "auto", value_parser = ["auto", "watchlist", "list"],
           requires = "upstream_kubeconfig")]
     upstream_initial_list: String,
-    /// How the upstream API server's watches of built-in kinds are read: in protobuf when its
+    /// How the upstream API server's watches and LISTs of built-in kinds are read: in protobuf when its
     /// version is not newer than this build's (auto), or always in JSON (json).
     #[arg(long, default_value = "auto", value_parser = ["auto", "json"],
           requires = "upstream_kubeconfig")]
