@@ -1,4 +1,5 @@
-//! The etcd upstream against a real etcd (Debian's etcd-server 3.4.23): initial sync, live events,
+//! The etcd upstream against a real etcd (Debian's etcd-server 3.4.23; 3.6, whose progress
+//! notifications are ordered, for consistent reads from the cache): initial sync, live events,
 //! compaction resync, kill -9 and restart, unavailability, cluster failover, malformed values and
 //! consistent reads.
 
@@ -487,8 +488,8 @@ async fn malformed_values_are_skipped_counted_and_the_stream_goes_on() {
     caches.shutdown().await;
 }
 
-async fn consistent_reads_see_the_latest_write(mode: ConsistentReads) {
-    let e = etcd().await;
+async fn consistent_reads_see_the_latest_write(version: EtcdVersion, mode: ConsistentReads) {
+    let e = etcd_version(version).await;
     let eps = [e.server.url()];
     let mut c = client(&eps).await;
     let mut cfg = config(&eps);
@@ -564,12 +565,17 @@ async fn consistent_reads_see_the_latest_write(mode: ConsistentReads) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consistent_reads_from_etcd_on_an_etcd_with_unordered_progress() {
-    consistent_reads_see_the_latest_write(ConsistentReads::Auto).await;
+    consistent_reads_see_the_latest_write(EtcdVersion::Debian34, ConsistentReads::Auto).await;
 }
 
+/// Served from the cache on an etcd whose progress notifications are ordered after its events
+/// (3.6). Etcd 3.4.23's may run ahead of an event still to be delivered, so there the cache would
+/// claim a revision it has not applied: that is why `Auto` reads etcd on it (the test above), and
+/// why this one must not run on it (it failed there once in CI, 1 run in ~30).
+#[cfg(feature = "cli")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consistent_reads_from_the_cache_with_progress_requests() {
-    consistent_reads_see_the_latest_write(ConsistentReads::FromCache).await;
+    consistent_reads_see_the_latest_write(EtcdVersion::V36, ConsistentReads::FromCache).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
