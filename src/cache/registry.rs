@@ -9,6 +9,7 @@
 //!   that watcher's predicate); free ids are listed in `free` and reused.
 
 use std::sync::Arc;
+use std::task::Waker;
 
 use crate::cache::history::{Event, Evicted};
 use crate::cache::router::Router;
@@ -66,14 +67,15 @@ impl Registry {
         Some(w)
     }
 
-    /// Offers the event to every candidate watcher.
-    pub fn dispatch(&self, schema: &Schema, ev: &Arc<Event>) -> Fanout {
+    /// Offers the event to every candidate watcher; the wakers of those it queued for are pushed
+    /// to `wakes` (see [`Watcher::offer`]).
+    pub fn dispatch(&self, schema: &Schema, ev: &Arc<Event>, wakes: &mut Vec<Waker>) -> Fanout {
         let mut f = Fanout::default();
         self.router.for_each_candidate(schema, ev, |id| {
             let Some(w) = self.watchers.get(id as usize).and_then(Option::as_ref) else {
                 return;
             };
-            match w.offer(schema, ev) {
+            match w.offer(schema, ev, wakes) {
                 Offer::Queued => f.queued += 1,
                 Offer::Parked => f.parked += 1,
                 Offer::Skipped => {}
@@ -119,7 +121,7 @@ mod tests {
         assert_eq!(r.counts(), (2, 1));
         let e = f.put("a", "n1");
         assert_eq!(
-            r.dispatch(&f.schema, &e),
+            r.dispatch(&f.schema, &e, &mut Vec::new()),
             Fanout {
                 queued: 2,
                 parked: 0
@@ -127,10 +129,10 @@ mod tests {
         );
         // A move from n1 to n2 reaches both routed watchers (DELETED for n1, ADDED for n2).
         let e = f.put("a", "n2");
-        assert_eq!(r.dispatch(&f.schema, &e).queued, 3);
+        assert_eq!(r.dispatch(&f.schema, &e, &mut Vec::new()).queued, 3);
         let e = f.put("a", "n2");
         assert_eq!(
-            r.dispatch(&f.schema, &e),
+            r.dispatch(&f.schema, &e, &mut Vec::new()),
             Fanout {
                 queued: 1,
                 parked: 1

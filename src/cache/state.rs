@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::Waker;
 use std::time::Instant;
 
 use hashbrown::HashSet;
@@ -276,6 +277,7 @@ impl State {
         schema: &Schema,
         rv: u64,
         changes: impl IntoIterator<Item = Change>,
+        wakes: &mut Vec<Waker>,
     ) -> Committed {
         let now = Instant::now();
         let mut c = Committed::default();
@@ -308,7 +310,7 @@ impl State {
             let ev = self
                 .history
                 .push(|seq| Event::new(seq, rv, object, prev, now));
-            c.fanout += self.registry.dispatch(schema, ev);
+            c.fanout += self.registry.dispatch(schema, ev, wakes);
             c.events += 1;
         }
         c
@@ -388,18 +390,20 @@ impl Shared {
 
     // ---- writer side ----
 
-    /// Applies the changes of one revision.
+    /// Applies the changes of one revision. The wakers of the watchers it queued events for are
+    /// pushed to `wakes`, for the caller to wake once the lock is released.
     pub fn apply(
         &self,
         rv: u64,
         changes: impl IntoIterator<Item = Change>,
+        wakes: &mut Vec<Waker>,
     ) -> Result<(), OutOfOrder> {
         let received = Instant::now();
         let mut st = self.state.write();
         if rv <= st.rv {
             return Err(OutOfOrder { rv, current: st.rv });
         }
-        let c = st.commit(&self.schema, rv, changes);
+        let c = st.commit(&self.schema, rv, changes, wakes);
         self.publish(&mut st, rv);
         drop(st);
         self.metrics.queued.observe_duration(received.elapsed());
@@ -439,8 +443,9 @@ impl Shared {
         listed: u64,
     ) -> ResyncOutcome {
         let schema = &self.schema;
-        let mut st = self.state.write();
-        let st = &mut *st;
+        let mut wakes = Vec::new();
+        let mut guard = self.state.write();
+        let st = &mut *guard;
         let rv = match st.readiness {
             // The only time the revision may go backwards: the upstream's history was replaced.
             Readiness::Diverged { .. } => rv,
@@ -485,7 +490,7 @@ impl Shared {
             info!(resource = %schema.def.plural, objects = out.added, rv, "initial sync finished");
             out
         } else {
-            let c = st.commit(schema, rv, changes);
+            let c = st.commit(schema, rv, changes, &mut wakes);
             st.history.raise_floor(rv);
             self.count(&c);
             Metrics::add(&self.metrics.resyncs, 1);
@@ -501,6 +506,8 @@ impl Shared {
         // The revision first: a waiter woken by readiness reads it without the lock.
         self.publish(st, rv);
         self.ready.publish(&st.readiness);
+        drop(guard);
+        wakes.into_iter().for_each(Waker::wake);
         ResyncOutcome { listed, ..out }
     }
 
@@ -921,7 +928,8 @@ mod tests {
                 From::After(1),
             )
             .unwrap();
-        s.apply(2, [Change::Put(f.pod("a", "n1", 2))]).unwrap();
+        s.apply(2, [Change::Put(f.pod("a", "n1", 2))], &mut Vec::new())
+            .unwrap();
         // A relist at 5 that no longer has b and has a changed, c new.
         let out = s.finish_resync(
             5,
@@ -969,8 +977,10 @@ mod tests {
             &keys(&f, &["a", "b"]),
             2,
         );
-        s.apply(4, [Change::Put(f.pod("c", "n1", 4))]).unwrap();
-        s.apply(5, [Change::Put(f.pod("a", "n1", 5))]).unwrap();
+        s.apply(4, [Change::Put(f.pod("c", "n1", 4))], &mut Vec::new())
+            .unwrap();
+        s.apply(5, [Change::Put(f.pod("a", "n1", 5))], &mut Vec::new())
+            .unwrap();
         let all = Predicate::compile(&s.schema, &Selection::all());
         let at = |n: u64, after: Option<&str>, limit: usize| {
             let (e, more) = s.entries_at(n, &all, after, limit).unwrap();
@@ -988,7 +998,8 @@ mod tests {
         s.corrupt(Corruption::Forget(k("b")));
         s.corrupt(Corruption::Plant(f.pod("g", "n1", 5)));
         s.corrupt(Corruption::MissNext(k("c")));
-        s.apply(6, [Change::Delete(k("c"))]).unwrap();
+        s.apply(6, [Change::Delete(k("c"))], &mut Vec::new())
+            .unwrap();
         assert_eq!(
             at(6, None, 10).0,
             [(k("a"), 5), (k("c"), 4), (k("g"), 5)],
@@ -1036,7 +1047,8 @@ mod tests {
                 From::After(10),
             )
             .unwrap();
-        s.apply(11, [Change::Put(f.pod("b", "n1", 11))]).unwrap();
+        s.apply(11, [Change::Put(f.pod("b", "n1", 11))], &mut Vec::new())
+            .unwrap();
         s.reset("etcd went back".into());
         assert!(!s.is_ready());
         assert!(
@@ -1077,7 +1089,8 @@ mod tests {
             1,
             "the reload is silent: only b's live event counted"
         );
-        s.apply(4, [Change::Put(f.pod("c", "n1", 4))]).unwrap();
+        s.apply(4, [Change::Put(f.pod("c", "n1", 4))], &mut Vec::new())
+            .unwrap();
         assert_eq!(s.resource_version(), 4);
     }
 }

@@ -117,8 +117,11 @@ impl Watcher {
         }
     }
 
-    /// Called by the dispatcher, under the state write lock. Never blocks on the consumer.
-    pub fn offer(&self, schema: &Schema, ev: &Arc<Event>) -> Offer {
+    /// Called by the dispatcher, under the state write lock. Never blocks on the consumer. The
+    /// consumer's waker, when an event is queued for it, is pushed to `wakes`: the writer wakes
+    /// them after the lock is released, once per batch of revisions it applies (one read of its
+    /// upstream), so that a catch-up wakes a watcher's task once per read rather than per event.
+    pub fn offer(&self, schema: &Schema, ev: &Arc<Event>, wakes: &mut Vec<Waker>) -> Offer {
         let Some(kind) = self.transition(schema, ev) else {
             return Offer::Skipped;
         };
@@ -134,10 +137,8 @@ impl Watcher {
             event: Arc::clone(ev),
             kind,
         });
-        let waker = q.waker.take();
-        drop(q);
-        if let Some(w) = waker {
-            w.wake();
+        if let Some(w) = q.waker.take() {
+            wakes.push(w);
         }
         Offer::Queued
     }
@@ -241,7 +242,7 @@ mod tests {
         let mut offers = Vec::new();
         for _ in 0..5 {
             let e = f.put("a", "n1");
-            offers.push(w.offer(&f.schema, &e));
+            offers.push(w.offer(&f.schema, &e, &mut Vec::new()));
         }
         use Offer::*;
         assert_eq!(offers, [Queued, Queued, Parked, Skipped, Skipped]);
@@ -258,7 +259,7 @@ mod tests {
         assert_eq!(kinds(&w), [(EventType::Modified, 5)]);
         assert_eq!(w.queue.lock().feed, Feed::Live, "rejoined at the head");
         let e = f.put("a", "n1");
-        assert_eq!(w.offer(&f.schema, &e), Queued);
+        assert_eq!(w.offer(&f.schema, &e, &mut Vec::new()), Queued);
     }
 
     #[test]
@@ -272,7 +273,7 @@ mod tests {
         let w = Watcher::new(f.predicate(&on_node("n1")), 0, 1, None);
         for _ in 0..5 {
             let e = f.put("a", "n1");
-            w.offer(&f.schema, &e);
+            w.offer(&f.schema, &e, &mut Vec::new());
         }
         w.queue.lock().items.clear();
         assert_eq!(

@@ -75,6 +75,11 @@ struct BenchArgs {
     /// `--model catchup`: events written to etcd while the cache is cut off from it.
     #[arg(long, default_value_t = 300_000)]
     events: usize,
+    /// `--model catchup`: events written with the link up before the measured cut, so that the
+    /// cache under test runs warm (its history window full, its memory reused rather than grown
+    /// from the OS: what a long-running cache catching up after a partition has).
+    #[arg(long, default_value_t = 0)]
+    warmup_events: usize,
     /// `--model catchup`: how pods are stored in etcd (`protobuf`: as kube-apiserver 1.35 writes
     /// them).
     #[arg(long, value_enum, default_value_t = bench::pods::Storage::Protobuf)]
@@ -715,6 +720,7 @@ async fn catchup(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         label_watchers: args.unrouted,
         apps: args.apps,
         events: args.events,
+        warmup_events: args.warmup_events,
         storage: args.storage,
         follow: args.follow,
         watch_wire: args.watch_wire,

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use tokio::sync::Notify;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 pub use encryption::{Encryption, EncryptionError, Transformer};
 pub use local::{LocalEtcd, LocalEtcdError, LocalEtcdTls, free_port};
@@ -59,7 +59,10 @@ pub enum ConsistentReads {
     /// otherwise from an etcd range read at the current revision (as Kubernetes does).
     #[default]
     Auto,
-    /// Always from the cache, after waiting for it to reach etcd's current revision.
+    /// Always from the cache, after waiting for it to reach etcd's current revision. Safe only
+    /// where `Auto` would choose it: on older etcd a progress notification may run ahead of an
+    /// event, so a read may miss a write and the event be skipped. Forced on such an etcd, it is
+    /// logged as an error at connect.
     FromCache,
     /// Always from an etcd range read.
     FromEtcd,
@@ -268,9 +271,22 @@ impl EtcdCaches {
                 source,
             })?;
         let reliable = match config.consistent_reads {
-            ConsistentReads::FromCache => true,
+            ConsistentReads::FromCache => {
+                if !detect_reliable_progress(&config).await {
+                    error!(
+                        "consistent reads from the cache were forced on an etcd whose progress notifications may run ahead of its events: a consistent read may miss a write, and the write's event be skipped"
+                    );
+                }
+                true
+            }
             ConsistentReads::FromEtcd => false,
-            ConsistentReads::Auto => detect_reliable_progress(&config).await,
+            ConsistentReads::Auto => {
+                let reliable = detect_reliable_progress(&config).await;
+                if !reliable {
+                    warn!("consistent reads go to etcd range reads");
+                }
+                reliable
+            }
         };
         let policy = Policy {
             upstream: "etcd",
@@ -399,7 +415,7 @@ async fn detect_reliable_progress(config: &EtcdConfig) -> bool {
     if !reliable {
         warn!(
             ?versions,
-            "etcd predates ordered progress notifications (3.4.31 / 3.5.13): consistent reads go to etcd range reads"
+            "etcd predates ordered progress notifications (3.4.31 / 3.5.13)"
         );
     }
     reliable

@@ -80,6 +80,9 @@ pub struct CatchupConfig {
     pub apps: usize,
     /// Events written while the link is cut (E).
     pub events: usize,
+    /// Events written with the link up before the cut, delivered live: the cache under test then
+    /// catches up warm (its history window full of them, their memory reused).
+    pub warmup_events: usize,
     /// How the pods are stored in etcd.
     pub storage: Storage,
     /// What the server under test follows.
@@ -107,6 +110,8 @@ pub struct CatchupReport {
     pub leaf_wire: load::WatchWire,
     pub storage: Storage,
     pub events: u64,
+    /// Events written and delivered live before the cut.
+    pub warmup_events: u64,
     pub pods: usize,
     pub watchers: usize,
     pub label_watchers: usize,
@@ -296,9 +301,26 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
         "watchers open"
     );
 
+    // One churn for both phases: it knows which pods exist.
+    let churn = Arc::new(Mutex::new(
+        Churn::new(cfg.pods, cfg.nodes).with_apps(cfg.apps),
+    ));
+    if cfg.warmup_events > 0 {
+        let b = bar(cfg.progress, cfg.warmup_events as u64, "warm-up");
+        let warm = backlog(cfg.warmup_events, &cfg, &churn, &stack.client, &codec, &b).await?;
+        b.finish_and_clear();
+        under_test.reached(&stack, warm.last_rev, cfg.grace).await?;
+        load::until_quiet(&counters.received, cfg.grace, None).await;
+        info!(
+            events = warm.events,
+            rev = warm.last_rev,
+            "warm-up delivered"
+        );
+    }
+
     partition.cut();
     let b = bar(cfg.progress, cfg.events as u64, "backlog");
-    let written = backlog(&cfg, &stack.client, &codec, &b).await?;
+    let written = backlog(cfg.events, &cfg, &churn, &stack.client, &codec, &b).await?;
     b.finish_and_clear();
     let end_rev = written.last_rev;
     info!(
@@ -322,7 +344,9 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
     let (server0, etcd0, me0, root0) = (cpu(server_pid), cpu(etcd_pid), cpu(me), cpu(root_pid));
     let healed = partition.heal();
     let healed_us = pods::now_us();
-    under_test.reached(&stack, start_rev + 1, cfg.grace).await?;
+    under_test
+        .reached(&stack, written.first_rev, cfg.grace)
+        .await?;
     let first = Instant::now();
     let server_first = cpu(server_pid);
     under_test.reached(&stack, end_rev, cfg.grace).await?;
@@ -375,6 +399,7 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
         leaf_wire: cfg.leaf_wire,
         storage: cfg.storage,
         events,
+        warmup_events: cfg.warmup_events as u64,
         pods: cfg.pods,
         watchers: cfg.watchers,
         label_watchers: cfg.label_watchers,
@@ -449,23 +474,24 @@ async fn seed(
 /// What writing the backlog did.
 struct Written {
     events: u64,
+    first_rev: u64,
     puts: u64,
     last_rev: u64,
     bytes: u64,
     secs: f64,
 }
 
-/// Writes `cfg.events` churn events as fast as etcd takes them, each its own revision (a put or a
+/// Writes `events` churn events as fast as etcd takes them, each its own revision (a put or a
 /// delete, as kube-apiserver writes).
 async fn backlog(
+    events: usize,
     cfg: &CatchupConfig,
+    churn: &Arc<Mutex<Churn>>,
     client: &etcd_client::Client,
     codec: &Arc<Codec>,
     b: &indicatif::ProgressBar,
 ) -> Result<Written, String> {
-    let churn = Arc::new(Mutex::new(
-        Churn::new(cfg.pods, cfg.nodes).with_apps(cfg.apps),
-    ));
+    let first_rev = stack::current_revision(client).await? + 1;
     let sem = Arc::new(Semaphore::new(IN_FLIGHT));
     let last_rev = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
@@ -473,7 +499,7 @@ async fn backlog(
     let failed: Arc<Mutex<Option<String>>> = Arc::default();
     let began = Instant::now();
     let mut issued = 0;
-    while issued < cfg.events {
+    while issued < events {
         if let Some(e) = failed.lock().take() {
             return Err(e);
         }
@@ -490,7 +516,7 @@ async fn backlog(
         let (mut kv, codec, churn, b) = (
             client.kv_client(),
             Arc::clone(codec),
-            Arc::clone(&churn),
+            Arc::clone(churn),
             b.clone(),
         );
         let (last_rev, bytes, puts, failed, storage) = (
@@ -544,6 +570,7 @@ async fn backlog(
     }
     Ok(Written {
         events: issued as u64,
+        first_rev,
         puts: puts.load(Ordering::Relaxed),
         last_rev: last_rev.load(Ordering::Relaxed),
         bytes: bytes.load(Ordering::Relaxed),
@@ -628,8 +655,11 @@ pub fn table(r: &CatchupReport) -> String {
             ),
         ),
         (
-            "backlog events, mean stored bytes",
-            format!("{}, {:.0}", r.events, r.stored_bytes_mean),
+            "warm-up events; backlog events, mean stored bytes",
+            format!(
+                "{}; {}, {:.0}",
+                r.warmup_events, r.events, r.stored_bytes_mean
+            ),
         ),
         (
             "backlog written in s (writes/s)",
