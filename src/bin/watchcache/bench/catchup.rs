@@ -23,6 +23,11 @@
 //!   controller embedding watchcache runs), its watchers in-process streams: the cache's ingest
 //!   without 10 000 sockets' worth of HTTP delivery on the same two cores.
 //!
+//! `--warmup-events W` first writes W events with the link up, delivered live, so that the cache
+//! catches up warm: its history window holds them and the catch-up reuses their memory, as in a
+//! long-running cache, instead of growing the heap from fresh pages (which the kernel zeroes: a
+//! fifth of a cold run's samples here).
+//!
 //! A fresh cache reading a long history was not chosen: a fresh cache lists the current state and
 //! watches from there, so it never reads history event by event, and a LIST is not what a
 //! follower does per event.
