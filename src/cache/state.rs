@@ -26,6 +26,7 @@ use crate::cache::config::CacheConfig;
 #[cfg(any(test, feature = "test-hooks"))]
 use crate::cache::consistency::Corruption;
 use crate::cache::consistency::Entry;
+use crate::cache::deadlines::{self, Deadlines};
 use crate::cache::fresh::Coalescer;
 use crate::cache::history::{Event, Evicted, History};
 use crate::cache::list::{self, Page, Rollback};
@@ -332,6 +333,8 @@ pub(crate) struct Shared {
     json_paths: RwLock<Arc<[FieldPath]>>,
     /// Wakes readiness waiters; `State::readiness` is published to it under the state lock.
     ready: Signal,
+    /// The watches' bookmark timers: one wheel, not a tokio timer per watch (`deadlines.rs`).
+    pub bookmarks: Arc<Deadlines>,
 }
 
 impl Shared {
@@ -360,6 +363,7 @@ impl Shared {
             fresh_reads,
             json_paths: RwLock::new(Arc::from([])),
             ready: Signal::new(),
+            bookmarks: Deadlines::new(None, deadlines::TICK),
         }
     }
 

@@ -19,10 +19,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_core::Stream;
-use tokio::time::Sleep;
 
-use std::future::Future;
-
+use crate::cache::deadlines::Deadline;
 use crate::cache::state::{Registered, Shared};
 use crate::cache::watcher::{Delivery, Feed, Watcher};
 use crate::error::Error;
@@ -257,7 +255,9 @@ pub struct WatchStream {
     id: u32,
     phase: Phase,
     last_rv: u64,
-    bookmarks: Option<(Pin<Box<Sleep>>, Duration)>,
+    /// When the next periodic bookmark is due (the period is the cache's `bookmark_interval`),
+    /// in the cache's wheel: ≤ 1 s late, and no timer of its own per watch.
+    bookmarks: Option<Deadline>,
 }
 
 impl WatchStream {
@@ -288,7 +288,8 @@ impl WatchStream {
             }),
             None => Phase::Live,
         };
-        let bookmarks = bookmark_every.map(|d| (Box::pin(tokio::time::sleep(d)), d));
+        let bookmarks =
+            bookmark_every.map(|d| shared.bookmarks.deadline(tokio::time::Instant::now() + d));
         WatchStream {
             shared,
             watcher,
@@ -304,18 +305,15 @@ impl WatchStream {
     /// revision instead of relisting. A watch that short (a leaf's progress probe: 3 s) gets it
     /// at once: it asks where the cache is, now.
     pub fn bookmark_before(&mut self, deadline: tokio::time::Instant) {
-        if let Some((timer, _)) = &mut self.bookmarks {
+        if let Some(timer) = &mut self.bookmarks {
             let now = tokio::time::Instant::now();
             let at = deadline
                 .checked_sub(Duration::from_secs(2))
                 .unwrap_or(deadline);
-            let at = if at <= now + Duration::from_secs(1) {
-                now
-            } else {
-                at
-            };
-            if at < timer.deadline() {
-                timer.as_mut().reset(at);
+            if at <= now + Duration::from_secs(1) {
+                timer.reset_passed();
+            } else if timer.is_after(at) {
+                timer.reset(at);
             }
         }
     }
@@ -396,11 +394,13 @@ impl WatchStream {
                     continue;
                 }
             }
-            if let Some((timer, every)) = &mut self.bookmarks
-                && timer.as_mut().poll(cx).is_ready()
+            if let Some(timer) = &mut self.bookmarks
+                && timer.poll_passed(cx).is_ready()
             {
-                let every = *every;
-                timer.as_mut().reset(tokio::time::Instant::now() + every);
+                timer.reset(tokio::time::Instant::now() + self.shared.config.bookmark_interval);
+                // Armed now: the bookmark may be skipped below, and the wheel must wake us for
+                // the next one. (A period under a tick is ready again: the next poll sends it.)
+                let _ = timer.poll_passed(cx);
                 if bookmark_rv >= self.last_rv {
                     self.last_rv = bookmark_rv;
                     return Poll::Ready(Some(Ok(self.bookmark(bookmark_rv, false))));
@@ -490,6 +490,7 @@ mod tests {
     use futures_util::StreamExt;
 
     use super::*;
+    use crate::cache::deadlines;
     use crate::cache::{Cache, CacheConfig, WatchOptions};
     use crate::model::{ResourceDef, ResourceVersion};
 
@@ -539,8 +540,88 @@ mod tests {
         s.bookmark_before(start + Duration::from_secs(10));
         let ev = s.next().await.unwrap().unwrap();
         assert_eq!((ev.kind(), ev.resource_version()), (EventType::Bookmark, 7));
-        assert_eq!(start.elapsed(), Duration::from_secs(8));
+        // The cache's wheel: never early, at most a tick late.
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_secs(8) && took <= Duration::from_secs(9),
+            "{took:?}"
+        );
         assert!(!ev.is_initial_events_end());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_short_watch_gets_its_bookmark_at_once() {
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let _src = crate::MemorySource::new(writer, 7, []);
+        let mut s = cache
+            .watch(WatchOptions::new(Selection::all(), ResourceVersion::At(7)).with_bookmarks())
+            .await
+            .unwrap();
+        let start = tokio::time::Instant::now();
+        s.bookmark_before(start + Duration::from_secs(3));
+        let ev = s.next().await.unwrap().unwrap();
+        assert_eq!((ev.kind(), ev.resource_version()), (EventType::Bookmark, 7));
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    /// Periodic bookmarks come from the cache's wheel: each a period apart (never early, at most
+    /// a tick late), at the revision the cache reached, with no timer of the watch's own; an
+    /// event in between does not stop them, and the wheel holds one entry per waiting watch.
+    #[tokio::test(start_paused = true)]
+    async fn periodic_bookmarks_come_through_the_wheel() {
+        let every = Duration::from_secs(5);
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default().bookmark_interval(every),
+        );
+        let src = crate::MemorySource::new(writer, 7, []);
+        let mut streams = Vec::new();
+        for _ in 0..3 {
+            streams.push(
+                cache
+                    .watch(
+                        WatchOptions::new(Selection::all(), ResourceVersion::At(7))
+                            .with_bookmarks(),
+                    )
+                    .await
+                    .unwrap(),
+            );
+        }
+        let plain = cache
+            .watch(WatchOptions::new(Selection::all(), ResourceVersion::At(7)))
+            .await
+            .unwrap();
+        let mut last = tokio::time::Instant::now();
+        for round in 0..3u64 {
+            if round == 1 {
+                src.put("/registry/pods/ns/a", pod("a", "n1")).unwrap();
+                for s in &mut streams {
+                    let ev = s.next().await.unwrap().unwrap();
+                    assert_eq!(ev.kind(), EventType::Added);
+                }
+            }
+            for (i, s) in streams.iter_mut().enumerate() {
+                let ev = s.next().await.unwrap().unwrap();
+                let rv = if round == 0 { 7 } else { 8 };
+                assert_eq!(
+                    (ev.kind(), ev.resource_version()),
+                    (EventType::Bookmark, rv)
+                );
+                if i == 0 {
+                    let took = last.elapsed();
+                    assert!(took >= every && took <= every + deadlines::TICK, "{took:?}");
+                    last = tokio::time::Instant::now();
+                }
+            }
+            // Each stream re-armed its next bookmark; the watch without bookmarks has none.
+            assert_eq!(cache.shared.bookmarks.waiting(), 3);
+        }
+        drop(streams);
+        assert_eq!(cache.shared.bookmarks.waiting(), 0);
+        drop(plain);
     }
 
     #[tokio::test]
