@@ -736,7 +736,7 @@ impl Shared {
             // A position taken before the reset means nothing now.
             return Err(st.history.evicted());
         }
-        let capacity = match pred.route() {
+        let capacity = match pred.route(&self.schema) {
             Some(_) => self.config.routed_buffer,
             None => {
                 let (lo, hi) = self.config.unrouted_buffer;
@@ -763,7 +763,7 @@ impl Shared {
             self.publish_paths(&st);
         }
         let watcher = Arc::new(watcher);
-        let id = st.registry.add(Arc::clone(&watcher));
+        let id = st.registry.add(&self.schema, Arc::clone(&watcher));
         Ok(Registered {
             watcher,
             id,
@@ -774,7 +774,7 @@ impl Shared {
 
     pub fn unregister(&self, id: u32) {
         let mut st = self.state.write();
-        if let Some(w) = st.registry.remove(id)
+        if let Some(w) = st.registry.remove(&self.schema, id)
             && st.release_paths(&w.predicate)
         {
             self.publish_paths(&st);
