@@ -217,14 +217,15 @@ impl WatchEvent {
     }
 }
 
-/// Where a stream is.
+/// Where a stream is. Both payloads are boxed: an idle watch is `Live`, and the initial events'
+/// page (64 B) or an error (64 B) inline would be carried by every idle watch for its life.
 enum Phase {
     /// Sending the state at the start revision as ADDED events.
-    Initial(Initial),
+    Initial(Box<Initial>),
     /// Sending changes.
     Live,
     /// The next item is this error; then the stream ends.
-    Failed(Error),
+    Failed(Box<Error>),
     Done,
 }
 
@@ -278,14 +279,14 @@ impl WatchStream {
                 seq,
                 rv,
                 end_bookmark,
-            }) => Phase::Initial(Initial {
+            }) => Phase::Initial(Box::new(Initial {
                 seq,
                 after: None,
                 rv,
                 page: VecDeque::new(),
                 exhausted: false,
                 end_bookmark,
-            }),
+            })),
             None => Phase::Live,
         };
         let bookmarks =
@@ -423,7 +424,7 @@ impl Stream for WatchStream {
                     let Phase::Failed(e) = std::mem::replace(&mut this.phase, Phase::Done) else {
                         unreachable!()
                     };
-                    return Poll::Ready(Some(Err(e)));
+                    return Poll::Ready(Some(Err(*e)));
                 }
                 Phase::Live => return this.poll_live(cx),
                 Phase::Initial(init) => {
@@ -443,7 +444,7 @@ impl Stream for WatchStream {
                         if let Error::Expired { .. } = e {
                             this.shared.record_expired();
                         }
-                        this.phase = Phase::Failed(e);
+                        this.phase = Phase::Failed(Box::new(e));
                     }
                 }
             }
@@ -622,6 +623,17 @@ mod tests {
         drop(streams);
         assert_eq!(cache.shared.bookmarks.waiting(), 0);
         drop(plain);
+    }
+
+    #[test]
+    fn an_idle_stream_is_small() {
+        // Held by every idle watch for its life (design/performance.md, "Bookmarks from the
+        // cache's wheel"): the phases' payloads boxed, the bookmark timer a wheel entry.
+        assert!(
+            std::mem::size_of::<WatchStream>() <= 88,
+            "{}",
+            std::mem::size_of::<WatchStream>()
+        );
     }
 
     #[tokio::test]
