@@ -15,6 +15,8 @@
 //!
 //! - `proto`: with `tls` or `h2`, the watches ask for protobuf
 //!   (`application/vnd.kubernetes.protobuf;stream=watch`), as a kubelet does.
+//! - `bookmarks`: every watch asks for `allowWatchBookmarks=true`, as a kubelet's do (its
+//!   stream then waits for its periodic bookmark too).
 //! - `live`: after the report, the process exits at once with every connection still open, so
 //!   that a heap profiler's "leaked" allocations are those live while idle:
 //!   `heaptrack target/release/examples/conn_memory 1800 routed h2=18 proto live`, then
@@ -87,6 +89,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gzip = std::env::args().skip(3).any(|a| a == "gzip");
     let proto = std::env::args().skip(3).any(|a| a == "proto");
     let live = std::env::args().skip(3).any(|a| a == "live");
+    let bookmarks = if std::env::args().skip(3).any(|a| a == "bookmarks") {
+        "&allowWatchBookmarks=true"
+    } else {
+        ""
+    };
     let transport = std::env::args()
         .skip(3)
         .find_map(|a| match a.split_once('=') {
@@ -129,7 +136,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::spawn(server.serve(listener, std::future::pending()));
     tokio::time::sleep(Duration::from_millis(200)).await;
     if transport != Transport::Plain {
-        let result = measure_tls(addr, &dir, n, routed, gzip, proto, transport, live).await;
+        let result = measure_tls(
+            addr, &dir, n, routed, gzip, proto, bookmarks, transport, live,
+        )
+        .await;
         drop(etcd);
         let _ = std::fs::remove_dir_all(dir);
         if matches!(&result, Err(e) if e.to_string() == LIVE_EXIT) {
@@ -151,7 +161,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             write!(
                 s,
-                "GET /api/v1/pods?watch=1&resourceVersion=1{sel} HTTP/1.1\r\nHost: x\r\n{accept}\r\n"
+                "GET /api/v1/pods?watch=1&resourceVersion=1{sel}{bookmarks} HTTP/1.1\r\nHost: x\r\n{accept}\r\n"
             )
             .expect("send");
             socks.push(s);
@@ -170,9 +180,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let after = LIVE.load(Ordering::Relaxed);
     let per = (after - before - client_bytes as isize) as f64 / n as f64;
     println!(
-        "{n} idle {}{} watch connections: {per:.0} live heap bytes per connection on the server",
+        "{n} idle {}{}{} watch connections: {per:.0} live heap bytes per connection on the server",
         if routed { "routed" } else { "unrouted" },
-        if gzip { " gzip" } else { "" }
+        if gzip { " gzip" } else { "" },
+        if bookmarks.is_empty() {
+            ""
+        } else {
+            " bookmarks"
+        }
     );
     for (i, c) in CLASSES.iter().enumerate() {
         let d = c.load(Ordering::Relaxed) - classes_before[i];
@@ -242,6 +257,7 @@ async fn measure_tls(
     routed: bool,
     gzip: bool,
     proto: bool,
+    bookmarks: &str,
     transport: Transport,
     live: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
@@ -266,6 +282,7 @@ async fn measure_tls(
         .arg(if routed { "routed" } else { "unrouted" })
         .arg(if gzip { "gzip" } else { "identity" })
         .arg(if proto { "proto" } else { "json" })
+        .arg(format!("query={bookmarks}"))
         // A heap profiler's preload is for the server only.
         .env_remove("LD_PRELOAD")
         .stdin(std::process::Stdio::piped())
@@ -282,10 +299,15 @@ async fn measure_tls(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let one = snapshot();
     let kind = format!(
-        "{}{}{}",
+        "{}{}{}{}",
         if routed { "routed" } else { "unrouted" },
         if gzip { " gzip" } else { "" },
-        if proto { " protobuf" } else { "" }
+        if proto { " protobuf" } else { "" },
+        if bookmarks.is_empty() {
+            ""
+        } else {
+            " bookmarks"
+        }
     );
     match transport {
         Transport::H2(s) => {
@@ -343,9 +365,21 @@ mod client {
 
     pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
         let a: Vec<String> = std::env::args().skip(2).collect();
-        let [addr, ca, conns, per_conn, proto, routed, gzip, format] = &a[..] else {
-            return Err("client: addr ca conns per-conn proto routed gzip format".into());
+        let [
+            addr,
+            ca,
+            conns,
+            per_conn,
+            proto,
+            routed,
+            gzip,
+            format,
+            query,
+        ] = &a[..]
+        else {
+            return Err("client: addr ca conns per-conn proto routed gzip format query=".into());
         };
+        let query = query.strip_prefix("query=").unwrap_or_default();
         let media = if format == "proto" {
             "application/vnd.kubernetes.protobuf;stream=watch"
         } else {
@@ -371,7 +405,7 @@ mod client {
             } else {
                 String::new()
             };
-            format!("/api/v1/pods?watch=1&resourceVersion=1{sel}")
+            format!("/api/v1/pods?watch=1&resourceVersion=1{sel}{query}")
         };
         let accept = if gzip == "gzip" { "gzip" } else { "identity" };
         let mut held_h1 = Vec::new();

@@ -109,7 +109,7 @@ pub(crate) fn page(
     after: Option<&str>,
     limit: Option<usize>,
 ) -> Page {
-    let cands = store.candidates(pred);
+    let cands = store.candidates(schema, pred);
     match (&cands, limit) {
         (Some(c), None) => gather(schema, store, rollback, pred, c, after, None),
         (Some(c), Some(l))

@@ -27,6 +27,7 @@ mod config;
 pub(crate) mod consistency;
 mod consistent;
 pub(crate) mod continue_token;
+pub(crate) mod deadlines;
 mod fresh;
 mod history;
 mod key_order;

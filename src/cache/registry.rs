@@ -47,10 +47,11 @@ impl Registry {
         }
     }
 
-    pub fn add(&mut self, w: Arc<Watcher>) -> u32 {
+    /// Registers a watcher under its route in `schema` (the schema this registry was made for).
+    pub fn add(&mut self, schema: &Schema, w: Arc<Watcher>) -> u32 {
         let id = self.free.pop().unwrap_or(self.watchers.len() as u32);
         self.router
-            .add(id, w.predicate.route(), w.predicate.shard());
+            .add(id, w.predicate.route(schema), w.predicate.shard());
         match self.watchers.get_mut(id as usize) {
             Some(slot) => *slot = Some(w),
             None => self.watchers.push(Some(w)),
@@ -59,10 +60,10 @@ impl Registry {
     }
 
     /// Unregisters a watcher; returns it.
-    pub fn remove(&mut self, id: u32) -> Option<Arc<Watcher>> {
+    pub fn remove(&mut self, schema: &Schema, id: u32) -> Option<Arc<Watcher>> {
         let w = self.watchers.get_mut(id as usize).and_then(Option::take)?;
         self.router
-            .remove(id, w.predicate.route(), w.predicate.shard());
+            .remove(id, w.predicate.route(schema), w.predicate.shard());
         self.free.push(id);
         Some(w)
     }
@@ -114,9 +115,9 @@ mod tests {
         let n2 = watcher(&f, &on_node("n2"), 1);
         let all = watcher(&f, &Selection::all(), 8);
         let ids = [
-            r.add(Arc::clone(&n1)),
-            r.add(Arc::clone(&n2)),
-            r.add(Arc::clone(&all)),
+            r.add(&f.schema, Arc::clone(&n1)),
+            r.add(&f.schema, Arc::clone(&n2)),
+            r.add(&f.schema, Arc::clone(&all)),
         ];
         assert_eq!(r.counts(), (2, 1));
         let e = f.put("a", "n1");
@@ -140,12 +141,12 @@ mod tests {
             "n2's queue of one was full"
         );
         assert_eq!(n1.queue.lock().items.len(), 2);
-        r.remove(ids[1]);
+        r.remove(&f.schema, ids[1]);
         assert_eq!(r.counts(), (1, 1));
-        let reused = r.add(watcher(&f, &on_node("n3"), 8));
+        let reused = r.add(&f.schema, watcher(&f, &on_node("n3"), 8));
         assert_eq!(reused, ids[1], "ids are reused");
-        r.remove(ids[1]);
-        r.remove(ids[1]);
+        r.remove(&f.schema, ids[1]);
+        r.remove(&f.schema, ids[1]);
         assert_eq!(r.counts(), (1, 1), "removing twice is harmless");
     }
 }

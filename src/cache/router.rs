@@ -44,17 +44,17 @@ impl Router {
         }
     }
 
-    pub fn add(&mut self, id: u32, route: Option<&(Attr, String)>, shard: Option<&ShardSelector>) {
-        let routed = route.is_some_and(|(a, _)| self.map_for(*a).is_some());
+    pub fn add(&mut self, id: u32, route: Option<(Attr, &str)>, shard: Option<&ShardSelector>) {
+        let routed = route.is_some_and(|(a, _)| self.map_for(a).is_some());
         if let (false, Some(shards), Some(shard)) = (routed, &mut self.shards, shard) {
             shards.add(id, shard);
             return;
         }
-        match route.and_then(|(a, v)| self.map_for(*a).map(|m| (m, v))) {
-            Some((map, v)) => match map.get_mut(v.as_str()) {
+        match route.and_then(|(a, v)| self.map_for(a).map(|m| (m, v))) {
+            Some((map, v)) => match map.get_mut(v) {
                 Some(m) => m.insert(id),
                 None => {
-                    map.insert(v.as_str().into(), Members::One(id));
+                    map.insert(v.into(), Members::One(id));
                 }
             },
             None => {
@@ -63,21 +63,16 @@ impl Router {
         }
     }
 
-    pub fn remove(
-        &mut self,
-        id: u32,
-        route: Option<&(Attr, String)>,
-        shard: Option<&ShardSelector>,
-    ) {
-        let routed = route.is_some_and(|(a, _)| self.map_for(*a).is_some());
+    pub fn remove(&mut self, id: u32, route: Option<(Attr, &str)>, shard: Option<&ShardSelector>) {
+        let routed = route.is_some_and(|(a, _)| self.map_for(a).is_some());
         if let (false, Some(shards), Some(shard)) = (routed, &mut self.shards, shard) {
             shards.remove(id, shard);
             return;
         }
-        match route.and_then(|(a, v)| self.map_for(*a).map(|m| (m, v))) {
+        match route.and_then(|(a, v)| self.map_for(a).map(|m| (m, v))) {
             Some((map, v)) => {
-                if map.get_mut(v.as_str()).is_some_and(|m| m.remove(id)) {
-                    map.remove(v.as_str());
+                if map.get_mut(v).is_some_and(|m| m.remove(id)) {
+                    map.remove(v);
                 }
             }
             None => {

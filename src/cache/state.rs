@@ -27,6 +27,7 @@ use crate::cache::config::CacheConfig;
 #[cfg(any(test, feature = "test-hooks"))]
 use crate::cache::consistency::Corruption;
 use crate::cache::consistency::Entry;
+use crate::cache::deadlines::{self, Deadlines};
 use crate::cache::fresh::Coalescer;
 use crate::cache::history::{Event, Evicted, History};
 use crate::cache::list::{self, Page, Rollback};
@@ -334,6 +335,8 @@ pub(crate) struct Shared {
     json_paths: RwLock<Arc<[FieldPath]>>,
     /// Wakes readiness waiters; `State::readiness` is published to it under the state lock.
     ready: Signal,
+    /// The watches' bookmark timers: one wheel, not a tokio timer per watch (`deadlines.rs`).
+    pub bookmarks: Arc<Deadlines>,
 }
 
 impl Shared {
@@ -362,6 +365,7 @@ impl Shared {
             fresh_reads,
             json_paths: RwLock::new(Arc::from([])),
             ready: Signal::new(),
+            bookmarks: Deadlines::new(None, deadlines::TICK),
         }
     }
 
@@ -739,7 +743,7 @@ impl Shared {
             // A position taken before the reset means nothing now.
             return Err(st.history.evicted());
         }
-        let capacity = match pred.route() {
+        let capacity = match pred.route(&self.schema) {
             Some(_) => self.config.routed_buffer,
             None => {
                 let (lo, hi) = self.config.unrouted_buffer;
@@ -766,7 +770,7 @@ impl Shared {
             self.publish_paths(&st);
         }
         let watcher = Arc::new(watcher);
-        let id = st.registry.add(Arc::clone(&watcher));
+        let id = st.registry.add(&self.schema, Arc::clone(&watcher));
         Ok(Registered {
             watcher,
             id,
@@ -777,7 +781,7 @@ impl Shared {
 
     pub fn unregister(&self, id: u32) {
         let mut st = self.state.write();
-        if let Some(w) = st.registry.remove(id)
+        if let Some(w) = st.registry.remove(&self.schema, id)
             && st.release_paths(&w.predicate)
         {
             self.publish_paths(&st);

@@ -155,12 +155,12 @@ impl Store {
 
     /// Slots that can match the predicate, from its indexed equality terms; `None` when no index
     /// narrows it (every object is a candidate).
-    pub fn candidates(&self, pred: &Predicate) -> Option<RoaringBitmap> {
+    pub fn candidates(&self, schema: &Schema, pred: &Predicate) -> Option<RoaringBitmap> {
         let mut acc: Option<RoaringBitmap> = None;
-        for (slot, values) in pred.index_terms() {
+        for (slot, values) in pred.index_terms(schema) {
             let mut term = RoaringBitmap::new();
-            for v in values {
-                if let Some(bm) = self.indexes[slot].get(v.as_str()) {
+            for v in values.values() {
+                if let Some(bm) = self.indexes[slot].get(v) {
                     term |= bm;
                 }
             }
@@ -282,14 +282,14 @@ mod tests {
             &s,
             &Selection::parse(None, "spec.nodeName=n1", "app=db").unwrap(),
         );
-        assert_eq!(st.candidates(&p).unwrap().len(), 1);
+        assert_eq!(st.candidates(&s, &p).unwrap().len(), 1);
         st.remove(&s, "/registry/pods/ns/b").unwrap();
         assert_eq!(
             st.index_sizes(node_slot).get("n1"),
             None,
             "empty bitmaps are dropped"
         );
-        assert!(st.candidates(&p).unwrap().is_empty());
+        assert!(st.candidates(&s, &p).unwrap().is_empty());
         st.upsert(&s, pod(&s, "c", "n1", "db", 4));
         // The replaced state is held by nothing but `prev`.
         let prev = st.upsert(&s, pod(&s, "c", "n1", "db", 5)).unwrap();

@@ -19,10 +19,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_core::Stream;
-use tokio::time::Sleep;
 
-use std::future::Future;
-
+use crate::cache::deadlines::Deadline;
 use crate::cache::state::{Registered, Shared};
 use crate::cache::watcher::{Delivery, Feed, Watcher};
 use crate::error::Error;
@@ -219,14 +217,15 @@ impl WatchEvent {
     }
 }
 
-/// Where a stream is.
+/// Where a stream is. Both payloads are boxed: an idle watch is `Live`, and the initial events'
+/// page (64 B) or an error (64 B) inline would be carried by every idle watch for its life.
 enum Phase {
     /// Sending the state at the start revision as ADDED events.
-    Initial(Initial),
+    Initial(Box<Initial>),
     /// Sending changes.
     Live,
     /// The next item is this error; then the stream ends.
-    Failed(Error),
+    Failed(Box<Error>),
     Done,
 }
 
@@ -257,7 +256,9 @@ pub struct WatchStream {
     id: u32,
     phase: Phase,
     last_rv: u64,
-    bookmarks: Option<(Pin<Box<Sleep>>, Duration)>,
+    /// When the next periodic bookmark is due (the period is the cache's `bookmark_interval`),
+    /// in the cache's wheel: ≤ 1 s late, and no timer of its own per watch.
+    bookmarks: Option<Deadline>,
 }
 
 impl WatchStream {
@@ -278,17 +279,18 @@ impl WatchStream {
                 seq,
                 rv,
                 end_bookmark,
-            }) => Phase::Initial(Initial {
+            }) => Phase::Initial(Box::new(Initial {
                 seq,
                 after: None,
                 rv,
                 page: VecDeque::new(),
                 exhausted: false,
                 end_bookmark,
-            }),
+            })),
             None => Phase::Live,
         };
-        let bookmarks = bookmark_every.map(|d| (Box::pin(tokio::time::sleep(d)), d));
+        let bookmarks =
+            bookmark_every.map(|d| shared.bookmarks.deadline(tokio::time::Instant::now() + d));
         WatchStream {
             shared,
             watcher,
@@ -304,18 +306,15 @@ impl WatchStream {
     /// revision instead of relisting. A watch that short (a leaf's progress probe: 3 s) gets it
     /// at once: it asks where the cache is, now.
     pub fn bookmark_before(&mut self, deadline: tokio::time::Instant) {
-        if let Some((timer, _)) = &mut self.bookmarks {
+        if let Some(timer) = &mut self.bookmarks {
             let now = tokio::time::Instant::now();
             let at = deadline
                 .checked_sub(Duration::from_secs(2))
                 .unwrap_or(deadline);
-            let at = if at <= now + Duration::from_secs(1) {
-                now
-            } else {
-                at
-            };
-            if at < timer.deadline() {
-                timer.as_mut().reset(at);
+            if at <= now + Duration::from_secs(1) {
+                timer.reset_passed();
+            } else if timer.is_after(at) {
+                timer.reset(at);
             }
         }
     }
@@ -396,11 +395,13 @@ impl WatchStream {
                     continue;
                 }
             }
-            if let Some((timer, every)) = &mut self.bookmarks
-                && timer.as_mut().poll(cx).is_ready()
+            if let Some(timer) = &mut self.bookmarks
+                && timer.poll_passed(cx).is_ready()
             {
-                let every = *every;
-                timer.as_mut().reset(tokio::time::Instant::now() + every);
+                timer.reset(tokio::time::Instant::now() + self.shared.config.bookmark_interval);
+                // Armed now: the bookmark may be skipped below, and the wheel must wake us for
+                // the next one. (A period under a tick is ready again: the next poll sends it.)
+                let _ = timer.poll_passed(cx);
                 if bookmark_rv >= self.last_rv {
                     self.last_rv = bookmark_rv;
                     return Poll::Ready(Some(Ok(self.bookmark(bookmark_rv, false))));
@@ -423,7 +424,7 @@ impl Stream for WatchStream {
                     let Phase::Failed(e) = std::mem::replace(&mut this.phase, Phase::Done) else {
                         unreachable!()
                     };
-                    return Poll::Ready(Some(Err(e)));
+                    return Poll::Ready(Some(Err(*e)));
                 }
                 Phase::Live => return this.poll_live(cx),
                 Phase::Initial(init) => {
@@ -443,7 +444,7 @@ impl Stream for WatchStream {
                         if let Error::Expired { .. } = e {
                             this.shared.record_expired();
                         }
-                        this.phase = Phase::Failed(e);
+                        this.phase = Phase::Failed(Box::new(e));
                     }
                 }
             }
@@ -490,6 +491,7 @@ mod tests {
     use futures_util::StreamExt;
 
     use super::*;
+    use crate::cache::deadlines;
     use crate::cache::{Cache, CacheConfig, WatchOptions};
     use crate::model::{ResourceDef, ResourceVersion};
 
@@ -539,8 +541,99 @@ mod tests {
         s.bookmark_before(start + Duration::from_secs(10));
         let ev = s.next().await.unwrap().unwrap();
         assert_eq!((ev.kind(), ev.resource_version()), (EventType::Bookmark, 7));
-        assert_eq!(start.elapsed(), Duration::from_secs(8));
+        // The cache's wheel: never early, at most a tick late.
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_secs(8) && took <= Duration::from_secs(9),
+            "{took:?}"
+        );
         assert!(!ev.is_initial_events_end());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_short_watch_gets_its_bookmark_at_once() {
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let _src = crate::MemorySource::new(writer, 7, []);
+        let mut s = cache
+            .watch(WatchOptions::new(Selection::all(), ResourceVersion::At(7)).with_bookmarks())
+            .await
+            .unwrap();
+        let start = tokio::time::Instant::now();
+        s.bookmark_before(start + Duration::from_secs(3));
+        let ev = s.next().await.unwrap().unwrap();
+        assert_eq!((ev.kind(), ev.resource_version()), (EventType::Bookmark, 7));
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    /// Periodic bookmarks come from the cache's wheel: each a period apart (never early, at most
+    /// a tick late), at the revision the cache reached, with no timer of the watch's own; an
+    /// event in between does not stop them, and the wheel holds one entry per waiting watch.
+    #[tokio::test(start_paused = true)]
+    async fn periodic_bookmarks_come_through_the_wheel() {
+        let every = Duration::from_secs(5);
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default().bookmark_interval(every),
+        );
+        let src = crate::MemorySource::new(writer, 7, []);
+        let mut streams = Vec::new();
+        for _ in 0..3 {
+            streams.push(
+                cache
+                    .watch(
+                        WatchOptions::new(Selection::all(), ResourceVersion::At(7))
+                            .with_bookmarks(),
+                    )
+                    .await
+                    .unwrap(),
+            );
+        }
+        let plain = cache
+            .watch(WatchOptions::new(Selection::all(), ResourceVersion::At(7)))
+            .await
+            .unwrap();
+        let mut last = tokio::time::Instant::now();
+        for round in 0..3u64 {
+            if round == 1 {
+                src.put("/registry/pods/ns/a", pod("a", "n1")).unwrap();
+                for s in &mut streams {
+                    let ev = s.next().await.unwrap().unwrap();
+                    assert_eq!(ev.kind(), EventType::Added);
+                }
+            }
+            for (i, s) in streams.iter_mut().enumerate() {
+                let ev = s.next().await.unwrap().unwrap();
+                let rv = if round == 0 { 7 } else { 8 };
+                assert_eq!(
+                    (ev.kind(), ev.resource_version()),
+                    (EventType::Bookmark, rv)
+                );
+                if i == 0 {
+                    let took = last.elapsed();
+                    assert!(took >= every && took <= every + deadlines::TICK, "{took:?}");
+                    last = tokio::time::Instant::now();
+                }
+            }
+            // Each stream re-armed its next bookmark; the watch without bookmarks has none.
+            assert_eq!(cache.shared.bookmarks.waiting(), 3);
+        }
+        drop(streams);
+        assert_eq!(cache.shared.bookmarks.waiting(), 0);
+        drop(plain);
+    }
+
+    #[test]
+    fn an_idle_stream_is_small() {
+        // Held by every idle watch for its life (design/performance.md, "Bookmarks from the
+        // cache's wheel"): the phases' payloads boxed, the bookmark timer a wheel entry.
+        assert!(
+            std::mem::size_of::<WatchStream>() <= 88,
+            "{}",
+            std::mem::size_of::<WatchStream>()
+        );
     }
 
     #[tokio::test]

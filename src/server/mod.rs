@@ -148,7 +148,10 @@ impl Server {
             config,
             watchers: Arc::new(AtomicUsize::new(0)),
             metrics: ServerMetrics::default(),
-            deadlines: watch::deadlines::Deadlines::new(rx.clone(), watch::deadlines::TICK),
+            deadlines: crate::cache::deadlines::Deadlines::new(
+                Some(rx.clone()),
+                crate::cache::deadlines::TICK,
+            ),
             shutdown: rx,
             proxy: std::sync::OnceLock::new(),
             openapi: std::sync::OnceLock::new(),

@@ -67,8 +67,8 @@ pub(crate) struct AppState {
     pub watchers: Arc<AtomicUsize>,
     pub metrics: ServerMetrics,
     pub shutdown: watch::Receiver<bool>,
-    /// Every watch's deadline, and shutdown delivered to every watch (`watch/deadlines.rs`).
-    pub deadlines: Arc<crate::server::watch::deadlines::Deadlines>,
+    /// Every watch's deadline, and shutdown delivered to every watch (`cache/deadlines.rs`).
+    pub deadlines: Arc<crate::cache::deadlines::Deadlines>,
     /// Proxy mode: where requests for anything but the cached resources go.
     pub proxy: std::sync::OnceLock<Arc<dyn crate::server::proxy::Proxy>>,
     /// The OpenAPI documents, built on first request (they depend only on what is served).

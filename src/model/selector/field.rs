@@ -37,7 +37,8 @@ pub enum FieldOp {
 pub struct FieldRequirement {
     path: FieldPath,
     op: FieldOp,
-    value: String,
+    /// Boxed, not a `String`: a watcher's compiled selector keeps its terms for the watch's life.
+    value: Box<str>,
 }
 
 impl FieldRequirement {
@@ -73,7 +74,7 @@ impl FieldRequirement {
 
     /// Whether a field value satisfies this term.
     pub fn matches(&self, field_value: &str) -> bool {
-        (field_value == self.value) == self.is_equality()
+        (field_value == &*self.value) == self.is_equality()
     }
 }
 
@@ -121,7 +122,11 @@ impl FieldSelector {
             let rhs_at = start + op_at + op_len;
             let value =
                 unescape(rhs).map_err(|(off, m)| SelectorError::field(text, rhs_at + off, m))?;
-            requirements.push(FieldRequirement { path, op, value });
+            requirements.push(FieldRequirement {
+                path,
+                op,
+                value: value.into(),
+            });
         }
         // Upstream sorts terms for a deterministic form.
         requirements.sort_by_key(ToString::to_string);
@@ -135,7 +140,7 @@ impl FieldSelector {
         self.requirements.push(FieldRequirement {
             path,
             op: FieldOp::Equals,
-            value: value.into(),
+            value: value.into().into(),
         });
         self.requirements.sort_by_key(ToString::to_string);
         self
@@ -177,7 +182,7 @@ impl FieldSelector {
         self.requirements
             .iter()
             .find(|r| r.is_equality() && r.path.as_str() == path)
-            .map(|r| r.value.as_str())
+            .map(|r| &*r.value)
     }
 }
 

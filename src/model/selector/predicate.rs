@@ -20,28 +20,59 @@ use crate::model::{Attr, Schema};
 #[derive(Debug, Clone)]
 enum FieldSource {
     Attr(Attr),
-    /// An undeclared field, read from the object, with what it reads when absent.
-    Json(FieldPath, Option<Box<str>>),
+    /// An undeclared field, read from the object, with what it reads when absent. Boxed: rarer
+    /// than a declared field, and 32 B in every term otherwise.
+    Json(Box<(FieldPath, Option<Box<str>>)>),
 }
 
 /// The compiled filter of a LIST or WATCH.
 #[derive(Debug, Clone)]
 pub(crate) struct Predicate {
     namespace: Option<Box<str>>,
-    fields: Vec<(FieldSource, FieldRequirement)>,
+    /// Boxed slice: kept for the watcher's life, never grown.
+    fields: Box<[(FieldSource, FieldRequirement)]>,
     labels: LabelSelector,
     /// The `shardSelector`, checked first: one hash of a pre-read field, no JSON. Boxed: rare,
     /// and 56 bytes inline in every watcher.
     shard: Option<Box<ShardSelector>>,
-    /// Equality terms answerable by a store index: (index slot, attribute, accepted values).
-    index_terms: Vec<(usize, Attr, Vec<String>)>,
-    /// The trigger this watcher is routed by, if the selection pins one.
-    route: Option<(Attr, String)>,
+    // The index terms and the route are read from the terms above when asked (`pinned_terms`), not
+    // kept: a `spec.nodeName=X` watcher held X three times (its field term, its index term, its
+    // route), 56 B inline and four allocations per watcher for what a LIST or a (un)register
+    // reads once.
+}
+
+/// The values a selection pins an attribute to, borrowed from its terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pinned<'a> {
+    /// One value (a namespace, a field equality).
+    One(&'a str),
+    /// A label's accepted values (`=`, `==`, `in`).
+    Set(&'a [String]),
+}
+
+impl<'a> Pinned<'a> {
+    /// The accepted values.
+    pub fn values(self) -> impl Iterator<Item = &'a str> {
+        let (one, set) = match self {
+            Pinned::One(v) => (Some(v), &[][..]),
+            Pinned::Set(s) => (None, s),
+        };
+        one.into_iter().chain(set.iter().map(String::as_str))
+    }
+
+    /// The value, when exactly one is accepted.
+    fn only(self) -> Option<&'a str> {
+        match self {
+            Pinned::One(v) => Some(v),
+            Pinned::Set([v]) => Some(v),
+            Pinned::Set(_) => None,
+        }
+    }
 }
 
 impl Predicate {
     pub fn compile(schema: &Schema, sel: &Selection) -> Predicate {
-        let fields: Vec<_> = sel
+        let fields: Box<[_]> = sel
             .fields
             .requirements()
             .iter()
@@ -55,49 +86,39 @@ impl Predicate {
                     },
                     Some(a) => (FieldSource::Attr(a), r.clone()),
                     None => (
-                        FieldSource::Json(
+                        FieldSource::Json(Box::new((
                             r.path().clone(),
                             schema.default_of(r.path().as_str()).map(Into::into),
-                        ),
+                        ))),
                         r.clone(),
                     ),
                 }
             })
             .collect();
-
-        // Every way the selection pins an attribute to a finite set of values.
-        let mut pinned: Vec<(Attr, Vec<String>)> = Vec::new();
-        if let Some(ns) = &sel.namespace {
-            pinned.push((Attr::Namespace, vec![ns.clone()]));
-        }
-        for (src, r) in &fields {
-            if let (FieldSource::Attr(a), true) = (src, r.is_equality()) {
-                pinned.push((*a, vec![r.value().to_owned()]));
-            }
-        }
-        for r in sel.labels.requirements() {
-            if let (Some(a), Some(values)) = (schema.label_attr(r.key()), r.pinned_values()) {
-                pinned.push((a, values.to_vec()));
-            }
-        }
-        let index_terms = pinned
-            .iter()
-            .filter_map(|(a, v)| schema.index_slot(*a).map(|slot| (slot, *a, v.clone())))
-            .collect();
-        let route = schema.triggers.iter().find_map(|t| {
-            pinned.iter().find_map(|(a, v)| match v.as_slice() {
-                [one] if a == t => Some((*a, one.clone())),
-                _ => None,
-            })
-        });
         Predicate {
             namespace: sel.namespace.as_deref().map(Into::into),
             fields,
             labels: sel.labels.clone(),
             shard: sel.shard.clone().map(Box::new),
-            index_terms,
-            route,
         }
+    }
+
+    /// Every way the selection pins an attribute to a finite set of values: its namespace, its
+    /// equalities on declared fields, then its labels' `=`, `==` and `in` on declared labels.
+    fn pinned_terms<'a>(&'a self, schema: &'a Schema) -> impl Iterator<Item = (Attr, Pinned<'a>)> {
+        let ns = self
+            .namespace
+            .as_deref()
+            .map(|ns| (Attr::Namespace, Pinned::One(ns)));
+        let fields = self.fields.iter().filter_map(|(src, r)| match src {
+            FieldSource::Attr(a) if r.is_equality() => Some((*a, Pinned::One(r.value()))),
+            _ => None,
+        });
+        let labels =
+            self.labels.requirements().iter().filter_map(|r| {
+                Some((schema.label_attr(r.key())?, Pinned::Set(r.pinned_values()?)))
+            });
+        ns.into_iter().chain(fields).chain(labels)
     }
 
     /// Whether the object passes every term.
@@ -124,7 +145,7 @@ impl Predicate {
         }
         let fields_ok = self.fields.iter().all(|(src, r)| match src {
             FieldSource::Attr(a) => r.matches(obj.attr_in(schema, *a).unwrap_or("")),
-            FieldSource::Json(p, default) => obj.with_field(p, keep, |v| match (v, default) {
+            FieldSource::Json(json) => obj.with_field(&json.0, keep, |v| match (v, &json.1) {
                 (None | Some(""), Some(d)) => r.matches(d),
                 (v, _) => v.is_some_and(|v| r.matches(v)),
             }),
@@ -133,14 +154,18 @@ impl Predicate {
     }
 
     /// Equality terms that a store index can answer: (index slot, accepted values).
-    pub fn index_terms(&self) -> impl Iterator<Item = (usize, &[String])> {
-        self.index_terms.iter().map(|(slot, _, v)| (*slot, &v[..]))
+    pub fn index_terms<'a>(
+        &'a self,
+        schema: &'a Schema,
+    ) -> impl Iterator<Item = (usize, Pinned<'a>)> {
+        self.pinned_terms(schema)
+            .filter_map(|(a, v)| schema.index_slot(a).map(|slot| (slot, v)))
     }
 
     /// The undeclared field paths this predicate reads from objects' JSON.
     pub fn json_paths(&self) -> impl Iterator<Item = &FieldPath> {
         self.fields.iter().filter_map(|(src, _)| match src {
-            FieldSource::Json(p, _) => Some(p),
+            FieldSource::Json(json) => Some(&json.0),
             FieldSource::Attr(_) => None,
         })
     }
@@ -170,9 +195,16 @@ impl Predicate {
         self.shard.as_deref()
     }
 
-    /// The (trigger, value) a watcher with this predicate is routed by, if any.
-    pub fn route(&self) -> Option<&(Attr, String)> {
-        self.route.as_ref()
+    /// The (trigger, value) a watcher with this predicate is routed by, if any: the first of the
+    /// schema's triggers (the most selective first) that the selection pins to one value. The
+    /// same for the watcher's life (its predicate and the schema do not change), so its
+    /// registration and its removal find the same place.
+    pub fn route<'a>(&'a self, schema: &'a Schema) -> Option<(Attr, &'a str)> {
+        schema.triggers.iter().find_map(|t| {
+            self.pinned_terms(schema)
+                .find_map(|(a, v)| if a == *t { v.only() } else { None })
+                .map(|v| (*t, v))
+        })
     }
 }
 
@@ -197,7 +229,7 @@ mod tests {
     #[test]
     fn a_predicate_is_small() {
         // Inline in every watcher (design/performance.md, "The watch body without a future").
-        assert!(std::mem::size_of::<Predicate>() <= 128);
+        assert!(std::mem::size_of::<Predicate>() <= 64);
     }
 
     #[test]
@@ -205,20 +237,24 @@ mod tests {
         let s = Schema::new(ResourceDef::builtin("pods").unwrap());
         let sel = Selection::parse(Some("ns"), "spec.nodeName=n7", "app=web").unwrap();
         let p = Predicate::compile(&s, &sel);
-        assert_eq!(p.route(), Some(&(Attr::Field(0), "n7".to_owned())));
-        assert_eq!(p.index_terms().count(), 3);
+        assert_eq!(p.route(&s), Some((Attr::Field(0), "n7")));
+        let terms: Vec<_> = p
+            .index_terms(&s)
+            .map(|(_, v)| v.values().collect::<Vec<_>>())
+            .collect();
+        assert_eq!(terms, [["ns"], ["n7"], ["web"]]);
         let by_ns = Predicate::compile(&s, &Selection::parse(Some("ns"), "", "").unwrap());
-        assert_eq!(by_ns.route(), Some(&(Attr::Namespace, "ns".to_owned())));
+        assert_eq!(by_ns.route(&s), Some((Attr::Namespace, "ns")));
         let none = Predicate::compile(
             &s,
             &Selection::parse(None, "spec.nodeName!=x", "app in (a,b)").unwrap(),
         );
-        assert_eq!(none.route(), None);
-        assert_eq!(
-            none.index_terms().count(),
-            1,
-            "label in-set is answerable by index"
-        );
+        assert_eq!(none.route(&s), None);
+        let terms: Vec<_> = none
+            .index_terms(&s)
+            .map(|(_, v)| v.values().collect::<Vec<_>>())
+            .collect();
+        assert_eq!(terms, [["a", "b"]], "label in-set is answerable by index");
     }
 
     #[test]

@@ -5,12 +5,12 @@
 //!   socket (an idle watch then costs about 3 KB instead of hyper's 32 KB);
 //! - `body.rs`: any other watch, as a hyper response body.
 //!
-//! `chunks.rs` turns events' frames into chunks (shared bytes, or gzip); `deadlines.rs` ends
-//! watches at their deadline and at shutdown, for all of them from one place.
+//! `chunks.rs` turns events' frames into chunks (shared bytes, or gzip); the server's wheel
+//! of deadlines (`cache/deadlines.rs`) ends watches at their deadline and at shutdown, for all of
+//! them from one place.
 
 pub(crate) mod body;
 mod chunks;
-pub(crate) mod deadlines;
 pub(crate) mod fast_path;
 pub(crate) use chunks::Wire;
 pub(crate) mod pump;
@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::time::Instant;
 
 use crate::cache::WatchOptions;
+use crate::cache::deadlines::Deadline;
 use crate::cache::{Cache, WatchStream};
 use crate::error::Error;
 use crate::server::auth::{User, UserWatchSlot};
@@ -28,7 +29,6 @@ use crate::server::metrics::RequestKey;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
 use crate::wire::convert::WatchConverter;
-use deadlines::Deadline;
 use pump::WatchPump;
 
 /// The longest timeout a watch is given, whatever `timeoutSeconds` says.

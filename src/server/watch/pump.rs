@@ -4,7 +4,7 @@
 //!
 //! It is polled, not awaited: an idle watch holds its pump and nothing else (no future, no timer
 //! entry, no shutdown waiter; the deadline and the shutdown come from the server's
-//! [`Deadlines`](super::deadlines::Deadlines)). Invariant: every `Pending` it returns has the
+//! [`Deadlines`](crate::cache::deadlines::Deadlines)). Invariant: every `Pending` it returns has the
 //! caller's waker stored both with the watch stream and with the deadline wheel.
 
 use std::future::poll_fn;
@@ -14,10 +14,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+use crate::cache::deadlines::Deadlines;
 use crate::server::metrics::WatchMeter;
 use crate::server::watch::StartedWatch;
 use crate::server::watch::chunks::{FrameEncoder, Wire};
-use crate::server::watch::deadlines::Deadlines;
 use crate::wire::Frame;
 use crate::wire::convert::WatchConverter;
 
@@ -156,8 +156,9 @@ mod tests {
 
     use super::*;
     use crate::cache::WatchOptions;
+    use crate::cache::deadlines;
     use crate::server::metrics::ServerMetrics;
-    use crate::server::watch::{WatcherSlot, deadlines};
+    use crate::server::watch::WatcherSlot;
     use crate::{Cache, CacheConfig, MemorySource, ResourceDef, Selection};
 
     #[test]
@@ -169,10 +170,10 @@ mod tests {
             "WatchPump {} B, WatchMeter {} B, Deadline {} B",
             std::mem::size_of::<WatchPump>(),
             std::mem::size_of::<WatchMeter>(),
-            std::mem::size_of::<crate::server::watch::deadlines::Deadline>()
+            std::mem::size_of::<crate::cache::deadlines::Deadline>()
         );
         assert!(std::mem::size_of::<WatchMeter>() <= 72);
-        assert!(std::mem::size_of::<crate::server::watch::deadlines::Deadline>() <= 40);
+        assert!(std::mem::size_of::<crate::cache::deadlines::Deadline>() <= 40);
     }
 
     fn pod(name: &str) -> String {
@@ -190,7 +191,7 @@ mod tests {
         );
         let src = MemorySource::new(writer, 1, []);
         let (tx, rx) = watch::channel(false);
-        (cache, src, tx, Deadlines::new(rx, deadlines::TICK))
+        (cache, src, tx, Deadlines::new(Some(rx), deadlines::TICK))
     }
 
     /// A started watch of every pod after revision 1, ending at `deadline`.

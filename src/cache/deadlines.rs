@@ -1,25 +1,33 @@
-//! Watch deadlines and server shutdown, delivered to every watch response from one place.
+//! Deadlines delivered from one place: a watch's end in the server, and its periodic bookmarks
+//! in the cache.
 //!
 //! Why: an idle watch used to wait in a `select!` holding a tokio timer entry for its deadline
-//! and a waiter on the shutdown signal, inside the pending future around its pump: most of the
-//! 656 B its response body cost on an idle HTTP/2 connection (design/performance.md). Here one
-//! wheel per server keeps, for each watch waiting, its deadline (rounded up to a tick) and its
-//! task's waker, and one task advances the wheel every tick: it wakes the watches whose deadline
-//! passed, and at shutdown all of them. A waiting watch holds a [`Deadline`] (40 B) and one entry
-//! in the wheel's map; it holds no future.
+//! and a waiter on the shutdown signal, inside the pending future around its pump, and its stream
+//! kept a boxed tokio `Sleep` (112 B and a timer entry) for its bookmarks: per idle watch, for a
+//! timer that fires once a minute at most (design/performance.md). Here one wheel keeps, for each
+//! waiting deadline, its tick and its task's waker, and one task advances the wheel every tick: it
+//! wakes the deadlines that passed and, when the wheel has a shutdown signal, all of them at
+//! shutdown. A waiting deadline holds a [`Deadline`] (40 B) and one entry in the wheel's map; it
+//! holds no future. A server has one wheel for its watches' ends (with its shutdown signal); a
+//! cache has one for its watches' bookmarks (without: a bookmark has no reason to come at
+//! shutdown). The cache cannot take the server's: it is built before any server, by whoever
+//! follows its upstream, and the server is above it.
 //!
 //! Invariants:
 //! - A deadline is never early: it is rounded up to a whole tick, and a tick has passed only once
 //!   the wheel's clock (`now`, ticks since `epoch`) reached it. It may be up to a tick late
-//!   (kube-apiserver's watch timeouts are minutes, randomised; a tick is 1 s).
-//! - No lost wakeup: a watch stores its waker in its entry (under the lock) before it reads `now`
-//!   and `stopped`; the wheel's task stores those before it takes the lock to find the wakers.
-//!   So either the watch reads the new value, or the task finds its waker.
+//!   (kube-apiserver's watch timeouts are minutes, randomised; its bookmarks are a minute apart
+//!   and "best effort"; a tick is 1 s). Tick 0 has always passed ([`Deadline::reset_passed`]).
+//! - No lost wakeup: a deadline stores its waker in its entry (under the lock) before it reads
+//!   `now` and `stopped`; the wheel's task stores those before it takes the lock to find the
+//!   wakers. So either the deadline reads the new value, or the task finds its waker. Every poll
+//!   arms (an entry whose tick passed is fired at the task's next tick), so a `Ready` that its
+//!   caller ignores still has a wakeup coming.
 //! - The task runs while the map has an entry (`running`, changed only under the lock): an idle
-//!   server has no task, and an entry always has a task to fire it. A task dropped with its
-//!   runtime clears `running` (its guard), so a later watch starts a new one.
-//! - A [`Deadline`]'s entry is gone once the handle is dropped. Ids are never reused, so removing
-//!   an entry the task already fired cannot remove another watch's.
+//!   wheel has no task, and an entry always has a task to fire it. A task dropped with its
+//!   runtime clears `running` (its guard), so a later deadline starts a new one.
+//! - A [`Deadline`]'s entry is gone once the handle is dropped or reset. Ids are never reused (a
+//!   reset takes a new one), so removing an entry the task already fired cannot remove another's.
 //! - Lock order: the wheel's lock is a leaf; no waker is woken and no task spawned under it.
 
 use std::collections::BTreeMap;
@@ -33,10 +41,10 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// The wheel's granularity in a server.
+/// The wheel's granularity in a server and a cache.
 pub(crate) const TICK: Duration = Duration::from_secs(1);
 
-/// The server's watch deadlines (see the module's documentation).
+/// A wheel of deadlines (see the module's documentation).
 pub(crate) struct Deadlines {
     epoch: Instant,
     tick: Duration,
@@ -46,8 +54,8 @@ pub(crate) struct Deadlines {
     stopped: AtomicBool,
     /// The last id given to a deadline.
     last_id: AtomicU64,
-    /// The server's shutdown signal, for the task.
-    shutdown: watch::Receiver<bool>,
+    /// The server's shutdown signal, for the task (`None`: a cache's wheel, never stopped).
+    shutdown: Option<watch::Receiver<bool>>,
     inner: Mutex<Inner>,
 }
 
@@ -59,8 +67,8 @@ struct Inner {
 }
 
 impl Deadlines {
-    /// A wheel of `tick` granularity ending every watch when `shutdown` becomes true.
-    pub fn new(shutdown: watch::Receiver<bool>, tick: Duration) -> Arc<Deadlines> {
+    /// A wheel of `tick` granularity; with `shutdown`, every deadline passes once it becomes true.
+    pub fn new(shutdown: Option<watch::Receiver<bool>>, tick: Duration) -> Arc<Deadlines> {
         Arc::new(Deadlines {
             epoch: Instant::now(),
             tick,
@@ -77,20 +85,28 @@ impl Deadlines {
 
     /// A deadline at `at` (rounded up to the next tick), armed when first polled.
     pub fn deadline(self: &Arc<Self>, at: Instant) -> Deadline {
-        let since = at.saturating_duration_since(self.epoch);
-        let ticks = since.as_nanos().div_ceil(self.tick.as_nanos().max(1));
-        let id = self.last_id.fetch_add(1, Ordering::Relaxed) + 1;
         Deadline {
             wheel: Arc::clone(self),
-            id,
-            tick: u32::try_from(ticks).unwrap_or(u32::MAX),
+            id: self.next_id(),
+            tick: self.tick_of(at),
             waker: None,
         }
     }
 
-    /// Whether the server is shutting down.
+    /// `at` in ticks since the epoch, rounded up (at least 1: tick 0 is "passed").
+    fn tick_of(&self, at: Instant) -> u32 {
+        let since = at.saturating_duration_since(self.epoch);
+        let ticks = since.as_nanos().div_ceil(self.tick.as_nanos().max(1));
+        u32::try_from(ticks).unwrap_or(u32::MAX).max(1)
+    }
+
+    fn next_id(&self) -> u64 {
+        self.last_id.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Whether the server is shutting down (never, for a wheel without a shutdown signal).
     pub fn stopped(&self) -> bool {
-        self.stopped.load(Ordering::SeqCst) || *self.shutdown.borrow()
+        self.stopped.load(Ordering::SeqCst) || self.shutdown.as_ref().is_some_and(|s| *s.borrow())
     }
 
     /// Watches waiting in the wheel.
@@ -178,7 +194,7 @@ impl Drop for Running {
 /// `running` too.)
 fn run(
     wheel: Weak<Deadlines>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Option<watch::Receiver<bool>>,
     epoch: Instant,
     tick: Duration,
 ) -> impl Future<Output = ()> + Send {
@@ -192,9 +208,15 @@ fn run(
             let elapsed = Instant::now().saturating_duration_since(epoch).as_nanos() / tick_nanos;
             let next = epoch + tick.saturating_mul(u32::try_from(elapsed + 1).unwrap_or(u32::MAX));
             // `Err`: the server is gone, and with it whoever could end its watches.
+            let stopping = async {
+                match &mut shutdown {
+                    Some(s) => drop(s.wait_for(|s| *s).await),
+                    None => std::future::pending().await,
+                }
+            };
             let stop = tokio::select! {
                 () = tokio::time::sleep_until(next) => false,
-                r = shutdown.wait_for(|s| *s) => { drop(r); true },
+                () = stopping => true,
             };
             let Some(w) = running.wheel.upgrade() else {
                 return;
@@ -213,7 +235,7 @@ fn run(
     }
 }
 
-/// One watch's deadline in the server's [`Deadlines`].
+/// One deadline in a [`Deadlines`] wheel.
 pub(crate) struct Deadline {
     wheel: Arc<Deadlines>,
     id: u64,
@@ -224,8 +246,8 @@ pub(crate) struct Deadline {
 }
 
 impl Deadline {
-    /// Ready once the deadline passed or the server is shutting down; otherwise `cx` is woken
-    /// when one of them happens.
+    /// Ready once the deadline passed or the wheel's server is shutting down; otherwise `cx` is
+    /// woken when one of them happens.
     pub fn poll_passed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             self.wheel.arm(self.tick, self.id, cx.waker());
@@ -238,6 +260,32 @@ impl Deadline {
         } else {
             Poll::Pending
         }
+    }
+}
+
+impl Deadline {
+    /// Moves the deadline to `at` (rounded up to a tick), armed when next polled.
+    pub fn reset(&mut self, at: Instant) {
+        let tick = self.wheel.tick_of(at);
+        self.move_to(tick);
+    }
+
+    /// Moves the deadline to one that has passed: the next poll is ready.
+    pub fn reset_passed(&mut self) {
+        self.move_to(0);
+    }
+
+    /// Whether the deadline is later than `at` would be.
+    pub fn is_after(&self, at: Instant) -> bool {
+        self.tick > self.wheel.tick_of(at)
+    }
+
+    fn move_to(&mut self, tick: u32) {
+        if self.waker.take().is_some() {
+            self.wheel.disarm(self.tick, self.id);
+        }
+        self.id = self.wheel.next_id();
+        self.tick = tick;
     }
 }
 
@@ -256,7 +304,7 @@ mod tests {
 
     fn wheel() -> (watch::Sender<bool>, Arc<Deadlines>) {
         let (tx, rx) = watch::channel(false);
-        (tx, Deadlines::new(rx, TICK))
+        (tx, Deadlines::new(Some(rx), TICK))
     }
 
     #[tokio::test(start_paused = true)]
