@@ -79,7 +79,7 @@ mod wire;
 #[doc(hidden)]
 pub use cache::Corruption;
 pub use cache::{
-    Batch, BoxFuture, Cache, CacheConfig, CacheStats, CacheWriter, Change, CheckStatus, Compared,
+    BoxFuture, Cache, CacheConfig, CacheStats, CacheWriter, Change, CheckStatus, Compared,
     ConsistencyChecks, Difference, KeyRange, ListOptions, OutOfOrder, RangeCursor, RangePage,
     RangeReader, RawKv, Resync, ResyncOutcome, Upstream, WatchEvent, WatchOptions, WatchStream,
 };

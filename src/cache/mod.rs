@@ -61,7 +61,7 @@ pub use resync::Resync;
 pub use state::{CacheStats, Change, CheckStatus, ConsistencyChecks, OutOfOrder, ResyncOutcome};
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
 pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
-pub use writer::{Batch, CacheWriter};
+pub use writer::CacheWriter;
 
 use crate::error::{Error, Result};
 use crate::model::selector::Predicate;

@@ -119,8 +119,7 @@ impl Watcher {
 
     /// Called by the dispatcher, under the state write lock. Never blocks on the consumer. The
     /// consumer's waker, when an event is queued for it, is pushed to `wakes`: the writer wakes
-    /// them after the lock is released, once per batch of revisions it applies (one read of its
-    /// upstream), so that a catch-up wakes a watcher's task once per read rather than per event.
+    /// them once the state lock is released.
     pub fn offer(&self, schema: &Schema, ev: &Arc<Event>, wakes: &mut Vec<Waker>) -> Offer {
         let Some(kind) = self.transition(schema, ev) else {
             return Offer::Skipped;

@@ -4,28 +4,22 @@
 //! cache's readiness. A [`Resync`] borrows it mutably, so nothing is applied while a relist is
 //! being read.
 //!
-//! A feeder that reads several revisions at once (a catch-up) applies them in a [`Batch`]: each
-//! watcher they reach is woken once, at the end, instead of once per event, which saves a task
-//! switch per event and keeps the workers from parking between events.
-//!
 //! Dropping the writer leaves the cache as it is (readers keep reading); a cache that was not ready
 //! then never becomes ready, and [`Cache::wait_ready`] says so instead of waiting forever.
 
 use crate::cache::resync::Resync;
 use crate::cache::state::{Change, OutOfOrder};
 use crate::cache::{Cache, Upstream};
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::task::Waker;
 
 /// The writer of one [`Cache`]: the feeder's handle (see the module docs). Not `Clone`.
 pub struct CacheWriter {
     cache: Cache,
-    /// The wakers of watchers that applied events were queued for: woken after each
-    /// [`apply`](CacheWriter::apply), or when a [`Batch`] ends. Kept to reuse its allocation.
+    /// The wakers of watchers that an apply queued events for, woken once the state lock is
+    /// released (not under it, where a woken consumer would only wait). Kept to reuse its
+    /// allocation.
     wakes: Vec<Waker>,
-    /// Inside a [`Batch`].
-    batching: bool,
 }
 
 impl std::fmt::Debug for CacheWriter {
@@ -43,50 +37,12 @@ impl Drop for CacheWriter {
     }
 }
 
-/// Revisions applied together: the watchers they reach are woken when it is dropped (see the
-/// module docs). Made by [`CacheWriter::batch`]; derefs to the writer.
-#[must_use = "a batch wakes its watchers when dropped"]
-pub struct Batch<'a> {
-    writer: &'a mut CacheWriter,
-}
-
-impl Deref for Batch<'_> {
-    type Target = CacheWriter;
-
-    fn deref(&self) -> &CacheWriter {
-        self.writer
-    }
-}
-
-impl DerefMut for Batch<'_> {
-    fn deref_mut(&mut self) -> &mut CacheWriter {
-        self.writer
-    }
-}
-
-impl Drop for Batch<'_> {
-    fn drop(&mut self) {
-        self.writer.batching = false;
-        self.writer.wake();
-    }
-}
-
 impl CacheWriter {
     pub(crate) fn new(cache: Cache) -> CacheWriter {
         CacheWriter {
             cache,
             wakes: Vec::new(),
-            batching: false,
         }
-    }
-
-    /// Starts a batch: until it is dropped, the watchers that applied events reach are woken
-    /// once, at its end. For a feeder applying what one read of its upstream returned; the
-    /// events are in the watchers' queues at once (a reader polling sees them), only the wake-up
-    /// waits, at most as long as the batch takes to apply.
-    pub fn batch(&mut self) -> Batch<'_> {
-        self.batching = true;
-        Batch { writer: self }
     }
 
     fn wake(&mut self) {
@@ -114,9 +70,7 @@ impl CacheWriter {
         changes: impl IntoIterator<Item = Change>,
     ) -> Result<(), OutOfOrder> {
         let applied = self.cache.shared.apply(rv, changes, &mut self.wakes);
-        if !self.batching {
-            self.wake();
-        }
+        self.wake();
         applied
     }
 
@@ -201,7 +155,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_batch_wakes_each_watcher_once_at_its_end_and_a_lone_apply_at_once() {
+    async fn an_apply_wakes_the_watchers_it_queued_for_and_no_others() {
         let (cache, mut writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
@@ -224,36 +178,19 @@ mod tests {
             ),
         };
         assert_eq!(poll(&mut s), None);
-        {
-            let mut batch = writer.batch();
-            for rv in [2, 4, 6] {
-                batch
-                    .apply(rv, [put(&cache, &format!("p{rv}"), "n1", rv)])
-                    .unwrap();
-                // Another node's event, for no one here.
-                batch
-                    .apply(rv + 1, [put(&cache, "other", "n2", rv + 1)])
-                    .unwrap();
-            }
-            assert_eq!(
-                count.0.load(Ordering::SeqCst),
-                0,
-                "not woken within the batch"
-            );
-        }
+        writer.apply(2, [put(&cache, "a", "n2", 2)]).unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 0, "another node's pod");
+        writer.apply(3, [put(&cache, "b", "n1", 3)]).unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        writer.apply(4, [put(&cache, "c", "n1", 4)]).unwrap();
         assert_eq!(
             count.0.load(Ordering::SeqCst),
             1,
-            "woken once, at the batch's end"
+            "not polled since: its waker was used"
         );
         let got: Vec<_> = std::iter::from_fn(|| poll(&mut s)).collect();
-        assert_eq!(got, [2, 4, 6], "every event was queued at once");
-        writer.apply(8, [put(&cache, "p8", "n1", 8)]).unwrap();
-        assert_eq!(
-            count.0.load(Ordering::SeqCst),
-            2,
-            "outside a batch, at once"
-        );
-        assert_eq!(poll(&mut s), Some(8));
+        assert_eq!(got, [3, 4]);
+        writer.apply(5, [put(&cache, "d", "n1", 5)]).unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 2);
     }
 }

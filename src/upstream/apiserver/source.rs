@@ -257,9 +257,6 @@ impl ApiSource {
         writer: &mut CacheWriter,
         applied: &mut u64,
     ) -> Result<(), Break> {
-        // One read's events wake each watcher once, at the end.
-        let mut wakes = writer.batch();
-        let writer: &mut CacheWriter = &mut wakes;
         let mut batch: Option<(u64, Vec<Change>)> = None;
         for frame in frames {
             let (rv, change) = match frame {

@@ -301,9 +301,6 @@ impl EtcdSource {
 
     /// Applies one watch response: its events grouped by revision, or a progress notification.
     fn apply(&self, resp: &WatchResponse, writer: &mut CacheWriter, applied: &mut u64) {
-        // One response's events (up to 1 000 revisions in a catch-up) wake each watcher once.
-        let mut wakes = writer.batch();
-        let writer: &mut CacheWriter = &mut wakes;
         let events = resp.events();
         if events.is_empty() {
             // Progress. Only trusted on etcd versions that order it after pending events.
