@@ -278,9 +278,9 @@ impl State {
         schema: &Schema,
         rv: u64,
         changes: impl IntoIterator<Item = Change>,
+        now: Instant,
         wakes: &mut Vec<Waker>,
     ) -> Committed {
-        let now = Instant::now();
         let mut c = Committed::default();
         for change in changes {
             #[cfg(any(test, feature = "test-hooks"))]
@@ -316,6 +316,18 @@ impl State {
         }
         c
     }
+}
+
+/// Drops evicted events off the writer's thread (a blocking-pool thread of the runtime it runs
+/// on; inline without one): freeing their objects is the writer's largest cost after the store's
+/// in a catch-up, and the writer is the one thread a resource's ingest runs on.
+fn reap(evicted: Vec<Arc<Event>>) {
+    #[cfg(not(watchcache_loom))]
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn_blocking(move || drop(evicted));
+        return;
+    }
+    drop(evicted);
 }
 
 /// The shared part of a cache: everything its clones, streams and resyncs point at.
@@ -407,9 +419,13 @@ impl Shared {
         if rv <= st.rv {
             return Err(OutOfOrder { rv, current: st.rv });
         }
-        let c = st.commit(&self.schema, rv, changes, wakes);
+        let c = st.commit(&self.schema, rv, changes, received, wakes);
         self.publish(&mut st, rv);
+        let evicted = st.history.take_evicted();
         drop(st);
+        if let Some(evicted) = evicted {
+            reap(evicted);
+        }
         self.metrics.queued.observe_duration(received.elapsed());
         self.count(&c);
         Ok(())
@@ -494,7 +510,7 @@ impl Shared {
             info!(resource = %schema.def.plural, objects = out.added, rv, "initial sync finished");
             out
         } else {
-            let c = st.commit(schema, rv, changes, &mut wakes);
+            let c = st.commit(schema, rv, changes, Instant::now(), &mut wakes);
             st.history.raise_floor(rv);
             self.count(&c);
             Metrics::add(&self.metrics.resyncs, 1);

@@ -134,6 +134,9 @@ pub struct CatchupReport {
     pub ingest_events_per_sec: f64,
     /// Heal → the last event received by a watcher.
     pub delivered_by_s: f64,
+    /// The CPU of the server's follower thread (where a resource's ingest runs) over the ingest
+    /// span; the clock ticks at 10 ms.
+    pub ingest_thread_cpu_s: Option<f64>,
     /// Server CPU over the ingest span, and from the heal to the end of delivery.
     pub server_cpu_catchup_s: Option<f64>,
     pub server_cpu_delivery_s: Option<f64>,
@@ -354,9 +357,14 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
         .await?;
     let first = Instant::now();
     let server_first = cpu(server_pid);
+    // The follower's thread: a resource's ingest runs on it alone.
+    let ingest_thread =
+        |pid: Option<u32>| pid.and_then(|p| procstat::thread_cpu_seconds(p, "watchcache-upstream"));
+    let thread_first = ingest_thread(server_pid);
     under_test.reached(&stack, end_rev, cfg.grace).await?;
     let done = Instant::now();
     let server_caught = cpu(server_pid);
+    let thread_caught = ingest_thread(server_pid);
 
     load::until_quiet(&counters.received, cfg.grace, None).await;
     let (server1, etcd1, me1, root1) = (cpu(server_pid), cpu(etcd_pid), cpu(me), cpu(root_pid));
@@ -418,6 +426,7 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
         ingest_events_per_sec: events.saturating_sub(1) as f64 / ingest_s.max(1e-9),
         delivered_by_s: last_at.saturating_sub(healed_us) as f64 / 1e6,
         server_cpu_catchup_s: spent(server_first, server_caught),
+        ingest_thread_cpu_s: spent(thread_first, thread_caught),
         server_cpu_delivery_s: spent(server0, server1),
         client_cpu_s: spent(me0, me1),
         etcd_cpu_s: spent(etcd0, etcd1),
@@ -681,6 +690,13 @@ pub fn table(r: &CatchupReport) -> String {
         (
             "last delivery s after heal",
             format!("{:.3}", r.delivered_by_s),
+        ),
+        (
+            "ingest thread CPU s over the ingest span (µs per event)",
+            match r.ingest_thread_cpu_s {
+                Some(c) => format!("{c:.2} ({:.1})", c * 1e6 / r.events.max(1) as f64),
+                None => "-".to_owned(),
+            },
         ),
         (
             "server CPU s: ingest span, heal to delivery end",

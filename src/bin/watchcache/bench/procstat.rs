@@ -28,6 +28,38 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some((utime + stime) / TICKS_PER_SEC)
 }
 
+/// CPU seconds (user + system) of the threads of `pid` whose name starts with `name` (names are
+/// cut to 15 bytes by the kernel), summed; `None` when there is none.
+pub fn thread_cpu_seconds(pid: u32, name: &str) -> Option<f64> {
+    let name = &name[..name.len().min(15)];
+    let mut total = None;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let path = task.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if !comm.trim_end().starts_with(name) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (Some(Ok(u)), Some(Ok(s))) = (
+            fields.get(11).map(|f| f.parse::<f64>()),
+            fields.get(12).map(|f| f.parse::<f64>()),
+        ) else {
+            continue;
+        };
+        *total.get_or_insert(0.0) += (u + s) / TICKS_PER_SEC;
+    }
+    total
+}
+
 /// The machine's 1-minute load average, if it can be read.
 pub fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -40,6 +72,27 @@ pub fn load_average() -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn reads_a_named_thread_of_this_process() {
+        let t = std::thread::Builder::new()
+            .name("procstat-spin-test".into())
+            .spawn(|| {
+                let began = std::time::Instant::now();
+                let mut x = 0u64;
+                while began.elapsed() < std::time::Duration::from_millis(100) {
+                    x = x.wrapping_add(std::hint::black_box(1));
+                }
+                x
+            })
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let pid = std::process::id();
+        let cpu = super::thread_cpu_seconds(pid, "procstat-spin-test");
+        t.join().unwrap();
+        assert!(cpu.is_some(), "the spinning thread is found while it runs");
+        assert_eq!(super::thread_cpu_seconds(pid, "no-such-thread"), None);
+    }
+
     #[test]
     fn reads_this_process() {
         let pid = std::process::id();
