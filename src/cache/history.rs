@@ -231,7 +231,7 @@ impl History {
         if self.ring.len() >= self.capacity
             && (self.capacity < self.cfg.max_events
                 || self.capacity < 4 * REAP_BATCH
-                || self.end_seq() % SHRINK_CHECK_EVERY == 0)
+                || self.end_seq().is_multiple_of(SHRINK_CHECK_EVERY))
         {
             self.resize(ev.at);
         }
