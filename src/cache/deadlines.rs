@@ -105,6 +105,8 @@ impl Deadlines {
     }
 
     /// Whether the server is shutting down (never, for a wheel without a shutdown signal).
+    /// Only the server's watches ask (a cache built without it never does).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub fn stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst) || self.shutdown.as_ref().is_some_and(|s| *s.borrow())
     }
