@@ -15,7 +15,8 @@
 //! new: a tenth of the ingest thread's time in a warm catch-up, done under the write lock.
 //!
 //! ## Invariants
-//! - `bytes` is the sum of the ring's events' `bytes` (not of `evicted`'s).
+//! - `bytes` is the sum of the ring's events' `bytes`; `evicted_bytes` of `evicted`'s, which stays
+//!   under `REAP_BYTES` plus one event after each apply.
 //! - Events carry consecutive sequence numbers; `ring[i].seq == start_seq + i`.
 //! - Every event with `rv > floor_rv` is in the ring (or not yet received). Watching from any
 //!   `rv >= floor_rv` is exact; older positions are gone (410 Expired).
@@ -131,12 +132,16 @@ pub(crate) struct History {
     /// The ring's events' bytes, summed.
     bytes: usize,
     cfg: HistoryConfig,
-    /// Evicted events, until the writer takes them to drop elsewhere.
+    /// Evicted events, until the writer takes them to drop elsewhere, and their bytes.
     evicted: Vec<Arc<Event>>,
+    evicted_bytes: usize,
 }
 
-/// How many evicted events the writer takes at a time.
+/// How many evicted events the writer takes at a time, or how many bytes of them, whichever
+/// comes first: the bytes bound what they hold past the byte budget (a window of 1 MB objects
+/// hands each one off as it leaves).
 const REAP_BATCH: usize = 256;
+const REAP_BYTES: usize = 1 << 20;
 
 /// While the window is at its largest, its shrink rule is checked on one push in this many (it
 /// reads two old events: cache misses on every push, for a rule about minutes).
@@ -152,12 +157,17 @@ impl History {
             bytes: 0,
             cfg,
             evicted: Vec::new(),
+            evicted_bytes: 0,
         }
     }
 
     /// The evicted events, once there are enough of them to be worth handing off.
     pub fn take_evicted(&mut self) -> Option<Vec<Arc<Event>>> {
-        (self.evicted.len() >= REAP_BATCH).then(|| std::mem::take(&mut self.evicted))
+        if self.evicted.len() < REAP_BATCH && self.evicted_bytes < REAP_BYTES {
+            return None;
+        }
+        self.evicted_bytes = 0;
+        Some(std::mem::take(&mut self.evicted))
     }
 
     /// The sequence number the next event will get.
@@ -286,6 +296,7 @@ impl History {
             self.bytes -= e.bytes;
             self.start_seq += 1;
             self.floor_rv = self.floor_rv.max(e.rv);
+            self.evicted_bytes += e.bytes;
             self.evicted.push(e);
         }
     }
@@ -363,6 +374,41 @@ mod tests {
         }
         assert_eq!(h.len(), 20);
         assert_eq!(h.bytes(), one * 20);
+    }
+
+    #[test]
+    fn evicted_events_are_handed_off_by_count_or_by_bytes() {
+        let f = crate::cache::testing::Fixture::new();
+        let t = Instant::now();
+        let cfg = HistoryConfig {
+            min_events: 4,
+            max_events: 4,
+            ..HistoryConfig::default()
+        };
+        // Small events: held until REAP_BATCH of them left.
+        let mut h = History::new(cfg.clone());
+        let mut handed = 0;
+        for rv in 1..=(4 + 2 * REAP_BATCH as u64) {
+            h.push(|seq| Event::new(seq, rv, Some(f.pod("p", "n1", rv)), None, t));
+            if let Some(dead) = h.take_evicted() {
+                assert_eq!(dead.len(), REAP_BATCH);
+                handed += dead.len();
+            }
+        }
+        assert_eq!(handed, 2 * REAP_BATCH);
+        // Large ones, 300 KB each: at most four wait (REAP_BYTES is 1 MiB).
+        let mut h = History::new(cfg);
+        let mut handed = 0;
+        for rv in 10..=60 {
+            h.push(|seq| Event::new(seq, rv, Some(f.pod_sized("p", 300_000, rv)), None, t));
+            handed += h.take_evicted().map_or(0, |dead| dead.len());
+            assert!(h.evicted.len() < 4, "{} wait at rv {rv}", h.evicted.len());
+        }
+        assert_eq!(
+            handed + h.evicted.len(),
+            51 - 4,
+            "every evicted event, once"
+        );
     }
 
     #[test]

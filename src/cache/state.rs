@@ -526,8 +526,12 @@ impl Shared {
         // The revision first: a waiter woken by readiness reads it without the lock.
         self.publish(st, rv);
         self.ready.publish(&st.readiness);
+        let evicted = st.history.take_evicted();
         drop(guard);
         wakes.into_iter().for_each(Waker::wake);
+        if let Some(evicted) = evicted {
+            reap(evicted);
+        }
         ResyncOutcome { listed, ..out }
     }
 
