@@ -386,7 +386,7 @@ mod tests {
             ..HistoryConfig::default()
         };
         // Small events: held until REAP_BATCH of them left.
-        let mut h = History::new(cfg.clone());
+        let mut h = History::new(cfg);
         let mut handed = 0;
         for rv in 1..=(4 + 2 * REAP_BATCH as u64) {
             h.push(|seq| Event::new(seq, rv, Some(f.pod("p", "n1", rv)), None, t));
