@@ -96,6 +96,7 @@ impl Followers {
     }
 
     /// The followers' runtime, where an upstream's client is made so that its tasks run there.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub fn runtime(&self) -> &UpstreamRuntime {
         &self.runtime
     }

@@ -95,6 +95,7 @@ impl UpstreamRuntime {
 
     /// Runs `f` to its end on this runtime (so that what it spawns lives here) and returns its
     /// output; `None` if the runtime stopped first. A panic in `f` is resumed here.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub async fn run<F>(&self, f: F) -> Option<F::Output>
     where
         F: Future + Send + 'static,
