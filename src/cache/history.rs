@@ -146,6 +146,9 @@ const REAP_BYTES: usize = 1 << 20;
 /// While the window is at its largest, its shrink rule is checked on one push in this many (it
 /// reads two old events: cache misses on every push, for a rule about minutes).
 const SHRINK_CHECK_EVERY: u64 = 64;
+/// A window smaller than this is checked on every push: a delay of 63 pushes would be a large
+/// share of it, and its events are few enough to be in cache.
+const SHRINK_CHECK_ALWAYS_BELOW: usize = 1024;
 
 impl History {
     pub fn new(cfg: HistoryConfig) -> History {
@@ -240,7 +243,7 @@ impl History {
         } + std::mem::size_of::<Event>();
         if self.ring.len() >= self.capacity
             && (self.capacity < self.cfg.max_events
-                || self.capacity < 4 * REAP_BATCH
+                || self.capacity < SHRINK_CHECK_ALWAYS_BELOW
                 || self.end_seq().is_multiple_of(SHRINK_CHECK_EVERY))
         {
             self.resize(ev.at);

@@ -526,17 +526,23 @@ mod tests {
         assert_eq!(cache.stats().parked, 1);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_bookmark_comes_two_seconds_before_the_deadline() {
+    /// A watch with bookmarks on a ready cache at revision 7, and the source that keeps it alive.
+    async fn bookmarked_watch() -> (WatchStream, crate::MemorySource) {
         let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
         );
-        let _src = crate::MemorySource::new(writer, 7, []);
-        let mut s = cache
+        let src = crate::MemorySource::new(writer, 7, []);
+        let s = cache
             .watch(WatchOptions::new(Selection::all(), ResourceVersion::At(7)).with_bookmarks())
             .await
             .unwrap();
+        (s, src)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bookmark_comes_two_seconds_before_the_deadline() {
+        let (mut s, _src) = bookmarked_watch().await;
         let start = tokio::time::Instant::now();
         s.bookmark_before(start + Duration::from_secs(10));
         let ev = s.next().await.unwrap().unwrap();
@@ -552,15 +558,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_short_watch_gets_its_bookmark_at_once() {
-        let (cache, writer) = Cache::new(
-            ResourceDef::builtin("pods").unwrap(),
-            CacheConfig::default(),
-        );
-        let _src = crate::MemorySource::new(writer, 7, []);
-        let mut s = cache
-            .watch(WatchOptions::new(Selection::all(), ResourceVersion::At(7)).with_bookmarks())
-            .await
-            .unwrap();
+        let (mut s, _src) = bookmarked_watch().await;
         let start = tokio::time::Instant::now();
         s.bookmark_before(start + Duration::from_secs(3));
         let ev = s.next().await.unwrap().unwrap();

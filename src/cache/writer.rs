@@ -135,8 +135,9 @@ mod tests {
     use futures_util::Stream;
 
     use super::*;
+    use crate::cache::testing::{Fixture, on_node};
     use crate::cache::{CacheConfig, WatchOptions};
-    use crate::model::{ResourceDef, ResourceVersion, Selection};
+    use crate::model::{ResourceDef, ResourceVersion};
 
     struct Count(AtomicUsize);
 
@@ -146,12 +147,8 @@ mod tests {
         }
     }
 
-    fn put(cache: &Cache, name: &str, node: &str, rv: u64) -> Change {
-        let json = format!(
-            r#"{{"metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"nodeName":"{node}"}}}}"#
-        );
-        let key = format!("/registry/pods/ns/{name}");
-        Change::Put(cache.decode(&key, json.as_bytes(), rv).unwrap())
+    fn put(name: &str, node: &str, rv: u64) -> Change {
+        Change::Put(Fixture::new().pod(name, node, rv))
     }
 
     #[tokio::test]
@@ -161,9 +158,8 @@ mod tests {
             CacheConfig::default(),
         );
         writer.resync(1).finish();
-        let sel = Selection::all().with_fields("spec.nodeName=n1").unwrap();
         let mut s = cache
-            .watch(WatchOptions::new(sel, ResourceVersion::At(1)))
+            .watch(WatchOptions::new(on_node("n1"), ResourceVersion::At(1)))
             .await
             .unwrap();
         let count = Arc::new(Count(AtomicUsize::new(0)));
@@ -178,11 +174,11 @@ mod tests {
             ),
         };
         assert_eq!(poll(&mut s), None);
-        writer.apply(2, [put(&cache, "a", "n2", 2)]).unwrap();
+        writer.apply(2, [put("a", "n2", 2)]).unwrap();
         assert_eq!(count.0.load(Ordering::SeqCst), 0, "another node's pod");
-        writer.apply(3, [put(&cache, "b", "n1", 3)]).unwrap();
+        writer.apply(3, [put("b", "n1", 3)]).unwrap();
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
-        writer.apply(4, [put(&cache, "c", "n1", 4)]).unwrap();
+        writer.apply(4, [put("c", "n1", 4)]).unwrap();
         assert_eq!(
             count.0.load(Ordering::SeqCst),
             1,
@@ -190,7 +186,7 @@ mod tests {
         );
         let got: Vec<_> = std::iter::from_fn(|| poll(&mut s)).collect();
         assert_eq!(got, [3, 4]);
-        writer.apply(5, [put(&cache, "d", "n1", 5)]).unwrap();
+        writer.apply(5, [put("d", "n1", 5)]).unwrap();
         assert_eq!(count.0.load(Ordering::SeqCst), 2);
     }
 }

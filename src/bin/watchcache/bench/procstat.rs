@@ -19,9 +19,13 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 
 /// A process's user + system CPU time in seconds, if it can be read.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// User + system CPU seconds from a process's or a thread's `stat`.
+fn stat_cpu_seconds(stat: &str) -> Option<f64> {
     // Fields after the command name (which may contain spaces) start after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let utime: f64 = fields.get(11)?.parse().ok()?;
     let stime: f64 = fields.get(12)?.parse().ok()?;
@@ -31,7 +35,7 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 /// CPU seconds (user + system) of the threads of `pid` whose name starts with `name` (names are
 /// cut to 15 bytes by the kernel), summed; `None` when there is none.
 pub fn thread_cpu_seconds(pid: u32, name: &str) -> Option<f64> {
-    let name = &name[..name.len().min(15)];
+    let name = name.get(..15).unwrap_or(name);
     let mut total = None;
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))
         .ok()?
@@ -42,20 +46,13 @@ pub fn thread_cpu_seconds(pid: u32, name: &str) -> Option<f64> {
         if !comm.trim_end().starts_with(name) {
             continue;
         }
-        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
+        let Some(cpu) = std::fs::read_to_string(path.join("stat"))
+            .ok()
+            .and_then(|stat| stat_cpu_seconds(&stat))
+        else {
             continue;
         };
-        let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let (Some(Ok(u)), Some(Ok(s))) = (
-            fields.get(11).map(|f| f.parse::<f64>()),
-            fields.get(12).map(|f| f.parse::<f64>()),
-        ) else {
-            continue;
-        };
-        *total.get_or_insert(0.0) += (u + s) / TICKS_PER_SEC;
+        *total.get_or_insert(0.0) += cpu;
     }
     total
 }
