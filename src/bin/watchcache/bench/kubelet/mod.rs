@@ -6,15 +6,18 @@
 //! [`objects::watches`]) in protobuf. Writes: the pod churn of the pods model, plus each node's
 //! Lease renewed every `--lease-period` (10 s, as a kubelet). A side's steps: seed (etcd), start
 //! its server (after the seed, so it starts from a full store as a restarted server would), open
-//! the connections (RSS measured), open the watches (RSS measured: idle watches, before the
-//! churn), check that a node cannot watch another node's pods (403), churn, await delivery, and
-//! check every pod stream against etcd's history: the `spec.nodeName` path and the label-routed
-//! path.
+//! the connections (RSS measured), open the watches (RSS measured), open the same watches again on
+//! the same connections and close them (RSS measured: what a further idle watch costs, once the
+//! first set made each watched object's encoding), check that a node cannot watch another node's
+//! pods (403), churn, await delivery, and check every pod stream against etcd's history: the
+//! `spec.nodeName` path and the label-routed path. watchcache's own dispatch-latency histogram,
+//! read before and after the churn, splits the delivery time ([`stages`]).
 
 mod objects;
 mod pki;
 mod report;
 mod servers;
+mod stages;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -234,20 +237,42 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
             .map(|(a, b)| b.saturating_sub(a) as f64 / n.max(1) as f64)
     };
     let rss_per_connection = per(rss0, rss1, connected);
-    let rss_per_watch = per(rss1, rss2, counters.opened.load(Ordering::Relaxed));
+    let rss_per_first_watch = per(rss1, rss2, counters.opened.load(Ordering::Relaxed));
+    // The first set also made each watched object's protobuf encoding (kept with the object, as
+    // after any protobuf LIST in a real cluster) and its initial events' buffers; the same watches
+    // again on the same connections cost only what a further idle watch costs.
+    let again = Arc::new(Streams::default());
+    let (stop_again, stop_again_rx) = watch::channel(false);
+    let (_, again_tasks) =
+        open_watches(cfg, &clients, &url, start_rev, &again, &stop_again_rx).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss3 = procstat::rss_bytes(pid);
+    let rss_per_watch = per(rss2, rss3, again.opened.load(Ordering::Relaxed));
+    if stop_again.send(true).is_err() {
+        warn!("second watch set already gone");
+    }
+    for t in again_tasks {
+        let _ = t.await;
+    }
     info!(
         side = side.name(),
         connected,
         opened = counters.opened.load(Ordering::Relaxed),
         forbidden = counters.forbidden.load(Ordering::Relaxed),
+        again = again.opened.load(Ordering::Relaxed),
         ?rss_per_connection,
+        ?rss_per_first_watch,
         ?rss_per_watch,
         "watches open"
     );
+    // The second set's streams end (reset) before the churn.
+    tokio::time::sleep(Duration::from_secs(1)).await;
 
     // The churn and the Leases, CPU measured over them and the delivery.
     let cpu = |pid: Option<u32>| pid.and_then(procstat::cpu_seconds);
     let me = Some(std::process::id());
+    let metrics = format!("{url}/metrics");
+    let metrics0 = admin.text(&metrics).await.unwrap_or_default();
     let (client0, server0, etcd0) = (cpu(me), cpu(Some(pid)), cpu(ctx.etcd_pid));
     let leases = tokio::spawn(renew_leases(
         ctx.client.clone(),
@@ -276,6 +301,13 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         .min(began.elapsed().as_secs_f64());
     let lease_writes = leases.await.unwrap_or(0);
     super::load::until_quiet(&counters.received, cfg.delivery_grace, None).await;
+    let server_stages = match side {
+        Side::Watchcache => Some(stages::Stages::between(
+            &metrics0,
+            &admin.text(&metrics).await.unwrap_or_default(),
+        )),
+        Side::KubeApiserver => None,
+    };
     let spent = |before: Option<f64>, pid| before.zip(cpu(pid)).map(|(a, b)| b - a);
     let server_cpu = spent(server0, Some(pid));
     let etcd_cpu = spent(etcd0, ctx.etcd_pid);
@@ -315,13 +347,18 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         };
         let got = s.rec.events.lock();
         figures.watches += 1;
-        let (latencies, after_ack) = (&mut figures.latencies, &mut figures.after_ack);
+        let mut timed = Vec::new();
         let t = verify::tally(&got, &expected, end_rev, |rev, at| {
             if let Some(&(sent, ack)) = sent.get(&rev) {
-                latencies.push(at.saturating_sub(sent) as f64 / 1000.0);
-                after_ack.push(at.saturating_sub(ack) as f64 / 1000.0);
+                timed.push((sent, at.saturating_sub(sent), at.saturating_sub(ack)));
             }
         });
+        for (sent, took, after_ack) in timed {
+            let ms = took as f64 / 1000.0;
+            figures.latencies.push(ms);
+            figures.after_ack.push(after_ack as f64 / 1000.0);
+            figures.slow_window(sent, ms);
+        }
         figures.tally += t;
     }
     drop(server);
@@ -349,11 +386,13 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         ),
         lease_writes_per_sec: lease_writes as f64 / wrote_for.max(1e-3),
         duration_s: cfg.duration.as_secs_f64(),
+        server_stages,
         node_path: node_path.finish(),
         label_path: label_path.finish(),
         server_cpu_s: server_cpu,
         server_rss_bytes: server_rss,
         rss_per_connection_bytes: rss_per_connection,
+        rss_per_first_watch_bytes: rss_per_first_watch,
         rss_per_watch_bytes: rss_per_watch,
         etcd_cpu_s: etcd_cpu,
         etcd_rss_bytes: etcd_rss,

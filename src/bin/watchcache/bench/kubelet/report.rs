@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::Side;
+use super::stages::Stages;
 use crate::bench::Latency;
 use crate::bench::verify::Tally;
 
@@ -14,11 +15,29 @@ pub struct PathFigures {
     pub tally: Tally,
     pub latencies: Vec<f64>,
     pub after_ack: Vec<f64>,
+    /// The 100 ms windows (by write time) holding a delivery slower than [`SLOW_MS`]: a few
+    /// windows say stalls, many say a steady queue.
+    pub slow_windows: std::collections::BTreeSet<u64>,
+}
+
+/// The delivery time (from the write) counted as slow in [`PathReport::slow`].
+pub const SLOW_MS: f64 = 10.0;
+
+impl PathFigures {
+    /// Records one delivery: written at `sent_us` (µs on the bench's clock), received `ms` later.
+    pub fn slow_window(&mut self, sent_us: u64, ms: f64) {
+        if ms > SLOW_MS {
+            self.slow_windows.insert(sent_us / 100_000);
+        }
+    }
 }
 
 impl PathFigures {
     pub fn finish(mut self) -> PathReport {
+        let slow = self.latencies.iter().filter(|&&l| l > SLOW_MS).count() as u64;
         PathReport {
+            slow,
+            slow_windows: self.slow_windows.len(),
             watches: self.watches,
             delivered: self.tally.delivered,
             lost: self.tally.lost,
@@ -51,6 +70,10 @@ pub struct PathReport {
     /// etcd acknowledged the write → client received (0 when the event came first): the part
     /// the server, the network and the client add.
     pub after_ack_ms: Latency,
+    /// Deliveries slower than [`SLOW_MS`] from the write.
+    pub slow: u64,
+    /// The 100 ms windows of writes those fall in.
+    pub slow_windows: usize,
 }
 
 /// One side of the run.
@@ -84,6 +107,9 @@ pub struct KubeletReport {
     pub etcd_write_ms: Latency,
     pub lease_writes_per_sec: f64,
     pub duration_s: f64,
+    /// The server's own stages for pods over the churn, from its dispatch-latency histogram
+    /// (watchcache only).
+    pub server_stages: Option<Stages>,
     /// `fieldSelector=spec.nodeName=node-N`.
     pub node_path: PathReport,
     /// `labelSelector=app=app-N`.
@@ -94,7 +120,11 @@ pub struct KubeletReport {
     pub server_rss_bytes: Option<u64>,
     /// RSS added per connection (open, no stream yet).
     pub rss_per_connection_bytes: Option<f64>,
-    /// RSS added per idle watch (open, before the churn).
+    /// RSS added per watch of the first set (open, before the churn): with what the watches'
+    /// first use of each object made (its protobuf encoding, kept with it) and their initial
+    /// events' buffers.
+    pub rss_per_first_watch_bytes: Option<f64>,
+    /// RSS added per further idle watch: the same watches opened again on the same connections.
     pub rss_per_watch_bytes: Option<f64>,
     pub etcd_cpu_s: Option<f64>,
     pub etcd_rss_bytes: Option<u64>,
@@ -137,6 +167,13 @@ pub fn table(run: &KubeletRun) -> String {
             "{:.1} / {:.1} / {:.1}",
             p.latency_ms.p50, p.latency_ms.p99, p.latency_ms.max
         )
+    };
+    let stage = |r: &KubeletReport, pick: fn(&Stages) -> &super::stages::Stage| {
+        let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v}"));
+        r.server_stages.as_ref().map_or("-".to_owned(), |s| {
+            let s = pick(s);
+            format!("{} / {}", ms(s.p50_le_ms), ms(s.p99_le_ms))
+        })
     };
     let rows: Vec<(&str, Vec<String>)> = vec![
         (
@@ -206,6 +243,27 @@ pub fn table(run: &KubeletRun) -> String {
                 .collect(),
         ),
         (
+            "nodeName: over 10 ms / in 100-ms windows",
+            s.iter()
+                .map(|r| {
+                    format!(
+                        "{} / {} of {:.0}",
+                        r.node_path.slow,
+                        r.node_path.slow_windows,
+                        r.duration_s * 10.0
+                    )
+                })
+                .collect(),
+        ),
+        (
+            "server: pods queued p50/p99 ≤ ms",
+            s.iter().map(|r| stage(r, |s| &s.queued)).collect(),
+        ),
+        (
+            "server: pods written p50/p99 ≤ ms",
+            s.iter().map(|r| stage(r, |s| &s.written)).collect(),
+        ),
+        (
             "etcd write ack p50 / p99 ms",
             s.iter()
                 .map(|r| format!("{:.1} / {:.1}", r.etcd_write_ms.p50, r.etcd_write_ms.p99))
@@ -245,6 +303,12 @@ pub fn table(run: &KubeletRun) -> String {
             "RSS per connection KiB",
             s.iter()
                 .map(|r| opt(r.rss_per_connection_bytes, 1024.0, 2))
+                .collect(),
+        ),
+        (
+            "RSS per watch, first set KiB",
+            s.iter()
+                .map(|r| opt(r.rss_per_first_watch_bytes, 1024.0, 2))
                 .collect(),
         ),
         (
