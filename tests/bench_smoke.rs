@@ -144,9 +144,16 @@ fn the_bench_runs_over_tls_with_http2() {
 
 /// `--model kubelet`: simulated kubelets, each on one TLS HTTP/2 connection with its own node
 /// certificate, 18 protobuf watches each, authorized by Node,RBAC; both pod paths delivered
-/// exactly once against etcd's history, and a node refused another node's pods.
+/// exactly once against etcd's history, and a node refused another node's pods. Pods stored in
+/// etcd as kube-apiserver stores them (protobuf) and as JSON.
 #[test]
 fn the_kubelet_model_runs_at_smoke_size() {
+    for storage in ["protobuf", "json"] {
+        kubelet_model_at_smoke_size(storage);
+    }
+}
+
+fn kubelet_model_at_smoke_size(storage: &str) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
     let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
@@ -154,7 +161,7 @@ fn the_kubelet_model_runs_at_smoke_size() {
             "bench", "--model", "kubelet", "--nodes", "20", "--pods", "200",
         ])
         .args(["--rate", "100", "--duration", "3", "--lease-period", "1"])
-        .args(["--mode", "cache", "--json"])
+        .args(["--mode", "cache", "--storage", storage, "--json"])
         .arg(&json)
         .output()
         .unwrap();
@@ -206,10 +213,23 @@ fn the_kubelet_model_runs_at_smoke_size() {
         "server_cpu_s",
         "etcd_cpu_s",
         "rss_per_connection_bytes",
+        "rss_per_first_watch_bytes",
         "rss_per_watch_bytes",
     ] {
         assert!(side[key].is_number(), "{key}: {side}");
     }
+    assert_eq!(side["storage"], storage, "{side}");
+    // The server's own stages over the churn: each pod revision queued once, and each delivery
+    // on either pod path written (so at least the deliveries the client counted).
+    let stages = &side["server_stages"];
+    assert!(stages["queued"]["count"].as_u64().unwrap() > 50, "{stages}");
+    let delivered = side["node_path"]["delivered"].as_u64().unwrap()
+        + side["label_path"]["delivered"].as_u64().unwrap();
+    assert!(
+        stages["written"]["count"].as_u64().unwrap() >= delivered,
+        "{stages} against {delivered} delivered"
+    );
+    assert!(stages["written"]["p99_le_ms"].is_number(), "{stages}");
 }
 
 /// `--model catchup` at smoke size, both storages, and with each upstream: the backlog written while

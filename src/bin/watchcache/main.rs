@@ -80,8 +80,8 @@ struct BenchArgs {
     /// from the OS: what a long-running cache catching up after a partition has).
     #[arg(long, default_value_t = 0)]
     warmup_events: usize,
-    /// `--model catchup`: how pods are stored in etcd (`protobuf`: as kube-apiserver 1.35 writes
-    /// them).
+    /// `--model catchup` and `--model kubelet`: how pods are stored in etcd (`protobuf`: as
+    /// kube-apiserver 1.35 writes them).
     #[arg(long, value_enum, default_value_t = bench::pods::Storage::Protobuf)]
     storage: bench::pods::Storage,
     /// `--model catchup`: what the server under test follows (`root`: it is a leaf of a root
@@ -764,6 +764,7 @@ async fn kubelets(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
             let tests = PathBuf::from("target/etcd/v3.6.16/etcd");
             tests.exists().then_some(tests)
         }),
+        storage: args.storage,
     };
     let run = bench::kubelet::run(cfg).await?;
     print!("{}", bench::kubelet::table(&run));

@@ -287,14 +287,16 @@ pub async fn etcd_watcher(
 }
 
 /// Creates `pods` pods (pod i on node i % nodes, labelled `app=app-{i % apps}`) in transactions
-/// of 100; returns the revision.
+/// of 100, stored as JSON or, with `codec`, as kube-apiserver stores them (protobuf); returns the
+/// revision.
 pub async fn seed(
     client: &Client,
     pods: usize,
     nodes: usize,
     apps: usize,
+    codec: Option<Arc<pods::Codec>>,
     bar: &ProgressBar,
-) -> Result<u64, etcd_client::Error> {
+) -> Result<u64, String> {
     let sem = Arc::new(Semaphore::new(8));
     let mut tasks = Vec::new();
     for chunk_start in (0..pods).step_by(100) {
@@ -303,33 +305,48 @@ pub async fn seed(
             .await
             .unwrap_or_else(|_| unreachable!("never closed"));
         let mut kv = client.kv_client();
-        let bar = bar.clone();
+        let (bar, codec) = (bar.clone(), codec.clone());
         tasks.push(tokio::spawn(async move {
             let end = (chunk_start + 100).min(pods);
-            let ops: Vec<TxnOp> = (chunk_start..end)
+            let ops = (chunk_start..end)
                 .map(|i| {
-                    TxnOp::put(
+                    let (key, json) = (
                         pods::key(i),
                         pods::json_app(i, i % nodes, i % apps, 1, pods::now_us()),
+                    );
+                    Ok(TxnOp::put(
+                        key.clone(),
+                        value_of(codec.as_deref(), &key, json)?,
                         None,
-                    )
+                    ))
                 })
-                .collect();
+                .collect::<Result<Vec<_>, String>>()?;
             let r = kv.txn(Txn::new().and_then(ops)).await;
             bar.inc((end - chunk_start) as u64);
             drop(permit);
             r.map(|r| r.header().map_or(0, |h| h.revision() as u64))
+                .map_err(|e| format!("etcd: {e}"))
         }));
     }
     let mut rev = 0;
     for t in tasks {
-        rev = rev.max(t.await.unwrap_or_else(|e| panic!("seed task: {e}"))?);
+        rev = rev.max(t.await.map_err(|e| format!("seed task: {e}"))??);
     }
     Ok(rev)
 }
 
+/// A pod's value in etcd: its JSON, or with `codec` kube-apiserver's protobuf of it.
+fn value_of(codec: Option<&pods::Codec>, key: &str, json: String) -> Result<Vec<u8>, String> {
+    match codec {
+        None => Ok(json.into_bytes()),
+        Some(c) => c.stored(pods::Storage::Protobuf, key, json),
+    }
+}
+
 /// The churn writer's view of the pods.
 pub struct Churn {
+    /// With a codec, pods are written as kube-apiserver stores them (protobuf); else JSON.
+    codec: Option<Arc<pods::Codec>>,
     nodes: usize,
     /// Pod i is labelled `app=app-{i % apps}`.
     apps: usize,
@@ -355,6 +372,7 @@ enum Op {
 impl Churn {
     pub fn new(pods: usize, nodes: usize) -> Churn {
         Churn {
+            codec: None,
             nodes,
             apps: 50,
             node_of: (0..pods).map(|i| Some(i % nodes)).collect(),
@@ -367,6 +385,12 @@ impl Churn {
     /// Labels pod i `app=app-{i % apps}` (default 50).
     pub fn with_apps(mut self, apps: usize) -> Churn {
         self.apps = apps.max(1);
+        self
+    }
+
+    /// Writes pods as kube-apiserver stores them (protobuf, made by `codec`).
+    pub fn with_codec(mut self, codec: Arc<pods::Codec>) -> Churn {
+        self.codec = Some(codec);
         self
     }
 
@@ -434,6 +458,7 @@ pub async fn churn(
     duration: Duration,
     bar: &ProgressBar,
 ) -> HashMap<u64, (u64, u64)> {
+    let codec = churn.codec.clone();
     let churn = Arc::new(Mutex::new(churn));
     let sent = Arc::new(Mutex::new(HashMap::new()));
     let in_flight = Arc::new(Semaphore::new(256));
@@ -451,11 +476,12 @@ pub async fn churn(
         let Ok(permit) = Arc::clone(&in_flight).try_acquire_owned() else {
             continue;
         };
-        let (mut kv, sent, churn, bar) = (
+        let (mut kv, sent, churn, bar, codec) = (
             client.kv_client(),
             Arc::clone(&sent),
             Arc::clone(&churn),
             bar.clone(),
+            codec.clone(),
         );
         tokio::spawn(async move {
             let at = pods::now_us();
@@ -466,13 +492,20 @@ pub async fn churn(
                         c.generation += 1;
                         (c.generation, id % c.apps)
                     };
+                    let key = pods::key(id);
                     let pod = pods::json_app(id, node, app, generation, at);
-                    (
-                        id,
-                        kv.put(pods::key(id), pod, None)
-                            .await
-                            .map(|r| r.header().map(|h| h.revision())),
-                    )
+                    match value_of(codec.as_deref(), &key, pod) {
+                        Ok(value) => (
+                            id,
+                            kv.put(key, value, None)
+                                .await
+                                .map(|r| r.header().map(|h| h.revision())),
+                        ),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "a churned pod could not be encoded");
+                            (id, Ok(None))
+                        }
+                    }
                 }
                 Op::Delete(id) => (
                     id,

@@ -248,7 +248,7 @@ async fn run_mode(cfg: &BenchConfig, mode: Mode) -> Result<ModeReport, String> {
 /// Seeds the pods; returns the revision the watchers start after.
 async fn seed(cfg: &BenchConfig, stack: &Stack) -> Result<u64, String> {
     let b = bar(cfg.progress, cfg.pods as u64, "seeding");
-    let seeded = load::seed(&stack.client, cfg.pods, cfg.nodes, 50, &b)
+    let seeded = load::seed(&stack.client, cfg.pods, cfg.nodes, 50, None, &b)
         .await
         .map_err(|e| format!("seeding: {e}"))?;
     b.finish_and_clear();

@@ -75,6 +75,10 @@ pub struct KubeletConfig {
     /// The etcd to run (kube-apiserver 1.35 needs 3.5.13+ for its watch cache's progress
     /// requests); `None`: `etcd` from PATH.
     pub etcd_binary: Option<PathBuf>,
+    /// How the pods are stored in etcd: protobuf as kube-apiserver writes them (what a real
+    /// cluster's kubelets are served from), or JSON (each pod version then converted once for
+    /// the protobuf watches).
+    pub storage: pods::Storage,
 }
 
 /// The Accept header of a kubelet's watches.
@@ -193,9 +197,20 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         .map_err(|e| format!("etcd: {e}"))?;
     let b = bar_of(cfg, 0, "seeding");
     objects::seed(&ctx.client, cfg.nodes, cfg.watches, &b).await?;
-    load::seed(&ctx.client, cfg.pods, cfg.nodes, cfg.nodes, &b)
-        .await
-        .map_err(|e| format!("seeding: {e}"))?;
+    let codec = match cfg.storage {
+        pods::Storage::Protobuf => Some(Arc::new(pods::Codec::new()?)),
+        pods::Storage::Json => None,
+    };
+    load::seed(
+        &ctx.client,
+        cfg.pods,
+        cfg.nodes,
+        cfg.nodes,
+        codec.clone(),
+        &b,
+    )
+    .await
+    .map_err(|e| format!("seeding: {e}"))?;
     b.finish_and_clear();
     let start_rev = stack::current_revision(&ctx.client).await?;
     let binary = match side {
@@ -288,7 +303,12 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
     let began = Instant::now();
     let sent = load::churn(
         &ctx.client,
-        Churn::new(cfg.pods, cfg.nodes).with_apps(cfg.nodes),
+        match codec {
+            Some(c) => Churn::new(cfg.pods, cfg.nodes)
+                .with_apps(cfg.nodes)
+                .with_codec(c),
+            None => Churn::new(cfg.pods, cfg.nodes).with_apps(cfg.nodes),
+        },
         cfg.rate,
         cfg.duration,
         &b,
@@ -386,6 +406,7 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         ),
         lease_writes_per_sec: lease_writes as f64 / wrote_for.max(1e-3),
         duration_s: cfg.duration.as_secs_f64(),
+        storage: cfg.storage,
         server_stages,
         node_path: node_path.finish(),
         label_path: label_path.finish(),

@@ -107,6 +107,8 @@ pub struct KubeletReport {
     pub etcd_write_ms: Latency,
     pub lease_writes_per_sec: f64,
     pub duration_s: f64,
+    /// How the pods were stored in etcd.
+    pub storage: crate::bench::pods::Storage,
     /// The server's own stages for pods over the churn, from its dispatch-latency histogram
     /// (watchcache only).
     pub server_stages: Option<Stages>,
@@ -184,6 +186,12 @@ pub fn table(run: &KubeletRun) -> String {
             "nodes x watches",
             s.iter()
                 .map(|r| format!("{} x {}", r.nodes, r.watches_per_node))
+                .collect(),
+        ),
+        (
+            "pods stored in etcd as",
+            s.iter()
+                .map(|r| format!("{:?}", r.storage).to_lowercase())
                 .collect(),
         ),
         (
