@@ -569,6 +569,21 @@ impl Object {
         self.form().json
     }
 
+    /// The object's JSON for a reader that needs it once (an authorizer reading a pod's
+    /// references): a protobuf-stored object's JSON is made for this call and not kept, where
+    /// [`json`](Object::json) keeps it with the object for as long as the object lives (a
+    /// second copy of every pod an authorizer looked at, never served to anyone). Shared when it
+    /// exists already (stored as JSON, or made by an earlier `json`).
+    pub fn json_unkept(&self) -> Bytes {
+        match self.0.form {
+            Form::Json { .. } => self.0.stored.clone(),
+            Form::Protobuf => match self.0.lazy.get().and_then(|l| l.json.get()) {
+                Some(f) => f.json.clone(),
+                None => self.make_json().json,
+            },
+        }
+    }
+
     /// The JSON of this object as an item of a list: built-ins decoded from protobuf leave `kind`
     /// and `apiVersion` out there, as upstream's typed lists do; the item is `{` followed by the
     /// returned bytes (shared, never copied). `None`: the item is [`json`](Object::json) itself.
@@ -1279,6 +1294,30 @@ mod tests {
         let (want, _) = crate::model::protobuf::with_resource_version(&served, 777).unwrap();
         assert_eq!(&wire[..], &want[..]);
         assert_eq!(o.to_value()["metadata"]["resourceVersion"], "777");
+    }
+
+    /// A one-off reader of a protobuf-stored object's JSON gets the same bytes as `json` and
+    /// leaves nothing with the object; once `json` has made (and kept) it, both share it.
+    #[test]
+    fn json_unkept_is_the_json_without_keeping_it() {
+        let served = crate::model::protobuf::tests::vector("pod.pb");
+        let key = pod_key(&served);
+        let o = Object::decode(&pods(), &key, &served, 12345).unwrap();
+        let kept = |o: &Object| o.0.lazy.get().is_some_and(|l| l.json.get().is_some());
+        let once = o.json_unkept();
+        assert!(!kept(&o), "a one-off read keeps no JSON");
+        let again = o.json_unkept();
+        assert_ne!(once.as_ptr(), again.as_ptr(), "made again, not kept");
+        assert_eq!(&once[..], &o.json()[..]);
+        assert!(kept(&o));
+        assert_eq!(
+            o.json_unkept().as_ptr(),
+            o.json().as_ptr(),
+            "shared once kept"
+        );
+        // Stored as JSON: the stored bytes themselves.
+        let j = Object::decode(&pods(), &key, &o.json()[..], 5).unwrap();
+        assert_eq!(j.json_unkept().as_ptr(), j.json().as_ptr());
     }
 
     /// A watch frame as an object's first protobuf use holds the only copy of its envelope; a

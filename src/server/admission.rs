@@ -121,7 +121,7 @@ pub(crate) fn object_admission<'a>(
                     d.group.is_empty() && d.plural == "nodes"
                 })?;
                 let o = nodes.peek(None, node)?;
-                let v: serde_json::Value = serde_json::from_slice(o.json()).ok()?;
+                let v: serde_json::Value = serde_json::from_slice(&o.json_unkept()).ok()?;
                 v["metadata"]["uid"].as_str().map(str::to_owned)
             })?;
             auth.confirm_no_escalation(user, info, obj, old)

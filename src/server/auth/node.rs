@@ -20,8 +20,11 @@
 //!
 //! The references of a node's pods ([`RefSet`]) are computed from the pods cache's
 //! `spec.nodeName` index (the node's pods only, never a walk over all pods) and remembered per
-//! node until the pods (or claims) cache's revision moves. Lock order: `refs` only, never across an
-//! await.
+//! node with what they were computed from: the node's pods (key and revision of each) and the
+//! claims cache's revision. A pod written on another node changes neither, so a kubelet's reads
+//! are not re-decided from its pods' JSON after every pod write in the cluster; a pod's JSON
+//! read here is not kept with it ([`Object::json_unkept`]). Lock order: `refs` only, never
+//! across an await.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -30,6 +33,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::cache::Cache;
+use crate::model::Object;
 
 use super::attributes::{Attributes, Decision};
 use super::rbac::{PolicyRule, rule_allows};
@@ -215,13 +219,42 @@ fn node_rules() -> &'static [PolicyRule] {
 }
 
 /// The pods and claims caches' revisions a [`RefSet`] was computed at.
-type Revisions = (u64, u64);
+/// What a node's [`RefSet`] was computed from: its pods (key and revision, in the index's key
+/// order) and the claims cache's revision.
+#[derive(Debug, Default)]
+struct Basis {
+    pods: Vec<(Box<str>, u64)>,
+    claims: u64,
+}
+
+impl Basis {
+    fn of(bound: &[Object], claims: u64) -> Basis {
+        Basis {
+            pods: bound
+                .iter()
+                .map(|p| (p.key().into(), p.resource_version()))
+                .collect(),
+            claims,
+        }
+    }
+
+    /// Whether `bound` (and the claims at `claims`) are what this was computed from.
+    fn holds_for(&self, bound: &[Object], claims: u64) -> bool {
+        self.claims == claims
+            && self.pods.len() == bound.len()
+            && self
+                .pods
+                .iter()
+                .zip(bound)
+                .all(|((key, rv), p)| *rv == p.resource_version() && **key == *p.key())
+    }
+}
 
 /// The Node authorizer.
 pub struct NodeAuthorizer {
     caches: NodeCaches,
     /// Per node: the pods and claims caches' revisions the set was computed at, and the set.
-    refs: Mutex<HashMap<String, (Revisions, Arc<RefSet>)>>,
+    refs: Mutex<HashMap<String, (Basis, Arc<RefSet>)>>,
 }
 
 impl std::fmt::Debug for NodeAuthorizer {
@@ -252,29 +285,25 @@ impl NodeAuthorizer {
         let Some(pods) = &self.caches.pods else {
             return Arc::default();
         };
-        let at = (
-            pods.resource_version(),
-            self.caches.pvcs.as_ref().map_or(0, Cache::resource_version),
-        );
-        if let Some((when, set)) = self.refs.lock().get(node)
-            && *when == at
-        {
-            return Arc::clone(set);
-        }
-        let mut set = RefSet::default();
-        match pods.lookup("spec.nodeName", node) {
-            Ok(bound) => {
-                for p in bound {
-                    match serde_json::from_slice::<Value>(p.json()) {
-                        Ok(v) => set.add_pod(&v),
-                        Err(e) => tracing::debug!(key = p.key(), error = %e, "pod not read"),
-                    }
-                }
-            }
+        let claims = self.caches.pvcs.as_ref().map_or(0, Cache::resource_version);
+        let bound = match pods.lookup("spec.nodeName", node) {
+            Ok(bound) => bound,
             // Not ready (or no such index): nothing is known to be referenced.
             Err(e) => {
                 tracing::debug!(error = %e, "node references unknown");
                 return Arc::default();
+            }
+        };
+        if let Some((basis, set)) = self.refs.lock().get(node)
+            && basis.holds_for(&bound, claims)
+        {
+            return Arc::clone(set);
+        }
+        let mut set = RefSet::default();
+        for p in &bound {
+            match serde_json::from_slice::<Value>(&p.json_unkept()) {
+                Ok(v) => set.add_pod(&v),
+                Err(e) => tracing::debug!(key = p.key(), error = %e, "pod not read"),
             }
         }
         // node <- pod <- pvc <- pv: the volumes the referenced claims are bound to.
@@ -282,7 +311,7 @@ impl NodeAuthorizer {
             let mut pvs = HashSet::new();
             for (ns, name) in &set.pvcs {
                 if let Some(claim) = pvcs.peek(Some(ns), name)
-                    && let Ok(v) = serde_json::from_slice::<Value>(claim.json())
+                    && let Ok(v) = serde_json::from_slice::<Value>(&claim.json_unkept())
                     && let Some(pv) = v["spec"]["volumeName"].as_str().filter(|n| !n.is_empty())
                 {
                     pvs.insert(pv.to_owned());
@@ -296,7 +325,10 @@ impl NodeAuthorizer {
         if refs.len() > 100_000 {
             refs.clear();
         }
-        refs.insert(node.to_owned(), (at, Arc::clone(&set)));
+        refs.insert(
+            node.to_owned(),
+            (Basis::of(&bound, claims), Arc::clone(&set)),
+        );
         set
     }
 
@@ -305,7 +337,7 @@ impl NodeAuthorizer {
     fn on_node(cache: Option<&Cache>, name: &str, node: &str) -> bool {
         cache.is_some_and(|c| {
             c.peek(None, name)
-                .and_then(|o| serde_json::from_slice::<Value>(o.json()).ok())
+                .and_then(|o| serde_json::from_slice::<Value>(&o.json_unkept()).ok())
                 .is_some_and(|v| v["spec"]["nodeName"].as_str() == Some(node))
         })
     }
@@ -530,6 +562,51 @@ mod tests {
         assert!(has(&set.pvcs, "data"));
         assert!(has(&set.pods, "p1"));
         assert!(!has(&set.secrets, "cm"));
+    }
+
+    /// A node's references are computed again when its own pods change, and only then: a pod
+    /// written on another node leaves them as they were (the same set, not re-read).
+    #[test]
+    fn a_nodes_references_follow_its_own_pods_only() {
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let src = MemorySource::new(writer, 1, []);
+        let put = |name: &str, node: &str, secret: &str| {
+            src.put(
+                &format!("/registry/pods/a/{name}"),
+                pod("a", name, node, secret).to_string(),
+            )
+            .unwrap();
+        };
+        put("p1", "n1", "s1");
+        put("p2", "n2", "s2");
+        let authz = NodeAuthorizer::new(NodeCaches {
+            pods: Some(cache.clone()),
+            ..NodeCaches::default()
+        });
+        let secret = |n: &str| ("a".to_owned(), n.to_owned());
+        let first = authz.refs("n1");
+        assert!(first.secrets.contains(&secret("s1")));
+        put("p2", "n2", "s9");
+        put("p4", "n3", "s8");
+        assert!(
+            Arc::ptr_eq(&first, &authz.refs("n1")),
+            "other nodes' pods changed, not n1's"
+        );
+        put("p1", "n1", "s3");
+        let after = authz.refs("n1");
+        assert!(after.secrets.contains(&secret("s3")) && !after.secrets.contains(&secret("s1")));
+        put("p3", "n1", "s4");
+        assert!(authz.refs("n1").secrets.contains(&secret("s4")));
+        src.delete("/registry/pods/a/p1").unwrap();
+        src.delete("/registry/pods/a/p3").unwrap();
+        let gone = authz.refs("n1");
+        assert!(gone.secrets.is_empty() && gone.pods.is_empty(), "{gone:?}");
+        // A pod moved onto the node (same key, new revision) is read again.
+        put("p2", "n1", "s5");
+        assert!(authz.refs("n1").secrets.contains(&secret("s5")));
     }
 
     #[tokio::test]

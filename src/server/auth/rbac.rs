@@ -514,7 +514,7 @@ impl Rbac {
                 .await?;
             let kind = c.definition().kind.clone();
             for o in &list.items {
-                match serde_json::from_slice::<serde_json::Value>(o.json()) {
+                match serde_json::from_slice::<serde_json::Value>(&o.json_unkept()) {
                     Ok(mut v) => {
                         if v.get("kind").is_none() {
                             v["kind"] = serde_json::Value::String(kind.clone());

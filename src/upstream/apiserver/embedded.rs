@@ -350,7 +350,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> KubeCache<K> {
 /// `o` as `K`: decoded on its first read, shared after.
 fn decode<K: DeserializeOwned + Send + Sync + 'static>(o: &Object) -> Result<Arc<K>> {
     o.typed(|o| {
-        serde_json::from_slice(o.json()).map_err(|e| Error::Decode {
+        serde_json::from_slice(&o.json_unkept()).map_err(|e| Error::Decode {
             key: o.key().to_owned(),
             type_name: std::any::type_name::<K>(),
             cause: Cause::new(e),
