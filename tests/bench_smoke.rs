@@ -230,6 +230,11 @@ fn kubelet_model_at_smoke_size(storage: &str) {
         "{stages} against {delivered} delivered"
     );
     assert!(stages["written"]["p99_le_ms"].is_number(), "{stages}");
+    // The load tool's own etcd watch saw the churn: its delivery after each write's ack.
+    assert!(
+        side["etcd_watch_after_ack_ms"]["max"].as_f64().unwrap() > 0.0,
+        "{side}"
+    );
 }
 
 /// `--model catchup` at smoke size, both storages, and with each upstream: the backlog written while

@@ -289,6 +289,11 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
     let metrics = format!("{url}/metrics");
     let metrics0 = admin.text(&metrics).await.unwrap_or_default();
     let (client0, server0, etcd0) = (cpu(me), cpu(Some(pid)), cpu(ctx.etcd_pid));
+    let probe = tokio::spawn(etcd_probe(
+        ctx.client.clone(),
+        start_rev + 1,
+        stop_rx.clone(),
+    ));
     let leases = tokio::spawn(renew_leases(
         ctx.client.clone(),
         cfg.nodes,
@@ -344,6 +349,7 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
     for t in tasks {
         let _ = t.await;
     }
+    let probed = probe.await.unwrap_or_default();
     let mut node_path = report::PathFigures::default();
     let mut label_path = report::PathFigures::default();
     let mut stream_errors = 0;
@@ -402,6 +408,16 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
             &mut sent
                 .values()
                 .map(|(s, a)| a.saturating_sub(*s) as f64 / 1000.0)
+                .collect::<Vec<_>>(),
+        ),
+        etcd_watch_after_ack_ms: Latency::of(
+            &mut sent
+                .iter()
+                .filter_map(|(rev, (_, ack))| {
+                    probed
+                        .get(rev)
+                        .map(|at| at.saturating_sub(*ack) as f64 / 1000.0)
+                })
                 .collect::<Vec<_>>(),
         ),
         lease_writes_per_sec: lease_writes as f64 / wrote_for.max(1e-3),
@@ -658,6 +674,51 @@ async fn watcher(
             }
         });
         buf.drain(..used);
+    }
+}
+
+/// One etcd watch of the pods from `from`, held by the load tool itself: when each revision
+/// reached it (µs on the bench's clock). Against the writes' acks this is etcd's own watch
+/// delivery on this machine, the part of a server's "after etcd ack" that is not the server's.
+async fn etcd_probe(
+    client: etcd_client::Client,
+    from: u64,
+    mut stop: watch::Receiver<bool>,
+) -> std::collections::HashMap<u64, u64> {
+    let mut seen = std::collections::HashMap::new();
+    let opts = etcd_client::WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(from as i64);
+    let mut stream = match client
+        .watch_client()
+        .watch("/registry/pods/", Some(opts))
+        .await
+    {
+        Ok(w) => w,
+        Err(e) => {
+            warn!(error = %e, "the etcd probe watch could not start");
+            return seen;
+        }
+    };
+    loop {
+        let msg = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return seen,
+            m = stream.message() => m,
+        };
+        match msg {
+            Ok(Some(resp)) => {
+                let now = pods::now_us();
+                for ev in resp.events() {
+                    if let Some(kv) = ev.kv() {
+                        seen.entry(kv.mod_revision() as u64).or_insert(now);
+                    }
+                }
+            }
+            other => {
+                warn!(end = ?other.err(), "the etcd probe watch ended");
+                return seen;
+            }
+        }
     }
 }
 

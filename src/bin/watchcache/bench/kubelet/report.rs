@@ -105,6 +105,9 @@ pub struct KubeletReport {
     pub pod_writes_per_sec: f64,
     /// Pod write sent → etcd acknowledged it: the part no watch server can remove.
     pub etcd_write_ms: Latency,
+    /// etcd acknowledged the write → the load tool's own etcd watch of the pods got it: etcd's
+    /// watch delivery on this machine, with no server between.
+    pub etcd_watch_after_ack_ms: Latency,
     pub lease_writes_per_sec: f64,
     pub duration_s: f64,
     /// How the pods were stored in etcd.
@@ -275,6 +278,17 @@ pub fn table(run: &KubeletRun) -> String {
             "etcd write ack p50 / p99 ms",
             s.iter()
                 .map(|r| format!("{:.1} / {:.1}", r.etcd_write_ms.p50, r.etcd_write_ms.p99))
+                .collect(),
+        ),
+        (
+            "etcd's own watch after ack p50/p99",
+            s.iter()
+                .map(|r| {
+                    format!(
+                        "{:.1} / {:.1}",
+                        r.etcd_watch_after_ack_ms.p50, r.etcd_watch_after_ack_ms.p99
+                    )
+                })
                 .collect(),
         ),
         (
