@@ -15,6 +15,7 @@
 use std::hash::BuildHasher;
 use std::ops::Bound;
 
+use hashbrown::hash_map::EntryRef;
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use roaring::RoaringBitmap;
 
@@ -35,7 +36,9 @@ pub(crate) struct Store {
     /// store's key order").
     by_hash: HashTable<u32>,
     hasher: DefaultHashBuilder,
-    indexes: Vec<HashMap<Box<str>, RoaringBitmap>>,
+    /// `String` keys (not `Box<str>`): `entry_ref` finds or makes a value's bitmap from a `&str`
+    /// in one hash and probe, which needs the key type to be `str`'s `ToOwned`.
+    indexes: Vec<HashMap<String, RoaringBitmap>>,
     /// The sum of the objects' stored sizes (`Object::stored_len`), for metrics.
     bytes: usize,
 }
@@ -71,10 +74,13 @@ impl Store {
 
     /// The slot of the object with `key`.
     fn find(&self, key: &str) -> Option<u32> {
+        self.find_hashed(self.hasher.hash_one(key), key)
+    }
+
+    /// [`find`](Store::find) with the key's hash already made (an upsert that creates reuses it).
+    fn find_hashed(&self, h: u64, key: &str) -> Option<u32> {
         let slots = &self.slots;
-        self.by_hash
-            .find(self.hasher.hash_one(key), |&s| key_in(slots, s) == key)
-            .copied()
+        self.by_hash.find(h, |&s| key_in(slots, s) == key).copied()
     }
 
     pub fn slot(&self, s: u32) -> &Object {
@@ -86,7 +92,9 @@ impl Store {
     /// Inserts or replaces an object; returns the previous state.
     pub fn upsert(&mut self, schema: &Schema, obj: Object) -> Option<Object> {
         self.bytes += obj.stored_len();
-        if let Some(s) = self.find(obj.key()) {
+        // Hashed once: a creation inserts at the hash its failed lookup made.
+        let h = self.hasher.hash_one(obj.key());
+        if let Some(s) = self.find_hashed(h, obj.key()) {
             let prev = self.slots[s as usize].replace(obj);
             let prev = prev.unwrap_or_else(|| unreachable!("slot {s} is keyed but empty"));
             self.bytes -= prev.stored_len();
@@ -118,7 +126,6 @@ impl Store {
                 bitmap_for(&mut self.indexes[i], v).insert(s);
             }
         }
-        let h = self.hasher.hash_one(obj.key());
         self.slots[s as usize] = Some(obj);
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.by_hash
@@ -231,24 +238,21 @@ impl Store {
     }
 }
 
-/// The bitmap for `value`, created empty when missing. (Looks up twice on a miss so that the common
-/// hit allocates no owned key.)
+/// The bitmap for `value`, created empty when missing (one hash and probe either way).
 pub(crate) fn bitmap_for<'m>(
-    map: &'m mut HashMap<Box<str>, RoaringBitmap>,
+    map: &'m mut HashMap<String, RoaringBitmap>,
     value: &str,
 ) -> &'m mut RoaringBitmap {
-    if !map.contains_key(value) {
-        map.insert(value.into(), RoaringBitmap::new());
-    }
-    map.get_mut(value)
-        .unwrap_or_else(|| unreachable!("inserted above"))
+    map.entry_ref(value).or_default()
 }
 
-pub(crate) fn remove_from(index: &mut HashMap<Box<str>, RoaringBitmap>, value: &str, slot: u32) {
-    if let Some(bm) = index.get_mut(value) {
-        bm.remove(slot);
-        if bm.is_empty() {
-            index.remove(value);
+/// Takes `slot` out of `value`'s bitmap, and the bitmap out of the index once empty (one hash and
+/// probe).
+pub(crate) fn remove_from(index: &mut HashMap<String, RoaringBitmap>, value: &str, slot: u32) {
+    if let EntryRef::Occupied(mut e) = index.entry_ref(value) {
+        e.get_mut().remove(slot);
+        if e.get().is_empty() {
+            e.remove();
         }
     }
 }

@@ -430,18 +430,21 @@ impl Object {
             return Err(fail("metadata.name is missing or empty".into()));
         }
         let (ns, name_at) = key_layout(schema, key, meta.name, meta.namespace).map_err(&fail)?;
-        let fields: Vec<Box<str>> = schema
+        // Borrowed from `value` where the field is a string as stored: no allocation per field.
+        let fields: Vec<Option<Cow<'_, str>>> = schema
             .fields
             .iter()
-            .enumerate()
-            .map(|(i, p)| env.field(p).map(|v| schema.field_value(i, v)))
+            .map(|p| env.field(p))
             .collect::<Result<_, _>>()
             .map_err(&fail)?;
         env.validate().map_err(&fail)?;
         let text = Packed::new(
             key,
             meta.labels.iter().map(|(k, v)| (&**k, &**v)),
-            fields.iter().map(|f| &**f),
+            fields
+                .iter()
+                .enumerate()
+                .map(|(i, v)| schema.field_text(i, v.as_deref())),
         )
         .map_err(&fail)?;
         Ok(Object(Arc::new(Inner {
@@ -823,7 +826,7 @@ impl Object {
             && self.0.lazy.get().is_none_or(|l| l.json.get().is_none())
         {
             let env = crate::model::protobuf::Envelope::parse(&self.0.stored).ok()?;
-            return env.field(path).ok().flatten().map(Arc::from);
+            return env.field(path).ok().flatten().map(|v| Arc::from(&*v));
         }
         let raw: &RawValue = serde_json::from_slice(self.json()).ok()?;
         field_path::extract(raw, path).map(Arc::from)

@@ -113,6 +113,14 @@ impl Schema {
         }
     }
 
+    /// [`field_value`](Schema::field_value) without a copy.
+    pub fn field_text<'v>(&'v self, i: usize, value: Option<&'v str>) -> &'v str {
+        match value {
+            Some(v) if !v.is_empty() => v,
+            _ => self.field_defaults.get(i).map_or("", |d| &**d),
+        }
+    }
+
     /// What an undeclared field reads when the object leaves it out: upstream's default, if any.
     pub fn default_of(&self, path: &str) -> Option<&str> {
         self.def.field_labels.as_ref()?.default_of(path)

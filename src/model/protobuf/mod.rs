@@ -41,6 +41,8 @@ use catalog::{kind_message, message};
 use schema::{Card, Kind, Message};
 use wire::{Fields, Value};
 
+use std::borrow::Cow;
+
 use crate::model::FieldPath;
 
 // The primitives `wire/` writes its envelopes, frame heads and variants with (the server's
@@ -128,8 +130,9 @@ pub(crate) struct Meta<'a> {
     pub namespace: &'a str,
     /// `metadata.uid` (field 5), `""` when absent.
     pub uid: &'a str,
-    /// Sorted by key; a repeated key keeps its last value.
-    pub labels: Vec<(Box<str>, Box<str>)>,
+    /// Sorted by key; a repeated key keeps its last value. Borrowed from the bytes unless a
+    /// label is not UTF-8 (then as the JSON encoding shows it, with U+FFFD).
+    pub labels: Vec<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
 fn utf8<'a>(b: &'a [u8], what: &str) -> Result<&'a str, String> {
@@ -244,17 +247,14 @@ impl<'a> Envelope<'a> {
                         }
                     }
                     // As the JSON encoding shows them (invalid UTF-8 becomes U+FFFD there too).
-                    labels.push((
-                        String::from_utf8_lossy(k).into(),
-                        String::from_utf8_lossy(v).into(),
-                    ));
+                    labels.push((String::from_utf8_lossy(k), String::from_utf8_lossy(v)));
                 }
                 (1 | 3 | 11, _) => return Err("metadata: wrong wire type".into()),
                 _ => {}
             }
         }
         labels.reverse();
-        labels.sort_by(|a: &(Box<str>, Box<str>), b| a.0.cmp(&b.0));
+        labels.sort_by(|a: &(Cow<'_, str>, Cow<'_, str>), b| a.0.cmp(&b.0));
         labels.dedup_by(|a, b| a.0 == b.0);
         Ok(Meta {
             name,
@@ -268,19 +268,22 @@ impl<'a> Envelope<'a> {
     /// numbers and booleans in their JSON text, a missing, left-out or `null` field as "", and
     /// `None` for objects and arrays. Paths through maps or lists read the JSON encoding.
     ///
+    /// A string read as it is stored is borrowed from the envelope's bytes (no copy: a decode reads
+    /// each declared field this way).
+    ///
     /// # Errors
     /// Malformed protobuf along the path.
-    pub fn field(&self, path: &FieldPath) -> Result<Option<String>, String> {
+    pub fn field(&self, path: &FieldPath) -> Result<Option<Cow<'a, str>>, String> {
         let mut msg = self.msg;
         let mut bytes = self.raw;
         let mut segs = path.segments().peekable();
         while let Some(seg) = segs.next() {
             let Some((f, via)) = msg.json_field(seg) else {
-                return Ok(Some(String::new()));
+                return Ok(Some(Cow::Borrowed("")));
             };
             if let Some(inline) = via {
                 let Kind::Msg(m) = inline.kind else {
-                    return Ok(Some(String::new()));
+                    return Ok(Some(Cow::Borrowed("")));
                 };
                 bytes = last_len(msg.name, bytes, inline.num)?.unwrap_or_default();
                 msg = message(m);
@@ -296,7 +299,7 @@ impl<'a> Envelope<'a> {
                         // gives what the JSON encoding shows.
                         None if f.card == Card::One => &[],
                         // A nil pointer is left out or null.
-                        None => return Ok(Some(String::new())),
+                        None => return Ok(Some(Cow::Borrowed(""))),
                     };
                     msg = message(m);
                 }
@@ -305,11 +308,11 @@ impl<'a> Envelope<'a> {
                     let (json, _, _, _) = self.encode_json(0)?;
                     let raw: &serde_json::value::RawValue =
                         serde_json::from_slice(&json).map_err(|e| format!("{e}"))?;
-                    return Ok(crate::model::field_path::extract(raw, path));
+                    return Ok(crate::model::field_path::extract(raw, path).map(Cow::Owned));
                 }
             }
         }
-        Ok(Some(String::new()))
+        Ok(Some(Cow::Borrowed("")))
     }
 
     /// Checks that [`encode_json`](Envelope::encode_json) will succeed: every message the JSON encoding
@@ -390,19 +393,19 @@ fn last_value<'a>(what: &str, bytes: &'a [u8], num: u32) -> Result<Option<Value<
 
 /// A field's value as the JSON encoding shows it to a field selector: left out, `null`, objects
 /// and arrays are "".
-fn leaf_text(
+fn leaf_text<'a>(
     msg: &'static Message,
     f: &schema::Field,
-    bytes: &[u8],
-) -> Result<Option<String>, String> {
+    bytes: &'a [u8],
+) -> Result<Option<Cow<'a, str>>, String> {
     let wire = || format!("{}: field {} has the wrong wire type", msg.name, f.num);
     match (f.kind, f.card, last_value(msg.name, bytes, f.num)?) {
         // An empty string reads as "" whether it is written or left out.
-        (Kind::Str, Card::One | Card::Ptr, None) => Ok(Some(String::new())),
+        (Kind::Str, Card::One | Card::Ptr, None) => Ok(Some(Cow::Borrowed(""))),
         (Kind::Str, Card::One | Card::Ptr, Some(Value::Len(b))) => {
-            Ok(Some(String::from_utf8_lossy(b).into_owned()))
+            Ok(Some(String::from_utf8_lossy(b)))
         }
-        (Kind::Bool | Kind::I32 | Kind::I64, Card::Ptr, None) => Ok(Some(String::new())),
+        (Kind::Bool | Kind::I32 | Kind::I64, Card::Ptr, None) => Ok(Some(Cow::Borrowed(""))),
         (Kind::Bool | Kind::I32 | Kind::I64, card @ (Card::One | Card::Ptr), v) => {
             let x = match v {
                 None => 0,
@@ -415,12 +418,12 @@ fn leaf_text(
                 x == 0
             };
             if card == Card::One && zero && f.omit != schema::Omit::Never {
-                return Ok(Some(String::new()));
+                return Ok(Some(Cow::Borrowed("")));
             }
             Ok(Some(match f.kind {
-                Kind::Bool => (if x != 0 { "true" } else { "false" }).to_owned(),
-                Kind::I32 => (x as i32).to_string(),
-                _ => (x as i64).to_string(),
+                Kind::Bool => Cow::Borrowed(if x != 0 { "true" } else { "false" }),
+                Kind::I32 => Cow::Owned((x as i32).to_string()),
+                _ => Cow::Owned((x as i64).to_string()),
             }))
         }
         _ => {
@@ -428,11 +431,11 @@ fn leaf_text(
             json::write_one_field(&mut out, msg, f, bytes)?;
             // `"name":` then the value.
             let Some(value) = out.get(f.json.len() + 3..) else {
-                return Ok(Some(String::new()));
+                return Ok(Some(Cow::Borrowed("")));
             };
             let raw: &serde_json::value::RawValue = serde_json::from_slice(value)
                 .map_err(|e| format!("{}.{}: {e}", msg.name, f.json))?;
-            Ok(crate::model::field_path::scalar_text(raw))
+            Ok(crate::model::field_path::scalar_text(raw).map(Cow::Owned))
         }
     }
 }

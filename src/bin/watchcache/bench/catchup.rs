@@ -100,6 +100,8 @@ pub struct CatchupConfig {
     pub server_binary: std::path::PathBuf,
     /// Where the local etcd keeps its data; default: the system temp dir.
     pub etcd_data_dir: Option<std::path::PathBuf>,
+    /// The local etcd's `--snapshot-count`; `None`: etcd's default.
+    pub etcd_snapshot_count: Option<u64>,
     /// How long to wait for the catch-up and for delivery.
     pub grace: Duration,
     /// Draw progress bars on stderr.
@@ -117,6 +119,8 @@ pub struct CatchupReport {
     pub events: u64,
     /// Events written and delivered live before the cut.
     pub warmup_events: u64,
+    /// The local etcd's `--snapshot-count`, when set (`None`: etcd's default).
+    pub etcd_snapshot_count: Option<u64>,
     pub pods: usize,
     pub watchers: usize,
     pub label_watchers: usize,
@@ -182,6 +186,7 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
         delivery_grace: cfg.grace,
         progress: cfg.progress,
         etcd_data_dir: cfg.etcd_data_dir.clone(),
+        etcd_snapshot_count: cfg.etcd_snapshot_count,
         tls: None,
         samples: None,
         burst: 0,
@@ -413,6 +418,7 @@ pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
         storage: cfg.storage,
         events,
         warmup_events: cfg.warmup_events as u64,
+        etcd_snapshot_count: cfg.etcd_snapshot_count,
         pods: cfg.pods,
         watchers: cfg.watchers,
         label_watchers: cfg.label_watchers,
@@ -674,6 +680,11 @@ pub fn table(r: &CatchupReport) -> String {
                 "{}; {}, {:.0}",
                 r.warmup_events, r.events, r.stored_bytes_mean
             ),
+        ),
+        (
+            "etcd --snapshot-count",
+            r.etcd_snapshot_count
+                .map_or_else(|| "etcd's default".to_owned(), |n| n.to_string()),
         ),
         (
             "backlog written in s (writes/s)",

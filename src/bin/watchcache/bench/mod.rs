@@ -109,6 +109,8 @@ pub struct BenchConfig {
     /// Where the local etcd keeps its data (a fresh directory under it per mode); default: the
     /// system temp dir.
     pub etcd_data_dir: Option<PathBuf>,
+    /// The local etcd's `--snapshot-count`; `None`: etcd's default.
+    pub etcd_snapshot_count: Option<u64>,
     /// The cache mode over TLS (a server started by the bench only).
     pub tls: Option<TlsMode>,
     /// Write every delivered event here as CSV (with [`Mode::Both`], the last mode's).

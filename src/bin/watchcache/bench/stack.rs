@@ -51,7 +51,14 @@ impl Stack {
         let dir = tempfile_dir(cfg.etcd_data_dir.as_deref())?;
         let mut local = None;
         let endpoints = if cfg.etcd.is_empty() {
-            let e = LocalEtcd::start(&dir).await.map_err(|e| e.to_string())?;
+            let args: Vec<String> = cfg
+                .etcd_snapshot_count
+                .map(|n| format!("--snapshot-count={n}"))
+                .into_iter()
+                .collect();
+            let e = LocalEtcd::start_with_args(&dir, &args)
+                .await
+                .map_err(|e| e.to_string())?;
             let url = e.url();
             local = Some(e);
             vec![url]
