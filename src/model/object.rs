@@ -303,16 +303,18 @@ impl Object {
                 .map_err(|e| fail(format!("metadata.labels must map strings to strings: {e}")))?
                 .unwrap_or_default(),
             };
-        let fields: Vec<Box<str>> = schema
+        let fields: Vec<Option<String>> = schema
             .fields
             .iter()
-            .enumerate()
-            .map(|(i, p)| schema.field_value(i, field_in_members(&top, p)))
+            .map(|p| field_in_members(&top, p))
             .collect();
         let text = Packed::new(
             key,
             labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-            fields.iter().map(|f| &**f),
+            fields
+                .iter()
+                .enumerate()
+                .map(|(i, v)| schema.field_text(i, v.as_deref())),
         )
         .map_err(&fail)?;
 

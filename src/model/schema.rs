@@ -105,15 +105,7 @@ impl Schema {
     }
 
     /// The value an object carries for declared field `i`, read as `value`: upstream's default
-    /// when the object leaves the field out (or empty).
-    pub fn field_value(&self, i: usize, value: Option<String>) -> Box<str> {
-        match value {
-            Some(v) if !v.is_empty() => v.into_boxed_str(),
-            _ => self.field_defaults.get(i).cloned().unwrap_or_default(),
-        }
-    }
-
-    /// [`field_value`](Schema::field_value) without a copy.
+    /// when the object leaves the field out (or empty). Borrowed, never copied.
     pub fn field_text<'v>(&'v self, i: usize, value: Option<&'v str>) -> &'v str {
         match value {
             Some(v) if !v.is_empty() => v,

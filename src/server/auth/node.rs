@@ -218,10 +218,9 @@ fn node_rules() -> &'static [PolicyRule] {
     })
 }
 
-/// The pods and claims caches' revisions a [`RefSet`] was computed at.
 /// What a node's [`RefSet`] was computed from: its pods (key and revision, in the index's key
 /// order) and the claims cache's revision.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Basis {
     pods: Vec<(Box<str>, u64)>,
     claims: u64,
@@ -253,7 +252,7 @@ impl Basis {
 /// The Node authorizer.
 pub struct NodeAuthorizer {
     caches: NodeCaches,
-    /// Per node: the pods and claims caches' revisions the set was computed at, and the set.
+    /// Per node: what the set was computed from, and the set.
     refs: Mutex<HashMap<String, (Basis, Arc<RefSet>)>>,
 }
 

@@ -122,9 +122,7 @@ impl LocalEtcd {
         let (client_port, peer_port) = (free_port()?, free_port()?);
         let mut e = Self::unstarted(data_dir, client_port, peer_port);
         e.extra_args = args.to_vec();
-        e.spawn()?;
-        e.wait_healthy(Duration::from_secs(20)).await?;
-        Ok(e)
+        e.launch().await
     }
 
     /// Like [`start`](LocalEtcd::start), running `binary` instead of `etcd` from PATH (another
@@ -136,9 +134,14 @@ impl LocalEtcd {
         let (client_port, peer_port) = (free_port()?, free_port()?);
         let mut e = Self::unstarted(data_dir, client_port, peer_port);
         e.binary = binary.to_owned();
-        e.spawn()?;
-        e.wait_healthy(Duration::from_secs(20)).await?;
-        Ok(e)
+        e.launch().await
+    }
+
+    /// Spawns the configured etcd and waits until it answers.
+    async fn launch(mut self) -> Result<LocalEtcd, LocalEtcdError> {
+        self.spawn()?;
+        self.wait_healthy(Duration::from_secs(20)).await?;
+        Ok(self)
     }
 
     fn unstarted(data_dir: &Path, client_port: u16, peer_port: u16) -> LocalEtcd {
@@ -165,10 +168,9 @@ impl LocalEtcd {
         client_port: u16,
         peer_port: u16,
     ) -> Result<LocalEtcd, LocalEtcdError> {
-        let mut e = Self::unstarted(data_dir, client_port, peer_port);
-        e.spawn()?;
-        e.wait_healthy(Duration::from_secs(20)).await?;
-        Ok(e)
+        Self::unstarted(data_dir, client_port, peer_port)
+            .launch()
+            .await
     }
 
     /// Starts a single-node etcd that serves TLS only and requires client certificates, on free
@@ -183,9 +185,7 @@ impl LocalEtcd {
         let (client_port, peer_port) = (free_port()?, free_port()?);
         let mut e = Self::unstarted(data_dir, client_port, peer_port);
         e.tls = Some(tls);
-        e.spawn()?;
-        e.wait_healthy(Duration::from_secs(20)).await?;
-        Ok(e)
+        e.launch().await
     }
 
     /// Starts an `n`-member cluster on loopback, data under `base_dir/member-i`.

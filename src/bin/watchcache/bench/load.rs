@@ -388,9 +388,9 @@ impl Churn {
         self
     }
 
-    /// Writes pods as kube-apiserver stores them (protobuf, made by `codec`).
-    pub fn with_codec(mut self, codec: Arc<pods::Codec>) -> Churn {
-        self.codec = Some(codec);
+    /// With `codec`, writes pods as kube-apiserver stores them (protobuf); without, JSON.
+    pub fn with_codec(mut self, codec: Option<Arc<pods::Codec>>) -> Churn {
+        self.codec = codec;
         self
     }
 

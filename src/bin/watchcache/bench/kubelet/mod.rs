@@ -308,12 +308,9 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
     let began = Instant::now();
     let sent = load::churn(
         &ctx.client,
-        match codec {
-            Some(c) => Churn::new(cfg.pods, cfg.nodes)
-                .with_apps(cfg.nodes)
-                .with_codec(c),
-            None => Churn::new(cfg.pods, cfg.nodes).with_apps(cfg.nodes),
-        },
+        Churn::new(cfg.pods, cfg.nodes)
+            .with_apps(cfg.nodes)
+            .with_codec(codec),
         cfg.rate,
         cfg.duration,
         &b,
