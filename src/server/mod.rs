@@ -61,6 +61,7 @@ mod discovery;
 mod filters;
 mod forward;
 mod gate;
+mod h2_streams;
 mod metrics;
 mod negotiate;
 mod node_restriction;
@@ -86,7 +87,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::watch as signal;
 use tower::Service;
@@ -261,18 +262,10 @@ impl Server {
         // hyper's timeout is one deadline per request head too (set when the head's read starts).
         http.timer(TokioTimer::new())
             .header_read_timeout(self.state.config.header_read_timeout);
-        let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-        h2.timer(TokioTimer::new())
-            .max_concurrent_streams(H2_MAX_STREAMS)
-            .initial_stream_window_size(H2_STREAM_WINDOW)
-            .initial_connection_window_size(H2_CONN_WINDOW)
-            .max_send_buf_size(H2_SEND_BUF)
-            .header_table_size(H2_HEADER_TABLE);
         let conns = Connections {
             state: Arc::clone(&self.state),
             router,
             http,
-            h2,
             count: Arc::new(AtomicUsize::new(0)),
         };
         if let Some(tls) = &self.tls {
@@ -347,7 +340,6 @@ struct Connections {
     state: Arc<AppState>,
     router: Router,
     http: hyper::server::conn::http1::Builder,
-    h2: hyper::server::conn::http2::Builder<TokioExecutor>,
     count: Arc<AtomicUsize>,
 }
 
@@ -419,7 +411,6 @@ impl Connections {
             Some(tls) => {
                 let setup = Box::new(TlsConnection {
                     acceptor: tls.acceptor(),
-                    h2: self.h2.clone(),
                     http,
                     st,
                     router,
@@ -444,7 +435,6 @@ impl Connections {
 /// What a TLS connection needs until its handshake is done and it is being served.
 struct TlsConnection {
     acceptor: tokio_rustls::TlsAcceptor,
-    h2: hyper::server::conn::http2::Builder<TokioExecutor>,
     http: hyper::server::conn::http1::Builder,
     st: Arc<AppState>,
     router: Router,
@@ -461,7 +451,6 @@ impl TlsConnection {
     async fn handshake(self: Box<Self>, tcp: tokio::net::TcpStream) -> Option<Serving> {
         let TlsConnection {
             acceptor,
-            h2,
             http,
             st,
             router,
@@ -501,14 +490,17 @@ impl TlsConnection {
             // hyper's HTTP/2 server has no head deadline: the preface must come within the
             // same time a request head has.
             let io = tls::FirstBytesBy::new(stream, timeout);
-            let served = watcher.watch(h2.serve_connection(TokioIo::new(io), service));
+            let exec = h2_streams::StreamExec::default();
+            let served =
+                watcher.watch(h2_builder(exec.clone()).serve_connection(TokioIo::new(io), service));
             // Mapped, not awaited in an async block: that would hold the connection's future
             // twice, as the block's capture and as what it awaits (1.2 KB more per connection).
-            Some(Box::pin(futures_util::FutureExt::map(served, |r| {
+            let served = Box::pin(futures_util::FutureExt::map(served, |r| {
                 if let Err(e) = r {
                     debug!(error = %e, "HTTP/2 connection ended with an error");
                 }
-            })))
+            }));
+            Some(Box::pin(h2_streams::with_streams(served, &exec)))
         } else {
             Some(Box::pin(http1(
                 sealed::TlsIo::Rustls(Box::new(stream)),
@@ -540,10 +532,28 @@ fn service(
     })
 }
 
-/// [`service`] for an HTTP/2 connection, whose every stream is a task of its own holding the
-/// service's future next to the response body's pipe: boxed, the future costs a stream a pointer
-/// instead of axum's routing state (the request inline: 256 B of the task's 512) for as long as
-/// its watch streams.
+/// hyper's HTTP/2 server for one connection, its streams handed to `exec` (the connection's own
+/// task polls them, `h2_streams.rs`).
+fn h2_builder(
+    exec: h2_streams::StreamExec,
+) -> hyper::server::conn::http2::Builder<h2_streams::StreamExec> {
+    let mut h2 = hyper::server::conn::http2::Builder::new(exec);
+    h2.timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONN_WINDOW)
+        .max_send_buf_size(H2_SEND_BUF)
+        .header_table_size(H2_HEADER_TABLE);
+    h2
+}
+
+/// [`service`] for an HTTP/2 connection, whose streams are polled by the connection's task
+/// (`h2_streams.rs`), each holding the service's future next to its response body's pipe.
+/// Boxed, the future costs a stream a pointer instead of axum's routing state (the request
+/// inline: 256 B) for as long as its watch streams. A request that is not a watch runs in a tokio
+/// task of its own, as hyper would run it, so that its work does not hold up the connection's
+/// other streams: the stream then holds the task's handle. A watch (`?watch=` true, or the old
+/// `/watch/` paths) is polled where it is: until its body streams, it decides and registers.
 fn h2_service(
     router: Router,
     conn: Arc<ConnInfo>,
@@ -559,9 +569,25 @@ fn h2_service(
 + Send
 + 'static {
     let inner = service(router, conn);
-    hyper::service::service_fn(move |req| {
-        Box::pin(hyper::service::Service::call(&inner, req))
-            as futures_util::future::BoxFuture<'static, _>
+    hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let watch = params::is_watch(req.uri().query()) || req.uri().path().contains("/watch/");
+        let fut = hyper::service::Service::call(&inner, req);
+        if watch {
+            return Box::pin(fut) as futures_util::future::BoxFuture<'static, _>;
+        }
+        let task = tokio::spawn(fut);
+        Box::pin(async move {
+            match task.await {
+                Ok(r) => r,
+                // The handler panicked (a bug): hyper would have reset the stream; answer 500.
+                Err(e) => {
+                    warn!(error = %e, "request handler failed");
+                    Ok(axum::response::IntoResponse::into_response(
+                        status::ApiError::new(500, "InternalError", "the request's handler failed"),
+                    ))
+                }
+            }
+        }) as futures_util::future::BoxFuture<'static, _>
     })
 }
 

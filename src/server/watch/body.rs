@@ -43,7 +43,12 @@ impl Stream for WatchBody {
             match this.pump.poll_chunks(cx) {
                 Poll::Ready(Some(chunks)) => this.chunks = chunks.into_iter(),
                 Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    // The spent iterator still owns the last event's `Vec`: an idle watch
+                    // should not keep it until its next event.
+                    this.chunks = Vec::new().into_iter();
+                    return Poll::Pending;
+                }
             }
         }
     }

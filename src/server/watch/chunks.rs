@@ -74,15 +74,19 @@ struct GzipStream {
 
 /// Turns frames into response chunks: the shared pieces, or gzip-compressed and flushed.
 pub(crate) struct FrameEncoder {
-    gzip: Option<GzipStream>,
+    /// Boxed: nearly every watch is not compressed (a kubelet's never is), and each holds its
+    /// encoder for as long as it is open.
+    gzip: Option<Box<GzipStream>>,
 }
 
 impl FrameEncoder {
     pub fn new(gzip: bool) -> FrameEncoder {
         FrameEncoder {
-            gzip: gzip.then(|| GzipStream {
-                crc: Crc::new(),
-                started: false,
+            gzip: gzip.then(|| {
+                Box::new(GzipStream {
+                    crc: Crc::new(),
+                    started: false,
+                })
             }),
         }
     }
@@ -393,10 +397,10 @@ mod tests {
             let fresh = Frame::error(Bytes::from(f.parts()[1].to_vec()));
             for _ in 0..1000 {
                 let mut w = FrameEncoder {
-                    gzip: Some(GzipStream {
+                    gzip: Some(Box::new(GzipStream {
                         crc: Crc::new(),
                         started: true,
-                    }),
+                    })),
                 };
                 shared_out += w.chunks(&fresh).iter().map(Bytes::len).sum::<usize>();
             }

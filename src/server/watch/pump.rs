@@ -307,3 +307,14 @@ mod tests {
         assert_eq!((watchers(&cache), wheel.waiting()), (0, 0));
     }
 }
+#[cfg(test)]
+mod size_tests {
+    /// An idle watch holds its body (boxed by axum) for as long as it is open, often hours: what
+    /// it holds inline stays within 280 bytes (304 before the gzip state was boxed).
+    #[test]
+    fn an_idle_watchs_body_stays_small() {
+        use std::mem::size_of;
+        assert!(size_of::<crate::server::watch::body::WatchBody>() <= 280);
+        assert!(size_of::<super::FrameEncoder>() <= 8);
+    }
+}

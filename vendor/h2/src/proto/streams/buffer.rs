@@ -13,16 +13,26 @@ pub struct Deque {
 }
 
 /// Tracks the head & tail for a sequence of frames in a `Buffer`.
+///
+/// watchcache: `u32` slab keys, not `usize`. Every stream holds two `Deque`s in its slot of the
+/// stream store (24 -> 12 bytes each); a connection's buffer never holds 2^32 frames (the
+/// slab's memory would run out long before).
 #[derive(Debug, Default, Copy, Clone)]
 struct Indices {
-    head: usize,
-    tail: usize,
+    head: u32,
+    tail: u32,
 }
 
 #[derive(Debug)]
 struct Slot<T> {
     value: T,
-    next: Option<usize>,
+    next: Option<u32>,
+}
+
+/// watchcache: a slab key as stored in `Indices` and `Slot::next`.
+fn key32(key: usize) -> u32 {
+    debug_assert!(key <= u32::MAX as usize);
+    key as u32
 }
 
 impl<T> Buffer<T> {
@@ -45,11 +55,11 @@ impl Deque {
     }
 
     pub fn push_back<T>(&mut self, buf: &mut Buffer<T>, value: T) {
-        let key = buf.slab.insert(Slot { value, next: None });
+        let key = key32(buf.slab.insert(Slot { value, next: None }));
 
         match self.indices {
             Some(ref mut idxs) => {
-                buf.slab[idxs.tail].next = Some(key);
+                buf.slab[idxs.tail as usize].next = Some(key);
                 idxs.tail = key;
             }
             None => {
@@ -62,11 +72,11 @@ impl Deque {
     }
 
     pub fn push_front<T>(&mut self, buf: &mut Buffer<T>, value: T) {
-        let key = buf.slab.insert(Slot { value, next: None });
+        let key = key32(buf.slab.insert(Slot { value, next: None }));
 
         match self.indices {
             Some(ref mut idxs) => {
-                buf.slab[key].next = Some(idxs.head);
+                buf.slab[key as usize].next = Some(idxs.head);
                 idxs.head = key;
             }
             None => {
@@ -81,7 +91,14 @@ impl Deque {
     pub fn pop_front<T>(&mut self, buf: &mut Buffer<T>) -> Option<T> {
         match self.indices {
             Some(mut idxs) => {
-                let mut slot = buf.slab.remove(idxs.head);
+                let mut slot = buf.slab.remove(idxs.head as usize);
+                // watchcache: an emptied buffer gives its storage back. A connection's frames
+                // are queued in bursts (a watch event, the headers of streams opened together)
+                // and the slab would otherwise keep its largest burst's slots for the
+                // connection's life: a `Frame` slot is over 100 bytes.
+                if buf.slab.is_empty() && buf.slab.capacity() > 0 {
+                    buf.slab = Slab::new();
+                }
 
                 if idxs.head == idxs.tail {
                     assert!(slot.next.is_none());

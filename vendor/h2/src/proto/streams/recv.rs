@@ -315,7 +315,7 @@ impl Recv {
     ) -> Poll<Option<Result<(Request<()>, store::Key), proto::Error>>> {
         use super::peer::PollMessage::*;
 
-        let mut ppp = stream.pending_push_promises.take();
+        let mut ppp = stream.take_push_promises();
         let pushed = ppp.pop(stream.store_mut()).map(|mut pushed| {
             match pushed.pending_recv.pop_front(&mut self.buffer) {
                 Some(Event::Headers(Server(headers))) => (headers, pushed.key()),
@@ -324,14 +324,14 @@ impl Recv {
                 _ => panic!("Headers not set on pushed stream"),
             }
         });
-        stream.pending_push_promises = ppp;
+        stream.set_push_promises(ppp);
         if let Some(p) = pushed {
             Poll::Ready(Some(Ok(p)))
         } else {
             let is_open = stream.state.ensure_recv_open()?;
 
             if is_open {
-                stream.push_task = Some(cx.waker().clone());
+                stream.set_push_task(cx.waker().clone());
                 Poll::Pending
             } else {
                 Poll::Ready(None)
@@ -1049,7 +1049,7 @@ impl Recv {
             let now = Instant::now();
             let reset_duration = self.reset_duration;
             while let Some(stream) = self.pending_reset_expired.pop_if(store, |stream| {
-                let reset_at = stream.reset_at.expect("reset_at must be set if in queue");
+                let reset_at = stream.reset_at().expect("reset_at must be set if in queue");
                 // rust-lang/rust#86470 tracks a bug in the standard library where `Instant`
                 // subtraction can panic (because, on some platforms, `Instant` isn't actually
                 // monotonic). We use a saturating operation to avoid this panic here.

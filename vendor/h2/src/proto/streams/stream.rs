@@ -91,11 +91,13 @@ pub(super) struct Stream {
     /// True if the stream is waiting to send a window update
     pub is_pending_window_update: bool,
 
-    /// The time when this stream may have been locally reset.
-    pub reset_at: Option<Instant>,
-
-    /// Next node in list of reset streams that should expire eventually
-    pub next_reset_expire: Option<store::Key>,
+    /// The time when this stream may have been locally reset, and the next node in the list of
+    /// reset streams that should expire eventually.
+    ///
+    /// watchcache: boxed, with the push state below (`Push`): a stream is rarely reset locally
+    /// and a server never receives a push, yet every slot of the stream store carried room for
+    /// both (64 bytes). An idle watch holds its slot for hours.
+    reset: Option<Box<ResetExpire>>,
 
     /// Frames pending for this stream to read
     pub pending_recv: buffer::Deque,
@@ -106,11 +108,8 @@ pub(super) struct Stream {
     /// Task tracking receiving frames
     pub recv_task: Option<Waker>,
 
-    /// Task tracking pushed promises.
-    pub push_task: Option<Waker>,
-
-    /// The stream's pending push promises
-    pub pending_push_promises: store::Queue<NextAccept>,
+    /// Task tracking pushed promises, and the stream's pending push promises (a client's).
+    push: Option<Box<Push>>,
 
     /// Validate content-length headers
     pub content_length: ContentLength,
@@ -126,6 +125,29 @@ pub enum ContentLength {
 
 #[derive(Debug)]
 pub(super) struct NextAccept;
+
+/// watchcache: a locally reset stream's place in the queue of resets that expire.
+#[derive(Debug)]
+struct ResetExpire {
+    at: Instant,
+    next: Option<store::Key>,
+}
+
+/// watchcache: a stream's push state (a client's: pushed promises and the task waiting on them).
+#[derive(Debug)]
+struct Push {
+    task: Option<Waker>,
+    promises: store::Queue<NextAccept>,
+}
+
+impl Default for Push {
+    fn default() -> Self {
+        Push {
+            task: None,
+            promises: store::Queue::new(),
+        }
+    }
+}
 
 #[derive(Debug)]
 pub(super) struct NextSend;
@@ -186,13 +208,11 @@ impl Stream {
             in_flight_recv_data: 0,
             next_window_update: None,
             is_pending_window_update: false,
-            reset_at: None,
-            next_reset_expire: None,
+            reset: None,
             pending_recv: buffer::Deque::new(),
             is_recv: true,
             recv_task: None,
-            push_task: None,
-            pending_push_promises: store::Queue::new(),
+            push: None,
             content_length: ContentLength::Omitted,
         }
     }
@@ -212,7 +232,34 @@ impl Stream {
     /// Returns true if stream is currently being held for some time because of
     /// a local reset.
     pub fn is_pending_reset_expiration(&self) -> bool {
-        self.reset_at.is_some()
+        self.reset.is_some()
+    }
+
+    /// When the stream was locally reset, while it waits in the queue of resets that expire.
+    pub fn reset_at(&self) -> Option<Instant> {
+        self.reset.as_ref().map(|r| r.at)
+    }
+
+    /// Takes the stream's pending push promises (leaving none).
+    pub fn take_push_promises(&mut self) -> store::Queue<NextAccept> {
+        match self.push.as_mut() {
+            Some(p) => p.promises.take(),
+            None => store::Queue::new(),
+        }
+    }
+
+    /// Sets the stream's pending push promises.
+    pub fn set_push_promises(&mut self, promises: store::Queue<NextAccept>) {
+        if promises.is_empty() && self.push.as_ref().map_or(true, |p| p.task.is_none()) {
+            self.push = None;
+        } else {
+            self.push.get_or_insert_with(Box::default).promises = promises;
+        }
+    }
+
+    /// Sets the task waiting for a pushed promise.
+    pub fn set_push_task(&mut self, task: Waker) {
+        self.push.get_or_insert_with(Box::default).task = Some(task);
     }
 
     /// Returns true if frames for this stream are ready to be sent over the wire
@@ -259,7 +306,7 @@ impl Stream {
             // The stream is not in any queue
             !self.is_pending_send && !self.is_pending_send_capacity &&
             !self.is_pending_accept && !self.is_pending_window_update &&
-            !self.is_pending_open && self.reset_at.is_none()
+            !self.is_pending_open && self.reset.is_none()
     }
 
     /// Returns true when the consumer of the stream has dropped all handles
@@ -375,7 +422,7 @@ impl Stream {
     }
 
     pub(super) fn notify_push(&mut self) {
-        if let Some(task) = self.push_task.take() {
+        if let Some(task) = self.push.as_mut().and_then(|p| p.task.take()) {
             task.wake();
         }
     }
@@ -423,8 +470,11 @@ impl fmt::Debug for Stream {
             .field("in_flight_recv_data", &self.in_flight_recv_data)
             .h2_field_some("next_window_update", &self.next_window_update)
             .h2_field_if("is_pending_window_update", &self.is_pending_window_update)
-            .h2_field_some("reset_at", &self.reset_at)
-            .h2_field_some("next_reset_expire", &self.next_reset_expire)
+            .h2_field_some("reset_at", &self.reset_at())
+            .h2_field_some(
+                "next_reset_expire",
+                &self.reset.as_ref().and_then(|r| r.next),
+            )
             .h2_field_if_then(
                 "pending_recv",
                 !self.pending_recv.is_empty(),
@@ -432,11 +482,14 @@ impl fmt::Debug for Stream {
             )
             .h2_field_if("is_recv", &self.is_recv)
             .h2_field_some("recv_task", &self.recv_task.as_ref().map(|_| ()))
-            .h2_field_some("push_task", &self.push_task.as_ref().map(|_| ()))
+            .h2_field_some(
+                "push_task",
+                &self.push.as_ref().and_then(|p| p.task.as_ref()).map(|_| ()),
+            )
             .h2_field_if_then(
                 "pending_push_promises",
-                !self.pending_push_promises.is_empty(),
-                &self.pending_push_promises,
+                self.push.as_ref().is_some_and(|p| !p.promises.is_empty()),
+                &self.push.as_ref().map(|p| &p.promises),
             )
             .field("content_length", &self.content_length)
             .finish()
@@ -563,28 +616,36 @@ impl store::Next for NextOpen {
     }
 }
 
+// watchcache: the link lives in the box that `set_queued(true)` makes; `Queue` sets a link only
+// while the stream is queued and takes it before `set_queued(false)` drops the box.
 impl store::Next for NextResetExpire {
     fn next(stream: &Stream) -> Option<store::Key> {
-        stream.next_reset_expire
+        stream.reset.as_ref().and_then(|r| r.next)
     }
 
     fn set_next(stream: &mut Stream, key: Option<store::Key>) {
-        stream.next_reset_expire = key;
+        match stream.reset.as_mut() {
+            Some(r) => r.next = key,
+            None => debug_assert!(key.is_none(), "a link set on a stream not queued"),
+        }
     }
 
     fn take_next(stream: &mut Stream) -> Option<store::Key> {
-        stream.next_reset_expire.take()
+        stream.reset.as_mut().and_then(|r| r.next.take())
     }
 
     fn is_queued(stream: &Stream) -> bool {
-        stream.reset_at.is_some()
+        stream.reset.is_some()
     }
 
     fn set_queued(stream: &mut Stream, val: bool) {
         if val {
-            stream.reset_at = Some(Instant::now());
+            stream.reset = Some(Box::new(ResetExpire {
+                at: Instant::now(),
+                next: None,
+            }));
         } else {
-            stream.reset_at = None;
+            stream.reset = None;
         }
     }
 }
@@ -594,5 +655,34 @@ impl store::Next for NextResetExpire {
 impl ContentLength {
     pub fn is_head(&self) -> bool {
         matches!(*self, Self::Head)
+    }
+}
+#[cfg(test)]
+mod watchcache_tests {
+    use super::*;
+
+    /// An idle watch holds its stream's slot for hours: the slot stays within 256 bytes (328
+    /// before the reset and push state were boxed and the deques' keys made `u32`).
+    #[test]
+    fn a_stream_slot_stays_small() {
+        assert!(std::mem::size_of::<Stream>() <= 256);
+        assert_eq!(std::mem::size_of::<buffer::Deque>(), 12);
+    }
+
+    /// The push state is made when needed and dropped when empty again.
+    #[test]
+    fn push_state_is_boxed_only_while_used() {
+        let mut s = Stream::new(StreamId::from(1), 65_535, 65_535);
+        assert!(s.push.is_none());
+        let q = s.take_push_promises();
+        assert!(q.is_empty());
+        s.set_push_promises(q);
+        assert!(s.push.is_none());
+        s.set_push_task(std::task::Waker::noop().clone());
+        assert!(s.push.is_some());
+        s.notify_push();
+        let q = s.take_push_promises();
+        s.set_push_promises(q);
+        assert!(s.push.is_none());
     }
 }

@@ -923,11 +923,11 @@ impl Inner {
         };
         // If we're successful, push the headers and stream...
         if let Some(child) = child_key {
-            let mut ppp = self.store[parent_key].pending_push_promises.take();
+            let mut ppp = self.store[parent_key].take_push_promises();
             ppp.push(&mut self.store.resolve(child));
 
             let parent = &mut self.store.resolve(parent_key);
-            parent.pending_push_promises = ppp;
+            parent.set_push_promises(ppp);
             parent.notify_push();
         };
 
@@ -1687,7 +1687,7 @@ fn drop_stream_ref(inner: &Mutex<Inner>, key: store::Key) {
                 .release_closed_capacity(stream, &mut actions.task, counts);
 
             // We won't be able to reach our push promises anymore
-            let mut ppp = stream.pending_push_promises.take();
+            let mut ppp = stream.take_push_promises();
             while let Some(promise) = ppp.pop(stream.store_mut()) {
                 counts.transition(promise, |counts, stream| {
                     maybe_cancel(stream, actions, counts);
