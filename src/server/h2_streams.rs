@@ -90,7 +90,10 @@ impl<C> WithStreams<C> {
         if inbox.is_empty() {
             return false;
         }
-        self.streams.extend(inbox.drain(..));
+        // Taken, not drained: the inbox keeps no room for the largest burst of streams.
+        let new = std::mem::take(&mut *inbox);
+        drop(inbox);
+        self.streams.extend(new);
         true
     }
 

@@ -1,6 +1,7 @@
 mod buffer;
 mod counts;
 mod flow_control;
+mod pages;
 mod prioritize;
 mod recv;
 mod send;

@@ -1,3 +1,4 @@
+use super::pages::Pages;
 use super::*;
 
 use indexmap::{self, IndexMap};
@@ -10,7 +11,8 @@ use std::ops;
 /// Storage for streams
 #[derive(Debug)]
 pub(super) struct Store {
-    slab: slab::Slab<Stream>,
+    /// watchcache: pages that never move instead of `slab::Slab` (see `pages.rs`).
+    slab: Pages<Stream>,
     ids: IndexMap<StreamId, SlabIndex>,
 }
 
@@ -69,20 +71,11 @@ pub(super) struct OccupiedEntry<'a> {
 
 pub(super) struct VacantEntry<'a> {
     ids: indexmap::map::VacantEntry<'a, StreamId, SlabIndex>,
-    slab: &'a mut slab::Slab<Stream>,
+    slab: &'a mut Pages<Stream>,
 }
 
 pub(super) trait Resolve {
     fn resolve(&mut self, key: Key) -> Ptr<'_>;
-}
-
-/// watchcache: room for one more stream, grown by an eighth (at least one slot) rather than
-/// doubled: a slot is ~330 bytes and streams are long-lived watches, so doubling left up to
-/// half the slots (5 KiB for 18 streams) empty for the connection's life.
-fn reserve(slab: &mut slab::Slab<Stream>) {
-    if slab.len() == slab.capacity() {
-        slab.reserve_exact(std::cmp::max(1, slab.len() / 8));
-    }
 }
 
 // ===== impl Store =====
@@ -90,7 +83,7 @@ fn reserve(slab: &mut slab::Slab<Stream>) {
 impl Store {
     pub fn new() -> Self {
         Store {
-            slab: slab::Slab::new(),
+            slab: Pages::new(),
             ids: IndexMap::new(),
         }
     }
@@ -111,7 +104,6 @@ impl Store {
     }
 
     pub fn insert(&mut self, id: StreamId, val: Stream) -> Ptr<'_> {
-        reserve(&mut self.slab);
         let index = SlabIndex(self.slab.insert(val) as u32);
         assert!(self.ids.insert(id, index).is_none());
 
@@ -474,7 +466,6 @@ impl<'a> VacantEntry<'a> {
     pub fn insert(self, value: Stream) -> Key {
         // Insert the value in the slab
         let stream_id = value.id;
-        reserve(self.slab);
         let index = SlabIndex(self.slab.insert(value) as u32);
 
         // Insert the handle in the ID map
@@ -484,19 +475,19 @@ impl<'a> VacantEntry<'a> {
     }
 }
 
-/// watchcache: the slab grows by an eighth, so a connection's streams leave few slots empty.
+/// watchcache: the store's pages leave few slots empty and are freed with the last stream.
 #[cfg(test)]
 mod watchcache_tests {
     use super::*;
 
     #[test]
-    fn the_slab_grows_by_an_eighth() {
+    fn the_store_leaves_few_slots_empty() {
         let mut store = Store::new();
         for n in 0..200u32 {
             let id = StreamId::from(2 * n + 1);
             store.insert(id, Stream::new(id, 65_535, 65_535));
             let (len, cap) = (store.slab.len(), store.slab.capacity());
-            assert!(cap <= len + len / 8 + 1, "{len} streams, {cap} slots");
+            assert!(cap < len + 4, "{len} streams, {cap} slots");
         }
         // Every stream is found, and removed (the `unstable` feature asserts an empty store on
         // drop).
@@ -506,5 +497,6 @@ mod watchcache_tests {
             ptr.unlink();
             assert_eq!(ptr.remove(), id);
         }
+        assert_eq!(store.slab.capacity(), 0);
     }
 }
