@@ -42,10 +42,13 @@ impl<T> Pages<T> {
         }
     }
 
+    // Read by the `unstable` feature's checks and the tests.
+    #[cfg_attr(not(any(test, feature = "unstable")), allow(dead_code))]
     pub fn len(&self) -> usize {
         self.len
     }
 
+    #[cfg_attr(not(any(test, feature = "unstable")), allow(dead_code))]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
