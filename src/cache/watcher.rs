@@ -51,8 +51,65 @@ pub(crate) enum Feed {
     Expired(Evicted),
 }
 
+/// A watcher's queued deliveries, oldest first: the oldest inline, the rest in a ring buffer that
+/// is freed when it empties. An idle watch (nearly all of a kubelet's) then holds no buffer after
+/// its events: a `VecDeque` keeps the room of its first push (four deliveries, 64 B) for the
+/// watch's life, and the usual delivery, one event at a time, allocates nothing.
+///
+/// Invariant: `rest` is empty whenever `first` is `None`.
+#[derive(Default)]
+pub(crate) struct Deliveries {
+    first: Option<Delivery>,
+    rest: VecDeque<Delivery>,
+}
+
+impl Deliveries {
+    pub fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    pub fn push_back(&mut self, d: Delivery) {
+        if self.first.is_none() {
+            self.first = Some(d);
+        } else {
+            self.rest.push_back(d);
+        }
+    }
+
+    pub fn pop_front(&mut self) -> Option<Delivery> {
+        let d = self.first.take()?;
+        self.first = self.rest.pop_front();
+        if self.first.is_none() && self.rest.capacity() != 0 {
+            // A burst is over: its room goes with it.
+            self.rest = VecDeque::new();
+        }
+        Some(d)
+    }
+
+    pub fn clear(&mut self) {
+        self.first = None;
+        self.rest = VecDeque::new();
+    }
+
+    /// The deliveries, oldest first.
+    #[cfg(test)]
+    pub fn iter(&self) -> impl Iterator<Item = &Delivery> {
+        self.first.iter().chain(self.rest.iter())
+    }
+
+    /// Room held besides the inline delivery.
+    #[cfg(test)]
+    fn spare(&self) -> usize {
+        self.rest.capacity()
+    }
+}
+
 pub(crate) struct Queue {
-    pub items: VecDeque<Delivery>,
+    pub items: Deliveries,
     pub feed: Feed,
     pub waker: Option<Waker>,
 }
@@ -89,7 +146,7 @@ impl Watcher {
             start_rv,
             capacity,
             queue: Mutex::new(Queue {
-                items: VecDeque::new(),
+                items: Deliveries::default(),
                 feed: parked_at.map_or(Feed::Live, Feed::Parked),
                 waker: None,
             }),
@@ -202,6 +259,43 @@ mod tests {
             .iter()
             .map(|d| (d.kind, d.event.rv))
             .collect()
+    }
+
+    #[test]
+    fn deliveries_keep_their_order_and_no_room_once_drained() {
+        let mut f = Fixture::new();
+        let mut q = Deliveries::default();
+        let evs: Vec<_> = (0..5).map(|_| f.put("a", "n1")).collect();
+        let d = |e: &Arc<Event>| Delivery {
+            event: Arc::clone(e),
+            kind: EventType::Modified,
+        };
+        // One at a time: nothing allocated.
+        q.push_back(d(&evs[0]));
+        assert_eq!((q.len(), q.spare()), (1, 0));
+        assert_eq!(q.pop_front().map(|x| x.event.rv), Some(evs[0].rv));
+        assert!(q.is_empty());
+        // A burst: in order, interleaved with pops, and its room freed when it is drained.
+        for e in &evs[..3] {
+            q.push_back(d(e));
+        }
+        assert_eq!(q.pop_front().map(|x| x.event.rv), Some(evs[0].rv));
+        q.push_back(d(&evs[3]));
+        q.push_back(d(&evs[4]));
+        assert_eq!(q.len(), 4);
+        let order: Vec<u64> = q.iter().map(|x| x.event.rv).collect();
+        assert_eq!(order, [evs[1].rv, evs[2].rv, evs[3].rv, evs[4].rv]);
+        let mut popped = Vec::new();
+        while let Some(x) = q.pop_front() {
+            popped.push(x.event.rv);
+        }
+        assert_eq!(popped, order);
+        assert_eq!((q.len(), q.spare()), (0, 0));
+        q.push_back(d(&evs[0]));
+        q.push_back(d(&evs[1]));
+        q.clear();
+        assert!(q.is_empty());
+        assert_eq!(q.spare(), 0);
     }
 
     #[test]
