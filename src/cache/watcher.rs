@@ -68,6 +68,7 @@ impl Deliveries {
         usize::from(self.first.is_some()) + self.rest.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.first.is_none()
     }
