@@ -206,4 +206,41 @@ mod tests {
             tokio::task::yield_now().await;
         }
     }
+
+    #[tokio::test]
+    async fn a_panicking_stream_ends_alone() {
+        let exec = StreamExec::default();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (e, r) = (exec.clone(), Arc::clone(&ran));
+        let mut handed = false;
+        let mut ended: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+            let _ = rx.await;
+        });
+        let conn = std::future::poll_fn(move |cx| {
+            if !handed {
+                handed = true;
+                e.execute(async { panic!("a bug in one stream") });
+                let r = Arc::clone(&r);
+                e.execute(async move {
+                    tokio::task::yield_now().await;
+                    r.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            ended.as_mut().poll(cx)
+        });
+        let task = tokio::spawn(with_streams(Box::pin(conn), &exec));
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while ran.load(Ordering::SeqCst) < 1 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the other stream stopped"
+            );
+            tokio::task::yield_now().await;
+        }
+        // The connection's task lives on and ends normally.
+        assert!(!task.is_finished());
+        tx.send(()).unwrap();
+        task.await.expect("the connection's task did not panic");
+    }
 }
