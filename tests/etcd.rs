@@ -142,7 +142,7 @@ async fn live_changes_reach_routed_and_unrouted_watchers_through_one_etcd_watch(
         );
     }
     assert_eq!(
-        etcd_watchers(&e.server.url()).await,
+        etcd_watchers_settled(&e.server.url()).await,
         1,
         "one etcd watch for 53 cache watchers"
     );

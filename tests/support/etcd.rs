@@ -300,6 +300,20 @@ impl Drop for Proxy {
 }
 
 /// etcd's own count of open watchers, from its /metrics endpoint.
+/// etcd's watchers once at least one is registered (etcd counts a watch when its create request
+/// reaches the server, which can come after the cache reports ready on a busy machine), or 0 after
+/// 10 s.
+pub async fn etcd_watchers_settled(url: &str) -> u64 {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let n = etcd_watchers(url).await;
+        if n > 0 || tokio::time::Instant::now() > deadline {
+            return n;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 pub async fn etcd_watchers(url: &str) -> u64 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = url.trim_start_matches("http://");
