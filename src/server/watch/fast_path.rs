@@ -340,9 +340,13 @@ async fn stream<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     loop {
         tokio::select! {
             chunks = pump.next() => match chunks {
-                Some(chunks) => {
+                Some(mut chunks) => {
+                    let ended = take_ready(pump, &mut chunks);
                     write_chunk(tcp, &chunks).await?;
                     pump.written();
+                    if ended {
+                        break;
+                    }
                 }
                 None => break,
             },
@@ -378,6 +382,41 @@ async fn write_head<S: AsyncWrite + Unpin>(
     tcp.write_all(head.as_bytes()).await?;
     tcp.flush().await
 }
+
+/// Appends to `chunks` the chunks of the events that are already waiting, without waiting for
+/// more, up to [`BATCH_BYTES`] or [`BATCH_PARTS`]; returns whether the response ended among them.
+///
+/// Why: a watch that is behind (a leaf catching up from its root's history, a client after a
+/// burst) has many events ready at once. Written one `writev` each, every event cost a syscall
+/// and a loopback TCP segment, whose receive processing the kernel charges to the sender: about
+/// a fifth of a root's CPU per event in the catch-up bench (design/performance.md, "A warm
+/// catch-up"). Taken together they go out in one write, and the client reads them in fewer
+/// reads. Only events already queued are taken, so no event waits for another. The pump is
+/// polled with a no-op waker here; the loop polls it again with the task's waker before it
+/// sleeps (in `select!`), so the pump's invariant (the waker stored with the stream and the
+/// wheel on `Pending`) holds whenever the task waits. The watch's written-latency metric of
+/// the earlier events of a batch is taken when the next event is taken, just before the write.
+fn take_ready(pump: &mut WatchPump, chunks: &mut Vec<Bytes>) -> bool {
+    let mut bytes: usize = chunks.iter().map(Bytes::len).sum();
+    while bytes < BATCH_BYTES && chunks.len() < BATCH_PARTS {
+        match pump.next().now_or_never() {
+            Some(Some(more)) => {
+                bytes += more.iter().map(Bytes::len).sum::<usize>();
+                chunks.extend(more);
+            }
+            Some(None) => return true,
+            None => break,
+        }
+    }
+    false
+}
+
+/// At most this many bytes of ready events are gathered into one write (the first event is
+/// written whatever its size): a loopback segment's worth, enough to make the per-write cost
+/// small next to the bytes, small enough that a slow client's socket takes it in one go.
+const BATCH_BYTES: usize = 64 * 1024;
+/// At most this many pieces in one write (a frame is up to 3 pieces; `writev` takes 1 024).
+const BATCH_PARTS: usize = 256;
 
 /// Writes one HTTP chunk made of `parts`, vectored: the shared bytes are never copied.
 async fn write_chunk<S: AsyncWrite + Unpin>(tcp: &mut S, parts: &[Bytes]) -> std::io::Result<()> {
