@@ -584,6 +584,117 @@ mod tests {
         }
     }
 
+    /// The HTTP chunks of a chunked response body read so far from `client` into `buf` (the
+    /// whole response from its head), each chunk's payload split into its frames (JSON: one per
+    /// line). Reads until `want` chunks came (the terminal empty chunk counts, as an empty list).
+    async fn chunks_of(
+        client: &mut tokio::net::TcpStream,
+        buf: &mut Vec<u8>,
+        want: usize,
+    ) -> Vec<Vec<String>> {
+        let mut b = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(buf).into_owned();
+            if let Some(at) = text.find("\r\n\r\n") {
+                let mut rest = &text[at + 4..];
+                let mut got = Vec::new();
+                while let Some(eol) = rest.find("\r\n") {
+                    let len = usize::from_str_radix(&rest[..eol], 16).unwrap();
+                    if rest.len() < eol + 2 + len + 2 {
+                        break;
+                    }
+                    let payload = &rest[eol + 2..eol + 2 + len];
+                    got.push(payload.lines().map(str::to_owned).collect());
+                    rest = &rest[eol + 2 + len + 2..];
+                }
+                if got.len() >= want {
+                    return got;
+                }
+            }
+            let n = client.read(&mut b).await.unwrap();
+            assert!(n > 0, "the response ended early: {text}");
+            buf.extend_from_slice(&b[..n]);
+        }
+    }
+
+    #[tokio::test]
+    async fn events_already_waiting_go_out_in_one_chunk_and_later_ones_at_once() {
+        use crate::cache::WatchOptions;
+        use crate::cache::deadlines;
+        use crate::server::metrics::ServerMetrics;
+        use crate::server::watch::{StartedWatch, WatcherSlot};
+        use crate::{Cache, CacheConfig, MemorySource, ResourceDef, Selection};
+
+        let pod = |name: &str| {
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "ns", "uid": name},
+                "spec": {"nodeName": "n1"}})
+            .to_string()
+        };
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let src = MemorySource::new(writer, 1, []);
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let wheel = deadlines::Deadlines::new(Some(stop_rx), deadlines::TICK);
+        let events = cache
+            .watch(WatchOptions::new(
+                Selection::all(),
+                crate::ResourceVersion::At(1),
+            ))
+            .await
+            .unwrap();
+        let started = StartedWatch {
+            stream: events,
+            deadline: wheel
+                .deadline(tokio::time::Instant::now() + std::time::Duration::from_secs(3600)),
+            _slot: WatcherSlot(Arc::new(std::sync::atomic::AtomicUsize::new(1))),
+            _user_slot: None,
+        };
+        let meter = ServerMetrics::default().watch(cache.definition(), None);
+        let mut pump =
+            WatchPump::events(started, Arc::clone(&wheel), false, Wire::Json, None, meter);
+        // Three events wait before the response starts.
+        for name in ["a", "b", "c"] {
+            src.put(&format!("/registry/pods/ns/{name}"), pod(name))
+                .unwrap();
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        let served = tokio::spawn(async move {
+            stream(&mut server, &mut pump, false, Wire::Json, false)
+                .await
+                .map(|o| o.clean)
+        });
+        let mut response = Vec::new();
+        let first = chunks_of(&mut client, &mut response, 1).await;
+        assert_eq!(
+            first[0].len(),
+            3,
+            "one write for the waiting events: {first:?}"
+        );
+        for (frame, name) in first[0].iter().zip(["a", "b", "c"]) {
+            assert!(frame.contains(&format!("\"name\":\"{name}\"")), "{frame}");
+        }
+        // An event that comes while the watch waits goes out alone, at once.
+        src.put("/registry/pods/ns/d", pod("d")).unwrap();
+        let two = chunks_of(&mut client, &mut response, 2).await;
+        assert_eq!(two[1].len(), 1, "{two:?}");
+        assert!(two[1][0].contains("\"name\":\"d\""), "{two:?}");
+        // Shutdown ends the response with its terminal chunk.
+        stop.send(true).unwrap();
+        let end = chunks_of(&mut client, &mut response, 3).await;
+        assert!(end[2].is_empty(), "{end:?}");
+        assert!(
+            !served.await.unwrap().unwrap(),
+            "a shutdown is not a clean end"
+        );
+    }
+
     // Fuzzing target (tests/fuzz.rs has the others): the first bytes of every connection.
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
