@@ -211,10 +211,16 @@ pub async fn embedded_watcher(
         return;
     };
     counters.connected.fetch_add(1, Ordering::Relaxed);
+    // One stop future for the whole loop: made afresh per event, it joined and left the stop
+    // channel's waiter list (a lock shared by every watcher) at each event, 5 % of the
+    // consumers' time in the catch-up bench.
+    let stopped = stop.wait_for(|s| *s);
+    tokio::pin!(stopped);
     loop {
         let ev = tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
+            biased;
             ev = stream.next() => ev,
+            _ = &mut stopped => return,
         };
         let ev = match ev {
             Some(Ok(ev)) => ev,
