@@ -62,7 +62,11 @@ async fn watch_lines(c: &Client, url: &str, n: usize) -> Vec<Value> {
             break;
         };
         buf.extend_from_slice(&chunk.unwrap());
-        while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+        // The first `n` lines: one chunk can carry more (the fast path writes the events that
+        // are ready together).
+        while let Some(i) = buf.iter().position(|b| *b == b'\n')
+            && out.len() < n
+        {
             let line: Vec<u8> = buf.drain(..=i).collect();
             out.push(serde_json::from_slice(&line).unwrap());
         }

@@ -189,7 +189,11 @@ async fn watch(c: &Client, url: &str, n: usize) -> Vec<Value> {
             })
             .unwrap();
         buf.extend_from_slice(&chunk);
-        while let Some(i) = buf.iter().position(|&b| b == b'\n') {
+        // The first `n` lines: one chunk can carry more (the fast path writes the events that
+        // are ready together).
+        while let Some(i) = buf.iter().position(|&b| b == b'\n')
+            && out.len() < n
+        {
             let line: Vec<u8> = buf.drain(..=i).collect();
             out.push(serde_json::from_slice(&line).unwrap());
         }
