@@ -47,8 +47,6 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     fn execute(&self, fut: F) {
-        // Only the connection's own poll calls this, and only that poll takes the inbox: the
-        // lock is never contended. A poisoned lock still holds a valid Vec.
         // A stream that panics (a bug) ends alone, as its own tokio task would have: the
         // connection's other streams go on.
         let fut = std::panic::AssertUnwindSafe(fut).catch_unwind().map(|r| {
@@ -56,6 +54,8 @@ where
                 tracing::error!("an HTTP/2 stream panicked; its stream is reset");
             }
         });
+        // Only the connection's own poll calls this, and only that poll takes the inbox: the
+        // lock is never contended. A poisoned lock still holds a valid Vec.
         self.inbox
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -552,8 +552,9 @@ fn h2_builder(
 /// Boxed, the future costs a stream a pointer instead of axum's routing state (the request
 /// inline: 256 B) for as long as its watch streams. A request that is not a watch runs in a tokio
 /// task of its own, as hyper would run it, so that its work does not hold up the connection's
-/// other streams: the stream then holds the task's handle. A watch (`?watch=` true, or the old
-/// `/watch/` paths) is polled where it is: until its body streams, it decides and registers.
+/// other streams: the stream then holds the task's handle, and dropping the stream (a client's
+/// reset) still cancels the request, as it did when the stream was the task. A watch (`?watch=`
+/// true) is polled where it is: until its body streams, it decides and registers.
 fn h2_service(
     router: Router,
     conn: Arc<ConnInfo>,
@@ -570,14 +571,14 @@ fn h2_service(
 + 'static {
     let inner = service(router, conn);
     hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let watch = params::is_watch(req.uri().query()) || req.uri().path().contains("/watch/");
+        let watch = params::is_watch(req.uri().query());
         let fut = hyper::service::Service::call(&inner, req);
         if watch {
             return Box::pin(fut) as futures_util::future::BoxFuture<'static, _>;
         }
-        let task = tokio::spawn(fut);
+        let mut task = AbortOnDrop(tokio::spawn(fut));
         Box::pin(async move {
-            match task.await {
+            match (&mut task.0).await {
                 Ok(r) => r,
                 // The handler panicked (a bug): hyper would have reset the stream; answer 500.
                 Err(e) => {
@@ -589,6 +590,15 @@ fn h2_service(
             }
         }) as futures_util::future::BoxFuture<'static, _>
     })
+}
+
+/// A request's task, cancelled when its stream's future is dropped (after it ended, a no-op).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// An HTTP/1.1 connection (plain, or TLS without `h2`): the watch fast path for a first WATCH,

@@ -620,42 +620,16 @@ mod tests {
 
     #[tokio::test]
     async fn events_already_waiting_go_out_in_one_chunk_and_later_ones_at_once() {
-        use crate::cache::WatchOptions;
-        use crate::cache::deadlines;
-        use crate::server::metrics::ServerMetrics;
-        use crate::server::watch::{StartedWatch, WatcherSlot};
-        use crate::{Cache, CacheConfig, MemorySource, ResourceDef, Selection};
+        use crate::server::watch::pump::tests::{pod, pump, setup};
 
-        let pod = |name: &str| {
-            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": "ns", "uid": name},
-                "spec": {"nodeName": "n1"}})
-            .to_string()
-        };
-        let (cache, writer) = Cache::new(
-            ResourceDef::builtin("pods").unwrap(),
-            CacheConfig::default(),
-        );
-        let src = MemorySource::new(writer, 1, []);
-        let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        let wheel = deadlines::Deadlines::new(Some(stop_rx), deadlines::TICK);
-        let events = cache
-            .watch(WatchOptions::new(
-                Selection::all(),
-                crate::ResourceVersion::At(1),
-            ))
-            .await
-            .unwrap();
-        let started = StartedWatch {
-            stream: events,
-            deadline: wheel
-                .deadline(tokio::time::Instant::now() + std::time::Duration::from_secs(3600)),
-            _slot: WatcherSlot(Arc::new(std::sync::atomic::AtomicUsize::new(1))),
-            _user_slot: None,
-        };
-        let meter = ServerMetrics::default().watch(cache.definition(), None);
-        let mut pump =
-            WatchPump::events(started, Arc::clone(&wheel), false, Wire::Json, None, meter);
+        let (cache, src, stop, wheel) = setup();
+        let mut pump = pump(
+            &cache,
+            &wheel,
+            tokio::time::Instant::now() + std::time::Duration::from_secs(3600),
+            false,
+        )
+        .await;
         // Three events wait before the response starts.
         for name in ["a", "b", "c"] {
             src.put(&format!("/registry/pods/ns/{name}"), pod(name))
