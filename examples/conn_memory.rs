@@ -36,6 +36,9 @@ use watchcache::{CacheConfig, ResourceDef};
 
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// The same, each allocation rounded up to the block mimalloc (the binary's allocator) gives it:
+/// what the allocations hold in the server's RSS.
+static HELD: AtomicIsize = AtomicIsize::new(0);
 /// Live allocations by size class (powers of two from 16 B to 1 MiB), to see what dominates.
 static CLASSES: [AtomicIsize; 17] = [const { AtomicIsize::new(0) }; 17];
 
@@ -45,19 +48,35 @@ fn class(size: usize) -> usize {
         .min(16) as usize
 }
 
+/// The size of the block mimalloc serves `size` from: whole words up to 64 B, then four size
+/// classes a power of two (`mi_bin` in mimalloc's `page.c`), e.g. 280 B from a 320-byte block.
+fn held(size: usize) -> isize {
+    let words = size.max(1).div_ceil(8);
+    let words = if words <= 8 {
+        words
+    } else {
+        let b = usize::BITS - 1 - (words - 1).leading_zeros();
+        words.next_multiple_of(1 << (b - 2))
+    };
+    (words * 8) as isize
+}
+
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        HELD.fetch_add(held(l.size()), Ordering::Relaxed);
         CLASSES[class(l.size())].fetch_add(l.size() as isize, Ordering::Relaxed);
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        HELD.fetch_sub(held(l.size()), Ordering::Relaxed);
         CLASSES[class(l.size())].fetch_sub(l.size() as isize, Ordering::Relaxed);
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        HELD.fetch_add(held(new) - held(l.size()), Ordering::Relaxed);
         CLASSES[class(l.size())].fetch_sub(l.size() as isize, Ordering::Relaxed);
         CLASSES[class(new)].fetch_add(new as isize, Ordering::Relaxed);
         unsafe { System.realloc(p, l, new) }
@@ -221,20 +240,27 @@ fn pki(dir: &std::path::Path) -> Result<TlsConfig, Box<dyn std::error::Error>> {
     Ok(TlsConfig::new(dir.join("s.crt"), dir.join("s.key")).with_client_ca(dir.join("ca.crt")))
 }
 
-/// Live heap now, and by size class.
-fn snapshot() -> (isize, Vec<isize>) {
+/// Live heap now, held in mimalloc's blocks, and by size class.
+fn snapshot() -> (isize, isize, Vec<isize>) {
     (
         LIVE.load(Ordering::Relaxed),
+        HELD.load(Ordering::Relaxed),
         CLASSES.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
     )
 }
 
-fn report(what: &str, before: &(isize, Vec<isize>), after: &(isize, Vec<isize>), per: usize) {
+fn report(
+    what: &str,
+    before: &(isize, isize, Vec<isize>),
+    after: &(isize, isize, Vec<isize>),
+    per: usize,
+) {
     println!(
-        "{what}: {:.0} live heap bytes each on the server",
-        (after.0 - before.0) as f64 / per as f64
+        "{what}: {:.0} live heap bytes each on the server ({:.0} in mimalloc's blocks)",
+        (after.0 - before.0) as f64 / per as f64,
+        (after.1 - before.1) as f64 / per as f64
     );
-    for (i, (a, b)) in after.1.iter().zip(&before.1).enumerate() {
+    for (i, (a, b)) in after.2.iter().zip(&before.2).enumerate() {
         let d = a - b;
         if d.abs() as f64 / per as f64 >= 64.0 {
             println!(
