@@ -61,7 +61,8 @@ mod discovery;
 mod filters;
 mod forward;
 mod gate;
-mod h2_streams;
+mod h2_conn;
+mod h2_stream;
 mod metrics;
 mod negotiate;
 mod node_restriction;
@@ -132,6 +133,15 @@ const H2_SEND_BUF: usize = 64 * 1024;
 /// connection nothing once decoded. What it costs: a client re-sends its
 /// headers in full with every request, a few hundred bytes a watch or list.
 const H2_HEADER_TABLE: u32 = 0;
+
+/// An HTTP/2 connection's settings (`h2_conn.rs`).
+const H2_SETTINGS: h2_conn::Settings = h2_conn::Settings {
+    max_streams: H2_MAX_STREAMS,
+    stream_window: H2_STREAM_WINDOW,
+    conn_window: H2_CONN_WINDOW,
+    send_buf: H2_SEND_BUF,
+    header_table: H2_HEADER_TABLE,
+};
 
 impl Server {
     /// A server for these resources.
@@ -232,7 +242,7 @@ impl Server {
     /// the socket (or the TLS stream); every other request, and a kept-alive connection after its
     /// watch, is served by hyper's HTTP/1 connection (not the HTTP/1-or-2 auto connection, whose
     /// task is 16 KiB larger; see design/performance.md). A TLS connection that negotiates `h2` is
-    /// served by hyper's HTTP/2 connection.
+    /// served by our HTTP/2 driver over h2 (`h2_conn.rs`).
     ///
     /// # Errors
     /// The listener's I/O error.
@@ -486,21 +496,17 @@ impl TlsConnection {
         let is_h2 = tls::is_h2(session);
         st.metrics.count_connection(true, is_h2);
         if is_h2 {
-            let service = h2_service(router, conn);
-            // hyper's HTTP/2 server has no head deadline: the preface must come within the
-            // same time a request head has.
+            // h2 has no deadline for the preface: it must come within the time a request head
+            // has.
             let io = tls::FirstBytesBy::new(stream, timeout);
-            let exec = h2_streams::StreamExec::default();
-            let served =
-                watcher.watch(h2_builder(exec.clone()).serve_connection(TokioIo::new(io), service));
-            // Mapped, not awaited in an async block: that would hold the connection's future
-            // twice, as the block's capture and as what it awaits (1.2 KB more per connection).
-            let served = Box::pin(futures_util::FutureExt::map(served, |r| {
-                if let Err(e) = r {
-                    debug!(error = %e, "HTTP/2 connection ended with an error");
-                }
-            }));
-            Some(Box::pin(h2_streams::with_streams(served, &exec)))
+            Some(Box::pin(h2_conn::H2Conn::new(
+                io,
+                H2_SETTINGS,
+                router,
+                conn,
+                st.shutdown.clone(),
+                watcher,
+            )))
         } else {
             Some(Box::pin(http1(
                 sealed::TlsIo::Rustls(Box::new(stream)),
@@ -514,7 +520,14 @@ impl TlsConnection {
     }
 }
 
-/// hyper's service for one connection: every request carries what is known of the connection.
+/// A router's answer with a watch's pump made its body (`watch/body.rs`).
+type WithBody = futures_util::future::MapOk<
+    axum::routing::future::RouteFuture<std::convert::Infallible>,
+    fn(axum::response::Response) -> axum::response::Response,
+>;
+
+/// hyper's service for one HTTP/1.1 connection: every request carries what is known of the
+/// connection; a watch's pump becomes its response's body.
 fn service(
     router: Router,
     conn: Arc<ConnInfo>,
@@ -522,83 +535,17 @@ fn service(
     hyper::Request<hyper::body::Incoming>,
     Response = axum::response::Response,
     Error = std::convert::Infallible,
-    Future = axum::routing::future::RouteFuture<std::convert::Infallible>,
+    Future = WithBody,
 > + Clone
 + Send
 + 'static {
     hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         req.extensions_mut().insert(Arc::clone(&conn));
-        router.clone().call(req)
+        futures_util::TryFutureExt::map_ok(
+            router.clone().call(req),
+            watch::body::into_body as fn(_) -> _,
+        )
     })
-}
-
-/// hyper's HTTP/2 server for one connection, its streams handed to `exec` (the connection's own
-/// task polls them, `h2_streams.rs`).
-fn h2_builder(
-    exec: h2_streams::StreamExec,
-) -> hyper::server::conn::http2::Builder<h2_streams::StreamExec> {
-    let mut h2 = hyper::server::conn::http2::Builder::new(exec);
-    h2.timer(TokioTimer::new())
-        .max_concurrent_streams(H2_MAX_STREAMS)
-        .initial_stream_window_size(H2_STREAM_WINDOW)
-        .initial_connection_window_size(H2_CONN_WINDOW)
-        .max_send_buf_size(H2_SEND_BUF)
-        .header_table_size(H2_HEADER_TABLE);
-    h2
-}
-
-/// [`service`] for an HTTP/2 connection, whose streams are polled by the connection's task
-/// (`h2_streams.rs`), each holding the service's future next to its response body's pipe.
-/// Boxed, the future costs a stream a pointer instead of axum's routing state (the request
-/// inline: 256 B) for as long as its watch streams. A request that is not a watch runs in a tokio
-/// task of its own, as hyper would run it, so that its work does not hold up the connection's
-/// other streams: the stream then holds the task's handle, and dropping the stream (a client's
-/// reset) still cancels the request, as it did when the stream was the task. A watch (`?watch=`
-/// true) is polled where it is: until its body streams, it decides and registers.
-fn h2_service(
-    router: Router,
-    conn: Arc<ConnInfo>,
-) -> impl hyper::service::Service<
-    hyper::Request<hyper::body::Incoming>,
-    Response = axum::response::Response,
-    Error = std::convert::Infallible,
-    Future = futures_util::future::BoxFuture<
-        'static,
-        Result<axum::response::Response, std::convert::Infallible>,
-    >,
-> + Clone
-+ Send
-+ 'static {
-    let inner = service(router, conn);
-    hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let watch = params::is_watch(req.uri().query());
-        let fut = hyper::service::Service::call(&inner, req);
-        if watch {
-            return Box::pin(fut) as futures_util::future::BoxFuture<'static, _>;
-        }
-        let mut task = AbortOnDrop(tokio::spawn(fut));
-        Box::pin(async move {
-            match (&mut task.0).await {
-                Ok(r) => r,
-                // The handler panicked (a bug): hyper would have reset the stream; answer 500.
-                Err(e) => {
-                    warn!(error = %e, "request handler failed");
-                    Ok(axum::response::IntoResponse::into_response(
-                        status::ApiError::new(500, "InternalError", "the request's handler failed"),
-                    ))
-                }
-            }
-        }) as futures_util::future::BoxFuture<'static, _>
-    })
-}
-
-/// A request's task, cancelled when its stream's future is dropped (after it ended, a no-op).
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// An HTTP/1.1 connection (plain, or TLS without `h2`): the watch fast path for a first WATCH,

@@ -413,7 +413,10 @@ async fn read(
             key,
         )
         .await?;
-        let resp = json_response(StatusCode::OK, Body::from_stream(watch::body::body(pump)));
+        // The pump goes out with the head; the transport makes it the body (`body.rs`).
+        let mut resp = json_response(StatusCode::OK, Body::empty());
+        resp.extensions_mut()
+            .insert(watch::body::WatchResponse::new(pump));
         let mut resp = typed(if gzip { gzip_encoded(resp) } else { resp });
         if wire == Wire::Protobuf {
             resp.headers_mut().insert(

@@ -294,7 +294,7 @@ fn build(config: &TlsConfig) -> Result<rustls::ServerConfig, TlsError> {
 
 /// A stream that fails its reads when nothing at all has arrived by a deadline: an HTTP/2 client
 /// that finishes the handshake but never sends its preface does not hold a connection slot
-/// forever (hyper's HTTP/2 server has no such deadline of its own). The timer is dropped with the
+/// forever (h2's server has no such deadline of its own). The timer is dropped with the
 /// first bytes.
 pub(crate) struct FirstBytesBy<S> {
     inner: S,

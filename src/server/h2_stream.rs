@@ -1,0 +1,454 @@
+//! One stream of an HTTP/2 connection served by `h2_conn.rs`: its request handed to the router,
+//! then its response sent under h2's flow control. A state machine, polled by the connection's
+//! own task.
+//!
+//! Why not hyper's HTTP/2 server: a stream there is hyper's `H2Stream` (128 B, boxed by the
+//! executor), which holds the response body (axum's box: a watch's 280-byte body in a 320-byte
+//! block), and a node in the connection's set of streams (80 B); an idle kubelet watch held all
+//! three for hours. Here an idle watch is one node holding its h2 handle and its pump inline
+//! ([`Stream::Watch`]): design/performance.md, "Watches sent by our own HTTP/2 streams".
+//!
+//! What hyper's server did is done here the same way (hyper 1.x, `proto/h2/server.rs`): the
+//! response's connection-specific headers are stripped, `date` is set when missing, an exact
+//! body length becomes `content-length`, a body is sent one frame at a time once the stream has
+//! any capacity (a chunk in hand reserves one byte, so an idle body pins no window: hyper #4003),
+//! a client's RST_STREAM ends the stream (and with it its request's task), a failing body or
+//! handler resets the stream with INTERNAL_ERROR.
+//!
+//! Invariants:
+//! - A request other than a watch runs in a tokio task of its own, so that its work does not
+//!   hold up the connection's other streams; the stream holds the task's handle and aborts it
+//!   when dropped (a client's reset, or the connection's end).
+//! - A watch's chunks are taken from its pump only when the previous ones are handed to h2, and
+//!   handed only once the stream has capacity: a client that stops reading stops its pump (its
+//!   watcher's queue, then the cache's overflow rules, take over).
+//! - A stream that panics ends alone: it is reset, and the connection's other streams go on.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use axum::Router;
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderMap, Request, header};
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use tower::Service;
+use tracing::{debug, error, warn};
+
+use crate::server::ConnInfo;
+use crate::server::params;
+use crate::server::status::ApiError;
+use crate::server::watch::body::WatchResponse;
+use crate::server::watch::pump::WatchPump;
+
+/// One HTTP/2 stream, from its request to the end of its response.
+// The watch is inline on purpose: it is what an idle stream holds, for hours, and a box would be
+// one more allocation each; the other states are short.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Stream {
+    /// The router has the request (a watch in place, any other request in its own task).
+    Handling {
+        reply: SendResponse<Bytes>,
+        response: BoxFuture<'static, Response>,
+    },
+    /// A response body being sent (boxed: a LIST's state does not enlarge every watch's).
+    Body(Box<BodyPipe>),
+    /// A watch's events being sent: what an idle watch holds.
+    Watch(WatchPipe),
+    Done,
+}
+
+/// A response body and the stream it goes to.
+pub(crate) struct BodyPipe {
+    tx: SendStream<Bytes>,
+    body: Body,
+    /// A data frame taken from the body, waiting for capacity (with whether it ends the body).
+    pending: Option<(Bytes, bool)>,
+}
+
+/// A watch's pump and the stream its chunks go to.
+pub(crate) struct WatchPipe {
+    tx: SendStream<Bytes>,
+    pump: WatchPump,
+    /// What is left of the pump's last chunks, waiting for capacity.
+    chunks: std::vec::IntoIter<Bytes>,
+}
+
+impl Stream {
+    /// Starts a stream: its request goes to `router`, with what is known of the connection.
+    pub fn start(
+        req: Request<RecvStream>,
+        reply: SendResponse<Bytes>,
+        router: &Router,
+        conn: &Arc<ConnInfo>,
+    ) -> Stream {
+        let (parts, recv) = req.into_parts();
+        let body = if recv.is_end_stream() {
+            Body::empty()
+        } else {
+            Body::new(RecvBody::new(recv, &parts.headers))
+        };
+        let mut req = Request::from_parts(parts, body);
+        req.extensions_mut().insert(Arc::clone(conn));
+        let watch = params::is_watch(req.uri().query());
+        let fut = router.clone().call(req);
+        let response: BoxFuture<'static, Response> = if watch {
+            // A watch decides little before its body streams: polled here, no task.
+            Box::pin(async move {
+                match fut.await {
+                    Ok(r) => r,
+                    Err(e) => match e {},
+                }
+            })
+        } else {
+            let mut task = AbortOnDrop(tokio::spawn(fut));
+            Box::pin(async move {
+                match (&mut task.0).await {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(e)) => match e {},
+                    // The handler panicked (a bug): answer 500, as the HTTP/1.1 path does.
+                    Err(e) => {
+                        warn!(error = %e, "request handler failed");
+                        axum::response::IntoResponse::into_response(ApiError::new(
+                            500,
+                            "InternalError",
+                            "the request's handler failed",
+                        ))
+                    }
+                }
+            })
+        };
+        Stream::Handling { reply, response }
+    }
+
+    fn poll_inner(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            match self {
+                Stream::Handling { reply, response } => {
+                    let resp = match response.as_mut().poll(cx) {
+                        Poll::Ready(r) => r,
+                        Poll::Pending => {
+                            // A client's RST_STREAM cancels the request (its task is aborted
+                            // when this stream is dropped).
+                            if let Poll::Ready(r) = reply.poll_reset(cx) {
+                                debug!(reason = ?r, "HTTP/2 stream reset before its response");
+                                *self = Stream::Done;
+                                return Poll::Ready(());
+                            }
+                            return Poll::Pending;
+                        }
+                    };
+                    let next = respond(reply, resp);
+                    *self = next;
+                }
+                Stream::Body(pipe) => {
+                    ready!(pipe.poll(cx));
+                    *self = Stream::Done;
+                }
+                Stream::Watch(pipe) => {
+                    ready!(pipe.poll(cx));
+                    *self = Stream::Done;
+                }
+                Stream::Done => return Poll::Ready(()),
+            }
+        }
+    }
+}
+
+impl Future for Stream {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        // A stream that panics (a bug) ends alone, reset, as its own task would have ended.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| this.poll_inner(cx))) {
+            Ok(p) => p,
+            Err(_) => {
+                error!("an HTTP/2 stream panicked; its stream is reset");
+                match std::mem::replace(this, Stream::Done) {
+                    Stream::Handling { mut reply, .. } => reply.send_reset(Reason::INTERNAL_ERROR),
+                    Stream::Body(mut p) => p.tx.send_reset(Reason::INTERNAL_ERROR),
+                    Stream::Watch(mut p) => p.tx.send_reset(Reason::INTERNAL_ERROR),
+                    Stream::Done => {}
+                }
+                Poll::Ready(())
+            }
+        }
+    }
+}
+
+/// Sends `resp`'s head on `reply`, and returns what sends its body.
+fn respond(reply: &mut SendResponse<Bytes>, resp: Response) -> Stream {
+    let (mut head, body) = resp.into_parts();
+    strip_connection_headers(&mut head.headers);
+    if !head.headers.contains_key(header::DATE)
+        && let Ok(v) =
+            header::HeaderValue::from_str(&httpdate::fmt_http_date(std::time::SystemTime::now()))
+    {
+        head.headers.insert(header::DATE, v);
+    }
+    let pump = head
+        .extensions
+        .remove::<WatchResponse>()
+        .and_then(|w| w.take());
+    if pump.is_some() {
+        // The router measured the empty body that stands in for the pump.
+        head.headers.remove(header::CONTENT_LENGTH);
+    }
+    let end = pump.is_none() && body.is_end_stream();
+    if pump.is_none()
+        && !end
+        && let Some(len) = body.size_hint().exact()
+        && !head.headers.contains_key(header::CONTENT_LENGTH)
+    {
+        head.headers.insert(header::CONTENT_LENGTH, len.into());
+    }
+    let tx = match reply.send_response(http::Response::from_parts(head, ()), end) {
+        Ok(tx) => tx,
+        Err(e) => {
+            debug!(error = %e, "HTTP/2 response not sent");
+            reply.send_reset(Reason::INTERNAL_ERROR);
+            return Stream::Done;
+        }
+    };
+    match pump {
+        Some(pump) => Stream::Watch(WatchPipe {
+            tx,
+            pump,
+            chunks: Vec::new().into_iter(),
+        }),
+        None if end => Stream::Done,
+        None => Stream::Body(Box::new(BodyPipe {
+            tx,
+            body,
+            pending: None,
+        })),
+    }
+}
+
+/// Headers that are about one HTTP/1.1 connection and illegal in HTTP/2 (RFC 9113, 8.2.2), with
+/// those a `Connection` header names, as hyper strips them.
+fn strip_connection_headers(headers: &mut HeaderMap) {
+    for h in [
+        header::HeaderName::from_static("keep-alive"),
+        header::HeaderName::from_static("proxy-connection"),
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::TE,
+    ] {
+        headers.remove(h);
+    }
+    if let Some(c) = headers.remove(header::CONNECTION)
+        && let Ok(names) = c.to_str()
+    {
+        for n in names.split(',') {
+            headers.remove(n.trim());
+        }
+    }
+}
+
+/// Waits until `tx` has capacity for a chunk in hand; `Err` when the stream can send no more.
+fn poll_room(tx: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
+    tx.reserve_capacity(1);
+    while tx.capacity() == 0 {
+        match ready!(tx.poll_capacity(cx)) {
+            Some(Ok(0)) => {}
+            Some(Ok(_)) => break,
+            Some(Err(e)) => {
+                debug!(error = %e, "HTTP/2 stream closed while sending");
+                return Poll::Ready(Err(()));
+            }
+            None => return Poll::Ready(Err(())),
+        }
+    }
+    Poll::Ready(Ok(()))
+}
+
+/// Whether the client reset the stream (`cx` is woken when it does).
+fn reset(tx: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> bool {
+    match tx.poll_reset(cx) {
+        Poll::Ready(r) => {
+            debug!(reason = ?r, "HTTP/2 stream reset");
+            true
+        }
+        Poll::Pending => false,
+    }
+}
+
+impl BodyPipe {
+    /// Sends the body; ready when it is sent, or the stream is gone.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            if reset(&mut self.tx, cx) {
+                return Poll::Ready(());
+            }
+            if let Some((_, eos)) = &self.pending {
+                let eos = *eos;
+                if ready!(poll_room(&mut self.tx, cx)).is_err() {
+                    return Poll::Ready(());
+                }
+                let Some((data, _)) = self.pending.take() else {
+                    return Poll::Ready(());
+                };
+                if self.tx.send_data(data, eos).is_err() || eos {
+                    return Poll::Ready(());
+                }
+                continue;
+            }
+            // The next frame before any capacity is reserved: a body that waits pins no window.
+            match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => {
+                        let eos = self.body.is_end_stream();
+                        if data.is_empty() {
+                            if self.tx.send_data(data, eos).is_err() || eos {
+                                return Poll::Ready(());
+                            }
+                        } else {
+                            self.pending = Some((data, eos));
+                        }
+                    }
+                    Err(frame) => {
+                        if let Ok(trailers) = frame.into_trailers() {
+                            self.tx.reserve_capacity(0);
+                            if let Err(e) = self.tx.send_trailers(trailers) {
+                                debug!(error = %e, "HTTP/2 trailers not sent");
+                            }
+                            return Poll::Ready(());
+                        }
+                    }
+                },
+                Some(Err(e)) => {
+                    warn!(error = %e, "response body failed; the stream is reset");
+                    self.tx.send_reset(Reason::INTERNAL_ERROR);
+                    return Poll::Ready(());
+                }
+                None => {
+                    if let Err(e) = self.tx.send_data(Bytes::new(), true) {
+                        debug!(error = %e, "HTTP/2 end of stream not sent");
+                    }
+                    return Poll::Ready(());
+                }
+            }
+        }
+    }
+}
+
+impl WatchPipe {
+    /// Sends the watch's chunks until its pump ends; ready when it has, or the stream is gone.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            if reset(&mut self.tx, cx) {
+                return Poll::Ready(());
+            }
+            if !self.chunks.as_slice().is_empty() {
+                if ready!(poll_room(&mut self.tx, cx)).is_err() {
+                    return Poll::Ready(());
+                }
+                // All of one poll's chunks at once (an event's frame, or a few): h2 queues what
+                // the window cannot take yet, and the next chunks wait for room again.
+                for c in self.chunks.by_ref() {
+                    // An empty DATA frame is 9 bytes of nothing that clients count as abuse
+                    // (h2's client closes after 100 of them).
+                    if !c.is_empty() && self.tx.send_data(c, false).is_err() {
+                        return Poll::Ready(());
+                    }
+                }
+            }
+            match self.pump.poll_chunks(cx) {
+                Poll::Ready(Some(chunks)) => self.chunks = chunks.into_iter(),
+                Poll::Ready(None) => {
+                    if let Err(e) = self.tx.send_data(Bytes::new(), true) {
+                        debug!(error = %e, "HTTP/2 end of watch not sent");
+                    }
+                    return Poll::Ready(());
+                }
+                Poll::Pending => {
+                    // The spent iterator still owns the last event's `Vec`: an idle watch
+                    // should not keep it until its next event.
+                    self.chunks = Vec::new().into_iter();
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+}
+
+/// A request's body as h2 receives it: each frame's bytes are given back to the flow-control
+/// window as they are read, as hyper's body does.
+struct RecvBody {
+    recv: RecvStream,
+    /// `content-length`, when the request has one.
+    len: Option<u64>,
+    /// The data is read; the trailers are next.
+    data_done: bool,
+}
+
+impl RecvBody {
+    fn new(recv: RecvStream, headers: &HeaderMap) -> RecvBody {
+        let len = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        RecvBody {
+            recv,
+            len,
+            data_done: false,
+        }
+    }
+}
+
+impl HttpBody for RecvBody {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let this = self.get_mut();
+        if !this.data_done {
+            match ready!(this.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = this.recv.flow_control().release_capacity(data.len());
+                    if let Some(l) = &mut this.len {
+                        *l = l.saturating_sub(data.len() as u64);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => this.data_done = true,
+            }
+        }
+        match ready!(this.recv.poll_trailers(cx)) {
+            Ok(Some(t)) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.len {
+            Some(l) => SizeHint::with_exact(l),
+            None => SizeHint::default(),
+        }
+    }
+}
+
+/// A request's task, cancelled when its stream is dropped (after it ended, a no-op).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
