@@ -75,8 +75,9 @@ pub(crate) struct BodyPipe {
 pub(crate) struct WatchPipe {
     tx: SendStream<Bytes>,
     pump: WatchPump,
-    /// What is left of the pump's last chunks, waiting for capacity.
-    chunks: std::vec::IntoIter<Bytes>,
+    /// The pump's last chunks, when the stream had no capacity for them (a client behind on
+    /// reading). Boxed: an idle watch holds 8 bytes for it, not a 32-byte iterator.
+    blocked: Option<Box<std::vec::IntoIter<Bytes>>>,
 }
 
 impl Stream {
@@ -220,7 +221,7 @@ fn respond(reply: &mut SendResponse<Bytes>, resp: Response) -> Stream {
         Some(pump) => Stream::Watch(WatchPipe {
             tx,
             pump,
-            chunks: Vec::new().into_iter(),
+            blocked: None,
         }),
         None if end => Stream::Done,
         None => Stream::Body(Box::new(BodyPipe {
@@ -252,7 +253,8 @@ fn strip_connection_headers(headers: &mut HeaderMap) {
     }
 }
 
-/// Waits until `tx` has capacity for a chunk in hand; `Err` when the stream can send no more.
+/// Waits until `tx` has capacity for what is in hand (reserving one byte: h2 raises the claim to
+/// what `send_data` is given); `Err` when the stream can send no more.
 fn poll_room(tx: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
     tx.reserve_capacity(1);
     while tx.capacity() == 0 {
@@ -346,36 +348,50 @@ impl WatchPipe {
             if reset(&mut self.tx, cx) {
                 return Poll::Ready(());
             }
-            if !self.chunks.as_slice().is_empty() {
+            if let Some(chunks) = &mut self.blocked {
                 if ready!(poll_room(&mut self.tx, cx)).is_err() {
                     return Poll::Ready(());
                 }
-                // All of one poll's chunks at once (an event's frame, or a few): h2 queues what
-                // the window cannot take yet, and the next chunks wait for room again.
-                for c in self.chunks.by_ref() {
-                    // An empty DATA frame is 9 bytes of nothing that clients count as abuse
-                    // (h2's client closes after 100 of them).
-                    if !c.is_empty() && self.tx.send_data(c, false).is_err() {
-                        return Poll::Ready(());
-                    }
+                let chunks = std::mem::take(&mut **chunks);
+                self.blocked = None;
+                if self.send(chunks).is_err() {
+                    return Poll::Ready(());
                 }
             }
             match self.pump.poll_chunks(cx) {
-                Poll::Ready(Some(chunks)) => self.chunks = chunks.into_iter(),
+                Poll::Ready(Some(chunks)) => {
+                    // Reserving assigns what the connection's window has at once: a client that
+                    // keeps up has room, and the chunks go out without being kept.
+                    self.tx.reserve_capacity(1);
+                    if self.tx.capacity() == 0 {
+                        self.blocked = Some(Box::new(chunks.into_iter()));
+                    } else if self.send(chunks.into_iter()).is_err() {
+                        return Poll::Ready(());
+                    }
+                }
                 Poll::Ready(None) => {
                     if let Err(e) = self.tx.send_data(Bytes::new(), true) {
                         debug!(error = %e, "HTTP/2 end of watch not sent");
                     }
                     return Poll::Ready(());
                 }
-                Poll::Pending => {
-                    // The spent iterator still owns the last event's `Vec`: an idle watch
-                    // should not keep it until its next event.
-                    self.chunks = Vec::new().into_iter();
-                    return Poll::Pending;
-                }
+                Poll::Pending => return Poll::Pending,
             }
         }
+    }
+
+    /// Hands all of one poll's chunks to h2 at once (an event's frame, or a few), once the stream
+    /// has some capacity: h2 queues what the window cannot take yet, and the next chunks wait
+    /// for room again. `Err` when the stream is gone.
+    fn send(&mut self, chunks: std::vec::IntoIter<Bytes>) -> Result<(), h2::Error> {
+        for c in chunks {
+            // An empty DATA frame is 9 bytes of nothing that clients count as abuse (h2's client
+            // closes after 100 of them).
+            if !c.is_empty() {
+                self.tx.send_data(c, false)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -450,5 +466,15 @@ struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// What an idle watch stream holds inline in its connection's set of streams: its h2 handle
+    /// (24 B), its pump and a pointer.
+    #[test]
+    fn a_watch_stream_is_small() {
+        assert!(std::mem::size_of::<super::Stream>() <= 280);
     }
 }
