@@ -75,9 +75,11 @@ enum Peer {
 #[derive(Debug, Clone)]
 enum Cause {
     EndStream,
-    Error(Error),
+    // watchcache: the errors boxed (an `Error` is 40 bytes, for a GOAWAY's debug data or an I/O
+    // error's message): every stream's slot carried them, a closed stream's only.
+    Error(Box<Error>),
     /// The stream was reset after the receive half had already reached EOS.
-    ErrorAfterEndStream(Error),
+    ErrorAfterEndStream(Box<Error>),
 
     /// This indicates to the connection that a reset frame must be sent out
     /// once the send queue has been flushed.
@@ -287,9 +289,9 @@ impl State {
                 let error = Error::remote_reset(frame.stream_id(), frame.reason());
                 // Preserve the received EOS while retaining the reset for the send half.
                 self.inner = Closed(if recv_end_stream {
-                    Cause::ErrorAfterEndStream(error)
+                    Cause::ErrorAfterEndStream(Box::new(error))
                 } else {
-                    Cause::Error(error)
+                    Cause::Error(Box::new(error))
                 });
             }
         }
@@ -301,7 +303,7 @@ impl State {
             Closed(..) => {}
             _ => {
                 tracing::trace!("handle_error; err={:?}", err);
-                self.inner = Closed(Cause::Error(err.clone()));
+                self.inner = Closed(Cause::Error(Box::new(err.clone())));
             }
         }
     }
@@ -311,13 +313,13 @@ impl State {
             Closed(..) => {}
             ref state => {
                 tracing::trace!("recv_eof; state={:?}", state);
-                self.inner = Closed(Cause::Error(
+                self.inner = Closed(Cause::Error(Box::new(
                     io::Error::new(
                         io::ErrorKind::BrokenPipe,
                         "stream closed because of a broken pipe",
                     )
                     .into(),
-                ));
+                )));
             }
         }
     }
@@ -340,7 +342,9 @@ impl State {
 
     /// Set the stream state to reset locally.
     pub fn set_reset(&mut self, stream_id: StreamId, reason: Reason, initiator: Initiator) {
-        self.inner = Closed(Cause::Error(Error::Reset(stream_id, reason, initiator)));
+        self.inner = Closed(Cause::Error(Box::new(Error::Reset(
+            stream_id, reason, initiator,
+        ))));
     }
 
     /// Set the stream state to a scheduled reset.
@@ -369,15 +373,12 @@ impl State {
     }
 
     pub fn is_remote_reset(&self) -> bool {
-        matches!(
-            self.inner,
-            Closed(Cause::Error(Error::Reset(_, _, Initiator::Remote)))
-                | Closed(Cause::ErrorAfterEndStream(Error::Reset(
-                    _,
-                    _,
-                    Initiator::Remote
-                )))
-        )
+        match self.inner {
+            Closed(Cause::Error(ref e) | Cause::ErrorAfterEndStream(ref e)) => {
+                matches!(**e, Error::Reset(_, _, Initiator::Remote))
+            }
+            _ => false,
+        }
     }
 
     /// Returns true if the stream is already reset.
@@ -447,7 +448,7 @@ impl State {
     pub fn ensure_recv_open(&self) -> Result<bool, proto::Error> {
         // TODO: Is this correct?
         match self.inner {
-            Closed(Cause::Error(ref e)) => Err(e.clone()),
+            Closed(Cause::Error(ref e)) => Err((**e).clone()),
             Closed(Cause::ScheduledLibraryReset(reason)) => {
                 Err(proto::Error::library_go_away(reason))
             }
@@ -461,14 +462,11 @@ impl State {
     /// Returns a reason if the stream has been reset.
     pub(super) fn ensure_reason(&self, mode: PollReset) -> Result<Option<Reason>, crate::Error> {
         match self.inner {
-            Closed(Cause::Error(Error::Reset(_, reason, _)))
-            | Closed(Cause::ErrorAfterEndStream(Error::Reset(_, reason, _)))
-            | Closed(Cause::Error(Error::GoAway(_, reason, _)))
-            | Closed(Cause::ErrorAfterEndStream(Error::GoAway(_, reason, _)))
-            | Closed(Cause::ScheduledLibraryReset(reason)) => Ok(Some(reason)),
-            Closed(Cause::Error(ref e) | Cause::ErrorAfterEndStream(ref e)) => {
-                Err(e.clone().into())
-            }
+            Closed(Cause::ScheduledLibraryReset(reason)) => Ok(Some(reason)),
+            Closed(Cause::Error(ref e) | Cause::ErrorAfterEndStream(ref e)) => match **e {
+                Error::Reset(_, reason, _) | Error::GoAway(_, reason, _) => Ok(Some(reason)),
+                ref e => Err(e.clone().into()),
+            },
             Open {
                 local: Streaming, ..
             }

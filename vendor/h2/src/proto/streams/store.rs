@@ -34,7 +34,24 @@ pub(crate) struct Key {
 // We can never have more than `StreamId::MAX` streams in the store,
 // so we can save a smaller index (u32 vs usize).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct SlabIndex(u32);
+struct SlabIndex(std::num::NonZeroU32);
+
+// watchcache: the slot's index plus one, so that `Option<Key>` (five in every stream's slot) is
+// 8 bytes, not 12.
+impl SlabIndex {
+    fn new(index: usize) -> SlabIndex {
+        let plus_one = u32::try_from(index)
+            .ok()
+            .and_then(|i| i.checked_add(1))
+            .and_then(std::num::NonZeroU32::new)
+            .expect("fewer than u32::MAX streams");
+        SlabIndex(plus_one)
+    }
+
+    fn get(self) -> usize {
+        self.0.get() as usize - 1
+    }
+}
 
 pub(super) struct Queue<N> {
     indices: Option<store::Indices>,
@@ -104,7 +121,7 @@ impl Store {
     }
 
     pub fn insert(&mut self, id: StreamId, val: Stream) -> Ptr<'_> {
-        let index = SlabIndex(self.slab.insert(val) as u32);
+        let index = SlabIndex::new(self.slab.insert(val));
         assert!(self.ids.insert(id, index).is_none());
 
         Ptr {
@@ -188,7 +205,7 @@ impl ops::Index<Key> for Store {
 
     fn index(&self, key: Key) -> &Self::Output {
         self.slab
-            .get(key.index.0 as usize)
+            .get(key.index.get())
             .filter(|s| s.id == key.stream_id)
             .unwrap_or_else(|| {
                 panic!("dangling store key for stream_id={:?}", key.stream_id);
@@ -199,7 +216,7 @@ impl ops::Index<Key> for Store {
 impl ops::IndexMut<Key> for Store {
     fn index_mut(&mut self, key: Key) -> &mut Self::Output {
         self.slab
-            .get_mut(key.index.0 as usize)
+            .get_mut(key.index.get())
             .filter(|s| s.id == key.stream_id)
             .unwrap_or_else(|| {
                 panic!("dangling store key for stream_id={:?}", key.stream_id);
@@ -406,7 +423,7 @@ impl<'a> Ptr<'a> {
         debug_assert!(!self.store.ids.contains_key(&self.key.stream_id));
 
         // Remove the stream state
-        let stream = self.store.slab.remove(self.key.index.0 as usize);
+        let stream = self.store.slab.remove(self.key.index.get());
         assert_eq!(stream.id, self.key.stream_id);
         stream.id
     }
@@ -466,7 +483,7 @@ impl<'a> VacantEntry<'a> {
     pub fn insert(self, value: Stream) -> Key {
         // Insert the value in the slab
         let stream_id = value.id;
-        let index = SlabIndex(self.slab.insert(value) as u32);
+        let index = SlabIndex::new(self.slab.insert(value));
 
         // Insert the handle in the ID map
         self.ids.insert(index);
@@ -487,7 +504,7 @@ mod watchcache_tests {
             let id = StreamId::from(2 * n + 1);
             store.insert(id, Stream::new(id, 65_535, 65_535));
             let (len, cap) = (store.slab.len(), store.slab.capacity());
-            assert!(cap < len + 4, "{len} streams, {cap} slots");
+            assert!(cap < len + super::super::pages::PAGE, "{len} streams, {cap} slots");
         }
         // Every stream is found, and removed (the `unstable` feature asserts an empty store on
         // drop).
