@@ -61,6 +61,10 @@ struct BenchArgs {
     /// `--model kubelet`: each node renews its Lease once per this many seconds.
     #[arg(long, default_value_t = 10.0)]
     lease_period: f64,
+    /// The watchcache binary the bench starts as its server (default: this one); for example a
+    /// script that runs it under a heap profiler.
+    #[arg(long, value_name = "FILE")]
+    server_binary: Option<PathBuf>,
     /// `--model kubelet`: the etcd binary to run (kube-apiserver 1.35 needs 3.5.13+); default:
     /// target/etcd/v3.6.16/etcd when it is there (the tests' etcd), else `etcd` from PATH.
     #[arg(long, value_name = "FILE")]
@@ -673,7 +677,10 @@ async fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         mode: args.mode,
         etcd: args.etcd,
         server: args.server,
-        server_binary: std::env::current_exe()?,
+        server_binary: match args.server_binary.clone() {
+            Some(b) => b,
+            None => std::env::current_exe()?,
+        },
         delivery_grace: std::time::Duration::from_secs(30),
         progress: true,
         etcd_data_dir: args.etcd_data_dir,
@@ -732,7 +739,10 @@ async fn catchup(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         follow: args.follow,
         watch_wire: args.watch_wire,
         leaf_wire: args.leaf_wire,
-        server_binary: std::env::current_exe()?,
+        server_binary: match args.server_binary.clone() {
+            Some(b) => b,
+            None => std::env::current_exe()?,
+        },
         etcd_data_dir: args.etcd_data_dir,
         etcd_snapshot_count: args.etcd_snapshot_count,
         grace: std::time::Duration::from_secs(120),
@@ -763,7 +773,10 @@ async fn kubelets(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         duration: std::time::Duration::from_secs(args.duration),
         lease_period: std::time::Duration::from_secs_f64(args.lease_period.max(0.001)),
         sides,
-        server_binary: std::env::current_exe()?,
+        server_binary: match args.server_binary.clone() {
+            Some(b) => b,
+            None => std::env::current_exe()?,
+        },
         kube_apiserver: args.kube_apiserver,
         delivery_grace: std::time::Duration::from_secs(30),
         progress: true,
