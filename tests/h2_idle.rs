@@ -2,8 +2,9 @@
 //! watchcache patch: the write, read and Huffman buffers are released when empty), and they come
 //! back when needed: after going idle, a watch receives an event larger than 1 MB intact under
 //! the smallest flow-control windows HTTP/2 allows a client to keep (64 KiB - 1, so the server
-//! reads a WINDOW_UPDATE after every 64 KiB it sends), and a second stream on the same
-//! connection is served the same object.
+//! reads a WINDOW_UPDATE after every 64 KiB it sends), the next event, written at once, waits for
+//! room behind it and comes next, and a second stream on the same connection is served the same
+//! objects.
 //!
 //! The server's live heap is counted by this binary's allocator; the clients run on a thread of
 //! their own whose allocations are not counted (their runtime's threads are marked), so the
@@ -143,6 +144,14 @@ async fn an_idle_http2_watch_holds_no_buffers_then_takes_a_1mb_event_and_a_secon
     );
     assert!(big.len() > 1_000_000);
     put_rev(&mut etcd, &support::key("ns", "big"), big).await;
+    // At once: its event reaches the first stream while the big one still fills the stream's
+    // window and send buffer, so it waits for room (and must come next, whole).
+    put_rev(
+        &mut etcd,
+        &support::key("ns", "early"),
+        support::pod("ns", "early", "node-0", &[]),
+    )
+    .await;
     wait(&mut test_phase, BIG_SEEN).await;
     put_rev(
         &mut etcd,
@@ -230,13 +239,21 @@ async fn clients(
         .await
         .expect("the big event within 60 s");
     assert_big(&event, &want, "the first stream");
+    let event = tokio::time::timeout(deadline, next_event(first))
+        .await
+        .expect("the early pod within 60 s");
+    assert_added(&event, "early", "the first stream");
     // A second stream on the same connection: a watch from the current state, whose initial
-    // ADDED is the big pod again.
+    // ADDED events are the big pod again and the early one.
     let mut second = watch_node(send, 0).await;
     let event = tokio::time::timeout(deadline, next_event(&mut second))
         .await
         .expect("the second stream's initial event within 60 s");
     assert_big(&event, &want, "the second stream");
+    let event = tokio::time::timeout(deadline, next_event(&mut second))
+        .await
+        .expect("the second stream's second initial event within 60 s");
+    assert_added(&event, "early", "the second stream");
     to_test.send_replace(BIG_SEEN);
     tokio::time::timeout(deadline, phase.wait_for(|p| *p >= SMALL_WRITTEN))
         .await
@@ -246,12 +263,14 @@ async fn clients(
         let event = tokio::time::timeout(deadline, next_event(stream))
             .await
             .unwrap_or_else(|_| panic!("the small pod on the {name} stream within 60 s"));
-        assert_eq!(event["type"], "ADDED", "{name}: {event}");
-        assert_eq!(
-            event["object"]["metadata"]["name"], "small",
-            "{name}: {event}"
-        );
+        assert_added(&event, "small", name);
     }
+}
+
+/// `event` is the ADDED event of pod `pod`.
+fn assert_added(event: &Value, pod: &str, on: &str) {
+    assert_eq!(event["type"], "ADDED", "{on}: {event}");
+    assert_eq!(event["object"]["metadata"]["name"], pod, "{on}: {event}");
 }
 
 /// A JSON watch on `node-N` from the current state (its objects first, as ADDED), answered 200.
