@@ -60,6 +60,6 @@ mod tests {
     /// encoder's gzip state was boxed).
     #[test]
     fn a_watch_body_is_small() {
-        assert!(std::mem::size_of::<super::WatchBody>() <= 280);
+        assert!(std::mem::size_of::<super::WatchBody>() <= 224);
     }
 }
