@@ -108,7 +108,9 @@ impl Deadlines {
     fn tick_of(&self, at: Instant) -> u32 {
         let since = at.saturating_duration_since(self.epoch);
         let ticks = since.as_nanos().div_ceil(self.tick.as_nanos().max(1));
-        u32::try_from(ticks).unwrap_or(NEVER - 1).clamp(1, NEVER - 1)
+        u32::try_from(ticks)
+            .unwrap_or(NEVER - 1)
+            .clamp(1, NEVER - 1)
     }
 
     fn next_id(&self) -> u64 {
@@ -440,11 +442,7 @@ mod tests {
     async fn a_dropped_deadline_leaves_nothing_and_the_task_ends() {
         let (_tx, wheel) = wheel();
         let mut d = wheel.deadline(Some(Instant::now() + Duration::from_secs(60)), None);
-        assert!(
-            poll_fn(|cx| Poll::Ready(d.poll_end(cx)))
-                .await
-                .is_pending()
-        );
+        assert!(poll_fn(|cx| Poll::Ready(d.poll_end(cx))).await.is_pending());
         assert_eq!(wheel.waiting(), 1);
         assert!(wheel.inner.lock().running);
         drop(d);
@@ -483,7 +481,10 @@ mod tests {
         // The bookmark first, alone.
         poll_fn(|cx| d.poll_bookmark(cx)).await;
         let took = start.elapsed();
-        assert!(took >= Duration::from_secs(3) && took <= Duration::from_secs(4), "{took:?}");
+        assert!(
+            took >= Duration::from_secs(3) && took <= Duration::from_secs(4),
+            "{took:?}"
+        );
         assert_eq!(tick(&mut d).await, (false, true));
         // The next one after the end: the end comes first, alone, and the entry stays one.
         d.set_bookmark(start + Duration::from_secs(60));
@@ -491,7 +492,10 @@ mod tests {
         assert_eq!(wheel.waiting(), 1);
         poll_fn(|cx| d.poll_end(cx)).await;
         let took = start.elapsed();
-        assert!(took >= Duration::from_secs(10) && took <= Duration::from_secs(11), "{took:?}");
+        assert!(
+            took >= Duration::from_secs(10) && took <= Duration::from_secs(11),
+            "{took:?}"
+        );
         assert_eq!(tick(&mut d).await, (true, false));
         // A bookmark due now is ready at once, in the same entry.
         d.bookmark_now();
@@ -522,11 +526,7 @@ mod tests {
         let first = rt();
         let mut far = first.block_on(async {
             let mut d = wheel.deadline(Some(Instant::now() + Duration::from_secs(3600)), None);
-            assert!(
-                poll_fn(|cx| Poll::Ready(d.poll_end(cx)))
-                    .await
-                    .is_pending()
-            );
+            assert!(poll_fn(|cx| Poll::Ready(d.poll_end(cx))).await.is_pending());
             d
         });
         assert!(wheel.inner.lock().running);

@@ -155,8 +155,8 @@ pub(crate) mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::cache::{WatchEnd, WatchOptions};
     use crate::cache::deadlines;
+    use crate::cache::{WatchEnd, WatchOptions};
     use crate::server::metrics::ServerMetrics;
     use crate::server::watch::WatcherSlot;
     use crate::{Cache, CacheConfig, MemorySource, ResourceDef, Selection};
@@ -320,9 +320,19 @@ pub(crate) mod tests {
         let within_a_tick = |at: u64| {
             let took = start.elapsed();
             let at = Duration::from_secs(at);
-            assert!(took >= at && took <= at + deadlines::TICK, "{at:?}: {took:?}");
+            assert!(
+                took >= at && took <= at + deadlines::TICK,
+                "{at:?}: {took:?}"
+            );
         };
-        let mut p = started(&cache, &wheel, start + Duration::from_secs(16), false, opts()).await;
+        let mut p = started(
+            &cache,
+            &wheel,
+            start + Duration::from_secs(16),
+            false,
+            opts(),
+        )
+        .await;
         // Periodic bookmarks at 5 s and 10 s, the end's at 14 s; then the end at 16 s.
         for at in [5, 10, 14] {
             let chunk = p.next().await.unwrap().concat();
@@ -338,9 +348,20 @@ pub(crate) mod tests {
         assert_eq!((watchers(&cache), wheel.waiting()), (0, 0));
 
         // Shutdown ends a watch between its bookmarks, at once.
-        let mut q = started(&cache, &wheel, start + Duration::from_secs(3600), false, opts()).await;
+        let mut q = started(
+            &cache,
+            &wheel,
+            start + Duration::from_secs(3600),
+            false,
+            opts(),
+        )
+        .await;
         let bookmark = q.next().await.unwrap().concat();
-        assert!(String::from_utf8(bookmark).unwrap().contains("\"BOOKMARK\""));
+        assert!(
+            String::from_utf8(bookmark)
+                .unwrap()
+                .contains("\"BOOKMARK\"")
+        );
         within_a_tick(16 + 5);
         assert_eq!((wheel.waiting(), cache.waiting_bookmarks()), (1, 0));
         let stopping = Instant::now();
