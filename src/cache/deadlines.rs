@@ -1,5 +1,4 @@
-//! Deadlines delivered from one place: a watch's end in the server, and its periodic bookmarks
-//! in the cache.
+//! Deadlines delivered from one place: a watch's end in the server, and its periodic bookmarks.
 //!
 //! Why: an idle watch used to wait in a `select!` holding a tokio timer entry for its deadline
 //! and a waiter on the shutdown signal, inside the pending future around its pump, and its stream
@@ -7,11 +6,15 @@
 //! timer that fires once a minute at most (design/performance.md). Here one wheel keeps, for each
 //! waiting deadline, its tick and its task's waker, and one task advances the wheel every tick: it
 //! wakes the deadlines that passed and, when the wheel has a shutdown signal, all of them at
-//! shutdown. A waiting deadline holds a [`Deadline`] (40 B) and one entry in the wheel's map; it
-//! holds no future. A server has one wheel for its watches' ends (with its shutdown signal); a
-//! cache has one for its watches' bookmarks (without: a bookmark has no reason to come at
-//! shutdown). The cache cannot take the server's: it is built before any server, by whoever
-//! follows its upstream, and the server is above it.
+//! shutdown. A waiting watch holds one [`Deadline`] (40 B) and one entry in a wheel's map, for
+//! both its end and its next bookmark; it holds no future.
+//!
+//! A server has one wheel (with its shutdown signal): a served watch's deadline there holds its
+//! end and, when it asked for them, its bookmarks (`Cache::watch_until`). A cache has one for the
+//! bookmarks of the watches made without a server (`Cache::watch`; without a shutdown signal: a
+//! bookmark has no reason to come at shutdown, and such a watch has no end). The cache cannot
+//! take the server's wheel when it is built: it is built before any server, by whoever follows
+//! its upstream, and the server is above it; a served watch is handed the server's.
 //!
 //! Invariants:
 //! - A deadline is never early: it is rounded up to a whole tick, and a tick has passed only once
@@ -26,8 +29,13 @@
 //! - The task runs while the map has an entry (`running`, changed only under the lock): an idle
 //!   wheel has no task, and an entry always has a task to fire it. A task dropped with its
 //!   runtime clears `running` (its guard), so a later deadline starts a new one.
-//! - A [`Deadline`]'s entry is gone once the handle is dropped or reset. Ids are never reused (a
-//!   reset takes a new one), so removing an entry the task already fired cannot remove another's.
+//! - A watch has at most one entry: its [`Deadline`]'s, at the earlier of its end and its next
+//!   bookmark. Which passed is told by their ticks against `now`, never by the wakeup: a wakeup at
+//!   the earlier tick finds that one passed; the end (or shutdown, which passes every end but no
+//!   bookmark) ends the watch; a due bookmark is sent and the next one set, which moves the entry.
+//! - A [`Deadline`]'s entry is gone once the handle is dropped or either tick moves. Ids are never
+//!   reused (a move takes a new one), so removing an entry the task already fired cannot remove
+//!   another's.
 //! - Lock order: the wheel's lock is a leaf; no waker is woken and no task spawned under it.
 
 use std::collections::BTreeMap;
@@ -83,21 +91,26 @@ impl Deadlines {
         })
     }
 
-    /// A deadline at `at` (rounded up to the next tick), armed when first polled.
-    pub fn deadline(self: &Arc<Self>, at: Instant) -> Deadline {
+    /// A deadline ending at `end` (`None`: never) with its first bookmark at `bookmark`
+    /// (`None`: no bookmarks), each rounded up to the next tick; armed when first polled.
+    pub fn deadline(self: &Arc<Self>, end: Option<Instant>, bookmark: Option<Instant>) -> Deadline {
         Deadline {
             wheel: Arc::clone(self),
             id: self.next_id(),
-            tick: self.tick_of(at),
+            end: end.map_or(NEVER, |at| self.tick_of(at)),
+            bookmark: bookmark.map_or(NEVER, |at| self.tick_of(at)),
             waker: None,
         }
     }
 
-    /// `at` in ticks since the epoch, rounded up (at least 1: tick 0 is "passed").
+    /// `at` in ticks since the epoch, rounded up (at least 1: tick 0 is "passed"; below
+    /// `NEVER`: a deadline beyond the wheel's range still passes at its last tick, 136 years on).
     fn tick_of(&self, at: Instant) -> u32 {
         let since = at.saturating_duration_since(self.epoch);
         let ticks = since.as_nanos().div_ceil(self.tick.as_nanos().max(1));
-        u32::try_from(ticks).unwrap_or(u32::MAX).max(1)
+        u32::try_from(ticks)
+            .unwrap_or(NEVER - 1)
+            .clamp(1, NEVER - 1)
     }
 
     fn next_id(&self) -> u64 {
@@ -237,64 +250,132 @@ fn run(
     }
 }
 
-/// One deadline in a [`Deadlines`] wheel.
+/// A tick that never passes: no end (an embedded cache's watch), or no bookmarks.
+const NEVER: u32 = u32::MAX;
+
+/// A watch's one entry in a [`Deadlines`] wheel, armed at the earlier of its two deadlines: its
+/// end (a served watch's, in the server's wheel, which also ends it at shutdown) and its next
+/// periodic bookmark. Which of them passed is told apart by their ticks against the wheel's
+/// clock, so a watch needs one entry and one handle for both.
 pub(crate) struct Deadline {
     wheel: Arc<Deadlines>,
     id: u64,
-    /// The deadline, in the wheel's ticks.
-    tick: u32,
-    /// The waker in this deadline's entry (`None`: no entry yet).
+    /// The end, in the wheel's ticks (`NEVER`: none, only its reader ends the watch).
+    end: u32,
+    /// The next bookmark, in the wheel's ticks (`NEVER`: none asked; 0: due now).
+    bookmark: u32,
+    /// The waker in this deadline's entry (`None`: no entry yet). The entry's tick is
+    /// [`Deadline::tick`]: both ticks change only through [`Deadline::move_to`], which removes
+    /// the entry first.
     waker: Option<Waker>,
 }
 
 impl Deadline {
-    /// Ready once the deadline passed or the wheel's server is shutting down; otherwise `cx` is
-    /// woken when one of them happens.
-    pub fn poll_passed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    /// The tick the entry is armed at: the earlier of the two.
+    fn tick(&self) -> u32 {
+        self.end.min(self.bookmark)
+    }
+
+    /// Stores `cx`'s waker in the entry unless it is there already.
+    fn arm(&mut self, cx: &Context<'_>) {
         if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            self.wheel.arm(self.tick, self.id, cx.waker());
+            self.wheel.arm(self.tick(), self.id, cx.waker());
             self.waker = Some(cx.waker().clone());
         }
-        if self.wheel.stopped.load(Ordering::SeqCst)
-            || self.wheel.now.load(Ordering::SeqCst) >= self.tick
-        {
+    }
+
+    /// Whether the wheel's clock reached `tick`. Read after arming (see the module's
+    /// invariants).
+    fn reached(&self, tick: u32) -> bool {
+        tick != NEVER && self.wheel.now.load(Ordering::SeqCst) >= tick
+    }
+
+    /// Ready once the end passed or the wheel's server is shutting down; otherwise `cx` is
+    /// woken when one of them happens (or when the next bookmark is due: every poll arms the
+    /// one entry, at the earlier deadline).
+    pub fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.arm(cx);
+        if self.wheel.stopped.load(Ordering::SeqCst) || self.reached(self.end) {
             Poll::Ready(())
         } else {
             Poll::Pending
         }
     }
-}
 
-impl Deadline {
-    /// Moves the deadline to `at` (rounded up to a tick), armed when next polled.
-    pub fn reset(&mut self, at: Instant) {
-        let tick = self.wheel.tick_of(at);
-        self.move_to(tick);
+    /// Ready once the next bookmark is due (the caller then sets the one after it with
+    /// [`Deadline::next_bookmark`]); otherwise `cx` is woken when it is (or at the end). Shutdown
+    /// alone does not make a bookmark due: it ends the watch, through
+    /// [`poll_end`](Deadline::poll_end).
+    pub fn poll_bookmark(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.arm(cx);
+        if self.reached(self.bookmark) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 
-    /// Moves the deadline to one that has passed: the next poll is ready.
-    pub fn reset_passed(&mut self) {
-        self.move_to(0);
+    /// Whether the deadline has an end (a served watch's).
+    pub fn has_end(&self) -> bool {
+        self.end != NEVER
     }
 
-    /// Whether the deadline is later than `at` would be.
-    pub fn is_after(&self, at: Instant) -> bool {
-        self.tick > self.wheel.tick_of(at)
+    /// Whether the deadline has bookmarks.
+    pub fn has_bookmarks(&self) -> bool {
+        self.bookmark != NEVER
     }
 
-    fn move_to(&mut self, tick: u32) {
+    /// Moves the next bookmark to `at` (rounded up to a tick), armed when next polled.
+    pub fn set_bookmark(&mut self, at: Instant) {
+        let bookmark = self.wheel.tick_of(at);
+        self.move_to(self.end, bookmark);
+    }
+
+    /// Moves the next bookmark to `at`, or to `before_end` ahead of the end when that comes
+    /// first and is more than a tick from now; armed when next polled. Nearer than that, the
+    /// bookmark just sent stands for it, as a watch that short gets its bookmark at once
+    /// (`WatchStream::bookmark_before`). Never early: the end's tick is rounded up, and
+    /// `before_end` is taken in whole ticks, rounded down.
+    pub fn next_bookmark(&mut self, at: Instant, before_end: Duration) {
+        let mut bookmark = self.wheel.tick_of(at);
+        if self.end != NEVER {
+            let ahead = before_end.as_nanos() / self.wheel.tick.as_nanos().max(1);
+            let pre = self
+                .end
+                .saturating_sub(u32::try_from(ahead).unwrap_or(u32::MAX));
+            let soon = self.wheel.tick_of(Instant::now() + self.wheel.tick);
+            if pre > soon && pre < bookmark {
+                bookmark = pre;
+            }
+        }
+        self.move_to(self.end, bookmark);
+    }
+
+    /// Makes the next bookmark due now: the next [`poll_bookmark`](Deadline::poll_bookmark) is
+    /// ready.
+    pub fn bookmark_now(&mut self) {
+        self.move_to(self.end, 0);
+    }
+
+    /// Whether the next bookmark is later than `at` would be.
+    pub fn bookmark_is_after(&self, at: Instant) -> bool {
+        self.bookmark > self.wheel.tick_of(at)
+    }
+
+    fn move_to(&mut self, end: u32, bookmark: u32) {
         if self.waker.take().is_some() {
-            self.wheel.disarm(self.tick, self.id);
+            self.wheel.disarm(self.tick(), self.id);
         }
         self.id = self.wheel.next_id();
-        self.tick = tick;
+        self.end = end;
+        self.bookmark = bookmark;
     }
 }
 
 impl Drop for Deadline {
     fn drop(&mut self) {
         if self.waker.is_some() {
-            self.wheel.disarm(self.tick, self.id);
+            self.wheel.disarm(self.tick(), self.id);
         }
     }
 }
@@ -319,8 +400,8 @@ mod tests {
             Duration::from_secs(3),
         ] {
             let began = Instant::now();
-            let mut d = wheel.deadline(began + after);
-            poll_fn(|cx| d.poll_passed(cx)).await;
+            let mut d = wheel.deadline(Some(began + after), None);
+            poll_fn(|cx| d.poll_end(cx)).await;
             let took = began.elapsed();
             assert!(took >= after && took <= after + TICK, "{after:?}: {took:?}");
         }
@@ -333,8 +414,8 @@ mod tests {
         let far = Instant::now() + Duration::from_secs(3600);
         let tasks: Vec<_> = (0..3)
             .map(|_| {
-                let mut d = wheel.deadline(far);
-                tokio::spawn(async move { poll_fn(|cx| d.poll_passed(cx)).await })
+                let mut d = wheel.deadline(Some(far), None);
+                tokio::spawn(async move { poll_fn(|cx| d.poll_end(cx)).await })
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -349,9 +430,9 @@ mod tests {
         assert!(wheel.stopped());
         assert_eq!(wheel.waiting(), 0);
         // A deadline made after the shutdown has passed already.
-        let mut late = wheel.deadline(far);
+        let mut late = wheel.deadline(Some(far), None);
         assert!(
-            poll_fn(|cx| Poll::Ready(late.poll_passed(cx)))
+            poll_fn(|cx| Poll::Ready(late.poll_end(cx)))
                 .await
                 .is_ready()
         );
@@ -360,12 +441,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_dropped_deadline_leaves_nothing_and_the_task_ends() {
         let (_tx, wheel) = wheel();
-        let mut d = wheel.deadline(Instant::now() + Duration::from_secs(60));
-        assert!(
-            poll_fn(|cx| Poll::Ready(d.poll_passed(cx)))
-                .await
-                .is_pending()
-        );
+        let mut d = wheel.deadline(Some(Instant::now() + Duration::from_secs(60)), None);
+        assert!(poll_fn(|cx| Poll::Ready(d.poll_end(cx))).await.is_pending());
         assert_eq!(wheel.waiting(), 1);
         assert!(wheel.inner.lock().running);
         drop(d);
@@ -374,14 +451,66 @@ mod tests {
         tokio::time::sleep(TICK * 2).await;
         assert!(!wheel.inner.lock().running);
         // And the next deadline starts one again.
-        let mut d = wheel.deadline(Instant::now() + TICK);
-        poll_fn(|cx| d.poll_passed(cx)).await;
+        let mut d = wheel.deadline(Some(Instant::now() + TICK), None);
+        poll_fn(|cx| d.poll_end(cx)).await;
         // Every poll arms: the poll that saw the tick pass may have stored its waker again (when
         // `will_wake` says it changed, as it may for the same task in a release build, whose
         // vtables can be duplicated), and that entry goes at the task's next tick.
         tokio::time::sleep(TICK * 2).await;
         assert_eq!(wheel.waiting(), 0);
         assert!(!wheel.inner.lock().running);
+    }
+
+    /// A watch's end and its bookmarks share one entry, at the earlier of the two: each is
+    /// told apart by its tick (never early, at most a tick late), and shutdown passes the end but
+    /// no bookmark.
+    #[tokio::test(start_paused = true)]
+    async fn an_end_and_bookmarks_share_one_entry() {
+        let (tx, wheel) = wheel();
+        let start = Instant::now();
+        let end = start + Duration::from_secs(10);
+        let mut d = wheel.deadline(Some(end), Some(start + Duration::from_secs(3)));
+        // (end passed, bookmark due), polled once.
+        fn tick(d: &mut Deadline) -> impl Future<Output = (bool, bool)> + '_ {
+            poll_fn(move |cx| {
+                Poll::Ready((d.poll_end(cx).is_ready(), d.poll_bookmark(cx).is_ready()))
+            })
+        }
+        assert_eq!(tick(&mut d).await, (false, false));
+        assert_eq!(wheel.waiting(), 1);
+        // The bookmark first, alone.
+        poll_fn(|cx| d.poll_bookmark(cx)).await;
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_secs(3) && took <= Duration::from_secs(4),
+            "{took:?}"
+        );
+        assert_eq!(tick(&mut d).await, (false, true));
+        // The next one after the end: the end comes first, alone, and the entry stays one.
+        d.set_bookmark(start + Duration::from_secs(60));
+        assert_eq!(tick(&mut d).await, (false, false));
+        assert_eq!(wheel.waiting(), 1);
+        poll_fn(|cx| d.poll_end(cx)).await;
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_secs(10) && took <= Duration::from_secs(11),
+            "{took:?}"
+        );
+        assert_eq!(tick(&mut d).await, (true, false));
+        // A bookmark due now is ready at once, in the same entry.
+        d.bookmark_now();
+        assert_eq!(tick(&mut d).await, (true, true));
+        assert_eq!(wheel.waiting(), 1);
+        // Shutdown passes a far end, and no bookmark.
+        let mut far = wheel.deadline(
+            Some(start + Duration::from_secs(3600)),
+            Some(start + Duration::from_secs(1800)),
+        );
+        assert_eq!(tick(&mut far).await, (false, false));
+        tx.send(true).unwrap();
+        poll_fn(|cx| far.poll_end(cx)).await;
+        assert_eq!(tick(&mut far).await, (true, false));
+        assert!(start.elapsed() < Duration::from_secs(12));
     }
 
     #[test]
@@ -396,12 +525,8 @@ mod tests {
         let (_tx, wheel) = rt().block_on(async { wheel() });
         let first = rt();
         let mut far = first.block_on(async {
-            let mut d = wheel.deadline(Instant::now() + Duration::from_secs(3600));
-            assert!(
-                poll_fn(|cx| Poll::Ready(d.poll_passed(cx)))
-                    .await
-                    .is_pending()
-            );
+            let mut d = wheel.deadline(Some(Instant::now() + Duration::from_secs(3600)), None);
+            assert!(poll_fn(|cx| Poll::Ready(d.poll_end(cx))).await.is_pending());
             d
         });
         assert!(wheel.inner.lock().running);
@@ -409,8 +534,8 @@ mod tests {
         assert!(!wheel.inner.lock().running);
         // A later runtime's watch gets a task again, and its deadline passes.
         rt().block_on(async {
-            let mut d = wheel.deadline(Instant::now() + TICK);
-            tokio::time::timeout(TICK * 3, poll_fn(|cx| d.poll_passed(cx)))
+            let mut d = wheel.deadline(Some(Instant::now() + TICK), None);
+            tokio::time::timeout(TICK * 3, poll_fn(|cx| d.poll_end(cx)))
                 .await
                 .expect("a new task fired it");
         });

@@ -59,6 +59,8 @@ pub use consistency::{Compared, Difference};
 pub use list::ListOptions;
 pub use resync::Resync;
 pub use state::{CacheStats, Change, CheckStatus, ConsistencyChecks, OutOfOrder, ResyncOutcome};
+#[cfg_attr(not(feature = "server"), allow(unused_imports))]
+pub(crate) use stream::WatchEnd;
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
 pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
 pub use writer::CacheWriter;
@@ -493,6 +495,26 @@ impl Cache {
     /// [`Error::TooLargeResourceVersion`], [`Error::NotReady`]. Errors after the start arrive as
     /// the stream's last item.
     pub async fn watch(&self, opts: WatchOptions) -> Result<WatchStream> {
+        self.watch_inner(opts, None).await
+    }
+
+    /// WATCH for a server: as [`Cache::watch`], but the watch ends at `end` (its
+    /// [`WatchStream::poll_end`] is then ready), and its bookmarks (the one 2 s before the end
+    /// and the periodic ones) come from the same wheel as its end, in one entry
+    /// (`deadlines.rs`).
+    ///
+    /// # Errors
+    /// As [`Cache::watch`].
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) async fn watch_until(
+        &self,
+        opts: WatchOptions,
+        end: WatchEnd,
+    ) -> Result<WatchStream> {
+        self.watch_inner(opts, Some(end)).await
+    }
+
+    async fn watch_inner(&self, opts: WatchOptions, end: Option<WatchEnd>) -> Result<WatchStream> {
         let selection = self.field_labels(&opts.selection)?;
         self.shared.ready_for_read()?;
         let plan = consistent::plan_watch(opts.resource_version, opts.send_initial_events);
@@ -531,7 +553,14 @@ impl Cache {
             reg,
             initial,
             bookmarks,
+            end,
         ))
+    }
+
+    /// Watches waiting in the cache's wheel of bookmarks (those made by [`Cache::watch`]).
+    #[cfg(test)]
+    pub(crate) fn waiting_bookmarks(&self) -> usize {
+        self.shared.bookmarks.waiting()
     }
 
     /// A snapshot of sizes and counters.

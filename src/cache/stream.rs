@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_core::Stream;
 
-use crate::cache::deadlines::Deadline;
+use crate::cache::deadlines::{Deadline, Deadlines};
 use crate::cache::state::{Registered, Shared};
 use crate::cache::watcher::{Delivery, Feed, Watcher};
 use crate::error::Error;
@@ -29,6 +29,10 @@ use crate::wire::{self, Frame};
 
 /// Objects per page while streaming initial events.
 const INITIAL_PAGE: usize = 256;
+
+/// How long before a served watch's end its last bookmark comes (upstream's `cacheWatcher`:
+/// 2 s), so that its client resumes from a recent revision instead of relisting.
+const BOOKMARK_BEFORE_END: Duration = Duration::from_secs(2);
 
 /// Options of a WATCH.
 #[derive(Debug, Clone, Default)]
@@ -256,9 +260,18 @@ pub struct WatchStream {
     id: u32,
     phase: Phase,
     last_rv: u64,
-    /// When the next periodic bookmark is due (the period is the cache's `bookmark_interval`),
-    /// in the cache's wheel: ≤ 1 s late, and no timer of its own per watch.
-    bookmarks: Option<Deadline>,
+    /// The watch's one entry in a wheel (`None`: neither an end nor bookmarks): a served
+    /// watch's end and its next periodic bookmark in the server's wheel, or an embedded
+    /// watch's bookmarks in the cache's (the period is the cache's `bookmark_interval`). ≤ 1 s
+    /// late, and no timer of its own per watch (`deadlines.rs`).
+    deadline: Option<Deadline>,
+}
+
+/// Where and when a served watch ends: the server's wheel (whose shutdown ends it too) and its
+/// deadline. Its bookmarks then come from that wheel, in the same entry.
+pub(crate) struct WatchEnd {
+    pub wheel: Arc<Deadlines>,
+    pub at: tokio::time::Instant,
 }
 
 impl WatchStream {
@@ -267,6 +280,7 @@ impl WatchStream {
         registered: Registered,
         initial: Option<InitialEvents>,
         bookmark_every: Option<Duration>,
+        end: Option<WatchEnd>,
     ) -> WatchStream {
         let Registered {
             watcher,
@@ -289,15 +303,34 @@ impl WatchStream {
             })),
             None => Phase::Live,
         };
-        let bookmarks =
-            bookmark_every.map(|d| shared.bookmarks.deadline(tokio::time::Instant::now() + d));
-        WatchStream {
+        let first_bookmark = bookmark_every.map(|d| tokio::time::Instant::now() + d);
+        let deadline = match &end {
+            Some(end) => Some(end.wheel.deadline(Some(end.at), first_bookmark)),
+            None => first_bookmark.map(|at| shared.bookmarks.deadline(None, Some(at))),
+        };
+        let mut stream = WatchStream {
             shared,
             watcher,
             id,
             phase,
             last_rv: start_rv,
-            bookmarks,
+            deadline,
+        };
+        if let Some(end) = end {
+            stream.bookmark_before(end.at);
+        }
+        stream
+    }
+
+    /// Ready once a served watch's end passed or its server is shutting down; otherwise `cx` is
+    /// woken when one of them happens. Never ready for a watch without an end (made by
+    /// [`Cache::watch`](crate::cache::Cache::watch)), whose reader alone ends it; `cx` is then
+    /// not stored.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match &mut self.deadline {
+            Some(d) if d.has_end() => d.poll_end(cx),
+            _ => Poll::Pending,
         }
     }
 
@@ -305,16 +338,22 @@ impl WatchStream {
     /// for a watch that the server will end at its timeout: the client can then resume from a recent
     /// revision instead of relisting. A watch that short (a leaf's progress probe: 3 s) gets it
     /// at once: it asks where the cache is, now.
+    ///
+    /// This moves the next bookmark only. A served watch (one with an end, which the server
+    /// makes) has its end's bookmark scheduled from the start and kept after each periodic one:
+    /// every period, and once 2 s before the end.
     pub fn bookmark_before(&mut self, deadline: tokio::time::Instant) {
-        if let Some(timer) = &mut self.bookmarks {
+        if let Some(timer) = &mut self.deadline
+            && timer.has_bookmarks()
+        {
             let now = tokio::time::Instant::now();
             let at = deadline
-                .checked_sub(Duration::from_secs(2))
+                .checked_sub(BOOKMARK_BEFORE_END)
                 .unwrap_or(deadline);
             if at <= now + Duration::from_secs(1) {
-                timer.reset_passed();
-            } else if timer.is_after(at) {
-                timer.reset(at);
+                timer.bookmark_now();
+            } else if timer.bookmark_is_after(at) {
+                timer.set_bookmark(at);
             }
         }
     }
@@ -395,13 +434,18 @@ impl WatchStream {
                     continue;
                 }
             }
-            if let Some(timer) = &mut self.bookmarks
-                && timer.poll_passed(cx).is_ready()
+            if let Some(timer) = &mut self.deadline
+                && timer.poll_bookmark(cx).is_ready()
             {
-                timer.reset(tokio::time::Instant::now() + self.shared.config.bookmark_interval);
+                // The next one a period on, or 2 s before a served watch's end if that comes
+                // first (as upstream: every period, and once before the end).
+                timer.next_bookmark(
+                    tokio::time::Instant::now() + self.shared.config.bookmark_interval,
+                    BOOKMARK_BEFORE_END,
+                );
                 // Armed now: the bookmark may be skipped below, and the wheel must wake us for
                 // the next one. (A period under a tick is ready again: the next poll sends it.)
-                let _ = timer.poll_passed(cx);
+                let _ = timer.poll_bookmark(cx);
                 if bookmark_rv >= self.last_rv {
                     self.last_rv = bookmark_rv;
                     return Poll::Ready(Some(Ok(self.bookmark(bookmark_rv, false))));

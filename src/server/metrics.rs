@@ -13,12 +13,15 @@
 //!
 //! Per event, a watch touches only atomics: its resource's counters and histograms
 //! ([`WatchMeters`], made once per resource and shared by its watches) and the atomic
-//! histograms of `crate::histogram`. Lock order: `watch_meters` is a leaf, taken at a watch's
-//! start and at scrape time, never while another lock is held.
+//! histograms of `crate::histogram`. Lock order: `watch_meters` and `watch_kinds` are leaves,
+//! taken at a watch's start (one, then the other, never together) and at scrape time, never
+//! while another lock is held.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::hash_map::Entry;
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::text::encode;
@@ -292,31 +295,65 @@ pub(crate) struct WatchMeters {
     list_bytes: AtomicU64,
 }
 
-/// One watch's share of the metrics: its resource's [`WatchMeters`], its place in
-/// `apiserver_longrunning_requests` (left when dropped, when its duration is recorded), and the
-/// frame it sent last, recorded as written once the writer asks for the next one.
-pub(crate) struct WatchMeter {
+/// What the watches of one request key share: their resource's [`WatchMeters`] and their series
+/// of `apiserver_longrunning_requests` and `apiserver_request_duration_seconds`. Made once per
+/// key (`ServerMetrics::watch_kinds`), so that a watch holds one pointer for them, not three
+/// handles (an idle watch holds its meter for hours: design/performance.md).
+pub(crate) struct WatchKind {
     meters: Arc<WatchMeters>,
-    longrunning: Option<(Gauge, Histogram, Instant)>,
-    pending: Option<Instant>,
+    /// `None`: a watch that is no labelled request (not counted among the long-running ones).
+    longrunning: Option<(Gauge, Histogram)>,
+}
+
+/// One watch's share of the metrics: its [`WatchKind`] (its resource's meters, its place in
+/// `apiserver_longrunning_requests`, left when dropped, when its duration is recorded), when it
+/// started, and the frame it sent last, recorded as written once the writer asks for the next
+/// one.
+pub(crate) struct WatchMeter {
+    kind: Arc<WatchKind>,
+    started: Stamp,
+    pending: Option<Stamp>,
+}
+
+/// An instant as nanoseconds since [`EPOCH`], plus one: 8 bytes where an `Instant` is 16, twice
+/// in every idle watch's meter (`Option` of it is 8 bytes too).
+#[derive(Clone, Copy)]
+struct Stamp(NonZeroU64);
+
+/// The origin of [`Stamp`]s, set when the first [`ServerMetrics`] is made (before any watch): an
+/// instant before it (an event that entered a cache before the server was made) counts as it.
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+impl Stamp {
+    fn of(at: Instant) -> Stamp {
+        let nanos =
+            u64::try_from(at.saturating_duration_since(*EPOCH).as_nanos()).unwrap_or(u64::MAX - 1);
+        Stamp(NonZeroU64::new(nanos.saturating_add(1)).unwrap_or(NonZeroU64::MIN))
+    }
+
+    fn elapsed(self) -> Duration {
+        EPOCH
+            .elapsed()
+            .saturating_sub(Duration::from_nanos(self.0.get() - 1))
+    }
 }
 
 impl WatchMeter {
     /// Records a frame of `len` bytes going out for an event that entered the cache at
     /// `received` (`None`: initial events and bookmarks, which have no dispatch latency).
     pub fn sent(&mut self, len: usize, received: Option<Instant>) {
-        let m = &self.meters;
+        let m = &self.kind.meters;
         m.events.fetch_add(1, Ordering::Relaxed);
         m.bytes.fetch_add(len as u64, Ordering::Relaxed);
         m.sizes.observe(len as u64);
         self.written();
-        self.pending = received;
+        self.pending = received.map(Stamp::of);
     }
 
     /// The frame sent last has been written (or handed to the connection's writer).
     pub fn written(&mut self) {
         if let Some(at) = self.pending.take() {
-            self.meters.written.observe_duration(at.elapsed());
+            self.kind.meters.written.observe_duration(at.elapsed());
         }
     }
 }
@@ -324,9 +361,9 @@ impl WatchMeter {
 impl Drop for WatchMeter {
     fn drop(&mut self) {
         self.written();
-        if let Some((gauge, seconds, started)) = self.longrunning.take() {
+        if let Some((gauge, seconds)) = &self.kind.longrunning {
             gauge.dec();
-            seconds.observe(started.elapsed().as_secs_f64());
+            seconds.observe(self.started.elapsed().as_secs_f64());
         }
     }
 }
@@ -355,10 +392,13 @@ pub struct ServerMetrics {
     longrunning: Family<RequestKey, Gauge>,
     conversions: Family<ConversionLabels, Counter<u64, AtomicU64>>,
     watch_meters: Arc<parking_lot::RwLock<HashMap<String, Arc<WatchMeters>>>>,
+    /// The watches' shared handles by request key (a key names one served resource).
+    watch_kinds: Arc<parking_lot::RwLock<HashMap<RequestKey, Arc<WatchKind>>>>,
 }
 
 impl Default for ServerMetrics {
     fn default() -> Self {
+        LazyLock::force(&EPOCH);
         ServerMetrics {
             list_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
@@ -370,6 +410,7 @@ impl Default for ServerMetrics {
             longrunning: Family::default(),
             conversions: Family::default(),
             watch_meters: Arc::default(),
+            watch_kinds: Arc::default(),
         }
     }
 }
@@ -467,17 +508,45 @@ impl ServerMetrics {
     /// A started watch's meter: its resource's shared counters, and, when it is a request with
     /// labels (`key`), its place among the long-running requests until it is dropped.
     pub(crate) fn watch(&self, def: &ResourceDef, key: Option<&RequestKey>) -> WatchMeter {
-        let meters = self.meters(def);
-        let longrunning = key.map(|k| {
-            let gauge = self.longrunning.get_or_create(k).clone();
+        let kind = match key {
+            Some(k) => self.watch_kind(def, k),
+            None => Arc::new(WatchKind {
+                meters: self.meters(def),
+                longrunning: None,
+            }),
+        };
+        if let Some((gauge, _)) = &kind.longrunning {
             gauge.inc();
-            let seconds = self.request_seconds.get_or_create(k).clone();
-            (gauge, seconds, Instant::now())
-        });
+        }
         WatchMeter {
-            meters,
-            longrunning,
+            kind,
+            started: Stamp::of(Instant::now()),
             pending: None,
+        }
+    }
+
+    /// The shared handles of the watches of `key` on `def`, made on first use. (`watch_kinds`
+    /// and `watch_meters` are never held together.)
+    fn watch_kind(&self, def: &ResourceDef, key: &RequestKey) -> Arc<WatchKind> {
+        let of_def = |kind: &WatchKind| kind.meters.def.plural == def.plural;
+        if let Some(kind) = self.watch_kinds.read().get(key)
+            && of_def(kind)
+        {
+            return Arc::clone(kind);
+        }
+        let kind = Arc::new(WatchKind {
+            meters: self.meters(def),
+            longrunning: Some((
+                self.longrunning.get_or_create(key).clone(),
+                self.request_seconds.get_or_create(key).clone(),
+            )),
+        });
+        match self.watch_kinds.write().entry(key.clone()) {
+            Entry::Vacant(v) => Arc::clone(v.insert(kind)),
+            Entry::Occupied(o) if of_def(o.get()) => Arc::clone(o.get()),
+            // A key names one served resource, so this does not happen; were it another
+            // resource's, the watch keeps handles of its own, counted the same.
+            Entry::Occupied(_) => kind,
         }
     }
 }

@@ -20,9 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::time::Instant;
 
-use crate::cache::WatchOptions;
-use crate::cache::deadlines::Deadline;
-use crate::cache::{Cache, WatchStream};
+use crate::cache::{Cache, WatchEnd, WatchOptions, WatchStream};
 use crate::error::Error;
 use crate::server::auth::{User, UserWatchSlot};
 use crate::server::metrics::RequestKey;
@@ -43,10 +41,10 @@ impl Drop for WatcherSlot {
     }
 }
 
-/// A started watch: its events, when it must end, and its slot.
+/// A started watch: its events and its end (the stream's one entry in the server's wheel,
+/// which holds its bookmarks too), and its slot.
 pub(crate) struct StartedWatch {
     pub stream: WatchStream,
-    pub deadline: Deadline,
     /// Held for its `Drop`: the watch counts against the limit while it lives.
     _slot: WatcherSlot,
     /// Held for its `Drop`: the watch counts against its user's cap while it lives.
@@ -98,12 +96,14 @@ pub(crate) async fn start(
     // panicked): beyond a year, a watch's own timeout is no different from none.
     let deadline = Instant::now() + timeout.min(MAX_WATCH_TIMEOUT);
     let deadlines = Arc::clone(&st.deadlines);
-    match cache.watch(opts).await {
-        Ok(mut stream) => {
-            stream.bookmark_before(deadline);
+    let end = WatchEnd {
+        wheel: Arc::clone(&deadlines),
+        at: deadline,
+    };
+    match cache.watch_until(opts, end).await {
+        Ok(stream) => {
             let w = StartedWatch {
                 stream,
-                deadline: deadlines.deadline(deadline),
                 _slot: slot,
                 _user_slot: user_slot,
             };

@@ -101,8 +101,8 @@ impl WatchPump {
             }
             Phase::Streaming(w) => w,
         };
-        // The deadline first: a watch whose events never pause still ends at its deadline.
-        let item = if w.deadline.poll_passed(cx).is_ready() {
+        // The end first: a watch whose events never pause still ends at its deadline.
+        let item = if w.stream.poll_end(cx).is_ready() {
             None
         } else {
             match w.stream.poll_next_unpin(cx) {
@@ -155,8 +155,8 @@ pub(crate) mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::cache::WatchOptions;
     use crate::cache::deadlines;
+    use crate::cache::{WatchEnd, WatchOptions};
     use crate::server::metrics::ServerMetrics;
     use crate::server::watch::WatcherSlot;
     use crate::{Cache, CacheConfig, MemorySource, ResourceDef, Selection};
@@ -164,15 +164,20 @@ pub(crate) mod tests {
     #[test]
     fn a_pump_is_small() {
         // The pump is all an idle watch's response holds (design/performance.md, per idle watch
-        // connection): its metrics are one shared pointer, the watch's long-running gauge and
-        // duration handles, and two instants; its deadline is an entry in the server's wheel.
+        // connection): its metrics are one pointer to what the watches of its request key share
+        // (its resource's meters, its long-running gauge and duration handles) and two 8-byte
+        // stamps; its end and its bookmarks are one deadline, the stream's, in the server's wheel.
+        // At 160 B, an HTTP/2 watch stream (its h2 handle, the pump and a pointer: 192 B) makes
+        // its connection's node 256 B, a mimalloc block of that size; hyper's HTTP/1.1 body (the
+        // pump and a 32-byte iterator) fits 192-byte blocks.
         println!(
             "WatchPump {} B, WatchMeter {} B, Deadline {} B",
             std::mem::size_of::<WatchPump>(),
             std::mem::size_of::<WatchMeter>(),
             std::mem::size_of::<crate::cache::deadlines::Deadline>()
         );
-        assert!(std::mem::size_of::<WatchMeter>() <= 72);
+        assert!(std::mem::size_of::<WatchPump>() <= 160);
+        assert!(std::mem::size_of::<WatchMeter>() <= 24);
         assert!(std::mem::size_of::<crate::cache::deadlines::Deadline>() <= 40);
         // Boxed gzip state: a kubelet's watch is never compressed.
         assert!(std::mem::size_of::<FrameEncoder>() <= 8);
@@ -204,16 +209,25 @@ pub(crate) mod tests {
         deadline: Instant,
         gzip: bool,
     ) -> WatchPump {
-        let stream = cache
-            .watch(WatchOptions::new(
-                Selection::all(),
-                crate::ResourceVersion::At(1),
-            ))
-            .await
-            .unwrap();
+        let opts = WatchOptions::new(Selection::all(), crate::ResourceVersion::At(1));
+        started(cache, wheel, deadline, gzip, opts).await
+    }
+
+    /// A started watch with `opts`, ending at `deadline`.
+    async fn started(
+        cache: &Cache,
+        wheel: &Arc<Deadlines>,
+        deadline: Instant,
+        gzip: bool,
+        opts: WatchOptions,
+    ) -> WatchPump {
+        let end = WatchEnd {
+            wheel: Arc::clone(wheel),
+            at: deadline,
+        };
+        let stream = cache.watch_until(opts, end).await.unwrap();
         let w = StartedWatch {
             stream,
-            deadline: wheel.deadline(deadline),
             _slot: WatcherSlot(Arc::new(std::sync::atomic::AtomicUsize::new(1))),
             _user_slot: None,
         };
@@ -286,6 +300,78 @@ pub(crate) mod tests {
         }
         // The gzip watch still sent its end; each says why it ended.
         assert_eq!(ended, [(0, true), (1, true), (0, true)]);
+        assert_eq!((watchers(&cache), wheel.waiting()), (0, 0));
+    }
+
+    /// A served watch with bookmarks holds one entry, in the server's wheel, for its end and its
+    /// bookmarks (none in the cache's): it gets its periodic bookmarks, the one 2 s before its
+    /// end, and ends at its end; another ends at shutdown. Each never early, at most a tick late.
+    #[tokio::test(start_paused = true)]
+    async fn a_served_watch_holds_one_entry_for_its_end_and_bookmarks() {
+        let every = Duration::from_secs(5);
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default().bookmark_interval(every),
+        );
+        let _src = MemorySource::new(writer, 1, []);
+        let (tx, rx) = watch::channel(false);
+        let wheel = Deadlines::new(Some(rx), deadlines::TICK);
+        let opts =
+            || WatchOptions::new(Selection::all(), crate::ResourceVersion::At(1)).with_bookmarks();
+        let start = Instant::now();
+        let within_a_tick = |at: u64| {
+            let took = start.elapsed();
+            let at = Duration::from_secs(at);
+            assert!(
+                took >= at && took <= at + deadlines::TICK,
+                "{at:?}: {took:?}"
+            );
+        };
+        let mut p = started(
+            &cache,
+            &wheel,
+            start + Duration::from_secs(16),
+            false,
+            opts(),
+        )
+        .await;
+        // Periodic bookmarks at 5 s and 10 s, the end's at 14 s; then the end at 16 s.
+        for at in [5, 10, 14] {
+            let chunk = p.next().await.unwrap().concat();
+            within_a_tick(at);
+            let text = String::from_utf8(chunk).unwrap();
+            assert!(text.contains("\"BOOKMARK\""), "{text}");
+            assert_eq!((wheel.waiting(), cache.waiting_bookmarks()), (1, 0));
+        }
+        assert!(p.next().await.unwrap().is_empty());
+        within_a_tick(16);
+        assert!(p.next().await.is_none());
+        assert!(!p.shutting_down());
+        assert_eq!((watchers(&cache), wheel.waiting()), (0, 0));
+
+        // Shutdown ends a watch between its bookmarks, at once.
+        let mut q = started(
+            &cache,
+            &wheel,
+            start + Duration::from_secs(3600),
+            false,
+            opts(),
+        )
+        .await;
+        let bookmark = q.next().await.unwrap().concat();
+        assert!(
+            String::from_utf8(bookmark)
+                .unwrap()
+                .contains("\"BOOKMARK\"")
+        );
+        within_a_tick(16 + 5);
+        assert_eq!((wheel.waiting(), cache.waiting_bookmarks()), (1, 0));
+        let stopping = Instant::now();
+        tx.send(true).unwrap();
+        assert!(q.next().await.unwrap().is_empty());
+        assert!(q.next().await.is_none());
+        assert!(stopping.elapsed() < Duration::from_millis(100));
+        assert!(q.shutting_down());
         assert_eq!((watchers(&cache), wheel.waiting()), (0, 0));
     }
 
