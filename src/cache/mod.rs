@@ -557,8 +557,9 @@ impl Cache {
         ))
     }
 
-    /// Watches waiting in the cache's wheel of bookmarks (those made by [`Cache::watch`]).
-    #[cfg(test)]
+    /// Watches waiting in the cache's wheel of bookmarks (those made by [`Cache::watch`]); read by
+    /// the server's tests.
+    #[cfg(all(test, feature = "server"))]
     pub(crate) fn waiting_bookmarks(&self) -> usize {
         self.shared.bookmarks.waiting()
     }
