@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::text::encode;
@@ -554,6 +554,25 @@ impl ServerMetrics {
 /// Renders every metric. The lag gauge compares each cache with its upstream's current revision,
 /// read (for all caches at once) with a 1 s timeout; a cache whose upstream does not answer has no
 /// lag sample.
+/// The process's heap as its allocator wrapper counts it (the binary's `WATCHCACHE_HEAP_STATS=1`):
+/// a diagnostic for where memory goes, exported as `watchcache_heap_live_bytes` and
+/// `watchcache_heap_held_bytes` when set.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeapBytes {
+    /// Bytes asked for by live allocations.
+    pub live: i64,
+    /// The same, each rounded up to the allocator's block for it.
+    pub held: i64,
+}
+
+static HEAP: OnceLock<fn() -> HeapBytes> = OnceLock::new();
+
+/// Has `/metrics` report the heap as `counter` counts it (the binary's counting allocator). Set
+/// once; later calls are ignored.
+pub fn count_heap_with(counter: fn() -> HeapBytes) {
+    let _ = HEAP.set(counter);
+}
+
 pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String {
     let upstream_revs = futures_util::future::join_all(caches.iter().map(|c| async move {
         let up = c.upstream()?;
@@ -583,6 +602,23 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
         "Open watchers by resource and routing (routed by a trigger, or unrouted)",
         watchers.clone(),
     );
+    if let Some(count) = HEAP.get() {
+        let heap = count();
+        let live = Gauge::<i64>::default();
+        live.set(heap.live);
+        reg.register(
+            "heap_live_bytes",
+            "Bytes asked for by the process's live allocations (WATCHCACHE_HEAP_STATS=1)",
+            live,
+        );
+        let held = Gauge::<i64>::default();
+        held.set(heap.held);
+        reg.register(
+            "heap_held_bytes",
+            "The live allocations in the allocator's blocks (WATCHCACHE_HEAP_STATS=1)",
+            held,
+        );
+    }
     let received = counter(
         "events_received",
         "Events applied from the upstream",

@@ -19,10 +19,13 @@ mod bench;
 mod pki;
 mod proxy;
 
+mod heap;
+
 // Many small long-lived allocations per watcher: mimalloc keeps their resident cost close to
-// their size (glibc's arenas fragment; measured in design/performance.md).
+// their size (glibc's arenas fragment; measured in design/performance.md). Counted when
+// `WATCHCACHE_HEAP_STATS=1` (`heap.rs`).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: heap::Counting = heap::Counting;
 
 /// An indexed watch cache with trigger-based routing, serving the Kubernetes list/watch API from etcd.
 #[derive(Parser)]
@@ -61,6 +64,11 @@ struct BenchArgs {
     /// `--model kubelet`: each node renews its Lease once per this many seconds.
     #[arg(long, default_value_t = 10.0)]
     lease_period: f64,
+    /// `--model kubelet`: watchcache counts its heap (`WATCHCACHE_HEAP_STATS=1`) and the heap per
+    /// idle watch is reported next to its RSS (two atomic additions per allocation: CPU figures
+    /// are not comparable with runs without it).
+    #[arg(long)]
+    heap_stats: bool,
     /// The watchcache binary the bench starts as its server (default: this one); for example a
     /// script that runs it under a heap profiler.
     #[arg(long, value_name = "FILE")]
@@ -777,6 +785,7 @@ async fn kubelets(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
             Some(b) => b,
             None => std::env::current_exe()?,
         },
+        heap_stats: args.heap_stats,
         kube_apiserver: args.kube_apiserver,
         delivery_grace: std::time::Duration::from_secs(30),
         progress: true,
@@ -797,6 +806,7 @@ async fn kubelets(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
+    heap::init_from_env();
     // Logs go to stderr: stdout carries results (the bench table).
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

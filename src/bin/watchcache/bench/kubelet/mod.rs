@@ -66,6 +66,8 @@ pub struct KubeletConfig {
     pub sides: Sides,
     /// The watchcache binary.
     pub server_binary: PathBuf,
+    /// watchcache counts its heap, and the heap per idle watch is reported next to the RSS.
+    pub heap_stats: bool,
     /// kube-apiserver 1.35's binary.
     pub kube_apiserver: PathBuf,
     pub delivery_grace: Duration,
@@ -217,7 +219,14 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         Side::Watchcache => &cfg.server_binary,
         Side::KubeApiserver => &cfg.kube_apiserver,
     };
-    let (url, server) = servers::start(side, binary, &ctx.endpoint, ctx.pki, ctx.dir)?;
+    let (url, server) = servers::start(
+        side,
+        binary,
+        &ctx.endpoint,
+        ctx.pki,
+        ctx.dir,
+        cfg.heap_stats,
+    )?;
     let pid = server.0.id();
     let admin = Http::tls(ctx.pki.admin(), TlsMode::H2);
     let started = Instant::now();
@@ -246,6 +255,7 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
     let (streams, tasks) = open_watches(cfg, &clients, &url, start_rev, &counters, &stop_rx).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss2 = procstat::rss_bytes(pid);
+    let heap2 = heap_held(&admin, &url, cfg.heap_stats).await;
     let cross_node = cross_node_status(&clients, &url, cfg.nodes).await;
     let per = |a: Option<u64>, b: Option<u64>, n: usize| {
         a.zip(b)
@@ -262,7 +272,11 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         open_watches(cfg, &clients, &url, start_rev, &again, &stop_again_rx).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss3 = procstat::rss_bytes(pid);
+    let heap3 = heap_held(&admin, &url, cfg.heap_stats).await;
     let rss_per_watch = per(rss2, rss3, again.opened.load(Ordering::Relaxed));
+    let heap_per_watch = heap2.zip(heap3).map(|(a, b)| {
+        (b.saturating_sub(a)) as f64 / again.opened.load(Ordering::Relaxed).max(1) as f64
+    });
     if stop_again.send(true).is_err() {
         warn!("second watch set already gone");
     }
@@ -278,6 +292,7 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         ?rss_per_connection,
         ?rss_per_first_watch,
         ?rss_per_watch,
+        ?heap_per_watch,
         "watches open"
     );
     // The second set's streams end (reset) before the churn.
@@ -428,6 +443,7 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         rss_per_connection_bytes: rss_per_connection,
         rss_per_first_watch_bytes: rss_per_first_watch,
         rss_per_watch_bytes: rss_per_watch,
+        heap_per_watch_bytes: heap_per_watch,
         etcd_cpu_s: etcd_cpu,
         etcd_rss_bytes: etcd_rss,
         client_cpu_s: client_cpu,
@@ -754,4 +770,15 @@ async fn renew_leases(
     }
     let _ = tokio::time::timeout(Duration::from_secs(10), in_flight.acquire_many(256)).await;
     done.load(Ordering::Relaxed)
+}
+
+/// The server's live heap in mimalloc's blocks (`watchcache_heap_held_bytes`), when it counts it.
+async fn heap_held(admin: &Http, url: &str, on: bool) -> Option<i64> {
+    if !on {
+        return None;
+    }
+    let text = admin.text(&format!("{url}/metrics")).await.ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("watchcache_heap_held_bytes "))
+        .and_then(|v| v.trim().parse().ok())
 }

@@ -131,6 +131,8 @@ pub struct KubeletReport {
     pub rss_per_first_watch_bytes: Option<f64>,
     /// RSS added per further idle watch: the same watches opened again on the same connections.
     pub rss_per_watch_bytes: Option<f64>,
+    /// The server's live heap in mimalloc's blocks added per further idle watch (`--heap-stats`).
+    pub heap_per_watch_bytes: Option<f64>,
     pub etcd_cpu_s: Option<f64>,
     pub etcd_rss_bytes: Option<u64>,
     /// The bench's own CPU seconds (clients and writers), on the same 2 cores.
@@ -337,6 +339,12 @@ pub fn table(run: &KubeletRun) -> String {
             "RSS per idle watch KiB",
             s.iter()
                 .map(|r| opt(r.rss_per_watch_bytes, 1024.0, 2))
+                .collect(),
+        ),
+        (
+            "heap per idle watch KiB",
+            s.iter()
+                .map(|r| opt(r.heap_per_watch_bytes, 1024.0, 2))
                 .collect(),
         ),
         (

@@ -38,13 +38,15 @@ volumeattachments.storage.k8s.io,clusterroles.rbac.authorization.k8s.io,\
 clusterrolebindings.rbac.authorization.k8s.io,roles.rbac.authorization.k8s.io,\
 rolebindings.rbac.authorization.k8s.io";
 
-/// Starts `side` on `etcd_url`; returns its URL and process (stopped on drop).
+/// Starts `side` on `etcd_url`; returns its URL and process (stopped on drop). With
+/// `heap_stats`, watchcache counts its heap (`WATCHCACHE_HEAP_STATS=1`, `heap.rs`).
 pub fn start(
     side: Side,
     binary: &Path,
     etcd_url: &str,
     pki: &Pki,
     dir: &Path,
+    heap_stats: bool,
 ) -> Result<(String, ServerProcess), String> {
     let port = free_port().map_err(|e| e.to_string())?;
     let f = |p: &Path| p.display().to_string();
@@ -59,6 +61,9 @@ pub fn start(
                 .args(["--authorization-mode", "Node,RBAC"])
                 .args(["--resources", RESOURCES])
                 .env("RUST_LOG", "warn");
+            if heap_stats {
+                cmd.env("WATCHCACHE_HEAP_STATS", "1");
+            }
         }
         Side::KubeApiserver => {
             cmd.args([
