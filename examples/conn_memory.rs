@@ -48,17 +48,9 @@ fn class(size: usize) -> usize {
         .min(16) as usize
 }
 
-/// The size of the block mimalloc serves `size` from: whole words up to 64 B, then four size
-/// classes a power of two (`mi_bin` in mimalloc's `page.c`), e.g. 280 B from a 320-byte block.
+/// What an allocation of `size` holds in the binary's allocator (mimalloc).
 fn held(size: usize) -> isize {
-    let words = size.max(1).div_ceil(8);
-    let words = if words <= 8 {
-        words
-    } else {
-        let b = usize::BITS - 1 - (words - 1).leading_zeros();
-        words.next_multiple_of(1 << (b - 2))
-    };
-    (words * 8) as isize
+    isize::try_from(watchcache::server::mimalloc_block(size)).unwrap_or(isize::MAX)
 }
 
 unsafe impl GlobalAlloc for Counting {

@@ -567,6 +567,23 @@ pub struct HeapBytes {
 
 static HEAP: OnceLock<fn() -> HeapBytes> = OnceLock::new();
 
+/// The block mimalloc (the binary's allocator) serves `size` bytes from: whole words up to 64 B,
+/// then four size classes a power of two (`mi_bin` in mimalloc's `page.c`), e.g. 280 B from a
+/// 320-byte block. What an allocation holds of the process's memory, for the heap counters of the
+/// binary and of `examples/conn_memory.rs`. (Huge allocations, their own mappings, are not
+/// rounded.)
+#[must_use]
+pub fn mimalloc_block(size: usize) -> usize {
+    let words = size.max(1).div_ceil(8);
+    let words = if words <= 8 {
+        words
+    } else {
+        let b = usize::BITS - 1 - (words - 1).leading_zeros();
+        words.next_multiple_of(1 << (b - 2))
+    };
+    words * 8
+}
+
 /// Has `/metrics` report the heap as `counter` counts it (the binary's counting allocator). Set
 /// once; later calls are ignored.
 pub fn count_heap_with(counter: fn() -> HeapBytes) {
@@ -897,5 +914,22 @@ fn register_upstream_names(
             .get_or_create(&l)
             .inc_by(m.events.load(Ordering::Relaxed));
         sizes.push(l, m.sizes.snapshot(), 1.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mimalloc_block;
+
+    #[test]
+    fn blocks_are_mimallocs_size_classes() {
+        let blocks: Vec<usize> = [1, 8, 9, 64, 65, 72, 80, 81, 200, 256, 257, 280, 1000, 1025]
+            .into_iter()
+            .map(mimalloc_block)
+            .collect();
+        assert_eq!(
+            blocks,
+            [8, 8, 16, 64, 80, 80, 80, 96, 224, 256, 320, 320, 1024, 1280]
+        );
     }
 }

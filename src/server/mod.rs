@@ -95,7 +95,7 @@ use tower::Service;
 use tracing::{debug, info, warn};
 
 pub use config::ServerConfig;
-pub use metrics::{HeapBytes, ServerMetrics, count_heap_with};
+pub use metrics::{HeapBytes, ServerMetrics, count_heap_with, mimalloc_block};
 pub use proxy::{Proxy, ProxyBody};
 pub use state::Served;
 pub use status::ApiError;

@@ -11,7 +11,7 @@
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use watchcache::server::HeapBytes;
+use watchcache::server::{HeapBytes, mimalloc_block};
 
 static ON: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicI64 = AtomicI64::new(0);
@@ -20,26 +20,15 @@ static HELD: AtomicI64 = AtomicI64::new(0);
 /// The process's allocator: mimalloc, with the counts above when they are on.
 pub struct Counting;
 
-/// The block mimalloc serves `size` from: whole words up to 64 B, then four size classes a power
-/// of two (`mi_bin` in mimalloc's `page.c`), e.g. 280 B from a 320-byte block. (Sizes of huge
-/// allocations are not rounded: they are their own mappings.)
-fn held(size: usize) -> i64 {
-    let words = size.max(1).div_ceil(8);
-    let words = if words <= 8 {
-        words
-    } else {
-        let b = usize::BITS - 1 - (words - 1).leading_zeros();
-        words.next_multiple_of(1 << (b - 2))
-    };
-    i64::try_from(words * 8).unwrap_or(i64::MAX)
-}
-
 fn count(size: usize, sign: i64) {
     LIVE.fetch_add(
         sign * i64::try_from(size).unwrap_or(i64::MAX),
         Ordering::Relaxed,
     );
-    HELD.fetch_add(sign * held(size), Ordering::Relaxed);
+    HELD.fetch_add(
+        sign * i64::try_from(mimalloc_block(size)).unwrap_or(i64::MAX),
+        Ordering::Relaxed,
+    );
 }
 
 // SAFETY: every call goes to mimalloc unchanged; the counting touches only atomics.
@@ -88,20 +77,5 @@ pub fn init_from_env() {
             live: LIVE.load(Ordering::Relaxed),
             held: HELD.load(Ordering::Relaxed),
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn blocks_are_mimallocs_size_classes() {
-        let classes: Vec<i64> = [1, 8, 9, 64, 65, 72, 80, 81, 200, 256, 257, 280, 1000, 1025]
-            .into_iter()
-            .map(super::held)
-            .collect();
-        assert_eq!(
-            classes,
-            [8, 8, 16, 64, 80, 80, 80, 96, 224, 256, 320, 320, 1024, 1280]
-        );
     }
 }
