@@ -1,8 +1,6 @@
 use super::pages::Pages;
 use super::*;
 
-use indexmap::{self, IndexMap};
-
 use std::convert::Infallible;
 use std::fmt;
 use std::marker::PhantomData;
@@ -13,7 +11,53 @@ use std::ops;
 pub(super) struct Store {
     /// watchcache: pages that never move instead of `slab::Slab` (see `pages.rs`).
     slab: Pages<Stream>,
-    ids: IndexMap<StreamId, SlabIndex>,
+    /// watchcache: the open streams' ids, sorted, with their slots: 8 bytes a stream (an
+    /// `IndexMap` took 16 in its entries, 8 in its table and its growth's slack, ~38 in all). A
+    /// peer opens streams with increasing ids, so an insert is a push; a lookup is a binary
+    /// search over one connection's streams. Removal shifts the later entries down, which keeps
+    /// them in order: `try_for_each` relies on only the visited entry leaving.
+    ids: Ids,
+}
+
+/// watchcache: the open streams' ids in order (see `Store::ids`).
+#[derive(Debug, Default)]
+struct Ids(Vec<(StreamId, SlabIndex)>);
+
+impl Ids {
+    fn position(&self, id: &StreamId) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.cmp(id))
+    }
+
+    fn get(&self, id: &StreamId) -> Option<&SlabIndex> {
+        self.position(id).ok().map(|i| &self.0[i].1)
+    }
+
+    fn contains_key(&self, id: &StreamId) -> bool {
+        self.position(id).is_ok()
+    }
+
+    /// Inserts `id` (which must be absent) at `at`, its place in the order.
+    fn insert_at(&mut self, at: usize, id: StreamId, index: SlabIndex) {
+        self.0.insert(at, (id, index));
+    }
+
+    fn remove(&mut self, id: &StreamId) {
+        if let Ok(i) = self.position(id) {
+            self.0.remove(i);
+            // An emptied connection (or a burst over) gives its room back.
+            if self.0.capacity() > 2 * self.0.len() + 8 {
+                self.0.shrink_to(self.0.len() + self.0.len() / 4);
+            }
+        }
+    }
+
+    fn get_index(&self, i: usize) -> Option<(&StreamId, &SlabIndex)> {
+        self.0.get(i).map(|(k, v)| (k, v))
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
 }
 
 /// "Pointer" to an entry in the store
@@ -83,11 +127,14 @@ pub(super) enum Entry<'a> {
 }
 
 pub(super) struct OccupiedEntry<'a> {
-    ids: indexmap::map::OccupiedEntry<'a, StreamId, SlabIndex>,
+    key: Key,
+    _store: PhantomData<&'a mut Store>,
 }
 
 pub(super) struct VacantEntry<'a> {
-    ids: indexmap::map::VacantEntry<'a, StreamId, SlabIndex>,
+    ids: &'a mut Ids,
+    /// Where the id goes in `ids`.
+    at: usize,
     slab: &'a mut Pages<Stream>,
 }
 
@@ -101,7 +148,7 @@ impl Store {
     pub fn new() -> Self {
         Store {
             slab: Pages::new(),
-            ids: IndexMap::new(),
+            ids: Ids::default(),
         }
     }
 
@@ -121,8 +168,12 @@ impl Store {
     }
 
     pub fn insert(&mut self, id: StreamId, val: Stream) -> Ptr<'_> {
+        let at = self
+            .ids
+            .position(&id)
+            .expect_err("a stream id is inserted once");
         let index = SlabIndex::new(self.slab.insert(val));
-        assert!(self.ids.insert(id, index).is_none());
+        self.ids.insert_at(at, id, index);
 
         Ptr {
             key: Key {
@@ -134,12 +185,17 @@ impl Store {
     }
 
     pub fn find_entry(&mut self, id: StreamId) -> Entry<'_> {
-        use self::indexmap::map::Entry::*;
-
-        match self.ids.entry(id) {
-            Occupied(e) => Entry::Occupied(OccupiedEntry { ids: e }),
-            Vacant(e) => Entry::Vacant(VacantEntry {
-                ids: e,
+        match self.ids.position(&id) {
+            Ok(i) => Entry::Occupied(OccupiedEntry {
+                key: Key {
+                    index: self.ids.0[i].1,
+                    stream_id: id,
+                },
+                _store: PhantomData,
+            }),
+            Err(at) => Entry::Vacant(VacantEntry {
+                ids: &mut self.ids,
+                at,
                 slab: &mut self.slab,
             }),
         }
@@ -434,7 +490,7 @@ impl<'a> Ptr<'a> {
     /// concerned.
     pub fn unlink(&mut self) {
         let id = self.key.stream_id;
-        self.store.ids.swap_remove(&id);
+        self.store.ids.remove(&id);
     }
 }
 
@@ -471,9 +527,7 @@ impl<'a> fmt::Debug for Ptr<'a> {
 
 impl<'a> OccupiedEntry<'a> {
     pub fn key(&self) -> Key {
-        let stream_id = *self.ids.key();
-        let index = *self.ids.get();
-        Key { index, stream_id }
+        self.key
     }
 }
 
@@ -486,7 +540,7 @@ impl<'a> VacantEntry<'a> {
         let index = SlabIndex::new(self.slab.insert(value));
 
         // Insert the handle in the ID map
-        self.ids.insert(index);
+        self.ids.insert_at(self.at, stream_id, index);
 
         Key { index, stream_id }
     }
@@ -515,5 +569,50 @@ mod watchcache_tests {
             assert_eq!(ptr.remove(), id);
         }
         assert_eq!(store.slab.capacity(), 0);
+    }
+
+    /// The ids stay sorted whatever leaves, `try_for_each` visits each stream once while the
+    /// visited one leaves, and the room goes back when the streams do.
+    #[test]
+    fn the_ids_stay_in_order_and_each_is_visited_once() {
+        let mut store = Store::new();
+        for n in 0..100u32 {
+            let id = StreamId::from(2 * n + 1);
+            match store.find_entry(id) {
+                Entry::Vacant(v) => {
+                    v.insert(Stream::new(id, 65_535, 65_535));
+                }
+                Entry::Occupied(_) => panic!("{id:?} is new"),
+            }
+        }
+        assert!(matches!(store.find_entry(StreamId::from(7)), Entry::Occupied(e) if e.key().stream_id == StreamId::from(7)));
+        // Every third stream leaves as it is visited.
+        let mut seen = Vec::new();
+        let mut gone = Vec::new();
+        store.for_each(|mut ptr| {
+            let id = ptr.id;
+            seen.push(u32::from(id));
+            if u32::from(id) % 3 == 0 {
+                ptr.unlink();
+                gone.push(ptr.remove());
+            }
+        });
+        assert_eq!(seen, (0..100u32).map(|n| 2 * n + 1).collect::<Vec<_>>());
+        assert!(store.ids.0.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(store.ids.len(), 100 - gone.len());
+        for id in &gone {
+            assert!(store.find_mut(id).is_none());
+        }
+        // A stream id below the highest goes in its place (a server's pushed streams are even).
+        store.insert(StreamId::from(4), Stream::new(StreamId::from(4), 65_535, 65_535));
+        assert!(store.ids.0.windows(2).all(|w| w[0].0 < w[1].0));
+        let ids: Vec<StreamId> = store.ids.0.iter().map(|(k, _)| *k).collect();
+        for id in ids {
+            let mut ptr = store.find_mut(&id).expect("stored");
+            ptr.unlink();
+            ptr.remove();
+        }
+        assert_eq!(store.ids.len(), 0);
+        assert!(store.ids.0.capacity() <= 8, "{}", store.ids.0.capacity());
     }
 }
