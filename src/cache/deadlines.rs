@@ -320,6 +320,12 @@ impl Deadline {
         self.end != NEVER
     }
 
+    /// The wheel the deadline is in.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub fn wheel(&self) -> &Arc<Deadlines> {
+        &self.wheel
+    }
+
     /// Whether the deadline has bookmarks.
     pub fn has_bookmarks(&self) -> bool {
         self.bookmark != NEVER

@@ -221,15 +221,15 @@ impl WatchEvent {
     }
 }
 
-/// Where a stream is. Both payloads are boxed: an idle watch is `Live`, and the initial events'
-/// page (64 B) or an error (64 B) inline would be carried by every idle watch for its life.
+/// Where a stream is, unless it is live (sending changes: `WatchStream::phase` is `None`). Boxed:
+/// an idle watch is live, and the initial events' page (64 B) or an error (64 B) inline would be
+/// carried by every idle watch for its life; one `Option<Box<_>>` is 8 bytes where an enum of
+/// two boxes and two empty states took 16.
 enum Phase {
     /// Sending the state at the start revision as ADDED events.
-    Initial(Box<Initial>),
-    /// Sending changes.
-    Live,
+    Initial(Initial),
     /// The next item is this error; then the stream ends.
-    Failed(Box<Error>),
+    Failed(Error),
     Done,
 }
 
@@ -258,7 +258,8 @@ pub struct WatchStream {
     shared: Arc<Shared>,
     watcher: Arc<Watcher>,
     id: u32,
-    phase: Phase,
+    /// `None`: live.
+    phase: Option<Box<Phase>>,
     last_rv: u64,
     /// The watch's one entry in a wheel (`None`: neither an end nor bookmarks): a served
     /// watch's end and its next periodic bookmark in the server's wheel, or an embedded
@@ -293,15 +294,15 @@ impl WatchStream {
                 seq,
                 rv,
                 end_bookmark,
-            }) => Phase::Initial(Box::new(Initial {
+            }) => Some(Box::new(Phase::Initial(Initial {
                 seq,
                 after: None,
                 rv,
                 page: VecDeque::new(),
                 exhausted: false,
                 end_bookmark,
-            })),
-            None => Phase::Live,
+            }))),
+            None => None,
         };
         let first_bookmark = bookmark_every.map(|d| tokio::time::Instant::now() + d);
         let deadline = match &end {
@@ -382,9 +383,18 @@ impl WatchStream {
         }
     }
 
+    /// The wheel this watch ends in: the server's, for a served watch (`Cache::watch_until`).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn end_wheel(&self) -> Option<&Arc<Deadlines>> {
+        self.deadline
+            .as_ref()
+            .filter(|d| d.has_end())
+            .map(Deadline::wheel)
+    }
+
     /// Reads the next page of initial events into `init.page`.
     fn next_initial_page(&mut self) -> Result<(), Error> {
-        let Phase::Initial(init) = &mut self.phase else {
+        let Some(Phase::Initial(init)) = self.phase.as_deref_mut() else {
             return Ok(());
         };
         let page = self
@@ -425,7 +435,7 @@ impl WatchStream {
                     drop(q);
                     if let Err(e) = self.shared.catch_up(&self.watcher) {
                         self.shared.record_expired();
-                        self.phase = Phase::Done;
+                        self.phase = Some(Box::new(Phase::Done));
                         return Poll::Ready(Some(Err(Error::Expired {
                             requested: self.last_rv,
                             oldest: e.oldest,
@@ -462,22 +472,24 @@ impl Stream for WatchStream {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         loop {
-            match &mut this.phase {
+            let Some(phase) = this.phase.as_deref_mut() else {
+                return this.poll_live(cx);
+            };
+            match phase {
                 Phase::Done => return Poll::Ready(None),
                 Phase::Failed(_) => {
-                    let Phase::Failed(e) = std::mem::replace(&mut this.phase, Phase::Done) else {
+                    let Phase::Failed(e) = std::mem::replace(phase, Phase::Done) else {
                         unreachable!()
                     };
-                    return Poll::Ready(Some(Err(*e)));
+                    return Poll::Ready(Some(Err(e)));
                 }
-                Phase::Live => return this.poll_live(cx),
                 Phase::Initial(init) => {
                     if let Some(o) = init.page.pop_front() {
                         return Poll::Ready(Some(Ok(WatchEvent::initial(o))));
                     }
                     if init.exhausted {
                         let (rv, end) = (init.rv, init.end_bookmark);
-                        this.phase = Phase::Live;
+                        this.phase = None;
                         this.last_rv = this.last_rv.max(rv);
                         if end {
                             return Poll::Ready(Some(Ok(this.bookmark(rv, true))));
@@ -488,7 +500,7 @@ impl Stream for WatchStream {
                         if let Error::Expired { .. } = e {
                             this.shared.record_expired();
                         }
-                        this.phase = Phase::Failed(Box::new(e));
+                        this.phase = Some(Box::new(Phase::Failed(e)));
                     }
                 }
             }
@@ -670,9 +682,9 @@ mod tests {
     #[test]
     fn an_idle_stream_is_small() {
         // Held by every idle watch for its life (design/performance.md, "Bookmarks from the
-        // cache's wheel"): the phases' payloads boxed, the bookmark timer a wheel entry.
+        // cache's wheel"): the phases boxed (live is none), the bookmark timer a wheel entry.
         assert!(
-            std::mem::size_of::<WatchStream>() <= 88,
+            std::mem::size_of::<WatchStream>() <= 80,
             "{}",
             std::mem::size_of::<WatchStream>()
         );

@@ -151,13 +151,13 @@ impl Server {
         let queue_wait = (config.request_timeout / 4).min(std::time::Duration::from_secs(15));
         let limits = auth::Limits::new(
             config.max_requests_inflight,
+            config.max_watchers,
             config.max_watches_per_user,
             queue_wait,
         );
         let state = AppState {
             served: served.into_iter().collect(),
             config,
-            watchers: Arc::new(AtomicUsize::new(0)),
             metrics: ServerMetrics::default(),
             deadlines: crate::cache::deadlines::Deadlines::new(
                 Some(rx.clone()),
@@ -314,7 +314,7 @@ impl Server {
 
     /// Open watches.
     pub fn watchers(&self) -> usize {
-        self.state.watchers.load(Ordering::Relaxed)
+        self.state.limits.watches_open()
     }
 
     /// The state handlers share, for unit tests of what reads it.

@@ -13,7 +13,6 @@
 )]
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -64,7 +63,6 @@ impl std::fmt::Debug for Served {
 pub(crate) struct AppState {
     pub served: Vec<Served>,
     pub config: ServerConfig,
-    pub watchers: Arc<AtomicUsize>,
     pub metrics: ServerMetrics,
     pub shutdown: watch::Receiver<bool>,
     /// Every watch's deadline, and shutdown delivered to every watch (`cache/deadlines.rs`).

@@ -1,6 +1,8 @@
 //! Per-client limits, each answered 429 TooManyRequests with Retry-After:
-//! `--max-requests-inflight` (non-watch requests in progress at once; 0: no limit) and
-//! `--max-watches-per-user` (concurrent watches of one authenticated user; 0: no limit).
+//! `--max-requests-inflight` (non-watch requests in progress at once; 0: no limit), the server's
+//! most concurrent watches (`ServerConfig::max_watchers`) and `--max-watches-per-user`
+//! (concurrent watches of one authenticated user; 0: no limit). A watch holds one [`WatchSlot`]
+//! for both of its limits.
 //!
 //! A request over the in-flight limit waits for a place, in arrival order, as kube-apiserver's
 //! priority and fairness queues it, instead of being refused at once: a fleet reconnecting gets
@@ -32,8 +34,11 @@ pub struct Limits {
     queued: AtomicUsize,
     /// How long a request may wait for one.
     queue_wait: Duration,
+    max_watches: usize,
     max_watches_per_user: usize,
     watches: Arc<WatchCounts>,
+    /// What the watches of no counted user share (anonymous, or no per-user cap).
+    anyone: Arc<UserWatches>,
 }
 
 /// One request counted against `--max-requests-inflight` while it lives.
@@ -49,44 +54,65 @@ impl Drop for Leave<'_> {
     }
 }
 
-/// One watch counted against its user's cap while it lives: a pointer to its user's count, shared
-/// by the user's watches (8 bytes in every watch, not the map and the name: 24).
+/// One watch counted against the server's limit and its user's cap while it lives: a pointer to
+/// what its user's watches share (8 bytes in every watch: the two counts took 16, a user's map
+/// and name 24 before that).
 #[derive(Debug)]
-pub struct UserWatchSlot(Arc<UserWatches>);
+pub struct WatchSlot(Arc<UserWatches>);
 
 /// Open watches by user, and the shared handle each of a user's watches holds.
 type WatchCounts = Mutex<HashMap<Arc<str>, (usize, Weak<UserWatches>)>>;
 
-/// What a user's watches share: the name and the map that counts them.
+/// What a user's watches share: the server's count of watches, and the user's name and the map
+/// that counts them (`None`: no counted user).
 #[derive(Debug)]
 struct UserWatches {
-    user: Arc<str>,
-    counts: Arc<WatchCounts>,
+    open: Arc<AtomicUsize>,
+    user: Option<(Arc<str>, Arc<WatchCounts>)>,
 }
 
-impl Drop for UserWatchSlot {
+impl Drop for WatchSlot {
     fn drop(&mut self) {
-        let mut w = self.0.counts.lock();
-        if let Some((n, _)) = w.get_mut(&self.0.user) {
-            *n -= 1;
-            if *n == 0 {
-                w.remove(&self.0.user);
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        if let Some((user, counts)) = &self.0.user {
+            let mut w = counts.lock();
+            if let Some((n, _)) = w.get_mut(user) {
+                *n -= 1;
+                if *n == 0 {
+                    w.remove(user);
+                }
             }
         }
     }
 }
 
 impl Limits {
-    /// Limits of these sizes (0: none); a request waits at most `queue_wait` for an in-flight place.
-    pub fn new(max_inflight: usize, max_watches_per_user: usize, queue_wait: Duration) -> Limits {
+    /// Limits of these sizes (0: none, but for `max_watches`); a request waits at most
+    /// `queue_wait` for an in-flight place.
+    pub fn new(
+        max_inflight: usize,
+        max_watches: usize,
+        max_watches_per_user: usize,
+        queue_wait: Duration,
+    ) -> Limits {
         Limits {
             inflight: (max_inflight > 0).then(|| Arc::new(Semaphore::new(max_inflight))),
             max_inflight,
             queued: AtomicUsize::new(0),
             queue_wait,
+            max_watches,
             max_watches_per_user,
             watches: Arc::default(),
+            anyone: Arc::new(UserWatches {
+                open: Arc::default(),
+                user: None,
+            }),
         }
+    }
+
+    /// Watches open now.
+    pub fn watches_open(&self) -> usize {
+        self.anyone.open.load(Ordering::Relaxed)
     }
 
     /// A slot for one non-watch request, waiting for one (in arrival order) while others hold
@@ -129,17 +155,32 @@ impl Limits {
         }
     }
 
-    /// A slot for one more watch of `user`.
+    /// A slot for one more watch, of `user` when it is authenticated.
     ///
     /// # Errors
-    /// 429 with Retry-After 1 when the user has its cap of watches open.
-    pub fn watch(&self, user: &str) -> Result<Option<UserWatchSlot>, ApiError> {
-        if self.max_watches_per_user == 0 {
-            return Ok(None);
+    /// 429 with Retry-After 1 when the server has its most watches open, or the user its cap.
+    pub fn watch(&self, user: Option<&str>) -> Result<WatchSlot, ApiError> {
+        let open = &self.anyone.open;
+        if open.fetch_add(1, Ordering::Relaxed) >= self.max_watches {
+            open.fetch_sub(1, Ordering::Relaxed);
+            return Err(ApiError::too_many(
+                format!("too many watches: the limit is {}", self.max_watches),
+                1,
+            ));
         }
+        let Some(user) = user.filter(|_| self.max_watches_per_user > 0) else {
+            return Ok(WatchSlot(Arc::clone(&self.anyone)));
+        };
         let mut w = self.watches.lock();
-        if let Some((n, shared)) = w.get_mut(user) {
+        let shared = |user: Arc<str>| {
+            Arc::new(UserWatches {
+                open: Arc::clone(open),
+                user: Some((user, Arc::clone(&self.watches))),
+            })
+        };
+        let handle = if let Some((n, handle)) = w.get_mut(user) {
             if *n >= self.max_watches_per_user {
+                open.fetch_sub(1, Ordering::Relaxed);
                 return Err(ApiError::too_many(
                     format!(
                         "too many watches for user {user:?}: the limit is {}",
@@ -151,23 +192,18 @@ impl Limits {
             *n += 1;
             // Each of the `n` watches counted holds the handle until it has uncounted itself
             // (under this lock), so it is there; made anew if not, all the same.
-            let handle = shared.upgrade().unwrap_or_else(|| {
-                let h = Arc::new(UserWatches {
-                    user: Arc::from(user),
-                    counts: Arc::clone(&self.watches),
-                });
-                *shared = Arc::downgrade(&h);
+            handle.upgrade().unwrap_or_else(|| {
+                let h = shared(Arc::from(user));
+                *handle = Arc::downgrade(&h);
                 h
-            });
-            return Ok(Some(UserWatchSlot(handle)));
-        }
-        let user: Arc<str> = Arc::from(user);
-        let handle = Arc::new(UserWatches {
-            user: Arc::clone(&user),
-            counts: Arc::clone(&self.watches),
-        });
-        w.insert(user, (1, Arc::downgrade(&handle)));
-        Ok(Some(UserWatchSlot(handle)))
+            })
+        } else {
+            let name: Arc<str> = Arc::from(user);
+            let h = shared(Arc::clone(&name));
+            w.insert(name, (1, Arc::downgrade(&h)));
+            h
+        };
+        Ok(WatchSlot(handle))
     }
 }
 
@@ -177,7 +213,7 @@ mod tests {
 
     #[tokio::test]
     async fn per_user_watch_caps_and_inflight_slots_free_on_drop() {
-        let l = Limits::new(1, 2, Duration::from_millis(50));
+        let l = Limits::new(1, 5, 2, Duration::from_millis(50));
         let a = l.request(false).await.unwrap();
         let e = l.request(false).await.unwrap_err();
         assert_eq!((e.code(), e.retry_after()), (429, Some(1)));
@@ -187,23 +223,33 @@ mod tests {
         );
         drop(a);
         assert!(l.request(false).await.is_ok());
-        let w1 = l.watch("u").unwrap();
-        let _w2 = l.watch("u").unwrap();
-        assert_eq!(l.watch("u").unwrap_err().code(), 429);
-        assert!(
-            l.watch("v").unwrap().is_some(),
-            "another user has its own cap"
-        );
+        let w1 = l.watch(Some("u")).unwrap();
+        let _w2 = l.watch(Some("u")).unwrap();
+        assert_eq!(l.watch(Some("u")).unwrap_err().code(), 429);
+        let v = l.watch(Some("v")).expect("another user has its own cap");
         drop(w1);
-        let w3 = l.watch("u").unwrap();
-        assert_eq!(l.watch("u").unwrap_err().code(), 429);
+        let w3 = l.watch(Some("u")).unwrap();
+        assert_eq!(l.watch(Some("u")).unwrap_err().code(), 429);
+        assert_eq!(l.watches_open(), 3, "refused watches are not counted");
+        // The server's limit (5) counts every watch, anonymous ones too.
+        let anon = [l.watch(None).unwrap(), l.watch(None).unwrap()];
+        let e = l.watch(None).unwrap_err();
+        assert_eq!((e.code(), e.retry_after()), (429, Some(1)));
+        assert!(e.message().contains("too many watches: the limit is 5"));
+        assert_eq!(l.watch(Some("w")).unwrap_err().code(), 429);
+        assert_eq!(l.watches_open(), 5);
         // The user's watches share one handle; the count goes with the last of them.
-        drop((_w2, w3));
+        drop((_w2, w3, v, anon));
         assert!(l.watches.lock().is_empty(), "no count is left behind");
-        assert!(l.watch("u").unwrap().is_some());
-        assert_eq!(std::mem::size_of::<Option<UserWatchSlot>>(), 8);
-        let none = Limits::new(0, 0, Duration::ZERO);
-        assert!(none.watch("u").unwrap().is_none());
+        assert_eq!(l.watches_open(), 0);
+        let _u = l.watch(Some("u")).unwrap();
+        assert_eq!(l.watches_open(), 1);
+        assert_eq!(std::mem::size_of::<WatchSlot>(), 8);
+        let none = Limits::new(0, 1, 0, Duration::ZERO);
+        let one = none.watch(Some("u")).expect("no per-user cap");
+        assert_eq!(none.watch(Some("u")).unwrap_err().code(), 429);
+        drop(one);
+        assert!(none.watch(Some("u")).is_ok());
         assert!(none.request(false).await.is_ok());
     }
 
@@ -211,7 +257,7 @@ mod tests {
     /// what overflows the queue is refused at once.
     #[tokio::test]
     async fn a_burst_waits_for_places_and_only_a_full_queue_refuses() {
-        let l = Arc::new(Limits::new(2, 0, Duration::from_secs(5)));
+        let l = Arc::new(Limits::new(2, 10, 0, Duration::from_secs(5)));
         let held: Vec<_> = [l.request(false).await, l.request(false).await]
             .into_iter()
             .map(Result::unwrap)

@@ -42,7 +42,7 @@ pub use attributes::{Attributes, Decision, RequestInfo, ResourceInfo};
 pub use audit::{Audit, Record};
 pub use authn::{Authenticator, Unauthenticated};
 pub use authz::{Authorizer, Mode};
-pub use limits::{InflightPermit, Limits, UserWatchSlot};
+pub use limits::{InflightPermit, Limits, WatchSlot};
 pub use node::{NodeAuthorizer, NodeCaches, RefSet};
 pub use rbac::{Objects as RbacObjects, PolicyRule, Rbac};
 pub use service_account::ServiceAccounts;

@@ -72,27 +72,41 @@ struct GzipStream {
     started: bool,
 }
 
-/// Turns frames into response chunks: the shared pieces, or gzip-compressed and flushed.
+/// Turns frames into response chunks: the shared pieces, or gzip-compressed and flushed; and a
+/// watch's events into frames, converted when it asked for another form.
 pub(crate) struct FrameEncoder {
-    /// Boxed: nearly every watch is not compressed (a kubelet's never is), and each holds its
-    /// encoder for as long as it is open.
-    gzip: Option<Box<GzipStream>>,
+    /// Boxed, both in one box: nearly every watch is neither compressed nor converted (a
+    /// kubelet's never is), and each holds its encoder for as long as it is open (8 bytes, where
+    /// two boxes took 16: design/performance.md).
+    rare: Option<Box<Rare>>,
+}
+
+/// What a compressed or converted watch's encoder holds.
+struct Rare {
+    gzip: Option<GzipStream>,
+    /// Answers events as Table, PartialObjectMetadata or without managed fields
+    /// (`wire/convert.rs`).
+    convert: Option<WatchConverter>,
 }
 
 impl FrameEncoder {
     pub fn new(gzip: bool) -> FrameEncoder {
+        FrameEncoder::converting(gzip, None)
+    }
+
+    /// An encoder whose events are converted by `convert`.
+    pub fn converting(gzip: bool, convert: Option<WatchConverter>) -> FrameEncoder {
+        let gzip = gzip.then(|| GzipStream {
+            crc: Crc::new(),
+            started: false,
+        });
         FrameEncoder {
-            gzip: gzip.then(|| {
-                Box::new(GzipStream {
-                    crc: Crc::new(),
-                    started: false,
-                })
-            }),
+            rare: (gzip.is_some() || convert.is_some()).then(|| Box::new(Rare { gzip, convert })),
         }
     }
 
     fn chunks(&mut self, frame: &Frame) -> Vec<Bytes> {
-        match &mut self.gzip {
+        match self.rare.as_mut().and_then(|r| r.gzip.as_mut()) {
             None => frame.parts().to_vec(),
             Some(gz) => {
                 let mut chunks = Vec::with_capacity(2);
@@ -112,16 +126,15 @@ impl FrameEncoder {
     /// The chunks for a watch stream's next item, whether the response ends with them, and the
     /// size of the event's frame (before compression) when it is one: an error goes out as an
     /// ERROR event and ends it, and the end of the stream closes the gzip stream.
-    /// `convert` answers events as Table, PartialObjectMetadata or without managed fields; `wire`
-    /// is the frames' format.
+    /// `wire` is the frames' format.
     pub fn item(
         &mut self,
         item: Option<Result<WatchEvent, Error>>,
-        convert: Option<&mut WatchConverter>,
         wire: Wire,
     ) -> (Vec<Bytes>, bool, Option<usize>) {
         match item {
             Some(Ok(ev)) => {
+                let convert = self.rare.as_mut().and_then(|r| r.convert.as_mut());
                 let frame = match (convert, wire) {
                     (Some(c), _) => c.frame(&ev),
                     (None, Wire::Json) => Ok(ev.frame()),
@@ -158,7 +171,7 @@ impl FrameEncoder {
     /// The end of the gzip stream (header if nothing went out yet, final block, trailer), once,
     /// when compressing.
     pub fn finish(&mut self) -> Option<Bytes> {
-        let gz = self.gzip.take()?;
+        let gz = self.rare.as_mut()?.gzip.take()?;
         let mut out = Vec::with_capacity(GZIP_HEADER.len() + FINAL_EMPTY_BLOCK.len() + 8);
         if !gz.started {
             out.extend_from_slice(&GZIP_HEADER);
@@ -397,9 +410,12 @@ mod tests {
             let fresh = Frame::error(Bytes::from(f.parts()[1].to_vec()));
             for _ in 0..1000 {
                 let mut w = FrameEncoder {
-                    gzip: Some(Box::new(GzipStream {
-                        crc: Crc::new(),
-                        started: true,
+                    rare: Some(Box::new(Rare {
+                        gzip: Some(GzipStream {
+                            crc: Crc::new(),
+                            started: true,
+                        }),
+                        convert: None,
                     })),
                 };
                 shared_out += w.chunks(&fresh).iter().map(Bytes::len).sum::<usize>();

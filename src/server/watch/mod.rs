@@ -16,13 +16,12 @@ pub(crate) use chunks::Wire;
 pub(crate) mod pump;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::time::Instant;
 
 use crate::cache::{Cache, WatchEnd, WatchOptions, WatchStream};
 use crate::error::Error;
-use crate::server::auth::{User, UserWatchSlot};
+use crate::server::auth::{User, WatchSlot};
 use crate::server::metrics::RequestKey;
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
@@ -32,23 +31,13 @@ use pump::WatchPump;
 /// The longest timeout a watch is given, whatever `timeoutSeconds` says.
 const MAX_WATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
 
-/// Holds one slot of the concurrent-watch limit for as long as the watch lives.
-pub(crate) struct WatcherSlot(Arc<AtomicUsize>);
-
-impl Drop for WatcherSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// A started watch: its events and its end (the stream's one entry in the server's wheel,
 /// which holds its bookmarks too), and its slot.
 pub(crate) struct StartedWatch {
     pub stream: WatchStream,
-    /// Held for its `Drop`: the watch counts against the limit while it lives.
-    _slot: WatcherSlot,
-    /// Held for its `Drop`: the watch counts against its user's cap while it lives.
-    _user_slot: Option<UserWatchSlot>,
+    /// Held for its `Drop`: the watch counts against the server's limit and its user's cap
+    /// while it lives.
+    _slot: WatchSlot,
 }
 
 /// Starts a watch and returns the pump that runs its response. A start older than the window is
@@ -75,19 +64,7 @@ pub(crate) async fn start(
     user: Option<&User>,
     key: Option<&RequestKey>,
 ) -> Result<WatchPump, ApiError> {
-    let user_slot = match user {
-        Some(u) => st.limits.watch(&u.name)?,
-        None => None,
-    };
-    let limit = st.config.max_watchers;
-    if st.watchers.fetch_add(1, Ordering::Relaxed) >= limit {
-        st.watchers.fetch_sub(1, Ordering::Relaxed);
-        return Err(ApiError::too_many(
-            format!("too many watches: the limit is {limit}"),
-            1,
-        ));
-    }
-    let slot = WatcherSlot(Arc::clone(&st.watchers));
+    let slot = st.limits.watch(user.map(|u| u.name.as_str()))?;
     let timeout = timeout.unwrap_or_else(|| {
         let (lo, hi) = st.config.default_watch_timeout;
         lo + (hi.saturating_sub(lo)).mul_f64(fastrand::f64())
@@ -105,10 +82,9 @@ pub(crate) async fn start(
             let w = StartedWatch {
                 stream,
                 _slot: slot,
-                _user_slot: user_slot,
             };
             let meter = st.metrics.watch(cache.definition(), key);
-            Ok(WatchPump::events(w, deadlines, gzip, wire, convert, meter))
+            Ok(WatchPump::events(w, gzip, wire, convert, meter))
         }
         Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => Ok(WatchPump::single(
             wire.error_frame(ApiError::from(e).status()),

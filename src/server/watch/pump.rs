@@ -24,24 +24,35 @@ use crate::wire::convert::WatchConverter;
 /// A watch response in progress.
 pub(crate) struct WatchPump {
     phase: Phase,
-    /// The server's deadlines, for [`WatchPump::shutting_down`] once the watch has ended.
-    deadlines: Arc<Deadlines>,
     encoder: FrameEncoder,
     /// The frames' format.
     wire: Wire,
-    /// Set when the watch is answered as Table or PartialObjectMetadata (see `wire/convert.rs`). Boxed:
-    /// a plain JSON watch (nearly all) carries one pointer, not the state.
-    convert: Option<Box<WatchConverter>>,
     /// The watch's metrics (`None` for a response of one frame).
     meter: Option<WatchMeter>,
 }
 
+/// Each state keeps the server's deadlines, for [`WatchPump::shutting_down`]: a streaming
+/// watch's are its stream's (its end is in them), and they are kept when it ends. Two variants:
+/// their tag is a pointer's niche in the streaming watch (a third needs a tag of its own, 8 B
+/// more in every idle watch).
 enum Phase {
     /// Streaming the watch's events.
     Streaming(StartedWatch),
-    /// A response of one frame (the ERROR event of a watch that could not start).
-    Single(Frame),
-    Done,
+    /// Not streaming: a response of one frame still to send (the ERROR event of a watch that
+    /// could not start; boxed: rare, and larger than a streaming watch), or done.
+    Ended {
+        single: Option<Box<Frame>>,
+        deadlines: Option<Arc<Deadlines>>,
+    },
+}
+
+impl Phase {
+    fn done(deadlines: Option<Arc<Deadlines>>) -> Phase {
+        Phase::Ended {
+            single: None,
+            deadlines,
+        }
+    }
 }
 
 impl WatchPump {
@@ -50,7 +61,6 @@ impl WatchPump {
     /// PartialObjectMetadata.
     pub fn events(
         w: StartedWatch,
-        deadlines: Arc<Deadlines>,
         gzip: bool,
         wire: Wire,
         convert: Option<WatchConverter>,
@@ -58,10 +68,8 @@ impl WatchPump {
     ) -> WatchPump {
         WatchPump {
             phase: Phase::Streaming(w),
-            deadlines,
-            encoder: FrameEncoder::new(gzip),
+            encoder: FrameEncoder::converting(gzip, convert),
             wire,
-            convert: convert.map(Box::new),
             meter: Some(meter),
         }
     }
@@ -69,11 +77,12 @@ impl WatchPump {
     /// A response made of one last frame.
     pub fn single(frame: Frame, deadlines: Arc<Deadlines>, gzip: bool) -> WatchPump {
         WatchPump {
-            phase: Phase::Single(frame),
-            deadlines,
+            phase: Phase::Ended {
+                single: Some(Box::new(frame)),
+                deadlines: Some(deadlines),
+            },
             encoder: FrameEncoder::new(gzip),
             wire: Wire::Json,
-            convert: None,
             meter: None,
         }
     }
@@ -93,11 +102,11 @@ impl WatchPump {
         // Asked for more: the writer took the last chunks.
         self.written();
         let w = match &mut self.phase {
-            Phase::Done => return Poll::Ready(None),
-            Phase::Single(frame) => {
-                let chunks = self.encoder.last(frame);
-                self.phase = Phase::Done;
-                return Poll::Ready(Some(chunks));
+            Phase::Ended { single, .. } => {
+                return match single.take() {
+                    Some(frame) => Poll::Ready(Some(self.encoder.last(&frame))),
+                    None => Poll::Ready(None),
+                };
             }
             Phase::Streaming(w) => w,
         };
@@ -116,9 +125,7 @@ impl WatchPump {
                     .as_ref()
                     .and_then(|r| r.as_ref().ok())
                     .and_then(|e| e.received_at());
-                let (chunks, done, sent) =
-                    self.encoder
-                        .item(ev, self.convert.as_deref_mut(), self.wire);
+                let (chunks, done, sent) = self.encoder.item(ev, self.wire);
                 if let (Some(m), Some(len)) = (&mut self.meter, sent) {
                     m.sent(len, received);
                 }
@@ -127,7 +134,11 @@ impl WatchPump {
             None => (self.encoder.finish().into_iter().collect(), true),
         };
         if done {
-            self.phase = Phase::Done;
+            let deadlines = match &self.phase {
+                Phase::Streaming(w) => w.stream.end_wheel().cloned(),
+                _ => None,
+            };
+            self.phase = Phase::done(deadlines);
         }
         Poll::Ready(Some(chunks))
     }
@@ -143,7 +154,11 @@ impl WatchPump {
     /// Whether the server is shutting down (a response that ended for that closes its
     /// connection).
     pub fn shutting_down(&self) -> bool {
-        self.deadlines.stopped()
+        match &self.phase {
+            Phase::Streaming(w) => w.stream.end_wheel(),
+            Phase::Ended { deadlines, .. } => deadlines.as_ref(),
+        }
+        .is_some_and(|d| d.stopped())
     }
 }
 
@@ -157,8 +172,8 @@ pub(crate) mod tests {
     use super::*;
     use crate::cache::deadlines;
     use crate::cache::{WatchEnd, WatchOptions};
+    use crate::server::auth::Limits;
     use crate::server::metrics::ServerMetrics;
-    use crate::server::watch::WatcherSlot;
     use crate::{Cache, CacheConfig, MemorySource, ResourceDef, Selection};
 
     #[test]
@@ -166,17 +181,18 @@ pub(crate) mod tests {
         // The pump is all an idle watch's response holds (design/performance.md, per idle watch
         // connection): its metrics are one pointer to what the watches of its request key share
         // (its resource's meters, its long-running gauge and duration handles) and two 8-byte
-        // stamps; its end and its bookmarks are one deadline, the stream's, in the server's wheel.
-        // At 160 B, an HTTP/2 watch stream (its h2 handle, the pump and a pointer: 192 B) makes
-        // its connection's node 256 B, a mimalloc block of that size; hyper's HTTP/1.1 body (the
-        // pump and a 32-byte iterator) fits 192-byte blocks.
+        // stamps; its end and its bookmarks are one deadline, the stream's, in the server's wheel,
+        // whose handle it shares; its two limits are one slot; gzip and conversion one box. At
+        // 128 B, an HTTP/2 watch stream (its h2 handle, the pump and a pointer: 160 B) makes its
+        // connection's node 224 B, a mimalloc block of that size (256 at a 160-byte pump);
+        // hyper's HTTP/1.1 body (the pump and a 32-byte iterator) fits 160-byte blocks.
         println!(
             "WatchPump {} B, WatchMeter {} B, Deadline {} B",
             std::mem::size_of::<WatchPump>(),
             std::mem::size_of::<WatchMeter>(),
             std::mem::size_of::<crate::cache::deadlines::Deadline>()
         );
-        assert!(std::mem::size_of::<WatchPump>() <= 160);
+        assert!(std::mem::size_of::<WatchPump>() <= 128);
         assert!(std::mem::size_of::<WatchMeter>() <= 24);
         assert!(std::mem::size_of::<crate::cache::deadlines::Deadline>() <= 40);
         // Boxed gzip state: a kubelet's watch is never compressed.
@@ -228,11 +244,10 @@ pub(crate) mod tests {
         let stream = cache.watch_until(opts, end).await.unwrap();
         let w = StartedWatch {
             stream,
-            _slot: WatcherSlot(Arc::new(std::sync::atomic::AtomicUsize::new(1))),
-            _user_slot: None,
+            _slot: Limits::new(0, 1, 0, Duration::ZERO).watch(None).unwrap(),
         };
         let meter = ServerMetrics::default().watch(cache.definition(), None);
-        WatchPump::events(w, Arc::clone(wheel), gzip, Wire::Json, None, meter)
+        WatchPump::events(w, gzip, Wire::Json, None, meter)
     }
 
     fn watchers(cache: &Cache) -> u64 {
