@@ -289,21 +289,16 @@ impl WatchStream {
             start_rv,
             ..
         } = registered;
-        let phase = match initial {
-            Some(InitialEvents {
-                seq,
-                rv,
-                end_bookmark,
-            }) => Some(Box::new(Phase::Initial(Initial {
-                seq,
+        let phase = initial.map(|i| {
+            Box::new(Phase::Initial(Initial {
+                seq: i.seq,
                 after: None,
-                rv,
+                rv: i.rv,
                 page: VecDeque::new(),
                 exhausted: false,
-                end_bookmark,
-            }))),
-            None => None,
-        };
+                end_bookmark: i.end_bookmark,
+            }))
+        });
         let first_bookmark = bookmark_every.map(|d| tokio::time::Instant::now() + d);
         let deadline = match &end {
             Some(end) => Some(end.wheel.deadline(Some(end.at), first_bookmark)),
