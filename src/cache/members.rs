@@ -39,7 +39,7 @@ impl Members {
             Members::Two(p) => {
                 let mut v = Vec::with_capacity(3);
                 v.extend_from_slice(p);
-                insert_sorted(&mut v, id);
+                v.insert(v.partition_point(|&x| x < id), id);
                 *self = Members::Few(Box::new(v));
             }
             Members::Few(s) => {
@@ -139,12 +139,6 @@ impl Members {
 
 fn sorted2(a: u32, b: u32) -> [u32; 2] {
     if a < b { [a, b] } else { [b, a] }
-}
-
-fn insert_sorted(v: &mut Vec<u32>, id: u32) {
-    if let Err(at) = v.binary_search(&id) {
-        v.insert(at, id);
-    }
 }
 
 #[cfg(test)]

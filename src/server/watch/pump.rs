@@ -46,15 +46,6 @@ enum Phase {
     },
 }
 
-impl Phase {
-    fn done(deadlines: Option<Arc<Deadlines>>) -> Phase {
-        Phase::Ended {
-            single: None,
-            deadlines,
-        }
-    }
-}
-
 impl WatchPump {
     /// Streams a started watch until its deadline, server shutdown, an error, or its end.
     /// `wire` is the frames' format; `convert` answers the events as Table or
@@ -134,11 +125,11 @@ impl WatchPump {
             None => (self.encoder.finish().into_iter().collect(), true),
         };
         if done {
-            let deadlines = match &self.phase {
-                Phase::Streaming(w) => w.stream.end_wheel().cloned(),
-                _ => None,
+            let deadlines = w.stream.end_wheel().cloned();
+            self.phase = Phase::Ended {
+                single: None,
+                deadlines,
             };
-            self.phase = Phase::done(deadlines);
         }
         Poll::Ready(Some(chunks))
     }
