@@ -102,6 +102,12 @@ async fn a_history_byte_budget_bounds_the_servers_memory_and_expires_watchers_be
     let base = format!("http://127.0.0.1:{port}");
     let c = Client::new();
     wait_rv(&c, &base, first).await;
+    // The server turned transparent huge pages off for itself (the default, `heap.rs`); kernels
+    // since 5.0 show it in `THP_enabled`.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    if let Some(thp) = status.lines().find_map(|l| l.strip_prefix("THP_enabled:")) {
+        assert_eq!(thp.trim(), "0", "the server's transparent huge pages");
+    }
 
     // Warm up: a few events through the window, so the baseline includes the allocator's and
     // the etcd watch's steady buffers for 1 MB values.

@@ -6,9 +6,21 @@ const TICKS_PER_SEC: f64 = 100.0;
 /// A process's resident set size in bytes, if it can be read.
 pub fn rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: u64 = status
+    kib_field(&status, "VmRSS:")
+}
+
+/// How much of a process's resident memory is anonymous transparent huge pages, in bytes, if it
+/// can be read (`AnonHugePages` of `/proc/<pid>/smaps_rollup`).
+pub fn huge_page_bytes(pid: u32) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    kib_field(&rollup, "AnonHugePages:")
+}
+
+/// A `Name:   123 kB` line's value in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    let kb: u64 = text
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .find_map(|l| l.strip_prefix(name))?
         .trim()
         .trim_end_matches("kB")
         .trim()

@@ -350,6 +350,7 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
     let etcd_cpu = spent(etcd0, ctx.etcd_pid);
     let client_cpu = spent(client0, me);
     let server_rss = procstat::rss_bytes(pid);
+    let server_huge_pages = procstat::huge_page_bytes(pid);
     let etcd_rss = ctx.etcd_pid.and_then(procstat::rss_bytes);
 
     // Verification against etcd's history.
@@ -440,6 +441,7 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         label_path: label_path.finish(),
         server_cpu_s: server_cpu,
         server_rss_bytes: server_rss,
+        server_huge_page_bytes: server_huge_pages,
         rss_per_connection_bytes: rss_per_connection,
         rss_per_first_watch_bytes: rss_per_first_watch,
         rss_per_watch_bytes: rss_per_watch,

@@ -123,6 +123,9 @@ pub struct KubeletReport {
     pub server_cpu_s: Option<f64>,
     /// At the end of the run.
     pub server_rss_bytes: Option<u64>,
+    /// How much of it was transparent huge pages (`AnonHugePages`): watchcache turns them off
+    /// unless `--transparent-huge-pages`.
+    pub server_huge_page_bytes: Option<u64>,
     /// RSS added per connection (open, no stream yet).
     pub rss_per_connection_bytes: Option<f64>,
     /// RSS added per watch of the first set (open, before the churn): with what the watches'
@@ -321,6 +324,12 @@ pub fn table(run: &KubeletRun) -> String {
             "server RSS MiB",
             s.iter()
                 .map(|r| opt(r.server_rss_bytes.map(|v| v as f64), 1048576.0, 1))
+                .collect(),
+        ),
+        (
+            "of which huge pages MiB",
+            s.iter()
+                .map(|r| opt(r.server_huge_page_bytes.map(|v| v as f64), 1048576.0, 1))
                 .collect(),
         ),
         (
