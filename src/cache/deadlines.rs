@@ -5,7 +5,7 @@
 //! kept a boxed tokio `Sleep` (112 B and a timer entry) for its bookmarks: per idle watch, for a
 //! timer that fires once a minute at most (design/performance.md). Here one wheel keeps, for each
 //! waiting deadline, its tick and its task's waker, and one task advances the wheel every tick: it
-//! wakes the deadlines that passed and, when the wheel has a shutdown signal, all of them at
+//! wakes the deadlines that passed (a batch at a time, [`WAKE_BATCH`]) and, when the wheel has a shutdown signal, all of them at
 //! shutdown. A waiting watch holds one [`Deadline`] (40 B) and one entry in a wheel's map, for
 //! both its end and its next bookmark; it holds no future.
 //!

@@ -7,6 +7,9 @@
 //!
 //! Off, an allocation costs one relaxed load more than mimalloc's own; on, two relaxed atomic
 //! additions (shared by every thread: for measuring, not for production).
+//!
+//! `watchcache serve` also turns transparent huge pages off for itself here
+//! ([`refuse_huge_pages`]), unless `--transparent-huge-pages`.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -75,8 +78,9 @@ unsafe impl GlobalAlloc for Counting {
 /// one. A huge page is resident whole from its first touched byte, khugepaged fills in the 4 KiB
 /// pages around a single one in use (`max_ptes_none` is 511 by default), and a fault in a
 /// `MADV_HUGEPAGE` range may stall for the kernel's compaction. In the kubelet bench (100 000
-/// idle watches) about half of the server's RSS was huge pages (390 of 816 MiB), and the server
-/// held 4 % more than without them (design/performance.md, "Transparent huge pages"). Go's
+/// idle watches) about half of the server's RSS was huge pages (378–418 of 810–819 MiB), and the
+/// server held 3.5–4.5 % more than without them (design/performance.md, "Bookmarks woken in
+/// batches; transparent huge pages"). Go's
 /// runtime stopped asking for huge pages for the same reasons (golang/go#61718,
 /// golang/go#64332).
 ///

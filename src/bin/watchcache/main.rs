@@ -329,7 +329,8 @@ struct ServeArgs {
     /// Let the kernel back the heap with transparent huge pages. Off by default: mimalloc asks
     /// for them on its arenas, and a 2 MiB page is resident whole once any byte of it is
     /// touched; with 100 000 idle watches half the server's RSS was huge pages, and the server
-    /// held 4 % more than without them (design/performance.md, "Transparent huge pages").
+    /// held 3.5–4.5 % more than without them (design/performance.md, "Bookmarks woken in
+    /// batches; transparent huge pages").
     #[arg(long, env = "WATCHCACHE_TRANSPARENT_HUGE_PAGES")]
     transparent_huge_pages: bool,
 }
