@@ -185,6 +185,47 @@ mod tests {
         header_table: 0,
     };
 
+    /// The client's end of a pipe, keeping every byte the server sent.
+    struct Recorded {
+        io: tokio::io::DuplexStream,
+        read: Arc<std::sync::Mutex<Vec<u8>>>,
+    }
+
+    impl AsyncRead for Recorded {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let before = buf.filled().len();
+            let r = Pin::new(&mut self.io).poll_read(cx, buf);
+            let got = buf.filled()[before..].to_vec();
+            self.read.lock().unwrap().extend_from_slice(&got);
+            r
+        }
+    }
+
+    impl AsyncWrite for Recorded {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Pin::new(&mut self.io).poll_write(cx, buf)
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.io).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.io).poll_shutdown(cx)
+        }
+    }
+
     /// A connection served over an in-memory pipe, and the client's half.
     async fn serve(
         router: Router,
@@ -194,7 +235,26 @@ mod tests {
         tokio::task::JoinHandle<()>,
         GracefulShutdown,
     ) {
+        let (send, stop, served, graceful, _) = serve_recorded(router).await;
+        (send, stop, served, graceful)
+    }
+
+    /// [`serve`], and what the server sent.
+    async fn serve_recorded(
+        router: Router,
+    ) -> (
+        h2::client::SendRequest<Bytes>,
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+        GracefulShutdown,
+        Arc<std::sync::Mutex<Vec<u8>>>,
+    ) {
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let read = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let client_io = Recorded {
+            io: client_io,
+            read: Arc::clone(&read),
+        };
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let graceful = GracefulShutdown::new();
         let conn = Arc::new(ConnInfo {
@@ -214,7 +274,71 @@ mod tests {
         tokio::spawn(async move {
             let _ = client.await;
         });
-        (send, stop, served, graceful)
+        (send, stop, served, graceful, read)
+    }
+
+    /// The header blocks of the HEADERS frames in `wire` (frames as a server sends them: no
+    /// preface; none of them padded or split into CONTINUATIONs here).
+    fn header_blocks(wire: &[u8]) -> Vec<Vec<u8>> {
+        let mut blocks = Vec::new();
+        let mut at = 0;
+        while at + 9 <= wire.len() {
+            let len = usize::from(wire[at]) << 16
+                | usize::from(wire[at + 1]) << 8
+                | usize::from(wire[at + 2]);
+            let (kind, flags) = (wire[at + 3], wire[at + 4]);
+            let payload = &wire[at + 9..(at + 9 + len).min(wire.len())];
+            if kind == 1 {
+                assert_eq!(flags & 0x28, 0, "padded or prioritised HEADERS");
+                blocks.push(payload.to_vec());
+            }
+            at += 9 + len;
+        }
+        blocks
+    }
+
+    /// Each second's `date` goes out as a literal never indexed:
+    /// indexed, each new value was one more entry in the connection's HPACK table, kept for its
+    /// life (h2_stream.rs, `never_indexed`).
+    #[tokio::test]
+    async fn dates_are_never_indexed() {
+        let router = Router::new()
+            .route(
+                "/dated/{s}",
+                get(
+                    |axum::extract::Path(s): axum::extract::Path<u32>| async move {
+                        (
+                            [
+                                (
+                                    http::header::DATE,
+                                    format!("Sat, 28 Nov 2026 01:00:{s:02} GMT"),
+                                ),
+                                (
+                                    http::header::HeaderName::from_static("audit-id"),
+                                    format!("3a1e0c6e-0000-4000-8000-0000000000{s:02}"),
+                                ),
+                            ],
+                            "ok",
+                        )
+                    },
+                ),
+            )
+            .route("/now", get(|| async { "ok" }));
+        let (mut send, _stop, _served, _g, wire) = serve_recorded(router).await;
+        for path in ["/dated/1", "/dated/2", "/dated/3", "/now", "/now"] {
+            let (status, got) = get_body(&mut send, path).await;
+            assert_eq!((status, &got[..]), (StatusCode::OK, &b"ok"[..]));
+        }
+        let blocks = header_blocks(&wire.lock().unwrap());
+        assert_eq!(blocks.len(), 5);
+        for b in &blocks {
+            // RFC 7541 6.2.3: 0001 and the name's index in four bits plus more (static 33,
+            // `date`: 0x1f 0x12). Indexed, it was 01 and six bits (0x61), and the table grew.
+            assert!(
+                b.windows(2).any(|w| w == [0x1f, 0x12]),
+                "date not sent as a literal never indexed: {b:02x?}"
+            );
+        }
     }
 
     async fn get_body(

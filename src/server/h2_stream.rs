@@ -194,6 +194,7 @@ fn respond(reply: &mut SendResponse<Bytes>, resp: Response) -> Stream {
     {
         head.headers.insert(header::DATE, v);
     }
+    never_indexed(&mut head.headers);
     let pump = head
         .extensions
         .remove::<WatchResponse>()
@@ -230,6 +231,30 @@ fn respond(reply: &mut SendResponse<Bytes>, resp: Response) -> Stream {
             body,
             pending: None,
         })),
+    }
+}
+
+/// Response headers whose value changes from one response to the next: `date` (each second) and
+/// `audit-id` (each request, in a response forwarded from kube-apiserver).
+const NEW_EACH_RESPONSE: [header::HeaderName; 2] =
+    [header::DATE, header::HeaderName::from_static("audit-id")];
+
+/// Has HPACK send [`NEW_EACH_RESPONSE`]'s values as literals never indexed (RFC 7541, 6.2.3), not
+/// inserted into the connection's dynamic table. Why: h2's encoder indexes every other header,
+/// so each second's `date` was one more entry in the table of every connection it answered, for
+/// the connection's life: a 96-byte slot, its value's 32-byte block and the index's growth, up
+/// to the table's 4 KiB of header size (63 dates, ~9 KiB of heap). A kubelet's connection, with
+/// a request or a watch every few seconds, reached that in minutes, and the table's growth was
+/// a quarter of what a further idle watch cost in `watchcache bench --model kubelet`
+/// (design/performance.md, "HPACK's table"). An indexed date saves ~25 bytes on the wire only
+/// within its second.
+fn never_indexed(headers: &mut HeaderMap) {
+    for name in &NEW_EACH_RESPONSE {
+        if let header::Entry::Occupied(mut e) = headers.entry(name) {
+            for v in e.iter_mut() {
+                v.set_sensitive(true);
+            }
+        }
     }
 }
 
@@ -472,6 +497,28 @@ impl<T> Drop for AbortOnDrop<T> {
 
 #[cfg(test)]
 mod tests {
+    use http::header::{self, HeaderMap, HeaderValue};
+
+    /// The values that change with each response are flagged for HPACK never to index them;
+    /// the others are left to h2 (`h2_conn.rs`'s `dates_are_never_indexed` reads the wire).
+    #[test]
+    fn dates_and_audit_ids_are_flagged_never_indexed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::DATE,
+            HeaderValue::from_static("Sat, 28 Nov 2026 01:00:00 GMT"),
+        );
+        h.insert("audit-id", HeaderValue::from_static("3a1e0c6e"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        super::never_indexed(&mut h);
+        assert!(h[header::DATE].is_sensitive());
+        assert!(h["audit-id"].is_sensitive());
+        assert!(!h[header::CONTENT_TYPE].is_sensitive());
+    }
+
     /// What an idle watch stream holds inline in its connection's set of streams: its h2 handle
     /// (24 B), its pump and a pointer. At 160 B the set's node (64 B more) is a 224-byte block
     /// (it was 256 at 192 B).
