@@ -34,6 +34,7 @@ use crate::sync::Mutex;
 const CATCH_UP_SCAN: usize = 4096;
 
 /// One event as delivered to one watcher: the shared event and the watcher's own transition.
+#[derive(Clone)]
 pub(crate) struct Delivery {
     pub event: Arc<Event>,
     pub kind: EventType,
@@ -51,24 +52,43 @@ pub(crate) enum Feed {
     Expired(Evicted),
 }
 
-/// A watcher's queued deliveries, oldest first: the oldest inline, the rest in a boxed ring
-/// buffer that is freed when it empties. An idle watch (nearly all of a kubelet's) then holds no
-/// buffer after its events: a `VecDeque` keeps the room of its first push (four deliveries, 64 B)
-/// for the watch's life, and the usual delivery, one event at a time, allocates nothing. 24 B
-/// inline against the `VecDeque`'s 32.
+/// A watcher's queued deliveries, oldest first, at most `capacity` of them: the oldest inline,
+/// the rest in a boxed ring buffer that is freed when it empties. An idle watch (nearly all of a
+/// kubelet's) then holds no buffer after its events: a `VecDeque` keeps the room of its first
+/// push (four deliveries, 64 B) for the watch's life, and the usual delivery, one event at a
+/// time, allocates nothing. 24 B inline against the `VecDeque`'s 32, the bound included: the
+/// oldest's transition and the bound fill what a `Delivery` inline left as padding.
 ///
 /// Invariant: `rest` is `None` whenever `first` is, and never holds an empty buffer.
-#[derive(Default)]
 pub(crate) struct Deliveries {
-    first: Option<Delivery>,
+    first: Option<Arc<Event>>,
     // Boxed on purpose: 8 B inline for what only a burst uses, against the `VecDeque`'s 32.
     #[allow(clippy::box_collection)]
     rest: Option<Box<VecDeque<Delivery>>>,
+    /// `first`'s transition (meaningless while `first` is `None`).
+    first_kind: EventType,
+    /// The most deliveries held: past it the watcher is parked (`Watcher::offer`).
+    capacity: u32,
 }
 
 impl Deliveries {
+    /// None yet, at most `capacity` (at least one).
+    pub fn bounded(capacity: usize) -> Deliveries {
+        Deliveries {
+            first: None,
+            rest: None,
+            first_kind: EventType::Added,
+            capacity: u32::try_from(capacity.max(1)).unwrap_or(u32::MAX),
+        }
+    }
+
     pub fn len(&self) -> usize {
         usize::from(self.first.is_some()) + self.rest.as_ref().map_or(0, |r| r.len())
+    }
+
+    /// Whether `capacity` deliveries are queued: the next must wait.
+    pub fn is_full(&self) -> bool {
+        self.len() >= self.capacity as usize
     }
 
     #[cfg(test)]
@@ -76,18 +96,26 @@ impl Deliveries {
         self.first.is_none()
     }
 
+    /// Queues `d` (the caller checked [`is_full`](Deliveries::is_full)).
     pub fn push_back(&mut self, d: Delivery) {
         if self.first.is_none() {
-            self.first = Some(d);
+            self.first = Some(d.event);
+            self.first_kind = d.kind;
         } else {
             self.rest.get_or_insert_with(Box::default).push_back(d);
         }
     }
 
     pub fn pop_front(&mut self) -> Option<Delivery> {
-        let d = self.first.take()?;
+        let d = Delivery {
+            event: self.first.take()?,
+            kind: self.first_kind,
+        };
         if let Some(rest) = &mut self.rest {
-            self.first = rest.pop_front();
+            if let Some(next) = rest.pop_front() {
+                self.first = Some(next.event);
+                self.first_kind = next.kind;
+            }
             if rest.is_empty() {
                 // A burst is over: its room goes with it.
                 self.rest = None;
@@ -103,10 +131,14 @@ impl Deliveries {
 
     /// The deliveries, oldest first.
     #[cfg(test)]
-    pub fn iter(&self) -> impl Iterator<Item = &Delivery> {
+    pub fn iter(&self) -> impl Iterator<Item = Delivery> + '_ {
         self.first
             .iter()
-            .chain(self.rest.iter().flat_map(|r| r.iter()))
+            .map(|e| Delivery {
+                event: Arc::clone(e),
+                kind: self.first_kind,
+            })
+            .chain(self.rest.iter().flat_map(|r| r.iter().cloned()))
     }
 
     /// Room held besides the inline delivery.
@@ -128,7 +160,6 @@ pub(crate) struct Watcher {
     pub predicate: Predicate,
     /// Events at or below this revision are not for this watcher (it asked to start after them).
     pub start_rv: u64,
-    pub capacity: usize,
     pub queue: Mutex<Queue>,
 }
 
@@ -152,9 +183,8 @@ impl Watcher {
         Watcher {
             predicate,
             start_rv,
-            capacity,
             queue: Mutex::new(Queue {
-                items: Deliveries::default(),
+                items: Deliveries::bounded(capacity),
                 feed: parked_at.map_or(Feed::Live, Feed::Parked),
                 waker: None,
             }),
@@ -193,7 +223,7 @@ impl Watcher {
         if q.feed != Feed::Live {
             return Offer::Skipped;
         }
-        if q.items.len() >= self.capacity {
+        if q.items.is_full() {
             q.feed = Feed::Parked(ev.seq);
             return Offer::Parked;
         }
@@ -222,7 +252,7 @@ impl Watcher {
         history.check_seq(seq)?;
         let end = history.end_seq();
         for ev in history.since(seq).take(CATCH_UP_SCAN) {
-            if q.items.len() >= self.capacity {
+            if q.items.is_full() {
                 break;
             }
             if let Some(kind) = self.transition(schema, ev) {
@@ -269,10 +299,23 @@ mod tests {
             .collect()
     }
 
+    /// Every watch holds one, in an `Arc` (16 B more): at 112 B, a 128-byte block of mimalloc's
+    /// (it was 160 at 144 B: the predicate's labels and shard inline, the bound a `usize` of its
+    /// own, design/performance.md, "HPACK's table").
+    #[test]
+    fn a_watcher_is_small() {
+        assert_eq!(std::mem::size_of::<Deliveries>(), 24);
+        assert!(
+            std::mem::size_of::<Watcher>() <= 112,
+            "{}",
+            std::mem::size_of::<Watcher>()
+        );
+    }
+
     #[test]
     fn deliveries_keep_their_order_and_no_room_once_drained() {
         let mut f = Fixture::new();
-        let mut q = Deliveries::default();
+        let mut q = Deliveries::bounded(8);
         let evs: Vec<_> = (0..5).map(|_| f.put("a", "n1")).collect();
         let d = |e: &Arc<Event>| Delivery {
             event: Arc::clone(e),
