@@ -14,13 +14,35 @@ pub struct Deque {
 
 /// Tracks the head & tail for a sequence of frames in a `Buffer`.
 ///
-/// watchcache: `u32` slab keys, not `usize`. Every stream holds two `Deque`s in its slot of the
-/// stream store (24 -> 12 bytes each); a connection's buffer never holds 2^32 frames (the
-/// slab's memory would run out long before).
-#[derive(Debug, Default, Copy, Clone)]
+/// watchcache: `u32` slab keys, not `usize`, the head's plus one (a niche for the `Option`).
+/// Every stream holds two `Deque`s in its slot of the stream store (24 -> 8 bytes each); a
+/// connection's buffer never holds 2^32 - 1 frames (the slab's memory would run out long
+/// before).
+#[derive(Debug, Copy, Clone)]
 struct Indices {
-    head: u32,
+    head_plus_one: std::num::NonZeroU32,
     tail: u32,
+}
+
+impl Indices {
+    fn one(key: u32) -> Indices {
+        Indices {
+            head_plus_one: plus_one(key),
+            tail: key,
+        }
+    }
+
+    fn head(&self) -> u32 {
+        self.head_plus_one.get() - 1
+    }
+
+    fn set_head(&mut self, key: u32) {
+        self.head_plus_one = plus_one(key);
+    }
+}
+
+fn plus_one(key: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(key.wrapping_add(1)).expect("frame buffer full")
 }
 
 #[derive(Debug)]
@@ -63,10 +85,7 @@ impl Deque {
                 idxs.tail = key;
             }
             None => {
-                self.indices = Some(Indices {
-                    head: key,
-                    tail: key,
-                });
+                self.indices = Some(Indices::one(key));
             }
         }
     }
@@ -76,14 +95,11 @@ impl Deque {
 
         match self.indices {
             Some(ref mut idxs) => {
-                buf.slab[key as usize].next = Some(idxs.head);
-                idxs.head = key;
+                buf.slab[key as usize].next = Some(idxs.head());
+                idxs.set_head(key);
             }
             None => {
-                self.indices = Some(Indices {
-                    head: key,
-                    tail: key,
-                });
+                self.indices = Some(Indices::one(key));
             }
         }
     }
@@ -91,7 +107,7 @@ impl Deque {
     pub fn pop_front<T>(&mut self, buf: &mut Buffer<T>) -> Option<T> {
         match self.indices {
             Some(mut idxs) => {
-                let mut slot = buf.slab.remove(idxs.head as usize);
+                let mut slot = buf.slab.remove(idxs.head() as usize);
                 // watchcache: an emptied buffer gives its storage back. A connection's frames
                 // are queued in bursts (a watch event, the headers of streams opened together)
                 // and the slab would otherwise keep its largest burst's slots for the
@@ -100,11 +116,11 @@ impl Deque {
                     buf.slab = Slab::new();
                 }
 
-                if idxs.head == idxs.tail {
+                if idxs.head() == idxs.tail {
                     assert!(slot.next.is_none());
                     self.indices = None;
                 } else {
-                    idxs.head = slot.next.take().unwrap();
+                    idxs.set_head(slot.next.take().unwrap());
                     self.indices = Some(idxs);
                 }
 

@@ -11,9 +11,10 @@
 //! The same operations as the slab's that `store.rs` uses: `insert` gives a key, `get`,
 //! `get_mut` and `remove` take it, and `remove` of a vacant key panics as the slab's does.
 
-/// Slots per page: five of ≤ 204 bytes (a stream's slot is 200), one allocation of at most 1 KiB
-/// (a whole size class of mimalloc's and glibc's; four of the 256-byte slots before).
-pub(super) const PAGE: usize = 5;
+/// Slots per page: six of ≤ 170 bytes (a stream's slot is 168), one allocation of at most 1 KiB
+/// (a whole size class of mimalloc's and glibc's; five of the 200-byte slots before, four of
+/// the 256-byte ones before that).
+pub(super) const PAGE: usize = 6;
 
 /// No next vacant slot.
 const NONE: u32 = u32::MAX;

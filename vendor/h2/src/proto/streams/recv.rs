@@ -202,7 +202,9 @@ impl Recv {
             if let Some(content_length) =
                 first_content_length.filter(|_| !stream.content_length.is_head())
             {
-                stream.content_length = ContentLength::Remaining(content_length);
+                stream
+                    .content_length
+                    .set(ContentLength::Remaining(content_length));
                 // END_STREAM on headers frame with non-zero content-length is malformed.
                 // https://datatracker.ietf.org/doc/html/rfc9113#section-8.1.1
                 if frame.is_end_stream()

@@ -558,7 +558,10 @@ mod watchcache_tests {
             let id = StreamId::from(2 * n + 1);
             store.insert(id, Stream::new(id, 65_535, 65_535));
             let (len, cap) = (store.slab.len(), store.slab.capacity());
-            assert!(cap < len + super::super::pages::PAGE, "{len} streams, {cap} slots");
+            assert!(
+                cap < len + super::super::pages::PAGE,
+                "{len} streams, {cap} slots"
+            );
         }
         // Every stream is found, and removed (the `unstable` feature asserts an empty store on
         // drop).
@@ -585,7 +588,9 @@ mod watchcache_tests {
                 Entry::Occupied(_) => panic!("{id:?} is new"),
             }
         }
-        assert!(matches!(store.find_entry(StreamId::from(7)), Entry::Occupied(e) if e.key().stream_id == StreamId::from(7)));
+        assert!(
+            matches!(store.find_entry(StreamId::from(7)), Entry::Occupied(e) if e.key().stream_id == StreamId::from(7))
+        );
         // Every third stream leaves as it is visited.
         let mut seen = Vec::new();
         let mut gone = Vec::new();
@@ -604,7 +609,10 @@ mod watchcache_tests {
             assert!(store.find_mut(id).is_none());
         }
         // A stream id below the highest goes in its place (a server's pushed streams are even).
-        store.insert(StreamId::from(4), Stream::new(StreamId::from(4), 65_535, 65_535));
+        store.insert(
+            StreamId::from(4),
+            Stream::new(StreamId::from(4), 65_535, 65_535),
+        );
         assert!(store.ids.0.windows(2).all(|w| w[0].0 < w[1].0));
         let ids: Vec<StreamId> = store.ids.0.iter().map(|(k, _)| *k).collect();
         for id in ids {

@@ -29,7 +29,9 @@ pub(super) struct Stream {
     pub is_counted: bool,
 
     /// Number of outstanding handles pointing to this stream
-    pub ref_count: usize,
+    /// watchcache: `u16`, not `usize` (a stream has a handful of handles: its send and receive
+    /// halves, a response future), so that the slot fits 168 bytes.
+    pub ref_count: u16,
 
     // ===== Fields related to sending =====
     /// Next node in the accept linked list
@@ -94,10 +96,11 @@ pub(super) struct Stream {
     /// The time when this stream may have been locally reset, and the next node in the list of
     /// reset streams that should expire eventually.
     ///
-    /// watchcache: boxed, with the push state below (`Push`): a stream is rarely reset locally
-    /// and a server never receives a push, yet every slot of the stream store carried room for
-    /// both (64 bytes). An idle watch holds its slot for hours.
-    reset: Option<Box<ResetExpire>>,
+    /// watchcache: boxed, with the push state (`Push`), in one box (`Rare`) made while either is
+    /// there: a stream is rarely reset locally and a server never receives a push, yet every slot
+    /// of the stream store carried room for both (64 bytes; 16 in two boxes). An idle watch holds
+    /// its slot for hours.
+    rare: Option<Box<Rare>>,
 
     /// Frames pending for this stream to read
     pub pending_recv: buffer::Deque,
@@ -108,23 +111,73 @@ pub(super) struct Stream {
     /// Task tracking receiving frames
     pub recv_task: Option<Waker>,
 
-    /// Task tracking pushed promises, and the stream's pending push promises (a client's).
-    push: Option<Box<Push>>,
-
     /// Validate content-length headers
-    pub content_length: ContentLength,
+    pub content_length: PackedContentLength,
 }
 
 /// State related to validating a stream's content-length
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContentLength {
     Omitted,
     Head,
     Remaining(u64),
 }
 
+/// watchcache: a [`ContentLength`] in 8 bytes, not 16 (every stream's slot holds one): the two
+/// largest values stand for `Omitted` and `Head`. A `content-length` that large (2^64 - 2 or
+/// more) is kept as 2^64 - 3: no stream carries that many bytes either way, so it still ends
+/// with the length's error.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PackedContentLength(u64);
+
+impl PackedContentLength {
+    const OMITTED: u64 = u64::MAX;
+    const HEAD: u64 = u64::MAX - 1;
+
+    pub fn get(self) -> ContentLength {
+        match self.0 {
+            Self::OMITTED => ContentLength::Omitted,
+            Self::HEAD => ContentLength::Head,
+            n => ContentLength::Remaining(n),
+        }
+    }
+
+    pub fn set(&mut self, v: ContentLength) {
+        *self = Self::from(v);
+    }
+
+    pub fn is_head(self) -> bool {
+        self.0 == Self::HEAD
+    }
+}
+
+impl From<ContentLength> for PackedContentLength {
+    fn from(v: ContentLength) -> Self {
+        PackedContentLength(match v {
+            ContentLength::Omitted => Self::OMITTED,
+            ContentLength::Head => Self::HEAD,
+            ContentLength::Remaining(n) => n.min(Self::HEAD - 1),
+        })
+    }
+}
+
+impl fmt::Debug for PackedContentLength {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct NextAccept;
+
+/// watchcache: what few streams need, boxed (the box dropped once both are `None`).
+#[derive(Debug, Default)]
+struct Rare {
+    /// The local reset's expiry, while the stream waits in the queue of resets that expire.
+    reset: Option<ResetExpire>,
+    /// Task tracking pushed promises, and the stream's pending push promises (a client's).
+    push: Option<Push>,
+}
 
 /// watchcache: a locally reset stream's place in the queue of resets that expire.
 #[derive(Debug)]
@@ -208,18 +261,17 @@ impl Stream {
             in_flight_recv_data: 0,
             next_window_update: None,
             is_pending_window_update: false,
-            reset: None,
+            rare: None,
             pending_recv: buffer::Deque::new(),
             is_recv: true,
             recv_task: None,
-            push: None,
-            content_length: ContentLength::Omitted,
+            content_length: ContentLength::Omitted.into(),
         }
     }
 
     /// Increment the stream's ref count
     pub fn ref_inc(&mut self) {
-        assert!(self.ref_count < usize::MAX);
+        assert!(self.ref_count < u16::MAX);
         self.ref_count += 1;
     }
 
@@ -232,17 +284,17 @@ impl Stream {
     /// Returns true if stream is currently being held for some time because of
     /// a local reset.
     pub fn is_pending_reset_expiration(&self) -> bool {
-        self.reset.is_some()
+        self.reset().is_some()
     }
 
     /// When the stream was locally reset, while it waits in the queue of resets that expire.
     pub fn reset_at(&self) -> Option<Instant> {
-        self.reset.as_ref().map(|r| r.at)
+        self.reset().map(|r| r.at)
     }
 
     /// Takes the stream's pending push promises (leaving none).
     pub fn take_push_promises(&mut self) -> store::Queue<NextAccept> {
-        match self.push.as_mut() {
+        match self.push_mut() {
             Some(p) => p.promises.take(),
             None => store::Queue::new(),
         }
@@ -250,16 +302,52 @@ impl Stream {
 
     /// Sets the stream's pending push promises.
     pub fn set_push_promises(&mut self, promises: store::Queue<NextAccept>) {
-        if promises.is_empty() && self.push.as_ref().map_or(true, |p| p.task.is_none()) {
-            self.push = None;
+        if promises.is_empty() && self.push().map_or(true, |p| p.task.is_none()) {
+            if let Some(r) = self.rare.as_mut() {
+                r.push = None;
+            }
+            self.drop_rare_if_empty();
         } else {
-            self.push.get_or_insert_with(Box::default).promises = promises;
+            self.push_or_default().promises = promises;
+        }
+    }
+
+    fn reset(&self) -> Option<&ResetExpire> {
+        self.rare.as_ref().and_then(|r| r.reset.as_ref())
+    }
+
+    fn reset_mut(&mut self) -> Option<&mut ResetExpire> {
+        self.rare.as_mut().and_then(|r| r.reset.as_mut())
+    }
+
+    fn push(&self) -> Option<&Push> {
+        self.rare.as_ref().and_then(|r| r.push.as_ref())
+    }
+
+    fn push_mut(&mut self) -> Option<&mut Push> {
+        self.rare.as_mut().and_then(|r| r.push.as_mut())
+    }
+
+    fn push_or_default(&mut self) -> &mut Push {
+        self.rare
+            .get_or_insert_with(Box::default)
+            .push
+            .get_or_insert_with(Push::default)
+    }
+
+    fn drop_rare_if_empty(&mut self) {
+        if self
+            .rare
+            .as_ref()
+            .is_some_and(|r| r.reset.is_none() && r.push.is_none())
+        {
+            self.rare = None;
         }
     }
 
     /// Sets the task waiting for a pushed promise.
     pub fn set_push_task(&mut self, task: Waker) {
-        self.push.get_or_insert_with(Box::default).task = Some(task);
+        self.push_or_default().task = Some(task);
     }
 
     /// Returns true if frames for this stream are ready to be sent over the wire
@@ -306,7 +394,7 @@ impl Stream {
             // The stream is not in any queue
             !self.is_pending_send && !self.is_pending_send_capacity &&
             !self.is_pending_accept && !self.is_pending_window_update &&
-            !self.is_pending_open && self.reset.is_none()
+            !self.is_pending_open && self.reset().is_none()
     }
 
     /// Returns true when the consumer of the stream has dropped all handles
@@ -383,9 +471,9 @@ impl Stream {
 
     /// Returns `Err` when the decrement cannot be completed due to overflow.
     pub fn dec_content_length(&mut self, len: usize) -> Result<(), ()> {
-        match self.content_length {
-            ContentLength::Remaining(ref mut rem) => match rem.checked_sub(len as u64) {
-                Some(val) => *rem = val,
+        match self.content_length.get() {
+            ContentLength::Remaining(rem) => match rem.checked_sub(len as u64) {
+                Some(val) => self.content_length.set(ContentLength::Remaining(val)),
                 None => return Err(()),
             },
             ContentLength::Head if len != 0 => {
@@ -398,7 +486,7 @@ impl Stream {
     }
 
     pub fn ensure_content_length_zero(&self) -> Result<(), ()> {
-        match self.content_length {
+        match self.content_length.get() {
             ContentLength::Remaining(0) => Ok(()),
             ContentLength::Remaining(_) => Err(()),
             _ => Ok(()),
@@ -422,7 +510,7 @@ impl Stream {
     }
 
     pub(super) fn notify_push(&mut self) {
-        if let Some(task) = self.push.as_mut().and_then(|p| p.task.take()) {
+        if let Some(task) = self.push_mut().and_then(|p| p.task.take()) {
             task.wake();
         }
     }
@@ -471,10 +559,7 @@ impl fmt::Debug for Stream {
             .h2_field_some("next_window_update", &self.next_window_update)
             .h2_field_if("is_pending_window_update", &self.is_pending_window_update)
             .h2_field_some("reset_at", &self.reset_at())
-            .h2_field_some(
-                "next_reset_expire",
-                &self.reset.as_ref().and_then(|r| r.next),
-            )
+            .h2_field_some("next_reset_expire", &self.reset().and_then(|r| r.next))
             .h2_field_if_then(
                 "pending_recv",
                 !self.pending_recv.is_empty(),
@@ -484,12 +569,12 @@ impl fmt::Debug for Stream {
             .h2_field_some("recv_task", &self.recv_task.as_ref().map(|_| ()))
             .h2_field_some(
                 "push_task",
-                &self.push.as_ref().and_then(|p| p.task.as_ref()).map(|_| ()),
+                &self.push().and_then(|p| p.task.as_ref()).map(|_| ()),
             )
             .h2_field_if_then(
                 "pending_push_promises",
-                self.push.as_ref().is_some_and(|p| !p.promises.is_empty()),
-                &self.push.as_ref().map(|p| &p.promises),
+                self.push().is_some_and(|p| !p.promises.is_empty()),
+                &self.push().map(|p| &p.promises),
             )
             .field("content_length", &self.content_length)
             .finish()
@@ -620,73 +705,123 @@ impl store::Next for NextOpen {
 // while the stream is queued and takes it before `set_queued(false)` drops the box.
 impl store::Next for NextResetExpire {
     fn next(stream: &Stream) -> Option<store::Key> {
-        stream.reset.as_ref().and_then(|r| r.next)
+        stream.reset().and_then(|r| r.next)
     }
 
     fn set_next(stream: &mut Stream, key: Option<store::Key>) {
-        match stream.reset.as_mut() {
+        match stream.reset_mut() {
             Some(r) => r.next = key,
             None => debug_assert!(key.is_none(), "a link set on a stream not queued"),
         }
     }
 
     fn take_next(stream: &mut Stream) -> Option<store::Key> {
-        stream.reset.as_mut().and_then(|r| r.next.take())
+        stream.reset_mut().and_then(|r| r.next.take())
     }
 
     fn is_queued(stream: &Stream) -> bool {
-        stream.reset.is_some()
+        stream.reset().is_some()
     }
 
     fn set_queued(stream: &mut Stream, val: bool) {
         if val {
-            stream.reset = Some(Box::new(ResetExpire {
+            stream.rare.get_or_insert_with(Box::default).reset = Some(ResetExpire {
                 at: Instant::now(),
                 next: None,
-            }));
+            });
         } else {
-            stream.reset = None;
+            if let Some(r) = stream.rare.as_mut() {
+                r.reset = None;
+            }
+            stream.drop_rare_if_empty();
         }
     }
 }
 
 // ===== impl ContentLength =====
 
-impl ContentLength {
-    pub fn is_head(&self) -> bool {
-        matches!(*self, Self::Head)
-    }
-}
 #[cfg(test)]
 mod watchcache_tests {
     use super::*;
 
-    /// An idle watch holds its stream's slot for hours: the slot stays within 200 bytes, five to
+    /// An idle watch holds its stream's slot for hours: the slot stays within 168 bytes, six to
     /// a 1 KiB page (328 before the reset and push state were boxed and the deques' keys made
-    /// `u32`; 256 before a closed stream's error was boxed and the store's keys given a niche).
+    /// `u32`; 256 before a closed stream's error was boxed and the store's keys given a niche;
+    /// 200 before the content length was packed, the deques' keys given a niche, the reset and
+    /// push state put in one box and the handle count made a `u16`).
     #[test]
     fn a_stream_slot_stays_small() {
-        assert!(std::mem::size_of::<Stream>() <= 200);
+        assert!(
+            std::mem::size_of::<Stream>() <= 168,
+            "{}",
+            std::mem::size_of::<Stream>()
+        );
         assert!(std::mem::size_of::<Stream>() * super::pages::PAGE <= 1024);
         assert_eq!(std::mem::size_of::<State>(), 16);
         assert_eq!(std::mem::size_of::<Option<store::Key>>(), 8);
-        assert_eq!(std::mem::size_of::<buffer::Deque>(), 12);
+        assert_eq!(std::mem::size_of::<buffer::Deque>(), 8);
+        assert_eq!(std::mem::size_of::<PackedContentLength>(), 8);
+    }
+
+    /// The packed content length reads back what was set, a huge one kept huge.
+    #[test]
+    fn a_packed_content_length_reads_back() {
+        for v in [
+            ContentLength::Omitted,
+            ContentLength::Head,
+            ContentLength::Remaining(0),
+            ContentLength::Remaining(17),
+            ContentLength::Remaining(u64::MAX - 3),
+        ] {
+            assert_eq!(PackedContentLength::from(v).get(), v);
+        }
+        for huge in [u64::MAX - 2, u64::MAX - 1, u64::MAX] {
+            assert_eq!(
+                PackedContentLength::from(ContentLength::Remaining(huge)).get(),
+                ContentLength::Remaining(u64::MAX - 2)
+            );
+        }
+        let mut s = Stream::new(StreamId::from(1), 65_535, 65_535);
+        s.content_length.set(ContentLength::Remaining(10));
+        assert!(s.dec_content_length(4).is_ok());
+        assert!(s.ensure_content_length_zero().is_err());
+        assert!(s.dec_content_length(7).is_err());
+        assert!(s.dec_content_length(6).is_ok());
+        assert!(s.ensure_content_length_zero().is_ok());
+    }
+
+    /// A local reset and a push state share one box, made while either is there.
+    #[test]
+    fn reset_and_push_state_share_one_box() {
+        use store::Next;
+        let mut s = Stream::new(StreamId::from(1), 65_535, 65_535);
+        assert!(s.rare.is_none());
+        NextResetExpire::set_queued(&mut s, true);
+        assert!(s.reset_at().is_some());
+        s.set_push_task(std::task::Waker::noop().clone());
+        NextResetExpire::set_queued(&mut s, false);
+        assert!(s.reset_at().is_none());
+        assert!(s.rare.is_some(), "the push state is still there");
+        s.notify_push();
+        let q = s.take_push_promises();
+        s.set_push_promises(q);
+        assert!(s.rare.is_none());
     }
 
     /// The push state is made when needed and dropped when empty again.
     #[test]
     fn push_state_is_boxed_only_while_used() {
         let mut s = Stream::new(StreamId::from(1), 65_535, 65_535);
-        assert!(s.push.is_none());
+        assert!(s.push().is_none());
         let q = s.take_push_promises();
         assert!(q.is_empty());
         s.set_push_promises(q);
-        assert!(s.push.is_none());
+        assert!(s.push().is_none());
         s.set_push_task(std::task::Waker::noop().clone());
-        assert!(s.push.is_some());
+        assert!(s.push().is_some());
         s.notify_push();
         let q = s.take_push_promises();
         s.set_push_promises(q);
-        assert!(s.push.is_none());
+        assert!(s.push().is_none());
     }
 }

@@ -316,7 +316,7 @@ where
         );
 
         if *request.method() == Method::HEAD {
-            stream.content_length = ContentLength::Head;
+            stream.content_length.set(ContentLength::Head);
         }
 
         // Convert the message
