@@ -4,7 +4,8 @@
 //! Each node opens ONE TLS connection with its own client certificate (CN `system:node:NAME`, O
 //! `system:nodes`), HTTP/2, and over it its watches (`--watches-per-node`, 18 by default: see
 //! [`objects::watches`]) in protobuf. Writes: the pod churn of the pods model, plus each node's
-//! Lease renewed every `--lease-period` (10 s, as a kubelet). A side's steps: seed (etcd), start
+//! Lease renewed every `--lease-period` (10 s, as a kubelet), both from a thread with its own
+//! runtime and etcd client ([`write_apart`]: a real writer is another process). A side's steps: seed (etcd), start
 //! its server (after the seed, so it starts from a full store as a restarted server would), open
 //! the connections (RSS measured), open the watches (RSS measured), open the same watches again on
 //! the same connections and close them (RSS measured: what a further idle watch costs, once the
@@ -309,34 +310,18 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         start_rev + 1,
         stop_rx.clone(),
     ));
-    let leases = tokio::spawn(renew_leases(
-        ctx.client.clone(),
-        cfg.nodes,
-        cfg.lease_period,
-        cfg.duration,
-    ));
     let b = bar_of(
         cfg,
         (cfg.rate * cfg.duration.as_secs_f64()) as u64,
         "writing",
     );
     let began = Instant::now();
-    let sent = load::churn(
-        &ctx.client,
-        Churn::new(cfg.pods, cfg.nodes)
-            .with_apps(cfg.nodes)
-            .with_codec(codec),
-        cfg.rate,
-        cfg.duration,
-        &b,
-    )
-    .await;
+    let (sent, lease_writes) = write_apart(cfg, ctx.endpoint.clone(), codec, b.clone()).await?;
     b.finish_and_clear();
     let wrote_for = cfg
         .duration
         .as_secs_f64()
         .min(began.elapsed().as_secs_f64());
-    let lease_writes = leases.await.unwrap_or(0);
     super::load::until_quiet(&counters.received, cfg.delivery_grace, None).await;
     let server_stages = match side {
         Side::Watchcache => Some(stages::Stages::between(
@@ -739,6 +724,52 @@ async fn etcd_probe(
 
 /// Renews every node's Lease once per `period`, spread evenly over it, for `duration`; returns
 /// the renewals etcd acknowledged.
+/// The pod churn and the Lease renewals, from a thread and an etcd client of their own, as a
+/// real writer (kube-apiserver) is another process: the write and its acknowledgement are
+/// timed there, not by the runtime that reads the 10 000 connections' frames.
+async fn write_apart(
+    cfg: &KubeletConfig,
+    endpoint: String,
+    codec: Option<Arc<pods::Codec>>,
+    b: indicatif::ProgressBar,
+) -> Result<(std::collections::HashMap<u64, (u64, u64)>, u64), String> {
+    let (pods, nodes, rate, duration, period) = (
+        cfg.pods,
+        cfg.nodes,
+        cfg.rate,
+        cfg.duration,
+        cfg.lease_period,
+    );
+    let writer = std::thread::Builder::new()
+        .name("bench-writer".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("writer runtime: {e}"))?;
+            rt.block_on(async move {
+                let client = etcd_client::Client::connect([endpoint.as_str()], None)
+                    .await
+                    .map_err(|e| format!("etcd: {e}"))?;
+                let leases = tokio::spawn(renew_leases(client.clone(), nodes, period, duration));
+                let sent = load::churn(
+                    &client,
+                    Churn::new(pods, nodes).with_apps(nodes).with_codec(codec),
+                    rate,
+                    duration,
+                    &b,
+                )
+                .await;
+                Ok((sent, leases.await.unwrap_or(0)))
+            })
+        })
+        .map_err(|e| format!("writer thread: {e}"))?;
+    tokio::task::spawn_blocking(move || writer.join())
+        .await
+        .map_err(|e| format!("writer thread: {e}"))?
+        .map_err(|_| "the writer thread panicked".to_string())?
+}
+
 async fn renew_leases(
     client: etcd_client::Client,
     nodes: usize,
