@@ -219,8 +219,9 @@ func allAdded(names []string) func([]informed) bool {
 // splitStart takes off the adds of the objects that were there before the informer started (pre)
 // and returns the calls after them. They come as initial adds; an object the initial LIST missed
 // comes as a plain add right after: legal for client-go's LIST at resourceVersion=0 (any state,
-// possibly stale, as a cache's is), not for WatchList (consistent). note says which came late.
-func splitStart(calls []informed, pre []string, watchList bool) (after []informed, note string, err error) {
+// possibly stale, as a cache's is), not for a WatchList that was served (consistent; see
+// consistentStart). note says which came late.
+func splitStart(calls []informed, pre []string, consistent bool) (after []informed, note string, err error) {
 	var initial, late []string
 	i := 0
 	for ; i < len(calls) && calls[i].op == "add" && calls[i].initial; i++ {
@@ -234,7 +235,7 @@ func splitStart(calls []informed, pre []string, watchList bool) (after []informe
 		return nil, "", fmt.Errorf("the objects there before the informer: adds of %v, want %v (calls: %v)", got, pre, calls)
 	}
 	if len(late) > 0 {
-		if watchList {
+		if consistent {
 			return nil, "", fmt.Errorf("WatchList's initial events missed %v (they came later as adds; calls: %v)", late, calls)
 		}
 		note = fmt.Sprintf("; the initial LIST (resourceVersion=0) was stale: %v came by the watch", late)
@@ -252,6 +253,22 @@ func storeNames(inf cache.SharedIndexInformer) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// consistentStart: whether an informer's start must hold every object there was (splitStart's
+// watchList): WatchList asked and no LIST of the collection made. A server that refuses WatchList
+// (kube-apiserver on an etcd without progress requests) has client-go fall back to a LIST at
+// resourceVersion=0, which may be stale; requestMode judges whether that fallback was allowed.
+func consistentStart(xs []exchange, collection, selector string, watchList bool) bool {
+	if !watchList {
+		return false
+	}
+	for _, x := range xs {
+		if x.list(collection) && (x.query.Get("labelSelector") == selector || x.query.Get("fieldSelector") == selector) {
+			return false
+		}
+	}
+	return true
 }
 
 // requestMode tells from the exchanges of one informer's collection whether its reflector used
@@ -324,7 +341,8 @@ func (e *env) informerLifecycle(ctx context.Context, kind informerKind, watchLis
 	if err != nil {
 		return "", err
 	}
-	if _, _, err := splitStart(calls, pre, watchList); err != nil {
+	strict := consistentStart(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/configmaps", selector, watchList)
+	if _, _, err := splitStart(calls, pre, strict); err != nil {
 		return "", err
 	}
 	name := "inf-" + id + "-new"
@@ -345,7 +363,7 @@ func (e *env) informerLifecycle(ctx context.Context, kind informerKind, watchLis
 	if err != nil {
 		return "", err
 	}
-	after, note, err := splitStart(calls, pre, watchList)
+	after, note, err := splitStart(calls, pre, strict)
 	if err != nil {
 		return "", err
 	}
@@ -391,7 +409,8 @@ func (e *env) informerFieldSelector(ctx context.Context, watchList bool) (string
 	if err != nil {
 		return "", err
 	}
-	if _, _, err := splitStart(calls, []string{preA}, watchList); err != nil {
+	strict := consistentStart(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/pods", selector, watchList)
+	if _, _, err := splitStart(calls, []string{preA}, strict); err != nil {
 		return "", err
 	}
 	if _, err := c.Create(ctx, pod(newB, nodeB, map[string]string{"v": "1"}), metav1.CreateOptions{}); err != nil {
@@ -414,7 +433,7 @@ func (e *env) informerFieldSelector(ctx context.Context, watchList bool) (string
 	if err != nil {
 		return "", err
 	}
-	after, note, err := splitStart(calls, []string{preA}, watchList)
+	after, note, err := splitStart(calls, []string{preA}, strict)
 	if err != nil {
 		return "", err
 	}
@@ -462,7 +481,8 @@ func (e *env) informerLabelSelector(ctx context.Context, watchList bool) (string
 	if err != nil {
 		return "", err
 	}
-	if _, _, err := splitStart(calls, []string{blue}, watchList); err != nil {
+	strict := consistentStart(e.rec.since(mark), "/api/v1/namespaces/"+e.ns+"/configmaps", selector, watchList)
+	if _, _, err := splitStart(calls, []string{blue}, strict); err != nil {
 		return "", err
 	}
 	cur, err := c.Get(ctx, red, metav1.GetOptions{})
@@ -480,7 +500,7 @@ func (e *env) informerLabelSelector(ctx context.Context, watchList bool) (string
 	if err != nil {
 		return "", err
 	}
-	after, note, err := splitStart(calls, []string{blue}, watchList)
+	after, note, err := splitStart(calls, []string{blue}, strict)
 	if err != nil {
 		return "", err
 	}
