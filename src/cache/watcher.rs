@@ -72,13 +72,13 @@ pub(crate) struct Deliveries {
 }
 
 impl Deliveries {
-    /// None yet, at most `capacity` (at least one).
+    /// None yet, at most `capacity`.
     pub fn bounded(capacity: usize) -> Deliveries {
         Deliveries {
             first: None,
             rest: None,
             first_kind: EventType::Added,
-            capacity: u32::try_from(capacity.max(1)).unwrap_or(u32::MAX),
+            capacity: u32::try_from(capacity).unwrap_or(u32::MAX),
         }
     }
 

@@ -199,8 +199,10 @@ mod tests {
         ) -> Poll<std::io::Result<()>> {
             let before = buf.filled().len();
             let r = Pin::new(&mut self.io).poll_read(cx, buf);
-            let got = buf.filled()[before..].to_vec();
-            self.read.lock().unwrap().extend_from_slice(&got);
+            self.read
+                .lock()
+                .unwrap()
+                .extend_from_slice(&buf.filled()[before..]);
             r
         }
     }
@@ -226,21 +228,8 @@ mod tests {
         }
     }
 
-    /// A connection served over an in-memory pipe, and the client's half.
+    /// A connection served over an in-memory pipe: the client's half, and what the server sent.
     async fn serve(
-        router: Router,
-    ) -> (
-        h2::client::SendRequest<Bytes>,
-        tokio::sync::watch::Sender<bool>,
-        tokio::task::JoinHandle<()>,
-        GracefulShutdown,
-    ) {
-        let (send, stop, served, graceful, _) = serve_recorded(router).await;
-        (send, stop, served, graceful)
-    }
-
-    /// [`serve`], and what the server sent.
-    async fn serve_recorded(
         router: Router,
     ) -> (
         h2::client::SendRequest<Bytes>,
@@ -324,7 +313,7 @@ mod tests {
                 ),
             )
             .route("/now", get(|| async { "ok" }));
-        let (mut send, _stop, _served, _g, wire) = serve_recorded(router).await;
+        let (mut send, _stop, _served, _g, wire) = serve(router).await;
         for path in ["/dated/1", "/dated/2", "/dated/3", "/now", "/now"] {
             let (status, got) = get_body(&mut send, path).await;
             assert_eq!((status, &got[..]), (StatusCode::OK, &b"ok"[..]));
@@ -376,7 +365,7 @@ mod tests {
                     bug.unwrap_or_else(|| panic!("a bug in a watch"))
                 }),
             );
-        let (mut send, _stop, _served, _g) = serve(router).await;
+        let (mut send, _stop, _served, _g, _) = serve(router).await;
         // 300 KiB through the client's 64 KiB window: sent as WINDOW_UPDATEs come.
         let (status, got) = get_body(&mut send, "/big").await;
         assert_eq!(status, StatusCode::OK);
@@ -418,7 +407,7 @@ mod tests {
                 }),
             )
             .route("/ok", get(|| async { "ok" }));
-        let (mut send, stop, served, graceful) = serve(router).await;
+        let (mut send, stop, served, graceful, _) = serve(router).await;
         let req = Request::get("http://test/wait").body(()).unwrap();
         let (resp, _) = send.send_request(req, true).expect("request sent");
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -5,8 +5,8 @@
 //! `system:nodes`), HTTP/2, and over it its watches (`--watches-per-node`, 18 by default: see
 //! [`objects::watches`]) in protobuf. Writes: the pod churn of the pods model, plus each node's
 //! Lease renewed every `--lease-period` (10 s, as a kubelet), both from a thread with its own
-//! runtime and etcd client ([`write_apart`]: a real writer is another process). A side's steps: seed (etcd), start
-//! its server (after the seed, so it starts from a full store as a restarted server would), open
+//! runtime and etcd client ([`write_apart`]: a real writer is another process). A side's steps:
+//! seed (etcd), start its server (after the seed, so it starts from a full store as a restarted server would), open
 //! the connections (RSS measured), open the watches (RSS measured), open the same watches again on
 //! the same connections and close them (RSS measured: what a further idle watch costs, once the
 //! first set made each watched object's encoding), check that a node cannot watch another node's
