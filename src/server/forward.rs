@@ -112,16 +112,18 @@ pub(crate) async fn forward(
     } else {
         None
     };
-    let body = match axum::body::to_bytes(body, st.config.max_body_bytes).await {
+    // A request the gate served has its body read already (one frame: this is a move); a
+    // long-running one (an upgrade) is read here, by the same rules.
+    let body = match crate::server::body::read(
+        body,
+        &parts.headers,
+        parts.extensions.get::<crate::server::body::H2Framing>(),
+        st.config.max_body_bytes,
+    )
+    .await
+    {
         Ok(b) => b,
-        Err(e) => {
-            return ApiError::new(
-                413,
-                "RequestEntityTooLarge",
-                format!("the request body could not be read: {e}"),
-            )
-            .into_response();
-        }
+        Err(e) => return e.into_response(),
     };
     let uri = parts
         .uri

@@ -1,14 +1,16 @@
 //! Every request hyper serves (all but `/livez`) passes here first: admission (`filters.rs`:
 //! authentication, impersonation, authorization, the request parsed once), then, for a request
-//! that is not long-running, its body read whole and its `--max-requests-inflight` permit taken,
-//! all within `--request-timeout`, then the handler; the answer is audited when it is a write or a
-//! denial. The watch fast path runs the same admission (src/server/watch/fast_path.rs).
+//! that is not long-running, its `--max-requests-inflight` permit taken and its body read into
+//! one buffer (`body.rs`), all within `--request-timeout`, then the handler; the answer is audited
+//! when it is a write or a denial. The watch fast path runs the same admission
+//! (src/server/watch/fast_path.rs).
 //!
-//! Why the body is read here: a permit taken before the body arrives is held for as long as the
-//! client takes to send it, so four clients trickling bodies held `--max-requests-inflight 4`
-//! against everyone (issue 20, item 4). Read first, under the request's deadline, the permit is
-//! held only while the request is served, and a stalled body ends at the deadline with upstream's
-//! 504.
+//! Why the permit comes before the body, as in kube-apiserver: the bodies held at once are then
+//! at most the server's seats, each at most `--max-request-body-bytes` on the wire. Read before
+//! it, they were bounded only by the connections and their streams (100 a connection). What it
+//! costs: a client trickling its body holds a seat until `--request-timeout` (upstream's 504),
+//! and the queue is fair per user (`auth/limits.rs`), so that client's seats delay others by one
+//! seat's turn at most.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +21,7 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::server::body::{self, H2Framing};
 use crate::server::conn::ConnInfo;
 use crate::server::filters::{self, Admission, Incoming};
 use crate::server::metrics::RequestKey;
@@ -89,8 +92,11 @@ async fn serve(
     }
     let adm = &*adm;
     let served = async move {
-        let req = with_body_read(req, st.config.max_body_bytes).await?;
+        // The permit first: the bodies in memory at once are at most the server's seats, each
+        // at most `--max-request-body-bytes` (read before it, they were bounded by nothing but
+        // the connections' streams).
         let _permit = adm.permit(st).await?;
+        let req = with_body_read(req, st.config.max_body_bytes).await?;
         Ok::<_, ApiError>(next.run(req).await)
     };
     match tokio::time::timeout(st.config.request_timeout, served).await {
@@ -103,16 +109,12 @@ async fn serve(
     }
 }
 
-/// The request with its body read whole (at most `limit` bytes: 413 beyond, as upstream).
+/// The request with its body read whole into one buffer (at most `limit` bytes on the wire:
+/// 413 beyond, as upstream; `body.rs`).
 async fn with_body_read(req: Request, limit: usize) -> Result<Request, ApiError> {
-    let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let e = e.into_inner();
-        if e.is::<http_body_util::LengthLimitError>() {
-            ApiError::too_large(limit)
-        } else {
-            ApiError::bad_request(format!("the request body could not be read: {e}"))
-        }
-    })?;
+    let (mut parts, body) = req.into_parts();
+    // Taken out: what follows is one buffer, with no framing left to count.
+    let framing = parts.extensions.remove::<H2Framing>();
+    let bytes = body::read(body, &parts.headers, framing.as_ref(), limit).await?;
     Ok(Request::from_parts(parts, Body::from(bytes)))
 }

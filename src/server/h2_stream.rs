@@ -42,6 +42,7 @@ use tower::Service;
 use tracing::{debug, error, warn};
 
 use crate::server::ConnInfo;
+use crate::server::body::H2Framing;
 use crate::server::params;
 use crate::server::status::ApiError;
 use crate::server::watch::body::WatchResponse;
@@ -89,11 +90,13 @@ impl Stream {
         router: &Router,
         conn: &Arc<ConnInfo>,
     ) -> Stream {
-        let (parts, recv) = req.into_parts();
+        let (mut parts, recv) = req.into_parts();
         let body = if recv.is_end_stream() {
             Body::empty()
         } else {
-            Body::new(RecvBody::new(recv, &parts.headers))
+            let framing = H2Framing::default();
+            parts.extensions.insert(framing.clone());
+            Body::new(RecvBody::new(recv, &parts.headers, framing))
         };
         let mut req = Request::from_parts(parts, body);
         req.extensions_mut().insert(Arc::clone(conn));
@@ -423,17 +426,19 @@ impl WatchPipe {
 }
 
 /// A request's body as h2 receives it: each frame's bytes are given back to the flow-control
-/// window as they are read, as hyper's body does.
+/// window as they are read, as hyper's body does, and each frame's framing (its header and
+/// padding) is counted for the body's reader (`body.rs`), which bounds a body by its wire bytes.
 struct RecvBody {
     recv: RecvStream,
     /// `content-length`, when the request has one.
     len: Option<u64>,
     /// The data is read; the trailers are next.
     data_done: bool,
+    framing: H2Framing,
 }
 
 impl RecvBody {
-    fn new(recv: RecvStream, headers: &HeaderMap) -> RecvBody {
+    fn new(recv: RecvStream, headers: &HeaderMap, framing: H2Framing) -> RecvBody {
         let len = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
@@ -442,6 +447,7 @@ impl RecvBody {
             recv,
             len,
             data_done: false,
+            framing,
         }
     }
 }
@@ -456,8 +462,9 @@ impl HttpBody for RecvBody {
     ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
         let this = self.get_mut();
         if !this.data_done {
-            match ready!(this.recv.poll_data(cx)) {
-                Some(Ok(data)) => {
+            match ready!(this.recv.poll_data_framed(cx)) {
+                Some(Ok((data, wire))) => {
+                    this.framing.count(wire, data.len());
                     let _ = this.recv.flow_control().release_capacity(data.len());
                     if let Some(l) = &mut this.len {
                         *l = l.saturating_sub(data.len() as u64);

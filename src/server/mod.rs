@@ -53,6 +53,7 @@
 mod admission;
 pub mod auth;
 mod blocking;
+mod body;
 mod client_cert;
 mod config;
 pub(crate) mod conn;

@@ -16,6 +16,7 @@
 use serde_json::{Map, Value};
 
 use crate::model::ResourceDef;
+use crate::server::auth::node::{pod_configmap_names, pod_secret_names};
 use crate::server::auth::{RequestInfo, User};
 use crate::server::status::ApiError;
 
@@ -113,80 +114,117 @@ fn arr(v: Option<&Value>) -> &[Value] {
     v.and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
-/// The first API object a pod references, as upstream's `HasAPIObjectReference` names it.
-fn api_reference(pod: &Map<String, Value>) -> Option<&'static str> {
-    let spec = pod.get("spec")?;
+/// Whether a pod names any Secret (`VisitPodSecretNames`, shared with the Node authorizer).
+fn references_secrets(spec: &Value) -> bool {
+    let mut any = false;
+    pod_secret_names(spec, |_| any = true);
+    any
+}
+
+/// Whether a pod names any ConfigMap (`VisitPodConfigmapNames`, shared likewise).
+fn references_configmaps(spec: &Value) -> bool {
+    let mut any = false;
+    pod_configmap_names(spec, |_| any = true);
+    any
+}
+
+/// Volume sources that need nothing from the API (upstream's list in `HasAPIObjectReference`).
+const LOCAL_VOLUMES: &[&str] = &[
+    "awsElasticBlockStore",
+    "azureDisk",
+    "cephfs",
+    "cinder",
+    "downwardAPI",
+    "emptyDir",
+    "fc",
+    "flexVolume",
+    "flocker",
+    "gcePersistentDisk",
+    "gitRepo",
+    "hostPath",
+    "image",
+    "iscsi",
+    "nfs",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "quobyte",
+    "rbd",
+    "scaleIO",
+    "storageos",
+    "vsphereVolume",
+];
+
+/// The first API object a pod references, as upstream's `HasAPIObjectReference` names it, or
+/// upstream's error for a volume (or projection) of a kind it does not know: a node may create
+/// only pods that need nothing from the API, so what is not known to need nothing is refused.
+fn api_reference(pod: &Map<String, Value>) -> Result<Option<&'static str>, String> {
+    let Some(spec) = pod.get("spec") else {
+        return Ok(None);
+    };
     if spec["serviceAccountName"]
         .as_str()
         .is_some_and(|s| !s.is_empty())
     {
-        return Some("serviceaccounts");
+        return Ok(Some("serviceaccounts"));
     }
-    let containers = ["containers", "initContainers", "ephemeralContainers"]
-        .iter()
-        .flat_map(|l| arr(spec.get(*l)));
-    let (mut secrets, mut configmaps) = (!arr(spec.get("imagePullSecrets")).is_empty(), false);
-    for c in containers {
-        for e in arr(c.get("env")) {
-            secrets |= !e["valueFrom"]["secretKeyRef"].is_null();
-            configmaps |= !e["valueFrom"]["configMapKeyRef"].is_null();
-        }
-        for e in arr(c.get("envFrom")) {
-            secrets |= !e["secretRef"].is_null();
-            configmaps |= !e["configMapRef"].is_null();
-        }
+    if references_secrets(spec) {
+        return Ok(Some("secrets"));
     }
-    for v in arr(spec.get("volumes")) {
-        secrets |= !v["secret"].is_null()
-            || !v["azureFile"].is_null()
-            || [
-                "cephfs",
-                "flexVolume",
-                "iscsi",
-                "rbd",
-                "scaleIO",
-                "storageos",
-            ]
-            .iter()
-            .any(|k| !v[*k]["secretRef"].is_null());
-        configmaps |= !v["configMap"].is_null();
-    }
-    if secrets {
-        return Some("secrets");
-    }
-    if configmaps {
-        return Some("configmaps");
+    if references_configmaps(spec) {
+        return Ok(Some("configmaps"));
     }
     if !arr(spec.get("resourceClaims")).is_empty() {
-        return Some("resourceclaims");
+        return Ok(Some("resourceclaims"));
     }
     for v in arr(spec.get("volumes")) {
-        let has = |k: &str| !v[k].is_null();
-        if has("csi") {
-            return Some("csidrivers (via CSI volumes)");
+        let vname = v["name"].as_str().unwrap_or_default();
+        let has = |k: &str| v.get(k).is_some_and(|s| !s.is_null());
+        if LOCAL_VOLUMES.iter().any(|k| has(k)) {
+            continue;
         }
-        if has("glusterfs") {
-            return Some("endpoints (via glusterFS volumes)");
+        let what = [
+            ("configMap", "configmaps (via configmap volumes)"),
+            ("secret", "secrets (via secret volumes)"),
+            ("csi", "csidrivers (via CSI volumes)"),
+            ("glusterfs", "endpoints (via glusterFS volumes)"),
+            ("persistentVolumeClaim", "persistentvolumeclaims"),
+            (
+                "ephemeral",
+                "persistentvolumeclaims (via ephemeral volumes)",
+            ),
+            ("azureFile", "secrets (via azureFile volumes)"),
+        ]
+        .iter()
+        .find(|(k, _)| has(k));
+        if let Some((_, what)) = what {
+            return Ok(Some(what));
         }
-        if has("persistentVolumeClaim") {
-            return Some("persistentvolumeclaims");
-        }
-        if has("ephemeral") {
-            return Some("persistentvolumeclaims (via ephemeral volumes)");
+        if !has("projected") {
+            return Err(format!("unknown volume type for volume  {vname:?}"));
         }
         for s in arr(v["projected"].get("sources")) {
-            if !s["serviceAccountToken"].is_null() {
-                return Some("serviceaccounts (via projected volumes)");
+            let has = |k: &str| s.get(k).is_some_and(|s| !s.is_null());
+            let what = [
+                ("configMap", "configmaps (via projected volumes)"),
+                ("secret", "secrets (via projected volumes)"),
+                (
+                    "serviceAccountToken",
+                    "serviceaccounts (via projected volumes)",
+                ),
+                ("clusterTrustBundle", "clustertrustbundles"),
+                ("podCertificate", "podcertificates"),
+            ]
+            .iter()
+            .find(|(k, _)| has(k));
+            if let Some((_, what)) = what {
+                return Ok(Some(what));
             }
-            if !s["clusterTrustBundle"].is_null() {
-                return Some("clustertrustbundles");
-            }
-            if !s["podCertificate"].is_null() {
-                return Some("podcertificates");
+            if !has("downwardAPI") {
+                return Err(format!("unknown source for projected volume {vname:?}"));
             }
         }
     }
-    None
+    Ok(None)
 }
 
 /// The write of `obj` (over `old`, for an update) by `user`, when that user is a node. `node_uid`
@@ -279,10 +317,14 @@ pub(crate) fn admit(
                     ));
                 }
             }
-            if let Some(what) = api_reference(obj) {
-                return forbid(format!(
-                    "node \"{node}\" can not create pods that reference {what}"
-                ));
+            match api_reference(obj) {
+                Ok(None) => {}
+                Ok(Some(what)) => {
+                    return forbid(format!(
+                        "node \"{node}\" can not create pods that reference {what}"
+                    ));
+                }
+                Err(why) => return forbid(why),
             }
             Ok(())
         }
@@ -494,6 +536,102 @@ mod tests {
         // Anyone else is not restricted here.
         let alice = User::authenticated("alice", "", vec![]);
         assert!(create(&alice, &pods(), &plain).is_ok());
+    }
+
+    /// Issue 35, A-MIRROR: node-1 created a mirror pod whose projected volume named a Secret and
+    /// a ConfigMap (201), and the Node authorizer then let it read both. Every reference
+    /// upstream's `HasAPIObjectReference` refuses is refused, with its words.
+    #[test]
+    fn mirror_pods_that_reference_anything_from_the_api_are_refused_as_upstream() {
+        let n = node();
+        let refused = |spec: Value| reason(create(&n, &pods(), &mirror(spec)));
+        let vol = |v: Value| json!({"volumes": [v]});
+        let cases = [
+            (
+                vol(json!({"name": "p", "projected": {"sources": [{"secret": {"name": "s"}}]}})),
+                "reference secrets",
+            ),
+            (
+                vol(json!({"name": "p", "projected": {"sources": [{"configMap": {"name": "c"}}]}})),
+                "reference configmaps",
+            ),
+            (
+                vol(json!({"name": "p", "projected": {"sources": [
+                    {"downwardAPI": {"items": []}},
+                    {"serviceAccountToken": {"path": "t"}}]}})),
+                "reference serviceaccounts (via projected volumes)",
+            ),
+            (
+                vol(
+                    json!({"name": "p", "projected": {"sources": [{"clusterTrustBundle": {"path": "b"}}]}}),
+                ),
+                "reference clustertrustbundles",
+            ),
+            (
+                vol(
+                    json!({"name": "c", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "s"}}}),
+                ),
+                "reference secrets",
+            ),
+            (
+                vol(json!({"name": "c", "csi": {"driver": "d"}})),
+                "reference csidrivers (via CSI volumes)",
+            ),
+            (
+                vol(json!({"name": "c", "cinder": {"volumeID": "v", "secretRef": {"name": "s"}}})),
+                "reference secrets",
+            ),
+            (
+                vol(json!({"name": "c", "configMap": {"name": "c"}})),
+                "reference configmaps",
+            ),
+            (
+                vol(json!({"name": "v", "persistentVolumeClaim": {"claimName": "c"}})),
+                "reference persistentvolumeclaims",
+            ),
+            (
+                vol(json!({"name": "v", "ephemeral": {"volumeClaimTemplate": {}}})),
+                "reference persistentvolumeclaims (via ephemeral volumes)",
+            ),
+            (
+                json!({"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "c"}}]}]}),
+                "reference configmaps",
+            ),
+            (
+                json!({"ephemeralContainers": [{"name": "c", "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}]}),
+                "reference secrets",
+            ),
+            (
+                json!({"imagePullSecrets": [{"name": "pull"}]}),
+                "reference secrets",
+            ),
+            (
+                json!({"resourceClaims": [{"name": "r"}]}),
+                "reference resourceclaims",
+            ),
+            (
+                vol(json!({"name": "x", "somethingNew": {}})),
+                "unknown volume type for volume  \"x\"",
+            ),
+            (
+                vol(json!({"name": "x", "projected": {"sources": [{"somethingNew": {}}]}})),
+                "unknown source for projected volume \"x\"",
+            ),
+        ];
+        for (spec, want) in cases {
+            let got = refused(spec.clone());
+            assert!(got.ends_with(want), "{spec}: {got}");
+        }
+        // What needs nothing from the API is still allowed.
+        for spec in [
+            vol(json!({"name": "h", "hostPath": {"path": "/etc/kubernetes"}})),
+            vol(json!({"name": "p", "projected": {"sources": [{"downwardAPI": {"items": []}}]}})),
+            vol(json!({"name": "e", "emptyDir": {}})),
+            // An empty name references nothing (upstream's skipEmptyNames).
+            json!({"imagePullSecrets": [{"name": ""}]}),
+        ] {
+            assert!(create(&n, &pods(), &mirror(spec.clone())).is_ok(), "{spec}");
+        }
     }
 
     #[test]

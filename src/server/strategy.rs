@@ -319,6 +319,37 @@ pub(crate) fn prepare_for_update(
         _ => &empty,
     };
     let spec_changed = obj.get("spec") != old.get("spec");
+    let mut causes = Vec::new();
+    // `ValidateRoleBindingUpdate`: a binding's role is fixed for its life, so that whoever may
+    // edit its subjects cannot re-point it at a broader role (escalation checks bind the role
+    // a binding names; a new role needs a new binding).
+    if def.group == "rbac.authorization.k8s.io"
+        && matches!(def.plural.as_str(), "rolebindings" | "clusterrolebindings")
+    {
+        let role_ref = |o: &Map<String, Value>| {
+            ["apiGroup", "kind", "name"].map(|k| {
+                o.get("roleRef")
+                    .and_then(|r| r.get(k))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+        };
+        let [group, kind, name] = role_ref(obj);
+        if [&group, &kind, &name] != role_ref(old).each_ref() {
+            // The internal type as Go's `%#v` prints it, as upstream's field error does.
+            causes.push((
+                "FieldValueInvalid",
+                "roleRef".to_owned(),
+                format!(
+                    "Invalid value: rbac.RoleRef{{APIGroup:{}, Kind:{}, Name:{}}}: cannot change roleRef",
+                    quoted(&group),
+                    quoted(&kind),
+                    quoted(&name)
+                ),
+            ));
+        }
+    }
     if def.status_subresource {
         match old.get("status") {
             Some(s) => obj.insert("status".into(), s.clone()),
@@ -341,7 +372,6 @@ pub(crate) fn prepare_for_update(
         label_namespace(obj, &name);
     }
     let meta = meta_of(obj);
-    let mut causes = Vec::new();
     let immutable = |field: &str, shown: String| {
         (
             "FieldValueInvalid",
@@ -661,6 +691,31 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cm["status"]["x"], 2);
+    }
+
+    /// Issue 35, A-ROLEREF: a merge patch changing a RoleBinding's roleRef answered 200.
+    #[test]
+    fn a_bindings_role_ref_is_immutable() {
+        let binding = |role: &str| {
+            obj(json!({"metadata": {"name": "b"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "User", "name": "alice"}]}))
+        };
+        for plural in ["rolebindings", "clusterrolebindings"] {
+            let d = ResourceDef::builtin(plural).unwrap();
+            let causes = prepare_for_update(&d, &mut binding("cluster-admin"), &binding("view"))
+                .unwrap_err();
+            assert_eq!(causes[0].1, "roleRef");
+            assert_eq!(
+                causes[0].2,
+                "Invalid value: rbac.RoleRef{APIGroup:\"rbac.authorization.k8s.io\", \
+                 Kind:\"ClusterRole\", Name:\"cluster-admin\"}: cannot change roleRef"
+            );
+            // The subjects may change.
+            let mut more = binding("view");
+            more["subjects"] = json!([{"kind": "User", "name": "bob"}]);
+            prepare_for_update(&d, &mut more, &binding("view")).unwrap();
+        }
     }
 
     #[test]

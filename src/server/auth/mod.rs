@@ -29,7 +29,7 @@ mod authz;
 mod escalation;
 pub mod impersonate;
 mod limits;
-mod node;
+pub(crate) mod node;
 mod rbac;
 mod service_account;
 mod token_file;
@@ -110,6 +110,7 @@ impl Auth {
             NodeAuthorizer::new(NodeCaches {
                 pods: find("", "pods"),
                 pvcs: find("", "persistentvolumeclaims"),
+                pvs: find("", "persistentvolumes"),
                 volume_attachments: find("storage.k8s.io", "volumeattachments"),
                 resource_slices: find("resource.k8s.io", "resourceslices"),
             })

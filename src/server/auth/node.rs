@@ -58,7 +58,10 @@ pub struct RefSet {
 }
 
 impl RefSet {
-    /// Adds what one pod (its JSON) references.
+    /// Adds what one pod (its JSON) references, as upstream's graph adds a pod
+    /// (`graph.AddPod`): the secrets and configmaps `VisitPodSecretNames` and
+    /// `VisitPodConfigmapNames` visit, its service account, its claims (an ephemeral volume's
+    /// is `<pod>-<volume>`), its resource claims.
     pub fn add_pod(&mut self, pod: &Value) {
         let ns = pod["metadata"]["namespace"]
             .as_str()
@@ -72,9 +75,12 @@ impl RefSet {
                 set.insert((ns.clone(), n.to_owned()));
             }
         };
-        for s in arr(&spec["imagePullSecrets"]) {
-            put(&mut self.secrets, &s["name"]);
-        }
+        pod_secret_names(spec, |n| {
+            self.secrets.insert((ns.clone(), n.to_owned()));
+        });
+        pod_configmap_names(spec, |n| {
+            self.configmaps.insert((ns.clone(), n.to_owned()));
+        });
         put(&mut self.service_accounts, &spec["serviceAccountName"]);
         for c in arr(&spec["resourceClaims"]) {
             put(&mut self.resource_claims, &c["resourceClaimName"]);
@@ -83,31 +89,131 @@ impl RefSet {
             put(&mut self.resource_claims, &c["resourceClaimName"]);
         }
         for v in arr(&spec["volumes"]) {
-            put(&mut self.secrets, &v["secret"]["secretName"]);
-            put(&mut self.configmaps, &v["configMap"]["name"]);
             put(&mut self.pvcs, &v["persistentVolumeClaim"]["claimName"]);
-            // CSI and other plugins' secret references.
-            put(&mut self.secrets, &v["csi"]["nodePublishSecretRef"]["name"]);
-            for src in arr(&v["projected"]["sources"]) {
-                put(&mut self.secrets, &src["secret"]["name"]);
-                put(&mut self.configmaps, &src["configMap"]["name"]);
+            if !v["ephemeral"].is_null()
+                && let Some(vol) = v["name"].as_str()
+            {
+                // `ephemeral.VolumeClaimName`: the claim the ephemeral controller makes.
+                self.pvcs.insert((ns.clone(), format!("{name}-{vol}")));
             }
         }
-        for list in ["containers", "initContainers", "ephemeralContainers"] {
-            for c in arr(&spec[list]) {
-                for e in arr(&c["env"]) {
-                    put(&mut self.secrets, &e["valueFrom"]["secretKeyRef"]["name"]);
-                    put(
-                        &mut self.configmaps,
-                        &e["valueFrom"]["configMapKeyRef"]["name"],
-                    );
-                }
-                for e in arr(&c["envFrom"]) {
-                    put(&mut self.secrets, &e["secretRef"]["name"]);
-                    put(&mut self.configmaps, &e["configMapRef"]["name"]);
-                }
-            }
+    }
+}
+
+/// Calls `f` with each non-empty name at `path` within `v`.
+fn name_at<'a>(v: &'a Value, path: &[&str], f: &mut impl FnMut(&'a str)) {
+    let mut at = v;
+    for k in path {
+        at = &at[*k];
+    }
+    if let Some(n) = at.as_str().filter(|n| !n.is_empty()) {
+        f(n);
+    }
+}
+
+fn containers(spec: &Value) -> impl Iterator<Item = &Value> {
+    ["initContainers", "containers", "ephemeralContainers"]
+        .into_iter()
+        .flat_map(|l| arr(&spec[l]))
+}
+
+/// Volume sources whose `secretRef.name` names a Secret (upstream's `VisitPodSecretNames`).
+const SECRET_REF_VOLUMES: &[&str] = &[
+    "cephfs",
+    "cinder",
+    "flexVolume",
+    "rbd",
+    "scaleIO",
+    "iscsi",
+    "storageos",
+];
+
+/// Every Secret name a pod spec references (empty names skipped), as upstream's
+/// `VisitPodSecretNames` visits them: pull secrets; each container's `envFrom` and `env`; and
+/// each volume's: `azureFile.secretName`, the `secretRef` of the plugins that have one,
+/// `projected` sources' `secret`, `secret.secretName`, `csi.nodePublishSecretRef`. One list for
+/// the Node authorizer's graph and for NodeRestriction (`node_restriction.rs`), so that what a
+/// node may read and what it may not create pods to reach can never differ.
+pub(crate) fn pod_secret_names<'a>(spec: &'a Value, mut f: impl FnMut(&'a str)) {
+    for r in arr(&spec["imagePullSecrets"]) {
+        name_at(r, &["name"], &mut f);
+    }
+    for c in containers(spec) {
+        for e in arr(&c["envFrom"]) {
+            name_at(e, &["secretRef", "name"], &mut f);
         }
+        for e in arr(&c["env"]) {
+            name_at(e, &["valueFrom", "secretKeyRef", "name"], &mut f);
+        }
+    }
+    for v in arr(&spec["volumes"]) {
+        name_at(v, &["azureFile", "secretName"], &mut f);
+        for k in SECRET_REF_VOLUMES {
+            name_at(v, &[k, "secretRef", "name"], &mut f);
+        }
+        for s in arr(&v["projected"]["sources"]) {
+            name_at(s, &["secret", "name"], &mut f);
+        }
+        name_at(v, &["secret", "secretName"], &mut f);
+        name_at(v, &["csi", "nodePublishSecretRef", "name"], &mut f);
+    }
+}
+
+/// Every ConfigMap name a pod spec references (empty names skipped), as upstream's
+/// `VisitPodConfigmapNames`: each container's `envFrom` and `env`, `projected` sources'
+/// `configMap`, and `configMap` volumes.
+pub(crate) fn pod_configmap_names<'a>(spec: &'a Value, mut f: impl FnMut(&'a str)) {
+    for c in containers(spec) {
+        for e in arr(&c["envFrom"]) {
+            name_at(e, &["configMapRef", "name"], &mut f);
+        }
+        for e in arr(&c["env"]) {
+            name_at(e, &["valueFrom", "configMapKeyRef", "name"], &mut f);
+        }
+    }
+    for v in arr(&spec["volumes"]) {
+        for s in arr(&v["projected"]["sources"]) {
+            name_at(s, &["configMap", "name"], &mut f);
+        }
+        name_at(v, &["configMap", "name"], &mut f);
+    }
+}
+
+/// Every Secret a PersistentVolume lets its node read, as (namespace, name): upstream's
+/// `VisitPVSecretNames` with `kubeletVisible` (`graph.AddPV` adds only those; a CSI volume's
+/// controller secrets are not the node's). Where a reference has no namespace, cephfs,
+/// flexVolume, rbd, scaleIO, iscsi and azureFile take the claim's (`spec.claimRef`), as
+/// persisted volumes did; cinder, storageos and csi take theirs as written.
+fn pv_secret_names(pv: &Value, mut f: impl FnMut(String, String)) {
+    let spec = &pv["spec"];
+    let claim_ns = spec["claimRef"]["namespace"].as_str().unwrap_or_default();
+    let mut put = |ns: &Value, name: &Value, fallback: bool| {
+        if let Some(n) = name.as_str().filter(|n| !n.is_empty()) {
+            let ns = ns.as_str().filter(|n| !n.is_empty() || !fallback);
+            f(ns.unwrap_or(claim_ns).to_owned(), n.to_owned());
+        }
+    };
+    let az = &spec["azureFile"];
+    put(&az["secretNamespace"], &az["secretName"], true);
+    for (k, fallback) in [
+        ("cephfs", true),
+        ("cinder", false),
+        ("flexVolume", true),
+        ("rbd", true),
+        ("scaleIO", true),
+        ("iscsi", true),
+        ("storageos", false),
+    ] {
+        let r = &spec[k]["secretRef"];
+        put(&r["namespace"], &r["name"], fallback);
+    }
+    let csi = &spec["csi"];
+    for r in [
+        "nodePublishSecretRef",
+        "nodeStageSecretRef",
+        "nodeExpandSecretRef",
+    ] {
+        put(&csi[r]["namespace"], &csi[r]["name"], false);
     }
 }
 
@@ -123,6 +229,8 @@ pub struct NodeCaches {
     pub pods: Option<Cache>,
     /// PersistentVolumeClaims: which volume each referenced claim is bound to.
     pub pvcs: Option<Cache>,
+    /// PersistentVolumes: the secrets a referenced claim's volume names.
+    pub pvs: Option<Cache>,
     /// VolumeAttachments: the node each is attached to.
     pub volume_attachments: Option<Cache>,
     /// ResourceSlices: the node each belongs to.
@@ -219,7 +327,7 @@ fn node_rules() -> &'static [PolicyRule] {
 }
 
 /// What a node's [`RefSet`] was computed from: its pods (key and revision, in the index's key
-/// order) and the claims cache's revision.
+/// order) and the claims' and volumes' caches' revisions (summed).
 #[derive(Debug)]
 struct Basis {
     pods: Vec<(Box<str>, u64)>,
@@ -284,7 +392,12 @@ impl NodeAuthorizer {
         let Some(pods) = &self.caches.pods else {
             return Arc::default();
         };
-        let claims = self.caches.pvcs.as_ref().map_or(0, Cache::resource_version);
+        // Both only grow, so their sum changes whenever either does.
+        let claims = [&self.caches.pvcs, &self.caches.pvs]
+            .iter()
+            .filter_map(|c| c.as_ref())
+            .map(Cache::resource_version)
+            .fold(0u64, u64::wrapping_add);
         let bound = match pods.lookup("spec.nodeName", node) {
             Ok(bound) => bound,
             // Not ready (or no such index): nothing is known to be referenced.
@@ -305,7 +418,8 @@ impl NodeAuthorizer {
                 Err(e) => tracing::debug!(key = p.key(), error = %e, "pod not read"),
             }
         }
-        // node <- pod <- pvc <- pv: the volumes the referenced claims are bound to.
+        // node <- pod <- pvc <- pv: the volumes the referenced claims are bound to, and the
+        // secrets those volumes name (node <- pod <- pvc <- pv <- secret).
         if let Some(pvcs) = &self.caches.pvcs {
             let mut pvs = HashSet::new();
             for (ns, name) in &set.pvcs {
@@ -314,6 +428,17 @@ impl NodeAuthorizer {
                     && let Some(pv) = v["spec"]["volumeName"].as_str().filter(|n| !n.is_empty())
                 {
                     pvs.insert(pv.to_owned());
+                }
+            }
+            if let Some(cache) = &self.caches.pvs {
+                for name in &pvs {
+                    if let Some(pv) = cache.peek(None, name)
+                        && let Ok(v) = serde_json::from_slice::<Value>(&pv.json_unkept())
+                    {
+                        pv_secret_names(&v, |ns, n| {
+                            set.secrets.insert((ns, n));
+                        });
+                    }
                 }
             }
             set.pvs = pvs;
@@ -561,6 +686,54 @@ mod tests {
         assert!(has(&set.pvcs, "data"));
         assert!(has(&set.pods, "p1"));
         assert!(!has(&set.secrets, "cm"));
+    }
+
+    /// The graph has every volume source upstream's has (`VisitPodSecretNames`, ephemeral
+    /// claims, `VisitPVSecretNames` with what the kubelet sees); it lacked the plugins' secret
+    /// references, azureFile, ephemeral claims and volumes' secrets before issue 35.
+    #[test]
+    fn reference_sets_cover_every_volume_source_as_upstreams_graph() {
+        let mut set = RefSet::default();
+        set.add_pod(&json!({"metadata": {"namespace": "a", "name": "p1"},
+            "spec": {"nodeName": "n1", "volumes": [
+                {"name": "az", "azureFile": {"secretName": "azs", "shareName": "x"}},
+                {"name": "ci", "cinder": {"volumeID": "v", "secretRef": {"name": "cis"}}},
+                {"name": "ce", "cephfs": {"monitors": [], "secretRef": {"name": "ces"}}},
+                {"name": "fl", "flexVolume": {"driver": "d", "secretRef": {"name": "fls"}}},
+                {"name": "rb", "rbd": {"image": "i", "secretRef": {"name": "rbs"}}},
+                {"name": "sc", "scaleIO": {"system": "s", "secretRef": {"name": "scs"}}},
+                {"name": "is", "iscsi": {"iqn": "q", "secretRef": {"name": "iss"}}},
+                {"name": "so", "storageos": {"secretRef": {"name": "sos"}}},
+                {"name": "cs", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "css"}}},
+                {"name": "eph", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}],
+                "initContainers": [{"name": "i", "envFrom": [{"secretRef": {"name": "inits"}}]}],
+                "ephemeralContainers": [{"name": "e", "env": [{"name": "E",
+                    "valueFrom": {"configMapKeyRef": {"name": "ephcm", "key": "k"}}}]}]}}));
+        let has =
+            |s: &HashSet<(String, String)>, n: &str| s.contains(&("a".to_owned(), n.to_owned()));
+        for n in [
+            "azs", "cis", "ces", "fls", "rbs", "scs", "iss", "sos", "css", "inits",
+        ] {
+            assert!(has(&set.secrets, n), "{n}");
+        }
+        assert!(has(&set.configmaps, "ephcm"));
+        assert!(has(&set.pvcs, "p1-eph"), "{:?}", set.pvcs);
+        let mut pv = Vec::new();
+        pv_secret_names(
+            &json!({"spec": {"claimRef": {"namespace": "a"},
+                "csi": {"driver": "d",
+                    "nodeStageSecretRef": {"name": "stage", "namespace": "infra"},
+                    "controllerPublishSecretRef": {"name": "ctl", "namespace": "infra"}}}}),
+            |ns, n| pv.push((ns, n)),
+        );
+        assert_eq!(pv, [("infra".to_owned(), "stage".to_owned())]);
+        pv.clear();
+        pv_secret_names(
+            &json!({"spec": {"claimRef": {"namespace": "a"}, "rbd": {"image": "i",
+                "secretRef": {"name": "r"}}}}),
+            |ns, n| pv.push((ns, n)),
+        );
+        assert_eq!(pv, [("a".to_owned(), "r".to_owned())]);
     }
 
     /// A node's references are computed again when its own pods change, and only then: a pod

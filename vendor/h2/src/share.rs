@@ -423,6 +423,16 @@ impl RecvStream {
         self.inner.inner.poll_data(cx).map_err(Into::into)
     }
 
+    /// watchcache: poll for the next data frame, with the frame's length on the wire: its 9-byte
+    /// header and any padding included (padding is given back to flow control by h2 itself and
+    /// is otherwise invisible), so that a server can bound a body by what it cost to receive.
+    pub fn poll_data_framed(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<(Bytes, u32), crate::Error>>> {
+        self.inner.inner.poll_data_framed(cx).map_err(Into::into)
+    }
+
     #[doc(hidden)]
     pub fn poll_trailers(
         &mut self,

@@ -70,6 +70,10 @@ pub(super) enum Event {
 pub(super) struct DataEvent {
     pub(super) payload: Bytes,
     pub(super) is_budgeted: bool,
+    /// watchcache: the frame's bytes on the wire (its 9-byte header, the padding and its length
+    /// byte included), so that a server can count a body by what it cost to receive: padding is
+    /// released to flow control here and never reaches the user otherwise.
+    pub(super) wire_len: u32,
 }
 
 #[derive(Debug)]
@@ -770,9 +774,12 @@ impl Recv {
         }
 
         let is_budgeted = !frame.is_end_stream();
+        // watchcache: at most 9 + 2^24 - 1, so it fits.
+        let wire_len = (frame::HEADER_LEN + frame.flow_controlled_len()) as u32;
         let event = Event::Data(DataEvent {
             payload: frame.into_payload(),
             is_budgeted,
+            wire_len,
         });
 
         // Push the frame onto the recv buffer
@@ -1308,6 +1315,7 @@ mod tests {
                 Event::Data(DataEvent {
                     payload: data.clone(),
                     is_budgeted: true,
+                    wire_len: (frame::HEADER_LEN + FRAME_LEN) as u32,
                 }),
             );
         }

@@ -1522,6 +1522,15 @@ impl OpaqueStreamRef {
     }
 
     pub fn poll_data(&mut self, cx: &Context) -> Poll<Option<Result<Bytes, proto::Error>>> {
+        self.poll_data_framed(cx)
+            .map(|r| r.map(|r| r.map(|(payload, _)| payload)))
+    }
+
+    /// watchcache: the next data frame's payload, with the frame's length on the wire.
+    pub fn poll_data_framed(
+        &mut self,
+        cx: &Context,
+    ) -> Poll<Option<Result<(Bytes, u32), proto::Error>>> {
         let mut me = self.inner.lock().unwrap();
         let me = &mut *me;
 
@@ -1535,7 +1544,7 @@ impl OpaqueStreamRef {
                     if data.is_budgeted {
                         me.counts.release_data_frame(data.payload.len());
                     }
-                    Some(Ok(data.payload))
+                    Some(Ok((data.payload, data.wire_len)))
                 }
                 Some(Err(err)) => Some(Err(err)),
                 None => None,
