@@ -823,3 +823,254 @@ async fn http2_connections_offer_no_hpack_table_and_serve_requests_that_drop_the
         assert_eq!(status, Some(0x88), "stream {stream}: 200");
     }
 }
+
+/// The process's resident set (`VmRSS`), in bytes: the server runs in this process.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// `apiserver_request_total` summed over the series with this code, read over TLS.
+async fn requests_with_code(url: &str, ca: &Path, code: u16) -> u64 {
+    let answer = request(
+        url,
+        ca,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let want = format!("code=\"{code}\"");
+    answer
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains(&want))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// An HTTP/2 frame: its 9-byte header, then `payload`.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A header block of literal fields with new names, neither indexed nor Huffman-coded (every
+/// name and value under 127 bytes).
+fn hpack_literals(fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, value) in fields {
+        out.push(0);
+        out.push(name.len() as u8);
+        out.extend_from_slice(name.as_bytes());
+        out.push(value.len() as u8);
+        out.extend_from_slice(value.as_bytes());
+    }
+    out
+}
+
+/// What the server has sent on a raw HTTP/2 connection, as far as a sender needs it: its send
+/// windows, and whether stream 1 was answered (or reset, or the connection ended).
+#[derive(Default)]
+struct H2Peer {
+    conn_window: i64,
+    stream_window: i64,
+    answered: bool,
+    settings_to_ack: u32,
+}
+
+/// Issue 35, H2-PAD: a POST whose body came as 160 000 DATA frames of one byte padded to 255,
+/// left open, added 46 MiB to the server (303 B per body byte; ~900 MiB a stream at the 3 MiB
+/// limit). The body is now one buffer of its data, and its frames' padding and headers count
+/// against the limit: it is refused with 413 after about 12 000 frames, and the process grows
+/// by what it carried, not by what it pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_of_padded_h2_frames_costs_its_data_not_its_frames() {
+    let pki = pki();
+    let s = TestServer::start_tls(ServerConfig::default(), pki.tls()).await;
+    let ca = pki.ca.cert_file.clone();
+    let refused_before = requests_with_code(&s.url, &ca, 413).await;
+    let tls = connect(&s.url, client_config(&ca, None, &[b"h2"]))
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut rd, mut wr) = tokio::io::split(tls);
+    let peer = Arc::new(std::sync::Mutex::new(H2Peer {
+        conn_window: 65_535,
+        stream_window: 65_535,
+        ..H2Peer::default()
+    }));
+    let reader = {
+        let peer = Arc::clone(&peer);
+        tokio::spawn(async move {
+            let mut head = [0u8; 9];
+            while rd.read_exact(&mut head).await.is_ok() {
+                let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                let (kind, flags) = (head[3], head[4]);
+                let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & !(1 << 31);
+                let mut payload = vec![0u8; len];
+                if rd.read_exact(&mut payload).await.is_err() {
+                    break;
+                }
+                let mut p = peer.lock().unwrap();
+                match kind {
+                    // HEADERS or RST_STREAM on the request's stream; GOAWAY.
+                    1 | 3 if stream == 1 => p.answered = true,
+                    7 => p.answered = true,
+                    // SETTINGS (not an ACK): INITIAL_WINDOW_SIZE sets the stream's window.
+                    4 if flags & 1 == 0 => {
+                        for setting in payload.chunks_exact(6) {
+                            let id = u16::from_be_bytes([setting[0], setting[1]]);
+                            let v = u32::from_be_bytes([
+                                setting[2], setting[3], setting[4], setting[5],
+                            ]);
+                            if id == 4 {
+                                p.stream_window += i64::from(v) - 65_535;
+                            }
+                        }
+                        p.settings_to_ack += 1;
+                    }
+                    8 => {
+                        let inc = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                            & !(1 << 31);
+                        if stream == 0 {
+                            p.conn_window += i64::from(inc);
+                        } else if stream == 1 {
+                            p.stream_window += i64::from(inc);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            peer.lock().unwrap().answered = true;
+        })
+    };
+    let mut start = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    start.extend(h2_frame(4, 0, 0, &[]));
+    let headers = hpack_literals(&[
+        (":method", "POST"),
+        (":scheme", "https"),
+        (":authority", "localhost"),
+        (":path", "/api/v1/namespaces/default/configmaps"),
+        ("content-type", "application/json"),
+    ]);
+    // END_HEADERS, not END_STREAM: the body follows, and is never ended.
+    start.extend(h2_frame(1, 0x4, 1, &headers));
+    wr.write_all(&start).await.unwrap();
+    let before = rss();
+    // One byte of data, a pad-length byte and 254 bytes of padding: 256 flow-controlled bytes.
+    let mut padded = vec![254u8, b'{'];
+    padded.extend([0u8; 254]);
+    let frame = h2_frame(0, 0x8, 1, &padded);
+    const FRAMES: usize = 160_000;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut sent = 0;
+    while sent < FRAMES && tokio::time::Instant::now() < deadline {
+        let (batch, acks) = {
+            let mut p = peer.lock().unwrap();
+            if p.answered {
+                break;
+            }
+            let room = p.conn_window.min(p.stream_window) / 256;
+            let batch = (room.max(0) as usize).min(64).min(FRAMES - sent);
+            p.conn_window -= 256 * batch as i64;
+            p.stream_window -= 256 * batch as i64;
+            (batch, std::mem::take(&mut p.settings_to_ack))
+        };
+        let mut out = Vec::new();
+        for _ in 0..acks {
+            out.extend(h2_frame(4, 1, 0, &[]));
+        }
+        for _ in 0..batch {
+            out.extend_from_slice(&frame);
+        }
+        if !out.is_empty() && wr.write_all(&out).await.is_err() {
+            break;
+        }
+        sent += batch;
+        if batch == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let grew = rss().saturating_sub(before);
+    let answered = peer.lock().unwrap().answered;
+    eprintln!(
+        "H2-PAD: {sent} padded frames sent ({} KiB on the wire), answered: {answered}, RSS +{} KiB",
+        sent * frame.len() / 1024,
+        grew / 1024
+    );
+    assert!(answered, "the body was never refused ({sent} frames sent)");
+    assert!(
+        sent < 20_000,
+        "refused only after {sent} frames: the limit counts the wire"
+    );
+    assert!(
+        grew < 8 << 20,
+        "the server grew {grew} B for {sent} body bytes"
+    );
+    assert_eq!(
+        requests_with_code(&s.url, &ca, 413).await,
+        refused_before + 1,
+        "refused with upstream's 413"
+    );
+    reader.abort();
+}
+
+/// Issue 35, H1-CHUNKS: one chunked POST of 3 MiB sent in 1-byte chunks added 179 MiB to the
+/// server. Each chunk is now copied into the body's one buffer and dropped, and its size line and
+/// CRLFs count against the limit: refused with 413 once its framing outweighs its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_of_one_byte_chunks_costs_its_data_not_its_chunks() {
+    let pki = pki();
+    let s = TestServer::start_tls(ServerConfig::default(), pki.tls()).await;
+    let ca = pki.ca.cert_file.clone();
+    let mut tls = connect(&s.url, client_config(&ca, None, &[b"http/1.1"]))
+        .await
+        .unwrap();
+    tls.write_all(
+        b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\n\
+          Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let (mut rd, mut wr) = tokio::io::split(tls);
+    let answer = tokio::spawn(async move {
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(60), rd.read_to_end(&mut out)).await;
+        out
+    });
+    let before = rss();
+    // Under the limit's 3 MiB of data, and left open: what the server holds is measured while
+    // it still holds it.
+    const CHUNKS: usize = (3 << 20) - 4096;
+    let batch = b"1\r\nx\r\n".repeat(4096);
+    let mut sent = 0;
+    while sent < CHUNKS && !answer.is_finished() {
+        if wr.write_all(&batch).await.is_err() {
+            break;
+        }
+        sent += 4096;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let grew = rss().saturating_sub(before);
+    let _ = wr.write_all(b"0\r\n\r\n").await;
+    let answer = answer.await.unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    eprintln!(
+        "H1-CHUNKS: {sent} one-byte chunks sent, RSS +{} KiB, answer: {}",
+        grew / 1024,
+        text.lines().next().unwrap_or_default()
+    );
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains(r#""reason":"RequestEntityTooLarge""#), "{text}");
+    assert!(
+        grew < 16 << 20,
+        "the server grew {grew} B for {sent} body bytes"
+    );
+}
