@@ -649,9 +649,11 @@ async fn admission_is_one_rule_on_both_transports() {
 }
 
 /// Issue 20, item 4: four POSTs that sent one byte of their body held `--max-requests-inflight 4`
-/// against everyone (masters included) for as long as they stalled. The permit is now taken once
-/// the body has arrived, a stalled body ends at `--request-timeout` with upstream's 504, and
-/// `system:masters` is never refused by the limit.
+/// against everyone (masters included) for as long as they stalled. The permit is taken before
+/// the body (issue 35: the bodies read at once are at most the seats), and a body that brings
+/// less than 4 KiB in 100 ms gives it back until it goes on (`server/gate.rs`); a stalled body
+/// ends at `--request-timeout` with upstream's 504, and `system:masters` is never refused by the
+/// limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_bodies_hold_no_permit_and_end_at_the_request_timeout() {
     let s = auth_server(ServerConfig {

@@ -936,8 +936,9 @@ async fn a_body_of_padded_h2_frames_costs_its_data_not_its_frames() {
                         p.settings_to_ack += 1;
                     }
                     8 => {
-                        let inc = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
-                            & !(1 << 31);
+                        let inc =
+                            u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                                & !(1 << 31);
                         if stream == 0 {
                             p.conn_window += i64::from(inc);
                         } else if stream == 1 {
@@ -1068,9 +1069,135 @@ async fn a_body_of_one_byte_chunks_costs_its_data_not_its_chunks() {
         text.lines().next().unwrap_or_default()
     );
     assert!(text.starts_with("HTTP/1.1 413"), "{text}");
-    assert!(text.contains(r#""reason":"RequestEntityTooLarge""#), "{text}");
+    assert!(
+        text.contains(r#""reason":"RequestEntityTooLarge""#),
+        "{text}"
+    );
     assert!(
         grew < 16 << 20,
         "the server grew {grew} B for {sent} body bytes"
     );
+}
+
+/// Writes `n` ConfigMaps of 100 KB each into the server's etcd (`default`), as JSON.
+async fn big_config_maps(s: &TestServer, n: usize) {
+    let mut etcd = support::etcd::client(&[s.etcd.server.url()]).await;
+    let data = "x".repeat(100_000);
+    for i in 0..n {
+        let name = format!("big-{i}");
+        let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{i}"),
+                "creationTimestamp": "2026-11-28T00:00:00Z"},
+            "data": {"k": data}});
+        put_rev(
+            &mut etcd,
+            &format!("/registry/configmaps/default/{name}"),
+            cm.to_string(),
+        )
+        .await;
+    }
+}
+
+/// Issue 35, H1-SLOWREAD and H2-ZEROWIN: with `--request-timeout 5s`, 9 MB LISTs whose client
+/// never read (HTTP/1.1) or never opened its window (HTTP/2) were still held 12 s later, with
+/// their snapshot. The timeout now covers the whole response: at it the HTTP/1.1 connection is
+/// closed and the HTTP/2 stream reset (`INTERNAL_ERROR`), as kube-apiserver aborts its handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_its_client_does_not_take_ends_at_the_request_timeout() {
+    let pki = pki();
+    let s = TestServer::start_tls(
+        ServerConfig {
+            request_timeout: Duration::from_secs(2),
+            ..ServerConfig::default()
+        },
+        pki.tls(),
+    )
+    .await;
+    let ca = pki.ca.cert_file.clone();
+    big_config_maps(&s, 90).await;
+    // The cache has them all: a LIST of 9 MB.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = request(
+            &s.url,
+            &ca,
+            "GET /api/v1/namespaces/default/configmaps?limit=1&continue= HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        if got.contains("big-89") || got.contains(r#""remainingItemCount":89"#) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not cached: {got:.300}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // HTTP/1.1: the request, and nothing read until well past the timeout.
+    let mut h1 = connect(&s.url, client_config(&ca, None, &[b"http/1.1"]))
+        .await
+        .unwrap();
+    h1.write_all(b"GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // HTTP/2: a stream window of 0, so that no DATA may come.
+    let mut h2 = connect(&s.url, client_config(&ca, None, &[b"h2"]))
+        .await
+        .unwrap();
+    let mut start = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    start.extend(h2_frame(4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    let headers = hpack_literals(&[
+        (":method", "GET"),
+        (":scheme", "https"),
+        (":authority", "localhost"),
+        (":path", "/api/v1/namespaces/default/configmaps"),
+    ]);
+    start.extend(h2_frame(1, 0x4 | 0x1, 1, &headers));
+    h2.write_all(&start).await.unwrap();
+    let started = tokio::time::Instant::now();
+
+    // The HTTP/2 stream is reset at the deadline: its RST_STREAM is INTERNAL_ERROR (2).
+    let reset = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut head = [0u8; 9];
+        loop {
+            h2.read_exact(&mut head).await.unwrap();
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            h2.read_exact(&mut payload).await.unwrap();
+            let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+            assert!(head[3] != 0, "DATA sent through a window of 0");
+            if head[3] == 3 && stream == 1 {
+                return u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+            }
+        }
+    })
+    .await
+    .expect("the HTTP/2 stream is reset within 10 s");
+    let waited = started.elapsed();
+    assert_eq!(reset, 2, "INTERNAL_ERROR");
+    assert!(
+        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(6),
+        "{waited:?}"
+    );
+
+    // The HTTP/1.1 connection was closed at the deadline: what was sent before it is there to
+    // read, then the end, well short of the whole list.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 64 * 1024];
+    let end = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match h1.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got += n,
+            }
+        }
+    })
+    .await;
+    assert!(
+        end.is_ok(),
+        "the connection is still open after {got} bytes"
+    );
+    assert!(got < 9_000_000, "the whole list was sent: {got} bytes");
 }

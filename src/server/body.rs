@@ -84,30 +84,55 @@ fn chunk_framing(n: usize) -> u64 {
     u64::from(hex_digits) + 4
 }
 
-/// Reads `body` whole into one buffer: at most `limit` bytes on the wire (data and framing),
-/// 413 beyond, or when its framing outweighs its data past [`RATIO_GRACE`]; 400 when the body
-/// cannot be read (the client reset it, or broke its framing).
-pub(crate) async fn read(
+/// A body being read into one buffer, a frame at a time (so that its reader can do something
+/// between frames: the gate gives back its seat while the client sends nothing).
+pub(crate) struct Reader {
     body: Body,
-    headers: &HeaderMap,
-    h2: Option<&H2Framing>,
+    framing: Framing,
     limit: usize,
-) -> Result<Bytes, ApiError> {
-    let framing = Framing::of(headers, h2);
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(ApiError::too_large(limit));
+    buf: Vec<u8>,
+    chunk_framing: u64,
+}
+
+impl Reader {
+    /// A reader of `body` as `headers` and its transport frame it: at most `limit` bytes on the
+    /// wire, data and framing.
+    ///
+    /// # Errors
+    /// 413 when `content-length` is over the limit.
+    pub(crate) fn new(
+        body: Body,
+        headers: &HeaderMap,
+        h2: Option<&H2Framing>,
+        limit: usize,
+    ) -> Result<Reader, ApiError> {
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(ApiError::too_large(limit));
+        }
+        Ok(Reader {
+            body,
+            framing: Framing::of(headers, h2),
+            limit,
+            // Sized from content-length (at most the limit): one allocation for an honest body.
+            buf: Vec::with_capacity(declared.unwrap_or(0) as usize),
+            chunk_framing: 0,
+        })
     }
-    // Sized from content-length (at most the limit): one allocation for an honest body.
-    let mut buf: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0) as usize);
-    let mut body = body;
-    let mut chunk_framing_total = 0u64;
-    loop {
-        let frame = match Pin::new(&mut body).frame().await {
-            None => break,
+
+    /// Reads the next frame into the buffer: `Ok(false)` at the end of the body. Cancel-safe:
+    /// dropped while waiting, it has taken nothing.
+    ///
+    /// # Errors
+    /// 413 past the limit on the wire, or when the framing outweighs the data past
+    /// [`RATIO_GRACE`]; 400 when the body cannot be read (the client reset it, or broke its
+    /// framing).
+    pub(crate) async fn step(&mut self) -> Result<bool, ApiError> {
+        let frame = match Pin::new(&mut self.body).frame().await {
+            None => return Ok(false),
             Some(Ok(f)) => f,
             Some(Err(e)) => {
                 let e = e.into_inner();
@@ -118,17 +143,18 @@ pub(crate) async fn read(
         };
         let Ok(data) = frame.into_data() else {
             // Trailers: nothing a Kubernetes request carries there.
-            continue;
+            return Ok(true);
         };
-        let framed = match &framing {
+        let framed = match &self.framing {
             Framing::Length => 0,
             Framing::Chunked => {
-                chunk_framing_total += chunk_framing(data.len());
-                chunk_framing_total
+                self.chunk_framing += chunk_framing(data.len());
+                self.chunk_framing
             }
             Framing::H2(f) => f.get(),
         };
-        let data_len = (buf.len() + data.len()) as u64;
+        let limit = self.limit;
+        let data_len = (self.buf.len() + data.len()) as u64;
         let wire = data_len + framed;
         if wire > limit as u64 {
             return Err(ApiError::too_large(limit));
@@ -139,13 +165,38 @@ pub(crate) async fn read(
                  ({data_len} bytes)"
             )));
         }
-        buf.extend_from_slice(&data);
+        self.buf.extend_from_slice(&data);
         // `data` (and the read buffer it is a slice of) is dropped here.
+        Ok(true)
     }
-    if buf.capacity() - buf.len() > buf.len() / 4 {
-        buf.shrink_to_fit();
+
+    /// The data read so far.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len()
     }
-    Ok(Bytes::from(buf))
+
+    /// The body's data, as one buffer.
+    pub(crate) fn finish(mut self) -> Bytes {
+        if self.buf.capacity() - self.buf.len() > self.buf.len() / 4 {
+            self.buf.shrink_to_fit();
+        }
+        Bytes::from(self.buf)
+    }
+}
+
+/// Reads `body` whole into one buffer ([`Reader`]).
+///
+/// # Errors
+/// As [`Reader::new`] and [`Reader::step`].
+pub(crate) async fn read(
+    body: Body,
+    headers: &HeaderMap,
+    h2: Option<&H2Framing>,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let mut r = Reader::new(body, headers, h2, limit)?;
+    while r.step().await? {}
+    Ok(r.finish())
 }
 
 #[cfg(test)]

@@ -21,4 +21,8 @@ pub(crate) struct ConnInfo {
     /// `--insecure-listen`, loopback only): kube-apiserver's old insecure port, whose requests
     /// were neither authenticated nor authorized.
     pub(crate) insecure_listener: bool,
+    /// An HTTP/1.1 connection served by hyper: the clock of the response it is sending
+    /// (`deadline.rs`). Unset on HTTP/2 (each stream has its own deadline) and on the watch
+    /// fast path.
+    pub(crate) clock: std::sync::OnceLock<std::sync::Arc<crate::server::deadline::ResponseClock>>,
 }

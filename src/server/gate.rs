@@ -5,12 +5,12 @@
 //! when it is a write or a denial. The watch fast path runs the same admission
 //! (src/server/watch/fast_path.rs).
 //!
-//! Why the permit comes before the body, as in kube-apiserver: the bodies held at once are then
+//! Why the permit comes before the body, as in kube-apiserver: the bodies read at once are then
 //! at most the server's seats, each at most `--max-request-body-bytes` on the wire. Read before
-//! it, they were bounded only by the connections and their streams (100 a connection). What it
-//! costs: a client trickling its body holds a seat until `--request-timeout` (upstream's 504),
-//! and the queue is fair per user (`auth/limits.rs`), so that client's seats delay others by one
-//! seat's turn at most.
+//! it, they were bounded only by the connections and their streams (100 a connection). Unlike
+//! kube-apiserver, a body that stalls gives its seat back until it goes on
+//! ([`with_body_read`]): a client trickling its body holds no seat (issue 20, item 4), only the
+//! buffer of what it has sent.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,6 +23,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::server::body::{self, H2Framing};
 use crate::server::conn::ConnInfo;
+use crate::server::deadline::ResponseDeadline;
 use crate::server::filters::{self, Admission, Incoming};
 use crate::server::metrics::RequestKey;
 use crate::server::params::ReadParams;
@@ -62,7 +63,7 @@ pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Ne
     let key = st.request_key(&adm.info);
     let resp = match &adm.decision {
         Err(e) => e.clone().into_response(),
-        Ok(()) => serve(&st, &mut adm, key.clone(), req, next).await,
+        Ok(()) => serve(&st, &conn, &mut adm, key.clone(), req, next).await,
     };
     let code = resp.status().as_u16();
     adm.audit(&st, code, started);
@@ -74,6 +75,7 @@ pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Ne
 /// and its permit taken first, the whole within `--request-timeout`.
 async fn serve(
     st: &AppState,
+    conn: &ConnInfo,
     adm: &mut Admission,
     key: RequestKey,
     mut req: Request,
@@ -90,31 +92,87 @@ async fn serve(
     if adm.is_long_running() {
         return next.run(req).await;
     }
+    let deadline = tokio::time::Instant::now() + st.config.request_timeout;
+    let h2 = req.version() == axum::http::Version::HTTP_2;
     let adm = &*adm;
     let served = async move {
-        // The permit first: the bodies in memory at once are at most the server's seats, each
+        // The permit first: the bodies being read at once are at most the server's seats, each
         // at most `--max-request-body-bytes` (read before it, they were bounded by nothing but
-        // the connections' streams).
-        let _permit = adm.permit(st).await?;
-        let req = with_body_read(req, st.config.max_body_bytes).await?;
+        // the connections' streams). A body that stalls gives its seat back until it goes on.
+        let mut permit = Some(adm.permit(st).await?);
+        let req = with_body_read(req, st.config.max_body_bytes, &mut permit, || {
+            adm.permit(st)
+        })
+        .await?;
         Ok::<_, ApiError>(next.run(req).await)
     };
-    match tokio::time::timeout(st.config.request_timeout, served).await {
+    let resp = match tokio::time::timeout_at(deadline, served).await {
         Ok(Ok(resp)) => resp,
         Ok(Err(e)) => e.into_response(),
         Err(_) => {
             tracing::debug!(timeout = ?st.config.request_timeout, "request timed out");
             ApiError::request_timeout().into_response()
         }
+    };
+    // The timeout covers the whole response: its transport ends it at the same deadline
+    // (`deadline.rs`).
+    if h2 {
+        let mut resp = resp;
+        resp.extensions_mut().insert(ResponseDeadline(deadline));
+        resp
+    } else if let Some(clock) = conn.clock.get() {
+        resp.map(|body| clock.arm(deadline, body))
+    } else {
+        resp
     }
 }
 
+/// How long a seated body's reader waits for [`STALL_BYTES`] before it gives its seat back.
+const STALL_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
+/// What a seated body must bring in each [`STALL_WINDOW`] to keep its seat: 40 KB/s.
+const STALL_BYTES: usize = 4 * 1024;
+
 /// The request with its body read whole into one buffer (at most `limit` bytes on the wire:
-/// 413 beyond, as upstream; `body.rs`).
-async fn with_body_read(req: Request, limit: usize) -> Result<Request, ApiError> {
+/// 413 beyond, as upstream; `body.rs`), read while it holds a seat (`permit`). A body that brings
+/// less than [`STALL_BYTES`] in a [`STALL_WINDOW`] gives the seat back, waits for its next frame
+/// without one, and queues again (`retake`) before it reads on: a client trickling its body holds
+/// nobody out for longer than a window (issue 20, item 4), and what it holds meanwhile is what it
+/// has sent (issue 35, item 1).
+async fn with_body_read<P, F>(
+    req: Request,
+    limit: usize,
+    permit: &mut Option<P>,
+    retake: impl Fn() -> F,
+) -> Result<Request, ApiError>
+where
+    F: Future<Output = Result<P, ApiError>>,
+{
     let (mut parts, body) = req.into_parts();
     // Taken out: what follows is one buffer, with no framing left to count.
     let framing = parts.extensions.remove::<H2Framing>();
-    let bytes = body::read(body, &parts.headers, framing.as_ref(), limit).await?;
-    Ok(Request::from_parts(parts, Body::from(bytes)))
+    let mut reader = body::Reader::new(body, &parts.headers, framing.as_ref(), limit)?;
+    loop {
+        if permit.is_none() {
+            let more = reader.step().await?;
+            *permit = Some(retake().await?);
+            if !more {
+                break;
+            }
+        }
+        let (at, window) = (reader.len(), tokio::time::sleep(STALL_WINDOW));
+        tokio::pin!(window);
+        let ended = loop {
+            tokio::select! {
+                more = reader.step() => if !more? { break true },
+                () = &mut window => break false,
+            }
+        };
+        if ended {
+            break;
+        }
+        if reader.len() - at < STALL_BYTES {
+            *permit = None;
+        }
+    }
+    Ok(Request::from_parts(parts, Body::from(reader.finish())))
 }

@@ -250,6 +250,7 @@ mod tests {
             peer: None,
             client_cert: None,
             insecure_listener: false,
+            clock: Default::default(),
         });
         let served = tokio::spawn(H2Conn::new(
             server_io,

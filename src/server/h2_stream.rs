@@ -43,6 +43,7 @@ use tracing::{debug, error, warn};
 
 use crate::server::ConnInfo;
 use crate::server::body::H2Framing;
+use crate::server::deadline::ResponseDeadline;
 use crate::server::params;
 use crate::server::status::ApiError;
 use crate::server::watch::body::WatchResponse;
@@ -71,6 +72,9 @@ pub(crate) struct BodyPipe {
     body: Body,
     /// A data frame taken from the body, waiting for capacity (with whether it ends the body).
     pending: Option<(Bytes, bool)>,
+    /// `--request-timeout` from the request's start (`deadline.rs`): past it the stream is
+    /// reset, and the body (a LIST's snapshot) dropped.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// A watch's pump and the stream its chunks go to.
@@ -202,6 +206,7 @@ fn respond(reply: &mut SendResponse<Bytes>, resp: Response) -> Stream {
         .extensions
         .remove::<WatchResponse>()
         .and_then(|w| w.take());
+    let deadline = head.extensions.remove::<ResponseDeadline>();
     if pump.is_some() {
         // The router measured the empty body that stands in for the pump.
         head.headers.remove(header::CONTENT_LENGTH);
@@ -233,6 +238,7 @@ fn respond(reply: &mut SendResponse<Bytes>, resp: Response) -> Stream {
             tx,
             body,
             pending: None,
+            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d.0))),
         })),
     }
 }
@@ -315,6 +321,13 @@ fn reset(tx: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> bool {
 impl BodyPipe {
     /// Sends the body; ready when it is sent, or the stream is gone.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some(d) = &mut self.deadline
+            && d.as_mut().poll(cx).is_ready()
+        {
+            debug!("a response was not delivered within --request-timeout; its stream is reset");
+            self.tx.send_reset(Reason::INTERNAL_ERROR);
+            return Poll::Ready(());
+        }
         loop {
             if reset(&mut self.tx, cx) {
                 return Poll::Ready(());

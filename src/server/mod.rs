@@ -57,6 +57,7 @@ mod body;
 mod client_cert;
 mod config;
 pub(crate) mod conn;
+mod deadline;
 mod deletion;
 mod discovery;
 mod filters;
@@ -412,6 +413,7 @@ impl Connections {
                     peer: Some(peer),
                     client_cert: None,
                     insecure_listener,
+                    clock: Default::default(),
                 });
                 st.metrics.count_connection(false, false);
                 tokio::spawn(async move {
@@ -493,6 +495,7 @@ impl TlsConnection {
             peer: Some(peer),
             client_cert: tls::client_leaf(session),
             insecure_listener: false,
+            clock: Default::default(),
         });
         let is_h2 = tls::is_h2(session);
         st.metrics.count_connection(true, is_h2);
@@ -578,9 +581,11 @@ async fn http1<S>(
         Err(e) => return fast_path::log_io(&e),
     };
     let upgrade = st.proxy.get().is_some() && forward::wants_upgrade(&prefix);
-    let io = TokioIo::new(fast_path::Rewind::new(prefix, io));
+    let clock = Arc::clone(conn.clock.get_or_init(Default::default));
+    let io = fast_path::Rewind::new(prefix, io);
     let service = service(router, conn);
     if upgrade {
+        let io = TokioIo::new(io);
         // Relayed exec/attach/port-forward: hyper hands the connection over after the 101, which
         // graceful shutdown cannot watch (see forward.rs).
         if let Err(e) = http.serve_connection(io, service).with_upgrades().await {
@@ -588,11 +593,20 @@ async fn http1<S>(
         }
         return;
     }
-    // Boxed: the task of an idle fast-path watch then does not carry room for hyper's connection
-    // state (about 4 KiB).
-    if let Err(e) = Box::pin(watcher.watch(http.serve_connection(io, service))).await {
-        debug!(error = %e, "connection ended with an error");
-    }
+    // Boxed (in `Clocked`): the task of an idle fast-path watch then does not carry room for
+    // hyper's connection state (about 4 KiB). Clocked: a response not delivered within
+    // `--request-timeout` closes the connection (`deadline.rs`).
+    let io = TokioIo::new(deadline::ClockedIo::new(io, Arc::clone(&clock)));
+    let serving = watcher.watch(http.serve_connection(io, service));
+    deadline::Clocked::new(
+        async move {
+            if let Err(e) = serving.await {
+                debug!(error = %e, "connection ended with an error");
+            }
+        },
+        clock,
+    )
+    .await;
 }
 
 /// Counts one open connection for as long as its task lives.
