@@ -1444,6 +1444,40 @@ sam-token,sam,4
         )
         .await;
         assert_eq!(code, 201, "{v}");
+        // Issue 35, A-ROLEREF: a merge patch re-pointing a binding's roleRef answered 200. Its
+        // role is fixed for its life (422, upstream's words), even for system:masters; its
+        // subjects may change.
+        let (code, v) = send(
+            reqwest::Method::PATCH,
+            &format!("{crbs}/root"),
+            Some("admin-token"),
+            Some((
+                "application/merge-patch+json",
+                &json!({"roleRef": {"name": "view"}}),
+            )),
+        )
+        .await;
+        assert_eq!(code, 422, "{v}");
+        assert_eq!(v["reason"], "Invalid");
+        assert_eq!(v["details"]["causes"][0]["field"], "roleRef", "{v}");
+        assert!(
+            v["message"].as_str().unwrap().ends_with(
+                "roleRef: Invalid value: rbac.RoleRef{APIGroup:\"rbac.authorization.k8s.io\", \
+                 Kind:\"ClusterRole\", Name:\"view\"}: cannot change roleRef"
+            ),
+            "{v}"
+        );
+        let (code, v) = send(
+            reqwest::Method::PATCH,
+            &format!("{crbs}/root"),
+            Some("admin-token"),
+            Some((
+                "application/merge-patch+json",
+                &json!({"subjects": [{"kind": "User", "name": "carol"}]}),
+            )),
+        )
+        .await;
+        assert_eq!(code, 200, "{v}");
     }
 
     /// Item 3: `GET secrets/NAME/status` by a user granted only `*/status` returned the whole

@@ -493,6 +493,65 @@ async fn nodes_read_their_own_pods_and_referenced_secrets_only() {
             .0,
         StatusCode::FORBIDDEN
     );
+    // Issue 35, A-MIRROR: n1 created a mirror pod whose projected volume named n2's Secret (and
+    // a ConfigMap), 201, and then read them. Refused as NodeRestriction refuses it, and the
+    // Secret stays out of reach.
+    let (code, node) = post(
+        &format!("{base}/api/v1/nodes"),
+        "n1-token",
+        &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED, "{node}");
+    let mirror = |sources: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "static-n1", "namespace": "a",
+                "annotations": {"kubernetes.io/config.mirror": "x"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1",
+                    "uid": node["metadata"]["uid"], "controller": true}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}],
+                "volumes": [{"name": "p", "projected": {"sources": sources}}]}})
+    };
+    let pods_url = format!("{base}/api/v1/namespaces/a/pods");
+    let create_pod = async |body: Value| {
+        call(
+            reqwest::Method::POST,
+            &pods_url,
+            Some("n1-token"),
+            Some(&body),
+        )
+        .await
+    };
+    let (code, v) = create_pod(mirror(
+        json!([{"secret": {"name": "s2"}}, {"configMap": {"name": "cm"}}]),
+    ))
+    .await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{v}");
+    assert_eq!(
+        v["message"],
+        "pods \"static-n1\" is forbidden: node \"n1\" can not create pods that reference secrets"
+    );
+    let (code, v) = create_pod(mirror(json!([{"configMap": {"name": "cm"}}]))).await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("can not create pods that reference configmaps"),
+        "{v}"
+    );
+    assert_eq!(
+        get(
+            &format!("{base}/api/v1/namespaces/a/secrets/s2"),
+            Some("n1-token")
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
+    // A mirror pod that needs nothing from the API is still the node's to create.
+    let (code, v) = create_pod(mirror(json!([{"downwardAPI": {"items": []}}]))).await;
+    assert_eq!(code, StatusCode::CREATED, "{v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
