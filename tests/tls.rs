@@ -824,6 +824,65 @@ async fn http2_connections_offer_no_hpack_table_and_serve_requests_that_drop_the
     }
 }
 
+/// C-FDLIMIT (issue 35): on TLS a connection counts as waiting for its first request from its
+/// accept; an HTTP/2 connection stops counting with its first bytes (its preface), so a client
+/// whose h2 connection is open is not refused its next connection by a per-address bound of one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_stops_counting_as_silent_once_it_has_spoken() {
+    let pki = pki();
+    let config = ServerConfig {
+        max_idle_connections_per_address: 1,
+        ..ServerConfig::default()
+    };
+    let s = TestServer::start_tls(config, pki.tls()).await;
+    let ca = &pki.ca.cert_file;
+    let mut c = connect(&s.url, client_config(ca, None, &[b"h2"]))
+        .await
+        .unwrap();
+    assert_eq!(c.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    c.write_all(&frame(0x4, 0, 0, &[])).await.unwrap();
+    // GET /livez (:method GET, :scheme https, :path and :authority literal, not indexed).
+    let mut block = vec![0x82, 0x87, 0x04, 6];
+    block.extend_from_slice(b"/livez");
+    block.extend_from_slice(&[0x01, 1, b'x']);
+    c.write_all(&frame(0x1, 0x4 | 0x1, 1, &block))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let (ty, _, id, payload) = read_frame(&mut c).await;
+            assert_ne!(ty, 0x7, "GOAWAY: {payload:?}");
+            if ty == 0x1 && id == 1 {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the h2 request is answered");
+    // The h2 connection stays open; the same address's next connection is not over the bound.
+    let next = request(
+        &s.url,
+        ca,
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(next.starts_with("HTTP/1.1 200"), "{next}");
+    // While a silent one (no handshake yet) does fill it.
+    let _silent = tokio::net::TcpStream::connect(addr(&s.url)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let over = request(
+        &s.url,
+        ca,
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(over.starts_with("HTTP/1.1 503"), "{over}");
+    drop(c);
+}
+
 // C-FDLIMIT (issue 35): clients that open connections and send nothing, past the open-file
 // limit, on the real binary.
 
