@@ -1089,6 +1089,104 @@ async fn connections_beyond_the_limit_are_refused_cleanly() {
     assert!(ok, "a freed slot is usable again");
 }
 
+/// A raw connection from the loopback address `from` (any of 127.0.0.0/8).
+async fn connect_from(s: &TestServer, from: &str) -> TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    sock.connect(addr(s).parse().unwrap()).await.unwrap()
+}
+
+/// The answer to a GET of /livez on a new connection from `from`, read until the server closes.
+async fn livez_from(s: &TestServer, from: &str) -> String {
+    let mut sock = connect_from(s, from).await;
+    sock.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let r = read_until(&mut sock, b"\0never", Duration::from_secs(5)).await;
+    String::from_utf8_lossy(&r).into_owned()
+}
+
+/// C-FDLIMIT (issue 35): connections that have sent nothing are bounded per source address and
+/// in total, and one over a bound is refused as one over `max_connections`; a connection whose
+/// first request head has arrived (a fast-path watch, a request hyper served) no longer counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_are_bounded_and_a_request_head_ends_their_count() {
+    let s = TestServer::start(ServerConfig {
+        max_idle_connections: 3,
+        max_idle_connections_per_address: 2,
+        ..ServerConfig::default()
+    })
+    .await;
+    // More connections with their request sent than either bound, from one address.
+    let watch = "GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut watches = Vec::new();
+    for _ in 0..3 {
+        let mut w = first_request(&s, watch).await;
+        let r = read_until(&mut w, b"chunked\r\n\r\n", Duration::from_secs(10)).await;
+        assert!(
+            r.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&r)
+        );
+        watches.push(w);
+    }
+    let _hyper = [hyper_connection(&s).await, hyper_connection(&s).await];
+    // Two silent connections from 127.0.0.1 fill its bound; a third is refused.
+    let silent = [
+        connect_from(&s, "127.0.0.1").await,
+        connect_from(&s, "127.0.0.1").await,
+    ];
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let over = livez_from(&s, "127.0.0.1").await;
+    assert!(
+        over.starts_with("HTTP/1.1 503 Service Unavailable\r\n")
+            && over.contains("Retry-After: 1\r\n")
+            && over.contains(r#""reason":"ServiceUnavailable""#)
+            && over.contains("too many connections from this address waiting for their first request: the limit is 2"),
+        "{over}"
+    );
+    // Another address is served, and once one more is silent the total (3) is full for all.
+    assert!(
+        livez_from(&s, "127.0.0.2")
+            .await
+            .starts_with("HTTP/1.1 200"),
+        "another address is served"
+    );
+    let _other = connect_from(&s, "127.0.0.2").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let over = livez_from(&s, "127.0.0.3").await;
+    assert!(
+        over.starts_with("HTTP/1.1 503")
+            && over
+                .contains("too many connections waiting for their first request: the limit is 3"),
+        "{over}"
+    );
+    // A silent connection closed gives its slot back.
+    drop(silent);
+    let mut served = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if livez_from(&s, "127.0.0.1")
+            .await
+            .starts_with("HTTP/1.1 200")
+        {
+            served = true;
+            break;
+        }
+    }
+    assert!(served, "a closed silent connection's slot is usable again");
+    let metrics = reqwest::get(format!("{}/metrics", s.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (reason, n) in [("idle_per_address", 1), ("idle", 1)] {
+        let series = format!("watchcache_connections_refused_total{{reason=\"{reason}\"}} {n}");
+        assert!(metrics.lines().any(|l| l == series), "{series}");
+    }
+}
+
 /// Decodes what a gzip stream has delivered so far (a stream still open has no trailer yet).
 fn gunzip_so_far(bytes: &[u8]) -> String {
     use std::io::Read;

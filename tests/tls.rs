@@ -1201,3 +1201,302 @@ async fn a_response_its_client_does_not_take_ends_at_the_request_timeout() {
     );
     assert!(got < 9_000_000, "the whole list was sent: {got} bytes");
 }
+
+/// C-FDLIMIT (issue 35): on TLS a connection counts as waiting for its first request from its
+/// accept; an HTTP/2 connection stops counting with its first bytes (its preface), so a client
+/// whose h2 connection is open is not refused its next connection by a per-address bound of one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_stops_counting_as_silent_once_it_has_spoken() {
+    let pki = pki();
+    let config = ServerConfig {
+        max_idle_connections_per_address: 1,
+        ..ServerConfig::default()
+    };
+    let s = TestServer::start_tls(config, pki.tls()).await;
+    let ca = &pki.ca.cert_file;
+    let mut c = connect(&s.url, client_config(ca, None, &[b"h2"]))
+        .await
+        .unwrap();
+    assert_eq!(c.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    c.write_all(&frame(0x4, 0, 0, &[])).await.unwrap();
+    // GET /livez (:method GET, :scheme https, :path and :authority literal, not indexed).
+    let mut block = vec![0x82, 0x87, 0x04, 6];
+    block.extend_from_slice(b"/livez");
+    block.extend_from_slice(&[0x01, 1, b'x']);
+    c.write_all(&frame(0x1, 0x4 | 0x1, 1, &block))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let (ty, _, id, payload) = read_frame(&mut c).await;
+            assert_ne!(ty, 0x7, "GOAWAY: {payload:?}");
+            if ty == 0x1 && id == 1 {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the h2 request is answered");
+    // The h2 connection stays open; the same address's next connection is not over the bound.
+    let next = request(
+        &s.url,
+        ca,
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(next.starts_with("HTTP/1.1 200"), "{next}");
+    // While a silent one (no handshake yet) does fill it.
+    let _silent = tokio::net::TcpStream::connect(addr(&s.url)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let over = request(
+        &s.url,
+        ca,
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(over.starts_with("HTTP/1.1 503"), "{over}");
+    drop(c);
+}
+
+// C-FDLIMIT (issue 35): clients that open connections and send nothing, past the open-file
+// limit, on the real binary.
+
+/// Silent connections opened: more than a limit of 1 024 descriptors can hold.
+const SILENT: usize = 1_030;
+
+/// `watchcache serve` over TLS on a test's etcd, started with its open-file limit set to
+/// `soft`/`hard`, with these extra flags; waits until it is ready.
+async fn serve_limited(
+    etcd: &str,
+    pki: &Pki,
+    (soft, hard): (u64, u64),
+    flags: &[&str],
+) -> (Serve, String) {
+    use std::os::unix::process::CommandExt;
+    let port = free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_watchcache"));
+    cmd.args(["serve", "--etcd", etcd, "--resources", "configmaps"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--tls-cert-file")
+        .arg(&pki.serving.cert_file)
+        .arg("--tls-private-key-file")
+        .arg(&pki.serving.key_file)
+        .arg("--data-dir")
+        .arg(&pki.dir)
+        .args(flags)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    // SAFETY: between fork and exec the closure only calls setrlimit (async-signal-safe) and
+    // allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let serve = Serve {
+        child: cmd.spawn().unwrap(),
+    };
+    let url = format!("https://127.0.0.1:{port}");
+    for _ in 0..300 {
+        if let Ok(Ok(a)) = tokio::time::timeout(
+            Duration::from_secs(2),
+            request_from(
+                "127.0.0.1",
+                &url,
+                &pki.ca.cert_file,
+                "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            ),
+        )
+        .await
+            && a.starts_with("HTTP/1.1 200")
+        {
+            return (serve, url);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("watchcache serve did not become ready");
+}
+
+/// One request over a new TLS HTTP/1.1 connection from the loopback address `from` (any of
+/// 127.0.0.0/8): the whole answer.
+async fn request_from(from: &str, url: &str, ca: &Path, head: &str) -> std::io::Result<String> {
+    let tcp = tokio::net::TcpSocket::new_v4()?;
+    tcp.bind(format!("{from}:0").parse().unwrap())?;
+    let tcp = tcp.connect(addr(url).parse().unwrap()).await?;
+    let mut s = tokio_rustls::TlsConnector::from(client_config(ca, None, &[b"http/1.1"]))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await?;
+    s.write_all(head.as_bytes()).await?;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// The server's open-file limit as /proc shows it: (soft, hard).
+fn open_file_limit(pid: u32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (v[0], v[1])
+}
+
+/// The hard open-file limit of this process, its soft one raised to it: the test's own end of
+/// the silent connections must not be what runs out.
+fn raise_own_open_file_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit`, which we own; setrlimit reads it.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    lim.rlim_max
+}
+
+/// Opens [`SILENT`] TCP connections from 127.0.0.1 that never start their handshake, and keeps
+/// them open.
+async fn silent_connections(url: &str) -> Vec<tokio::net::TcpStream> {
+    assert!(raise_own_open_file_limit() > 2 * SILENT as u64);
+    let mut silent = Vec::with_capacity(SILENT);
+    for _ in 0..SILENT {
+        // The kernel completes the TCP handshake whether or not the server accepts.
+        let c = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::net::TcpStream::connect(addr(url)),
+        )
+        .await
+        .expect("a connect completes in the listen queue")
+        .unwrap();
+        silent.push(c);
+    }
+    silent
+}
+
+/// A counter's value in a `/metrics` answer (0 when absent).
+fn counter(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// The serving client's request, within a deadline far below the header read timeout (30 s,
+/// when silent connections would be closed and their descriptors freed).
+async fn served_within(from: &str, url: &str, ca: &Path, secs: u64) -> (String, Duration) {
+    let started = std::time::Instant::now();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(secs),
+        request_from(
+            from,
+            url,
+            ca,
+            "GET /api/v1/configmaps HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        ),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!("a client from {from} was not served within {secs} s of {SILENT} silent connections")
+    })
+    .unwrap();
+    (answer, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_past_a_soft_open_file_limit_of_1024_leave_the_server_serving() {
+    let pki = pki();
+    let etcd = support::etcd::etcd().await;
+    let hard = raise_own_open_file_limit();
+    assert!(
+        hard > 2 * SILENT as u64,
+        "this test needs a hard open-file limit above {}: it is {hard}",
+        2 * SILENT
+    );
+    // No bound on silent connections: only the raised limit can keep the server serving.
+    let (serve, url) = serve_limited(
+        &etcd.server.url(),
+        &pki,
+        (1_024, hard),
+        &[
+            "--max-idle-connections",
+            "0",
+            "--max-idle-connections-per-address",
+            "0",
+        ],
+    )
+    .await;
+    assert_eq!(
+        open_file_limit(serve.child.id()),
+        (hard, hard),
+        "the server raised its soft limit to the hard one"
+    );
+    let silent = silent_connections(&url).await;
+    let (answer, took) = served_within("127.0.0.1", &url, &pki.ca.cert_file, 10).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    eprintln!(
+        "served in {took:?} next to {} silent connections",
+        silent.len()
+    );
+    drop(silent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_past_a_hard_open_file_limit_of_1024_leave_the_server_serving() {
+    let pki = pki();
+    let etcd = support::etcd::etcd().await;
+    // Raising cannot help here: the defaults bound silent connections (256 from one address,
+    // 512 in all: half the limit), and accepts failing with EMFILE pause instead of spinning.
+    let (serve, url) = serve_limited(&etcd.server.url(), &pki, (1_024, 1_024), &[]).await;
+    assert_eq!(open_file_limit(serve.child.id()), (1_024, 1_024));
+    let silent = silent_connections(&url).await;
+    // Another client, from another address, is served while the silent ones stay open.
+    let (answer, took) = served_within("127.0.0.2", &url, &pki.ca.cert_file, 10).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let metrics = request_from(
+        "127.0.0.3",
+        &url,
+        &pki.ca.cert_file,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let refused = counter(
+        &metrics,
+        "watchcache_connections_refused_total{reason=\"idle_per_address\"} ",
+    );
+    assert!(
+        refused >= (SILENT - 256) as u64,
+        "every silent connection past 256 from one address is refused: {refused}"
+    );
+    // 256 kept and the others refused after a 1 s linger for their handshake: when the silent
+    // connections arrive within that second, more than 1 024 descriptors are wanted for a moment
+    // and accepts fail with EMFILE until the lingers end (usually; not when they arrive slower).
+    let emfile = counter(
+        &metrics,
+        "watchcache_accept_errors_total{reason=\"EMFILE\"} ",
+    );
+    eprintln!(
+        "served in {took:?} next to {} silent connections: {refused} refused, {emfile} EMFILE",
+        silent.len()
+    );
+    drop(silent);
+}

@@ -16,6 +16,18 @@ pub struct ServerConfig {
     /// Most open client connections; a connection beyond it is answered 503 with Retry-After and
     /// closed. Above `max_watchers` by default, so watches meet their own limit (429) first.
     pub max_connections: usize,
+    /// Most connections at once that have not sent their first request head yet, counted from
+    /// the accept (on TLS the handshake is part of it); a connection beyond it is refused as one
+    /// beyond `max_connections`. Each holds a file descriptor and asks for nothing: without a
+    /// bound, clients that connect and stay silent take every descriptor until the header read
+    /// timeout. 0: no limit. Default: 62 500, a quarter of the default `max_connections` (the
+    /// CLI's default is also at most half the open-file limit).
+    pub max_idle_connections: usize,
+    /// Most such connections from one source address (0: no limit). Default: 256, above what a
+    /// client opens at once and far below the descriptors of a process, so that one address
+    /// cannot fill `max_idle_connections` for the others. Clients behind one NAT or proxy share
+    /// an address: raise it there.
+    pub max_idle_connections_per_address: usize,
     /// How long a client has to send a whole request head, from its first byte wait on (an
     /// absolute deadline, like Go's `ReadHeaderTimeout`: trickling bytes does not extend it).
     /// On TLS, the handshake has the same deadline from the accept, and an HTTP/2 client must send
@@ -52,6 +64,8 @@ impl Default for ServerConfig {
             max_watchers: 200_000,
             default_watch_timeout: (Duration::from_secs(1800), Duration::from_secs(3600)),
             max_connections: 250_000,
+            max_idle_connections: 250_000 / 4,
+            max_idle_connections_per_address: 256,
             header_read_timeout: Duration::from_secs(30),
             max_requests_inflight: 0,
             max_watches_per_user: 0,

@@ -62,6 +62,14 @@ pub struct ConnectionLabels {
     pub protocol: &'static str,
 }
 
+/// The label of the accept-error and refused-connection counters: one of a fixed set.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Accept errors: `EMFILE`, `ENFILE` or `other`. Refusals: `max_connections`, `idle` or
+    /// `idle_per_address`.
+    pub reason: &'static str,
+}
+
 /// What a request is, as kube-apiserver labels its request metrics (`component` is always
 /// `apiserver`, `dry_run` empty: nothing here is a dry run).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -387,6 +395,10 @@ pub struct ServerMetrics {
     pub connections: Family<ConnectionLabels, Counter<u64, AtomicU64>>,
     /// TLS handshakes that failed or timed out.
     pub tls_handshake_failures: Counter<u64, AtomicU64>,
+    /// Failed accepts, by reason.
+    pub accept_errors: Family<ReasonLabel, Counter<u64, AtomicU64>>,
+    /// Connections refused at their accept, by the bound they met.
+    pub connections_refused: Family<ReasonLabel, Counter<u64, AtomicU64>>,
     requests: Family<RequestCode, Counter<u64, AtomicU64>>,
     request_seconds: Family<RequestKey, Histogram, fn() -> Histogram>,
     longrunning: Family<RequestKey, Gauge>,
@@ -405,6 +417,8 @@ impl Default for ServerMetrics {
             }),
             connections: Family::default(),
             tls_handshake_failures: Counter::default(),
+            accept_errors: Family::default(),
+            connections_refused: Family::default(),
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(request_histogram),
             longrunning: Family::default(),
@@ -438,6 +452,20 @@ impl ServerMetrics {
     /// Records one failed TLS handshake.
     pub(crate) fn count_handshake_failure(&self) {
         self.tls_handshake_failures.inc();
+    }
+
+    /// Records one failed accept (`reason`: [`crate::server::accept::reason`]'s).
+    pub(crate) fn count_accept_error(&self, reason: &'static str) {
+        self.accept_errors
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// Records one connection refused at its accept (`reason`: a `Refused`'s label).
+    pub(crate) fn count_refused_connection(&self, reason: &'static str) {
+        self.connections_refused
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     /// Records one answered request (`apiserver_request_total`), and its duration unless it is
@@ -705,6 +733,19 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
         "tls_handshake_failures",
         "TLS handshakes that failed or timed out",
         server.tls_handshake_failures.clone(),
+    );
+    reg.register(
+        "accept_errors",
+        "Failed accepts, by reason (EMFILE, ENFILE: out of file descriptors; other); each pauses \
+         accepting, 10 ms doubling to 1 s",
+        server.accept_errors.clone(),
+    );
+    reg.register(
+        "connections_refused",
+        "Connections answered 503 and closed at their accept, by the bound they met \
+         (max_connections, idle: max_idle_connections, idle_per_address: \
+         max_idle_connections_per_address)",
+        server.connections_refused.clone(),
     );
     let object_bytes = gauge(
         "object_bytes",

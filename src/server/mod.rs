@@ -16,6 +16,7 @@
 //! | file | concept |
 //! |---|---|
 //! | `mod.rs` | the accept loop and graceful shutdown |
+//! | `accept.rs` | the accept loop's back-off when out of descriptors; the bound on connections waiting for their first request |
 //! | `state.rs` | what handlers share; path resolution |
 //! | `routes.rs` | requests hyper serves |
 //! | `watch/` | watch responses: start, the one pump loop, frames, the fast path, hyper's body |
@@ -50,6 +51,7 @@
 //! # }
 //! ```
 
+mod accept;
 mod admission;
 pub mod auth;
 mod blocking;
@@ -275,11 +277,16 @@ impl Server {
         http.timer(TokioTimer::new())
             .header_read_timeout(self.state.config.header_read_timeout);
         let conns = Connections {
+            idle: accept::Idle::new(
+                self.state.config.max_idle_connections,
+                self.state.config.max_idle_connections_per_address,
+            ),
             state: Arc::clone(&self.state),
             router,
             http,
             count: Arc::new(AtomicUsize::new(0)),
         };
+        let mut backoff = accept::Backoff::default();
         if let Some(tls) = &self.tls {
             tokio::spawn(Arc::clone(tls).reload_loop(self.state.shutdown.clone()));
         }
@@ -291,11 +298,24 @@ impl Server {
                 _ = &mut stop => break,
             };
             match accepted {
-                Ok((tcp, peer)) => conns.start(tcp, peer, from, &graceful),
+                Ok((tcp, peer)) => {
+                    backoff.succeeded();
+                    conns.start(tcp, peer, from, &graceful);
+                }
                 Err(e) => {
-                    // Out of file descriptors, typically: back off instead of spinning.
-                    warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // Out of file descriptors, typically: the connection stays queued, and
+                    // accepting again at once would fail again. Every error pauses (none can make
+                    // the loop spin); a timer, so the open connections are served meanwhile.
+                    let reason = accept::reason(&e);
+                    self.state.metrics.count_accept_error(reason);
+                    let failure = backoff.failed(std::time::Instant::now());
+                    if let Some(suppressed) = failure.log {
+                        warn!(error = %e, reason, pause = ?failure.pause, suppressed, "accept failed: pausing accepts");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(failure.pause) => {}
+                        _ = &mut stop => break,
+                    }
                 }
             }
         }
@@ -349,6 +369,8 @@ enum Listener<'a> {
 
 /// What every connection's task is started with.
 struct Connections {
+    /// The connections that have not sent their first request yet.
+    idle: Arc<accept::Idle>,
     state: Arc<AppState>,
     router: Router,
     http: hyper::server::conn::http1::Builder,
@@ -356,10 +378,8 @@ struct Connections {
 }
 
 impl Connections {
-    /// Starts serving one accepted connection (or refusing it, over `max_connections`).
-    ///
-    /// Over TLS, a refused connection is refused after its handshake (bounded by
-    /// [`REFUSE_LINGER`]), offering only `http/1.1`, so the client reads a 503 it understands.
+    /// Starts serving one accepted connection (or refusing it, over `max_connections` or a bound
+    /// of the connections waiting for their first request).
     fn start(
         &self,
         tcp: tokio::net::TcpStream,
@@ -375,26 +395,18 @@ impl Connections {
         let max = self.state.config.max_connections;
         if self.count.fetch_add(1, Ordering::Relaxed) >= max {
             self.count.fetch_sub(1, Ordering::Relaxed);
-            debug!(%peer, max, "too many connections: refusing");
-            match tls {
-                None => {
-                    tokio::spawn(refuse(tcp, max));
-                }
-                Some(tls) => {
-                    let acceptor = tls.refusing_acceptor();
-                    tokio::spawn(async move {
-                        match tokio::time::timeout(REFUSE_LINGER, acceptor.accept(tcp)).await {
-                            Ok(Ok(stream)) => refuse(stream, max).await,
-                            _ => {
-                                debug!(%peer, "refused TLS connection did not finish its handshake")
-                            }
-                        }
-                    });
-                }
-            }
-            return;
+            return self.refuse(tcp, peer, tls, accept::Refused::Connections(max));
         }
         let slot = ConnectionSlot(Arc::clone(&self.count));
+        // Counted from here until the first request head has arrived (on TLS, the handshake
+        // first).
+        let idle = match self.idle.acquire(peer.ip()) {
+            Ok(idle) => idle,
+            Err(why) => {
+                drop(slot);
+                return self.refuse(tcp, peer, tls, why);
+            }
+        };
         // Watch events are small writes on long-lived connections: without TCP_NODELAY, Nagle's
         // algorithm and delayed ACKs hold them back.
         if let Err(e) = tcp.set_nodelay(true) {
@@ -418,7 +430,7 @@ impl Connections {
                 st.metrics.count_connection(false, false);
                 tokio::spawn(async move {
                     let _slot = slot;
-                    http1(tcp, st, conn, router, http, watcher).await;
+                    http1(tcp, st, conn, router, http, watcher, Some(idle)).await;
                 });
             }
             Some(tls) => {
@@ -429,6 +441,7 @@ impl Connections {
                     router,
                     watcher,
                     peer,
+                    idle,
                 });
                 // The task holds only pointers: its phases, the handshake and then the serving,
                 // are each boxed and freed in turn. (One task with everything inline reserved
@@ -438,6 +451,37 @@ impl Connections {
                     let _slot = slot;
                     if let Some(serving) = Box::pin(setup.handshake(tcp)).await {
                         serving.await;
+                    }
+                });
+            }
+        }
+    }
+
+    /// Refuses a connection at its accept: a 503 `Status` with Retry-After, then the close.
+    ///
+    /// Over TLS, a refused connection is refused after its handshake (bounded by
+    /// [`REFUSE_LINGER`]), offering only `http/1.1`, so the client reads a 503 it understands.
+    fn refuse(
+        &self,
+        tcp: tokio::net::TcpStream,
+        peer: SocketAddr,
+        tls: Option<&Arc<Tls>>,
+        why: accept::Refused,
+    ) {
+        debug!(%peer, ?why, "refusing a connection");
+        self.state.metrics.count_refused_connection(why.label());
+        match tls {
+            None => {
+                tokio::spawn(refuse(tcp, why));
+            }
+            Some(tls) => {
+                let acceptor = tls.refusing_acceptor();
+                tokio::spawn(async move {
+                    match tokio::time::timeout(REFUSE_LINGER, acceptor.accept(tcp)).await {
+                        Ok(Ok(stream)) => refuse(stream, why).await,
+                        _ => {
+                            debug!(%peer, "refused TLS connection did not finish its handshake")
+                        }
                     }
                 });
             }
@@ -453,6 +497,8 @@ struct TlsConnection {
     router: Router,
     watcher: hyper_util::server::graceful::Watcher,
     peer: SocketAddr,
+    /// Counts the connection as waiting for its first request, the handshake included.
+    idle: accept::IdleSlot,
 }
 
 /// A connection being served, boxed.
@@ -469,6 +515,7 @@ impl TlsConnection {
             router,
             watcher,
             peer,
+            idle,
         } = *self;
         // The handshake counts against the head's deadline: a client that opens TCP and never
         // finishes it does not hold a slot for longer.
@@ -502,7 +549,7 @@ impl TlsConnection {
         if is_h2 {
             // h2 has no deadline for the preface: it must come within the time a request head
             // has.
-            let io = tls::FirstBytesBy::new(stream, timeout);
+            let io = tls::FirstBytesBy::new(stream, timeout, idle);
             Some(Box::pin(h2_conn::H2Conn::new(
                 io,
                 H2_SETTINGS,
@@ -519,6 +566,7 @@ impl TlsConnection {
                 router,
                 http,
                 watcher,
+                Some(idle),
             )))
         }
     }
@@ -553,7 +601,7 @@ fn service(
 }
 
 /// An HTTP/1.1 connection (plain, or TLS without `h2`): the watch fast path for a first WATCH,
-/// then hyper.
+/// then hyper. `idle` counts the connection until its first request head has been read.
 async fn http1<S>(
     mut io: S,
     st: Arc<AppState>,
@@ -561,10 +609,11 @@ async fn http1<S>(
     router: Router,
     http: hyper::server::conn::http1::Builder,
     watcher: hyper_util::server::graceful::Watcher,
+    idle: Option<accept::IdleSlot>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static + sealed::HandDown,
 {
-    let prefix = match fast_path::first_request(&mut io, &st, &conn).await {
+    let prefix = match fast_path::first_request(&mut io, &st, &conn, idle).await {
         Ok(FirstRequest::NotAWatch(bytes)) => bytes,
         Ok(FirstRequest::Served {
             rest,
@@ -624,17 +673,12 @@ const CLOSE_LINGER: Duration = Duration::from_secs(1);
 /// How long a refused connection is given to send its request and read the answer.
 const REFUSE_LINGER: Duration = Duration::from_secs(1);
 
-/// Answers a connection over the limit with a 503 `Status` and Retry-After, then closes it. The
+/// Answers a connection over a limit with a 503 `Status` and Retry-After, then closes it. The
 /// request is read first (briefly, and at most 16 KiB) and the socket drained after the answer, so
 /// that closing with unread bytes does not reset the connection before the client reads the 503.
-async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, max: usize) {
+async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, why: accept::Refused) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let e = ApiError::new(
-        503,
-        "ServiceUnavailable",
-        format!("too many open connections: the limit is {max}"),
-    )
-    .with_retry_after(1);
+    let e = ApiError::new(503, "ServiceUnavailable", why.message()).with_retry_after(1);
     let body = e.status_json();
     let head = format!(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",

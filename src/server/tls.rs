@@ -295,17 +295,24 @@ fn build(config: &TlsConfig) -> Result<rustls::ServerConfig, TlsError> {
 /// A stream that fails its reads when nothing at all has arrived by a deadline: an HTTP/2 client
 /// that finishes the handshake but never sends its preface does not hold a connection slot
 /// forever (h2's server has no such deadline of its own). The timer is dropped with the
-/// first bytes.
+/// first bytes, and so is the connection's count as waiting for its first request (an h2
+/// client's first bytes are its preface, then its first request's HEADERS).
 pub(crate) struct FirstBytesBy<S> {
     inner: S,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    idle: Option<crate::server::accept::IdleSlot>,
 }
 
 impl<S> FirstBytesBy<S> {
-    pub(crate) fn new(inner: S, within: Duration) -> FirstBytesBy<S> {
+    pub(crate) fn new(
+        inner: S,
+        within: Duration,
+        idle: crate::server::accept::IdleSlot,
+    ) -> FirstBytesBy<S> {
         FirstBytesBy {
             inner,
             deadline: Some(Box::pin(tokio::time::sleep(within))),
+            idle: Some(idle),
         }
     }
 }
@@ -321,6 +328,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for FirstBytesBy<S> {
         if let Some(deadline) = &mut self.deadline {
             if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
                 self.deadline = None;
+                self.idle = None;
             } else if deadline.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Err(std::io::ErrorKind::TimedOut.into()));
             }

@@ -16,6 +16,7 @@ use watchcache::server::{Served, Server, ServerConfig, TlsConfig, auth};
 use watchcache::{CacheConfig, ResourceDef};
 
 mod bench;
+mod fdlimit;
 mod pki;
 mod proxy;
 
@@ -217,6 +218,15 @@ struct ServeArgs {
     /// Most open client connections; more are answered 503 and closed at once.
     #[arg(long, default_value_t = 250_000)]
     max_connections: usize,
+    /// Most connections at once that have not sent their first request yet, counted from the
+    /// accept (on TLS the handshake is part of it); more are answered 503 and closed at once.
+    /// Default: a quarter of --max-connections, at most half the open-file limit. 0: no limit.
+    #[arg(long, value_name = "N")]
+    max_idle_connections: Option<usize>,
+    /// Most such connections from one client address; more are answered 503 and closed at once
+    /// (0: no limit). Clients behind one NAT or proxy share an address: raise it there.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    max_idle_connections_per_address: usize,
     /// How consistent reads (resourceVersion unset) are served: from the cache on etcd
     /// 3.4.31+/3.5.13+ and from etcd range reads on older versions (auto), always from the cache
     /// (cache), or always from etcd (etcd).
@@ -518,7 +528,8 @@ fn definitions(dir: Option<&PathBuf>) -> Result<Vec<ResourceDef>, watchcache::De
     Ok(defs)
 }
 
-async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+/// `open_files`: the soft open-file limit in force, when known.
+async fn serve(args: ServeArgs, open_files: Option<u64>) -> Result<(), Box<dyn std::error::Error>> {
     let mut defs = definitions(args.indexers.as_ref())?;
     if !args.resources.is_empty() {
         // A plural names the resources of that plural in every group (`events`: both event
@@ -596,6 +607,10 @@ async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         max_selector_len: args.max_selector_len,
         max_watchers: args.max_watchers,
         max_connections: args.max_connections,
+        max_idle_connections: args
+            .max_idle_connections
+            .unwrap_or_else(|| fdlimit::default_max_idle(args.max_connections, open_files)),
+        max_idle_connections_per_address: args.max_idle_connections_per_address,
         max_requests_inflight: args.max_requests_inflight,
         max_watches_per_user: args.max_watches_per_user,
         audit_log_path: args.audit_log_path.clone(),
@@ -828,6 +843,20 @@ fn main() -> ExitCode {
     {
         warn!(error = %e, "transparent huge pages stay on");
     }
+    let open_files = match &cli.command {
+        // One line either way: the limit in force bounds the connections served.
+        Command::Serve(_) => match fdlimit::raise() {
+            Ok(f) => {
+                info!(soft = f.soft, hard = f.hard, was = f.was, "open-file limit");
+                Some(f.soft)
+            }
+            Err(e) => {
+                warn!(error = %e, "open-file limit unchanged");
+                None
+            }
+        },
+        Command::Bench(_) => None,
+    };
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -837,7 +866,7 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve(*args).await,
+            Command::Serve(args) => serve(*args, open_files).await,
             Command::Bench(args) => interruptible(bench(*args)).await,
         }
     });

@@ -143,11 +143,14 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
     })
 }
 
-/// Reads the first request head and serves it if it is a WATCH.
+/// Reads the first request head and serves it if it is a WATCH. `idle` counts the connection as
+/// waiting for its first request: it is dropped once the head has been read (when this returns,
+/// or before a watch is served).
 pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     tcp: &mut S,
     st: &Arc<AppState>,
     conn: &ConnInfo,
+    idle: Option<crate::server::accept::IdleSlot>,
 ) -> std::io::Result<FirstRequest> {
     let mut buf = Vec::with_capacity(1024);
     // One deadline for the whole head, not one per read: a client trickling a byte at a time
@@ -192,6 +195,8 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
             },
         }
     };
+    // The head is here: the connection asked for something.
+    drop(idle);
     let (mut req, (wire, fields)) = req;
     let mut rest = buf.split_off(req.head_len);
     drop(buf);
