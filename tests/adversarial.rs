@@ -754,6 +754,22 @@ async fn one_users_waiting_reads_delay_another_user_by_one_seats_turn() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // Four hold the seats, twenty wait (the admin is served without a seat).
+    let metrics = c
+        .get(format!("{}/metrics", s.url))
+        .bearer_auth("admin")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "watchcache_current_executing_requests 4",
+        "watchcache_current_inqueue_requests 20",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line}");
+    }
     let tries: Vec<_> = (0..4).map(|_| tokio::spawn(list("carol", ""))).collect();
     for t in tries {
         let (status, took) = t.await.unwrap();

@@ -422,6 +422,13 @@ impl Limits {
         }
     }
 
+    /// Seats of `--max-requests-inflight` in use and requests waiting for one (`None`: no
+    /// limit), for `/metrics`.
+    pub fn inflight(&self) -> Option<(usize, usize)> {
+        let s = self.inflight.as_ref()?.state.lock();
+        Some((s.in_use, s.waiting))
+    }
+
     /// Watches open now.
     pub fn watches_open(&self) -> usize {
         self.anyone.open.load(Ordering::Relaxed)
