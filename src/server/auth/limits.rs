@@ -23,8 +23,10 @@
 //!   starts at the set's virtual time (the start of the last request dispatched).
 //! - When a seat frees, it goes to the head of the waiting queue that starts first, the queues
 //!   scanned round-robin from after the last one served (ties go round-robin). A user that
-//!   arrives while another floods starts at the present virtual time, while the flood's queues
-//!   are charged for the seats they hold: it takes the next seat that frees, one seat's turn.
+//!   arrives while another floods starts at the present virtual time, and the flood's queues
+//!   that have been served are charged for the seats they held: it waits for one turn at most
+//!   of each of the flood's queues not served yet (its hand: 6), not for the flood's backlog;
+//!   once they have all been served, for the next seat that frees.
 //! - A request is refused (429, Retry-After 1) when its queue already holds its length limit
 //!   ([`QUEUE_LENGTH_LIMIT`], or [`QUEUED_PER_PLACE`] per seat over a hand, whichever is more:
 //!   one flow, as everyone without authentication is, may queue as many as all could before), or
