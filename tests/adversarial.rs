@@ -471,7 +471,7 @@ async fn conventions_follow_upstream() {
 /// Tokens of the servers with authentication below: `admin` (system:masters); `alice` may watch
 /// pods in `a`, get and list only the pod `one` there, and create and list configmaps there;
 /// `bob` may only watch the pod `one`.
-const TOKENS: &str = "admin,admin,0,system:masters\nalice,alice,1\nbob,bob,2\n";
+const TOKENS: &str = "admin,admin,0,system:masters\nalice,alice,1\nbob,bob,2\ncarol,carol,3\n";
 
 fn auth_config() -> AuthConfig {
     let mut rbac = RbacObjects::default();
@@ -484,6 +484,9 @@ fn auth_config() -> AuthConfig {
             {"verbs": ["watch"], "apiGroups": [""], "resources": ["pods"], "resourceNames": ["one"]}]}),
         json!({"kind": "RoleBinding", "metadata": {"name": "alice", "namespace": "a"},
             "subjects": [{"kind": "User", "name": "alice"}], "roleRef": {"kind": "Role", "name": "alice"}}),
+        // carol may do what alice may: a second user of the same rights (issue 35, item 5).
+        json!({"kind": "RoleBinding", "metadata": {"name": "carol", "namespace": "a"},
+            "subjects": [{"kind": "User", "name": "carol"}], "roleRef": {"kind": "Role", "name": "alice"}}),
         json!({"kind": "RoleBinding", "metadata": {"name": "bob", "namespace": "a"},
             "subjects": [{"kind": "User", "name": "bob"}], "roleRef": {"kind": "Role", "name": "bob"}}),
     ] {
@@ -717,6 +720,76 @@ async fn stalled_bodies_hold_no_permit_and_end_at_the_request_timeout() {
     for w in waiting {
         assert_eq!(w.await.unwrap(), 504);
     }
+}
+
+/// Issue 35, item 5: one FIFO for every user's in-flight requests. With
+/// `--max-requests-inflight 4`, alice's 24 reads at a resourceVersion the cache has not reached
+/// (each holds its seat for the 3 s it waits) queued ahead of carol's LISTs, which were 429 when
+/// their queue wait ran out (3 of 4 tries). The queues are fair per user now: carol's LISTs take
+/// the first seats that free, one seat's turn (those 3 s), not alice's backlog (18 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_users_waiting_reads_delay_another_user_by_one_seats_turn() {
+    let s = auth_server(ServerConfig {
+        max_requests_inflight: 4,
+        // A queue wait of 4 s, longer than one of alice's reads holds its seat.
+        request_timeout: Duration::from_secs(16),
+        ..ServerConfig::default()
+    })
+    .await;
+    let c = reqwest::Client::new();
+    let list = |token: &'static str, q: &'static str| {
+        let c = c.clone();
+        let url = format!("{}/api/v1/namespaces/a/configmaps{q}", s.url);
+        async move {
+            let started = tokio::time::Instant::now();
+            let status = c.get(url).bearer_auth(token).send().await.unwrap().status();
+            (status, started.elapsed())
+        }
+    };
+    let flooded = tokio::time::Instant::now();
+    let flood: Vec<_> = (0..24)
+        .map(|_| {
+            tokio::spawn(list(
+                "alice",
+                "?resourceVersion=999999999&resourceVersionMatch=NotOlderThan",
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Four hold the seats, twenty wait (the admin is served without a seat).
+    let metrics = c
+        .get(format!("{}/metrics", s.url))
+        .bearer_auth("admin")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "watchcache_current_executing_requests 4",
+        "watchcache_current_inqueue_requests 20",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line}");
+    }
+    let tries: Vec<_> = (0..4).map(|_| tokio::spawn(list("carol", ""))).collect();
+    for t in tries {
+        let (status, took) = t.await.unwrap();
+        assert_eq!(status, 200, "after {took:?}");
+        assert!(took < Duration::from_millis(3500), "{took:?}");
+    }
+    // alice's first four were answered at the end of their wait (504), the others still wait
+    // (for a seat until 4 s, or for the resourceVersion).
+    tokio::time::sleep_until(flooded + Duration::from_millis(3600)).await;
+    let mut first: Vec<_> = Vec::new();
+    for f in flood {
+        if f.is_finished() {
+            first.push(f.await.unwrap().0);
+        } else {
+            f.abort();
+        }
+    }
+    assert_eq!(first, [504; 4]);
 }
 
 /// Issue 20, item 5: strategic merge was quadratic and ran on the reactor's workers: three

@@ -153,8 +153,9 @@ impl Admission {
 
     /// The `--max-requests-inflight` permit of an admitted request, held while it is served;
     /// taken only once the request's body has arrived (a client trickling its body holds nobody
-    /// out). A long-running request takes none; `system:masters` is served even when none is
-    /// left, as upstream's limit always answers its super-admins.
+    /// out), waiting fairly with the other requests of its user. A long-running request takes
+    /// none; `system:masters` is served even when none is left, as upstream's limit always
+    /// answers its super-admins.
     ///
     /// # Errors
     /// 429 with Retry-After when the limit is reached.
@@ -166,7 +167,9 @@ impl Admission {
             .user
             .as_ref()
             .is_some_and(|u| u.in_group(auth::MASTERS));
-        st.limits.request(privileged).await.map(Some)
+        // The flow is the user's name, as upstream's default flow schemas distinguish flows.
+        let flow = self.user.as_ref().map_or("", |u| u.name.as_str());
+        st.limits.request(flow, privileged).await.map(Some)
     }
 
     /// Records the request in the audit log when it is audited (every write, every 401, 403 and

@@ -618,7 +618,11 @@ pub fn count_heap_with(counter: fn() -> HeapBytes) {
     let _ = HEAP.set(counter);
 }
 
-pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String {
+pub(crate) async fn render(
+    caches: &[&Cache],
+    server: &ServerMetrics,
+    inflight: Option<(usize, usize)>,
+) -> String {
     let upstream_revs = futures_util::future::join_all(caches.iter().map(|c| async move {
         let up = c.upstream()?;
         tokio::time::timeout(Duration::from_secs(1), up.current_revision())
@@ -647,6 +651,26 @@ pub(crate) async fn render(caches: &[&Cache], server: &ServerMetrics) -> String 
         "Open watchers by resource and routing (routed by a trigger, or unrouted)",
         watchers.clone(),
     );
+    if let Some((executing, waiting)) = inflight {
+        // One priority level here, so no labels (upstream's `apiserver_flowcontrol_current_*`
+        // have a priority level and a flow schema; never a user).
+        for (name, help, n) in [
+            (
+                "current_executing_requests",
+                "Requests holding a --max-requests-inflight seat",
+                executing,
+            ),
+            (
+                "current_inqueue_requests",
+                "Requests waiting in the --max-requests-inflight queues",
+                waiting,
+            ),
+        ] {
+            let g = Gauge::<i64>::default();
+            g.set(i64::try_from(n).unwrap_or(i64::MAX));
+            reg.register(name, help, g);
+        }
+    }
     if let Some(count) = HEAP.get() {
         let heap = count();
         let live = Gauge::<i64>::default();

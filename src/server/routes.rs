@@ -64,7 +64,7 @@ pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
 
 pub(crate) async fn metrics_handler(State(st): State<Arc<AppState>>) -> Response {
     let caches: Vec<&Cache> = st.caches().collect();
-    let text = metrics::render(&caches, &st.metrics).await;
+    let text = metrics::render(&caches, &st.metrics, st.limits.inflight()).await;
     (
         [(
             header::CONTENT_TYPE,
