@@ -147,9 +147,14 @@ async fn with_body_read<P, F>(
 where
     F: Future<Output = Result<P, ApiError>>,
 {
+    use hyper::body::Body as _;
     let (mut parts, body) = req.into_parts();
     // Taken out: what follows is one buffer, with no framing left to count.
     let framing = parts.extensions.remove::<H2Framing>();
+    if body.is_end_stream() {
+        // No body (most reads): no reader, no timer.
+        return Ok(Request::from_parts(parts, body));
+    }
     let mut reader = body::Reader::new(body, &parts.headers, framing.as_ref(), limit)?;
     loop {
         if permit.is_none() {
@@ -163,6 +168,7 @@ where
         tokio::pin!(window);
         let ended = loop {
             tokio::select! {
+                biased;
                 more = reader.step() => if !more? { break true },
                 () = &mut window => break false,
             }
