@@ -8,18 +8,17 @@
 //! binary search tree ordered by (start, watcher id), heap-ordered by a random priority, each
 //! node carrying the largest end in each of its two subtrees. A watcher of R ranges adds R nodes,
 //! each in O(log N) (N: all registered ranges), and 48 bytes per range, whatever the other
-//! watchers' ranges are. (This replaced a table cut at every bound of every watcher, in which each range
-//! was listed in every segment it covered: a watcher's cost grew with the other watchers'
-//! bounds, 574 KiB and 69 ms under the cache's lock for the 201-range watches of probe
-//! W-SHARDMEM.) The priorities come from a generator seeded at random, not from the ranges, so
-//! the expected depth is O(log N) whatever ranges clients choose.
+//! watchers' ranges are. (A table cut at every bound of every watcher, each watcher listed in
+//! every segment it covered, made a watcher's cost grow with the others' bounds: 574 KiB and
+//! 69 ms under the cache's lock per 201-range watch in probe W-SHARDMEM.) The priorities come
+//! from a generator seeded at random, not from the ranges, so the expected depth is O(log N)
+//! whatever ranges clients choose.
 //!
 //! An event's watchers are found by a stabbing query: descend from the root, skipping a subtree
 //! whose largest end is below the hash and the right subtree of a node starting above it. With
 //! ranges that tile the hash space (replicas) that is one path; in general O(log N) per watcher
-//! found. The ends are kept in the parent, not in the child, so that a skipped subtree is never
-//! read: the tree is walked by cache misses, and this halves them (measured: 1 000 watchers of
-//! 200 ranges, design/performance.md).
+//! found. A subtree's largest end is kept in its parent, so a skipped subtree is never read: with
+//! many ranges the walk costs a cache miss per node read.
 //!
 //! ## Invariants
 //! - A registered watcher has exactly one node per range of its selector
@@ -585,7 +584,7 @@ mod tests {
     /// structure holds one entry per registered range, whatever the other watches' bounds, and
     /// its heap grows by a constant per range. Before the interval treap, the segment table held
     /// 1.3, 5.1 and 11.6 million entries after each batch (for 16, 32 and 48 thousand ranges), and
-    /// the third batch took 2.4 s in a debug build.
+    /// the third batch took 2.4 s in a debug build (selector parsing included).
     #[test]
     fn a_sharded_watch_costs_its_own_ranges_only() {
         let mut r = ShardRouter::new();
@@ -668,7 +667,9 @@ mod tests {
                     .collect();
                 points.push(u64::MAX);
                 let matching = |h: u64| -> Vec<u32> {
-                    (0..12u32).filter(|i| live[*i as usize].as_ref().is_some_and(|s| s.contains(h))).collect()
+                    (0..12u32)
+                        .filter(|i| live[*i as usize].as_ref().is_some_and(|s| s.contains(h)))
+                        .collect()
                 };
                 for (i, &h) in points.iter().enumerate() {
                     let mut got = Vec::new();
