@@ -5,7 +5,8 @@
 //! pods for every W (pod i on node i % W), so only the number of watchers varies.
 //!
 //! `fanout_shards`: the same for 64 `shardSelector` watchers (one uid hash range each), routed by
-//! their ranges against scanned.
+//! their ranges against scanned. `fanout_shards_1000x200`: 1 000 sharded watchers of 200 ranges
+//! each, the cost of registering one more and of routing an event among them.
 
 mod support;
 
@@ -209,6 +210,149 @@ fn shards(c: &mut Criterion) {
     g.finish();
 }
 
+/// The selector of a watcher among `w` that each take `ranges` slices of the hash space cut into
+/// `w * ranges` equal slices, striped (watcher i has slices i, w + i, 2w + i...): together they
+/// tile the space, and no two of a watcher's slices touch (so none merge). `shift` moves every
+/// bound by half a slice (a watcher whose bounds no registered one shares).
+fn striped(w: u64, ranges: u64, i: u64, shift: bool) -> Selection {
+    let slice = (1u128 << 64) / u128::from(w * ranges);
+    let off = if shift { slice / 2 } else { 0 };
+    let text = (0..ranges)
+        .map(|j| {
+            let start = u128::from(j * w + i) * slice + off;
+            // The last slice runs to the top (the division's remainder).
+            let last = j * w + i + 1 == w * ranges && !shift;
+            let end = if last {
+                1 << 64
+            } else {
+                (start + slice).min(1 << 64)
+            };
+            let end = if end == 1 << 64 {
+                "0x10000000000000000".to_owned()
+            } else {
+                format!("0x{end:016x}")
+            };
+            format!("shardRange(object.metadata.uid, '0x{start:016x}', '{end}')")
+        })
+        .collect::<Vec<_>>()
+        .join(" || ");
+    Selection::all().with_shard(&text).unwrap()
+}
+
+/// 1 000 sharded watchers of 200 uid ranges each (200 000 registered ranges; each selector about
+/// 15 KB, under the 16 KiB limit), striped so that each event matches exactly one watcher.
+/// `register/sharded_200`: registering one more watcher of 200 ranges (its bounds new to the
+/// router), timed around `Cache::watch` (the selector parsed beforehand; the drop that
+/// unregisters it untimed); `register/node` the same for an ordinary watch routed by
+/// `spec.nodeName`, for scale. `event/routed`: per-event apply over the same 100 000 pods as
+/// `fanout_shards`, each event offered to its one watcher by a stabbing query among the 200 000
+/// ranges.
+fn many_ranges(c: &mut Criterion) {
+    const W: u64 = 1_000;
+    const R: u64 = 200;
+    let mut g = c.benchmark_group("fanout_shards_1000x200");
+    g.sample_size(30).measurement_time(Duration::from_secs(4));
+    let def = ResourceDef::builtin("pods").unwrap();
+    let (probe, _) = Cache::new(def.clone(), CacheConfig::default());
+    let objects = support::pods(&probe, PODS, 1000, 0, 1);
+    let updates = objects.clone();
+    let (cache, mut writer) = support::loaded(def, CacheConfig::default(), objects, 1);
+    let sels: Vec<Selection> = (0..W).map(|i| striped(W, R, i, false)).collect();
+    let t = Instant::now();
+    let mut watchers: Vec<WatchStream> = sels
+        .into_iter()
+        .map(|sel| {
+            cache
+                .watch(WatchOptions::new(sel, ResourceVersion::At(1)))
+                .now_or_never()
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    println!(
+        "registered {W} watchers of {R} ranges in {:?} ({:?} each, parsing included)",
+        t.elapsed(),
+        t.elapsed() / W as u32
+    );
+    assert_eq!(cache.stats().routed_watchers, W);
+
+    let extra: Vec<Selection> = (0..16).map(|i| striped(W, R, i * 61, true)).collect();
+    let mut rv = 1u64;
+    for (name, pool) in [
+        ("sharded_200", extra),
+        (
+            "node",
+            (0..16)
+                .map(|i| {
+                    Selection::all()
+                        .with_fields(&format!("spec.nodeName=node-{i}"))
+                        .unwrap()
+                })
+                .collect(),
+        ),
+    ] {
+        let mut k = 0usize;
+        g.throughput(Throughput::Elements(1));
+        g.bench_function(BenchmarkId::new("register", name), |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    let opts =
+                        WatchOptions::new(pool[k % pool.len()].clone(), ResourceVersion::At(rv));
+                    k += 1;
+                    let t = Instant::now();
+                    let stream = cache.watch(opts).now_or_never().unwrap().unwrap();
+                    spent += t.elapsed();
+                    drop(stream);
+                }
+                spent
+            });
+        });
+    }
+    assert_eq!(cache.stats().routed_watchers, W);
+
+    // Updates in the same fixed shuffled order as `fanout_shards`.
+    let mut order: Vec<usize> = (0..PODS).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..PODS).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    let (mut next, mut delivered, first_rv) = (0usize, 0u64, rv);
+    g.bench_function(BenchmarkId::new("event", "routed"), |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            let mut done = 0u64;
+            while done < iters {
+                // About one event per watcher per batch: no queue fills, none parks.
+                let batch = (iters - done).min(W);
+                let t = Instant::now();
+                for _ in 0..batch {
+                    rv += 1;
+                    let obj = updates[order[next % PODS]].clone();
+                    writer.apply(rv, [Change::Put(obj)]).unwrap();
+                    next += 1;
+                }
+                spent += t.elapsed();
+                for stream in &mut watchers {
+                    while let Some(Some(ev)) = stream.next().now_or_never() {
+                        std::hint::black_box(ev.unwrap());
+                        delivered += 1;
+                    }
+                }
+                done += batch;
+            }
+            spent
+        });
+    });
+    assert_eq!(cache.stats().parked, 0, "live dispatch only");
+    // Every event reached exactly one watcher: the stripes tile the hash space.
+    assert_eq!(delivered, rv - first_rv);
+    g.finish();
+}
+
 /// Ingest (decode + apply) of a 1 MB pod with W unrouted watchers whose field selector names an
 /// undeclared path (`spec.serviceAccountName`): the path is read once per event at decode, outside
 /// the lock, whatever W is; before the field memo each watcher read it from the JSON, twice (new
@@ -357,5 +501,12 @@ fn wire_formats(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench, shards, undeclared_path, wire_formats);
+criterion_group!(
+    benches,
+    bench,
+    shards,
+    many_ranges,
+    undeclared_path,
+    wire_formats
+);
 criterion_main!(benches);

@@ -277,6 +277,18 @@ async fn shard_selectors_select_route_and_compose_on_list_watch_and_watchlist() 
 async fn bad_shard_selectors_are_400_naming_the_position() {
     let s = TestServer::start(ServerConfig::default()).await;
     let c = Client::new();
+    // 219 of the shortest calls: over the 16 KiB length limit, which caps a selector at 218
+    // ranges (upstream has no cap).
+    let too_many = (0..219u64)
+        .map(|i| {
+            format!(
+                "shardRange(object.metadata.uid,'0x{:016x}','0x{:016x}')",
+                i * 2,
+                i * 2 + 1
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("||");
     for (sel, want) in [
         (
             "shardRange(object.metadata.uid, '0x0', '0x8000000000000000')",
@@ -291,6 +303,10 @@ async fn bad_shard_selectors_are_400_naming_the_position() {
             "(at position 76)",
         ),
         ("   ", "empty shard selector is not allowed"),
+        (
+            too_many.as_str(),
+            "invalid shard selector: shard selector is 16423 bytes long; the limit is 16384 (at most 218 shardRange calls) (at position 16384)",
+        ),
     ] {
         for watch in ["", "&watch=1"] {
             let url = format!("{}/api/v1/pods?shardSelector={}{watch}", s.url, q(sel));

@@ -1,20 +1,17 @@
-//! A set of watcher ids under one routing key: one (trigger, value) of `cache/router.rs`, or one
-//! hash segment of `cache/shard_router.rs`.
+//! A set of watcher ids under one routing key: one (trigger, value) of `cache/router.rs`.
 //!
 //! Invariant: the variant follows from the number of members alone (one `One`, two `Two`, up to
 //! [`FEW`] `Few`, more `Many`), and the ids in `Two` and `Few` are sorted without repeats: two
-//! sets with the same members have the same representation, so [`Members::same`] compares
-//! variants.
+//! sets with the same members have the same representation.
 
 use roaring::RoaringBitmap;
 
 /// The most members kept in a sorted vector; more go in a roaring bitmap.
 const FEW: usize = 32;
 
-/// The watchers registered under one (trigger, value), or one shard segment
-/// (`cache/shard_router.rs`). Most values have one watcher (a kubelet per node), and a few have
-/// a handful (the node's other agents: a CNI daemon, kube-proxy, a CSI node plugin watch the
-/// same node's pods): two are kept inline, up to [`FEW`] in a sorted vector of exactly their
+/// The watchers registered under one (trigger, value). Most values have one watcher (a kubelet
+/// per node), and a few have a handful (the node's other agents: a CNI daemon, kube-proxy, a CSI
+/// node plugin watch the same node's pods): two are kept inline, up to [`FEW`] in a sorted vector of exactly their
 /// number, so a second watcher on a value costs nothing and a third 48 bytes (a roaring bitmap's
 /// box, container vector and array took 176 bytes for two). The bitmap is boxed: inline, it made
 /// every routing table's entry 16 B larger, each table bucket paying it, for the few values with
@@ -106,6 +103,8 @@ impl Members {
         }
     }
 
+    /// Whether `id` is a member (the tests' check against a model set).
+    #[cfg(test)]
     pub(crate) fn contains(&self, id: u32) -> bool {
         match self {
             Members::One(x) => *x == id,
@@ -115,7 +114,9 @@ impl Members {
         }
     }
 
-    /// Whether two sets (`None`: empty) hold the same watchers.
+    /// Whether two sets (`None`: empty) hold the same watchers: a comparison of variants, which
+    /// the tests use to check the canonical form.
+    #[cfg(test)]
     pub(crate) fn same(a: Option<&Members>, b: Option<&Members>) -> bool {
         match (a, b) {
             (None, None) => true,

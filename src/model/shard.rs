@@ -128,9 +128,21 @@ impl From<ShardSelectorError> for Error {
     }
 }
 
-/// The longest selector read; a longer one is refused before parsing (bounded cost). 64 ranges
-/// of the longest form take about 5 KiB.
+/// The longest selector read; a longer one is refused before parsing (bounded cost). It is also
+/// the cap on the number of ranges: at most [`MAX_SHARD_RANGES`] calls fit. Upstream has no
+/// cap of either kind (`sharding.Parse` walks any number of `||` calls; only the request line's
+/// length bounds them), so a selector longer than this is one upstream would take and this server
+/// refuses, with 400 BadRequest saying so.
 pub const MAX_SHARD_SELECTOR_LEN: usize = 16 * 1024;
+
+/// The shortest `shardRange` call: no spaces, the shorter path.
+const SHORTEST_CALL: &str =
+    "shardRange(object.metadata.uid,'0x0000000000000000','0x0000000000000001')";
+
+/// The most `shardRange` calls (hence ranges) a selector of [`MAX_SHARD_SELECTOR_LEN`] bytes can
+/// hold: n calls joined by `||` take at least `73n + 2(n - 1)` bytes, so 218. A watcher's routing
+/// cost is one entry per range (`cache/shard_router.rs`), so this bounds it too.
+pub const MAX_SHARD_RANGES: usize = (MAX_SHARD_SELECTOR_LEN + 2) / (SHORTEST_CALL.len() + 2);
 
 impl ShardSelector {
     /// Parses the wire form.
@@ -142,7 +154,8 @@ impl ShardSelector {
             return Err(ShardSelectorError::at(
                 MAX_SHARD_SELECTOR_LEN,
                 format!(
-                    "shard selector is {} bytes long; the limit is {MAX_SHARD_SELECTOR_LEN}",
+                    "shard selector is {} bytes long; the limit is {MAX_SHARD_SELECTOR_LEN} \
+                     (at most {MAX_SHARD_RANGES} shardRange calls)",
                     input.len()
                 ),
             ));
@@ -958,5 +971,39 @@ mod tests {
         assert!(err(&deep).message().contains("nested deeper"));
         let long = format!("{HALF}{}", " ".repeat(MAX_SHARD_SELECTOR_LEN));
         assert!(err(&long).message().contains("the limit is"));
+    }
+
+    /// The length limit caps the ranges: 218 of the shortest calls fit, and the 219th is refused
+    /// with a message naming both limits.
+    #[test]
+    fn the_length_limit_caps_a_selector_at_218_ranges() {
+        assert_eq!(MAX_SHARD_RANGES, 218);
+        let calls = |n: u64| {
+            (0..n)
+                .map(|i| {
+                    format!(
+                        "shardRange(object.metadata.uid,'0x{:016x}','0x{:016x}')",
+                        i * 4,
+                        i * 4 + 1
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("||")
+        };
+        let most = calls(218);
+        assert_eq!(most.len(), 218 * 75 - 2);
+        assert!(most.len() <= MAX_SHARD_SELECTOR_LEN);
+        assert_eq!(ShardSelector::parse(&most).unwrap().ranges().len(), 218);
+        let one_more = calls(219);
+        assert!(one_more.len() > MAX_SHARD_SELECTOR_LEN);
+        let e = err(&one_more);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "invalid shard selector: shard selector is {} bytes long; the limit is 16384 (at \
+                 most 218 shardRange calls) (at position 16384)",
+                219 * 75 - 2
+            )
+        );
     }
 }
