@@ -3,7 +3,9 @@
 //! through it, and the client-go conformance program (tests/k8s/conformance) passes against it
 //! on both etcd versions: that proves the program right before it judges watchcache. Then
 //! `watchcache serve` on the same etcd reads what kube-apiserver wrote, encrypted values too, and
-//! a leaf reads kube-apiserver's own LIST and watch in protobuf.
+//! a leaf reads kube-apiserver's own LIST and watch in protobuf. And in proxy mode, a node's
+//! mirror pod that kube-apiserver's NodeRestriction refuses grants that node nothing in
+//! watchcache's Node authorizer (issue 35, A-MIRROR).
 
 mod support;
 
@@ -281,5 +283,221 @@ async fn a_leaf_lists_and_watches_kube_apiserver_in_protobuf() {
             );
         }
         caches.shutdown().await;
+    }
+}
+
+/// Issue 35, A-MIRROR, where writes go to kube-apiserver (proxy mode): node n1 tries to reach a
+/// Secret and a ConfigMap by creating a mirror pod whose projected volume names them. Through
+/// watchcache the create is kube-apiserver's to refuse, and it does (its NodeRestriction, with
+/// its words); the pod never reaches the cache, so watchcache's Node authorizer grants n1
+/// neither object, before and after the watch has brought everything written since. The graph is
+/// not merely empty: from a pod kube-apiserver admitted (bound to n1 by the admin, naming
+/// Secrets through azureFile and flexVolume volumes) it grants what kube-apiserver's grants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_pod_kube_apiserver_refused_grants_its_node_nothing_through_watchcache() {
+    use std::time::Duration;
+    use support::kube::https_request;
+    use support::pki::Issued;
+    let etcd = etcd_version(EtcdVersion::V36).await;
+    let kas = KubeApiserver::start(&etcd.server.url()).await;
+    let wc = Watchcache::proxy(&kas.pki, &kas.admin_kubeconfig, &[]).await;
+    let ca = &kas.pki.ca.cert_file;
+    let admin = &kas.pki.admin;
+    let n1 = kas.pki.client("n1", "system:node:n1", &["system:nodes"]);
+    let call = async |url: &str, who: &Issued, method: &str, path: &str, body: Option<Value>| {
+        let body = body.map(|b| b.to_string());
+        let (code, text) = https_request(url, ca, Some(who), method, path, body.as_deref())
+            .await
+            .unwrap_or_else(|e| panic!("{method} {url}{path}: {e}"));
+        (code, json(&text))
+    };
+    let ns = "/api/v1/namespaces/default";
+
+    let (code, node) = call(
+        &wc.url,
+        &n1,
+        "POST",
+        "/api/v1/nodes",
+        Some(serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{node}");
+    for (kind, name) in [
+        // Its service account: no controller manager makes it here.
+        ("ServiceAccount", "default"),
+        ("Secret", "s2"),
+        ("ConfigMap", "cm"),
+        ("Secret", "s-az"),
+        ("Secret", "s-flex"),
+    ] {
+        let path = format!("{ns}/{}s", kind.to_ascii_lowercase());
+        let mut body =
+            serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name}});
+        if kind != "ServiceAccount" {
+            body["data"] = serde_json::json!({"k": "dg=="});
+        }
+        let (code, v) = call(&wc.url, admin, "POST", &path, Some(body)).await;
+        assert_eq!(code, 201, "{kind} {name}: {v}");
+    }
+    let mirror = |name: &str, volumes: Value| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": {"kubernetes.io/config.mirror": "x"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1",
+                    "uid": node["metadata"]["uid"], "controller": true}]},
+            "spec": {"nodeName": "n1", "volumes": volumes,
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})
+    };
+    // A mirror pod that needs nothing from the API is n1's to create. Until kube-apiserver's
+    // NodeRestriction has seen the Node (an informer), it answers 404 for the owner's uid.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, v) = call(
+            &wc.url,
+            &n1,
+            "POST",
+            &format!("{ns}/pods"),
+            Some(mirror("static-ok", serde_json::json!([]))),
+        )
+        .await;
+        if code == 201 {
+            break;
+        }
+        assert!(
+            code == 404 && tokio::time::Instant::now() < deadline,
+            "{code}: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The attempts, each refused by kube-apiserver's admission (its metric counts the refusal
+    // by that plugin) and answered through watchcache with kube-apiserver's Status. With a
+    // Secret named, ServiceAccount admission refuses first: it runs before NodeRestriction and
+    // refuses any mirror pod naming a Secret, whoever creates it. With a ConfigMap only,
+    // NodeRestriction does.
+    for (name, sources, plugin, message) in [
+        (
+            "static-n1",
+            serde_json::json!([{"secret": {"name": "s2"}}, {"configMap": {"name": "cm"}}]),
+            "ServiceAccount",
+            "pods \"static-n1\" is forbidden: a mirror pod may not reference secrets",
+        ),
+        (
+            "static-n1-cm",
+            serde_json::json!([{"configMap": {"name": "cm"}}]),
+            "NodeRestriction",
+            "pods \"static-n1-cm\" is forbidden: node \"n1\" can not create pods that reference configmaps",
+        ),
+    ] {
+        let by = format!("name=\"{plugin}\"");
+        let labels = [by.as_str(), r#"rejected="true""#];
+        let refusals = || {
+            kas.metric(
+                "apiserver_admission_controller_admission_duration_seconds_count",
+                &labels,
+            )
+        };
+        let before = refusals().await;
+        let volumes = serde_json::json!([{"name": "p", "projected": {"sources": sources}}]);
+        let (code, v) = call(
+            &wc.url,
+            &n1,
+            "POST",
+            &format!("{ns}/pods"),
+            Some(mirror(name, volumes)),
+        )
+        .await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(v["reason"], "Forbidden", "{v}");
+        assert_eq!(v["message"], message, "{v}");
+        assert_eq!(
+            refusals().await,
+            before + 1.0,
+            "kube-apiserver's {plugin} refused {name}"
+        );
+    }
+
+    // n1 reads neither: through watchcache, from its cache (`resourceVersion=0`, watchcache's
+    // own Node authorizer) and consistently; and from kube-apiserver itself, with the same
+    // Status.
+    let refused = async || {
+        for path in [format!("{ns}/secrets/s2"), format!("{ns}/configmaps/cm")] {
+            let (code, theirs) = call(&kas.url, &n1, "GET", &path, None).await;
+            assert_eq!(code, 403, "GET {path} from kube-apiserver: {theirs}");
+            for query in ["?resourceVersion=0", ""] {
+                let (code, ours) = call(&wc.url, &n1, "GET", &format!("{path}{query}"), None).await;
+                assert_eq!(code, 403, "GET {path}{query} through watchcache: {ours}");
+                assert_eq!(ours, theirs, "GET {path}{query}: kube-apiserver's Status");
+            }
+        }
+    };
+    refused().await;
+
+    // A pod kube-apiserver admits, written after the refused one: once watchcache's cache shows
+    // it, every earlier pod write has reached the cache too (one watch, in order).
+    let (code, v) = call(
+        &wc.url,
+        admin,
+        "POST",
+        &format!("{ns}/pods"),
+        Some(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "admitted"},
+            "spec": {"nodeName": "n1", "automountServiceAccountToken": false,
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                "volumes": [
+                    {"name": "az", "azureFile": {"secretName": "s-az", "shareName": "x"}},
+                    {"name": "fl", "flexVolume": {"driver": "example.com/d",
+                        "secretRef": {"name": "s-flex"}}}]}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, list) = call(
+            &wc.url,
+            &n1,
+            "GET",
+            &format!("{ns}/pods?resourceVersion=0&fieldSelector=spec.nodeName%3Dn1"),
+            None,
+        )
+        .await;
+        assert_eq!(code, 200, "{list}");
+        let mut names: Vec<&str> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap())
+            .collect();
+        names.sort_unstable();
+        if names == ["admitted", "static-ok"] {
+            break;
+        }
+        assert!(
+            !names.iter().any(|n| n.starts_with("static-n1"))
+                && tokio::time::Instant::now() < deadline,
+            "n1's pods in watchcache's cache: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    refused().await;
+
+    // What the admitted pod names is n1's to read, as kube-apiserver's graph has it (its graph
+    // follows an informer: wait for it there).
+    for path in [format!("{ns}/secrets/s-az"), format!("{ns}/secrets/s-flex")] {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (code, v) = call(&kas.url, &n1, "GET", &path, None).await;
+            if code == 200 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "GET {path} from kube-apiserver: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for query in ["?resourceVersion=0", ""] {
+            let (code, v) = call(&wc.url, &n1, "GET", &format!("{path}{query}"), None).await;
+            assert_eq!(code, 200, "GET {path}{query} through watchcache: {v}");
+        }
     }
 }

@@ -351,6 +351,18 @@ pub async fn https_get(
     client: Option<&Issued>,
     path: &str,
 ) -> std::io::Result<(u16, String)> {
+    https_request(url, ca, client, "GET", path, None).await
+}
+
+/// One HTTPS request as [`https_get`], with any method and, when given, a JSON body.
+pub async fn https_request(
+    url: &str,
+    ca: &Path,
+    client: Option<&Issued>,
+    method: &str,
+    path: &str,
+    json: Option<&str>,
+) -> std::io::Result<(u16, String)> {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(ca).map_err(std::io::Error::other)? {
         roots
@@ -381,10 +393,16 @@ pub async fn https_get(
         let mut s = tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(ServerName::try_from("localhost").unwrap(), tcp)
             .await?;
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await?;
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+        if let Some(body) = json {
+            head.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                body.len()
+            ));
+        }
+        head.push_str("\r\n");
+        head.push_str(json.unwrap_or_default());
+        s.write_all(head.as_bytes()).await?;
         let mut out = Vec::new();
         // A close without close_notify after a complete answer is fine.
         let _ = s.read_to_end(&mut out).await;
@@ -392,10 +410,12 @@ pub async fn https_get(
     };
     let out = tokio::time::timeout(Duration::from_secs(10), io)
         .await
-        .map_err(|_| std::io::Error::other(format!("GET {url}{path}: no answer within 10 s")))??;
+        .map_err(|_| {
+            std::io::Error::other(format!("{method} {url}{path}: no answer within 10 s"))
+        })??;
     parse_response(&out).ok_or_else(|| {
         std::io::Error::other(format!(
-            "GET {url}{path}: not an HTTP answer: {}",
+            "{method} {url}{path}: not an HTTP answer: {}",
             String::from_utf8_lossy(&out)
         ))
     })
