@@ -23,10 +23,11 @@ pub struct ServerConfig {
     /// timeout. 0: no limit. Default: 62 500, a quarter of the default `max_connections` (the
     /// CLI's default is also at most half the open-file limit).
     pub max_idle_connections: usize,
-    /// Most such connections from one source address (0: no limit). Default: 256, above what a
-    /// client opens at once and far below the descriptors of a process, so that one address
-    /// cannot fill `max_idle_connections` for the others. Clients behind one NAT or proxy share
-    /// an address: raise it there.
+    /// Most such connections from one source address (0: no limit). Default: 15 625, a quarter
+    /// of the default `max_idle_connections` (the CLI's: a quarter of its bound, at least 256),
+    /// so that one address cannot take more than a quarter of the budget from the others, while
+    /// a client opening hundreds of watches at once is served. Clients behind one NAT or proxy
+    /// share an address: raise it there.
     pub max_idle_connections_per_address: usize,
     /// How long a client has to send a whole request head, from its first byte wait on (an
     /// absolute deadline, like Go's `ReadHeaderTimeout`: trickling bytes does not extend it).
@@ -65,7 +66,7 @@ impl Default for ServerConfig {
             default_watch_timeout: (Duration::from_secs(1800), Duration::from_secs(3600)),
             max_connections: 250_000,
             max_idle_connections: 250_000 / 4,
-            max_idle_connections_per_address: 256,
+            max_idle_connections_per_address: 62_500 / 4,
             header_read_timeout: Duration::from_secs(30),
             max_requests_inflight: 0,
             max_watches_per_user: 0,

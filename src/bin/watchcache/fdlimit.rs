@@ -65,6 +65,19 @@ pub fn default_max_idle(max_connections: usize, open_files: Option<u64>) -> usiz
     by_connections.min(by_files).max(1)
 }
 
+/// The default of `--max-idle-connections-per-address`: a quarter of the silent connections'
+/// bound, at least 256 (0, no bound, stays none). One address then cannot take more than a
+/// quarter of the budget from the others, while a client opening hundreds of HTTP/1.1 watches at
+/// once (a TLS handshake each) is not refused: a fixed 256 refused the equality suite's ~250
+/// concurrent watches of one kube-rs client with 503.
+pub fn default_max_idle_per_address(max_idle: usize) -> usize {
+    if max_idle == 0 {
+        0
+    } else {
+        (max_idle / 4).max(256)
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::useless_conversion)]
 mod tests {
@@ -92,6 +105,13 @@ mod tests {
         // SAFETY: as in `raise`.
         assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
         assert_eq!(lim.rlim_cur, lim.rlim_max, "in force");
+    }
+
+    #[test]
+    fn one_address_gets_a_quarter_of_the_silent_connections_and_at_least_256() {
+        assert_eq!(default_max_idle_per_address(10_000), 2_500);
+        assert_eq!(default_max_idle_per_address(512), 256);
+        assert_eq!(default_max_idle_per_address(0), 0);
     }
 
     #[test]

@@ -224,9 +224,10 @@ struct ServeArgs {
     #[arg(long, value_name = "N")]
     max_idle_connections: Option<usize>,
     /// Most such connections from one client address; more are answered 503 and closed at once
-    /// (0: no limit). Clients behind one NAT or proxy share an address: raise it there.
-    #[arg(long, default_value_t = 256, value_name = "N")]
-    max_idle_connections_per_address: usize,
+    /// (0: no limit). Default: a quarter of --max-idle-connections, at least 256. Clients behind
+    /// one NAT or proxy share an address: raise it there.
+    #[arg(long, value_name = "N")]
+    max_idle_connections_per_address: Option<usize>,
     /// How consistent reads (resourceVersion unset) are served: from the cache on etcd
     /// 3.4.31+/3.5.13+ and from etcd range reads on older versions (auto), always from the cache
     /// (cache), or always from etcd (etcd).
@@ -602,15 +603,18 @@ async fn serve(args: ServeArgs, open_files: Option<u64>) -> Result<(), Box<dyn s
             )
         }
     };
+    let max_idle_connections = args
+        .max_idle_connections
+        .unwrap_or_else(|| fdlimit::default_max_idle(args.max_connections, open_files));
     let config = ServerConfig {
         max_body_bytes: args.max_body_bytes,
         max_selector_len: args.max_selector_len,
         max_watchers: args.max_watchers,
         max_connections: args.max_connections,
-        max_idle_connections: args
-            .max_idle_connections
-            .unwrap_or_else(|| fdlimit::default_max_idle(args.max_connections, open_files)),
-        max_idle_connections_per_address: args.max_idle_connections_per_address,
+        max_idle_connections,
+        max_idle_connections_per_address: args
+            .max_idle_connections_per_address
+            .unwrap_or_else(|| fdlimit::default_max_idle_per_address(max_idle_connections)),
         max_requests_inflight: args.max_requests_inflight,
         max_watches_per_user: args.max_watches_per_user,
         audit_log_path: args.audit_log_path.clone(),
