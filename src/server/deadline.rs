@@ -14,9 +14,10 @@
 //!   or the socket still has bytes to write; else the response was delivered, and the clock is
 //!   just disarmed.
 //!
-//! Invariants: a clock is armed by the gate when a response leaves it ([`ResponseClock::arm`])
-//! and the body it wraps ([`ClockedBody`]) marks itself done when dropped; the clock's state is
-//! one short lock, never held across an await.
+//! Invariants: a clock is armed by the gate when a response leaves it ([`ResponseClock::arm`]),
+//! the body it wraps ([`ClockedBody`]) marks itself done when dropped, and the next request on
+//! the connection disarms it ([`ResponseClock::disarm`]); the clock's state is one short lock,
+//! never held across an await.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +49,15 @@ pub(crate) struct ResponseClock {
 }
 
 impl ResponseClock {
+    /// Disarms the clock: a new request has arrived on the connection, so the response before
+    /// it was written whole (hyper reads the next request only then). Without it, the previous
+    /// response's deadline could close the connection under a later watch whose client is
+    /// momentarily behind.
+    pub(crate) fn disarm(&self) {
+        *self.deadline.lock() = None;
+        self.body_live.store(false, Ordering::Release);
+    }
+
     /// Arms the clock for a response due by `at`, and wraps its body so that the clock learns
     /// when it is done.
     pub(crate) fn arm(self: &std::sync::Arc<Self>, at: Instant, body: Body) -> Body {
@@ -234,5 +244,15 @@ mod tests {
         let ended = tokio::time::timeout(Duration::from_secs(6), forever).await;
         assert!(ended.is_err(), "delivered: the connection stays");
         assert!(clock.deadline.lock().is_none(), "and the clock is disarmed");
+
+        // A later request (a watch) disarms the clock of the response before it: that
+        // response's deadline no longer ends the connection, even while the socket is stalled.
+        let clock = Arc::new(ResponseClock::default());
+        let forever = Clocked::new(std::future::pending::<()>(), Arc::clone(&clock));
+        drop(clock.arm(Instant::now() + Duration::from_secs(5), Body::from("x")));
+        clock.disarm();
+        clock.stalled.store(true, Ordering::Release);
+        let ended = tokio::time::timeout(Duration::from_secs(6), forever).await;
+        assert!(ended.is_err(), "disarmed: the connection stays");
     }
 }

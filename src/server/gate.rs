@@ -46,6 +46,9 @@ pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Ne
         .get::<Arc<ConnInfo>>()
         .cloned()
         .unwrap_or_default();
+    if let Some(clock) = conn.clock.get() {
+        clock.disarm();
+    }
     let mut adm = filters::admit(
         &st,
         &Incoming {
