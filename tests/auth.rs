@@ -527,9 +527,10 @@ async fn nodes_read_their_own_pods_and_referenced_secrets_only() {
     ))
     .await;
     assert_eq!(code, StatusCode::FORBIDDEN, "{v}");
+    // ServiceAccount admission answers first, as kube-apiserver's (for any user).
     assert_eq!(
         v["message"],
-        "pods \"static-n1\" is forbidden: node \"n1\" can not create pods that reference secrets"
+        "pods \"static-n1\" is forbidden: a mirror pod may not reference secrets"
     );
     let (code, v) = create_pod(mirror(json!([{"configMap": {"name": "cm"}}]))).await;
     assert_eq!(code, StatusCode::FORBIDDEN, "{v}");

@@ -6,6 +6,8 @@
 //!   with a `NamespaceTerminating` cause). Checked when the namespaces resource is served; a
 //!   namespace missing from the cache is looked up again with a consistent read (upstream's
 //!   live lookup), so a namespace created just before is found. Deletes always pass.
+//! - **ServiceAccount**'s mirror-pod rule: a created mirror pod names no service account, Secret
+//!   or projected token, whoever creates it (upstream runs it before NodeRestriction).
 //! - **NodeRestriction** (`node_restriction.rs`): what a kubelet may write, for the writes applied
 //!   here.
 //! - **RBAC escalation** (`auth/escalation.rs`): a write of a Role, ClusterRole, RoleBinding or
@@ -103,16 +105,95 @@ fn qualified(def: &ResourceDef) -> String {
     }
 }
 
-/// The admission of a write's object by an authenticated user (none on an open server or the
-/// development listener, where nothing is authorized either): NodeRestriction for kubelets,
-/// then RBAC's escalation check.
+/// ServiceAccount admission's rule for mirror pods, which kube-apiserver runs before
+/// NodeRestriction and for every user: a created pod with the mirror annotation names no service
+/// account, no Secret (`VisitPodSecretNames`) and no projected service-account token (the kubelet
+/// that mirrors a static pod cannot give it any).
+///
+/// # Errors
+/// 403 with upstream's words.
+fn mirror_pod_references(
+    def: &ResourceDef,
+    info: &RequestInfo,
+    obj: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), ApiError> {
+    // The caller passes creates only (a PUT that creates is one too, as upstream's Create).
+    let is_pod_create = def.group.is_empty()
+        && def.plural == "pods"
+        && info
+            .resource
+            .as_ref()
+            .is_some_and(|r| r.subresource.is_empty());
+    let mirror = obj
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(node_restriction::MIRROR))
+        .is_some();
+    if !is_pod_create || !mirror {
+        return Ok(());
+    }
+    let spec = obj.get("spec").unwrap_or(&serde_json::Value::Null);
+    let mut secrets = false;
+    crate::server::auth::node::pod_secret_names(spec, |_| secrets = true);
+    let why = if spec["serviceAccountName"]
+        .as_str()
+        .is_some_and(|s| !s.is_empty())
+    {
+        "a mirror pod may not reference service accounts"
+    } else if secrets {
+        "a mirror pod may not reference secrets"
+    } else if spec["volumes"].as_array().is_some_and(|vs| {
+        vs.iter().any(|v| {
+            v["projected"]["sources"]
+                .as_array()
+                .is_some_and(|ss| ss.iter().any(|s| !s["serviceAccountToken"].is_null()))
+        })
+    }) {
+        "a mirror pod may not use ServiceAccountToken volume projections"
+    } else {
+        return Ok(());
+    };
+    let name = obj
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    Err(ApiError::forbidden(
+        format!("pods \"{name}\" is forbidden: {why}"),
+        String::new(),
+        "pods".to_owned(),
+        name,
+    ))
+}
+
+/// The admission of a write's object: ServiceAccount's mirror-pod rule for everyone, then, for an
+/// authenticated user (none on an open server or the development listener, where nothing is
+/// authorized either), NodeRestriction for kubelets and RBAC's escalation check.
 pub(crate) fn object_admission<'a>(
     st: &'a AppState,
     def: &'a ResourceDef,
     user: Option<&'a User>,
     info: &'a RequestInfo,
 ) -> Box<AdmitFn<'a>> {
-    Box::new(move |obj, old| match (st.auth.get(), user) {
+    Box::new(move |obj, old| {
+        if old.is_none() {
+            mirror_pod_references(def, info, obj)?;
+        }
+        authenticated_admission(st, def, user, info, obj, old)
+    })
+}
+
+/// NodeRestriction for kubelets, then RBAC's escalation check, for an authenticated user.
+fn authenticated_admission(
+    st: &AppState,
+    def: &ResourceDef,
+    user: Option<&User>,
+    info: &RequestInfo,
+    obj: &serde_json::Map<String, serde_json::Value>,
+    old: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Result<(), ApiError> {
+    match (st.auth.get(), user) {
         (Some(auth), Some(user)) => {
             node_restriction::admit(user, info, def, obj, old, || {
                 let node = user.node_name()?;
@@ -127,7 +208,7 @@ pub(crate) fn object_admission<'a>(
             auth.confirm_no_escalation(user, info, obj, old)
         }
         _ => Ok(()),
-    })
+    }
 }
 
 /// NodeRestriction for a kubelet's DELETE of a pod: only one bound to itself.
@@ -221,5 +302,67 @@ pub(crate) async fn create_system_namespaces(st: Arc<AppState>) {
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn refused(pod: Value) -> Option<String> {
+        let info = RequestInfo::new("POST", "/api/v1/namespaces/a/pods", false);
+        let def = ResourceDef::builtin("pods").unwrap();
+        let Value::Object(obj) = pod else {
+            unreachable!()
+        };
+        mirror_pod_references(&def, &info, &obj)
+            .err()
+            .map(|e| e.message().to_owned())
+    }
+
+    /// ServiceAccount admission's mirror-pod rule, for every user (kube-apiserver 1.35 answers
+    /// it before NodeRestriction: `k8s_apiserver::a_mirror_pod_kube_apiserver_refused_...`).
+    #[test]
+    fn mirror_pods_name_no_service_account_secret_or_token() {
+        let mirror = |spec: Value| {
+            json!({"metadata": {"name": "m", "annotations": {"kubernetes.io/config.mirror": "x"}},
+                "spec": spec})
+        };
+        assert_eq!(
+            refused(mirror(json!({"serviceAccountName": "default"}))).as_deref(),
+            Some("pods \"m\" is forbidden: a mirror pod may not reference service accounts")
+        );
+        assert_eq!(
+            refused(mirror(
+                json!({"volumes": [{"name": "p", "projected": {"sources":
+                [{"secret": {"name": "s"}}]}}]})
+            ))
+            .as_deref(),
+            Some("pods \"m\" is forbidden: a mirror pod may not reference secrets")
+        );
+        assert_eq!(
+            refused(mirror(
+                json!({"volumes": [{"name": "p", "projected": {"sources":
+                [{"serviceAccountToken": {"path": "t"}}]}}]})
+            ))
+            .as_deref(),
+            Some(
+                "pods \"m\" is forbidden: a mirror pod may not use ServiceAccountToken volume \
+                 projections"
+            )
+        );
+        // A ConfigMap is NodeRestriction's to refuse (for nodes); not a mirror pod: no rule.
+        assert_eq!(
+            refused(mirror(
+                json!({"volumes": [{"name": "c", "configMap": {"name": "c"}}]})
+            )),
+            None
+        );
+        assert_eq!(
+            refused(json!({"metadata": {"name": "p"}, "spec": {"serviceAccountName": "x"}})),
+            None
+        );
     }
 }

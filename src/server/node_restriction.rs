@@ -21,7 +21,7 @@ use crate::server::auth::{RequestInfo, User};
 use crate::server::status::ApiError;
 
 /// The mirror pod annotation (`api.MirrorPodAnnotationKey`).
-const MIRROR: &str = "kubernetes.io/config.mirror";
+pub(crate) const MIRROR: &str = "kubernetes.io/config.mirror";
 
 /// Labels a kubelet may set on its own Node (k8s.io/kubelet `kubeletLabels`).
 const KUBELET_LABELS: &[&str] = &[
