@@ -6,7 +6,7 @@
 //! HTTP/1.1 body in 1-byte chunks 60 (issue 35, H2-PAD and H1-CHUNKS). Here each frame is copied
 //! and dropped at once, so a body holds its data and nothing else, whatever its framing.
 //!
-//! Why wire bytes: the limit (`--max-request-body-bytes`, 3 MiB as upstream) bounds what a body
+//! Why wire bytes: the limit (`--max-body-bytes`, 3 MiB as upstream) bounds what a body
 //! costs to receive, not only what it carries. An HTTP/2 frame counts its 9-byte header and its
 //! padding (`vendor/h2`'s `poll_data_framed`; h2 gives padding back to flow control itself, so it
 //! is otherwise unseen), an HTTP/1.1 chunk its size line and CRLFs. A body whose framing outweighs

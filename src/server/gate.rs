@@ -6,7 +6,7 @@
 //! (src/server/watch/fast_path.rs).
 //!
 //! Why the permit comes before the body, as in kube-apiserver: the bodies read at once are then
-//! at most the server's seats, each at most `--max-request-body-bytes` on the wire. Read before
+//! at most the server's seats, each at most `--max-body-bytes` on the wire. Read before
 //! it, they were bounded only by the connections and their streams (100 a connection). Unlike
 //! kube-apiserver, a body that stalls gives its seat back until it goes on
 //! ([`with_body_read`]): a client trickling its body holds no seat (issue 20, item 4), only the
@@ -100,7 +100,7 @@ async fn serve(
     let adm = &*adm;
     let served = async move {
         // The permit first: the bodies being read at once are at most the server's seats, each
-        // at most `--max-request-body-bytes` (read before it, they were bounded by nothing but
+        // at most `--max-body-bytes` (read before it, they were bounded by nothing but
         // the connections' streams). A body that stalls gives its seat back until it goes on.
         let mut permit = Some(adm.permit(st).await?);
         let req = with_body_read(req, st.config.max_body_bytes, &mut permit, || {
