@@ -165,9 +165,32 @@ fn shards(c: &mut Criterion) {
             (stats.routed_watchers, stats.unrouted_watchers),
             if routed { (w, 0) } else { (0, w) }
         );
-        // Updates in a fixed shuffled order: the bench's uids differ only in their last digits,
-        // and FNV-1a's top bits (the shard) barely move with a string's last bytes, so pods in
-        // name order come in runs of one shard that would fill its queue.
+        let mut run = ShuffledUpdates::new(1);
+        g.bench_function(BenchmarkId::new(name, w), |b| {
+            // About 8 events per watcher per batch: no queue fills, none parks.
+            b.iter_custom(|iters| run.apply(iters, W * 8, &updates, &mut writer, &mut watchers));
+        });
+        assert_eq!(cache.stats().parked, 0, "live dispatch only");
+        // Every event reached exactly one shard: the ranges tile the hash space.
+        assert_eq!(run.delivered, if w == 0 { 0 } else { run.rv - 1 });
+    }
+    g.finish();
+}
+
+/// Pod updates applied in a fixed shuffled order, for the shard benches: the bench's uids differ
+/// only in their last digits, and FNV-1a's top bits (the shard) barely move with a string's last
+/// bytes, so pods in name order come in runs of one shard that would fill its queue.
+struct ShuffledUpdates {
+    order: Vec<usize>,
+    next: usize,
+    /// The last revision applied.
+    rv: u64,
+    /// Events the watchers received.
+    delivered: u64,
+}
+
+impl ShuffledUpdates {
+    fn new(rv: u64) -> ShuffledUpdates {
         let mut order: Vec<usize> = (0..PODS).collect();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for i in (1..PODS).rev() {
@@ -176,38 +199,46 @@ fn shards(c: &mut Criterion) {
             x ^= x << 17;
             order.swap(i, (x % (i as u64 + 1)) as usize);
         }
-        let (mut rv, mut next, mut delivered) = (1u64, 0usize, 0u64);
-        g.bench_function(BenchmarkId::new(name, w), |b| {
-            b.iter_custom(|iters| {
-                let mut spent = Duration::ZERO;
-                let mut done = 0u64;
-                while done < iters {
-                    // About 8 events per watcher per batch: no queue fills, none parks.
-                    let batch = (iters - done).min(W * 8);
-                    let t = Instant::now();
-                    for _ in 0..batch {
-                        rv += 1;
-                        let obj = updates[order[next % PODS]].clone();
-                        writer.apply(rv, [Change::Put(obj)]).unwrap();
-                        next += 1;
-                    }
-                    spent += t.elapsed();
-                    for stream in &mut watchers {
-                        while let Some(Some(ev)) = stream.next().now_or_never() {
-                            std::hint::black_box(ev.unwrap());
-                            delivered += 1;
-                        }
-                    }
-                    done += batch;
-                }
-                spent
-            });
-        });
-        assert_eq!(cache.stats().parked, 0, "live dispatch only");
-        // Every event reached exactly one shard: the ranges tile the hash space.
-        assert_eq!(delivered, if w == 0 { 0 } else { rv - 1 });
+        ShuffledUpdates {
+            order,
+            next: 0,
+            rv,
+            delivered: 0,
+        }
     }
-    g.finish();
+
+    /// Applies `iters` updates in batches of at most `batch`, draining every watcher after each
+    /// batch: the time spent applying (dispatch included, the watchers' reads not).
+    fn apply(
+        &mut self,
+        iters: u64,
+        batch: u64,
+        updates: &[Object],
+        writer: &mut CacheWriter,
+        watchers: &mut [WatchStream],
+    ) -> Duration {
+        let mut spent = Duration::ZERO;
+        let mut done = 0u64;
+        while done < iters {
+            let n = (iters - done).min(batch);
+            let t = Instant::now();
+            for _ in 0..n {
+                self.rv += 1;
+                let obj = updates[self.order[self.next % PODS]].clone();
+                writer.apply(self.rv, [Change::Put(obj)]).unwrap();
+                self.next += 1;
+            }
+            spent += t.elapsed();
+            for stream in watchers.iter_mut() {
+                while let Some(Some(ev)) = stream.next().now_or_never() {
+                    std::hint::black_box(ev.unwrap());
+                    self.delivered += 1;
+                }
+            }
+            done += n;
+        }
+        spent
+    }
 }
 
 /// The selector of a watcher among `w` that each take `ranges` slices of the hash space cut into
@@ -277,7 +308,7 @@ fn many_ranges(c: &mut Criterion) {
     assert_eq!(cache.stats().routed_watchers, W);
 
     let extra: Vec<Selection> = (0..16).map(|i| striped(W, R, i * 61, true)).collect();
-    let mut rv = 1u64;
+    let rv = 1u64;
     for (name, pool) in [
         ("sharded_200", extra),
         (
@@ -311,45 +342,14 @@ fn many_ranges(c: &mut Criterion) {
     }
     assert_eq!(cache.stats().routed_watchers, W);
 
-    // Updates in the same fixed shuffled order as `fanout_shards`.
-    let mut order: Vec<usize> = (0..PODS).collect();
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for i in (1..PODS).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        order.swap(i, (x % (i as u64 + 1)) as usize);
-    }
-    let (mut next, mut delivered, first_rv) = (0usize, 0u64, rv);
+    let mut run = ShuffledUpdates::new(rv);
     g.bench_function(BenchmarkId::new("event", "routed"), |b| {
-        b.iter_custom(|iters| {
-            let mut spent = Duration::ZERO;
-            let mut done = 0u64;
-            while done < iters {
-                // About one event per watcher per batch: no queue fills, none parks.
-                let batch = (iters - done).min(W);
-                let t = Instant::now();
-                for _ in 0..batch {
-                    rv += 1;
-                    let obj = updates[order[next % PODS]].clone();
-                    writer.apply(rv, [Change::Put(obj)]).unwrap();
-                    next += 1;
-                }
-                spent += t.elapsed();
-                for stream in &mut watchers {
-                    while let Some(Some(ev)) = stream.next().now_or_never() {
-                        std::hint::black_box(ev.unwrap());
-                        delivered += 1;
-                    }
-                }
-                done += batch;
-            }
-            spent
-        });
+        // About one event per watcher per batch: no queue fills, none parks.
+        b.iter_custom(|iters| run.apply(iters, W, &updates, &mut writer, &mut watchers));
     });
     assert_eq!(cache.stats().parked, 0, "live dispatch only");
     // Every event reached exactly one watcher: the stripes tile the hash space.
-    assert_eq!(delivered, rv - first_rv);
+    assert_eq!(run.delivered, run.rv - rv);
     g.finish();
 }
 

@@ -757,13 +757,20 @@ async fn an_http2_client_that_never_sends_its_preface_is_closed() {
 
 /// One HTTP/2 frame: (type, flags, stream, payload).
 async fn read_frame<R: tokio::io::AsyncRead + Unpin>(r: &mut R) -> (u8, u8, u32, Vec<u8>) {
+    try_read_frame(r).await.unwrap()
+}
+
+/// One HTTP/2 frame, or the error that ended the connection.
+async fn try_read_frame<R: tokio::io::AsyncRead + Unpin>(
+    r: &mut R,
+) -> std::io::Result<(u8, u8, u32, Vec<u8>)> {
     let mut head = [0u8; 9];
-    r.read_exact(&mut head).await.unwrap();
+    r.read_exact(&mut head).await?;
     let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
     let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
     let mut payload = vec![0u8; len];
-    r.read_exact(&mut payload).await.unwrap();
-    (head[3], head[4], stream, payload)
+    r.read_exact(&mut payload).await?;
+    Ok((head[3], head[4], stream, payload))
 }
 
 fn frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
@@ -851,15 +858,6 @@ async fn requests_with_code(url: &str, ca: &Path, code: u16) -> u64 {
         .sum::<f64>() as u64
 }
 
-/// An HTTP/2 frame: its 9-byte header, then `payload`.
-fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len() as u32;
-    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
 /// A header block of literal fields with new names, neither indexed nor Huffman-coded (every
 /// name and value under 127 bytes).
 fn hpack_literals(fields: &[(&str, &str)]) -> Vec<u8> {
@@ -908,15 +906,7 @@ async fn a_body_of_padded_h2_frames_costs_its_data_not_its_frames() {
     let reader = {
         let peer = Arc::clone(&peer);
         tokio::spawn(async move {
-            let mut head = [0u8; 9];
-            while rd.read_exact(&mut head).await.is_ok() {
-                let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-                let (kind, flags) = (head[3], head[4]);
-                let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & !(1 << 31);
-                let mut payload = vec![0u8; len];
-                if rd.read_exact(&mut payload).await.is_err() {
-                    break;
-                }
+            while let Ok((kind, flags, stream, payload)) = try_read_frame(&mut rd).await {
                 let mut p = peer.lock().unwrap();
                 match kind {
                     // HEADERS or RST_STREAM on the request's stream; GOAWAY.
@@ -952,7 +942,7 @@ async fn a_body_of_padded_h2_frames_costs_its_data_not_its_frames() {
         })
     };
     let mut start = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    start.extend(h2_frame(4, 0, 0, &[]));
+    start.extend(frame(4, 0, 0, &[]));
     let headers = hpack_literals(&[
         (":method", "POST"),
         (":scheme", "https"),
@@ -961,13 +951,13 @@ async fn a_body_of_padded_h2_frames_costs_its_data_not_its_frames() {
         ("content-type", "application/json"),
     ]);
     // END_HEADERS, not END_STREAM: the body follows, and is never ended.
-    start.extend(h2_frame(1, 0x4, 1, &headers));
+    start.extend(frame(1, 0x4, 1, &headers));
     wr.write_all(&start).await.unwrap();
     let before = rss();
     // One byte of data, a pad-length byte and 254 bytes of padding: 256 flow-controlled bytes.
     let mut padded = vec![254u8, b'{'];
     padded.extend([0u8; 254]);
-    let frame = h2_frame(0, 0x8, 1, &padded);
+    let data = frame(0, 0x8, 1, &padded);
     const FRAMES: usize = 160_000;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let mut sent = 0;
@@ -985,10 +975,10 @@ async fn a_body_of_padded_h2_frames_costs_its_data_not_its_frames() {
         };
         let mut out = Vec::new();
         for _ in 0..acks {
-            out.extend(h2_frame(4, 1, 0, &[]));
+            out.extend(frame(4, 1, 0, &[]));
         }
         for _ in 0..batch {
-            out.extend_from_slice(&frame);
+            out.extend_from_slice(&data);
         }
         if !out.is_empty() && wr.write_all(&out).await.is_err() {
             break;
@@ -1003,7 +993,7 @@ async fn a_body_of_padded_h2_frames_costs_its_data_not_its_frames() {
     let answered = peer.lock().unwrap().answered;
     eprintln!(
         "H2-PAD: {sent} padded frames sent ({} KiB on the wire), answered: {answered}, RSS +{} KiB",
-        sent * frame.len() / 1024,
+        sent * data.len() / 1024,
         grew / 1024
     );
     assert!(answered, "the body was never refused ({sent} frames sent)");
@@ -1146,28 +1136,23 @@ async fn a_response_its_client_does_not_take_ends_at_the_request_timeout() {
         .await
         .unwrap();
     let mut start = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    start.extend(h2_frame(4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    start.extend(frame(4, 0, 0, &[0, 4, 0, 0, 0, 0]));
     let headers = hpack_literals(&[
         (":method", "GET"),
         (":scheme", "https"),
         (":authority", "localhost"),
         (":path", "/api/v1/namespaces/default/configmaps"),
     ]);
-    start.extend(h2_frame(1, 0x4 | 0x1, 1, &headers));
+    start.extend(frame(1, 0x4 | 0x1, 1, &headers));
     h2.write_all(&start).await.unwrap();
     let started = tokio::time::Instant::now();
 
     // The HTTP/2 stream is reset at the deadline: its RST_STREAM is INTERNAL_ERROR (2).
     let reset = tokio::time::timeout(Duration::from_secs(10), async {
-        let mut head = [0u8; 9];
         loop {
-            h2.read_exact(&mut head).await.unwrap();
-            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-            let mut payload = vec![0u8; len];
-            h2.read_exact(&mut payload).await.unwrap();
-            let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
-            assert!(head[3] != 0, "DATA sent through a window of 0");
-            if head[3] == 3 && stream == 1 {
+            let (kind, _, stream, payload) = read_frame(&mut h2).await;
+            assert!(kind != 0, "DATA sent through a window of 0");
+            if kind == 3 && stream == 1 {
                 return u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
             }
         }
