@@ -1,0 +1,483 @@
+//! What an operator deploys, tried as they would: the OCI image `scripts/image` builds, pulled and
+//! run by podman (Debian's, with runc: crun refuses this machine's hybrid cgroup layout) in front
+//! of a real etcd; and the Helm chart in `deploy/helm/watchcache` and the static-pod manifest in
+//! `deploy/static-pod`, linted by helm (built from the Go module proxy by `scripts/helm-peer`)
+//! and accepted by a real kube-apiserver in a server-side dry run, with flags the binary takes.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::etcd::{client, etcd, seed};
+use support::kube::KubeApiserver;
+use support::kubectl::{Kubectl, must};
+use watchcache::etcd::free_port;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs a command to its end; panics with its output unless it succeeds.
+fn ok(cmd: &mut Command) -> String {
+    let out = output(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn output(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// helm, built once per test process by scripts/helm-peer.
+fn helm() -> Command {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    let bin = HELM.get_or_init(|| {
+        let out = ok(Command::new(root().join("scripts/helm-peer")).stderr(Stdio::inherit()));
+        PathBuf::from(out.trim())
+    });
+    // Its caches and settings in a directory of this process's own, never the user's.
+    let home = std::env::temp_dir().join(format!("wc-helm-{}", std::process::id()));
+    let mut c = Command::new(bin);
+    c.env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    c
+}
+
+fn chart() -> String {
+    root().join("deploy/helm/watchcache").display().to_string()
+}
+
+const ETCD_SET: &str = "etcd.endpoints={https://10.0.0.10:2379,https://10.0.0.11:2379}";
+
+/// `helm template` of the chart in namespace `watchcache`, with these `--set` values.
+fn render(sets: &[&str]) -> Output {
+    let mut c = helm();
+    c.args(["template", "wc", &chart(), "--namespace", "watchcache"]);
+    for s in sets {
+        c.args(["--set", s]);
+    }
+    output(&mut c)
+}
+
+fn rendered(sets: &[&str]) -> String {
+    let out = render(sets);
+    assert!(
+        out.status.success(),
+        "helm template {sets:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The objects of a List by kind.
+fn of_kind<'a>(list: &'a Value, kind: &str) -> Vec<&'a Value> {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == kind)
+        .collect()
+}
+
+fn args_of(deployment: &Value) -> Vec<String> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Runs the binary with a manifest's arguments: clap must take every flag (a usage error exits
+/// 2); with the manifest's files absent here, the start then fails naming one of them.
+fn flags_are_the_binarys(args: &[String], files_under: &str) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            child.kill().unwrap();
+            panic!("watchcache {args:?} neither failed nor refused its flags in 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_ne!(status.code(), Some(2), "usage error for {args:?}: {stderr}");
+    assert!(!status.success(), "{args:?} started: {stderr}");
+    assert!(
+        stderr.contains(files_under),
+        "the error names none of the manifest's files ({files_under}): {stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_lints_renders_both_set_ups_and_kube_apiserver_accepts_them() {
+    let c = chart();
+    for mode in ["recommended", "proxy"] {
+        let mode_set = format!("mode={mode}");
+        let out = ok(helm().args([
+            "lint", "--strict", &c, "--set", ETCD_SET, "--set", &mode_set,
+        ]));
+        assert!(
+            out.contains("1 chart(s) linted, 0 chart(s) failed"),
+            "{out}"
+        );
+    }
+    // Values that cannot work are refused, naming the value.
+    for (sets, names) in [
+        (vec![], "etcd.endpoints"),
+        (vec![ETCD_SET, "mode=bogus"], "mode: \"bogus\""),
+        (vec![ETCD_SET, "antiAffinity=always"], "antiAffinity"),
+    ] {
+        let out = render(&sets);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{sets:?} rendered");
+        assert!(err.contains(names), "{sets:?}: {err}");
+    }
+
+    let etcd = etcd().await;
+    let kas = KubeApiserver::start(&etcd.server.url()).await;
+    let k = Kubectl::with_kubeconfig(&kas.admin_kubeconfig);
+    k.ok(&["create", "namespace", "watchcache"]).await;
+    let apply = |manifest: String| {
+        let k = &k;
+        async move {
+            must(
+                &k.with_stdin(
+                    &["apply", "--dry-run=server", "-o", "json", "-f", "-"],
+                    &manifest,
+                )
+                .await,
+                "kubectl apply --dry-run=server",
+            )
+        }
+    };
+
+    let list = json(&apply(rendered(&[ETCD_SET])).await);
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    for kind in [
+        "ServiceAccount",
+        "ConfigMap",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Service",
+        "Deployment",
+        "PodDisruptionBudget",
+    ] {
+        assert!(kinds.contains(&kind), "no {kind} in {kinds:?}");
+    }
+    let deployment = of_kind(&list, "Deployment")[0];
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args = args_of(deployment);
+    for want in [
+        "--etcd=https://10.0.0.10:2379",
+        "--etcd=https://10.0.0.11:2379",
+        "--apiserver-kubeconfig=/etc/watchcache/kubeconfig/kubeconfig",
+        "--etcd-certfile=/etc/watchcache/etcd/tls.crt",
+        "--tls-cert-file=/etc/watchcache/serving/tls.crt",
+        "--anonymous-auth=true",
+    ] {
+        assert!(args.iter().any(|a| a == want), "{want} not in {args:?}");
+    }
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/livez");
+    assert!(container["resources"]["requests"]["memory"].is_string());
+    assert!(container["resources"]["limits"]["memory"].is_string());
+    assert!(
+        pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            .is_array()
+    );
+    assert_eq!(
+        of_kind(&list, "PodDisruptionBudget")[0]["spec"]["maxUnavailable"],
+        1
+    );
+    let role = of_kind(&list, "ClusterRole")[0];
+    let rules = role["rules"].to_string();
+    for r in ["users", "groups", "serviceaccounts", "uids", "userextras/*"] {
+        assert!(rules.contains(&format!("\"{r}\"")), "{r} not in {rules}");
+    }
+    assert!(rules.contains("impersonate"), "{rules}");
+    assert!(
+        !rules.contains("\"watch\""),
+        "recommended reads etcd: {rules}"
+    );
+    let kubeconfig = of_kind(&list, "ConfigMap")[0]["data"]["kubeconfig"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(kubeconfig.contains("tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token"));
+    flags_are_the_binarys(&args, "/etc/watchcache/");
+
+    let list = json(&apply(rendered(&["mode=proxy", "replicaCount=2"])).await);
+    let deployment = of_kind(&list, "Deployment")[0];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let args = args_of(deployment);
+    assert!(
+        args.iter()
+            .any(|a| a == "--upstream-kubeconfig=/etc/watchcache/kubeconfig/kubeconfig"),
+        "{args:?}"
+    );
+    assert!(!args.iter().any(|a| a.starts_with("--etcd")), "{args:?}");
+    let rules = of_kind(&list, "ClusterRole")[0]["rules"].to_string();
+    assert!(
+        rules.contains("\"list\"") && rules.contains("\"watch\""),
+        "{rules}"
+    );
+    flags_are_the_binarys(&args, "/etc/watchcache/");
+
+    // As kube-controller-manager would have made it: a pod's service account must exist.
+    k.ok(&["create", "serviceaccount", "default", "-n", "kube-system"])
+        .await;
+    let manifest =
+        std::fs::read_to_string(root().join("deploy/static-pod/watchcache.yaml")).unwrap();
+    let pod = json(&apply(manifest).await);
+    assert_eq!(pod["kind"], "Pod");
+    let args: Vec<String> = pod["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    flags_are_the_binarys(&args, "/etc/kubernetes/");
+}
+
+/// podman on a storage of its own (never the machine's), with runc.
+struct Podman {
+    /// Lowercase: podman names an image pulled from an OCI layout after the layout's path.
+    dir: PathBuf,
+}
+
+impl Podman {
+    fn new() -> Podman {
+        for tool in ["podman", "runc", "umoci"] {
+            assert!(
+                Command::new("sh")
+                    .args(["-c", &format!("command -v {tool}")])
+                    .output()
+                    .unwrap()
+                    .status
+                    .success(),
+                "{tool} is missing: scripts/test installs it (Debian package {tool})"
+            );
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let dir = std::env::temp_dir().join(format!("wc-image-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Podman { dir }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("podman");
+        c.arg("--root")
+            .arg(self.dir.join("storage"))
+            .arg("--runroot")
+            .arg(self.dir.join("run"))
+            .args(["--runtime", "runc", "--cgroup-manager", "cgroupfs"])
+            .args(["--events-backend", "none"])
+            .args(args);
+        c
+    }
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        // Unmounts its overlays, so the directory can go.
+        let _ = self.cmd(&["system", "reset", "--force"]).output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_runs_as_a_non_root_user_without_a_shell_and_serves_from_etcd() {
+    let podman = Podman::new();
+    let layout = podman.dir.join("oci");
+    ok(Command::new(root().join("scripts/image"))
+        .arg("--binary")
+        .arg(env!("CARGO_BIN_EXE_watchcache"))
+        .arg("--out")
+        .arg(&layout)
+        .args(["--tag", "test"]));
+
+    // Nothing in the layer but the binary, the libraries it links, the CA bundle, the user's
+    // files and its data directory.
+    let index = json(&std::fs::read_to_string(layout.join("index.json")).unwrap());
+    let blob = |digest: &str| {
+        layout
+            .join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:"))
+    };
+    let manifest = json(
+        &std::fs::read_to_string(blob(index["manifests"][0]["digest"].as_str().unwrap())).unwrap(),
+    );
+    let layers = manifest["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 1, "{manifest}");
+    let listing = ok(Command::new("tar")
+        .arg("-tvzf")
+        .arg(blob(layers[0]["digest"].as_str().unwrap())));
+    let mut files = Vec::new();
+    for line in listing.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let (mode, owner, path) = (cols[0], cols[1], *cols.last().unwrap());
+        let path = path.trim_start_matches("./").trim_end_matches('/');
+        if path == "var/lib/watchcache" {
+            assert_eq!(owner, "65532/65532", "{line}");
+        }
+        if mode.starts_with('-') {
+            files.push(path.to_owned());
+        }
+    }
+    for f in &files {
+        let allowed = f == "usr/local/bin/watchcache"
+            || f == "etc/passwd"
+            || f == "etc/group"
+            || f == "etc/ssl/certs/ca-certificates.crt"
+            || f.starts_with("lib/x86_64-linux-gnu/lib")
+            || f.starts_with("lib64/ld-linux");
+        assert!(allowed, "{f} in the image: {files:?}");
+    }
+    for needed in [
+        "etc/ssl/certs/ca-certificates.crt",
+        "lib64/ld-linux",
+        "usr/local/bin/watchcache",
+    ] {
+        assert!(
+            files.iter().any(|f| f.starts_with(needed)),
+            "no {needed} in the image: {files:?}"
+        );
+    }
+
+    let pulled = ok(&mut podman.cmd(&["pull", "-q", &format!("oci:{}:test", layout.display())]));
+    let image = pulled.trim().lines().last().unwrap().to_owned();
+    let config = json(&ok(&mut podman.cmd(&[
+        "image",
+        "inspect",
+        &image,
+        "--format",
+        "{{json .Config}}",
+    ])));
+    assert_eq!(config["User"], "65532:65532", "{config}");
+    assert_eq!(
+        config["Entrypoint"][0], "/usr/local/bin/watchcache",
+        "{config}"
+    );
+    // The sandbox's hard limits are below podman's defaults, which it may not raise.
+    let limits = [
+        "--ulimit",
+        "nofile=4096:4096",
+        "--ulimit",
+        "nproc=4096:4096",
+    ];
+
+    let mut run = vec!["run", "--rm", "--network", "host"];
+    run.extend(limits);
+    run.extend(["--entrypoint", "/bin/sh", &image, "-c", "true"]);
+    let shell = output(&mut podman.cmd(&run));
+    let err = String::from_utf8_lossy(&shell.stderr);
+    assert!(
+        !shell.status.success() && err.contains("/bin/sh: no such file or directory"),
+        "the image has a shell, or did not run: {err}"
+    );
+    // While its own entrypoint runs.
+    let mut run = vec!["run", "--rm", "--network", "host"];
+    run.extend(limits);
+    run.extend([image.as_str(), "--version"]);
+    let version = ok(&mut podman.cmd(&run));
+    assert_eq!(
+        version.trim(),
+        format!("watchcache {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    let etcd = etcd().await;
+    seed(&mut client(&[etcd.server.url()]).await, 3, 1).await;
+    let port = free_port().unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    let name = format!("wc-image-{}", std::process::id());
+    let etcd_url = etcd.server.url();
+    let mut run = vec!["run", "-d", "--name", &name, "--network", "host"];
+    run.extend(limits);
+    run.extend([
+        image.as_str(),
+        "serve",
+        "--etcd",
+        &etcd_url,
+        "--listen",
+        &listen,
+        "--resources",
+        "pods",
+    ]);
+    ok(&mut podman.cmd(&run));
+    let base = format!("http://{listen}");
+    let http = reqwest::Client::new();
+    let start = Instant::now();
+    loop {
+        let ready = http.get(format!("{base}/readyz")).send().await;
+        if matches!(&ready, Ok(r) if r.status() == 200) {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let logs = output(&mut podman.cmd(&["logs", &name]));
+            panic!(
+                "the image's server was not ready in 60 s: {ready:?}\n{}",
+                String::from_utf8_lossy(&logs.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let pods: Value = http
+        .get(format!("{base}/api/v1/pods"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pods["items"].as_array().unwrap().len(), 3, "{pods}");
+    // The server's process, seen from the host, runs as the image's user.
+    let pid = ok(&mut podman.cmd(&["inspect", &name, "--format", "{{.State.Pid}}"]));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).unwrap();
+    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(
+        uid.split_whitespace().skip(1).all(|u| u == "65532"),
+        "{uid}"
+    );
+    ok(&mut podman.cmd(&["rm", "--force", &name]));
+}
