@@ -481,3 +481,203 @@ async fn the_image_runs_as_a_non_root_user_without_a_shell_and_serves_from_etcd(
     );
     ok(&mut podman.cmd(&["rm", "--force", &name]));
 }
+
+/// One watch's lines over plain HTTP: (type, resourceVersion) in order, and when the stream
+/// ended.
+type Watched = (Vec<(String, u64)>, Instant);
+
+/// Reads a watch to its end, or until it shows `until` (a resourceVersion).
+fn watch_from(url: String, until: Option<u64>) -> tokio::task::JoinHandle<Watched> {
+    tokio::spawn(async move {
+        let mut res = reqwest::get(&url).await.unwrap();
+        assert_eq!(res.status(), 200, "{url}");
+        let mut seen = Vec::new();
+        let mut buf = Vec::new();
+        while let Some(chunk) = res.chunk().await.unwrap() {
+            buf.extend_from_slice(&chunk);
+            while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=nl).collect();
+                let ev: Value = serde_json::from_slice(&line).unwrap();
+                let kind = ev["type"].as_str().unwrap().to_owned();
+                assert_ne!(kind, "ERROR", "{url}: {ev}");
+                let rv: u64 = ev["object"]["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                seen.push((kind, rv));
+                if until.is_some_and(|u| rv >= u) {
+                    return (seen, Instant::now());
+                }
+            }
+        }
+        (seen, Instant::now())
+    })
+}
+
+/// The changes (bookmarks left out) of a watch, by resourceVersion.
+fn changes(seen: &[(String, u64)]) -> Vec<u64> {
+    seen.iter()
+        .filter(|(k, _)| k != "BOOKMARK")
+        .map(|&(_, rv)| rv)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_replica_ends_its_watches_spread_with_a_bookmark_to_resume_elsewhere() {
+    let etcd = etcd().await;
+    let kas = KubeApiserver::start(&etcd.server.url()).await;
+    let (pa, pb) = (free_port().unwrap(), free_port().unwrap());
+    let (la, lb) = (format!("127.0.0.1:{pa}"), format!("127.0.0.1:{pb}"));
+    let mut a = support::kube::Watchcache::on_etcd(
+        &kas.pki,
+        &etcd.server.url(),
+        &[
+            "--insecure-listen",
+            &la,
+            "--shutdown-delay-duration",
+            "2s",
+            "--shutdown-watch-termination-grace-period",
+            "4s",
+        ],
+    )
+    .await;
+    let b = support::kube::Watchcache::on_etcd(
+        &kas.pki,
+        &etcd.server.url(),
+        &["--insecure-listen", &lb],
+    )
+    .await;
+    let (base_a, base_b) = (format!("http://{la}"), format!("http://{lb}"));
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let list: Value = reqwest::get(format!("{base_b}{cms}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let start_rv: u64 = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let watch = |base: &str, rv: u64, bookmarks: bool| {
+        format!(
+            "{base}{cms}?watch=1&resourceVersion={rv}&allowWatchBookmarks={bookmarks}&timeoutSeconds=600"
+        )
+    };
+
+    // Writes through kube-apiserver, every 100 ms, for 10 s.
+    let (url, ca, admin) = (
+        kas.url.clone(),
+        kas.pki.ca.cert_file.clone(),
+        kas.pki.admin.clone(),
+    );
+    let writer = tokio::spawn(async move {
+        let mut last = 0;
+        for i in 0..100 {
+            let body = format!(
+                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{i}"}}}}"#
+            );
+            let (code, out) =
+                support::kube::https_request(&url, &ca, Some(&admin), "POST", cms, Some(&body))
+                    .await
+                    .unwrap();
+            assert_eq!(code, 201, "{out}");
+            last = json(&out)["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        last
+    });
+    let drained: Vec<_> = (0..20)
+        .map(|_| watch_from(watch(&base_a, start_rv, true), None))
+        .collect();
+    let no_bookmarks = watch_from(watch(&base_a, start_rv, false), None);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let term = Instant::now();
+    a.proc.term();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The delay: /readyz fails, and everything else is served.
+    let ready = reqwest::get(format!("{base_a}/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 500);
+    assert_eq!(
+        reqwest::get(format!("{base_a}{cms}"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    let mut ends = Vec::new();
+    let mut resumed = Vec::new();
+    for w in drained {
+        let (seen, ended) = tokio::time::timeout(Duration::from_secs(15), w)
+            .await
+            .expect("every watch ends within the delay, the grace period and a few ticks")
+            .unwrap();
+        let since = ended.duration_since(term);
+        assert!(
+            since >= Duration::from_millis(1900),
+            "ended {since:?} after SIGTERM"
+        );
+        ends.push(since);
+        // A last bookmark, as new as any change it was sent.
+        let (kind, rv) = seen.last().unwrap().clone();
+        assert_eq!(kind, "BOOKMARK", "{seen:?}");
+        assert!(seen.iter().all(|&(_, r)| r <= rv), "{seen:?}");
+        resumed.push((changes(&seen), rv));
+    }
+    ends.sort();
+    let spread = *ends.last().unwrap() - ends[0];
+    assert!(
+        spread >= Duration::from_secs(2) && *ends.last().unwrap() <= Duration::from_secs(9),
+        "ends {ends:?}: spread over the 4 s grace period, not at once"
+    );
+    let (seen, _) = no_bookmarks.await.unwrap();
+    assert!(seen.iter().all(|(k, _)| k != "BOOKMARK"), "{seen:?}");
+    // The replica exits cleanly once drained.
+    let exit = Instant::now();
+    let status = loop {
+        if let Some(s) = a.proc.exited() {
+            break s;
+        }
+        assert!(
+            exit.elapsed() < Duration::from_secs(15),
+            "still running after its drain"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status}");
+
+    // Each watch resumes on the other replica from its bookmark: together, its changes are
+    // the whole sequence's, each once, in order, none missing.
+    let last = writer.await.unwrap();
+    // Every change, from a watch on the other replica from the start.
+    let (all, _) = tokio::time::timeout(
+        Duration::from_secs(20),
+        watch_from(watch(&base_b, start_rv, false), Some(last)),
+    )
+    .await
+    .expect("a watch from the start reaches the last write")
+    .unwrap();
+    let all = changes(&all);
+    assert_eq!(all.len(), 100, "{all:?}");
+    for (before, from) in resumed {
+        let (after, _) = tokio::time::timeout(
+            Duration::from_secs(20),
+            watch_from(watch(&base_b, from, true), Some(last)),
+        )
+        .await
+        .expect("the resumed watch reaches the last write")
+        .unwrap();
+        let mut got = before;
+        got.extend(changes(&after));
+        assert_eq!(got, all, "resumed from {from}");
+    }
+    drop(b);
+}

@@ -37,6 +37,11 @@
 //!   reused (a move takes a new one), so removing an entry the task already fired cannot remove
 //!   another's.
 //! - Lock order: the wheel's lock is a leaf; no waker is woken and no task spawned under it.
+//! - A drain ([`Deadlines::drain`]) moves no entry itself: it publishes the drain's first tick
+//!   and span, then wakes every waiting watch (its entry kept). Each end is then brought forward, by the
+//!   deadline that owns it, to its slot in the span (from its id, so the ends spread evenly),
+//!   never later than it was: a drain only ever makes an end earlier. An end brought forward
+//!   keeps its tick, so the slot is read once.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -69,6 +74,10 @@ pub(crate) struct Deadlines {
     now: AtomicU32,
     /// Set once the server shuts down (or its shutdown signal is gone).
     stopped: AtomicBool,
+    /// The first tick of a drain (`NEVER`: none begun), then how many ticks its ends spread
+    /// over (`drain_span`).
+    drain_from: AtomicU32,
+    drain_span: AtomicU32,
     /// The last id given to a deadline.
     last_id: AtomicU64,
     /// The server's shutdown signal, for the task (`None`: a cache's wheel, never stopped).
@@ -107,6 +116,8 @@ impl Deadlines {
             tick,
             now: AtomicU32::new(0),
             stopped: AtomicBool::new(false),
+            drain_from: AtomicU32::new(NEVER),
+            drain_span: AtomicU32::new(0),
             last_id: AtomicU64::new(0),
             shutdown,
             inner: Mutex::new(Inner {
@@ -188,6 +199,55 @@ impl Deadlines {
         let due = std::mem::replace(&mut inner.due, later);
         inner.running = !inner.due.is_empty();
         (due, inner.running)
+    }
+
+    /// Begins a drain: every end still ahead is brought forward into the next `over`, spread
+    /// evenly over its ticks (from the next tick on), so that the watches' clients come back
+    /// elsewhere a few at a time rather than all at once. Wakes every watch waiting, for each
+    /// to take its slot. A second drain changes nothing.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub fn drain(&self, over: Duration) {
+        if self.draining() {
+            return;
+        }
+        let from = self.tick_of(Instant::now() + self.tick);
+        let span = over.as_nanos() / self.tick.as_nanos().max(1);
+        self.drain_span
+            .store(u32::try_from(span).unwrap_or(NEVER - 1), Ordering::SeqCst);
+        if self
+            .drain_from
+            .compare_exchange(NEVER, from, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return;
+        }
+        // The entries stay: a watch whose end is within the span keeps its own.
+        let due: Vec<Waker> = self.inner.lock().due.values().cloned().collect();
+        due.into_iter().for_each(Waker::wake);
+    }
+
+    /// Whether a drain began.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub fn draining(&self) -> bool {
+        self.drain_from.load(Ordering::SeqCst) != NEVER
+    }
+
+    /// The tick a drain brings the end `end` of deadline `id` forward to, when a drain began
+    /// and `end` is past its span: the deadline's slot in the span, by a multiplicative hash of
+    /// the id (ids are sequential; the hash spreads them evenly). An end within the span stays
+    /// (so the slot is taken once, though moving gives the deadline a new id); `NEVER` (a
+    /// watch without an end) too.
+    fn drained_end(&self, id: u64, end: u32) -> Option<u32> {
+        let from = self.drain_from.load(Ordering::SeqCst);
+        if from == NEVER || end == NEVER {
+            return None;
+        }
+        let span = self.drain_span.load(Ordering::SeqCst);
+        if end <= from.saturating_add(span) {
+            return None;
+        }
+        let spread = (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % (u64::from(span) + 1);
+        Some(from.saturating_add(u32::try_from(spread).unwrap_or(0)))
     }
 
     /// Shutdown: wakes every watch waiting.
@@ -337,6 +397,12 @@ impl Deadline {
     /// one entry, at the earlier deadline).
     pub fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.arm(cx);
+        // Read after arming, as `stopped`: a drain that began before the entry was stored is
+        // seen here; one that began after wakes it.
+        if let Some(end) = self.wheel.drained_end(self.id, self.end) {
+            self.move_to(end, self.bookmark);
+            self.arm(cx);
+        }
         if self.wheel.stopped.load(Ordering::SeqCst) || self.reached(self.end) {
             Poll::Ready(())
         } else {
@@ -484,6 +550,55 @@ mod tests {
                 .await
                 .is_ready()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_spreads_the_ends_over_its_span_and_never_delays_one() {
+        let (_tx, wheel) = wheel();
+        let far = Instant::now() + Duration::from_secs(3600);
+        let start = Instant::now();
+        let ended = |mut d: Deadline| {
+            tokio::spawn(async move {
+                poll_fn(|cx| d.poll_end(cx)).await;
+                Instant::now()
+            })
+        };
+        let waiting: Vec<_> = (0..200)
+            .map(|_| ended(wheel.deadline(Some(far), None)))
+            .collect();
+        // An end within the span stays where it was; a watch without an end has none.
+        let soon = ended(wheel.deadline(Some(start + Duration::from_millis(1500)), None));
+        let mut endless = wheel.deadline(None, Some(far));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        wheel.drain(Duration::from_secs(4));
+        // Not yet polled when the drain began: it takes its slot at its first poll.
+        let late = ended(wheel.deadline(Some(far), None));
+        let mut ticks = std::collections::BTreeMap::<u64, usize>::new();
+        for t in waiting.into_iter().chain([late]) {
+            let at = tokio::time::timeout(Duration::from_secs(7), t)
+                .await
+                .expect("ended within the drain's span and a tick")
+                .unwrap();
+            let after = at.duration_since(start);
+            // From the next tick on, over 4 s: ticks 1..=5 (a tick late at most).
+            assert!(
+                after >= TICK && after <= Duration::from_secs(6),
+                "{after:?}"
+            );
+            *ticks.entry(after.as_secs()).or_default() += 1;
+        }
+        // Spread: no tick takes more than half of them, and at least four ticks take some.
+        assert!(ticks.len() >= 4, "{ticks:?}");
+        assert!(ticks.values().all(|&n| n <= 100), "{ticks:?}");
+        let soon_at = soon.await.unwrap().duration_since(start);
+        assert!(soon_at >= Duration::from_millis(1500) && soon_at <= Duration::from_secs(3));
+        assert!(
+            poll_fn(|cx| Poll::Ready(endless.poll_end(cx)))
+                .await
+                .is_pending()
+        );
+        assert!(!wheel.stopped());
+        assert!(wheel.draining());
     }
 
     #[tokio::test(start_paused = true)]

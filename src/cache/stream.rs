@@ -378,6 +378,30 @@ impl WatchStream {
         }
     }
 
+    /// The last event of a watch a server's drain ends: a bookmark at the cache's revision, so
+    /// that its client resumes elsewhere from there rather than from the last change it saw.
+    /// `None` when the watch asked for no bookmarks, is not live yet (its initial events, or
+    /// catching up from history), or has changes waiting: the last one it was sent is then as
+    /// new as what it may see.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn drain_bookmark(&mut self) -> Option<WatchEvent> {
+        if self.phase.is_some() || !self.deadline.as_ref().is_some_and(Deadline::has_bookmarks) {
+            return None;
+        }
+        let rv = {
+            let q = self.watcher.queue.lock();
+            if !q.items.is_empty() || q.feed != Feed::Live {
+                return None;
+            }
+            // Under the queue lock, as in `poll_live`: every change up to it was queued.
+            self.shared.resource_version()
+        };
+        (rv >= self.last_rv).then(|| {
+            self.last_rv = rv;
+            self.bookmark(rv, false)
+        })
+    }
+
     /// The wheel this watch ends in: the server's, for a served watch (`Cache::watch_until`).
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(crate) fn end_wheel(&self) -> Option<&Arc<Deadlines>> {

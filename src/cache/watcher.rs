@@ -91,7 +91,6 @@ impl Deliveries {
         self.len() >= self.capacity as usize
     }
 
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.first.is_none()
     }

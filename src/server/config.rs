@@ -55,6 +55,15 @@ pub struct ServerConfig {
     /// once the watch streams (`server/sealed.rs`): about 0.9 KB instead of rustls' 10 KB per
     /// idle watch; the connection then closes when the watch ends.
     pub tls_watch_hand_down: bool,
+    /// `--shutdown-delay-duration`: once asked to stop, how long the server keeps serving
+    /// everything while `/readyz` fails, so that load balancers take it out first (upstream's
+    /// default: none).
+    pub shutdown_delay: Duration,
+    /// `--shutdown-watch-termination-grace-period`: after the delay, how long the open watches
+    /// are given to end, each with a last bookmark: their ends are spread over it, so their
+    /// clients resume on other replicas a few at a time (upstream's default: none, every watch
+    /// ends at once).
+    pub shutdown_watch_grace: Duration,
 }
 
 impl Default for ServerConfig {
@@ -74,6 +83,8 @@ impl Default for ServerConfig {
             request_timeout: Duration::from_secs(60),
             forward_consistent_gets: false,
             tls_watch_hand_down: true,
+            shutdown_delay: Duration::ZERO,
+            shutdown_watch_grace: Duration::ZERO,
         }
     }
 }

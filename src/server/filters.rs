@@ -24,7 +24,7 @@ use crate::model::Selection;
 use crate::server::auth::{self, Audit, InflightPermit, Record, RequestInfo, User};
 use crate::server::conn::ConnInfo;
 use crate::server::params::{self, ReadParams};
-use crate::server::state::AppState;
+use crate::server::state::{AppState, Phase};
 use crate::server::status::ApiError;
 
 /// What admission reads of a request, before its body.
@@ -61,8 +61,21 @@ pub(crate) struct Admission {
     pub decision: Result<(), ApiError>,
 }
 
-/// Admits one request: reads it, authenticates, applies impersonation, authorizes.
+/// Admits one request: reads it, authenticates, applies impersonation, authorizes. While the
+/// server drains, a request other than a health check is answered 429 first, as
+/// kube-apiserver's `--shutdown-send-retry-after`: its client retries through a connection of
+/// its own, on another replica.
 pub(crate) fn admit(st: &AppState, req: &Incoming<'_>) -> Admission {
+    if st.lifecycle.phase() == Phase::Draining
+        && !matches!(req.path, "/livez" | "/readyz" | "/healthz" | "/metrics")
+    {
+        return Admission {
+            user: None,
+            info: RequestInfo::new(req.method, req.path, false),
+            read: None,
+            decision: Err(ApiError::shutting_down()),
+        };
+    }
     let resource = RequestInfo::new(req.method, req.path, false).resource;
     let read = (resource.is_some() && matches!(req.method, "GET" | "HEAD"))
         .then(|| ReadParams::parse(req.query, st.config.max_selector_len));
@@ -252,6 +265,28 @@ mod tests {
                 conn: &ConnInfo::default(),
             },
         )
+    }
+
+    #[test]
+    fn a_draining_server_answers_429_to_all_but_health_checks() {
+        let st = state();
+        let path = "/api/v1/namespaces/a/pods?watch=1";
+        assert!(admit_as(&st, "at", path).decision.is_ok());
+        // The delay serves everything.
+        st.lifecycle.enter(Phase::Delaying);
+        assert!(admit_as(&st, "at", path).decision.is_ok());
+        st.lifecycle.enter(Phase::Draining);
+        for (token, path) in [("at", path), ("mt", "/api/v1/pods"), ("", "/version")] {
+            let e = admit_as(&st, token, path).decision.unwrap_err();
+            assert_eq!((e.code(), e.retry_after()), (429, Some(1)), "{path}");
+            assert!(e.message().contains("shutting down"), "{path}");
+        }
+        for path in ["/livez", "/readyz", "/healthz", "/metrics"] {
+            assert!(admit_as(&st, "mt", path).decision.is_ok(), "{path}");
+        }
+        // Never back.
+        st.lifecycle.enter(Phase::Serving);
+        assert_eq!(st.lifecycle.phase(), Phase::Draining);
     }
 
     #[test]

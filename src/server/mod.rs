@@ -114,7 +114,10 @@ use watch::fast_path::{self, FirstRequest};
 /// A running server's handle: ends every watch stream cleanly when stopped.
 pub struct Server {
     state: Arc<AppState>,
+    /// Connections: GOAWAY, idle ones closed (`AppState::shutdown`).
     shutdown: signal::Sender<bool>,
+    /// The wheel's: every watch still open ends at once.
+    stop_watches: signal::Sender<bool>,
     tls: Option<Arc<Tls>>,
     insecure: Option<tokio::net::TcpListener>,
 }
@@ -151,6 +154,7 @@ impl Server {
     /// A server for these resources.
     pub fn new(config: ServerConfig, served: impl IntoIterator<Item = Served>) -> Server {
         let (shutdown, rx) = signal::channel(false);
+        let (stop_watches, watches_rx) = signal::channel(false);
         // kube-apiserver's queue wait: a quarter of the request timeout, at most 15 s.
         let queue_wait = (config.request_timeout / 4).min(std::time::Duration::from_secs(15));
         let limits = auth::Limits::new(
@@ -164,10 +168,11 @@ impl Server {
             config,
             metrics: ServerMetrics::default(),
             deadlines: crate::cache::deadlines::Deadlines::new(
-                Some(rx.clone()),
+                Some(watches_rx),
                 crate::cache::deadlines::TICK,
             ),
             shutdown: rx,
+            lifecycle: state::Lifecycle::default(),
             proxy: std::sync::OnceLock::new(),
             openapi: std::sync::OnceLock::new(),
             auth: std::sync::OnceLock::new(),
@@ -179,6 +184,7 @@ impl Server {
         Server {
             state: Arc::new(state),
             shutdown,
+            stop_watches,
             tls: None,
             insecure: None,
         }
@@ -239,8 +245,13 @@ impl Server {
             .with_state(Arc::clone(&self.state))
     }
 
-    /// Serves on `listener` until `stop` completes; then ends every watch and waits (up to 10 s)
-    /// for the connections to finish. Plain HTTP/1.1, or TLS with [`Server::with_tls`].
+    /// Serves on `listener` until `stop` completes, then stops in three phases
+    /// ([`state::Phase`]): for `shutdown_delay` it serves on while `/readyz` fails; then it
+    /// closes its listeners, sends GOAWAY on HTTP/2 connections and closes idle ones, and ends
+    /// the open watches spread over `shutdown_watch_grace`, each with a last bookmark for its
+    /// client to resume from elsewhere (new requests on connections still open get 429); what
+    /// is left then ends at once, and the connections get 10 s more to finish. Plain HTTP/1.1,
+    /// or TLS with [`Server::with_tls`].
     ///
     /// A connection whose first request is a WATCH is served by the watch fast path, straight from
     /// the socket (or the TLS stream); every other request, and a kept-alive connection after its
@@ -290,6 +301,19 @@ impl Server {
         if let Some(tls) = &self.tls {
             tokio::spawn(Arc::clone(tls).reload_loop(self.state.shutdown.clone()));
         }
+        let st = Arc::clone(&self.state);
+        let stop = async move {
+            stop.await;
+            let delay = st.config.shutdown_delay;
+            st.lifecycle.enter(state::Phase::Delaying);
+            if !delay.is_zero() {
+                info!(
+                    ?delay,
+                    "stopping: /readyz fails while the load balancers take this server out"
+                );
+                tokio::time::sleep(delay).await;
+            }
+        };
         tokio::pin!(stop);
         loop {
             let (accepted, from) = tokio::select! {
@@ -319,18 +343,36 @@ impl Server {
                 }
             }
         }
-        info!("shutting down: ending watches");
+        let grace = self.state.config.shutdown_watch_grace;
+        info!(
+            watches = self.watchers(),
+            ?grace,
+            "draining: ending watches, each with a last bookmark"
+        );
+        self.state.lifecycle.enter(state::Phase::Draining);
         drop(listener);
         drop(insecure);
         if self.shutdown.send(true).is_err() {
-            debug!("no watch was listening for shutdown");
+            debug!("no connection was listening for shutdown");
         }
-        if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown())
-            .await
-            .is_err()
-        {
-            warn!("connections still open 10 s after shutdown");
+        self.state.deadlines.drain(grace);
+        let closing = graceful.shutdown();
+        tokio::pin!(closing);
+        // The drain's last ends come a tick after the grace period, and a tick late at most.
+        let drained = tokio::select! {
+            () = &mut closing => true,
+            () = tokio::time::sleep(grace + 2 * crate::cache::deadlines::TICK) => false,
+        };
+        if !drained {
+            let _ = self.stop_watches.send(true);
+            if tokio::time::timeout(Duration::from_secs(10), closing)
+                .await
+                .is_err()
+            {
+                warn!("connections still open 10 s after the drain");
+            }
         }
+        let _ = self.stop_watches.send(true);
         Ok(())
     }
 

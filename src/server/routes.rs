@@ -36,6 +36,15 @@ use crate::wire::{
 use tracing::debug;
 
 pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
+    // Asked to stop: load balancers take this server out while it still serves (as
+    // kube-apiserver's `[-]shutdown failed` check, 500).
+    if st.lifecycle.phase() != crate::server::state::Phase::Serving {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "not ready: shutting down",
+        )
+            .into_response();
+    }
     let mut not_ready: Vec<&str> = st
         .caches()
         // A resource the upstream does not serve is not waited for.

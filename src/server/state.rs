@@ -60,11 +60,48 @@ impl std::fmt::Debug for Served {
     }
 }
 
+/// Where a server is in its life: each phase only ever follows the one before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Phase {
+    Serving = 0,
+    /// Asked to stop: `/readyz` fails, everything else is served (`--shutdown-delay-duration`).
+    Delaying = 1,
+    /// The listeners are closed and the watches are ending, each with a last bookmark; a new
+    /// request on a connection still open is answered 429 with `Retry-After` (and
+    /// `Connection: close` on HTTP/1.1).
+    Draining = 2,
+}
+
+/// The server's [`Phase`], read by every request.
+#[derive(Debug, Default)]
+pub(crate) struct Lifecycle(std::sync::atomic::AtomicU8);
+
+impl Lifecycle {
+    pub fn phase(&self) -> Phase {
+        match self.0.load(std::sync::atomic::Ordering::Acquire) {
+            0 => Phase::Serving,
+            1 => Phase::Delaying,
+            _ => Phase::Draining,
+        }
+    }
+
+    /// Moves on to `phase` (never back).
+    pub fn enter(&self, phase: Phase) {
+        self.0
+            .fetch_max(phase as u8, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 pub(crate) struct AppState {
     pub served: Vec<Served>,
     pub config: ServerConfig,
     pub metrics: ServerMetrics,
+    /// Set when the server drains: connections waiting for a request close, HTTP/2 ones send
+    /// GOAWAY, handshakes stop. Watches end by the wheel's drain, not by this.
     pub shutdown: watch::Receiver<bool>,
+    /// Serving, delaying its stop, or draining.
+    pub lifecycle: Lifecycle,
     /// Every watch's deadline, and shutdown delivered to every watch (`cache/deadlines.rs`).
     pub deadlines: Arc<crate::cache::deadlines::Deadlines>,
     /// Proxy mode: where requests for anything but the cached resources go.

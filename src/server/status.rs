@@ -195,6 +195,13 @@ impl ApiError {
         e
     }
 
+    /// 429 while the server drains (upstream's `--shutdown-send-retry-after` answer, with
+    /// kube-apiserver's words): the client retries at once, on a connection of its own, so on
+    /// another replica behind a load balancer.
+    pub fn shutting_down() -> ApiError {
+        ApiError::too_many("The apiserver is shutting down, please try again later.", 1)
+    }
+
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(method: &str, path: &str) -> ApiError {
         ApiError::new(

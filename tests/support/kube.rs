@@ -174,6 +174,15 @@ impl Proc {
         }
     }
 
+    /// SIGTERM, without waiting (a drain to watch).
+    pub fn term(&self) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+    }
+
     /// SIGTERM, wait up to 10 s, then SIGKILL.
     pub fn stop(&mut self) {
         let Some(mut c) = self.child.take() else {

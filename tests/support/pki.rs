@@ -16,6 +16,7 @@ pub struct Ca {
 }
 
 /// A PEM certificate and key on disk.
+#[derive(Clone, Debug)]
 pub struct Issued {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,

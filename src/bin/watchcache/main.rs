@@ -318,6 +318,16 @@ struct ServeArgs {
     /// answer is 504 Timeout (kube-apiserver's flag and default; a Go duration: `60s`, `1m0s`).
     #[arg(long, default_value = "1m0s", value_name = "DURATION", value_parser = positive_duration)]
     request_timeout: std::time::Duration,
+    /// On SIGTERM, how long to keep serving everything while /readyz fails, so that load
+    /// balancers take this replica out first (kube-apiserver's flag and default; a Go duration)
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = duration)]
+    shutdown_delay_duration: std::time::Duration,
+    /// After that delay, how long the open watches get to end: each gets a last BOOKMARK and
+    /// ends, the ends spread over this period so that clients resume on other replicas a few at
+    /// a time, without relisting (kube-apiserver's flag and default, where every watch ends at
+    /// once; a Go duration)
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = duration)]
+    shutdown_watch_termination_grace_period: std::time::Duration,
     /// Most concurrent watches of one user; more are answered 429 (0: no limit). A quarter of
     /// --max-watchers: a DaemonSet's service account on 5000 nodes still fits.
     #[arg(long, default_value_t = 50_000)]
@@ -385,6 +395,10 @@ fn duration_or_zero(s: &str) -> Result<std::time::Duration, String> {
 }
 
 /// A duration flag (`60s`, `1m0s`, `1m 30s`), which must be above zero.
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s).map_err(|e| e.to_string())
+}
+
 fn positive_duration(s: &str) -> Result<std::time::Duration, String> {
     match humantime::parse_duration(s) {
         Ok(d) if d.is_zero() => Err("must be above zero".into()),
@@ -619,6 +633,8 @@ async fn serve(args: ServeArgs, open_files: Option<u64>) -> Result<(), Box<dyn s
         max_watches_per_user: args.max_watches_per_user,
         audit_log_path: args.audit_log_path.clone(),
         request_timeout: args.request_timeout,
+        shutdown_delay: args.shutdown_delay_duration,
+        shutdown_watch_grace: args.shutdown_watch_termination_grace_period,
         // Proxy mode: the upstream answers a consistent GET as cheaply as it answers the LIST
         // that would prove the cache fresh, and without the wait for its bookmark.
         forward_consistent_gets: matches!(caches, Caches::ApiServer(_)),
@@ -942,6 +958,26 @@ mod tests {
             (400, 50_000)
         );
         assert_eq!(a.request_timeout, std::time::Duration::from_secs(60));
+        assert!(
+            a.shutdown_delay_duration.is_zero()
+                && a.shutdown_watch_termination_grace_period.is_zero()
+        );
+        let a = serve_args(&[
+            "--shutdown-delay-duration",
+            "5s",
+            "--shutdown-watch-termination-grace-period",
+            "1m0s",
+        ]);
+        assert_eq!(
+            (
+                a.shutdown_delay_duration,
+                a.shutdown_watch_termination_grace_period
+            ),
+            (
+                std::time::Duration::from_secs(5),
+                std::time::Duration::from_secs(60)
+            )
+        );
         for (flag, secs) in [("90s", 90), ("1m0s", 60), ("2m30s", 150)] {
             assert_eq!(
                 serve_args(&["--request-timeout", flag]).request_timeout,

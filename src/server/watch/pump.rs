@@ -122,7 +122,21 @@ impl WatchPump {
                 }
                 (chunks, done)
             }
-            None => (self.encoder.finish().into_iter().collect(), true),
+            None => {
+                let mut chunks = Vec::new();
+                // Drained: a last bookmark, for the client to resume from on another replica.
+                if w.stream.end_wheel().is_some_and(|d| d.draining())
+                    && let Some(b) = w.stream.drain_bookmark()
+                {
+                    let (bookmark, _, sent) = self.encoder.item(Some(Ok(b)), self.wire);
+                    if let (Some(m), Some(len)) = (&mut self.meter, sent) {
+                        m.sent(len, None);
+                    }
+                    chunks = bookmark;
+                }
+                chunks.extend(self.encoder.finish());
+                (chunks, true)
+            }
         };
         if done {
             let deadlines = w.stream.end_wheel().cloned();
@@ -142,14 +156,14 @@ impl WatchPump {
         }
     }
 
-    /// Whether the server is shutting down (a response that ended for that closes its
-    /// connection).
+    /// Whether the server is shutting down or draining (a response that ended for that closes
+    /// its connection: its client comes back through another).
     pub fn shutting_down(&self) -> bool {
         match &self.phase {
             Phase::Streaming(w) => w.stream.end_wheel(),
             Phase::Ended { deadlines, .. } => deadlines.as_ref(),
         }
-        .is_some_and(|d| d.stopped())
+        .is_some_and(|d| d.stopped() || d.draining())
     }
 }
 
