@@ -208,9 +208,12 @@ async fn the_chart_lints_renders_both_set_ups_and_kube_apiserver_accepts_them() 
         "--etcd-certfile=/etc/watchcache/etcd/tls.crt",
         "--tls-cert-file=/etc/watchcache/serving/tls.crt",
         "--anonymous-auth=true",
+        "--shutdown-delay-duration=5s",
+        "--shutdown-watch-termination-grace-period=30s",
     ] {
         assert!(args.iter().any(|a| a == want), "{want} not in {args:?}");
     }
+    assert_eq!(pod["terminationGracePeriodSeconds"], 60);
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(pod["securityContext"]["runAsUser"], 65532);
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
