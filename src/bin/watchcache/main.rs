@@ -710,8 +710,13 @@ fn tls_config(args: &ServeArgs) -> Result<Option<TlsConfig>, Box<dyn std::error:
     })
 }
 
-async fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+async fn bench(
+    args: BenchArgs,
+    open_files: Option<fdlimit::OpenFiles>,
+) -> Result<(), Box<dyn std::error::Error>> {
     if args.model == bench::Model::Kubelet {
+        // One HTTP/2 connection per node.
+        bench::check_open_files(args.nodes, open_files)?;
         return kubelets(args).await;
     }
     if args.model == bench::Model::Catchup {
@@ -739,6 +744,7 @@ async fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         samples: args.samples,
         burst: args.burst,
     };
+    bench::check_open_files(bench::planned_connections(&cfg), open_files)?;
     let report = bench::run(cfg).await?;
     print!("{}", bench::table(&report));
     if let Some(path) = args.json {
@@ -868,14 +874,25 @@ fn main() -> ExitCode {
         Command::Serve(_) => match fdlimit::raise() {
             Ok(f) => {
                 info!(soft = f.soft, hard = f.hard, was = f.was, "open-file limit");
-                Some(f.soft)
+                Some(f)
             }
             Err(e) => {
                 warn!(error = %e, "open-file limit unchanged");
                 None
             }
         },
-        Command::Bench(_) => None,
+        // The bench's connections are descriptors too, and the server it starts inherits its
+        // limits.
+        Command::Bench(_) => match fdlimit::raise() {
+            Ok(f) => {
+                info!(soft = f.soft, hard = f.hard, was = f.was, "open-file limit");
+                Some(f)
+            }
+            Err(e) => {
+                warn!(error = %e, "open-file limit unchanged");
+                None
+            }
+        },
     };
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -886,8 +903,8 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve(*args, open_files).await,
-            Command::Bench(args) => interruptible(bench(*args)).await,
+            Command::Serve(args) => serve(*args, open_files.map(|f| f.soft)).await,
+            Command::Bench(args) => interruptible(bench(*args, open_files)).await,
         }
     });
     match result {

@@ -79,6 +79,51 @@ pub enum TlsMode {
 /// connection.
 pub const WATCHERS_PER_H2_CONNECTION: usize = 18;
 
+/// Descriptors a run needs beyond its connections: etcd clients, the processes' pipes and
+/// logs, the metrics scrapes, the server's upstream watches.
+const FILE_MARGIN: u64 = 512;
+
+/// Fails at once, naming the numbers and the fix, when the open-file limit cannot hold the
+/// connections a run plans to keep open at once: each is a descriptor in the bench and one in
+/// the server it starts, which raises its soft limit to the same hard one. (Without it, a run
+/// past the limit hung for minutes with nothing said: accept failed with `EMFILE` in the server
+/// while the bench waited for its watches.)
+pub fn check_open_files(
+    connections: usize,
+    open_files: Option<crate::fdlimit::OpenFiles>,
+) -> Result<(), String> {
+    let Some(f) = open_files else {
+        // Not known (getrlimit refused): the run finds out, and the server counts it.
+        return Ok(());
+    };
+    let need = connections as u64 + FILE_MARGIN;
+    if need > f.soft {
+        return Err(format!(
+            "this run keeps {connections} connections open, which needs about {need} open files in the bench and in the server, \
+             but the open-file limit is {} (hard limit {}): raise the hard limit (`ulimit -Hn {need}` as root, \
+             `LimitNOFILE={need}` in a systemd unit, nofile in /etc/security/limits.conf), or plan fewer connections",
+            f.soft, f.hard
+        ));
+    }
+    Ok(())
+}
+
+/// The connections a pods-model run keeps open at once: its watchers' (18 to an HTTP/2
+/// connection, one each otherwise), or its burst's when larger (the burst ends before the
+/// watchers open).
+pub fn planned_connections(cfg: &BenchConfig) -> usize {
+    let watchers = cfg.watchers + cfg.unrouted;
+    let watching = match cfg.tls {
+        Some(TlsMode::H2) => watchers.div_ceil(WATCHERS_PER_H2_CONNECTION),
+        _ => watchers,
+    };
+    let bursting = match cfg.tls {
+        Some(TlsMode::H2) => cfg.burst.div_ceil(100),
+        _ => cfg.burst,
+    };
+    watching.max(bursting)
+}
+
 /// A bench run's parameters.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
@@ -464,4 +509,31 @@ async fn verdict(
         etcd: c.etcd,
         burst: None,
     })
+}
+
+#[cfg(test)]
+mod open_files_tests {
+    use super::*;
+    use crate::fdlimit::OpenFiles;
+
+    #[test]
+    fn a_run_past_the_open_file_limit_fails_at_once_naming_the_numbers() {
+        let f = Some(OpenFiles {
+            was: 1024,
+            soft: 20_000,
+            hard: 20_000,
+        });
+        assert!(check_open_files(19_000, f).is_ok());
+        let e = check_open_files(30_000, f).unwrap_err();
+        for part in [
+            "30000 connections",
+            "30512 open files",
+            "20000 (hard limit 20000)",
+            "ulimit -Hn 30512",
+        ] {
+            assert!(e.contains(part), "{part}: {e}");
+        }
+        // Unknown: the run finds out.
+        assert!(check_open_files(1_000_000, None).is_ok());
+    }
 }

@@ -87,6 +87,16 @@ pub async fn idle_watcher_rss(
     for t in tasks {
         let _ = t.await;
     }
-    info!(before, after, watchers = total, "idle watchers measured");
-    Some(after.saturating_sub(before) as f64 / total.max(1) as f64)
+    let opened = counters
+        .connected
+        .load(std::sync::atomic::Ordering::Relaxed);
+    info!(
+        before,
+        after,
+        watchers = total,
+        opened,
+        "idle watchers measured"
+    );
+    // Missing, not 0, when none opened or the RSS did not grow.
+    (opened > 0 && after > before).then(|| (after - before) as f64 / opened as f64)
 }

@@ -258,9 +258,12 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
     let rss2 = procstat::rss_bytes(pid);
     let heap2 = heap_held(&admin, &url, cfg.heap_stats).await;
     let cross_node = cross_node_status(&clients, &url, cfg.nodes).await;
+    // Missing, not 0, when nothing was opened or the RSS did not grow (pages reused, or the
+    // watches refused): a 0 there once read as "free".
     let per = |a: Option<u64>, b: Option<u64>, n: usize| {
         a.zip(b)
-            .map(|(a, b)| b.saturating_sub(a) as f64 / n.max(1) as f64)
+            .filter(|&(a, b)| n > 0 && b > a)
+            .map(|(a, b)| (b - a) as f64 / n as f64)
     };
     let rss_per_connection = per(rss0, rss1, connected);
     let rss_per_first_watch = per(rss1, rss2, counters.opened.load(Ordering::Relaxed));
@@ -275,9 +278,12 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
     let rss3 = procstat::rss_bytes(pid);
     let heap3 = heap_held(&admin, &url, cfg.heap_stats).await;
     let rss_per_watch = per(rss2, rss3, again.opened.load(Ordering::Relaxed));
-    let heap_per_watch = heap2.zip(heap3).map(|(a, b)| {
-        (b.saturating_sub(a)) as f64 / again.opened.load(Ordering::Relaxed).max(1) as f64
-    });
+    let bytes = |h: Option<i64>| h.and_then(|h| u64::try_from(h).ok());
+    let heap_per_watch = per(
+        bytes(heap2),
+        bytes(heap3),
+        again.opened.load(Ordering::Relaxed),
+    );
     if stop_again.send(true).is_err() {
         warn!("second watch set already gone");
     }
