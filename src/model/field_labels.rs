@@ -25,6 +25,11 @@ pub struct FieldLabels {
     /// The value a field reads when the object leaves it out (Go's zero value as the registry's
     /// field set writes it: `false`, `0`).
     pub defaults: Vec<(String, String)>,
+    /// Fields that read another path when the object leaves them out or empty: an event's
+    /// `source.component` reads `reportingComponent` then, as kube-apiserver's field set
+    /// (`ToSelectableFields`) falls back to the reporting controller, so that `source=X` finds an
+    /// event an events.k8s.io client wrote with `reportingController: X`.
+    pub fallbacks: Vec<(String, String)>,
     /// The 400 message for any other label, `{label}` standing for it.
     pub error: String,
 }
@@ -51,6 +56,8 @@ pub(crate) enum RawFieldLabels {
         #[serde(default)]
         defaults: BTreeMap<String, String>,
         #[serde(default)]
+        fallbacks: BTreeMap<String, String>,
+        #[serde(default)]
         error: Option<String>,
     },
 }
@@ -62,6 +69,7 @@ impl RawFieldLabels {
                 fields: DEFAULT_FIELDS.iter().map(|f| (*f).to_owned()).collect(),
                 aliases: Vec::new(),
                 defaults: Vec::new(),
+                fallbacks: Vec::new(),
                 error: DEFAULT_ERROR.into(),
             },
             RawFieldLabels::Keyword(k) => {
@@ -73,11 +81,13 @@ impl RawFieldLabels {
                 fields,
                 aliases,
                 defaults,
+                fallbacks,
                 error,
             } => FieldLabels {
                 fields,
                 aliases: aliases.into_iter().collect(),
                 defaults: defaults.into_iter().collect(),
+                fallbacks: fallbacks.into_iter().collect(),
                 error: error.unwrap_or_else(|| CUSTOM_ERROR.into()),
             },
         };
@@ -88,7 +98,12 @@ impl RawFieldLabels {
         {
             FieldPath::parse(f).map_err(|m| format!("field_selectors: {m}"))?;
         }
-        for (_, to) in &labels.aliases {
+        for to in labels
+            .aliases
+            .iter()
+            .chain(&labels.fallbacks)
+            .flat_map(|(a, b)| [a, b])
+        {
             FieldPath::parse(to).map_err(|m| format!("field_selectors: {m}"))?;
         }
         for (f, _) in &labels.defaults {
@@ -114,6 +129,14 @@ impl FieldLabels {
     /// The value `path` reads when the object leaves it out, if upstream gives it one.
     pub fn default_of(&self, path: &str) -> Option<&str> {
         self.defaults
+            .iter()
+            .find(|(f, _)| f == path)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The path `path` reads when the object leaves it out or empty, if any.
+    pub fn fallback_of(&self, path: &str) -> Option<&str> {
+        self.fallbacks
             .iter()
             .find(|(f, _)| f == path)
             .map(|(_, v)| v.as_str())

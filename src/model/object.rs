@@ -306,7 +306,16 @@ impl Object {
         let fields: Vec<Option<String>> = schema
             .fields
             .iter()
-            .map(|p| field_in_members(&top, p))
+            .zip(&schema.field_fallbacks)
+            .map(|(p, fb)| {
+                let v = field_in_members(&top, p);
+                match fb {
+                    Some(fb) if v.as_deref().is_none_or(str::is_empty) => {
+                        field_in_members(&top, fb).or(v)
+                    }
+                    _ => v,
+                }
+            })
             .collect();
         let text = Packed::new(
             key,
@@ -436,8 +445,15 @@ impl Object {
         let fields: Vec<Option<Cow<'_, str>>> = schema
             .fields
             .iter()
-            .map(|p| env.field(p))
-            .collect::<Result<_, _>>()
+            .zip(&schema.field_fallbacks)
+            .map(|(p, fb)| {
+                let v = env.field(p)?;
+                match fb {
+                    Some(fb) if v.as_deref().is_none_or(str::is_empty) => Ok(env.field(fb)?.or(v)),
+                    _ => Ok(v),
+                }
+            })
+            .collect::<Result<_, String>>()
             .map_err(&fail)?;
         env.validate().map_err(&fail)?;
         let text = Packed::new(

@@ -26,6 +26,9 @@ pub(crate) struct Schema {
     /// What each declared field reads when the object leaves it out (upstream's field set gives
     /// some fields Go's zero value: a node's `spec.unschedulable` is `false`); empty otherwise.
     pub field_defaults: Vec<Box<str>>,
+    /// The path each declared field reads when the object leaves it out or empty
+    /// (`FieldLabels::fallbacks`), before its default.
+    pub field_fallbacks: Vec<Option<FieldPath>>,
     /// Declared label indexes, in slot order.
     pub labels: Vec<String>,
     /// Attributes with a store index (bitmap per value), in store index order.
@@ -87,6 +90,15 @@ impl Schema {
                     .into()
             })
             .collect();
+        let field_fallbacks = fields
+            .iter()
+            .map(|p| {
+                def.field_labels
+                    .as_ref()
+                    .and_then(|l| l.fallback_of(p.as_str()))
+                    .and_then(|fb| FieldPath::parse(fb).ok())
+            })
+            .collect();
         let served = (def.api_version(), def.kind.clone());
         let stored_otherwise = crate::model::protobuf::stored::stored_otherwise((
             served.0.as_str(),
@@ -98,6 +110,7 @@ impl Schema {
             def,
             fields,
             field_defaults,
+            field_fallbacks,
             labels,
             indexed,
             triggers,
@@ -116,6 +129,12 @@ impl Schema {
     /// What an undeclared field reads when the object leaves it out: upstream's default, if any.
     pub fn default_of(&self, path: &str) -> Option<&str> {
         self.def.field_labels.as_ref()?.default_of(path)
+    }
+
+    /// The path a field reads when the object leaves it out or empty, if any (before its
+    /// default).
+    pub fn fallback_of(&self, path: &str) -> Option<&str> {
+        self.def.field_labels.as_ref()?.fallback_of(path)
     }
 
     /// The attribute that answers a field path, if the object carries it pre-extracted.

@@ -20,9 +20,19 @@ use crate::model::{Attr, Schema};
 #[derive(Debug, Clone)]
 enum FieldSource {
     Attr(Attr),
-    /// An undeclared field, read from the object, with what it reads when absent. Boxed: rarer
-    /// than a declared field, and 32 B in every term otherwise.
-    Json(Box<(FieldPath, Option<Box<str>>)>),
+    /// An undeclared field, read from the object. Boxed: rarer than a declared field, and 32 B
+    /// in every term otherwise.
+    Json(Box<JsonField>),
+}
+
+/// An undeclared field and what it reads when the object leaves it out or empty.
+#[derive(Debug, Clone)]
+struct JsonField {
+    path: FieldPath,
+    /// Another path read first then (an event's `source.component`: `reportingComponent`).
+    fallback: Option<FieldPath>,
+    /// Then this value (upstream's default).
+    default: Option<Box<str>>,
 }
 
 /// The compiled filter of a LIST or WATCH.
@@ -94,10 +104,13 @@ impl Predicate {
                     },
                     Some(a) => (FieldSource::Attr(a), r.clone()),
                     None => (
-                        FieldSource::Json(Box::new((
-                            r.path().clone(),
-                            schema.default_of(r.path().as_str()).map(Into::into),
-                        ))),
+                        FieldSource::Json(Box::new(JsonField {
+                            path: r.path().clone(),
+                            fallback: schema
+                                .fallback_of(r.path().as_str())
+                                .and_then(|p| FieldPath::parse(p).ok()),
+                            default: schema.default_of(r.path().as_str()).map(Into::into),
+                        })),
                         r.clone(),
                     ),
                 }
@@ -157,9 +170,19 @@ impl Predicate {
         }
         let fields_ok = self.fields.iter().all(|(src, r)| match src {
             FieldSource::Attr(a) => r.matches(obj.attr_in(schema, *a).unwrap_or("")),
-            FieldSource::Json(json) => obj.with_field(&json.0, keep, |v| match (v, &json.1) {
-                (None | Some(""), Some(d)) => r.matches(d),
-                (v, _) => v.is_some_and(|v| r.matches(v)),
+            FieldSource::Json(json) => obj.with_field(&json.path, keep, |v| match v {
+                Some(v) if !v.is_empty() => r.matches(v),
+                _ => match &json.fallback {
+                    // Upstream's field set writes the fallback's value, "" when absent.
+                    Some(fb) => obj.with_field(fb, keep, |w| match (w, &json.default) {
+                        (None | Some(""), Some(d)) => r.matches(d),
+                        (w, _) => r.matches(w.unwrap_or("")),
+                    }),
+                    None => match (v, &json.default) {
+                        (None | Some(""), Some(d)) => r.matches(d),
+                        (v, _) => v.is_some_and(|v| r.matches(v)),
+                    },
+                },
             }),
         });
         fields_ok
@@ -185,10 +208,13 @@ impl Predicate {
 
     /// The undeclared field paths this predicate reads from objects' JSON.
     pub fn json_paths(&self) -> impl Iterator<Item = &FieldPath> {
-        self.fields.iter().filter_map(|(src, _)| match src {
-            FieldSource::Json(json) => Some(&json.0),
-            FieldSource::Attr(_) => None,
-        })
+        self.fields
+            .iter()
+            .flat_map(|(src, _)| match src {
+                FieldSource::Json(json) => [Some(&json.path), json.fallback.as_ref()],
+                FieldSource::Attr(_) => [None, None],
+            })
+            .flatten()
     }
 
     /// The one namespace every match is in, when the selection pins it (by path or by an
@@ -245,6 +271,56 @@ mod tests {
             1,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn an_events_source_falls_back_to_its_reporting_component() {
+        let def = ResourceDef::builtin("events").unwrap();
+        let s = Schema::new(def.clone());
+        let ev = |name: &str, rest: &str| {
+            let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"ns"}}{rest}}}"#);
+            Object::decode(
+                &s,
+                &format!("/registry/events/ns/{name}"),
+                json.as_bytes(),
+                1,
+            )
+            .unwrap()
+        };
+        let events = [
+            ev(
+                "a",
+                r#","source":{"component":"kubelet"},"reportingComponent":"other""#,
+            ),
+            // As an events.k8s.io client writes it: no source, a reporting controller.
+            ev("b", r#","reportingComponent":"test-controller""#),
+            ev(
+                "c",
+                r#","source":{},"reportingComponent":"test-controller""#,
+            ),
+            ev("d", ""),
+        ];
+        let labels = def.field_labels.as_ref().unwrap();
+        let matching = |sel: &str| -> Vec<String> {
+            let fields = labels
+                .convert(&crate::model::FieldSelector::parse(sel).unwrap())
+                .unwrap();
+            let mut selection = Selection::parse(None, "", "").unwrap();
+            selection.fields = fields;
+            let p = Predicate::compile(&s, &selection);
+            events
+                .iter()
+                .filter(|o| p.matches(&s, o))
+                .map(|o| o.name().to_owned())
+                .collect()
+        };
+        // kube-apiserver's ToSelectableFields: the component, else the reporting controller.
+        assert_eq!(matching("source=test-controller"), ["b", "c"]);
+        assert_eq!(matching("source=kubelet"), ["a"]);
+        assert_eq!(matching("source=other"), Vec::<String>::new());
+        assert_eq!(matching("source="), ["d"]);
+        assert_eq!(matching("source!=kubelet"), ["b", "c", "d"]);
+        assert_eq!(matching("reportingComponent=test-controller"), ["b", "c"]);
     }
 
     #[test]
