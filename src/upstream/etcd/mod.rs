@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use tokio::sync::Notify;
-use tracing::{error, info, warn};
+use tracing::{debug, error, warn};
 
 pub use encryption::{Encryption, EncryptionError, Transformer};
 pub use local::{LocalEtcd, LocalEtcdError, LocalEtcdTls, free_port};
@@ -333,7 +333,7 @@ impl EtcdCaches {
             };
             followers.spawn(source, writer, policy, WatchListUse::Off, truth);
         }
-        info!(resources = followers.len(), endpoints = %config.endpoints.join(","), reliable_progress = reliable, "following etcd");
+        debug!(resources = followers.len(), endpoints = %config.endpoints.join(","), reliable_progress = reliable, "following etcd");
         Ok(EtcdCaches {
             client,
             followers,
@@ -393,30 +393,45 @@ impl EtcdCaches {
 }
 
 /// Asks every endpoint for its version; progress is reliable only if all that answer are fixed
-/// versions (and at least one answers).
+/// versions (and at least one answers). An endpoint that does not answer is named as
+/// unreachable, never as too old.
 async fn detect_reliable_progress(config: &EtcdConfig) -> bool {
     let mut versions = Vec::new();
     for ep in &config.endpoints {
         let status = async {
-            let opts = config.connect_options().ok()?;
-            let mut c = Client::connect([ep.as_str()], Some(opts)).await.ok()?;
-            c.status().await.ok().map(|s| s.version().to_owned())
+            let opts = config.connect_options().map_err(|e| e.to_string())?;
+            let mut c = Client::connect([ep.as_str()], Some(opts))
+                .await
+                .map_err(|e| e.to_string())?;
+            c.status()
+                .await
+                .map(|s| s.version().to_owned())
+                .map_err(|e| e.to_string())
         };
-        match tokio::time::timeout(Duration::from_secs(3), status)
-            .await
-            .ok()
-            .flatten()
-        {
-            Some(v) => versions.push(v),
-            None => warn!(endpoint = %ep, "could not read the etcd version"),
+        match tokio::time::timeout(Duration::from_secs(3), status).await {
+            Ok(Ok(v)) => versions.push(v),
+            Ok(Err(e)) => {
+                warn!(endpoint = %ep, error = %e, "etcd unreachable: its version is unknown")
+            }
+            Err(_) => {
+                warn!(endpoint = %ep, "etcd unreachable: no status within 3 s, its version is unknown")
+            }
         }
     }
-    let reliable = !versions.is_empty() && versions.iter().all(|v| progress_is_reliable(v));
-    if !reliable {
+    if versions.is_empty() {
+        warn!(endpoints = %config.endpoints.join(","), "no etcd endpoint answered: consistent reads cannot be proven fresh from the cache");
+        return false;
+    }
+    let old: Vec<&String> = versions
+        .iter()
+        .filter(|v| !progress_is_reliable(v))
+        .collect();
+    if !old.is_empty() {
         warn!(
-            ?versions,
+            versions = ?old,
             "etcd predates ordered progress notifications (3.4.31 / 3.5.13)"
         );
+        return false;
     }
-    reliable
+    true
 }
