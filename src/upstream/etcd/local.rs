@@ -67,7 +67,7 @@ pub enum LocalEtcdError {
     Exited {
         /// How it exited.
         status: String,
-        /// The last line of its log (etcd's reason, e.g. a bind failure).
+        /// The last error line of its log (etcd's reason, e.g. a bind failure), else its last.
         last_line: String,
         /// Where its output went.
         log: String,
@@ -425,10 +425,17 @@ impl LocalEtcd {
         let status = self.child.as_mut()?.try_wait().ok()??;
         self.child = None;
         let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        let last_line = log
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
+        // etcd's reason: its last fatal or error line (a bad flag is followed by the usage).
+        let reason = |l: &&str| {
+            let l = l.to_ascii_lowercase();
+            ["fatal", "error", "panic", "not defined"]
+                .iter()
+                .any(|w| l.contains(w))
+        };
+        let lines = || log.lines().rev().filter(|l| !l.trim().is_empty());
+        let last_line = lines()
+            .find(reason)
+            .or_else(|| lines().next())
             .unwrap_or("")
             .chars()
             .take(400)
