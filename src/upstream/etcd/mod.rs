@@ -272,8 +272,9 @@ impl EtcdCaches {
             })?;
         let reliable = match config.consistent_reads {
             ConsistentReads::FromCache => {
-                if !detect_reliable_progress(&config).await {
+                if let Err(why) = detect_reliable_progress(&config).await {
                     error!(
+                        %why,
                         "consistent reads from the cache were forced on an etcd whose progress notifications may run ahead of its events: a consistent read may miss a write, and the write's event be skipped"
                     );
                 }
@@ -282,10 +283,10 @@ impl EtcdCaches {
             ConsistentReads::FromEtcd => false,
             ConsistentReads::Auto => {
                 let reliable = detect_reliable_progress(&config).await;
-                if !reliable {
-                    warn!("consistent reads go to etcd range reads");
+                if let Err(why) = &reliable {
+                    warn!(%why, "consistent reads go to etcd range reads");
                 }
-                reliable
+                reliable.is_ok()
             }
         };
         let policy = Policy {
@@ -393,9 +394,9 @@ impl EtcdCaches {
 }
 
 /// Asks every endpoint for its version; progress is reliable only if all that answer are fixed
-/// versions (and at least one answers). An endpoint that does not answer is named as
-/// unreachable, never as too old.
-async fn detect_reliable_progress(config: &EtcdConfig) -> bool {
+/// versions (and at least one answers); else why not. An endpoint that does not answer is named
+/// as unreachable, never as too old.
+async fn detect_reliable_progress(config: &EtcdConfig) -> Result<(), String> {
     let mut versions = Vec::new();
     for ep in &config.endpoints {
         let status = async {
@@ -419,19 +420,19 @@ async fn detect_reliable_progress(config: &EtcdConfig) -> bool {
         }
     }
     if versions.is_empty() {
-        warn!(endpoints = %config.endpoints.join(","), "no etcd endpoint answered: consistent reads cannot be proven fresh from the cache");
-        return false;
+        return Err(format!(
+            "no etcd endpoint answered ({}): its version is unknown",
+            config.endpoints.join(",")
+        ));
     }
     let old: Vec<&String> = versions
         .iter()
         .filter(|v| !progress_is_reliable(v))
         .collect();
     if !old.is_empty() {
-        warn!(
-            versions = ?old,
-            "etcd predates ordered progress notifications (3.4.31 / 3.5.13)"
-        );
-        return false;
+        return Err(format!(
+            "etcd {old:?} predates ordered progress notifications (3.4.31 / 3.5.13)"
+        ));
     }
-    true
+    Ok(())
 }
