@@ -451,6 +451,55 @@ async fn a_three_member_cluster_fails_over_with_no_loss() {
     caches.shutdown().await;
 }
 
+/// A local etcd is the one started, or the start fails saying why: a port taken (named), a
+/// child that exits (its last log line), data whose recorded cluster ID is another's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_etcd_is_its_own_or_its_start_fails() {
+    use watchcache::etcd::{LocalEtcdError, free_port};
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let mine = dir.path().join("mine");
+    let mut e = LocalEtcd::start(&mine).await.unwrap();
+    let mut c = client(&[e.url()]).await;
+    c.put("kept", "1", None).await.unwrap();
+    // Another start on its ports: refused before anything runs, the port named.
+    let port: u16 = e.url().rsplit(':').next().unwrap().parse().unwrap();
+    let other = LocalEtcd::start_on(&dir.path().join("other"), port, free_port().unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&other, LocalEtcdError::PortInUse { role: "client", .. })
+            && other.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{other}"
+    );
+    // A child that exits during its start: its reason, from its log.
+    let bad = LocalEtcd::start_with_args(&dir.path().join("bad"), &["--no-such-flag".into()])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(bad, LocalEtcdError::Exited { .. }) && bad.to_string().contains("no-such-flag"),
+        "{bad}"
+    );
+    // The data dir's recorded cluster ID is another cluster's: not ours.
+    e.kill9();
+    drop(e);
+    let record = mine.join("etcd-cluster-id");
+    let id = std::fs::read_to_string(&record).unwrap();
+    std::fs::write(&record, "00000000000000ff\n").unwrap();
+    let foreign = LocalEtcd::start(&mine).await.unwrap_err();
+    assert!(
+        matches!(foreign, LocalEtcdError::NotOurs { .. })
+            && foreign.to_string().contains("00000000000000ff")
+            && foreign.to_string().contains(id.trim()),
+        "{foreign}"
+    );
+    // Its own: starts, with the data kept.
+    std::fs::write(&record, &id).unwrap();
+    let e = LocalEtcd::start(&mine).await.unwrap();
+    let mut c = client(&[e.url()]).await;
+    assert_eq!(c.get("kept", None).await.unwrap().kvs()[0].value(), b"1");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_values_are_skipped_counted_and_the_stream_goes_on() {
     let e = etcd().await;

@@ -21,7 +21,7 @@ use std::task::Waker;
 use std::time::Instant;
 
 use hashbrown::HashSet;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, warn};
 
 use crate::cache::config::CacheConfig;
 #[cfg(any(test, feature = "test-hooks"))]
@@ -507,14 +507,14 @@ impl Shared {
                 }
             }
             st.history.reset(rv);
-            info!(resource = %schema.def.plural, objects = out.added, rv, "initial sync finished");
+            debug!(resource = %schema.def.plural, objects = out.added, rv, "initial sync finished");
             out
         } else {
             let c = st.commit(schema, rv, changes, Instant::now(), &mut wakes);
             st.history.raise_floor(rv);
             self.count(&c);
             Metrics::add(&self.metrics.resyncs, 1);
-            info!(resource = %schema.def.plural, rv, added = c.added, modified = c.modified, deleted = c.deleted, "resync finished");
+            debug!(resource = %schema.def.plural, rv, added = c.added, modified = c.modified, deleted = c.deleted, "resync finished");
             ResyncOutcome {
                 listed: 0,
                 added: c.added,

@@ -40,7 +40,7 @@ pub struct ServerConfig {
     /// `--max-watches-per-user`: most concurrent watches of one authenticated user; more get
     /// 429 (0: no limit). Only counted when authentication is configured.
     pub max_watches_per_user: usize,
-    /// `--audit-log-path`: where audit lines are appended as JSON (they always go to `tracing`).
+    /// `--audit-log-path`: where audit lines are appended as JSON; without it nothing is audited.
     pub audit_log_path: Option<std::path::PathBuf>,
     /// `--request-timeout`: how long a request that is not long-running (not a watch) may take,
     /// reading its body included; past it the answer is 504 Timeout (upstream's default: 60 s).

@@ -267,14 +267,17 @@ impl Server {
         stop: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let addr: Option<SocketAddr> = listener.local_addr().ok();
-        info!(?addr, tls = self.tls.is_some(), "serving");
+        debug!(?addr, tls = self.tls.is_some(), "serving");
         let insecure = self.insecure.take();
         if let Some(l) = &insecure {
-            info!(addr = ?l.local_addr().ok(), "serving plain HTTP too");
+            debug!(addr = ?l.local_addr().ok(), "serving plain HTTP too");
         }
         if let Some(path) = &self.state.config.audit_log_path {
             self.state.audit.open(path.clone()).await.map_err(|e| {
-                std::io::Error::new(e.kind(), format!("audit log {}: {e}", path.display()))
+                std::io::Error::new(
+                    e.kind(),
+                    format!("--audit-log-path {}: {e}", path.display()),
+                )
             })?;
         }
         if let Some(a) = self.state.auth.get() {

@@ -160,9 +160,9 @@ pub(crate) struct Target<'a> {
 }
 
 impl AppState {
-    /// Whether requests are audited: with authentication, or with an audit file.
+    /// Whether requests are audited: only with an audit file (`--audit-log-path`).
     pub fn auditing(&self) -> bool {
-        self.auth.get().is_some() || self.audit.has_file()
+        self.audit.has_file()
     }
 
     pub fn caches(&self) -> impl Iterator<Item = &Cache> {

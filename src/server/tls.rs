@@ -97,7 +97,18 @@ pub enum TlsError {
         #[source]
         cause: Option<Cause>,
     },
-    /// rustls refused the combination (e.g. the key does not match the certificate).
+    /// The private key is not the certificate's.
+    #[error("{}: the private key does not match the certificate in {} ({cause})", key_file.display(), cert_file.display())]
+    KeyMismatch {
+        /// The certificate file.
+        cert_file: PathBuf,
+        /// The key file.
+        key_file: PathBuf,
+        /// rustls' error.
+        #[source]
+        cause: rustls::Error,
+    },
+    /// rustls refused the combination otherwise.
     #[error("TLS configuration: {0}")]
     Rustls(#[from] rustls::Error),
     /// The client CA bundle does not make a verifier.
@@ -259,8 +270,17 @@ fn build(config: &TlsConfig) -> Result<rustls::ServerConfig, TlsError> {
     let key = PrivateKeyDer::from_pem_file(&config.key_file)
         .map_err(|e| file_error(&config.key_file, e))?;
     // A rotated certificate written before its key must not be served with the old key.
-    let signing = provider.key_provider.load_private_key(key.clone_key())?;
-    rustls::sign::CertifiedKey::new(certs.clone(), signing).keys_match()?;
+    let signing = provider
+        .key_provider
+        .load_private_key(key.clone_key())
+        .map_err(|e| file_error(&config.key_file, e))?;
+    rustls::sign::CertifiedKey::new(certs.clone(), signing)
+        .keys_match()
+        .map_err(|cause| TlsError::KeyMismatch {
+            cert_file: config.cert_file.clone(),
+            key_file: config.key_file.clone(),
+            cause,
+        })?;
     let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()?;
     let builder = match &config.client_ca_file {
@@ -547,9 +567,18 @@ mod tests {
         let ca = pki.path("ca.crt");
         let tls = Tls::load(pki.serving()).unwrap();
         let before = current_cert(&tls, &ca);
-        // A new certificate written, its key not yet: refused.
+        // A new certificate written, its key not yet: refused, naming both files.
         let (c2, k2, der2) = pki.issue(&["localhost"], "server-2", false);
         std::fs::write(pki.path("s.crt"), &c2).unwrap();
+        let (crt, key) = (pki.path("s.crt"), pki.path("s.key"));
+        let e = Tls::load(TlsConfig::new(&crt, &key))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains(&*crt.to_string_lossy()) && e.contains(&*key.to_string_lossy()),
+            "{e}"
+        );
         assert!(!tls.reload());
         assert_eq!(current_cert(&tls, &ca), before);
         // A half-written key: refused too.

@@ -7,11 +7,13 @@ use std::sync::Arc;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 use watchcache::apiserver::{
     ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig,
 };
-use watchcache::etcd::{ConsistentReads, Encryption, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd};
+use watchcache::etcd::{
+    ConsistentReads, Encryption, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd, LocalEtcdError,
+};
 use watchcache::server::{Served, Server, ServerConfig, TlsConfig, auth};
 use watchcache::{CacheConfig, ResourceDef};
 
@@ -41,7 +43,8 @@ enum Command {
     /// Serve the Kubernetes list/watch API for the defined resources, cached from etcd or from a
     /// Kubernetes API server (--upstream-kubeconfig).
     ///
-    /// Logging is filtered by RUST_LOG (default: info), e.g. RUST_LOG=watchcache=debug.
+    /// Logging is filtered by RUST_LOG (default: info, without kube-rs's line per failed
+    /// request), e.g. RUST_LOG=watchcache=debug.
     // Boxed: the flags are many, and there is one of these per process.
     Serve(Box<ServeArgs>),
     /// Load the cache kubelet-style on a real etcd and report latency, loss and resource use,
@@ -178,8 +181,11 @@ struct ServeArgs {
     /// Data directory of the local etcd (only without --etcd).
     #[arg(long, default_value = "./watchcache-data")]
     data_dir: PathBuf,
-    /// Client port of the local etcd (its peer port is this plus 10; only without --etcd).
-    #[arg(long, default_value_t = 23790)]
+    /// Client port of the local etcd (its peer port is this plus 10; only without --etcd). A
+    /// port already taken fails the start, naming it: the local etcd is this server's own or
+    /// none. 0: free ports chosen at each start (several servers on one machine; the data dir
+    /// keeps the data either way).
+    #[arg(long, default_value_t = 23790, value_name = "PORT")]
     local_etcd_port: u16,
     /// Address to serve on: HTTPS with --tls-cert-file or --local-pki, plain HTTP without.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -332,8 +338,8 @@ struct ServeArgs {
     /// --max-watchers: a DaemonSet's service account on 5000 nodes still fits.
     #[arg(long, default_value_t = 50_000)]
     max_watches_per_user: usize,
-    /// Append one JSON line per write and per denied request to this file (they always go to
-    /// the log, target watchcache::audit).
+    /// Append one JSON line per write and per denied request to this file. Without it there is
+    /// no audit line, in the file or in the log.
     #[arg(long, value_name = "FILE")]
     audit_log_path: Option<PathBuf>,
     /// Most bytes each resource's history window may hold (`256Mi`, `1Gi`, or bytes); past it
@@ -473,6 +479,14 @@ enum Caches {
 }
 
 impl Caches {
+    /// Every cache.
+    fn all(&self) -> Vec<watchcache::Cache> {
+        match self {
+            Caches::Etcd(c, _) => c.caches().map(|(_, c)| c.clone()).collect(),
+            Caches::ApiServer(c) => c.caches().map(|(_, c)| c.clone()).collect(),
+        }
+    }
+
     fn served(&self) -> Vec<Served> {
         match self {
             Caches::Etcd(c, _) => {
@@ -573,7 +587,8 @@ async fn serve(args: ServeArgs, open_files: Option<u64>) -> Result<(), Box<dyn s
         .map(std::sync::Arc::new);
     // Read before anything starts: bad TLS files, a bad token file, key or RBAC directory is a
     // start-up error. Client certificates authenticate when a client CA verifies them.
-    let tls = tls_config(&args)?;
+    let started = std::time::Instant::now();
+    let (tls, hint) = tls_config(&args)?;
     let client_certs = tls.as_ref().is_some_and(|t| t.client_ca_file.is_some());
     let auth = args.auth(tls.is_some(), client_certs)?;
     if args.service_account_lookup
@@ -589,16 +604,13 @@ async fn serve(args: ServeArgs, open_files: Option<u64>) -> Result<(), Box<dyn s
         None => {
             let mut local = None;
             let endpoints = if args.etcd.is_empty() {
-                let e = LocalEtcd::start_on(
-                    &args.data_dir,
-                    args.local_etcd_port,
-                    args.local_etcd_port + 10,
-                )
-                .await?;
+                let e = start_local_etcd(&args).await?;
                 let url = e.url();
+                info!(%url, pid = e.pid().unwrap_or(0), data_dir = %args.data_dir.display(), "local etcd started");
                 local = Some(e);
                 vec![url]
             } else {
+                info!(endpoints = %args.etcd.join(","), "following etcd");
                 args.etcd.clone()
             };
             let mut etcd = EtcdConfig::new(endpoints);
@@ -645,15 +657,20 @@ async fn serve(args: ServeArgs, open_files: Option<u64>) -> Result<(), Box<dyn s
     {
         return Err(format!("--insecure-listen {addr}: must be a loopback address").into());
     }
-    let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    info!(listen = %args.listen, tls = tls.is_some(), "watchcache listening");
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("--listen {}: {e}", args.listen))?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut urls = format!("{scheme}://{}", args.listen);
     let mut server = Server::new(config, caches.served());
     if let Some(tls) = tls {
         server = server.with_tls(tls)?;
     }
     if let Some(addr) = args.insecure_listen {
-        let plain = tokio::net::TcpListener::bind(addr).await?;
-        info!(listen = %addr, "watchcache listening on plain HTTP (development)");
+        let plain = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("--insecure-listen {addr}: {e}"))?;
+        urls.push_str(&format!(" http://{addr}"));
         server = server.with_insecure_listener(plain);
     }
     if let Some(a) = auth {
@@ -674,28 +691,34 @@ async fn serve(args: ServeArgs, open_files: Option<u64>) -> Result<(), Box<dyn s
     if let Some(client) = forward_to {
         server = server.with_proxy(Arc::new(proxy::KubeProxy { client }));
     }
+    let report = tokio::spawn(report_start(caches.all(), urls, hint, started));
     server.serve(listener, shutdown_signal()).await?;
+    report.abort();
     caches.shutdown().await;
     info!("stopped");
     Ok(())
 }
 
-/// The TLS files: given by flags, or the local PKI's.
-fn tls_config(args: &ServeArgs) -> Result<Option<TlsConfig>, Box<dyn std::error::Error>> {
+/// The TLS files: given by flags, or the local PKI's; with the local PKI, the hint printed once
+/// the server is up (how to reach it as the admin).
+fn tls_config(
+    args: &ServeArgs,
+) -> Result<(Option<TlsConfig>, Option<String>), Box<dyn std::error::Error>> {
     if args.local_pki {
         let pki = pki::LocalPki::ensure(&args.data_dir, args.listen)?;
-        info!(
+        debug!(
             dir = %args.data_dir.display(),
             created = pki.created,
             "local PKI"
         );
-        println!(
+        let hint = format!(
             "watchcache serves TLS on {}; as the admin:\n  kubectl --kubeconfig {} get pods",
             args.listen,
             pki.kubeconfig.display()
         );
-        return Ok(Some(
-            TlsConfig::new(pki.cert_file, pki.key_file).with_client_ca(pki.ca_file),
+        return Ok((
+            Some(TlsConfig::new(pki.cert_file, pki.key_file).with_client_ca(pki.ca_file)),
+            Some(hint),
         ));
     }
     Ok(match (&args.tls_cert_file, &args.tls_private_key_file) {
@@ -704,9 +727,72 @@ fn tls_config(args: &ServeArgs) -> Result<Option<TlsConfig>, Box<dyn std::error:
             if let Some(ca) = &args.client_ca_file {
                 tls = tls.with_client_ca(ca);
             }
-            Some(tls)
+            (Some(tls), None)
         }
-        _ => None,
+        _ => (None, None),
+    })
+}
+
+/// How long the start's report waits for every cache before saying which are not ready.
+const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The start's last lines: the caches ready (with their count), where the server listens, then
+/// the local PKI's hint, so the hint is the last thing an operator sees. Caches still syncing
+/// after [`READY_WAIT`] are reported as such (the server serves meanwhile, /readyz names them),
+/// and once more when they are all ready.
+async fn report_start(
+    caches: Vec<watchcache::Cache>,
+    urls: String,
+    hint: Option<String>,
+    started: std::time::Instant,
+) {
+    // Polled, not awaited per cache: a resource its upstream does not serve is never ready, and
+    // counts as done (its requests are proxied).
+    let ready = || {
+        caches
+            .iter()
+            .filter(|c| c.is_ready() || c.is_absent())
+            .count()
+    };
+    let deadline = tokio::time::Instant::now() + READY_WAIT;
+    while ready() < caches.len() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let all = ready() == caches.len();
+    if all {
+        info!(caches = caches.len(), took = ?started.elapsed(), "caches ready");
+    } else {
+        warn!(ready = ready(), caches = caches.len(), waited = ?READY_WAIT, "caches not all ready: serving meanwhile; /readyz names the rest");
+    }
+    info!(url = %urls, "listening");
+    if let Some(h) = hint {
+        println!("{h}");
+    }
+    if !all {
+        while ready() < caches.len() {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        info!(caches = caches.len(), took = ?started.elapsed(), "caches ready");
+    }
+}
+
+/// Starts the local etcd of `serve` without --etcd; a taken port names the flag that moves it.
+async fn start_local_etcd(args: &ServeArgs) -> Result<LocalEtcd, Box<dyn std::error::Error>> {
+    let port = args.local_etcd_port;
+    let started = if port == 0 {
+        LocalEtcd::start(&args.data_dir).await
+    } else {
+        let peer = port.checked_add(10).ok_or_else(|| {
+            format!("--local-etcd-port {port}: its peer port (the port plus 10) is above 65535")
+        })?;
+        LocalEtcd::start_on(&args.data_dir, port, peer).await
+    };
+    started.map_err(|e| match e {
+        LocalEtcdError::PortInUse { .. } => format!(
+            "{e}. Another watchcache or etcd holds it: stop that one, or pass another --local-etcd-port (its peer port is that plus 10; 0 chooses free ports), or --etcd URL to follow a running etcd"
+        )
+        .into(),
+        e => format!("local etcd of --data-dir {}: {e}", args.data_dir.display()).into(),
     })
 }
 
@@ -853,14 +939,30 @@ async fn kubelets(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// Silences kube-rs's client, which logs every failed request at ERROR (1 005 lines in 30 s of
+/// an upstream API server down): the followers log their failures themselves, throttled, and a
+/// failed proxied request is logged where it is answered.
+const QUIET_KUBE_CLIENT: &str = "kube_client::client::builder=off";
+
+/// The log filter: RUST_LOG (default `info`), with kube-rs's client silenced unless RUST_LOG
+/// names it.
+fn log_filter(rust_log: Option<String>) -> tracing_subscriber::EnvFilter {
+    let given = rust_log.filter(|v| !v.trim().is_empty());
+    let spec = match given {
+        Some(v) if v.contains("kube_client") => v,
+        Some(v) => format!("{v},{QUIET_KUBE_CLIENT}"),
+        None => format!("info,{QUIET_KUBE_CLIENT}"),
+    };
+    tracing_subscriber::EnvFilter::try_new(&spec)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,{QUIET_KUBE_CLIENT}")))
+}
+
 fn main() -> ExitCode {
     heap::init_from_env();
     // Logs go to stderr: stdout carries results (the bench table).
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(log_filter(std::env::var("RUST_LOG").ok()))
         .init();
     let cli = Cli::parse();
     if let Command::Serve(args) = &cli.command
@@ -870,10 +972,10 @@ fn main() -> ExitCode {
         warn!(error = %e, "transparent huge pages stay on");
     }
     let open_files = match &cli.command {
-        // One line either way: the limit in force bounds the connections served.
+        // At debug: the limit in force bounds the connections served, a warning when unraised.
         Command::Serve(_) => match fdlimit::raise() {
             Ok(f) => {
-                info!(soft = f.soft, hard = f.hard, was = f.was, "open-file limit");
+                debug!(soft = f.soft, hard = f.hard, was = f.was, "open-file limit");
                 Some(f)
             }
             Err(e) => {

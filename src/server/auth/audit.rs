@@ -1,7 +1,6 @@
-//! The audit log: one structured line per write and per denied (401, 403, 429) request, through
-//! `tracing` (target `watchcache::audit`) and, with `--audit-log-path`, appended to a file as JSON
-//! lines. It is on when authentication is configured or the file is given (an open development
-//! server logs no line per write, as before).
+//! The audit log: one JSON line per write and per denied (401, 403, 429) request, appended to
+//! the `--audit-log-path` file. Without the file there is no audit line anywhere: a line per write
+//! in the server's own log buried what an operator looks for there.
 //!
 //! The file never stalls a request: lines go through a bounded channel to one writer task; when
 //! the channel is full (the disk is slower than the requests), the line is dropped and counted
@@ -88,8 +87,11 @@ impl Audit {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// Records one request.
+    /// Records one request, when the file is open (else nothing).
     pub fn record(&self, r: &Record<'_>) {
+        let Some(tx) = self.file.get() else {
+            return;
+        };
         let (user, groups) = r
             .user
             .map_or(("", &[][..]), |u| (u.name.as_str(), u.groups.as_slice()));
@@ -104,43 +106,28 @@ impl Audit {
         let namespace = res.map_or("", |x| x.namespace.as_str());
         let name = res.map_or("", |x| x.name.as_str());
         let latency_ms = r.latency.as_secs_f64() * 1000.0;
-        tracing::info!(
-            target: "watchcache::audit",
-            user,
-            groups = ?groups,
-            verb = %r.info.verb,
-            resource = %resource,
-            namespace,
-            name,
-            path = %r.info.path,
-            code = r.code,
-            latency_ms,
-            "audit"
-        );
-        if let Some(tx) = self.file.get() {
-            let ts = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            let mut line = serde_json::json!({
-                "ts": ts,
-                "user": user,
-                "groups": groups,
-                "verb": r.info.verb,
-                "apiGroup": res.map_or("", |x| x.group.as_str()),
-                "resource": resource,
-                "namespace": namespace,
-                "name": name,
-                "path": r.info.path,
-                "code": r.code,
-                "latencyMs": latency_ms,
-            })
-            .to_string();
-            line.push('\n');
-            if tx.try_send(line).is_err() {
-                let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                if n % 1000 == 1 {
-                    tracing::warn!(dropped = n, "audit log behind: lines dropped");
-                }
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let mut line = serde_json::json!({
+            "ts": ts,
+            "user": user,
+            "groups": groups,
+            "verb": r.info.verb,
+            "apiGroup": res.map_or("", |x| x.group.as_str()),
+            "resource": resource,
+            "namespace": namespace,
+            "name": name,
+            "path": r.info.path,
+            "code": r.code,
+            "latencyMs": latency_ms,
+        })
+        .to_string();
+        line.push('\n');
+        if tx.try_send(line).is_err() {
+            let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if n % 1000 == 1 {
+                tracing::warn!(dropped = n, "audit log behind: lines dropped");
             }
         }
     }

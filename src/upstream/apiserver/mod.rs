@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tracing::{info, warn};
+use tracing::{debug, warn};
 
 pub use rest::RestError;
 pub use writes::ApiServerWrites;
@@ -294,7 +294,7 @@ impl ApiServerCaches {
             },
             all_defs,
         ));
-        info!(resources = followers.len(), "following an API server");
+        debug!(resources = followers.len(), "following an API server");
         Ok(ApiServerCaches {
             client,
             followers,

@@ -13,13 +13,15 @@ use futures_util::FutureExt;
 use http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use kube::client::Body;
+use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tracing::{info, warn};
+use tracing::{debug, warn};
 
 use crate::error::Cause;
 use crate::model::ResourceDef;
 use crate::model::protobuf as pb;
+use crate::upstream::backoff::{Throttle, WARN_EVERY};
 
 use crate::model::INITIAL_EVENTS_END;
 
@@ -498,8 +500,17 @@ pub(crate) fn parse_frame(line: &Bytes) -> Result<Frame, RestError> {
 /// this build knows ([`pb::TABLES_MINOR`]): the JSON that watchcache makes from a protobuf object
 /// holds only the fields its tables know, so a newer server's new fields would be missing from
 /// it, where its JSON would carry them.
-#[derive(Clone, Default)]
-pub(crate) struct WireChoice(Arc<tokio::sync::OnceCell<bool>>);
+#[derive(Clone)]
+pub(crate) struct WireChoice(Arc<(tokio::sync::OnceCell<bool>, Mutex<Throttle>)>);
+
+impl Default for WireChoice {
+    fn default() -> Self {
+        WireChoice(Arc::new((
+            tokio::sync::OnceCell::new(),
+            Mutex::new(Throttle::new(WARN_EVERY)),
+        )))
+    }
+}
 
 /// kube-apiserver's `/version`, as much as the choice needs.
 #[derive(Deserialize)]
@@ -517,6 +528,7 @@ impl WireChoice {
     async fn protobuf(&self, rest: &Rest) -> bool {
         let asked = self
             .0
+            .0
             .get_or_try_init(|| async {
                 let body = rest.get_ok("/version").await?;
                 let v: Version = serde_json::from_slice(&body)
@@ -524,14 +536,19 @@ impl WireChoice {
                 // "35+" on some distributions.
                 let minor = v.minor.trim_end_matches(|c: char| !c.is_ascii_digit());
                 let known = v.major == "1" && minor.parse::<u32>().is_ok_and(|m| m <= pb::TABLES_MINOR);
-                info!(major = %v.major, minor = %v.minor, protobuf = known, "upstream version: watches and LISTs read in protobuf when it is not newer than this build's messages");
+                debug!(major = %v.major, minor = %v.minor, protobuf = known, "upstream version: watches and LISTs read in protobuf when it is not newer than this build's messages");
                 Ok::<bool, RestError>(known)
             })
             .await;
         match asked {
             Ok(b) => *b,
             Err(e) => {
-                warn!(error = %e, "upstream /version unreadable; this watch or LIST is read as JSON");
+                // Asked before every watch and LIST of every resource while it fails: throttled
+                // for the whole upstream (the followers log their own failures).
+                let admitted = self.0.1.lock().admit(std::time::Instant::now());
+                if let Some(n) = admitted {
+                    warn!(error = %e, failures = n, "upstream /version unreadable; this watch or LIST is read as JSON (logged once per 10 s)");
+                }
                 false
             }
         }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::{Notify, watch};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::cache::{Cache, CacheWriter, Change};
 use crate::model::Object;
@@ -187,7 +187,7 @@ impl ApiSource {
                         let n = objects.len();
                         resync.add_page(objects);
                         let out = resync.finish();
-                        info!(resource = %self.plural(), listed = n, added = out.added, modified = out.modified, deleted = out.deleted, revision = rv, took = ?started.elapsed(), "synced by WatchList");
+                        debug!(resource = %self.plural(), listed = n, added = out.added, modified = out.modified, deleted = out.deleted, revision = rv, took = ?started.elapsed(), "synced by WatchList");
                         let mut applied = rv;
                         // Whatever followed the bookmark in the same read is live.
                         self.apply_frames(frames, writer, &mut applied)?;
@@ -227,7 +227,7 @@ impl ApiSource {
                 }
             }
             resync.add_page(objects);
-            info!(resource = %self.plural(), objects = resync.listed(), revision = rv, "syncing");
+            debug!(resource = %self.plural(), objects = resync.listed(), revision = rv, "syncing");
             let Some(token) = page.continue_token.take() else {
                 break;
             };
@@ -238,7 +238,7 @@ impl ApiSource {
                 .map_err(broken)?;
         }
         let out = resync.finish();
-        info!(resource = %self.plural(), listed = out.listed, added = out.added, modified = out.modified, deleted = out.deleted, revision = rv, took = ?started.elapsed(), "synced by LIST");
+        debug!(resource = %self.plural(), listed = out.listed, added = out.added, modified = out.modified, deleted = out.deleted, revision = rv, took = ?started.elapsed(), "synced by LIST");
         Ok(rv)
     }
 

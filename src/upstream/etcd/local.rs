@@ -1,13 +1,32 @@
 //! A local etcd process (the `etcd` binary from PATH, e.g. Debian's `etcd-server`, or a given
 //! one) on loopback ports: the server's embedded default and the test suite's real etcd. Stopped
 //! on drop.
+//!
+//! ## It is this process's own etcd, or the start fails
+//! An etcd that cannot bind its ports exits, and whatever else holds them would answer in its
+//! place (another watchcache's etcd: its data served as ours). So a start
+//! - refuses ports already bound, naming them ([`LocalEtcdError::PortInUse`]);
+//! - fails when the child exits before it answers ([`LocalEtcdError::Exited`], with its log's
+//!   last line);
+//! - checks the member that answers: its name is the one given to the child, unique per data
+//!   dir (`<data-dir>/etcd-name`, also the cluster token, so cluster IDs differ), and on data
+//!   kept from an earlier start its cluster ID is the one recorded then
+//!   (`<data-dir>/etcd-cluster-id`) ([`LocalEtcdError::NotOurs`]).
+//!
+//! The child is run through util-linux's `setpriv --pdeathsig KILL` (which execs etcd: the pid
+//! is etcd's), so it is killed when its parent dies, `kill -9` included, and no orphan holds the
+//! ports and data dir at the next start. The signal follows the *thread* that spawned it: start
+//! and restart a `LocalEtcd` from a thread that outlives it (the main thread, a runtime's worker).
+//! Without `setpriv` on PATH the child is run directly, and a warning says it would outlive a
+//! killed parent.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, info};
+use tracing::{debug, warn};
 
 /// Why a local etcd could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +51,35 @@ pub enum LocalEtcdError {
         /// Where its output went.
         log: String,
     },
+    /// A port the etcd is to listen on is taken (by another etcd, perhaps another watchcache's).
+    #[error("the local etcd's {role} port {addr} is in use: {source}")]
+    PortInUse {
+        /// `client` or `peer`.
+        role: &'static str,
+        /// The address, e.g. `127.0.0.1:23790`.
+        addr: String,
+        /// The bind error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The process exited before it answered.
+    #[error("etcd exited during its start ({status}): \"{last_line}\"; its log is {log}")]
+    Exited {
+        /// How it exited.
+        status: String,
+        /// The last error line of its log (etcd's reason, e.g. a bind failure), else its last.
+        last_line: String,
+        /// Where its output went.
+        log: String,
+    },
+    /// What answers on the client URL is not the member this process started.
+    #[error("the etcd answering at {url} is not the one started here: {what}")]
+    NotOurs {
+        /// The client URL.
+        url: String,
+        /// What differs.
+        what: String,
+    },
     /// A free port or the data directory could not be had.
     #[error("cannot prepare etcd: {0}")]
     Setup(#[from] std::io::Error),
@@ -55,14 +103,84 @@ pub struct LocalEtcdTls {
 pub struct LocalEtcd {
     binary: PathBuf,
     tls: Option<LocalEtcdTls>,
+    /// Empty until the first spawn of a single node, which reads (or makes) the data dir's.
     name: String,
     data_dir: PathBuf,
     client_port: u16,
     peer_port: u16,
     initial_cluster: String,
+    /// `--initial-cluster-token`: the node's name, or one shared by a cluster's members.
+    token: String,
     /// Flags passed after the ones this type sets (see [`LocalEtcd::start_with_args`]).
     extra_args: Vec<String>,
     child: Option<Child>,
+    /// Whether the last spawn found no data: a cluster ID is recorded, not checked.
+    fresh: bool,
+}
+
+/// Where a data dir's member name is kept.
+const NAME_FILE: &str = "etcd-name";
+/// Where the cluster ID of a data dir's data is recorded.
+const CLUSTER_ID_FILE: &str = "etcd-cluster-id";
+
+/// The member name of a single node's data dir: the one recorded there, else `watchcache` for
+/// data made before names were recorded, else a new one (recorded).
+fn member_name(data_dir: &Path) -> std::io::Result<String> {
+    let file = data_dir.join(NAME_FILE);
+    match std::fs::read_to_string(&file) {
+        Ok(n) if !n.trim().is_empty() => return Ok(n.trim().to_owned()),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let name = if data_dir.join("data").join("member").exists() {
+        "watchcache".to_owned()
+    } else {
+        format!("watchcache-{:016x}", fastrand_u64())
+    };
+    std::fs::write(&file, format!("{name}\n"))?;
+    Ok(name)
+}
+
+/// 64 random bits without a dependency: the standard hasher's per-process random keys, mixed
+/// with the time and pid.
+fn fastrand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// `binary` as the path that will run: looked up on PATH when it names no directory. Checked
+/// here because `setpriv` would otherwise report a missing etcd only in its exit status.
+fn resolve(binary: &Path) -> std::io::Result<PathBuf> {
+    if binary.components().count() > 1 {
+        return std::fs::metadata(binary).map(|_| binary.to_owned());
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(binary))
+        .find(|p| p.is_file())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "not found on PATH"))
+}
+
+/// util-linux's `setpriv`, when on PATH (looked up once).
+fn setpriv() -> Option<&'static Path> {
+    static SETPRIV: OnceLock<Option<PathBuf>> = OnceLock::new();
+    SETPRIV
+        .get_or_init(|| {
+            let found = resolve(Path::new("setpriv")).ok();
+            if found.is_none() {
+                warn!("setpriv (util-linux) is not on PATH: a local etcd outlives a killed parent");
+            }
+            found
+        })
+        .as_deref()
 }
 
 /// A free TCP port below the ephemeral range (bound on every address, then released).
@@ -145,21 +263,23 @@ impl LocalEtcd {
     }
 
     fn unstarted(data_dir: &Path, client_port: u16, peer_port: u16) -> LocalEtcd {
-        let name = "watchcache".to_owned();
         LocalEtcd {
             binary: PathBuf::from("etcd"),
             tls: None,
-            initial_cluster: format!("{name}=http://127.0.0.1:{peer_port}"),
-            name,
+            initial_cluster: String::new(),
+            token: String::new(),
+            name: String::new(),
             data_dir: data_dir.to_owned(),
             client_port,
             peer_port,
             extra_args: Vec::new(),
             child: None,
+            fresh: true,
         }
     }
 
-    /// Like [`start`](LocalEtcd::start), on given ports.
+    /// Like [`start`](LocalEtcd::start), on given ports (both must be free:
+    /// [`LocalEtcdError::PortInUse`] otherwise).
     ///
     /// # Errors
     /// [`LocalEtcdError`].
@@ -194,6 +314,7 @@ impl LocalEtcd {
     /// [`LocalEtcdError`].
     pub async fn cluster(base_dir: &Path, n: usize) -> Result<Vec<LocalEtcd>, LocalEtcdError> {
         let mut members = Vec::with_capacity(n);
+        let token = format!("watchcache-{:016x}", fastrand_u64());
         for i in 0..n {
             members.push(LocalEtcd {
                 binary: PathBuf::from("etcd"),
@@ -203,8 +324,10 @@ impl LocalEtcd {
                 client_port: free_port()?,
                 peer_port: free_port()?,
                 initial_cluster: String::new(),
+                token: token.clone(),
                 extra_args: Vec::new(),
                 child: None,
+                fresh: true,
             });
         }
         let initial: Vec<String> = members
@@ -215,7 +338,7 @@ impl LocalEtcd {
             m.initial_cluster = initial.join(",");
             m.spawn()?;
         }
-        for m in &members {
+        for m in &mut members {
             m.wait_healthy(Duration::from_secs(30)).await?;
         }
         Ok(members)
@@ -223,10 +346,38 @@ impl LocalEtcd {
 
     fn spawn(&mut self) -> Result<(), LocalEtcdError> {
         std::fs::create_dir_all(&self.data_dir)?;
+        if self.name.is_empty() {
+            self.name = member_name(&self.data_dir)?;
+            self.initial_cluster = format!("{}=http://127.0.0.1:{}", self.name, self.peer_port);
+            self.token.clone_from(&self.name);
+        }
+        // Bound, then released for etcd: a port taken now is named here, and one taken in the
+        // instant between is caught by the exit and identity checks of `wait_healthy`.
+        for (role, port) in [("client", self.client_port), ("peer", self.peer_port)] {
+            if let Err(source) = TcpListener::bind(("127.0.0.1", port)) {
+                return Err(LocalEtcdError::PortInUse {
+                    role,
+                    addr: format!("127.0.0.1:{port}"),
+                    source,
+                });
+            }
+        }
+        self.fresh = !self.data_dir.join("data").join("member").exists();
+        let binary = resolve(&self.binary).map_err(|source| LocalEtcdError::Spawn {
+            binary: self.binary.display().to_string(),
+            source,
+        })?;
         let log = std::fs::File::create(self.log_path())?;
         let p = self.peer_port;
         let url = self.url();
-        let mut cmd = Command::new(&self.binary);
+        let mut cmd = match setpriv() {
+            Some(setpriv) => {
+                let mut c = Command::new(setpriv);
+                c.args(["--pdeathsig", "KILL", "--"]).arg(&binary);
+                c
+            }
+            None => Command::new(&binary),
+        };
         if let Some(tls) = &self.tls {
             cmd.arg("--cert-file")
                 .arg(&tls.cert_file)
@@ -250,6 +401,9 @@ impl LocalEtcd {
             ])
             .args(["--initial-cluster", &self.initial_cluster])
             .args(["--initial-cluster-state", "new"])
+            // A cluster ID of this data dir's own (etcd derives it from the token and the peer
+            // URL, which another watchcache's etcd on the same port shares).
+            .args(["--initial-cluster-token", &self.token])
             // Periodic progress notifications every 5 s, as KEP-3157 assumes (etcd's default is 10 min).
             .arg("--experimental-watch-progress-notify-interval=5s")
             .args(&self.extra_args)
@@ -261,15 +415,45 @@ impl LocalEtcd {
                 binary: self.binary.display().to_string(),
                 source,
             })?;
-        info!(name = %self.name, url = %self.url(), data_dir = %self.data_dir.display(), pid = child.id(), "started etcd");
+        debug!(name = %self.name, url = %self.url(), data_dir = %self.data_dir.display(), pid = child.id(), "started etcd");
         self.child = Some(child);
         Ok(())
     }
 
-    async fn wait_healthy(&self, limit: Duration) -> Result<(), LocalEtcdError> {
+    /// Whether the child has exited: its error, with the log's last line.
+    fn exited(&mut self) -> Option<LocalEtcdError> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        // etcd's reason: its last fatal or error line (a bad flag is followed by the usage).
+        let reason = |l: &&str| {
+            let l = l.to_ascii_lowercase();
+            ["fatal", "error", "panic", "not defined"]
+                .iter()
+                .any(|w| l.contains(w))
+        };
+        let lines = || log.lines().rev().filter(|l| !l.trim().is_empty());
+        let last_line = lines()
+            .find(reason)
+            .or_else(|| lines().next())
+            .unwrap_or("")
+            .chars()
+            .take(400)
+            .collect();
+        Some(LocalEtcdError::Exited {
+            status: status.to_string(),
+            last_line,
+            log: self.log_path().display().to_string(),
+        })
+    }
+
+    async fn wait_healthy(&mut self, limit: Duration) -> Result<(), LocalEtcdError> {
         let start = Instant::now();
         let url = self.url();
         while start.elapsed() < limit {
+            if let Some(e) = self.exited() {
+                return Err(e);
+            }
             let probe = async {
                 let opts = match &self.tls {
                     Some(tls) => {
@@ -289,6 +473,10 @@ impl LocalEtcd {
                 .is_some()
             {
                 debug!(%url, waited = ?start.elapsed(), "etcd healthy");
+                self.check_identity().await?;
+                if let Some(e) = self.exited() {
+                    return Err(e);
+                }
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -298,6 +486,65 @@ impl LocalEtcd {
             waited: limit,
             log: self.log_path().display().to_string(),
         })
+    }
+
+    /// Fails unless the member answering is the one spawned: its name, and on kept data the
+    /// cluster ID recorded when the data was made (recorded now for fresh data).
+    async fn check_identity(&self) -> Result<(), LocalEtcdError> {
+        let url = self.url();
+        let not_ours = |what: String| LocalEtcdError::NotOurs {
+            url: url.clone(),
+            what,
+        };
+        let who = async {
+            let opts = match &self.tls {
+                Some(tls) => Some(
+                    etcd_client::ConnectOptions::new()
+                        .with_tls(tls.probe.options().map_err(|e| e.to_string())?),
+                ),
+                None => None,
+            };
+            let mut c = etcd_client::Client::connect([url.as_str()], opts)
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = c.status().await.map_err(|e| e.to_string())?;
+            let header = status.header().ok_or("its status has no header")?;
+            let (member, cluster) = (header.member_id(), header.cluster_id());
+            let members = c.member_list().await.map_err(|e| e.to_string())?;
+            let name = members
+                .members()
+                .iter()
+                .find(|m| m.id() == member)
+                .map(|m| m.name().to_owned())
+                .unwrap_or_default();
+            Ok::<_, String>((name, cluster))
+        };
+        let (name, cluster) = tokio::time::timeout(Duration::from_secs(5), who)
+            .await
+            .map_err(|_| not_ours("it did not say who it is within 5 s".into()))?
+            .map_err(|e| not_ours(format!("it did not say who it is: {e}")))?;
+        if name != self.name {
+            return Err(not_ours(format!(
+                "its member is named \"{name}\", the one started for {} is \"{}\"",
+                self.data_dir.display(),
+                self.name
+            )));
+        }
+        let record = self.data_dir.join(CLUSTER_ID_FILE);
+        let id = format!("{cluster:016x}");
+        if !self.fresh
+            && let Ok(recorded) = std::fs::read_to_string(&record)
+            && recorded.trim() != id
+        {
+            return Err(not_ours(format!(
+                "its cluster ID is {id}, the data in {} is cluster {} ({})",
+                self.data_dir.display(),
+                recorded.trim(),
+                record.display()
+            )));
+        }
+        std::fs::write(&record, format!("{id}\n"))?;
+        Ok(())
     }
 
     fn log_path(&self) -> PathBuf {
@@ -365,7 +612,7 @@ impl LocalEtcd {
                 let _killed = c.kill();
             }
             match c.wait() {
-                Ok(status) => info!(name = %self.name, %status, "etcd stopped"),
+                Ok(status) => debug!(name = %self.name, %status, "etcd stopped"),
                 Err(e) => debug!(error = %e, "waiting for etcd"),
             }
         }

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use tokio::sync::Notify;
-use tracing::{error, info, warn};
+use tracing::{debug, error, warn};
 
 pub use encryption::{Encryption, EncryptionError, Transformer};
 pub use local::{LocalEtcd, LocalEtcdError, LocalEtcdTls, free_port};
@@ -272,8 +272,9 @@ impl EtcdCaches {
             })?;
         let reliable = match config.consistent_reads {
             ConsistentReads::FromCache => {
-                if !detect_reliable_progress(&config).await {
+                if let Err(why) = detect_reliable_progress(&config).await {
                     error!(
+                        %why,
                         "consistent reads from the cache were forced on an etcd whose progress notifications may run ahead of its events: a consistent read may miss a write, and the write's event be skipped"
                     );
                 }
@@ -282,10 +283,10 @@ impl EtcdCaches {
             ConsistentReads::FromEtcd => false,
             ConsistentReads::Auto => {
                 let reliable = detect_reliable_progress(&config).await;
-                if !reliable {
-                    warn!("consistent reads go to etcd range reads");
+                if let Err(why) = &reliable {
+                    warn!(%why, "consistent reads go to etcd range reads");
                 }
-                reliable
+                reliable.is_ok()
             }
         };
         let policy = Policy {
@@ -333,7 +334,7 @@ impl EtcdCaches {
             };
             followers.spawn(source, writer, policy, WatchListUse::Off, truth);
         }
-        info!(resources = followers.len(), endpoints = %config.endpoints.join(","), reliable_progress = reliable, "following etcd");
+        debug!(resources = followers.len(), endpoints = %config.endpoints.join(","), reliable_progress = reliable, "following etcd");
         Ok(EtcdCaches {
             client,
             followers,
@@ -393,30 +394,45 @@ impl EtcdCaches {
 }
 
 /// Asks every endpoint for its version; progress is reliable only if all that answer are fixed
-/// versions (and at least one answers).
-async fn detect_reliable_progress(config: &EtcdConfig) -> bool {
+/// versions (and at least one answers); else why not. An endpoint that does not answer is named
+/// as unreachable, never as too old.
+async fn detect_reliable_progress(config: &EtcdConfig) -> Result<(), String> {
     let mut versions = Vec::new();
     for ep in &config.endpoints {
         let status = async {
-            let opts = config.connect_options().ok()?;
-            let mut c = Client::connect([ep.as_str()], Some(opts)).await.ok()?;
-            c.status().await.ok().map(|s| s.version().to_owned())
+            let opts = config.connect_options().map_err(|e| e.to_string())?;
+            let mut c = Client::connect([ep.as_str()], Some(opts))
+                .await
+                .map_err(|e| e.to_string())?;
+            c.status()
+                .await
+                .map(|s| s.version().to_owned())
+                .map_err(|e| e.to_string())
         };
-        match tokio::time::timeout(Duration::from_secs(3), status)
-            .await
-            .ok()
-            .flatten()
-        {
-            Some(v) => versions.push(v),
-            None => warn!(endpoint = %ep, "could not read the etcd version"),
+        match tokio::time::timeout(Duration::from_secs(3), status).await {
+            Ok(Ok(v)) => versions.push(v),
+            Ok(Err(e)) => {
+                warn!(endpoint = %ep, error = %e, "etcd unreachable: its version is unknown")
+            }
+            Err(_) => {
+                warn!(endpoint = %ep, "etcd unreachable: no status within 3 s, its version is unknown")
+            }
         }
     }
-    let reliable = !versions.is_empty() && versions.iter().all(|v| progress_is_reliable(v));
-    if !reliable {
-        warn!(
-            ?versions,
-            "etcd predates ordered progress notifications (3.4.31 / 3.5.13)"
-        );
+    if versions.is_empty() {
+        return Err(format!(
+            "no etcd endpoint answered ({}): its version is unknown",
+            config.endpoints.join(",")
+        ));
     }
-    reliable
+    let old: Vec<&String> = versions
+        .iter()
+        .filter(|v| !progress_is_reliable(v))
+        .collect();
+    if !old.is_empty() {
+        return Err(format!(
+            "etcd {old:?} predates ordered progress notifications (3.4.31 / 3.5.13)"
+        ));
+    }
+    Ok(())
 }

@@ -29,7 +29,7 @@ use etcd_client::{
     WatchResponse, WatchStream,
 };
 use tokio::sync::{Notify, watch};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::cache::{Cache, CacheWriter, Change, RangeReader};
 use crate::upstream::etcd::EtcdConfig;
@@ -222,7 +222,7 @@ impl EtcdSource {
                     .decode_or_skip(&kv.key, &kv.value, kv.mod_revision)
             }));
             let secs = started.elapsed().as_secs_f64().max(1e-3);
-            info!(resource = %plural, objects = resync.listed(), rate = (resync.listed() as f64 / secs).round(), revision = p.revision, "syncing");
+            debug!(resource = %plural, objects = resync.listed(), rate = (resync.listed() as f64 / secs).round(), revision = p.revision, "syncing");
             page = match reader.next_page().await {
                 Some(p) => Some(p.map_err(|e| e.to_string())?),
                 None => None,
@@ -232,7 +232,7 @@ impl EtcdSource {
             return Err("the range read returned no revision".into());
         };
         let out = resync.finish();
-        info!(resource = %plural, listed = out.listed, added = out.added, modified = out.modified, deleted = out.deleted, revision = rev, took = ?started.elapsed(), "synced");
+        debug!(resource = %plural, listed = out.listed, added = out.added, modified = out.modified, deleted = out.deleted, revision = rev, took = ?started.elapsed(), "synced");
         Ok(rev)
     }
 

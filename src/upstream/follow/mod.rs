@@ -13,6 +13,12 @@
 //! - `applied` (passed to [`Source::follow`]) is the revision the cache holds every change up
 //!   to; a watch is only ever opened after it, so no change is skipped or applied twice.
 //! - No lock is held here; the cache's own lock is taken inside the writer's calls.
+//!
+//! ## Logs
+//! A failure to reach the upstream is logged at most once per [`backoff::WARN_EVERY`] for this
+//! resource, with the number of failures since the last line ([`backoff::Throttle`]); the
+//! recovery once, with the number not logged. Per-resource progress (synced, resumed WatchList
+//! fallback) is at debug.
 
 pub(crate) mod check;
 pub(crate) mod machine;
@@ -24,7 +30,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::cache::CacheWriter;
-use crate::upstream::backoff;
+use crate::upstream::backoff::{self, Throttle};
 use machine::{Action, Effect, Input, Machine};
 pub(crate) use machine::{Break, Policy, SyncMode, WatchListUse};
 
@@ -117,6 +123,7 @@ pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follo
     let mut machine = Machine::new(policy, watch_list);
     let mut action = machine.start();
     let mut open: Option<S::Watch> = None;
+    let mut failures = Throttle::new(backoff::WARN_EVERY);
     loop {
         if *shutdown.borrow() {
             return;
@@ -174,7 +181,19 @@ pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follo
                 }
             }
             Action::Pause { max } => {
-                pause(&machine, &mut writer, max, &mut shutdown, &plural, S::NAME).await
+                let log = Log {
+                    plural: &plural,
+                    upstream: S::NAME,
+                };
+                pause(
+                    &machine,
+                    &mut writer,
+                    max,
+                    &mut shutdown,
+                    log,
+                    &mut failures,
+                )
+                .await
             }
             Action::Wait(how_long) => {
                 tokio::select! {
@@ -185,7 +204,7 @@ pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follo
             Action::Stop => return,
         };
         if !fallback {
-            log_input(&plural, S::NAME, &input, &machine);
+            log_input(&plural, S::NAME, &input, &machine, &mut failures);
         }
         if let Input::Broke {
             why: Break::Failed { .. },
@@ -196,10 +215,21 @@ pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follo
         }
         let step = machine.step(input, Instant::now());
         if let Some(effect) = step.effect {
-            carry_out(effect, &mut writer, &plural, S::NAME, &policy);
+            let log = Log {
+                plural: &plural,
+                upstream: S::NAME,
+            };
+            carry_out(effect, &mut writer, log, &policy, &mut failures);
         }
         action = step.action;
     }
+}
+
+/// What a log line names: the resource and its upstream.
+#[derive(Clone, Copy)]
+struct Log<'a> {
+    plural: &'a str,
+    upstream: &'a str,
 }
 
 /// Sleeps up to `max` (full jitter), checking the grace period meanwhile.
@@ -208,8 +238,8 @@ async fn pause(
     writer: &mut CacheWriter,
     max: Duration,
     shutdown: &mut watch::Receiver<bool>,
-    plural: &str,
-    upstream: &str,
+    log: Log<'_>,
+    failures: &mut Throttle,
 ) -> Input {
     let until = tokio::time::Instant::now() + backoff::jitter(max);
     loop {
@@ -221,7 +251,7 @@ async fn pause(
             _ = tick => {}
         }
         if let Some(effect) = machine.tick(Instant::now()) {
-            carry_out(effect, writer, plural, upstream, machine.policy());
+            carry_out(effect, writer, log, machine.policy(), failures);
         }
         if tokio::time::Instant::now() >= until {
             return Input::Resumed;
@@ -232,14 +262,16 @@ async fn pause(
 fn carry_out(
     effect: Effect,
     writer: &mut CacheWriter,
-    plural: &str,
-    upstream: &str,
+    log: Log<'_>,
     policy: &Policy,
+    failures: &mut Throttle,
 ) {
+    let Log { plural, upstream } = log;
     match effect {
         Effect::Recovered { down_for } => {
+            let unlogged = failures.reset();
             if let Some(after) = down_for {
-                info!(resource = %plural, ?after, "{upstream} watch resumed");
+                info!(resource = %plural, ?after, unlogged_failures = unlogged, "{upstream} watch resumed");
             }
             writer.set_ready();
         }
@@ -257,12 +289,15 @@ fn carry_out(
     }
 }
 
-/// Logs a failed WatchList that falls back to LIST; whether it does.
+/// Logs a failed WatchList that falls back to LIST; whether it does. An upstream that could not
+/// be reached is a failure like any other (logged by [`log_input`], throttled): each retry
+/// while it is down tries WatchList again.
 fn log_watch_list_fallback(plural: &str, upstream: &str, why: &Break) -> bool {
     match why {
         Break::Shutdown | Break::Replaced(_) | Break::Absent(_) => return false,
+        Break::Failed { .. } if !why.refuses_watch_list() => return false,
         Break::NoInitialEventsEnd => {
-            info!(resource = %plural, "the {upstream} does not do WatchList; using LIST then watch")
+            debug!(resource = %plural, "the {upstream} does not do WatchList; using LIST then watch")
         }
         other => {
             warn!(resource = %plural, error = ?other, for_good = other.refuses_watch_list(), "WatchList failed; falling back to LIST then watch")
@@ -271,7 +306,13 @@ fn log_watch_list_fallback(plural: &str, upstream: &str, why: &Break) -> bool {
     true
 }
 
-fn log_input(plural: &str, upstream: &str, input: &Input, machine: &Machine) {
+fn log_input(
+    plural: &str,
+    upstream: &str,
+    input: &Input,
+    machine: &Machine,
+    failures: &mut Throttle,
+) {
     let Input::Broke { applied, why } = input else {
         return;
     };
@@ -282,8 +323,11 @@ fn log_input(plural: &str, upstream: &str, input: &Input, machine: &Machine) {
         }
         Break::Relist(why) => warn!(resource = %plural, rv = ?applied, %why, "relisting"),
         Break::Failed { why, .. } => {
-            let down_for = machine.down_for(Instant::now()).unwrap_or_default();
-            warn!(resource = %plural, error = %why, ?down_for, "{upstream} unavailable; retrying")
+            let now = Instant::now();
+            if let Some(n) = failures.admit(now) {
+                let down_for = machine.down_for(now).unwrap_or_default();
+                warn!(resource = %plural, error = %why, ?down_for, failures = n, "{upstream} unavailable; retrying (logged once per 10 s)")
+            }
         }
         Break::Replaced(_) | Break::NoInitialEventsEnd | Break::Absent(_) | Break::Shutdown => {}
     }
