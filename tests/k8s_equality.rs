@@ -967,6 +967,89 @@ async fn equality(version: EtcdVersion) {
     }
     eprintln!("compared {gets} GETs of {} resources", resources.len());
 
+    // Field selectors: every label each resource accepts (its definition's, aliases included),
+    // with values its objects carry (at the label's path, an alias's target and its fallback)
+    // and the empty value, each LIST at M equal to kube-apiserver's.
+    let mut selectors = 0;
+    let defs = watchcache::ResourceDef::builtins();
+    for r in &resources {
+        let Some(labels) = defs
+            .iter()
+            .find(|d| {
+                d.plural == r.plural
+                    && r.base
+                        == if d.group.is_empty() {
+                            format!("/api/{}", d.version)
+                        } else {
+                            format!("/apis/{}/{}", d.group, d.version)
+                        }
+            })
+            .and_then(|d| d.field_labels.clone())
+        else {
+            continue;
+        };
+        let items = kas_c.json(&r.collection(None)).await["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let named: Vec<(String, Vec<String>)> = labels
+            .fields
+            .iter()
+            .map(|f| (f.clone(), vec![f.clone()]))
+            .chain(
+                labels
+                    .aliases
+                    .iter()
+                    .map(|(a, to)| (a.clone(), vec![to.clone()])),
+            )
+            .map(|(label, mut paths)| {
+                let fallbacks: Vec<String> = paths
+                    .iter()
+                    .filter_map(|p| labels.fallback_of(p).map(str::to_owned))
+                    .collect();
+                paths.extend(fallbacks);
+                (label, paths)
+            })
+            .collect();
+        for (label, paths) in named {
+            let mut values = vec![String::new()];
+            for item in &items {
+                for p in &paths {
+                    let v = p.split('.').fold(item, |v, seg| &v[seg]);
+                    let text = match v {
+                        Value::String(s) => s.clone(),
+                        Value::Bool(b) => b.to_string(),
+                        Value::Number(n) => n.to_string(),
+                        _ => continue,
+                    };
+                    if !values.contains(&text) && values.len() < 4 {
+                        values.push(text);
+                    }
+                }
+            }
+            for v in values {
+                let sel: String = format!("{label}={v}")
+                    .bytes()
+                    .map(|b| match b {
+                        b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => {
+                            (b as char).to_string()
+                        }
+                        _ => format!("%{b:02X}"),
+                    })
+                    .collect();
+                let path = format!(
+                    "{}?fieldSelector={sel}&resourceVersion={m}&resourceVersionMatch=Exact",
+                    r.collection(None)
+                );
+                selectors += 1;
+                if let Err(e) = compare_get(&kas_c, &wc_c, &path, JSON).await {
+                    diffs.add(format!("LIST {path} (json): {e}"));
+                }
+            }
+        }
+    }
+    eprintln!("compared {selectors} field-selected LISTs");
+
     let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
     for d in &diffs.0 {
         // The verb, the resource (the path's last collection) and the format.
