@@ -17,8 +17,10 @@ use watchcache::{CacheConfig, ResourceDef};
 
 mod bench;
 mod fdlimit;
+mod peers;
 mod pki;
 mod proxy;
+mod up;
 
 mod heap;
 
@@ -48,6 +50,11 @@ enum Command {
     /// optionally side by side with one etcd watch per watcher (the world before the cache).
     // Boxed: the flags are many, and there is one of these per process.
     Bench(Box<BenchArgs>),
+    /// Run a local Kubernetes control plane with watchcache in front (etcd 3.6, kube-apiserver,
+    /// kube-controller-manager, kube-scheduler, optionally kubemark hollow nodes), its data kept
+    /// in --data-dir across restarts, until Ctrl-C. `./scripts/run` builds the peers and runs it.
+    // Boxed: as the others.
+    Up(Box<up::UpArgs>),
 }
 
 #[derive(clap::Args)]
@@ -833,14 +840,20 @@ async fn kubelets(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
 
 fn main() -> ExitCode {
     heap::init_from_env();
-    // Logs go to stderr: stdout carries results (the bench table).
+    let cli = Cli::parse();
+    // `up` probes servers that are still starting: kube-rs would log each refusal as an error.
+    let default_filter = match cli.command {
+        Command::Up(_) => "info,kube_client=off",
+        _ => "info",
+    };
+    // Logs go to stderr: stdout carries results (the bench table, `up`'s kubeconfig).
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
         )
         .init();
-    let cli = Cli::parse();
     if let Command::Serve(args) = &cli.command
         && !args.transparent_huge_pages
         && let Err(e) = heap::refuse_huge_pages()
@@ -859,7 +872,7 @@ fn main() -> ExitCode {
                 None
             }
         },
-        Command::Bench(_) => None,
+        Command::Bench(_) | Command::Up(_) => None,
     };
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -872,6 +885,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => serve(*args, open_files).await,
             Command::Bench(args) => interruptible(bench(*args)).await,
+            Command::Up(args) => up::up(*args).await,
         }
     });
     match result {
