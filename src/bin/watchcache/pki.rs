@@ -402,4 +402,55 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
+
+    fn openssl(args: &[&str]) -> String {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl on PATH");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn the_cluster_pki_signs_with_the_ca_of_an_earlier_start_and_keeps_its_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let listen: SocketAddr = "127.0.0.1:8443".parse().unwrap();
+        // An earlier `serve --local-pki` made the CA; `up` adds to it.
+        let first = LocalPki::ensure(dir.path(), listen).unwrap();
+        let pki = ClusterPki::ensure(dir.path(), listen).unwrap();
+        let id = pki
+            .client("scheduler", "system:kube-scheduler", &["g1", "g2"])
+            .unwrap();
+        let ca = first.ca_file.to_str().unwrap();
+        let cert = id.cert.to_str().unwrap();
+        assert!(openssl(&["verify", "-CAfile", ca, cert]).contains(": OK"));
+        let subject = openssl(&["x509", "-in", cert, "-noout", "-subject"]);
+        assert!(
+            subject.contains("CN = system:kube-scheduler") && subject.contains("O = g2"),
+            "{subject}"
+        );
+        let kept = |p: &Path| std::fs::read(p).unwrap();
+        let (sa, enc, made) = (
+            kept(&pki.sa_key),
+            kept(&pki.encryption_config),
+            kept(&id.cert),
+        );
+        let again = ClusterPki::ensure(dir.path(), listen).unwrap();
+        assert_eq!(kept(&again.sa_key), sa);
+        assert_eq!(kept(&again.encryption_config), enc);
+        let id = again.client("scheduler", "other", &[]).unwrap();
+        assert_eq!(kept(&id.cert), made, "made once");
+        let yaml = String::from_utf8(enc).unwrap();
+        assert!(
+            yaml.contains("- aescbc:") && yaml.contains("- secretbox:"),
+            "{yaml}"
+        );
+        let kc = dir.path().join("x.kubeconfig");
+        again
+            .kubeconfig(&kc, "https://127.0.0.1:1234", &id)
+            .unwrap();
+        let text = std::fs::read_to_string(&kc).unwrap();
+        assert!(text.contains("server: https://127.0.0.1:1234\n"), "{text}");
+    }
 }

@@ -120,7 +120,8 @@ impl Proc {
 
     fn terminate(&mut self) {
         if self.exited().is_none() {
-            // Its own process group (see the invariants above): the same number.
+            // SAFETY: kill(2) on a pid this process spawned and has not reaped (try_wait above
+            // saw it running), so the pid cannot have been reused.
             unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         }
     }
@@ -422,8 +423,13 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
         || get_ok(&wc, "/api/v1/namespaces/default/serviceaccounts/default"),
     )
     .await?;
+    let mode = if args.proxy {
+        "following kube-apiserver"
+    } else {
+        "reading etcd 3.6, writing through kube-apiserver"
+    };
     println!(
-        "ready in {:.1}s: watchcache on {url}, in front of kube-apiserver ({kas_url}) and etcd 3.6 ({etcd_url})\n\n  \
+        "ready in {:.1}s: watchcache on {url} ({mode}; kube-apiserver {kas_url}, etcd {etcd_url})\n\n  \
          export KUBECONFIG={}\n  kubectl get pods -A\n\n\
          kube-apiserver itself: {}\nlogs: {}\nCtrl-C stops everything.",
         started.elapsed().as_secs_f64(),
@@ -469,4 +475,33 @@ async fn nodes_ready(client: &kube::Client) -> usize {
                 .count()
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Field `n` (1-based, as proc(5) counts) of /proc/PID/stat, after the command name.
+    fn stat_field(pid: u32, n: usize) -> i64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        after_name.split(' ').nth(n - 3).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_child_has_its_own_process_group_and_stops_on_sigterm() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        let mut p = Proc::spawn("sleep", cmd, dir.path().join("sleep.log")).unwrap();
+        let pid = p.child.id();
+        assert_eq!(stat_field(pid, 5), i64::from(pid), "its own process group");
+        assert!(p.check().is_ok());
+        p.terminate();
+        let status = p.child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+        let e = p.check().unwrap_err().to_string();
+        assert!(e.contains("sleep exited"), "{e}");
+    }
 }
