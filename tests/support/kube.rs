@@ -649,11 +649,10 @@ pub fn hollow_node(pki: &KubePki, target: Target<'_>, dir: &Path, name: &str) ->
     Proc::spawn(&format!("kubemark {name}"), cmd, home.join("kubemark.log"))
 }
 
-/// The watchcache binary cargo built for this test or bench (with the `cli` feature).
+/// The watchcache binary cargo built for this test or bench (this module needs `cli`, which
+/// builds it).
 pub fn watchcache_bin() -> PathBuf {
-    option_env!("CARGO_BIN_EXE_watchcache")
-        .expect("the watchcache binary: build with the cli feature")
-        .into()
+    env!("CARGO_BIN_EXE_watchcache").into()
 }
 
 /// `watchcache serve` as a process in front of a Kubernetes cluster's etcd (as kube-apiserver
