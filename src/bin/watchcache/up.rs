@@ -185,17 +185,30 @@ impl Plane {
     }
 }
 
-/// Runs the control plane until SIGINT or SIGTERM (then stops it, and returns Ok) or until one of
+/// Runs the control plane until SIGINT, SIGTERM or SIGHUP (then stops it, and returns Ok) or until one of
 /// its processes exits (then stops the rest, and returns that as the error).
 pub async fn up(args: UpArgs) -> Result<(), Error> {
     let mut plane = Plane::default();
     let result = tokio::select! {
         r = run(&args, &mut plane) => r,
         () = crate::shutdown_signal() => Ok(()),
+        () = hangup() => Ok(()),
     };
     eprintln!("stopping ...");
     plane.stop().await;
     result
+}
+
+/// SIGHUP: the terminal closed. Stopping in order beats its default action, which would end this
+/// process at once and leave the children to PR_SET_PDEATHSIG's SIGKILL.
+async fn hangup() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::hangup()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending().await,
+    }
 }
 
 fn binary(dir: &Option<PathBuf>, name: &str) -> PathBuf {
