@@ -30,6 +30,10 @@ use watchcache::etcd::free_port;
 
 use super::pki::{Ca, Issued};
 
+/// The peers' command lines, shared with `watchcache up` (the binary's own module).
+#[path = "../../src/bin/watchcache/peers.rs"]
+mod peers;
+
 /// The Kubernetes version the peers are built at (tests/k8s/go.mod).
 pub const K8S_VERSION: &str = "v1.35.4";
 
@@ -501,28 +505,17 @@ impl KubeApiserver {
     /// Its flags: what kube-apiserver 1.35 needs to run here, plus encryption at rest and
     /// `Node,RBAC`.
     pub fn args(pki: &KubePki, etcd_url: &str, port: u16, dir: &Path) -> Vec<String> {
-        let f = |p: &Path| p.display().to_string();
-        vec![
-            format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            format!("--secure-port={port}"),
-            format!("--cert-dir={}", f(&dir.join("certs"))),
-            format!("--tls-cert-file={}", f(&pki.serving.cert_file)),
-            format!("--tls-private-key-file={}", f(&pki.serving.key_file)),
-            format!("--client-ca-file={}", f(&pki.ca.cert_file)),
-            format!("--service-account-key-file={}", f(&pki.sa_pub)),
-            format!("--service-account-signing-key-file={}", f(&pki.sa_key)),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            "--service-cluster-ip-range=10.96.0.0/16".into(),
-            "--authorization-mode=Node,RBAC".into(),
-            format!("--encryption-provider-config={}", f(&pki.encryption_config)),
-            // No cloud, no kube-proxy: nothing to reach pods or nodes on.
-            "--enable-admission-plugins=NodeRestriction".into(),
-            "--allow-privileged=true".into(),
-            "--profiling=false".into(),
-            "--v=1".into(),
-        ]
+        let cert_dir = dir.join("certs");
+        let files = peers::ApiserverFiles {
+            serving_cert: &pki.serving.cert_file,
+            serving_key: &pki.serving.key_file,
+            client_ca: &pki.ca.cert_file,
+            sa_key: &pki.sa_key,
+            sa_pub: &pki.sa_pub,
+            encryption_config: &pki.encryption_config,
+            cert_dir: &cert_dir,
+        };
+        peers::kube_apiserver_args(&files, etcd_url, port)
     }
 
     /// Waits until `/readyz` answers 200 to the admin; panics with the log's tail when it exits or
@@ -600,27 +593,14 @@ pub fn controller_manager(pki: &KubePki, target: Target<'_>, dir: &Path) -> Proc
         target.ca,
         &id,
     );
-    let kc = kc.display().to_string();
     let mut cmd = Command::new(k8s_bin("kube-controller-manager"));
-    cmd.args([
-        format!("--kubeconfig={kc}"),
-        format!("--authentication-kubeconfig={kc}"),
-        format!("--authorization-kubeconfig={kc}"),
-        "--bind-address=127.0.0.1".into(),
-        format!("--secure-port={}", free_port().unwrap()),
-        format!(
-            "--cert-dir={}",
-            dir.join("controller-manager-certs").display()
-        ),
-        "--leader-elect=false".into(),
-        "--use-service-account-credentials=true".into(),
-        format!(
-            "--service-account-private-key-file={}",
-            pki.sa_key.display()
-        ),
-        format!("--root-ca-file={}", pki.ca.cert_file.display()),
-        "--v=1".into(),
-    ]);
+    cmd.args(peers::controller_manager_args(
+        &kc,
+        free_port().unwrap(),
+        &dir.join("controller-manager-certs"),
+        &pki.sa_key,
+        &pki.ca.cert_file,
+    ));
     Proc::spawn(
         "kube-controller-manager",
         cmd,
@@ -637,18 +617,12 @@ pub fn scheduler(pki: &KubePki, target: Target<'_>, dir: &Path) -> Proc {
         target.ca,
         &id,
     );
-    let kc = kc.display().to_string();
     let mut cmd = Command::new(k8s_bin("kube-scheduler"));
-    cmd.args([
-        format!("--kubeconfig={kc}"),
-        format!("--authentication-kubeconfig={kc}"),
-        format!("--authorization-kubeconfig={kc}"),
-        "--bind-address=127.0.0.1".into(),
-        format!("--secure-port={}", free_port().unwrap()),
-        format!("--cert-dir={}", dir.join("scheduler-certs").display()),
-        "--leader-elect=false".into(),
-        "--v=1".into(),
-    ]);
+    cmd.args(peers::scheduler_args(
+        &kc,
+        free_port().unwrap(),
+        &dir.join("scheduler-certs"),
+    ));
     Proc::spawn("kube-scheduler", cmd, dir.join("kube-scheduler.log"))
 }
 
@@ -678,30 +652,16 @@ pub fn hollow_node(pki: &KubePki, target: Target<'_>, dir: &Path, name: &str) ->
     );
     let kc = kubeconfig(&home.join("kubeconfig"), target.url, target.ca, &id);
     let mut cmd = Command::new(k8s_bin("kubemark"));
-    cmd.args([
-        "--morph=kubelet".to_owned(),
-        format!("--name={name}"),
-        format!("--kubeconfig={}", kc.display()),
-        format!("--kubelet-port={}", free_port().unwrap()),
-        "--kubelet-read-only-port=0".into(),
-        // The fake image service: there is no containerd here.
-        "--use-host-image-service=false".into(),
-        "--v=1".into(),
-    ])
-    // Its root, static-pod and log directories are made under TMPDIR.
-    .env("TMPDIR", &home);
+    cmd.args(peers::kubemark_args(name, &kc, free_port().unwrap()))
+        // Its root, static-pod and log directories are made under TMPDIR.
+        .env("TMPDIR", &home);
     Proc::spawn(&format!("kubemark {name}"), cmd, home.join("kubemark.log"))
 }
 
-/// The watchcache binary: cargo's own for tests and benches; for a program that is neither
-/// (examples/cluster.rs), `WATCHCACHE_BIN`, else `target/release/watchcache`.
+/// The watchcache binary cargo built for this test or bench (this module needs `cli`, which
+/// builds it).
 pub fn watchcache_bin() -> PathBuf {
-    if let Some(bin) = option_env!("CARGO_BIN_EXE_watchcache") {
-        return bin.into();
-    }
-    std::env::var_os("WATCHCACHE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target/release/watchcache"))
+    env!("CARGO_BIN_EXE_watchcache").into()
 }
 
 /// `watchcache serve` as a process in front of a Kubernetes cluster's etcd (as kube-apiserver
@@ -750,7 +710,7 @@ impl Watchcache {
             ("--service-account-key-file", f(&pki.sa_pub)),
             (
                 "--service-account-issuer",
-                "https://kubernetes.default.svc.cluster.local".into(),
+                peers::SERVICE_ACCOUNT_ISSUER.into(),
             ),
             ("--authorization-mode", "Node,RBAC".into()),
             ("--encryption-provider-config", f(&pki.encryption_config)),

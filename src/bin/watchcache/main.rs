@@ -19,8 +19,10 @@ use watchcache::{CacheConfig, ResourceDef};
 
 mod bench;
 mod fdlimit;
+mod peers;
 mod pki;
 mod proxy;
+mod up;
 
 mod heap;
 
@@ -51,6 +53,11 @@ enum Command {
     /// optionally side by side with one etcd watch per watcher (the world before the cache).
     // Boxed: the flags are many, and there is one of these per process.
     Bench(Box<BenchArgs>),
+    /// Run a local Kubernetes control plane with watchcache in front (etcd 3.6, kube-apiserver,
+    /// kube-controller-manager, kube-scheduler, optionally kubemark hollow nodes), its data kept
+    /// in --data-dir across restarts, until Ctrl-C. `./scripts/run` builds the peers and runs it.
+    // Boxed: as the others.
+    Up(Box<up::UpArgs>),
 }
 
 #[derive(clap::Args)]
@@ -944,14 +951,14 @@ async fn kubelets(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
 /// failed proxied request is logged where it is answered.
 const QUIET_KUBE_CLIENT: &str = "kube_client::client::builder=off";
 
-/// The log filter: RUST_LOG (default `info`), with kube-rs's client silenced unless RUST_LOG
+/// The log filter: RUST_LOG (default `default`), with kube-rs's client silenced unless RUST_LOG
 /// names it.
-fn log_filter(rust_log: Option<String>) -> tracing_subscriber::EnvFilter {
+fn log_filter(rust_log: Option<String>, default: &str) -> tracing_subscriber::EnvFilter {
     let given = rust_log.filter(|v| !v.trim().is_empty());
     let spec = match given {
         Some(v) if v.contains("kube_client") => v,
         Some(v) => format!("{v},{QUIET_KUBE_CLIENT}"),
-        None => format!("info,{QUIET_KUBE_CLIENT}"),
+        None => format!("{default},{QUIET_KUBE_CLIENT}"),
     };
     tracing_subscriber::EnvFilter::try_new(&spec)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,{QUIET_KUBE_CLIENT}")))
@@ -959,12 +966,17 @@ fn log_filter(rust_log: Option<String>) -> tracing_subscriber::EnvFilter {
 
 fn main() -> ExitCode {
     heap::init_from_env();
-    // Logs go to stderr: stdout carries results (the bench table).
+    let cli = Cli::parse();
+    // `up` probes servers that are still starting: kube-rs would log each refusal as an error.
+    let default_filter = match cli.command {
+        Command::Up(_) => "info,kube_client=off",
+        _ => "info",
+    };
+    // Logs go to stderr: stdout carries results (the bench table, `up`'s kubeconfig).
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(log_filter(std::env::var("RUST_LOG").ok()))
+        .with_env_filter(log_filter(std::env::var("RUST_LOG").ok(), default_filter))
         .init();
-    let cli = Cli::parse();
     if let Command::Serve(args) = &cli.command
         && !args.transparent_huge_pages
         && let Err(e) = heap::refuse_huge_pages()
@@ -995,6 +1007,7 @@ fn main() -> ExitCode {
                 None
             }
         },
+        Command::Up(_) => None,
     };
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -1007,6 +1020,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => serve(*args, open_files.map(|f| f.soft)).await,
             Command::Bench(args) => interruptible(bench(*args, open_files)).await,
+            Command::Up(args) => up::up(*args).await,
         }
     });
     match result {

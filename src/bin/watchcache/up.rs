@@ -1,0 +1,520 @@
+//! `watchcache up`: a local Kubernetes control plane with watchcache in front, in the set-up the
+//! README recommends. etcd 3.6 and kube-apiserver run as a cluster's do; watchcache reads that
+//! etcd and sends writes and what it does not cache to kube-apiserver (`--apiserver-kubeconfig`;
+//! `--proxy`: it follows kube-apiserver instead); kube-controller-manager, kube-scheduler, the
+//! kubemark hollow nodes (`--nodes N`) and the admin's kubeconfig point at watchcache.
+//! `./scripts/run` builds the peers (scripts/k8s-peers) and runs this.
+//!
+//! Everything lives in the data dir and survives restarts: etcd's data (`etcd/`), the PKI and
+//! keys (`pki/`, pki.rs), the kubeconfigs, the components' own directories and the logs
+//! (`logs/`). Only watchcache's `--listen` is a fixed port; etcd's, kube-apiserver's and the
+//! components' are picked free at each start and written into the kubeconfigs again.
+//!
+//! Process invariants: every child is spawned by the thread that runs `up` (the runtime's
+//! `block_on` thread, which lives as long as the process: PR_SET_PDEATHSIG fires when the
+//! spawning *thread* ends), in its own process group, with PR_SET_PDEATHSIG SIGKILL. So a
+//! terminal's Ctrl-C reaches only this process, which stops the children in order (the
+//! components and watchcache, then kube-apiserver, then etcd), and `kill -9` of this process
+//! takes the children with it.
+
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use watchcache::etcd::free_port;
+
+use crate::peers;
+use crate::pki::{ClusterPki, server_url};
+
+type Error = Box<dyn std::error::Error>;
+
+/// The flags of `watchcache up`.
+#[derive(clap::Args)]
+pub struct UpArgs {
+    /// watchcache's HTTPS address: the one port clients use (the kubeconfig points here).
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    listen: SocketAddr,
+    /// Where everything is kept across restarts: etcd's data, the PKI, kubeconfigs, logs.
+    #[arg(long, default_value = "./watchcache-data")]
+    data_dir: PathBuf,
+    /// The number of kubemark hollow nodes (the real kubelet with a fake runtime), node-0 …
+    #[arg(long, default_value_t = 0)]
+    nodes: usize,
+    /// Proxy mode: watchcache follows kube-apiserver instead of reading etcd.
+    #[arg(long)]
+    proxy: bool,
+    /// The directory of kube-apiserver, kube-controller-manager, kube-scheduler and kubemark
+    /// (default: found on PATH).
+    #[arg(long, value_name = "DIR")]
+    k8s_bin_dir: Option<PathBuf>,
+    /// The etcd 3.6 binary (default: `etcd` on PATH).
+    #[arg(long, value_name = "FILE")]
+    etcd_bin: Option<PathBuf>,
+    /// Static tokens (CSV `token,user,uid,"group1,group2"`), for watchcache and kube-apiserver.
+    #[arg(long, value_name = "FILE")]
+    token_auth_file: Option<PathBuf>,
+    /// Flags for `watchcache serve` after `--`, e.g. `-- --history-bytes 64Mi`.
+    #[arg(last = true, value_name = "SERVE FLAGS")]
+    serve_flags: Vec<String>,
+}
+
+/// A child process whose output goes to a log file.
+struct Proc {
+    name: String,
+    log: PathBuf,
+    child: Child,
+}
+
+impl Proc {
+    fn spawn(name: &str, mut cmd: Command, log: PathBuf) -> Result<Proc, Error> {
+        let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        // SAFETY: between fork and exec the closure calls only async-signal-safe functions
+        // (setpgid, prctl, getppid) and allocates nothing.
+        let parent = std::process::id();
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setpgid(0, 0) != 0
+                    || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died before the prctl: then no signal would come.
+                if libc::getppid() as u32 != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .map_err(|e| format!("cannot run {name} ({:?}): {e}", cmd.get_program()))?;
+        Ok(Proc {
+            name: name.to_owned(),
+            log,
+            child,
+        })
+    }
+
+    fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// An error naming it, its exit status and the end of its log, when it has exited.
+    fn check(&mut self) -> Result<(), Error> {
+        match self.exited() {
+            None => Ok(()),
+            Some(status) => Err(format!(
+                "{} exited ({status}); the end of {}:\n{}",
+                self.name,
+                self.log.display(),
+                tail(&self.log, 30)
+            )
+            .into()),
+        }
+    }
+
+    fn terminate(&mut self) {
+        if self.exited().is_none() {
+            // SAFETY: kill(2) on a pid this process spawned and has not reaped (try_wait above
+            // saw it running), so the pid cannot have been reused.
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        }
+    }
+}
+
+/// The last `n` lines of a log.
+fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// The running processes, in start order, and the order they stop in.
+#[derive(Default)]
+struct Plane {
+    etcd: Option<Proc>,
+    apiserver: Option<Proc>,
+    /// watchcache, the components and the nodes: stopped together, first.
+    front: Vec<Proc>,
+}
+
+impl Plane {
+    fn check(&mut self) -> Result<(), Error> {
+        for p in self
+            .front
+            .iter_mut()
+            .chain(&mut self.apiserver)
+            .chain(&mut self.etcd)
+        {
+            p.check()?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM to the front, then kube-apiserver, then etcd, each tier given 10 s before
+    /// SIGKILL: nothing that writes outlives what it writes to.
+    async fn stop(&mut self) {
+        let front = std::mem::take(&mut self.front);
+        for tier in [
+            front,
+            self.apiserver.take().into_iter().collect(),
+            self.etcd.take().into_iter().collect(),
+        ] {
+            let mut tier = tier;
+            for p in &mut tier {
+                p.terminate();
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && tier.iter_mut().any(|p| p.exited().is_none()) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            for p in &mut tier {
+                if p.exited().is_none() {
+                    eprintln!("{} did not stop within 10 s: SIGKILL", p.name);
+                    let _ = p.child.kill();
+                    let _ = p.child.wait();
+                }
+            }
+        }
+    }
+}
+
+/// Runs the control plane until SIGINT, SIGTERM or SIGHUP (then stops it, and returns Ok) or until one of
+/// its processes exits (then stops the rest, and returns that as the error).
+pub async fn up(args: UpArgs) -> Result<(), Error> {
+    let mut plane = Plane::default();
+    let result = tokio::select! {
+        r = run(&args, &mut plane) => r,
+        () = crate::shutdown_signal() => Ok(()),
+        () = hangup() => Ok(()),
+    };
+    eprintln!("stopping ...");
+    plane.stop().await;
+    result
+}
+
+/// SIGHUP: the terminal closed. Stopping in order beats its default action, which would end this
+/// process at once and leave the children to PR_SET_PDEATHSIG's SIGKILL.
+async fn hangup() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::hangup()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending().await,
+    }
+}
+
+fn binary(dir: &Option<PathBuf>, name: &str) -> PathBuf {
+    match dir {
+        Some(d) => d.join(name),
+        None => PathBuf::from(name),
+    }
+}
+
+/// Polls `probe` every 100 ms until it holds, failing when a process exits or after `limit`.
+async fn wait_until<F: Future<Output = bool>>(
+    plane: &mut Plane,
+    what: &str,
+    limit: Duration,
+    mut probe: impl FnMut() -> F,
+) -> Result<(), Error> {
+    let start = Instant::now();
+    loop {
+        plane.check()?;
+        if probe().await {
+            return Ok(());
+        }
+        if start.elapsed() > limit {
+            return Err(format!("{what}: not within {limit:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// GET `path` through a kube-rs client: whether it answered 200.
+async fn get_ok(client: &kube::Client, path: &str) -> bool {
+    let Ok(req) = http::Request::get(path).body(Vec::new()) else {
+        return false;
+    };
+    tokio::time::timeout(Duration::from_secs(5), client.request_text(req))
+        .await
+        .is_ok_and(|r| r.is_ok())
+}
+
+async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
+    let started = Instant::now();
+    let at = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
+    // Refused at once rather than after kube-apiserver's start: another `up` holds the port.
+    drop(TcpListener::bind(args.listen).map_err(|e| {
+        format!(
+            "{} is not free ({e}): is another watchcache up running?",
+            args.listen
+        )
+    })?);
+    std::fs::create_dir_all(&args.data_dir)?;
+    let data = std::path::absolute(&args.data_dir)?;
+    let logs = data.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let pki = ClusterPki::ensure(&data, args.listen)?;
+    let url = server_url(args.listen);
+
+    let (client_port, peer_port) = (free_port()?, free_port()?);
+    let mut cmd = Command::new(args.etcd_bin.clone().unwrap_or_else(|| "etcd".into()));
+    cmd.args(peers::etcd_args(
+        "watchcache",
+        &data.join("etcd"),
+        client_port,
+        peer_port,
+    ));
+    plane.etcd = Some(Proc::spawn("etcd", cmd, logs.join("etcd.log"))?);
+    let etcd_url = format!("http://127.0.0.1:{client_port}");
+    let http = reqwest::Client::new();
+    wait_until(plane, "etcd healthy", Duration::from_secs(60), || async {
+        let r = http.get(format!("{etcd_url}/health")).send().await;
+        r.is_ok_and(|r| r.status().is_success())
+    })
+    .await?;
+    at(&format!("etcd ready on {etcd_url}"));
+
+    let kas_port = free_port()?;
+    let kas_url = format!("https://127.0.0.1:{kas_port}");
+    let cert_dir = data.join("kube-apiserver");
+    let files = peers::ApiserverFiles {
+        serving_cert: &pki.local.cert_file,
+        serving_key: &pki.local.key_file,
+        client_ca: &pki.local.ca_file,
+        sa_key: &pki.sa_key,
+        sa_pub: &pki.sa_pub,
+        encryption_config: &pki.encryption_config,
+        cert_dir: &cert_dir,
+    };
+    let mut cmd = Command::new(binary(&args.k8s_bin_dir, "kube-apiserver"));
+    cmd.args(peers::kube_apiserver_args(&files, &etcd_url, kas_port));
+    let token_file = args
+        .token_auth_file
+        .as_deref()
+        .map(std::path::absolute)
+        .transpose()?;
+    if let Some(t) = &token_file {
+        cmd.arg(format!("--token-auth-file={}", t.display()));
+    }
+    plane.apiserver = Some(Proc::spawn(
+        "kube-apiserver",
+        cmd,
+        logs.join("kube-apiserver.log"),
+    )?);
+    // watchcache's identity at kube-apiserver: the admin (it needs `impersonate`).
+    let kas_kubeconfig = data.join("kube-apiserver.kubeconfig");
+    pki.kubeconfig(&kas_kubeconfig, &kas_url, &pki.admin)?;
+    let kas = watchcache::apiserver::client_from_kubeconfig(&kas_kubeconfig, None).await?;
+    let wc = watchcache::apiserver::client_from_kubeconfig(&pki.local.kubeconfig, None).await?;
+
+    let watchcache_cmd = || -> Result<Command, Error> {
+        let f = |p: &Path| p.display().to_string();
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.arg("serve");
+        if args.proxy {
+            cmd.args(["--upstream-kubeconfig", &f(&kas_kubeconfig)]);
+        } else {
+            cmd.args(["--etcd", &etcd_url]);
+            cmd.args(["--apiserver-kubeconfig", &f(&kas_kubeconfig)]);
+        }
+        cmd.args(["--listen", &args.listen.to_string()])
+            .args(["--tls-cert-file", &f(&pki.local.cert_file)])
+            .args(["--tls-private-key-file", &f(&pki.local.key_file)])
+            .args(["--client-ca-file", &f(&pki.local.ca_file)])
+            .args(["--service-account-key-file", &f(&pki.sa_pub)])
+            .args(["--service-account-issuer", peers::SERVICE_ACCOUNT_ISSUER])
+            .args(["--authorization-mode", "Node,RBAC"])
+            .args(["--encryption-provider-config", &f(&pki.encryption_config)]);
+        if let Some(t) = &token_file {
+            cmd.args(["--token-auth-file", &f(t)]);
+        }
+        cmd.args(&args.serve_flags);
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        cmd.env("NO_COLOR", "1");
+        Ok(cmd)
+    };
+    // Reading etcd, watchcache starts beside kube-apiserver (the two starts overlap); following
+    // kube-apiserver, it starts once that answers.
+    if !args.proxy {
+        plane.front.push(Proc::spawn(
+            "watchcache",
+            watchcache_cmd()?,
+            logs.join("watchcache.log"),
+        )?);
+    }
+    wait_until(
+        plane,
+        "kube-apiserver ready",
+        Duration::from_secs(180),
+        || get_ok(&kas, "/readyz"),
+    )
+    .await?;
+    at(&format!("kube-apiserver ready on {kas_url}"));
+    if args.proxy {
+        plane.front.push(Proc::spawn(
+            "watchcache",
+            watchcache_cmd()?,
+            logs.join("watchcache.log"),
+        )?);
+    }
+    wait_until(plane, "watchcache ready", Duration::from_secs(120), || {
+        get_ok(&wc, "/readyz")
+    })
+    .await?;
+    at(&format!("watchcache ready on {url}"));
+
+    let component = |name: &str, user: &str, groups: &[&str]| -> Result<PathBuf, Error> {
+        let id = pki.client(name, user, groups)?;
+        let kc = data.join(format!("{name}.kubeconfig"));
+        pki.kubeconfig(&kc, &url, &id)?;
+        Ok(kc)
+    };
+    let kc = component("controller-manager", "system:kube-controller-manager", &[])?;
+    let mut cmd = Command::new(binary(&args.k8s_bin_dir, "kube-controller-manager"));
+    cmd.args(peers::controller_manager_args(
+        &kc,
+        free_port()?,
+        &data.join("controller-manager"),
+        &pki.sa_key,
+        &pki.local.ca_file,
+    ));
+    plane.front.push(Proc::spawn(
+        "kube-controller-manager",
+        cmd,
+        logs.join("kube-controller-manager.log"),
+    )?);
+    let kc = component("scheduler", "system:kube-scheduler", &[])?;
+    let mut cmd = Command::new(binary(&args.k8s_bin_dir, "kube-scheduler"));
+    cmd.args(peers::scheduler_args(
+        &kc,
+        free_port()?,
+        &data.join("scheduler"),
+    ));
+    plane.front.push(Proc::spawn(
+        "kube-scheduler",
+        cmd,
+        logs.join("kube-scheduler.log"),
+    )?);
+    for i in 0..args.nodes {
+        let name = format!("node-{i}");
+        let home = data.join("nodes").join(&name);
+        std::fs::create_dir_all(&home)?;
+        let id = pki.client(
+            &format!("kubelet-{name}"),
+            &format!("system:node:{name}"),
+            &["system:nodes"],
+        )?;
+        let kc = home.join("kubeconfig");
+        pki.kubeconfig(&kc, &url, &id)?;
+        let mut cmd = Command::new(binary(&args.k8s_bin_dir, "kubemark"));
+        cmd.args(peers::kubemark_args(&name, &kc, free_port()?))
+            .env("TMPDIR", &home);
+        plane.front.push(Proc::spawn(
+            &format!("kubemark {name}"),
+            cmd,
+            logs.join(format!("{name}.log")),
+        )?);
+    }
+    at("kube-controller-manager and kube-scheduler started");
+    // Pods cannot be created before the service-account controller makes `default` (the
+    // ServiceAccount admission plugin refuses them): ready means a pod can be created.
+    wait_until(
+        plane,
+        "the default service account",
+        Duration::from_secs(120),
+        || get_ok(&wc, "/api/v1/namespaces/default/serviceaccounts/default"),
+    )
+    .await?;
+    let mode = if args.proxy {
+        "following kube-apiserver"
+    } else {
+        "reading etcd 3.6, writing through kube-apiserver"
+    };
+    println!(
+        "ready in {:.1}s: watchcache on {url} ({mode}; kube-apiserver {kas_url}, etcd {etcd_url})\n\n  \
+         export KUBECONFIG={}\n  kubectl get pods -A\n\n\
+         kube-apiserver itself: {}\nlogs: {}\nCtrl-C stops everything.",
+        started.elapsed().as_secs_f64(),
+        pki.local.kubeconfig.display(),
+        kas_kubeconfig.display(),
+        logs.display(),
+    );
+    let mut ready_nodes = 0;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        plane.check()?;
+        if ready_nodes < args.nodes {
+            let n = nodes_ready(&wc).await;
+            if n > ready_nodes {
+                ready_nodes = n;
+                at(&format!("{n} of {} nodes Ready", args.nodes));
+            }
+        }
+    }
+}
+
+/// How many nodes have condition Ready True.
+async fn nodes_ready(client: &kube::Client) -> usize {
+    let Ok(req) = http::Request::get("/api/v1/nodes").body(Vec::new()) else {
+        return 0;
+    };
+    let Ok(Ok(text)) = tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await
+    else {
+        return 0;
+    };
+    let list: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter(|n| {
+                    n["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Field `n` (1-based, as proc(5) counts) of /proc/PID/stat, after the command name.
+    fn stat_field(pid: u32, n: usize) -> i64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        after_name.split(' ').nth(n - 3).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_child_has_its_own_process_group_and_stops_on_sigterm() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        let mut p = Proc::spawn("sleep", cmd, dir.path().join("sleep.log")).unwrap();
+        let pid = p.child.id();
+        assert_eq!(stat_field(pid, 5), i64::from(pid), "its own process group");
+        assert!(p.check().is_ok());
+        p.terminate();
+        let status = p.child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+        let e = p.check().unwrap_err().to_string();
+        assert!(e.contains("sleep exited"), "{e}");
+    }
+}
