@@ -194,8 +194,9 @@ mod tests {
     use crate::{Cache, CacheConfig, MemorySource, ResourceDef};
 
     /// A server state with tokens for `alice` (may only watch pods in `a`, and get or list the
-    /// pod `one` there by name) and `admin` (system:masters), and `--max-requests-inflight 1`.
-    fn state() -> Arc<AppState> {
+    /// pod `one` there by name) and `admin` (system:masters), and `--max-requests-inflight 1`;
+    /// with the pods' source, which must outlive the state (its cache is abandoned without it).
+    fn state() -> (Arc<AppState>, MemorySource) {
         let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
@@ -220,7 +221,7 @@ mod tests {
                 request_timeout: std::time::Duration::from_millis(200),
                 ..ServerConfig::default()
             },
-            [Served::new(cache, Arc::new(source))],
+            [Served::new(cache)],
         )
         .with_auth(AuthConfig {
             authenticator: Authenticator {
@@ -232,7 +233,7 @@ mod tests {
             modes: vec![Mode::Rbac],
             rbac_bootstrap: rbac,
         });
-        server.state_for_tests()
+        (server.state_for_tests(), source)
     }
 
     fn admit_as(st: &AppState, token: &str, path_and_query: &str) -> Admission {
@@ -256,7 +257,7 @@ mod tests {
 
     #[test]
     fn the_first_watch_value_decides_the_verb_and_the_query_served() {
-        let st = state();
+        let (st, _source) = state();
         // Authorized as the watch it is served as (item 13): alice may watch, not list.
         let a = admit_as(&st, "at", "/api/v1/namespaces/a/pods?watch=1&watch=0");
         assert_eq!(a.info.verb, "watch");
@@ -275,7 +276,7 @@ mod tests {
 
     #[test]
     fn a_field_selector_on_the_name_is_authorized_as_that_name() {
-        let st = state();
+        let (st, _source) = state();
         let a = admit_as(
             &st,
             "at",
@@ -299,7 +300,7 @@ mod tests {
 
     #[tokio::test]
     async fn masters_are_never_refused_a_permit_and_watches_take_none() {
-        let st = state();
+        let (st, _source) = state();
         let admin = admit_as(&st, "mt", "/api/v1/pods");
         let alice = admit_as(
             &st,
