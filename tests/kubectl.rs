@@ -75,7 +75,12 @@ async fn kubectl_discovers_short_names_categories_and_the_version() {
     }
     // Singular names resolve too.
     k.ok(&["get", "pod", "-A"]).await;
-    put(&s, "/api/v1/namespaces/default/pods", &pod("web-1", "n1", "10.0.0.1")).await;
+    put(
+        &s,
+        "/api/v1/namespaces/default/pods",
+        &pod("web-1", "n1", "10.0.0.1"),
+    )
+    .await;
     let svc = json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "front", "namespace": "default"},
         "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.10", "ports": [{"port": 80}]}});
@@ -190,7 +195,12 @@ async fn kubectl_get_watch_with_a_field_selector_sees_an_update() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_clients_get_partial_metadata_or_406() {
     let s = TestServer::start(ServerConfig::default()).await;
-    put(&s, "/api/v1/namespaces/default/pods", &pod("m", "n1", "10.0.0.1")).await;
+    put(
+        &s,
+        "/api/v1/namespaces/default/pods",
+        &pod("m", "n1", "10.0.0.1"),
+    )
+    .await;
     let c = reqwest::Client::new();
     let get = |path: &str, accept: &str| {
         c.get(format!("{}{path}", s.url))
@@ -375,7 +385,12 @@ async fn kubectl_gets_deployments_and_their_replicasets() {
         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "web"}},
                 "spec": {"containers": [{"name": "nginx", "image": "nginx:1.25"}]}}}});
-    put(&s, "/apis/apps/v1/namespaces/default/deployments", &deployment.to_string()).await;
+    put(
+        &s,
+        "/apis/apps/v1/namespaces/default/deployments",
+        &deployment.to_string(),
+    )
+    .await;
     let dep = get_json(&k, &["deployment", "web"]).await;
     assert_eq!(dep["apiVersion"], "apps/v1");
     assert_eq!(dep["spec"]["replicas"], 2);
@@ -389,7 +404,12 @@ async fn kubectl_gets_deployments_and_their_replicasets() {
             "selector": {"matchLabels": {"app": "web", "pod-template-hash": "5d8f7c6b9"}},
             "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "5d8f7c6b9"}},
                 "spec": {"containers": [{"name": "nginx", "image": "nginx:1.25"}]}}}});
-    put(&s, "/apis/apps/v1/namespaces/default/replicasets", &rs.to_string()).await;
+    put(
+        &s,
+        "/apis/apps/v1/namespaces/default/replicasets",
+        &rs.to_string(),
+    )
+    .await;
     let out = k.ok(&["get", "deployments,rs"]).await;
     let r = rows(&out);
     assert_eq!(
