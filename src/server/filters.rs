@@ -194,9 +194,8 @@ mod tests {
     use crate::{Cache, CacheConfig, MemorySource, ResourceDef};
 
     /// A server state with tokens for `alice` (may only watch pods in `a`, and get or list the
-    /// pod `one` there by name) and `admin` (system:masters), and `--max-requests-inflight 1`;
-    /// with the pods' source, which must outlive the state (its cache is abandoned without it).
-    fn state() -> (Arc<AppState>, MemorySource) {
+    /// pod `one` there by name) and `admin` (system:masters), and `--max-requests-inflight 1`.
+    fn state() -> Arc<AppState> {
         let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
@@ -233,7 +232,9 @@ mod tests {
             modes: vec![Mode::Rbac],
             rbac_bootstrap: rbac,
         });
-        (server.state_for_tests(), source)
+        // The pods' source outlives the test (its cache is abandoned when it goes).
+        std::mem::forget(source);
+        server.state_for_tests()
     }
 
     fn admit_as(st: &AppState, token: &str, path_and_query: &str) -> Admission {
@@ -257,7 +258,7 @@ mod tests {
 
     #[test]
     fn the_first_watch_value_decides_the_verb_and_the_query_served() {
-        let (st, _source) = state();
+        let st = state();
         // Authorized as the watch it is served as (item 13): alice may watch, not list.
         let a = admit_as(&st, "at", "/api/v1/namespaces/a/pods?watch=1&watch=0");
         assert_eq!(a.info.verb, "watch");
@@ -276,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_field_selector_on_the_name_is_authorized_as_that_name() {
-        let (st, _source) = state();
+        let st = state();
         let a = admit_as(
             &st,
             "at",
@@ -300,7 +301,7 @@ mod tests {
 
     #[tokio::test]
     async fn masters_are_never_refused_a_permit_and_watches_take_none() {
-        let (st, _source) = state();
+        let st = state();
         let admin = admit_as(&st, "mt", "/api/v1/pods");
         let alice = admit_as(
             &st,
