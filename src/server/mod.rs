@@ -111,7 +111,7 @@ pub struct Server {
 
 /// Most concurrent HTTP/2 streams per connection (kube-apiserver's default).
 const H2_MAX_STREAMS: u32 = 100;
-/// HTTP/2 receive window per stream: request bodies (writes, up to 3 MiB) flow in 256 KiB steps,
+/// HTTP/2 receive window per stream: request bodies (forwarded writes, up to 3 MiB) flow in 256 KiB steps,
 /// as kube-apiserver's; windows cost memory only while data is in flight.
 const H2_STREAM_WINDOW: u32 = 256 * 1024;
 /// HTTP/2 receive window of a connection.
@@ -193,7 +193,8 @@ impl Server {
 
     /// Proxy mode: every request but reads (GET, LIST, WATCH) of the served resources (writes,
     /// other resources, subresources, discovery, `/version`) goes to `proxy` and streams back
-    /// unchanged; 503 when it cannot be reached.
+    /// unchanged; 503 when it cannot be reached. Without a proxy the server is read-only: a write
+    /// is 405 (writes are kube-apiserver's).
     #[must_use]
     pub fn with_proxy(self, proxy: Arc<dyn Proxy>) -> Server {
         if self.state.proxy.set(proxy).is_err() {

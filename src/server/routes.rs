@@ -226,7 +226,12 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     }
     // Writes are kube-apiserver's (its registry and admission); without one to forward them to
     // (`Server::with_proxy`), this server is a read-only cache of the etcd it reads.
-    Err(ApiError::read_only(method.as_str(), &path))
+    Err(match method {
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE => {
+            ApiError::read_only(method.as_str(), &path)
+        }
+        _ => ApiError::method_not_allowed(method.as_str(), &path),
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
