@@ -27,7 +27,7 @@ fn bench(c: &mut Criterion) {
     let url = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/api/v1/pods", listener.local_addr().unwrap());
-        let server = Server::new(ServerConfig::default(), [Served::read_only(cache)]);
+        let server = Server::new(ServerConfig::default(), [Served::new(cache)]);
         tokio::spawn(server.serve(listener, std::future::pending()));
         url
     });

@@ -137,9 +137,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tls_watch_hand_down: !std::env::args().skip(3).any(|a| a == "rustls"),
             ..ServerConfig::default()
         },
-        caches
-            .caches()
-            .map(|(_, c)| Served::new(c.clone(), caches.writes())),
+        caches.caches().map(|(_, c)| Served::new(c.clone())),
     );
     if transport != Transport::Plain {
         server = server.with_tls(pki(&dir)?)?;
@@ -185,7 +183,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if gzip {
         // One event through every (unrouted) watch first, so the figure is that of a gzip watch
         // that has compressed something and gone idle, not one that never started its stream.
-        tokio::task::spawn_blocking(move || create_pod(addr)).await??;
+        // Written straight into etcd, as kube-apiserver stores it: this server is read-only.
+        let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"probe","namespace":"default"},"spec":{"nodeName":"node-0"}}"#;
+        let value = watchcache::etcd::stored_value(pod.as_bytes())?;
+        let mut kv = caches.client().kv_client();
+        kv.put("/registry/pods/default/probe", value, None).await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let after = LIVE.load(Ordering::Relaxed);
@@ -492,24 +494,4 @@ mod client {
         }
         Ok(resp)
     }
-}
-
-/// Creates one pod over HTTP, waiting for the answer.
-fn create_pod(addr: std::net::SocketAddr) -> std::io::Result<()> {
-    use std::io::Read;
-    let body = r#"{"metadata":{"name":"probe"},"spec":{"nodeName":"node-0"}}"#;
-    let mut s = std::net::TcpStream::connect(addr)?;
-    write!(
-        s,
-        "POST /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut answer = Vec::new();
-    s.read_to_end(&mut answer)?;
-    if !answer.starts_with(b"HTTP/1.1 201") {
-        return Err(std::io::Error::other(
-            String::from_utf8_lossy(&answer).into_owned(),
-        ));
-    }
-    Ok(())
 }

@@ -22,6 +22,8 @@ use support::etcd::{Etcd, etcd};
 /// An in-process server over some caches; stopping it ends every watch.
 struct Running {
     url: String,
+    /// The root's etcd, which tests write into as kube-apiserver would (the root is read-only).
+    etcd: Option<String>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -70,7 +72,7 @@ async fn root_with(etcd_url: &str, port: u16, reads: ConsistentReads) -> Running
         .unwrap();
     let served: Vec<Served> = caches
         .caches()
-        .map(|(_, c)| Served::new(c.clone(), caches.writes()))
+        .map(|(_, c)| Served::new(c.clone()))
         .collect();
     let (stop, stopped) = oneshot::channel::<()>();
     let server = Server::new(ServerConfig::default(), served);
@@ -83,6 +85,7 @@ async fn root_with(etcd_url: &str, port: u16, reads: ConsistentReads) -> Running
     });
     Running {
         url: format!("http://127.0.0.1:{port}"),
+        etcd: Some(etcd_url.to_owned()),
         stop: Some(stop),
         task: Some(task),
     }
@@ -127,10 +130,9 @@ async fn leaf(root_url: &str, config: ApiServerConfig) -> Running {
     let caches = leaf_caches(root_url, config).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let writes = caches.writes();
     let served: Vec<Served> = caches
         .caches()
-        .map(|(_, c)| Served::new(c.clone(), writes.clone()))
+        .map(|(_, c)| Served::new(c.clone()))
         .collect();
     let (stop, stopped) = oneshot::channel::<()>();
     let server = Server::new(ServerConfig::default(), served);
@@ -143,6 +145,7 @@ async fn leaf(root_url: &str, config: ApiServerConfig) -> Running {
     });
     Running {
         url,
+        etcd: None,
         stop: Some(stop),
         task: Some(task),
     }
@@ -152,20 +155,43 @@ fn pod(name: &str, node: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "web"}}, "spec": {"nodeName": node}})
 }
 
-async fn create(c: &Client, base: &str, name: &str, node: &str) -> u64 {
-    let r = c
-        .post(format!("{base}/api/v1/namespaces/ns/pods"))
-        .json(&pod(name, node))
-        .send()
+/// Puts `obj` into the root's etcd under `key` as kube-apiserver stores it, or deletes the key
+/// (`None`); returns the revision once the root serves it (a consistent read through it).
+async fn write(root: &Running, key: &str, obj: Option<&Value>) -> u64 {
+    let mut e = EtcdClient::connect([root.etcd.clone().expect("a root")], None)
         .await
         .unwrap();
-    assert_eq!(
-        r.status(),
-        StatusCode::CREATED,
-        "{}",
-        r.text().await.unwrap()
-    );
-    rv(&r.json().await.unwrap())
+    let header = match obj {
+        Some(o) => {
+            let def = ResourceDef::builtin(key.split('/').nth(2).unwrap()).unwrap();
+            let (stored_key, value) = support::etcd::stored(&def, o);
+            assert_eq!(stored_key, key);
+            e.put(key, value, None).await.unwrap().header().cloned()
+        }
+        None => e.delete(key, None).await.unwrap().header().cloned(),
+    };
+    let revision = header.unwrap().revision() as u64;
+    let [_, _, resource, ns, name] = key.split('/').collect::<Vec<_>>()[..] else {
+        panic!("{key}")
+    };
+    let url = format!("{}/api/v1/namespaces/{ns}/{resource}/{name}", root.url);
+    for _ in 0..200 {
+        let (code, v) = get(&Client::new(), &url).await;
+        match (code, obj) {
+            (StatusCode::OK, Some(_)) if rv(&v) == revision => return revision,
+            (StatusCode::NOT_FOUND, None) => return revision,
+            _ => tokio::time::sleep(Duration::from_millis(25)).await,
+        }
+    }
+    panic!("the root never served {key} at {revision}")
+}
+
+/// A pod put into the root's etcd (the root is read-only: writes are kube-apiserver's); its
+/// resourceVersion.
+async fn create(root: &Running, name: &str, node: &str) -> u64 {
+    let mut p = pod(name, node);
+    p["metadata"]["namespace"] = json!("ns");
+    write(root, &format!("/registry/pods/ns/{name}"), Some(&p)).await
 }
 
 fn rv(v: &Value) -> u64 {
@@ -267,13 +293,7 @@ async fn setup() -> (Etcd, Running, Client) {
 async fn a_leaf_syncs_by_watch_list_or_by_list_and_streams_the_roots_events() {
     let (_etcd, mut root, c) = setup().await;
     for i in 0..30 {
-        create(
-            &c,
-            &root.url,
-            &format!("p{i:02}"),
-            &format!("node-{}", i % 3),
-        )
-        .await;
+        create(&root, &format!("p{i:02}"), &format!("node-{}", i % 3)).await;
     }
     for mode in [InitialList::WatchList, InitialList::List] {
         let mut leaf = leaf(&root.url, leaf_config(mode)).await;
@@ -290,8 +310,8 @@ async fn a_leaf_syncs_by_watch_list_or_by_list_and_streams_the_roots_events() {
         )
         .await;
         let name = format!("x-{mode:?}").to_lowercase();
-        let at = create(&c, &root.url, &name, "node-1").await;
-        create(&c, &root.url, &format!("{name}-elsewhere"), "node-2").await;
+        let at = create(&root, &name, "node-1").await;
+        create(&root, &format!("{name}-elsewhere"), "node-2").await;
         assert_eq!(w.event().await, ("ADDED".into(), name, at));
         leaf.stop().await;
     }
@@ -304,10 +324,10 @@ async fn a_leaf_syncs_by_watch_list_or_by_list_and_streams_the_roots_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaf_reads_its_roots_watch_in_protobuf_and_serves_the_roots_objects() {
     let (_etcd, mut root, c) = setup().await;
-    create(&c, &root.url, "listed", "node-1").await;
+    create(&root, "listed", "node-1").await;
     for protobuf_watch in [true, false] {
         let gone = format!("gone-{protobuf_watch}");
-        create(&c, &root.url, &gone, "node-1").await;
+        create(&root, &gone, "node-1").await;
         let caches = leaf_caches(
             &root.url,
             ApiServerConfig {
@@ -331,14 +351,9 @@ async fn a_leaf_reads_its_roots_watch_in_protobuf_and_serves_the_roots_objects()
         let got: Value = serde_json::from_slice(listed.json()).unwrap();
         assert_eq!(got, want, "listed: the leaf's JSON is the root's");
         let name = format!("watched-{protobuf_watch}");
-        let at = create(&c, &root.url, &name, "node-2").await;
-        let r = c
-            .delete(format!("{}/api/v1/namespaces/ns/pods/{gone}", root.url))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::OK);
-        let last = create(&c, &root.url, &format!("last-{protobuf_watch}"), "node-3").await;
+        let at = create(&root, &name, "node-2").await;
+        write(&root, &format!("/registry/pods/ns/{gone}"), None).await;
+        let last = create(&root, &format!("last-{protobuf_watch}"), "node-3").await;
         tokio::time::timeout(Duration::from_secs(10), pods.wait_for(last))
             .await
             .expect("the leaf reaches the root's revision")
@@ -363,20 +378,18 @@ async fn a_leaf_reads_its_roots_watch_in_protobuf_and_serves_the_roots_objects()
 async fn a_client_resumes_on_the_leaf_from_a_resource_version_the_root_gave_it() {
     let (_etcd, mut root, c) = setup().await;
     let mut leaf = leaf(&root.url, leaf_config(InitialList::Auto)).await;
-    create(&c, &root.url, "a", "n1").await;
+    create(&root, "a", "n1").await;
     let (_, list) = get(&c, &format!("{}/api/v1/pods", root.url)).await;
     let from = rv(&list);
-    let b = create(&c, &root.url, "b", "n1").await;
-    // A bound pod deleted with grace 0: its deletion is written (MODIFIED), then it goes.
-    let r = c
-        .delete(format!(
-            "{}/api/v1/namespaces/ns/pods/a?gracePeriodSeconds=0",
-            root.url
-        ))
-        .send()
-        .await
-        .unwrap();
-    let a_gone = rv(&r.json().await.unwrap());
+    let b = create(&root, "b", "n1").await;
+    // A bound pod deleted with grace 0, as kube-apiserver deletes it: its deletion is written
+    // (MODIFIED), then it goes.
+    let mut dying = pod("a", "n1");
+    dying["metadata"]["namespace"] = json!("ns");
+    dying["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:01Z");
+    dying["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    write(&root, "/registry/pods/ns/a", Some(&dying)).await;
+    let a_gone = write(&root, "/registry/pods/ns/a", None).await;
     // The leaf replays from the root's revision: exactly the later events, no relist, no 410.
     let mut w = Lines::open(
         &c,
@@ -387,58 +400,6 @@ async fn a_client_resumes_on_the_leaf_from_a_resource_version_the_root_gave_it()
     assert_eq!(w.event().await, ("MODIFIED".into(), "a".into(), a_gone - 1));
     assert_eq!(w.event().await, ("DELETED".into(), "a".into(), a_gone));
     assert!(w.next(Duration::from_millis(500)).await.is_none());
-    leaf.stop().await;
-    root.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_through_the_leaf_reach_the_root_with_preconditions() {
-    let (_etcd, mut root, c) = setup().await;
-    let mut leaf = leaf(&root.url, leaf_config(InitialList::Auto)).await;
-    let base = format!("{}/api/v1/namespaces/ns/pods", leaf.url);
-    let created = create(&c, &leaf.url, "w", "n1").await;
-    // Create again: the root's 409 AlreadyExists comes back as the leaf's.
-    let r = c.post(&base).json(&pod("w", "n1")).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::CONFLICT);
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["reason"], "AlreadyExists");
-    // Replace with a stale resourceVersion: 409 Conflict; with the right one: done.
-    let mut body = pod("w", "n2");
-    body["metadata"]["resourceVersion"] = json!((created - 1).to_string());
-    let r = c.put(format!("{base}/w")).json(&body).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::CONFLICT);
-    body["metadata"]["resourceVersion"] = json!(created.to_string());
-    let r = c.put(format!("{base}/w")).json(&body).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let replaced = rv(&r.json().await.unwrap());
-    assert!(replaced > created);
-    let (s, at_root) = get(&c, &format!("{}/api/v1/namespaces/ns/pods/w", root.url)).await;
-    assert_eq!(s, StatusCode::OK);
-    assert_eq!(at_root["spec"]["nodeName"], "n2");
-    assert_eq!(rv(&at_root), replaced);
-    // Delete with a stale precondition: 409; then unconditionally; then 404.
-    let stale = json!({"preconditions": {"resourceVersion": created.to_string()}});
-    let r = c
-        .delete(format!("{base}/w"))
-        .json(&stale)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CONFLICT);
-    let r = c.delete(format!("{base}/w")).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let r = c.delete(format!("{base}/w")).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    let r = c
-        .put(format!("{base}/nope"))
-        .json(&pod("nope", "n1"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    // The leaf sees what the root has.
-    let listed = converged(&c, &root.url, &leaf.url).await;
-    assert!(listed.is_empty(), "{listed:?}");
     leaf.stop().await;
     root.stop().await;
 }
@@ -481,7 +442,7 @@ async fn consistent_reads_on_the_leaf_reach_the_upstreams_revision() {
         started.elapsed()
     );
     // A write at the root is in the next consistent read of the leaf.
-    let at = create(&c, &root.url, "fresh", "n1").await;
+    let at = create(&root, "fresh", "n1").await;
     let (s, list) = get(&c, &format!("{}/api/v1/pods", leaf.url)).await;
     assert_eq!(s, StatusCode::OK);
     assert!(items(&list).contains(&("fresh".into(), at)), "{list}");
@@ -496,9 +457,9 @@ async fn a_compacted_root_makes_the_leaf_relist_and_its_watchers_see_ordinary_ev
     let mut root1 = root(&etcd.server.url(), port).await;
     let c = Client::new();
     let mut leaf = leaf(&root1.url, leaf_config(InitialList::Auto)).await;
-    create(&c, &root1.url, "stays", "n1").await;
-    create(&c, &root1.url, "goes", "n1").await;
-    let changed_rv = create(&c, &root1.url, "changes", "n1").await;
+    create(&root1, "stays", "n1").await;
+    create(&root1, "goes", "n1").await;
+    let changed_rv = create(&root1, "changes", "n1").await;
     let listed = converged(&c, &root1.url, &leaf.url).await;
     let from = listed.iter().map(|(_, v)| *v).max().unwrap();
     let mut w = Lines::open(
@@ -554,7 +515,7 @@ async fn the_leaf_is_not_ready_while_the_root_is_down_and_ready_again_after() {
     let mut root1 = root(&etcd.server.url(), port).await;
     let c = Client::new();
     let mut leaf = leaf(&root1.url, leaf_config(InitialList::Auto)).await;
-    let a = create(&c, &root1.url, "a", "n1").await;
+    let a = create(&root1, "a", "n1").await;
     root1.stop().await;
     // Past the 1 s grace: reads answer 429 with Retry-After.
     let mut status = StatusCode::OK;
@@ -574,7 +535,7 @@ async fn the_leaf_is_not_ready_while_the_root_is_down_and_ready_again_after() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     // The root returns; the leaf resumes from its revision (no relist) and is ready again.
     let mut root2 = root(&etcd.server.url(), port).await;
-    let b = create(&c, &root2.url, "b", "n1").await;
+    let b = create(&root2, "b", "n1").await;
     let listed = converged(&c, &root2.url, &leaf.url).await;
     assert_eq!(listed, vec![("a".into(), a), ("b".into(), b)]);
     leaf.stop().await;
@@ -587,9 +548,9 @@ async fn the_embedded_cache_reads_typed_objects_by_index_and_routes_watches() {
     use watchcache::kube::{KubeCache, definition_for};
     use watchcache::{EventType, Selection};
 
-    let (_etcd, mut root, c) = setup().await;
+    let (_etcd, mut root, _) = setup().await;
     for i in 0..6 {
-        create(&c, &root.url, &format!("p{i}"), &format!("node-{}", i % 3)).await;
+        create(&root, &format!("p{i}"), &format!("node-{}", i % 3)).await;
     }
     let client = kube::Client::try_from(kube::Config::new(root.url.parse().unwrap())).unwrap();
     let def = definition_for::<Pod>(&[("spec.nodeName", true), ("label:app", false)]).unwrap();
@@ -623,8 +584,8 @@ async fn the_embedded_cache_reads_typed_objects_by_index_and_routes_watches() {
         )
         .await
         .unwrap();
-    create(&c, &root.url, "elsewhere", "node-2").await;
-    create(&c, &root.url, "here", "node-1").await;
+    create(&root, "elsewhere", "node-2").await;
+    create(&root, "here", "node-1").await;
     let (kind, pod) = tokio::time::timeout(Duration::from_secs(5), w.next())
         .await
         .unwrap()
@@ -653,9 +614,9 @@ async fn the_embedded_cache_feeds_kube_runtimes_reflector_and_controller() {
     use watchcache::Selection;
     use watchcache::kube::{KubeCache, definition_for};
 
-    let (_etcd, mut root, c) = setup().await;
+    let (_etcd, mut root, _) = setup().await;
     for i in 0..4 {
-        create(&c, &root.url, &format!("p{i}"), &format!("node-{}", i % 2)).await;
+        create(&root, &format!("p{i}"), &format!("node-{}", i % 2)).await;
     }
     let client = kube::Client::try_from(kube::Config::new(root.url.parse().unwrap())).unwrap();
     let def = definition_for::<Pod>(&[("spec.nodeName", true)]).unwrap();
@@ -727,8 +688,8 @@ async fn the_embedded_cache_feeds_kube_runtimes_reflector_and_controller() {
     assert_eq!(first, ["p0", "p2"]);
 
     // Live changes: each reaches only its node's consumer.
-    create(&c, &root.url, "p4", "node-1").await;
-    create(&c, &root.url, "p5", "node-0").await;
+    create(&root, "p4", "node-1").await;
+    create(&root, "p5", "node-0").await;
     assert_eq!(next().await, "p5");
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while names(&store) != ["p1", "p3", "p4"] {
@@ -752,20 +713,15 @@ async fn the_embedded_cache_holds_dynamic_objects_of_a_discovered_resource() {
     use watchcache::kube::{KubeCache, definition_for_api_resource};
     use watchcache::{EventType, Selection};
 
-    let (_etcd, mut root, c) = setup().await;
+    let (_etcd, mut root, _) = setup().await;
     let configmap = |name: &str, team: &str| {
         json!({"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"name": name, "namespace": "ns", "labels": {"team": team}},
                "data": {"k": name}})
     };
     for (name, team) in [("a1", "a"), ("b1", "b"), ("a2", "a")] {
-        let r = c
-            .post(format!("{}/api/v1/namespaces/ns/configmaps", root.url))
-            .json(&configmap(name, team))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::CREATED);
+        let key = format!("/registry/configmaps/ns/{name}");
+        write(&root, &key, Some(&configmap(name, team))).await;
     }
     let client = kube::Client::try_from(kube::Config::new(root.url.parse().unwrap())).unwrap();
     // What the resource is comes from kube-rs's discovery against the server, not from a type.
@@ -793,13 +749,8 @@ async fn the_embedded_cache_holds_dynamic_objects_of_a_discovered_resource() {
         .await
         .unwrap();
     for (name, team) in [("b2", "b"), ("a3", "a")] {
-        let r = c
-            .post(format!("{}/api/v1/namespaces/ns/configmaps", root.url))
-            .json(&configmap(name, team))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::CREATED);
+        let key = format!("/registry/configmaps/ns/{name}");
+        write(&root, &key, Some(&configmap(name, team))).await;
     }
     let (kind, obj) = tokio::time::timeout(Duration::from_secs(5), w.next())
         .await

@@ -14,7 +14,7 @@ use etcd_client::Client as EtcdClient;
 use futures_util::StreamExt;
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
-use support::kubectl::{Kubectl, must};
+use support::kubectl::Kubectl;
 use watchcache::etcd::free_port;
 
 /// A `watchcache serve` process, killed with SIGKILL on drop.
@@ -237,25 +237,20 @@ async fn follow(url: String, stop: tokio::sync::watch::Receiver<bool>) -> Seen {
     }
 }
 
-/// Writes through the root, retrying while it is down; a retried create that already happened
-/// is a 409 AlreadyExists, counted as done.
-async fn write(c: &Client, root: &str, i: usize) {
+/// Writes pod `i` into etcd, as kube-apiserver stores it: the caches are read-only (writes are
+/// kube-apiserver's), and go on while the root is down.
+async fn write(etcd: &str, i: usize) {
     let name = format!("p{i:03}");
-    let body = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"nodeName": format!("node-{}", i % 4)}});
-    for _ in 0..600 {
-        match c
-            .post(format!("{root}/api/v1/namespaces/ns/pods"))
-            .json(&body)
-            .send()
-            .await
-        {
-            Ok(r) if r.status() == StatusCode::CREATED || r.status() == StatusCode::CONFLICT => {
-                return;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-    panic!("the write of {name} never went through");
+    let body = json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"nodeName": format!("node-{}", i % 4)}});
+    put(etcd, "pods", &body).await;
+}
+
+/// Puts an object of the built-in `resource` into etcd, as kube-apiserver stores it.
+async fn put(etcd: &str, resource: &str, obj: &Value) {
+    let def = watchcache::ResourceDef::builtin(resource).unwrap();
+    let (key, value) = support::etcd::stored(&def, obj);
+    let mut e = EtcdClient::connect([etcd], None).await.unwrap();
+    e.put(key, value, None).await.unwrap();
 }
 
 /// etcd's history of the pods prefix after `from`: (revision, name).
@@ -283,33 +278,10 @@ async fn a_chain_of_processes_keeps_every_client_stream_exactly_once_through_kil
     let leaf_url = leaf_proc.url.clone();
     let c = Client::new();
 
-    // The official Python client runs against the leaf: lists, watches, writes, conflicts.
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = support::venv::venv();
-    let (script, url) = (
-        manifest.join("tests/python/client_test.py"),
-        leaf_url.clone(),
-    );
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(venv.join("bin/python"))
-            .arg(script)
-            .arg(url)
-            .output()
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "python client against the leaf:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-
     // A client resumes on the leaf from a resourceVersion the root gave it: no relist.
     let list: Value = get_json(&c, format!("{root_url}/api/v1/pods")).await;
     let from = rv(&list);
-    write(&c, &root_url, 0).await;
+    write(&etcd_url, 0).await;
     let r = c
         .get(format!(
             "{leaf_url}/api/v1/pods?watch=1&resourceVersion={from}&timeoutSeconds=1"
@@ -333,10 +305,10 @@ async fn a_chain_of_processes_keeps_every_client_stream_exactly_once_through_kil
     assert_eq!(pod_watchers(&c, &root_url).await, 1);
     assert!(pod_watchers(&c, &leaf_url).await >= 4);
     let writer = {
-        let (c, root_url) = (c.clone(), root_url.clone());
+        let etcd_url = etcd_url.clone();
         tokio::spawn(async move {
             for i in 1..=150 {
-                write(&c, &root_url, i).await;
+                write(&etcd_url, i).await;
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
@@ -509,7 +481,7 @@ async fn a_compaction_at_the_root_makes_the_leaf_relist_and_kube_rs_watchers_con
     let leaf_url = leaf_proc.url.clone();
     let c = Client::new();
     for i in 0..5 {
-        write(&c, &root_url, i).await;
+        write(&etcd_url, i).await;
     }
     // kube-rs's watcher on the leaf, with streaming lists (WatchList) and with paged LIST.
     use kube::runtime::watcher::Config as WatcherConfig;
@@ -562,9 +534,10 @@ async fn a_compaction_at_the_root_makes_the_leaf_relist_and_kube_rs_watchers_con
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_is_down() {
     let etcd = support::etcd::etcd().await;
+    let etcd_url = etcd.server.url();
     let dir = tempfile::tempdir().unwrap();
     let (root_port, leaf_port) = (free_port().unwrap(), free_port().unwrap());
-    let mut root_proc = root(&etcd.server.url(), root_port).await;
+    let mut root_proc = root(&etcd_url, root_port).await;
     let root_url = root_proc.url.clone();
     let leaf_proc = leaf(&kubeconfig(dir.path(), &root_url), leaf_port).await;
     let leaf_url = leaf_proc.url.clone();
@@ -589,10 +562,8 @@ async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_i
         .await
         .unwrap();
     assert_eq!(watch.status(), StatusCode::OK);
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "1"}});
-    let r = c.post(&cms).json(&cm).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let created: Value = r.json().await.unwrap();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "data": {"k": "1"}});
+    put(&etcd_url, "configmaps", &cm).await;
     let mut first = Vec::new();
     while !first.contains(&b'\n') {
         let chunk = tokio::time::timeout(Duration::from_secs(5), watch.chunk())
@@ -610,77 +581,66 @@ async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_i
         ),
         (Some("ADDED"), Some("c"))
     );
-    let mut cm2 = created.clone();
-    cm2["data"]["k"] = json!("2");
-    let r = c.put(format!("{cms}/c")).json(&cm2).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    // A stale update: the root's 409 comes back unchanged.
-    let r = c
-        .put(format!("{cms}/c"))
-        .json(&created)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CONFLICT);
     let got: Value = get_json(&c, format!("{cms}/c")).await;
-    assert_eq!(got["data"]["k"], "2");
     let at_root: Value =
         get_json(&c, format!("{root_url}/api/v1/namespaces/ns/configmaps/c")).await;
     assert_eq!(got, at_root);
-    let r = c.delete(format!("{cms}/c")).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let r = c.get(format!("{cms}/c")).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    // Writes of the cached resource are the root's too: every verb through the leaf, its answers
-    // the root's, and a consistent read on the leaf right after sees each.
-    let pods = format!("{leaf_url}/api/v1/namespaces/ns/pods");
+    // Writes, of the cached resource too, are the root's: every verb through the leaf is
+    // answered by the root (here a read-only cache too, whose answer is 405), unchanged.
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"}, "spec": {"nodeName": "n1"}});
-    let r = c.post(&pods).json(&pod).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let created: Value = r.json().await.unwrap();
-    let r = c.post(&pods).json(&pod).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::CONFLICT);
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["reason"], "AlreadyExists", "{v}");
-    let got: Value = get_json(&c, format!("{pods}/w")).await;
-    assert_eq!(got, created);
-    let r = c
-        .patch(format!("{pods}/w"))
-        .header("Content-Type", "application/merge-patch+json")
-        .body(r#"{"metadata":{"labels":{"via":"leaf"}}}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let patched: Value = r.json().await.unwrap();
-    let r = c
-        .put(format!("{pods}/w"))
-        .json(&created)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CONFLICT, "a stale replace");
-    let got: Value = get_json(&c, format!("{pods}/w")).await;
-    assert_eq!(got, patched);
-    assert_eq!(got["metadata"]["labels"]["via"], "leaf");
-    // Whatever the root answers to server-side apply comes back unchanged.
-    let apply = |base: String| {
-        let c = c.clone();
-        async move {
+    for (method, path, ct) in [
+        (
+            reqwest::Method::POST,
+            "/api/v1/namespaces/ns/pods",
+            "application/json",
+        ),
+        (
+            reqwest::Method::PUT,
+            "/api/v1/namespaces/ns/pods/w",
+            "application/json",
+        ),
+        (
+            reqwest::Method::PATCH,
+            "/api/v1/namespaces/ns/pods/w?fieldManager=t",
+            "application/apply-patch+yaml",
+        ),
+        (
+            reqwest::Method::DELETE,
+            "/api/v1/namespaces/ns/pods/w",
+            "application/json",
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/namespaces/ns/configmaps",
+            "application/json",
+        ),
+        (
+            reqwest::Method::DELETE,
+            "/api/v1/namespaces/ns/configmaps/c",
+            "application/json",
+        ),
+    ] {
+        let mut answers = Vec::new();
+        for base in [&leaf_url, &root_url] {
             let r = c
-                .patch(format!("{base}/api/v1/namespaces/ns/pods/w?fieldManager=t"))
-                .header("Content-Type", "application/apply-patch+yaml")
-                .body("apiVersion: v1\nkind: Pod\nmetadata:\n  name: w\n")
+                .request(method.clone(), format!("{base}{path}"))
+                .header("Content-Type", ct)
+                .body(pod.to_string())
                 .send()
                 .await
                 .unwrap();
-            (r.status(), r.text().await.unwrap())
+            answers.push((r.status(), r.text().await.unwrap()));
         }
-    };
-    assert_eq!(apply(leaf_url.clone()).await, apply(root_url.clone()).await);
-    let r = c.delete(format!("{pods}/w")).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let r = c.get(format!("{pods}/w")).send().await.unwrap();
+        assert_eq!(answers[0], answers[1], "{method} {path}");
+        let (code, text) = &answers[0];
+        assert_eq!(*code, StatusCode::METHOD_NOT_ALLOWED, "{text}");
+        assert!(text.contains("--apiserver-kubeconfig"), "{text}");
+    }
+    let r = c
+        .get(format!("{leaf_url}/api/v1/namespaces/ns/pods/w"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     // A subresource is the root's answer, whatever it is.
     let sub = "/api/v1/namespaces/ns/pods/x/status";
@@ -691,7 +651,7 @@ async fn the_leaf_proxies_what_it_does_not_cache_and_answers_503_when_the_root_i
     assert_eq!(a.status(), b.status());
     assert_eq!(a.text().await.unwrap(), b.text().await.unwrap());
     // The root goes down: proxied requests are 503 ServiceUnavailable; cached reads still work.
-    write(&c, &root_url, 1).await;
+    write(&etcd_url, 1).await;
     let l: Value = get_json(&c, format!("{leaf_url}/api/v1/pods")).await;
     root_proc.kill9();
     let r = c.get(&cms).send().await.unwrap();
@@ -915,7 +875,8 @@ async fn the_leaf_forwards_its_clients_identity_by_impersonation() {
         v["message"],
         r#"pods is forbidden: User "alice" cannot create resource "pods" in API group "" in the namespace "ns""#
     );
-    // The root grants alice's group secrets; through the leaf she now reads them.
+    // The root grants alice's group secrets (written into etcd, as kube-apiserver writes RBAC
+    // objects); through the leaf she now reads them.
     let grant = [
         cluster_role(
             "secret-reader",
@@ -931,17 +892,7 @@ async fn the_leaf_forwards_its_clients_identity_by_impersonation() {
         ("clusterroles", &grant[0]),
         ("clusterrolebindings", &grant[1]),
     ] {
-        let r = c
-            .post(format!(
-                "{}/apis/rbac.authorization.k8s.io/v1/{plural}",
-                root_proc.url
-            ))
-            .bearer_auth("admin-token")
-            .json(obj)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::CREATED, "{plural}");
+        put(&etcd.server.url(), plural, obj).await;
     }
     let started = std::time::Instant::now();
     loop {
@@ -1212,18 +1163,11 @@ async fn a_leaf_follows_a_tls_root_with_the_client_certificate_of_its_kubeconfig
             .await
             .map_or(true, |r| !r.status().is_success())
     );
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t"}, "spec": {"nodeName": "n"}});
-    let r = c
-        .post(format!("{}/api/v1/namespaces/ns/pods", leaf.url))
-        .json(&pod)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CREATED, "forwarded to the TLS root");
-    let created: Value = r.json().await.unwrap();
+    let pod = json!({"metadata": {"name": "t", "namespace": "ns"}, "spec": {"nodeName": "n"}});
+    put(&etcd.server.url(), "pods", &pod).await;
     // A consistent read on the leaf waits for its watch on the root to bring the pod.
     let got: Value = get_json(&c, format!("{}/api/v1/namespaces/ns/pods/t", leaf.url)).await;
-    assert_eq!(got, created);
+    assert_eq!(got["spec"]["nodeName"], "n", "{got}");
     let list: Value = get_json(
         &c,
         format!("{}/api/v1/pods?fieldSelector=spec.nodeName%3Dn", leaf.url),
@@ -1233,27 +1177,28 @@ async fn a_leaf_follows_a_tls_root_with_the_client_certificate_of_its_kubeconfig
 }
 
 #[tokio::test]
-async fn kubectl_works_through_the_leaf() {
+async fn kubectl_reads_through_the_leaf() {
     let etcd = support::etcd::etcd().await;
     let dir = tempfile::tempdir().unwrap();
     let (root_port, leaf_port) = (free_port().unwrap(), free_port().unwrap());
     let root_proc = root(&etcd.server.url(), root_port).await;
     let leaf_proc = leaf(&kubeconfig(dir.path(), &root_proc.url), leaf_port).await;
     let k = Kubectl::new(&leaf_proc.url);
-    let manifest = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\n  labels: {app: web}\nspec:\n  nodeName: n1\n  containers: [{name: c, image: nginx}]\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: default\ndata: {mode: fast}\n";
-    // Client-side apply: discovery and OpenAPI come from the root through the leaf, the GETs
-    // of the pod from the leaf's cache, the creates (and later patches) go to the root.
-    let out = must(
-        &k.with_stdin(&["apply", "-f", "-"], manifest).await,
-        "apply",
-    );
-    assert!(
-        out.contains("pod/web created") && out.contains("configmap/settings created"),
-        "{out}"
-    );
-    let changed = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\n  labels: {app: web, tier: front}\nspec:\n  nodeName: n1\n  containers: [{name: c, image: nginx}]\n";
-    let out = must(&k.with_stdin(&["apply", "-f", "-"], changed).await, "apply");
-    assert!(out.contains("pod/web configured"), "{out}");
+    let etcd_url = etcd.server.url();
+    put(
+        &etcd_url,
+        "pods",
+        &json!({"metadata": {"name": "web", "namespace": "default",
+            "labels": {"app": "web", "tier": "front"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "nginx"}]}}),
+    )
+    .await;
+    put(
+        &etcd_url,
+        "configmaps",
+        &json!({"metadata": {"name": "settings", "namespace": "default"}, "data": {"mode": "fast"}}),
+    )
+    .await;
     // Reads of the cached pods are the leaf's; configmaps are proxied.
     let out = k
         .ok(&["get", "pods", "-l", "tier=front", "-o", "name"])
@@ -1269,23 +1214,15 @@ async fn kubectl_works_through_the_leaf() {
         ])
         .await;
     assert_eq!(out, "fast");
-    let out = k.ok(&["label", "pod", "web", "checked=yes"]).await;
-    assert!(out.contains("pod/web labeled"), "{out}");
-    let out = k
-        .ok(&[
-            "get",
-            "pods",
-            "--field-selector",
-            "spec.nodeName=n1",
-            "-o",
-            "jsonpath={.items[0].metadata.labels.checked}",
-        ])
-        .await;
-    assert_eq!(out, "yes");
-    let out = k.ok(&["delete", "pod", "web", "--wait=false"]).await;
-    assert!(out.contains("deleted"), "{out}");
-    let out = k.ok(&["get", "pods", "-o", "name"]).await;
-    assert!(out.trim().is_empty(), "{out}");
+    // A write goes through the leaf to the root, a read-only cache too here: kubectl shows the
+    // root's answer, which says how writes reach kube-apiserver.
+    let out = k.run(&["label", "pod", "web", "checked=yes"]).await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("MethodNotAllowed") && err.contains("--apiserver-kubeconfig"),
+        "{err}"
+    );
     // The root agrees.
     let at_root: Value = get_json(
         &Client::new(),

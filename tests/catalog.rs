@@ -391,17 +391,10 @@ async fn events_k8s_io_serves_the_core_events_both_apis_share() {
         "eventTime": "2026-01-01T00:00:00.000000Z", "reason": "Scheduled", "note": "placed",
         "type": "Normal", "action": "Binding", "reportingController": "scheduler",
         "reportingInstance": "s-1", "regarding": {"kind": "Pod", "name": "pod1", "namespace": "demo"}});
-    let r = c
-        .post(format!(
-            "{}/apis/events.k8s.io/v1/namespaces/demo/events",
-            s.url
-        ))
-        .json(&ev3)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let created: Value = r.json().await.unwrap();
+    // Put into etcd as kube-apiserver stores it (a core v1 Event in protobuf).
+    let created = s
+        .seed("/apis/events.k8s.io/v1/namespaces/demo/events", &ev3)
+        .await;
     assert_eq!(created["note"], "placed");
     let mut etcd = client(&[s.etcd.server.url()]).await;
     let stored = etcd

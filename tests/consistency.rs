@@ -103,10 +103,7 @@ async fn a_corrupted_cache_on_etcd_is_found_counted_healed_and_its_watchers_told
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let metrics_url = format!("http://{}/metrics", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
-    let server = Server::new(
-        ServerConfig::default(),
-        [Served::new(pods.clone(), caches.writes())],
-    );
+    let server = Server::new(ServerConfig::default(), [Served::new(pods.clone())]);
     let served = tokio::spawn(async move {
         server
             .serve(listener, async { stopped.await.ok().unwrap_or(()) })

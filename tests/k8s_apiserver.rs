@@ -282,6 +282,43 @@ async fn a_leaf_lists_and_watches_kube_apiserver_in_protobuf() {
                 "{path} (by LIST: {by_list}): the leaf's JSON is kube-apiserver's"
             );
         }
+        // The Writes contract's forwarding implementation: an embedder's writes in code are
+        // kube-apiserver's (POST; PUT with the precondition; DELETE), and reach the cache by its
+        // watch, as every other change.
+        use watchcache::{WriteError, Writes};
+        let writes = caches.writes();
+        let name = format!("written-{protobuf}");
+        let key = format!("/registry/configmaps/default/{name}");
+        let body = |v: &str| {
+            bytes::Bytes::from(
+                serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": "default"}, "data": {"k": v}})
+                .to_string(),
+            )
+        };
+        let rev = writes.create(&key, body("1")).await.unwrap();
+        assert_eq!(
+            writes.create(&key, body("1")).await,
+            Err(WriteError::AlreadyExists)
+        );
+        let (code, got) = kas
+            .get(&format!("/api/v1/namespaces/default/configmaps/{name}"))
+            .await;
+        assert_eq!((code, json(&got)["data"]["k"].clone()), (200, "1".into()));
+        assert_eq!(
+            writes.replace(&key, body("2"), rev + 1_000_000).await,
+            Err(WriteError::Conflict)
+        );
+        let rev = writes.replace(&key, body("2"), rev).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), cms.wait_for(rev))
+            .await
+            .expect("the cache sees the write")
+            .unwrap();
+        let o = cms.peek(Some("default"), &name).unwrap();
+        let cached: Value = serde_json::from_slice(o.json()).unwrap();
+        assert_eq!(cached["data"]["k"], "2");
+        writes.delete(&key, Some(rev)).await.unwrap();
+        assert_eq!(writes.get(&key).await, Ok(None));
         caches.shutdown().await;
     }
 }

@@ -2,8 +2,9 @@
 //! the three set-ups of issue 19 item 3. kube-apiserver passes the same program on both etcd
 //! versions (tests/k8s_apiserver.rs), so a failure here is watchcache's.
 //!
-//! - watchcache on etcd (3.4.23 and 3.6), beside the kube-apiserver that owns that etcd: the
-//!   program writes through watchcache, straight to etcd, and reads it back;
+//! - watchcache on etcd (3.4.23 and 3.6), beside the kube-apiserver that owns that etcd (the
+//!   recommended set-up): the program's writes go through watchcache to kube-apiserver
+//!   (`--apiserver-kubeconfig`), its reads are watchcache's;
 //! - watchcache in proxy mode in front of kube-apiserver (its writes forwarded);
 //! - a leaf of a leaf: etcd ← kube-apiserver ← watchcache (proxy) ← watchcache (proxy): the
 //!   outer leaf follows the inner one, whose own answers (WatchList, bookmarks, consistent
@@ -22,7 +23,13 @@ async fn on_etcd(version: EtcdVersion, watchlist: &str) {
     let _one = ONE_AT_A_TIME.lock().await;
     let etcd = etcd_version(version).await;
     let kas = KubeApiserver::start(&etcd.server.url()).await;
-    let wc = Watchcache::on_etcd(&kas.pki, &etcd.server.url(), &[]).await;
+    let upstream = kas.admin_kubeconfig.display().to_string();
+    let wc = Watchcache::on_etcd(
+        &kas.pki,
+        &etcd.server.url(),
+        &["--apiserver-kubeconfig", &upstream],
+    )
+    .await;
     let c = conformance(&wc.admin_kubeconfig, &[watchlist]).await;
     c.assert_passed(&format!("watchcache on etcd {version:?}"));
     // watchcache serves WatchList whatever the etcd version: it proves its reads fresh itself.

@@ -1,8 +1,7 @@
-//! The server depends on the cache and the `Writes` contract only: a cache fed by an in-process
-//! `MemorySource` is served over HTTP, with writes, watches (fast path and hyper) and a read-only
-//! resource, and no etcd anywhere.
+//! The server depends on the caches only: a cache fed by an in-process `MemorySource` is served
+//! over HTTP, with watches (fast path and hyper), and no etcd anywhere. The process writes through
+//! its source (the `Writes` contract, in code); over HTTP the server is read-only.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -24,10 +23,7 @@ async fn serve() -> (String, MemorySource, tokio::sync::oneshot::Sender<()>) {
     let _nodes_src = MemorySource::new(nodes_writer, 1, []);
     let server = Server::new(
         ServerConfig::default(),
-        [
-            Served::new(pods, Arc::new(src.clone())),
-            Served::read_only(nodes),
-        ],
+        [Served::new(pods), Served::new(nodes)],
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -38,12 +34,14 @@ async fn serve() -> (String, MemorySource, tokio::sync::oneshot::Sender<()>) {
     (url, src, stop)
 }
 
-fn pod(name: &str, node: &str) -> Value {
-    json!({"metadata": {"name": name}, "spec": {"nodeName": node}})
+fn pod(name: &str, node: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node}})
+    .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_memory_fed_cache_is_served_with_writes_and_watches() {
+async fn a_memory_fed_cache_is_served_with_watches_and_written_in_code() {
     let (url, src, _stop) = serve().await;
     let c = Client::new();
     let pods = format!("{url}/api/v1/namespaces/default/pods");
@@ -59,11 +57,19 @@ async fn a_memory_fed_cache_is_served_with_writes_and_watches() {
     assert_eq!(watch.status(), StatusCode::OK);
     let mut events = watch.bytes_stream();
 
-    let created = c.post(&pods).json(&pod("a", "n1")).send().await.unwrap();
-    assert_eq!(created.status(), StatusCode::CREATED);
-    let created: Value = created.json().await.unwrap();
+    assert_eq!(
+        src.put("/registry/pods/default/a", pod("a", "n1")).unwrap(),
+        2
+    );
+    let created: Value = c
+        .get(format!("{pods}/a"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(created["metadata"]["resourceVersion"], "2");
-    assert_eq!(src.revision(), 2, "the write went to the source");
 
     let line = tokio::time::timeout(Duration::from_secs(5), events.next())
         .await
@@ -79,24 +85,7 @@ async fn a_memory_fed_cache_is_served_with_writes_and_watches() {
         (Some("ADDED"), Some("a"))
     );
 
-    let again = c.post(&pods).json(&pod("a", "n1")).send().await.unwrap();
-    assert_eq!(again.status(), StatusCode::CONFLICT);
-    let mut stale = pod("a", "n2");
-    stale["metadata"]["resourceVersion"] = json!("1");
-    let stale = c
-        .put(format!("{pods}/a"))
-        .json(&stale)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(stale.status(), StatusCode::CONFLICT);
-    let moved = c
-        .put(format!("{pods}/a"))
-        .json(&pod("a", "n2"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(moved.status(), StatusCode::OK);
+    src.put("/registry/pods/default/a", pod("a", "n2")).unwrap();
     let line = tokio::time::timeout(Duration::from_secs(5), events.next())
         .await
         .unwrap()
@@ -120,20 +109,22 @@ async fn a_memory_fed_cache_is_served_with_writes_and_watches() {
         .unwrap();
     assert!(body.contains("\"MODIFIED\""), "{body}");
 
-    let deleted = c.delete(format!("{pods}/a")).send().await.unwrap();
-    assert_eq!(deleted.status(), StatusCode::OK);
-    assert!(src.value("/registry/pods/default/a").is_none());
-    let gone = c.delete(format!("{pods}/a")).send().await.unwrap();
+    src.delete("/registry/pods/default/a").unwrap();
+    let gone = c.get(format!("{pods}/a")).send().await.unwrap();
     assert_eq!(gone.status(), StatusCode::NOT_FOUND);
 
-    // A read-only resource is listed, and refuses writes.
+    // Over HTTP, every resource is read-only: writes are 405 and reach no source.
     let nodes = c.get(format!("{url}/api/v1/nodes")).send().await.unwrap();
     assert_eq!(nodes.status(), StatusCode::OK);
-    let write = c
-        .post(format!("{url}/api/v1/nodes"))
-        .json(&json!({"metadata": {"name": "n1"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(write.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let revision = src.revision();
+    for url in [pods.clone(), format!("{url}/api/v1/nodes")] {
+        let write = c
+            .post(&url)
+            .json(&json!({"metadata": {"name": "n1"}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(write.status(), StatusCode::METHOD_NOT_ALLOWED, "{url}");
+    }
+    assert_eq!(src.revision(), revision);
 }

@@ -34,16 +34,11 @@ fn q(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-async fn create(c: &Client, base: &str, ns: &str, name: &str, app: &str) -> Value {
+/// A pod put straight into etcd, as kube-apiserver stores it (the server is read-only).
+async fn create(s: &TestServer, ns: &str, name: &str, app: &str) -> Value {
     let body = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": app}}, "spec": {"nodeName": "n1"}});
-    let r = c
-        .post(format!("{base}/api/v1/namespaces/{ns}/pods"))
-        .json(&body)
-        .send()
+    s.seed(&format!("/api/v1/namespaces/{ns}/pods"), &body)
         .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CREATED);
-    r.json().await.unwrap()
 }
 
 async fn list(c: &Client, url: &str) -> (StatusCode, Value) {
@@ -95,7 +90,7 @@ async fn shard_selectors_select_route_and_compose_on_list_watch_and_watchlist() 
     for i in 0..24 {
         let ns = if i % 2 == 0 { "a" } else { "b" };
         let app = if i % 3 == 0 { "web" } else { "db" };
-        let p = create(&c, &base, ns, &format!("p{i}"), app).await;
+        let p = create(&s, ns, &format!("p{i}"), app).await;
         uid_of.insert(
             format!("p{i}"),
             (ns, app, p["metadata"]["uid"].as_str().unwrap().to_owned()),
@@ -205,7 +200,7 @@ async fn shard_selectors_select_route_and_compose_on_list_watch_and_watchlist() 
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut new_low = BTreeSet::new();
     for i in 24..40 {
-        let p = create(&c, &base, "a", &format!("p{i}"), "web").await;
+        let p = create(&s, "a", &format!("p{i}"), "web").await;
         if fnv(p["metadata"]["uid"].as_str().unwrap()) < half {
             new_low.insert(format!("p{i}"));
         }

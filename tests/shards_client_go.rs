@@ -1,5 +1,6 @@
 //! client-go's `metav1.ListOptions.ShardSelector` (KEP-5866), unchanged, against watchcache over
-//! TLS (HTTP/2, as client-go connects), in JSON and in protobuf: `wc-shards`
+//! TLS (HTTP/2, as client-go connects), in JSON and in protobuf, in its recommended set-up (on
+//! kube-apiserver's etcd, writes forwarded to it with `--apiserver-kubeconfig`): `wc-shards`
 //! (tests/clientgo-shards, client-go v0.36.6, built by `scripts/k8s-peers clientgo`) lists,
 //! watches and runs an informer (WatchList, the selector set by a tweak-list-options func as
 //! kube-state-metrics does) with the ranges this test chooses. This test seeds the pods, then
@@ -14,13 +15,11 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
-use support::kube::{clientgo_shards_bin, kubeconfig};
-use support::pki::Ca;
-use support::server::TestServer;
-use watchcache::server::{ServerConfig, TlsConfig};
+use support::etcd::{EtcdVersion, etcd_version};
+use support::kube::{KubeApiserver, Watchcache, clientgo_shards_bin};
 
 /// FNV-1a 64, written here from its definition (offset basis 0xcbf29ce484222325, prime
 /// 0x100000001b3), independently of the crate's and of Go's `hash/fnv`.
@@ -112,16 +111,16 @@ fn events(v: &Value) -> Vec<(String, Item)> {
 async fn client_go_lists_watches_and_informs_by_shard_selector_in_json_and_protobuf() {
     // The program first: a failure to build it is the clearest message.
     let program = clientgo_shards_bin();
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new(dir.path(), "ca");
-    let serving = ca.server("serving");
-    let s = TestServer::start_tls(
-        ServerConfig::default(),
-        TlsConfig::new(&serving.cert_file, &serving.key_file),
+    let etcd = etcd_version(EtcdVersion::V36).await;
+    let kas = KubeApiserver::start(&etcd.server.url()).await;
+    let upstream = kas.admin_kubeconfig.display().to_string();
+    let wc = Watchcache::on_etcd(
+        &kas.pki,
+        &etcd.server.url(),
+        &["--apiserver-kubeconfig", &upstream],
     )
     .await;
-    let user = ca.client("user", "someone", &[]);
-    let kc = kubeconfig(&dir.path().join("kubeconfig"), &s.url, &ca.cert_file, &user);
+    let kc = wc.admin_kubeconfig.clone();
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&kc).unwrap(),
         &Default::default(),
@@ -130,8 +129,23 @@ async fn client_go_lists_watches_and_informs_by_shard_selector_in_json_and_proto
     .unwrap();
     let client = kube::Client::try_from(config).unwrap();
 
-    // 30 pods over three namespaces, half of them app=web.
+    // 30 pods over three namespaces, half of them app=web, created through watchcache (which
+    // forwards them to kube-apiserver). The namespaces and their service accounts first: no
+    // controller manager runs here.
     let namespaces = ["a", "b", "other"];
+    for ns in namespaces {
+        let meta = |name: &str| json!({"metadata": {"name": name}});
+        let n: Namespace = serde_json::from_value(meta(ns)).unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &n)
+            .await
+            .unwrap();
+        let sa: ServiceAccount = serde_json::from_value(meta("default")).unwrap();
+        Api::<ServiceAccount>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &sa)
+            .await
+            .unwrap();
+    }
     let mut web = BTreeSet::new();
     for i in 0..30 {
         let ns = namespaces[i % 3];

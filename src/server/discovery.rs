@@ -2,8 +2,8 @@
 //! (`apidiscovery.k8s.io/v2`, which kubectl asks for first) and `/version`.
 //!
 //! Each resource advertises what its definition declares (singular name, short names, categories)
-//! and the verbs that are actually served: reads always, writes only when the resource has an
-//! upstream to write to.
+//! and the verbs served here: reads. Writes are kube-apiserver's; with a proxy set, discovery is
+//! its own (forwarded), with its verbs.
 
 use std::collections::BTreeMap;
 
@@ -15,40 +15,17 @@ use crate::model::ResourceDef;
 #[derive(Clone, Copy)]
 pub(crate) struct Entry<'a> {
     pub def: &'a ResourceDef,
-    /// Whether writes are served (the resource has an upstream to write to).
-    pub writable: bool,
 }
 
 /// The Kubernetes version this server reports on `/version`: the one whose wire format and
 /// semantics it follows (the test vectors in testdata come from 1.35).
 pub(crate) const KUBERNETES_MINOR: &str = "35";
 
-/// The verbs served for a resource, sorted as upstream lists them.
-fn verbs(writable: bool) -> Vec<&'static str> {
-    if writable {
-        vec![
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch",
-        ]
-    } else {
-        vec!["get", "list", "watch"]
-    }
-}
+/// The verbs served for a resource: the reads, sorted as upstream lists them.
+const VERBS: [&str; 3] = ["get", "list", "watch"];
 
 /// Verbs of the `/status` subresource, served beside the resources that have one.
-fn status_verbs(writable: bool) -> Vec<&'static str> {
-    if writable {
-        vec!["get", "patch", "update"]
-    } else {
-        vec!["get"]
-    }
-}
+const STATUS_VERBS: [&str; 1] = ["get"];
 
 fn status_resource(e: Entry<'_>) -> Value {
     json!({
@@ -56,7 +33,7 @@ fn status_resource(e: Entry<'_>) -> Value {
         "singularName": "",
         "namespaced": e.def.namespaced,
         "kind": e.def.kind,
-        "verbs": status_verbs(e.writable),
+        "verbs": STATUS_VERBS,
     })
 }
 
@@ -67,7 +44,7 @@ fn resource(e: Entry<'_>) -> Value {
         "singularName": d.singular,
         "namespaced": d.namespaced,
         "kind": d.kind,
-        "verbs": verbs(e.writable),
+        "verbs": VERBS,
     });
     if !d.short_names.is_empty() {
         r["shortNames"] = json!(d.short_names);
@@ -150,13 +127,13 @@ fn aggregated_resource(e: Entry<'_>) -> Value {
         "responseKind": kind,
         "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": d.singular,
-        "verbs": verbs(e.writable),
+        "verbs": VERBS,
     });
     if d.status_subresource {
         r["subresources"] = json!([{
             "subresource": "status",
             "responseKind": kind,
-            "verbs": status_verbs(e.writable),
+            "verbs": STATUS_VERBS,
         }]);
     }
     if !d.short_names.is_empty() {
@@ -235,13 +212,7 @@ mod tests {
     #[test]
     fn resources_advertise_names_categories_and_served_verbs() {
         let defs = ResourceDef::builtins();
-        let entries: Vec<Entry<'_>> = defs
-            .iter()
-            .map(|def| Entry {
-                def,
-                writable: def.plural != "nodes",
-            })
-            .collect();
+        let entries: Vec<Entry<'_>> = defs.iter().map(|def| Entry { def }).collect();
         let core = resources(&entries, "", "v1").unwrap();
         let find = |name: &str| {
             core["resources"]
@@ -256,24 +227,9 @@ mod tests {
         assert_eq!(pods["shortNames"], json!(["po"]));
         assert_eq!(pods["singularName"], "pod");
         assert_eq!(pods["categories"], json!(["all"]));
-        assert_eq!(
-            pods["verbs"],
-            json!([
-                "create",
-                "delete",
-                "deletecollection",
-                "get",
-                "list",
-                "patch",
-                "update",
-                "watch"
-            ])
-        );
+        assert_eq!(pods["verbs"], json!(["get", "list", "watch"]));
         assert_eq!(find("nodes")["verbs"], json!(["get", "list", "watch"]));
-        assert_eq!(
-            find("pods/status")["verbs"],
-            json!(["get", "patch", "update"])
-        );
+        assert_eq!(find("pods/status")["verbs"], json!(["get"]));
         let agg = aggregated(&entries, true);
         assert_eq!(agg["items"][0]["metadata"]["name"], "");
         let rs = agg["items"][0]["versions"][0]["resources"]

@@ -233,7 +233,7 @@ mod tests {
                 request_timeout: std::time::Duration::from_millis(200),
                 ..ServerConfig::default()
             },
-            [Served::new(cache, Arc::new(source))],
+            [Served::new(cache)],
         )
         .with_auth(AuthConfig {
             authenticator: Authenticator {
@@ -245,6 +245,8 @@ mod tests {
             modes: vec![Mode::Rbac],
             rbac_bootstrap: rbac,
         });
+        // The pods' source outlives the test (its cache is abandoned when it goes).
+        std::mem::forget(source);
         server.state_for_tests()
     }
 

@@ -1,17 +1,19 @@
 //! The HTTP server (feature `server`): the Kubernetes API's paths, parameters and JSON wire format
 //! for a set of [`Served`] resources, so existing clients (kubelet-style watchers, the official
 //! Python client, kube-rs, client-go) work unchanged. It depends on the cache and on the
-//! [`Writes`](crate::Writes) contract only: any upstream (etcd, a [`MemorySource`](crate::MemorySource),
-//! another) can be served.
+//! caches it is given: any upstream (etcd, a [`MemorySource`](crate::MemorySource), another) can be
+//! served.
 //!
 //! - `GET /api/v1/{resource}`, `/api/v1/namespaces/{ns}/{resource}`, `.../{name}`, and the same
 //!   under `/apis/{group}/{version}`: LIST, GET and WATCH (`?watch=true`) from the cache.
-//! - `POST`, `PUT`, `PATCH`, `DELETE` on the same paths (`PUT` and `PATCH` on `/status` too):
-//!   writes through to the resource's upstream with preconditions.
+//! - `POST`, `PUT`, `PATCH`, `DELETE` on the same paths and their subresources: 405. Writes are
+//!   kube-apiserver's (its registry and admission): this server forwards them with
+//!   [`Server::with_proxy`], and is a read-only cache without it.
 //! - `/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`: discovery.
 //! - `/metrics`, `/readyz`, `/livez`.
 //! - With [`Server::with_proxy`], everything but reads of the served resources (writes, other
-//!   resources, subresources, discovery) is forwarded to an upstream API server and streamed back.
+//!   resources, subresources, discovery) is forwarded to an upstream API server and streamed back,
+//!   with the client's identity as impersonation headers.
 //!
 //! | file | concept |
 //! |---|---|
@@ -20,12 +22,7 @@
 //! | `state.rs` | what handlers share; path resolution |
 //! | `routes.rs` | requests hyper serves |
 //! | `watch/` | watch responses: start, the one pump loop, frames, the fast path, hyper's body |
-//! | `params.rs`, `writes.rs`, `response.rs`, `status.rs`, `warning.rs` | query parsing, write bodies, response bodies, `Status` errors, `Warning` headers |
-//! | `patch.rs` | PATCH: json-patch with upstream's limits, merge-patch, strategic merge patch with declared merge keys, in linear time |
-//! | `strategy.rs` | what upstream's registry does to a write's object: system fields, status, `stringData`, key validation |
-//! | `admission.rs` | admission of writes: NamespaceLifecycle, NodeRestriction, RBAC's escalation check |
-//! | `node_restriction.rs` | NodeRestriction: what a kubelet may write, for the writes applied here |
-//! | `blocking.rs` | heavy request work (patches, large bodies) on blocking threads, one job per core |
+//! | `params.rs`, `response.rs`, `status.rs` | query parsing, response bodies, `Status` errors |
 //! | `discovery.rs`, `metrics.rs` | discovery documents (legacy, aggregated v2, `/version`), `/metrics` |
 //! | `openapi.rs` | `/openapi/v3` and its group-version documents (permissive schemas) |
 //! | `negotiate.rs` | content negotiation (`Accept`, 406): the `wire::Format` of a request |
@@ -36,31 +33,29 @@
 //! | `gate.rs` | every hyper request through admission, its body read and its in-flight permit taken within `--request-timeout` |
 //!
 //! # Examples
-//! A cache fed in process, served over HTTP with writes:
+//! A cache fed in process, served over HTTP (read-only: the process writes through its source):
 //! ```no_run
-//! use std::sync::Arc;
 //! use watchcache::server::{Served, Server, ServerConfig};
 //! use watchcache::{Cache, CacheConfig, MemorySource, ResourceDef};
 //!
 //! # async fn run() -> std::io::Result<()> {
 //! let (cache, writer) = Cache::new(ResourceDef::builtin("pods").unwrap(), CacheConfig::default());
 //! let source = MemorySource::new(writer, 1, []);
-//! let server = Server::new(ServerConfig::default(), [Served::new(cache, Arc::new(source))]);
+//! source.put("/registry/pods/default/a", r#"{"metadata":{"name":"a","namespace":"default"}}"#)
+//!     .unwrap();
+//! let server = Server::new(ServerConfig::default(), [Served::new(cache)]);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! server.serve(listener, std::future::pending()).await
 //! # }
 //! ```
 
 mod accept;
-mod admission;
 pub mod auth;
-mod blocking;
 mod body;
 mod client_cert;
 mod config;
 pub(crate) mod conn;
 mod deadline;
-mod deletion;
 mod discovery;
 mod filters;
 mod forward;
@@ -69,21 +64,16 @@ mod h2_conn;
 mod h2_stream;
 mod metrics;
 mod negotiate;
-mod node_restriction;
 mod openapi;
 pub(crate) mod params;
-mod patch;
 mod proxy;
 mod response;
 mod routes;
 mod sealed;
 mod state;
 mod status;
-mod strategy;
 mod tls;
-mod warning;
 pub(crate) mod watch;
-mod writes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -124,7 +114,7 @@ pub struct Server {
 
 /// Most concurrent HTTP/2 streams per connection (kube-apiserver's default).
 const H2_MAX_STREAMS: u32 = 100;
-/// HTTP/2 receive window per stream: request bodies (writes, up to 3 MiB) flow in 256 KiB steps,
+/// HTTP/2 receive window per stream: request bodies (forwarded writes, up to 3 MiB) flow in 256 KiB steps,
 /// as kube-apiserver's; windows cost memory only while data is in flight.
 const H2_STREAM_WINDOW: u32 = 256 * 1024;
 /// HTTP/2 receive window of a connection.
@@ -179,7 +169,6 @@ impl Server {
             limits,
             audit: auth::Audit::default(),
             stalled: state::StalledReads::default(),
-            system_namespaces: std::sync::atomic::AtomicBool::new(false),
         };
         Server {
             state: Arc::new(state),
@@ -210,7 +199,8 @@ impl Server {
 
     /// Proxy mode: every request but reads (GET, LIST, WATCH) of the served resources (writes,
     /// other resources, subresources, discovery, `/version`) goes to `proxy` and streams back
-    /// unchanged; 503 when it cannot be reached.
+    /// unchanged; 503 when it cannot be reached. Without a proxy the server is read-only: a write
+    /// is 405 (writes are kube-apiserver's).
     #[must_use]
     pub fn with_proxy(self, proxy: Arc<dyn Proxy>) -> Server {
         if self.state.proxy.set(proxy).is_err() {
@@ -283,7 +273,6 @@ impl Server {
         if let Some(a) = self.state.auth.get() {
             a.start();
         }
-        tokio::spawn(admission::create_system_namespaces(Arc::clone(&self.state)));
         let router = self.router();
         let graceful = GracefulShutdown::new();
         let mut http = hyper::server::conn::http1::Builder::new();

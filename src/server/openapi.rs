@@ -8,9 +8,8 @@
 //! `$ref`s named as upstream names them (`io.k8s.api.core.v1.PodSpec`), so `kubectl explain
 //! pods.spec.containers` walks the real structure. Other kinds (custom resources) get a permissive
 //! schema (`apiVersion`, `kind`, `metadata`, `spec`, `status`, anything else preserved). Every
-//! kind's schema is tagged with its group-version-kind. Each object path's PATCH operation lists
-//! the `fieldValidation` query parameter, which is how kubectl learns that the server validates
-//! fields itself (it then sends `fieldValidation=Strict` instead of validating client-side).
+//! kind's schema is tagged with its group-version-kind. Only reads are described: writes are
+//! kube-apiserver's, and with a proxy set the documents are its own (forwarded).
 //!
 //! The documents depend only on what is served, so they are built once per server
 //! ([`Documents`]) and answered as shared bytes.
@@ -206,16 +205,7 @@ fn fnv1a(b: &[u8]) -> u64 {
     })
 }
 
-fn query_param(name: &str, description: &str) -> Value {
-    json!({
-        "name": name,
-        "in": "query",
-        "description": description,
-        "schema": {"type": "string", "uniqueItems": true},
-    })
-}
-
-fn operation(d: &ResourceDef, action: &str, writes: bool, dialect: Dialect) -> Value {
+fn operation(d: &ResourceDef, action: &str, dialect: Dialect) -> Value {
     let reference = dialect.reference(&schema_name(d));
     let response = match dialect {
         Dialect::V2 => json!({"description": "OK", "schema": reference}),
@@ -223,47 +213,12 @@ fn operation(d: &ResourceDef, action: &str, writes: bool, dialect: Dialect) -> V
             json!({"description": "OK", "content": {"application/json": {"schema": reference}}})
         }
     };
-    let mut op = json!({
+    let op = json!({
         "operationId": format!("{action}{}", d.kind),
         "x-kubernetes-action": action,
         "x-kubernetes-group-version-kind": gvk(d),
         "responses": {"200": response},
     });
-    if writes {
-        op["parameters"] = json!([
-            query_param(
-                "dryRun",
-                "When present, indicates that modifications should not be persisted. The only valid value is All."
-            ),
-            query_param(
-                "fieldManager",
-                "A name associated with the actor or entity that is making these changes."
-            ),
-            query_param(
-                "fieldValidation",
-                "Ignore, Warn or Strict: what to do with unknown or duplicate fields."
-            ),
-        ]);
-        match dialect {
-            Dialect::V2 => {
-                if let Some(params) = op["parameters"].as_array_mut() {
-                    params.push(json!({"name": "body", "in": "body", "required": true, "schema": reference}));
-                    for p in params.iter_mut() {
-                        if let Some(o) = p.as_object_mut()
-                            && o.remove("schema").is_some()
-                            && o.get("in").and_then(Value::as_str) == Some("query")
-                        {
-                            o.insert("type".into(), json!("string"));
-                            o.insert("uniqueItems".into(), json!(true));
-                        }
-                    }
-                }
-            }
-            Dialect::V3 => {
-                op["requestBody"] = json!({"content": {"application/json": {"schema": reference}}, "required": true});
-            }
-        }
-    }
     op
 }
 
@@ -286,14 +241,8 @@ fn add_paths<'a>(
         } else {
             format!("{base}/{}", d.plural)
         };
-        let mut collection = json!({"get": operation(d, "list", false, dialect)});
-        let mut item = json!({"get": operation(d, "get", false, dialect)});
-        if e.writable {
-            collection["post"] = operation(d, "post", true, dialect);
-            item["put"] = operation(d, "put", true, dialect);
-            item["patch"] = operation(d, "patch", true, dialect);
-            item["delete"] = operation(d, "delete", false, dialect);
-        }
+        let collection = json!({"get": operation(d, "list", dialect)});
+        let item = json!({"get": operation(d, "get", dialect)});
         paths.insert(scope.clone(), collection);
         paths.insert(format!("{scope}/{{name}}"), item);
         kind_schemas(d, dialect, schemas);
@@ -373,15 +322,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn documents_name_each_kind_and_offer_field_validation_on_patch() {
+    fn documents_name_each_kind_and_describe_reads_only() {
         let defs = ResourceDef::builtins();
-        let entries: Vec<Entry<'_>> = defs
-            .iter()
-            .map(|def| Entry {
-                def,
-                writable: true,
-            })
-            .collect();
+        let entries: Vec<Entry<'_>> = defs.iter().map(|def| Entry { def }).collect();
         let docs = Documents::build(&entries);
         let idx: Value = serde_json::from_slice(&docs.v3_index).unwrap();
         let url = idx["paths"]["api/v1"]["serverRelativeURL"]
@@ -390,15 +333,12 @@ mod tests {
         assert!(url.starts_with("/openapi/v3/api/v1?hash="), "{url}");
         assert!(idx["paths"]["apis/example.com/v1alpha1"].is_object());
         let doc = group_version(&entries, "", "v1").unwrap();
-        let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
-        assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Pod");
-        assert!(
-            patch["parameters"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|p| p["name"] == "fieldValidation")
+        let item = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"];
+        assert_eq!(
+            item["get"]["x-kubernetes-group-version-kind"]["kind"],
+            "Pod"
         );
+        assert_eq!(item.as_object().unwrap().len(), 1, "{item}");
         assert!(doc["components"]["schemas"]["io.k8s.api.core.v1.Pod"].is_object());
         let w = group_version(&entries, "example.com", "v1alpha1").unwrap();
         assert!(w["components"]["schemas"]["com.example.v1alpha1.Widget"].is_object());
@@ -410,13 +350,7 @@ mod tests {
     #[test]
     fn built_in_kinds_have_their_go_types_schema() {
         let defs = ResourceDef::builtins();
-        let entries: Vec<Entry<'_>> = defs
-            .iter()
-            .map(|def| Entry {
-                def,
-                writable: true,
-            })
-            .collect();
+        let entries: Vec<Entry<'_>> = defs.iter().map(|def| Entry { def }).collect();
         let doc = group_version(&entries, "", "v1").unwrap();
         let schemas = &doc["components"]["schemas"];
         let pod = &schemas["io.k8s.api.core.v1.Pod"];
@@ -451,21 +385,16 @@ mod tests {
             w["components"]["schemas"]["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]
                 .is_object()
         );
-        // v2: the same types under definitions, with body parameters.
+        // v2: the same types under definitions.
         let v2 = v2(&entries);
         assert_eq!(v2["swagger"], "2.0");
         assert_eq!(
             v2["definitions"]["io.k8s.api.core.v1.Pod"]["properties"]["spec"]["$ref"],
             "#/definitions/io.k8s.api.core.v1.PodSpec"
         );
-        let post = &v2["paths"]["/api/v1/namespaces/{namespace}/pods"]["post"];
-        assert!(
-            post["parameters"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|p| p["in"] == "body")
-        );
+        let pods = &v2["paths"]["/api/v1/namespaces/{namespace}/pods"];
+        assert_eq!(pods["get"]["operationId"], "listPod");
+        assert!(pods["post"].is_null());
         let text = v2.to_string();
         for r in text.split("\"$ref\":\"#/definitions/").skip(1) {
             let name = &r[..r.find('"').unwrap()];

@@ -68,66 +68,6 @@ pub struct ReadParams {
     resource_version_given: bool,
 }
 
-/// `fieldValidation` of a write: what to do with fields the schema does not know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FieldValidation {
-    /// Drop them silently.
-    Ignore,
-    /// Drop them with a Warning header (upstream's default for kubectl 1.27+ is Strict; its
-    /// server default is Warn).
-    #[default]
-    Warn,
-    /// Refuse the write.
-    Strict,
-}
-
-/// Parsed query of a write (POST, PUT, PATCH, DELETE).
-#[derive(Debug, Default)]
-pub struct WriteParams {
-    /// `dryRun=All`: check and answer, write nothing.
-    pub dry_run: bool,
-    /// `fieldValidation`.
-    pub field_validation: FieldValidation,
-}
-
-impl WriteParams {
-    /// Parses a write's query. `dryRun` must be `All` (upstream's only value); `fieldValidation`
-    /// one of Ignore, Warn, Strict; other parameters (`fieldManager`, `pretty`) are accepted.
-    ///
-    /// # Errors
-    /// 400 for an unknown `dryRun` or `fieldValidation` value, with upstream's wording.
-    pub fn parse(query: Option<&str>) -> Result<WriteParams, ApiError> {
-        let mut p = WriteParams::default();
-        for (k, v) in query_pairs(query) {
-            match &*k {
-                "dryRun" => match &*v {
-                    "All" => p.dry_run = true,
-                    "" => {}
-                    other => {
-                        return Err(ApiError::bad_request(format!(
-                            "dryRun: Unsupported value: \"{other}\": supported values: \"All\""
-                        )));
-                    }
-                },
-                "fieldValidation" => {
-                    p.field_validation = match &*v {
-                        "Ignore" => FieldValidation::Ignore,
-                        "Warn" | "" => FieldValidation::Warn,
-                        "Strict" => FieldValidation::Strict,
-                        other => {
-                            return Err(ApiError::bad_request(format!(
-                                "fieldValidation: Unsupported value: \"{other}\": supported values: \"Ignore\", \"Strict\", \"Warn\""
-                            )));
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(p)
-    }
-}
-
 /// Booleans as Go's strconv.ParseBool reads them (the Python client sends `True`).
 fn parse_bool(name: &str, v: &str) -> Result<bool, ApiError> {
     match v {
@@ -400,9 +340,6 @@ mod tests {
         assert_eq!(p.limit, Some(5));
         let p = ReadParams::parse(Some("fieldSelector=a%3D1&fieldSelector=b%3D2"), 100).unwrap();
         assert_eq!(p.field_selector, "a=1");
-        let w = WriteParams::parse(Some("dryRun=All&dryRun=bogus")).unwrap();
-        assert!(w.dry_run);
-        assert!(WriteParams::parse(Some("dryRun=bogus&dryRun=All")).is_err());
     }
 
     // Fuzzing target (tests/fuzz.rs has the others): every query string comes from a client.

@@ -1,4 +1,5 @@
-//! Requests that hyper serves: discovery, and LIST, GET, WATCH and writes on resource paths.
+//! Requests that hyper serves: discovery, and LIST, GET and WATCH on resource paths; a write gets
+//! 405 (without a proxy, this server is read-only).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,23 +13,18 @@ use bytes::Bytes;
 
 use crate::cache::Cache;
 use crate::model::ResourceDef;
-use crate::server::admission;
-use crate::server::auth::{RequestInfo, User};
-use crate::server::blocking;
+use crate::server::auth::User;
 use crate::server::discovery::{self, Entry};
 use crate::server::forward;
 use crate::server::gate::ParsedRead;
 use crate::server::metrics::{self, RequestKey};
 use crate::server::negotiate::{Answer, Fields, Format};
 use crate::server::openapi;
-use crate::server::params::{ReadParams, WriteParams};
-use crate::server::patch::PatchKind;
+use crate::server::params::ReadParams;
 use crate::server::response::{body_of, gzip_encoded, json_response, wants_gzip};
 use crate::server::state::{AppState, segments};
 use crate::server::status::ApiError;
-use crate::server::warning;
 use crate::server::watch::{self, Wire};
-use crate::server::writes;
 use crate::wire::convert::{self, IncludeObject, WatchConverter};
 use crate::wire::{
     ObjectList, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with,
@@ -53,12 +49,6 @@ pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
         .collect();
     if st.auth.get().is_some_and(|a| !a.ready()) {
         not_ready.push("rbac (the authorizer has not read the RBAC caches yet)");
-    }
-    if !st
-        .system_namespaces
-        .load(std::sync::atomic::Ordering::Acquire)
-    {
-        not_ready.push("system namespaces (default, kube-system, ... not created yet)");
     }
     if not_ready.is_empty() {
         (StatusCode::OK, "ok").into_response()
@@ -150,7 +140,7 @@ fn errors_in_protobuf(st: &AppState, req: &Request) -> bool {
 }
 
 async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
-    let (mut parts, body) = req.into_parts();
+    let (mut parts, _body) = req.into_parts();
     let path = parts.uri.path().trim_end_matches('/').to_owned();
     let segs = segments(&path);
     let entries: Vec<Entry<'_>> = st
@@ -158,7 +148,6 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         .iter()
         .map(|s| Entry {
             def: s.cache.definition(),
-            writable: s.writes.is_some(),
         })
         .collect();
     let ok_json =
@@ -210,10 +199,11 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         }
         _ => {}
     }
+    let method = parts.method.clone();
+    let reading = method == Method::GET || method == Method::HEAD;
     let target = st.resolve(&segs).ok_or_else(|| ApiError::no_route(&path))?;
     let gzip = wants_gzip(&parts.headers);
     let query = parts.uri.query();
-    let method = parts.method.clone();
     let (served, ns, name) = (
         target.served,
         target.namespace.as_deref(),
@@ -221,7 +211,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     );
     let cache = &served.cache;
     // HEAD is a GET whose body hyper leaves out.
-    if method == Method::GET || method == Method::HEAD {
+    if reading {
         // The query as admission parsed (and authorized) it; parsed here only when the router
         // is served without the gate.
         let params = match parts.extensions.remove::<ParsedRead>() {
@@ -243,135 +233,14 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         )
         .await;
     }
-    // Writes answer in JSON, or protobuf for a built-in kind whose client prefers it; a client
-    // that accepts neither gets 406 before anything is written.
-    let def = cache.definition();
-    let answer_format =
-        Format::negotiate_fields(&parts.headers, Answer::Written, def.has_protobuf())?;
-    let status = target.status;
-    let writes = match (&method, name, &served.writes, status) {
-        (&Method::POST, None, Some(w), false)
-        | (&Method::PUT | &Method::PATCH, Some(_), Some(w), _)
-        | (&Method::DELETE, _, Some(w), false) => w,
-        _ => return Err(ApiError::method_not_allowed(method.as_str(), &path)),
-    };
-    let ct = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .map(|v| v.to_str().unwrap_or("(not text)"));
-    let (patch_kind, format) = if method == Method::PATCH {
-        (
-            Some(PatchKind::from_content_type(ct, def)?),
-            BodyFormat::Json,
-        )
-    } else {
-        (None, body_format(&parts.headers, &method, def)?)
-    };
-    let params = WriteParams::parse(query)?;
-    // Read whole by the gate already (within the request's deadline): this takes its bytes.
-    let body = axum::body::to_bytes(body, st.config.max_body_bytes)
-        .await
-        .map_err(|_| ApiError::too_large(st.config.max_body_bytes))?;
-    let body = match format {
-        // An empty DELETE body stays empty (no DeleteOptions), whatever its type says.
-        BodyFormat::Yaml if body.is_empty() => body,
-        BodyFormat::Json => body,
-        // A large one is read on the blocking pool, off the reactor's workers.
-        f if body.len() > OFF_REACTOR_BODY_BYTES => {
-            let max_body = st.config.max_body_bytes;
-            blocking::run(move || body_as_json(f, &body, max_body)).await??
+    // Writes are kube-apiserver's (its registry and admission); without one to forward them to
+    // (`Server::with_proxy`), this server is a read-only cache of the etcd it reads.
+    Err(match method {
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE => {
+            ApiError::read_only(method.as_str(), &path)
         }
-        f => body_as_json(f, &body, st.config.max_body_bytes)?,
-    };
-    if method != Method::DELETE {
-        admission::namespace_lifecycle(st, cache.definition(), ns, method == Method::POST, || {
-            match name {
-                Some(n) => n.to_owned(),
-                None => writes::name_in(&body),
-            }
-        })
-        .await?;
-    }
-    let user = parts.extensions.get::<Arc<User>>().map(|u| &**u);
-    let info = RequestInfo::new(method.as_str(), parts.uri.path(), false);
-    let admit = admission::object_admission(st, cache.definition(), user, &info);
-    if let (&Method::DELETE, Some(n)) = (&method, name) {
-        admission::pod_delete_admission(st, cache, user, ns, n).await?;
-    }
-    let written = match (&method, name, patch_kind) {
-        (&Method::POST, _, _) => {
-            writes::create(cache, &**writes, ns, &body, &params, &*admit).await?
-        }
-        (&Method::PUT, Some(n), _) => {
-            writes::update(cache, &**writes, ns, n, &body, status, &params, &*admit).await?
-        }
-        (&Method::PATCH, Some(n), Some(kind)) => {
-            writes::patch(
-                cache, &**writes, ns, n, kind, &body, status, &params, &*admit,
-            )
-            .await?
-        }
-        (&Method::DELETE, Some(n), _) => {
-            writes::delete(cache, &**writes, ns, n, &body, query, &params).await?
-        }
-        (&Method::DELETE, None, _) => {
-            let read = ReadParams::parse(query, st.config.max_selector_len)?;
-            writes::delete_collection(
-                cache,
-                &**writes,
-                &read.list_options(ns)?,
-                &body,
-                query,
-                &params,
-            )
-            .await?
-        }
-        _ => return Err(ApiError::method_not_allowed(method.as_str(), &path)),
-    };
-    let code = StatusCode::from_u16(written.code).unwrap_or(StatusCode::OK);
-    let mut response = reply_response(def, written.reply, code, answer_format)?;
-    for warning in warning::headers(&written.warnings) {
-        if let Ok(v) = header::HeaderValue::from_str(&warning) {
-            response.headers_mut().append(header::WARNING, v);
-        }
-    }
-    Ok(response)
-}
-
-/// A write's reply in the negotiated format (JSON or protobuf), JSON ending with a newline.
-fn reply_response(
-    def: &ResourceDef,
-    reply: writes::Reply,
-    code: StatusCode,
-    (format, fields): (Format, Fields),
-) -> Result<Response, ApiError> {
-    let protobuf = format == Format::Protobuf;
-    let mut parts = match reply {
-        writes::Reply::Object(o) => vec![object_body(
-            def,
-            &o,
-            format,
-            IncludeObject::default(),
-            fields,
-        )?],
-        writes::Reply::Status(json) if protobuf => {
-            let v: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
-            vec![Bytes::from(crate::wire::protobuf::status(&v))]
-        }
-        writes::Reply::Status(json) => vec![json],
-        writes::Reply::List(list) => {
-            list_body(def, &list, format, IncludeObject::default(), fields)?
-        }
-    };
-    end_line(&mut parts, format);
-    let mut r = body_of(parts, false, code);
-    if protobuf {
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static("application/vnd.kubernetes.protobuf"),
-        );
-    }
-    Ok(r)
+        _ => ApiError::method_not_allowed(method.as_str(), &path),
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -535,171 +404,4 @@ fn retype(mut r: Response, format: Format, answer: Answer) -> Response {
         r.headers_mut().insert(header::CONTENT_TYPE, v);
     }
     r
-}
-
-/// How a create, update or delete body is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BodyFormat {
-    /// `application/json`, or no Content-Type (upstream reads its first supported type, JSON).
-    Json,
-    /// `application/yaml`: one YAML document, read as the JSON it stands for.
-    Yaml,
-    /// `application/vnd.kubernetes.protobuf`, for built-in kinds only (as upstream: custom
-    /// resources have no protobuf form).
-    Protobuf,
-}
-
-/// How a create, update or delete body is read. A DELETE body with another Content-Type is read
-/// as JSON, as before; any other body must be JSON or YAML (see [`check_content_type`]), or
-/// protobuf of a built-in kind.
-///
-/// # Errors
-/// 415 for a body type this server cannot read for this resource.
-fn body_format(
-    headers: &axum::http::HeaderMap,
-    method: &Method,
-    def: &ResourceDef,
-) -> Result<BodyFormat, ApiError> {
-    let text = headers
-        .get(header::CONTENT_TYPE)
-        .map(|v| v.to_str().unwrap_or_default());
-    let essence = text
-        .and_then(|t| t.split(';').next())
-        .unwrap_or_default()
-        .trim();
-    if essence.eq_ignore_ascii_case("application/vnd.kubernetes.protobuf") {
-        return if def.has_protobuf() {
-            Ok(BodyFormat::Protobuf)
-        } else {
-            Err(ApiError::unsupported_media_type(text.unwrap_or_default()))
-        };
-    }
-    if method == Method::DELETE {
-        return Ok(if essence.eq_ignore_ascii_case("application/yaml") {
-            BodyFormat::Yaml
-        } else {
-            BodyFormat::Json
-        });
-    }
-    check_content_type(headers)
-}
-
-/// Protobuf and YAML bodies larger than this are read as JSON on the blocking pool (a 2 MB
-/// protobuf body may stand for tens of MB of JSON).
-const OFF_REACTOR_BODY_BYTES: usize = 64 * 1024;
-
-/// A protobuf or YAML body as the JSON it stands for (a JSON body as it is). A protobuf body's
-/// JSON may be at most twice the body limit: the same object sent as JSON would be within the
-/// body limit, and the JSON written for protobuf holds the fields Go writes empty.
-fn body_as_json(format: BodyFormat, body: &[u8], max_body: usize) -> Result<Bytes, ApiError> {
-    match format {
-        BodyFormat::Protobuf => protobuf_body_as_json(body, max_body.saturating_mul(2)),
-        BodyFormat::Yaml => yaml_body_as_json(body),
-        BodyFormat::Json => Ok(Bytes::copy_from_slice(body)),
-    }
-}
-
-/// A YAML body (one document) as the JSON it stands for: from here it takes the JSON bodies'
-/// path.
-///
-/// # Errors
-/// 400 BadRequest for a body that is not one well-formed YAML document.
-fn yaml_body_as_json(body: &[u8]) -> Result<Bytes, ApiError> {
-    let text = std::str::from_utf8(body)
-        .map_err(|_| ApiError::bad_request("the YAML request body is not UTF-8"))?;
-    let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
-        ApiError::bad_request(format!("the YAML request body could not be read: {e}"))
-    })?;
-    serde_json::to_vec(&value)
-        .map(Bytes::from)
-        .map_err(|e| ApiError::bad_request(format!("the YAML request body has no JSON form: {e}")))
-}
-
-/// A protobuf body (an object, or DeleteOptions) as the JSON it stands for: from here it takes
-/// the JSON bodies' path (validation, 4xx answers).
-///
-/// # Errors
-/// 400 BadRequest for a body that is not well-formed protobuf of a type this server reads; 413
-/// for one whose JSON would be longer than `max_json`.
-fn protobuf_body_as_json(body: &[u8], max_json: usize) -> Result<Bytes, ApiError> {
-    use crate::model::protobuf::RequestBodyError;
-    crate::model::protobuf::request_json(body, max_json)
-        .map(Bytes::from)
-        .map_err(|e| match e {
-            RequestBodyError::Malformed(e) => {
-                ApiError::bad_request(format!("the protobuf request body could not be read: {e}"))
-            }
-            RequestBodyError::TooLarge(limit) => ApiError::entity_too_large(format!(
-                "the protobuf body stands for more than {limit} bytes of JSON"
-            )),
-        })
-}
-
-/// A write body must be JSON (`application/json`, any parameters, or no Content-Type at all,
-/// which upstream reads as its first supported type, JSON) or YAML (`application/yaml`). Anything
-/// else is 415, as upstream: a browser page can send `text/plain` or a form cross-site without a
-/// preflight, and must not create objects. (Protobuf bodies of built-in kinds are read by
-/// [`body_format`].)
-fn check_content_type(headers: &axum::http::HeaderMap) -> Result<BodyFormat, ApiError> {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(BodyFormat::Json);
-    };
-    let text = value.to_str().unwrap_or_default();
-    let essence = text.split(';').next().unwrap_or_default().trim();
-    if essence.eq_ignore_ascii_case("application/json") {
-        Ok(BodyFormat::Json)
-    } else if essence.eq_ignore_ascii_case("application/yaml") {
-        Ok(BodyFormat::Yaml)
-    } else {
-        Err(ApiError::unsupported_media_type(text))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use axum::http::{HeaderMap, HeaderValue};
-
-    #[test]
-    fn write_bodies_must_be_json() {
-        let with = |ct: &'static str| {
-            let mut h = HeaderMap::new();
-            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
-            check_content_type(&h).map_err(|e| e.code())
-        };
-        assert_eq!(
-            check_content_type(&HeaderMap::new()).ok(),
-            Some(BodyFormat::Json)
-        );
-        for ok in ["application/json", "Application/JSON; charset=utf-8"] {
-            assert_eq!(with(ok), Ok(BodyFormat::Json), "{ok}");
-        }
-        assert_eq!(with("application/yaml"), Ok(BodyFormat::Yaml));
-        for bad in [
-            "text/plain",
-            "application/x-www-form-urlencoded",
-            "multipart/form-data; boundary=x",
-            "text/yaml",
-            "application/vnd.kubernetes.protobuf",
-            "",
-        ] {
-            assert_eq!(with(bad), Err(415), "{bad}");
-        }
-    }
-
-    #[test]
-    fn yaml_bodies_read_as_json() {
-        let json = yaml_body_as_json(
-            b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  k: \"1\"\n",
-        )
-        .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
-        assert_eq!(v["metadata"]["name"], "c");
-        assert_eq!(v["data"]["k"], "1");
-        assert_eq!(yaml_body_as_json(b"a: [1").map_err(|e| e.code()), Err(400));
-        assert_eq!(
-            yaml_body_as_json(b"\xff: 1").map_err(|e| e.code()),
-            Err(400)
-        );
-    }
 }

@@ -21,42 +21,24 @@ use crate::cache::Cache;
 use crate::server::auth::RequestInfo;
 use crate::server::config::ServerConfig;
 use crate::server::metrics::{RequestKey, ServerMetrics};
-use crate::upstream::Writes;
 
-/// One resource a server serves: its cache, and where writes to it go.
-#[derive(Clone)]
+/// One resource a server serves: its cache, read from. Writes are not this server's: with a
+/// proxy ([`Server::with_proxy`]) they go to the upstream API server; without one they get 405.
+/// An embedder writes in code, through its source's [`Writes`](crate::Writes)
+/// ([`MemorySource`](crate::MemorySource), or `apiserver::ApiServerWrites`, feature `apiserver`,
+/// to forward to an API server).
+///
+/// [`Server::with_proxy`]: crate::server::Server::with_proxy
+#[derive(Clone, Debug)]
 pub struct Served {
     /// The cache reads and watches are answered from.
     pub cache: Cache,
-    /// Where creates, updates and deletes go; `None` serves the resource read-only (writes get
-    /// 405 MethodNotAllowed).
-    pub writes: Option<Arc<dyn Writes>>,
 }
 
 impl Served {
-    /// A resource whose writes go to `writes`.
-    pub fn new(cache: Cache, writes: Arc<dyn Writes>) -> Served {
-        Served {
-            cache,
-            writes: Some(writes),
-        }
-    }
-
-    /// A read-only resource.
-    pub fn read_only(cache: Cache) -> Served {
-        Served {
-            cache,
-            writes: None,
-        }
-    }
-}
-
-impl std::fmt::Debug for Served {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Served")
-            .field("cache", &self.cache)
-            .field("writes", &self.writes.is_some())
-            .finish()
+    /// A resource served from `cache`.
+    pub fn new(cache: Cache) -> Served {
+        Served { cache }
     }
 }
 
@@ -118,9 +100,6 @@ pub(crate) struct AppState {
     pub audit: crate::server::auth::Audit,
     /// Proxy mode: resources whose consistent reads go to the upstream for now.
     pub stalled: StalledReads,
-    /// Whether the system namespaces exist (or are not this server's to create): `/readyz`
-    /// waits for it, as kube-apiserver's for its bootstrap controller (`admission.rs`).
-    pub system_namespaces: std::sync::atomic::AtomicBool,
 }
 
 /// Resources whose consistent reads timed out in the cache recently (the upstream's bookmarks

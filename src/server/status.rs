@@ -211,6 +211,20 @@ impl ApiError {
         )
     }
 
+    /// 405 for a write to a server without an upstream API server to forward it to: writes are
+    /// kube-apiserver's (its registry and admission), so the message says how to forward them.
+    pub fn read_only(method: &str, path: &str) -> ApiError {
+        ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!(
+                "{method} is not supported on {path}: this watchcache is a read-only cache; \
+                 writes go to kube-apiserver (start watchcache with --apiserver-kubeconfig to \
+                 forward them)"
+            ),
+        )
+    }
+
     /// The same error with a Retry-After (seconds).
     #[must_use]
     pub fn with_retry_after(mut self, seconds: u64) -> ApiError {

@@ -7,9 +7,10 @@
 //! [`CacheWriter::apply`](crate::CacheWriter::apply),
 //! [`CacheWriter::progress`](crate::CacheWriter::progress)) and answers the cache's reads
 //! through [`Upstream`](crate::Upstream). The etcd and API server upstreams share one follower
-//! driver (`follow/`): each supplies only its source of syncs and watches. Writes arrive from clients
-//! (the HTTP server) through [`Writes`], and reach the cache the way every other change does: as an
-//! event from the source.
+//! driver (`follow/`): each supplies only its source of syncs and watches. An embedding program
+//! writes in code through [`Writes`] (the HTTP server writes nothing: writes over HTTP are
+//! kube-apiserver's), and a write reaches the cache the way every other change does: as an event
+//! from the source.
 //!
 //! ## Dependencies
 //! This layer depends on the model and cache layers, never on the server.
@@ -130,9 +131,9 @@ pub trait Writes: Send + Sync + 'static {
         expected: Option<u64>,
     ) -> BoxFuture<'a, Result<(u64, Bytes), WriteError>>;
 
-    /// Whether the upstream applies kube-apiserver's deletion rules itself (an API server, or
-    /// another watchcache): a DELETE is then sent on with its `DeleteOptions`
-    /// ([`delete_with`](Writes::delete_with)) rather than carried out here as conditional writes.
+    /// Whether the upstream applies kube-apiserver's deletion rules itself (an API server): a
+    /// deletion with `DeleteOptions` (grace period, propagation) is then
+    /// [`delete_with`](Writes::delete_with); other upstreams only delete keys.
     fn deletes_itself(&self) -> bool {
         false
     }

@@ -1,5 +1,5 @@
-"""The official Kubernetes Python client with a token kubeconfig: lists with a good token, is
-refused (401) with a bad one.
+"""The official Kubernetes Python client with a token kubeconfig: lists with a good token (the
+ConfigMap cm1 in default, put there by the test), is refused (401) with a bad one.
 
 Usage: auth_test.py GOOD_KUBECONFIG BAD_KUBECONFIG
 """
@@ -9,7 +9,6 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 good = client.CoreV1Api(config.new_client_from_config(config_file=sys.argv[1]))
-good.create_namespaced_config_map("default", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1"}})
 names = [c.metadata.name for c in good.list_namespaced_config_map("default").items]
 assert names == ["cm1"], names
 

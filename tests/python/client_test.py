@@ -1,4 +1,5 @@
-"""The official Kubernetes Python client, unchanged, against a watchcache server.
+"""The official Kubernetes Python client, unchanged, against watchcache in front of kube-apiserver
+(reads from watchcache's cache, writes forwarded).
 
 Usage: client_test.py http://127.0.0.1:PORT
 """
@@ -20,6 +21,9 @@ def pod(name, node, app):
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
     }
 
+
+# No controller manager runs here to make the namespace's service account; pods need it.
+api.create_namespaced_service_account("default", {"metadata": {"name": "default"}})
 
 # Create.
 for i in range(6):
@@ -58,8 +62,8 @@ try:
 except ApiException as e:
     assert e.status == 409 and "Conflict" in e.body, (e.status, e.body)
 
-# Delete.
-api.delete_namespaced_pod("p1", "default")
+# Delete (at once: no kubelet runs here to confirm a graceful deletion).
+api.delete_namespaced_pod("p1", "default", grace_period_seconds=0)
 try:
     api.read_namespaced_pod("p1", "default")
     raise AssertionError("p1 must be gone")

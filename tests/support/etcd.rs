@@ -218,6 +218,33 @@ pub async fn put_namespaces(url: &str, names: &[&str]) {
     }
 }
 
+/// An object as kube-apiserver stores it under `def`'s key: `apiVersion`, `kind`, a `uid` and a
+/// `creationTimestamp` filled in when missing, no `resourceVersion`, and a built-in kind in its
+/// storage protobuf. Returns the etcd key and the value.
+pub fn stored(def: &watchcache::ResourceDef, obj: &serde_json::Value) -> (String, Vec<u8>) {
+    let mut obj = obj.clone();
+    if obj["apiVersion"].is_null() {
+        obj["apiVersion"] = def.api_version().into();
+    }
+    if obj["kind"].is_null() {
+        obj["kind"] = def.kind.clone().into();
+    }
+    let meta = obj["metadata"].as_object_mut().expect("metadata");
+    meta.remove("resourceVersion");
+    let name = meta["name"].as_str().expect("metadata.name").to_owned();
+    let ns = meta
+        .get("namespace")
+        .and_then(|n| n.as_str())
+        .map(str::to_owned);
+    meta.entry("uid")
+        .or_insert_with(|| format!("uid-{}-{name}", ns.as_deref().unwrap_or("")).into());
+    meta.entry("creationTimestamp")
+        .or_insert_with(|| "2026-01-01T00:00:00Z".into());
+    let key = def.key_for(ns.as_deref(), &name);
+    let value = watchcache::etcd::stored_value(obj.to_string().as_bytes()).expect("storable");
+    (key, value)
+}
+
 /// `etcd grpc-proxy` in front of one etcd: a connection the tests can cut.
 pub struct Proxy {
     pub port: u16,

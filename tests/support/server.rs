@@ -1,4 +1,6 @@
-//! An in-process watchcache server on a free loopback port, over a real etcd.
+//! An in-process watchcache server on a free loopback port, over a real etcd. The server is
+//! read-only (writes are kube-apiserver's): tests put their objects straight into etcd, as
+//! kube-apiserver stores them ([`TestServer::seed`]).
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -7,21 +9,23 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use watchcache::etcd::{EtcdCaches, EtcdConfig};
 use watchcache::server::{Served, Server, ServerConfig, TlsConfig};
-use watchcache::{CacheConfig, ResourceDef};
+use watchcache::{Cache, CacheConfig, ResourceDef, ResourceVersion};
 
 use super::etcd::{Etcd, etcd};
 
-/// What the server creates at start (as kube-apiserver).
+/// What kube-apiserver creates at start; there from the start here too.
 pub const SYSTEM_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];
 
-/// Namespaces the tests write into, there from the start as in a cluster where someone created
-/// them (a create in a namespace that does not exist is 404, as upstream).
+/// Namespaces the tests put objects into, there from the start as in a cluster where someone
+/// created them.
 pub const FIXTURE_NAMESPACES: [&str; 7] = ["a", "b", "ns", "gz", "other", "team", "demo"];
 
 pub struct TestServer {
     pub url: String,
     pub etcd: Etcd,
+    /// The served caches.
+    pub caches: Vec<Cache>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -75,6 +79,7 @@ impl TestServer {
             .any(|d| d.group.is_empty() && d.plural == "namespaces");
         let mut ec = super::etcd::config(&[etcd.server.url()]);
         if serves_namespaces {
+            super::etcd::put_namespaces(&etcd.server.url(), &SYSTEM_NAMESPACES).await;
             super::etcd::put_namespaces(&etcd.server.url(), &FIXTURE_NAMESPACES).await;
         }
         tune(&mut ec);
@@ -91,12 +96,8 @@ impl TestServer {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let mut server = adjust(Server::new(
-            config,
-            caches
-                .caches()
-                .map(|(_, c)| Served::new(c.clone(), caches.writes())),
-        ));
+        let served: Vec<Cache> = caches.caches().map(|(_, c)| c.clone()).collect();
+        let mut server = adjust(Server::new(config, served.iter().cloned().map(Served::new)));
         if let Some(tls) = tls {
             server = server.with_tls(tls).unwrap();
         }
@@ -107,39 +108,81 @@ impl TestServer {
                 .unwrap();
             caches.shutdown().await;
         });
-        let s = TestServer {
+        TestServer {
             url,
             etcd,
+            caches: served,
             stop: Some(stop),
             task: Some(task),
-        };
-        // The server creates the system namespaces (`default`, ...) as kube-apiserver does; a
-        // test starts once they exist, as a client would wait for /readyz.
-        if serves_namespaces {
-            s.wait_for_namespaces(&SYSTEM_NAMESPACES).await;
         }
-        s
     }
 
-    /// Creates namespaces straight in etcd (as kube-apiserver would have; no authentication
-    /// needed), for tests that write into them (a create finds them with a consistent read).
+    /// Creates namespaces straight in etcd (as kube-apiserver would have).
     pub async fn namespaces(&self, names: &[&str]) {
         super::etcd::put_namespaces(&self.etcd.server.url(), names).await;
     }
 
-    async fn wait_for_namespaces(&self, names: &[&str]) {
-        let mut c = super::etcd::client(&[self.etcd.server.url()]).await;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        for ns in names {
-            let key = format!("/registry/namespaces/{ns}");
-            while c.get(key.as_str(), None).await.unwrap().kvs().is_empty() {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "the server created namespace {ns} within 20 s"
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+    /// The served cache of a collection path (`/api/v1/namespaces/a/pods`, `/apis/g/v/things`),
+    /// and the namespace the path names.
+    fn collection(&self, path: &str) -> (&Cache, Option<String>) {
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (group, rest) = match segs.as_slice() {
+            ["api", rest @ ..] => ("", rest),
+            ["apis", g, rest @ ..] => (*g, rest),
+            _ => panic!("not a resource path: {path}"),
+        };
+        let (version, ns, plural) = match rest {
+            [v, "namespaces", ns, plural] => (*v, Some((*ns).to_owned()), *plural),
+            [v, plural] => (*v, None, *plural),
+            _ => panic!("not a collection path: {path}"),
+        };
+        let cache = self
+            .caches
+            .iter()
+            .find(|c| {
+                let d = c.definition();
+                d.group == group && d.version == version && d.plural == plural
+            })
+            .unwrap_or_else(|| panic!("not served: {path}"));
+        (cache, ns)
+    }
+
+    /// Puts an object straight into etcd, as kube-apiserver stores it (this server is
+    /// read-only), into the collection at `path` (`/api/v1/namespaces/a/pods`: the namespace
+    /// comes from the path); returns it as the server's cache holds it, once it does.
+    pub async fn seed(&self, path: &str, obj: &serde_json::Value) -> serde_json::Value {
+        let (cache, ns) = self.collection(path);
+        let mut obj = obj.clone();
+        if let Some(ns) = &ns {
+            obj["metadata"]["namespace"] = ns.clone().into();
         }
+        let (key, value) = super::etcd::stored(cache.definition(), &obj);
+        let mut c = super::etcd::client(&[self.etcd.server.url()]).await;
+        c.put(key, value, None).await.unwrap();
+        let name = obj["metadata"]["name"].as_str().unwrap();
+        let got = cache
+            .get(ns.as_deref(), name, ResourceVersion::Unset)
+            .await
+            .unwrap();
+        serde_json::from_slice(got.json()).unwrap()
+    }
+
+    /// Deletes an object straight from etcd (`path` as [`TestServer::seed`]'s); returns the
+    /// deletion's revision once the server's cache has seen it.
+    pub async fn unseed(&self, path: &str, name: &str) -> u64 {
+        let (cache, ns) = self.collection(path);
+        let key = cache.definition().key_for(ns.as_deref(), name);
+        let mut c = super::etcd::client(&[self.etcd.server.url()]).await;
+        let rev = c
+            .delete(key, None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision() as u64;
+        let gone = cache.get(ns.as_deref(), name, ResourceVersion::Unset).await;
+        assert!(gone.is_err(), "{name} is gone from the cache");
+        rev
     }
 
     /// Stops the server (ending every watch) and waits for it.

@@ -15,7 +15,7 @@ use watchcache::etcd::{
     ConsistentReads, Encryption, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd, LocalEtcdError,
 };
 use watchcache::server::{Served, Server, ServerConfig, TlsConfig, auth};
-use watchcache::{CacheConfig, ResourceDef};
+use watchcache::{Cache, CacheConfig, ResourceDef};
 
 mod bench;
 mod fdlimit;
@@ -248,8 +248,7 @@ struct ServeArgs {
           value_parser = PossibleValuesParser::new(ConsistentReads::NAMES).try_map(|s| s.parse::<ConsistentReads>()))]
     consistent_reads: ConsistentReads,
     /// kube-apiserver's EncryptionConfiguration (apiserver.config.k8s.io/v1): values encrypted at
-    /// rest (identity, aescbc, aesgcm, secretbox) are decrypted, and writes are encrypted with each
-    /// resource's first provider. KMS providers are refused.
+    /// rest (identity, aescbc, aesgcm, secretbox) are decrypted. KMS providers are refused.
     #[arg(long, value_name = "FILE")]
     encryption_provider_config: Option<PathBuf>,
     /// Serve only these resources (comma-separated): a plural names that resource in every group
@@ -495,20 +494,11 @@ impl Caches {
     }
 
     fn served(&self) -> Vec<Served> {
-        match self {
-            Caches::Etcd(c, _) => {
-                let writes = c.writes();
-                c.caches()
-                    .map(|(_, cache)| Served::new(cache.clone(), writes.clone()))
-                    .collect()
-            }
-            Caches::ApiServer(c) => {
-                let writes = c.writes();
-                c.caches()
-                    .map(|(_, cache)| Served::new(cache.clone(), writes.clone()))
-                    .collect()
-            }
-        }
+        let caches: Vec<Cache> = match self {
+            Caches::Etcd(c, _) => c.caches().map(|(_, c)| c.clone()).collect(),
+            Caches::ApiServer(c) => c.caches().map(|(_, c)| c.clone()).collect(),
+        };
+        caches.into_iter().map(Served::new).collect()
     }
 
     async fn shutdown(self) {

@@ -75,35 +75,6 @@ pub(crate) fn write_object(
     Ok((at, len, fields_at))
 }
 
-/// Writes the top-level object as [`write_object`] does, with the message's own
-/// `metadata.resourceVersion` (a request body's), stopping with an error once the output is
-/// longer than `limit`.
-#[cfg_attr(not(feature = "server"), allow(dead_code))]
-pub(crate) fn write_object_as_sent(
-    out: &mut Vec<u8>,
-    api_version: &str,
-    kind: &str,
-    msg: &'static Message,
-    bytes: &[u8],
-    limit: usize,
-) -> Result<(), String> {
-    out.extend_from_slice(b"{\"kind\":");
-    write_str(out, kind);
-    out.extend_from_slice(b",\"apiVersion\":");
-    write_str(out, api_version);
-    let mut w = Writer {
-        out,
-        stack: Vec::with_capacity(64),
-        rv: None,
-        rv_pos: None,
-        limit,
-    };
-    let mut first = false;
-    w.fields(msg, bytes, &mut first, 0)?;
-    w.out.push(b'}');
-    Ok(())
-}
-
 /// Writes a message as a JSON object (a nested type's, such as `ObjectMeta`), as encoding/json
 /// writes its Go struct.
 ///

@@ -14,20 +14,12 @@
 //! | `tables.rs` | generated: every message reachable from a served built-in kind |
 //! | `catalog.rs` | lookups over the tables: a message by index or kind, a field by JSON name |
 //! | `json.rs` | protobuf → JSON with encoding/json's rules |
-//! | `fields.rs` | the fields a JSON object's type does not declare (`fieldValidation`) |
 //! | `stream.rs` | a protobuf watch stream as a follower reads it: frames, an object's identity, a `Status` |
-//! | `request.rs` | protobuf request bodies (objects, DeleteOptions) read as the JSON they stand for |
 //! | `encode.rs` | JSON → protobuf with gogo's rules; the envelope, the resourceVersion splice, the primitives `wire/` writes its frames with |
 
 pub(crate) mod catalog;
 mod encode;
-// Only the server checks request bodies' fields (`fieldValidation`).
-#[cfg(feature = "server")]
-pub(crate) mod fields;
 mod json;
-// Only the server reads request bodies.
-#[cfg(feature = "server")]
-mod request;
 pub(crate) mod schema;
 pub(crate) mod stored;
 // What the API server follower reads off a protobuf watch stream.
@@ -59,8 +51,6 @@ pub(crate) use encode::{encode_message, envelope};
 pub(crate) use json::write_message_json;
 pub(crate) use json::write_str as write_json_str;
 #[cfg(feature = "server")]
-pub(crate) use request::{RequestBodyError, request_json};
-#[cfg(feature = "server")]
 pub(crate) use wire::Fields as WireFields;
 pub(crate) use wire::Value as WireValue;
 
@@ -77,8 +67,8 @@ pub(crate) fn has_message(api_version: &str, kind: &str) -> bool {
 ///
 /// # Errors
 /// JSON of a built-in kind that its message cannot hold (a member of the wrong type).
-// Used by the etcd write path and the server (which checks a write before it is sent).
-#[cfg_attr(not(any(feature = "etcd", feature = "server")), allow(dead_code))]
+// Public through `etcd::stored_value`.
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
 pub(crate) fn storage_form(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
     if value.starts_with(MAGIC) {
         return Ok(None);
@@ -322,31 +312,6 @@ impl<'a> Envelope<'a> {
     /// What `encode_json` would fail on.
     pub fn validate(&self) -> Result<(), String> {
         json::validate(self.msg, self.raw, 0)
-    }
-
-    /// The JSON encoding with the object's own `metadata.resourceVersion` (a request body's:
-    /// an update's precondition), at most `limit` bytes of it.
-    ///
-    /// # Errors
-    /// Malformed protobuf anywhere in the object, or embedded JSON that is not JSON; JSON longer
-    /// than `limit`.
-    // Only the server reads request bodies.
-    #[cfg(feature = "server")]
-    pub fn encode_json_as_sent(&self, limit: usize) -> Result<Vec<u8>, RequestBodyError> {
-        let mut out = Vec::with_capacity((self.raw.len() * 2 + 64).min(limit));
-        let written = json::write_object_as_sent(
-            &mut out,
-            self.api_version,
-            self.kind,
-            self.msg,
-            self.raw,
-            limit,
-        );
-        match written {
-            _ if out.len() > limit => Err(RequestBodyError::TooLarge(limit)),
-            Ok(()) => Ok(out),
-            Err(e) => Err(RequestBodyError::Malformed(e)),
-        }
     }
 
     /// The JSON encoding with `metadata.resourceVersion` = `rv`: the bytes, where the revision's

@@ -11,7 +11,6 @@
 //! | `attributes.rs` | what a request asks (verb, resource, path), an authorizer's answer, Forbidden's message |
 //! | `authz.rs` | `--authorization-mode`: the modes, in order |
 //! | `rbac.rs` | the RBAC authorizer, its index, following the RBAC caches |
-//! | `escalation.rs` | RBAC's escalation prevention on writes of roles and bindings |
 //! | `node.rs` | the Node authorizer, from the pods cache's `spec.nodeName` index |
 //! | `limits.rs` | `--max-requests-inflight`, `--max-watches-per-user` |
 //! | `audit.rs` | the audit log (tracing, and a JSON-lines file) |
@@ -26,7 +25,6 @@ mod attributes;
 mod audit;
 mod authn;
 mod authz;
-mod escalation;
 pub mod impersonate;
 mod limits;
 pub(crate) mod node;
@@ -138,27 +136,6 @@ impl Auth {
     /// Whether authorization is ready: RBAC, when it follows caches, has read them once.
     pub(crate) fn ready(&self) -> bool {
         self.rbac_caches.is_empty() || self.authz.rbac.as_ref().is_none_or(|r| r.synced())
-    }
-
-    /// The RBAC index, when RBAC is one of the modes.
-    pub(crate) fn rbac_index(&self) -> Option<Arc<rbac::Index>> {
-        self.authz.rbac.as_ref().map(|r| r.index())
-    }
-
-    /// RBAC's escalation check of a write (`escalation.rs`): `obj` is the Role, ClusterRole,
-    /// RoleBinding or ClusterRoleBinding about to be stored, `old` the stored one for an update;
-    /// any other resource passes.
-    ///
-    /// # Errors
-    /// 403 with upstream's message when the user would grant what it does not hold.
-    pub(crate) fn confirm_no_escalation(
-        &self,
-        user: &User,
-        info: &RequestInfo,
-        obj: &serde_json::Map<String, serde_json::Value>,
-        old: Option<&serde_json::Map<String, serde_json::Value>>,
-    ) -> Result<(), ApiError> {
-        escalation::confirm(self, user, info, obj, old)
     }
 
     /// Authorizes one request.

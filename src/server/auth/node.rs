@@ -131,9 +131,9 @@ const SECRET_REF_VOLUMES: &[&str] = &[
 /// Every Secret name a pod spec references (empty names skipped), as upstream's
 /// `VisitPodSecretNames` visits them: pull secrets; each container's `envFrom` and `env`; and
 /// each volume's: `azureFile.secretName`, the `secretRef` of the plugins that have one,
-/// `projected` sources' `secret`, `secret.secretName`, `csi.nodePublishSecretRef`. One list for
-/// the Node authorizer's graph and for NodeRestriction (`node_restriction.rs`), so that what a
-/// node may read and what it may not create pods to reach can never differ.
+/// `projected` sources' `secret`, `secret.secretName`, `csi.nodePublishSecretRef`: what the Node
+/// authorizer's graph lets a node read (upstream's NodeRestriction, kube-apiserver's, uses the
+/// same visitor for what a node may not create pods to reach).
 pub(crate) fn pod_secret_names<'a>(spec: &'a Value, mut f: impl FnMut(&'a str)) {
     for r in arr(&spec["imagePullSecrets"]) {
         name_at(r, &["name"], &mut f);

@@ -28,7 +28,6 @@ mod local;
 mod range;
 mod source;
 mod version;
-mod writes;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,7 +40,6 @@ use tracing::{debug, error, warn};
 pub use encryption::{Encryption, EncryptionError, Transformer};
 pub use local::{LocalEtcd, LocalEtcdError, LocalEtcdTls, free_port};
 pub use version::progress_is_reliable;
-pub use writes::EtcdWrites;
 
 use crate::cache::{Cache, CacheConfig};
 use crate::error::Cause;
@@ -110,7 +108,7 @@ pub struct EtcdConfig {
     /// Client TLS, for `https://` endpoints.
     pub tls: Option<EtcdTls>,
     /// Encryption at rest (kube-apiserver's `--encryption-provider-config`): values are decrypted
-    /// before decoding, and writes are encrypted with each resource's first provider.
+    /// before decoding.
     pub encryption: Option<Arc<Encryption>>,
 }
 
@@ -228,13 +226,23 @@ pub enum EtcdError {
     },
 }
 
+/// The bytes kube-apiserver stores in etcd for an object given as JSON: a built-in kind in its
+/// protobuf (`k8s\0` + `runtime.Unknown`, without `resourceVersion`, a kind stored as another
+/// converted), anything else (custom resources, kinds kube-apiserver keeps in JSON) as given. For
+/// seeding an etcd that this crate, or kube-apiserver, then reads; encryption at rest is the
+/// caller's ([`Transformer::encrypt`]).
+///
+/// # Errors
+/// JSON of a built-in kind its protobuf message cannot hold (a member of the wrong type).
+pub fn stored_value(json: &[u8]) -> Result<Vec<u8>, String> {
+    Ok(crate::model::protobuf::storage_form(json)?.unwrap_or_else(|| json.to_vec()))
+}
+
 /// Caches fed from etcd, one per resource, each with its own single etcd watch.
 pub struct EtcdCaches {
     client: Client,
     followers: Followers,
     reliable_progress: bool,
-    /// Encryption at rest by resource prefix, for writes.
-    transformers: Arc<[(String, Arc<Transformer>)]>,
 }
 
 impl EtcdCaches {
@@ -297,7 +305,6 @@ impl EtcdCaches {
             // etcd serves every prefix: a sync is never answered "not served".
             absent_retry: config.backoff_max,
         };
-        let mut transformers = Vec::new();
         for def in defs {
             let (cache, writer) = followers
                 .add(def, &cache_config)
@@ -315,9 +322,6 @@ impl EtcdCaches {
                     .as_ref()
                     .and_then(|e| e.for_resource(cache.definition())),
             });
-            if let Some(t) = &upstream.transformer {
-                transformers.push((cache.definition().prefix.clone(), Arc::clone(t)));
-            }
             cache.set_upstream(upstream.clone());
             let truth = RangeTruth {
                 upstream: upstream.clone(),
@@ -339,7 +343,6 @@ impl EtcdCaches {
             client,
             followers,
             reliable_progress: reliable,
-            transformers: transformers.into(),
         })
     }
 
@@ -357,14 +360,6 @@ impl EtcdCaches {
     /// The etcd client.
     pub fn client(&self) -> &Client {
         &self.client
-    }
-
-    /// Writes through to this etcd, for every cached resource (keys carry the resource prefix).
-    pub fn writes(&self) -> Arc<EtcdWrites> {
-        Arc::new(EtcdWrites::new(
-            self.client.kv_client(),
-            Arc::clone(&self.transformers),
-        ))
     }
 
     /// Whether consistent reads are served from the caches (etcd's progress notifications are
