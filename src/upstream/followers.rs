@@ -113,6 +113,8 @@ impl Followers {
         self.caches.len()
     }
 
+    /// The followed resources' names (the API server upstream's discovery reads them).
+    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.caches.keys().map(String::as_str)
     }

@@ -53,13 +53,17 @@ pub(crate) enum WatchListUse {
     /// (`InitialList::Auto`, as client-go's reflector).
     Try,
     /// Only: a failed WatchList is a failure like any other (`InitialList::WatchList`).
+    /// (Only an API server follows this way.)
+    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     Only,
 }
 
 /// Why a sync or a watch ended, as the source classifies what it saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Break {
-    /// The watch reached its deadline: reopen where it was, at once.
+    /// The watch reached its deadline: reopen where it was, at once. (Only an API server's
+    /// watches have one.)
+    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     Ended,
     /// The position left the upstream's window (410 Expired, an etcd compaction): relist.
     Expired(String),
@@ -71,10 +75,12 @@ pub(crate) enum Break {
     /// across two reads): relist.
     Relist(String),
     /// A WatchList ended without its initial-events-end bookmark: the server ignored
-    /// `sendInitialEvents`.
+    /// `sendInitialEvents`. (Only an API server's.)
+    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     NoInitialEventsEnd,
     /// The upstream does not serve the resource (404 on its collection: a CRD not installed).
-    /// Nothing to do with WatchList: the fallback does not apply.
+    /// Nothing to do with WatchList: the fallback does not apply. (Only an API server says so.)
+    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     Absent(String),
     /// A failure to retry after a backoff, resuming where the cache stands. `status`: the HTTP
     /// code, when the upstream answered with one.
