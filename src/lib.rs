@@ -5,7 +5,26 @@
 //! (namespace, any declared field, labels), a rolling history window of recent events, and serves
 //! LIST and WATCH to many clients. Each event goes only to the watchers whose trigger values match.
 //!
-//! ## Which API to use
+//! ## For controller authors: `watchcache::kube::KubeCache`
+//! With the `apiserver` feature, `KubeCache<K>` follows one resource through a kube-rs client
+//! and is read in process, typed: index lookups without a scan, routed watches (a watch pinned
+//! to `spec.nodeName=node-7` costs nothing for other nodes' events), a Store-like reader whose
+//! `Arc<K>`s are decoded once per object version, and an event stream for kube-runtime's
+//! `reflector` and `Controller::for_stream`. `KubeCache::start_within` bounds the first sync.
+//!
+//! ```no_run
+//! # async fn run(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use k8s_openapi::api::core::v1::Pod;
+//! use watchcache::kube::{KubeCache, definition_for};
+//!
+//! let def = definition_for::<Pod>(&[("spec.nodeName", true), ("label:app", false)])?;
+//! let pods: KubeCache<Pod> =
+//!     KubeCache::start_within(client, def, std::time::Duration::from_secs(30)).await?;
+//! let on_node_7 = pods.by_index("spec.nodeName", "node-7")?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## The core: `Cache`
 //! - [`Cache::new`] makes a resource's cache as two handles, as kube-rs's `reflector::store()`
 //!   does: the [`Cache`] its readers clone and share, and its one [`CacheWriter`] (not `Clone`).
 //! - Readers call [`Cache::list`], [`Cache::get`], [`Cache::lookup`] (by index) and

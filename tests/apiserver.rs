@@ -543,6 +543,32 @@ async fn the_leaf_is_not_ready_while_the_root_is_down_and_ready_again_after() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_cache_gives_up_on_a_server_that_does_not_answer_within_its_bound() {
+    use k8s_openapi::api::core::v1::Pod;
+    use watchcache::kube::{KubeCache, definition_for};
+
+    // Nothing listens there.
+    let port = watchcache::etcd::free_port().unwrap();
+    let client = kube::Client::try_from(kube::Config::new(
+        format!("http://127.0.0.1:{port}").parse().unwrap(),
+    ))
+    .unwrap();
+    let def = definition_for::<Pod>(&[("spec.nodeName", true)]).unwrap();
+    let began = std::time::Instant::now();
+    let e = KubeCache::<Pod>::start_within(client, def, Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    let took = began.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    assert_eq!(e.code(), 429, "{e}");
+    assert!(e.to_string().contains("pods"), "{e}");
+    assert!(e.to_string().contains("first sync"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_cache_reads_typed_objects_by_index_and_routes_watches() {
     use k8s_openapi::api::core::v1::Pod;
     use watchcache::kube::{KubeCache, definition_for};

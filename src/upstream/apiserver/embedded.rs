@@ -57,6 +57,9 @@ use crate::error::{Cause, Error, Result};
 use crate::model::{EventType, Object, ResourceDef, ResourceVersion, Selection};
 use crate::upstream::apiserver::{ApiServerCaches, ApiServerConfig};
 
+/// How often a start that waits says so.
+const WAITING_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A definition for a typed kube resource, with these indexes (`(field path or label:KEY,
 /// trigger)`). The key prefix is only the cache's internal key space (`/{group}/{plural}/`).
 ///
@@ -163,17 +166,39 @@ impl<K> std::fmt::Debug for KubeCache<K> {
 
 impl<K: DeserializeOwned + Send + Sync + 'static> KubeCache<K> {
     /// Follows `def`'s resource through `client` and waits for the first sync, however long it
-    /// takes (wrap it in `tokio::time::timeout` to bound it).
+    /// takes: while it waits, a warning every 10 s says for how long, and the follower logs its
+    /// failures (at most once per 10 s, with a count). [`start_within`](KubeCache::start_within)
+    /// bounds the wait.
     ///
     /// # Errors
-    /// [`Error::NotReady`] when the first sync does not finish in time, [`Error::BadRequest`]
-    /// for an invalid configuration.
+    /// [`Error::BadRequest`] for an invalid configuration.
     pub async fn start(client: kube::Client, def: ResourceDef) -> Result<KubeCache<K>> {
         Self::start_with(
             client,
             def,
             ApiServerConfig::default(),
             CacheConfig::default(),
+        )
+        .await
+    }
+
+    /// [`start`](KubeCache::start), giving up after `limit`: the follower is stopped and the
+    /// answer is [`Error::NotReady`], saying what the cache waits for (an API server that does
+    /// not answer, a resource it does not serve).
+    ///
+    /// # Errors
+    /// [`Error::NotReady`] past `limit`; [`Error::BadRequest`] for an invalid configuration.
+    pub async fn start_within(
+        client: kube::Client,
+        def: ResourceDef,
+        limit: std::time::Duration,
+    ) -> Result<KubeCache<K>> {
+        Self::start_bounded(
+            client,
+            def,
+            ApiServerConfig::default(),
+            CacheConfig::default(),
+            Some(limit),
         )
         .await
     }
@@ -188,13 +213,57 @@ impl<K: DeserializeOwned + Send + Sync + 'static> KubeCache<K> {
         config: ApiServerConfig,
         cache_config: CacheConfig,
     ) -> Result<KubeCache<K>> {
+        Self::start_bounded(client, def, config, cache_config, None).await
+    }
+
+    async fn start_bounded(
+        client: kube::Client,
+        def: ResourceDef,
+        config: ApiServerConfig,
+        cache_config: CacheConfig,
+        limit: Option<std::time::Duration>,
+    ) -> Result<KubeCache<K>> {
         let plural = def.plural.clone();
         let caches = ApiServerCaches::connect(client, config, vec![def], cache_config)
             .map_err(Error::bad_request_from)?;
         let Some(cache) = caches.cache(&plural).cloned() else {
             return Err(Error::bad_request(format!("no cache for {plural}")));
         };
-        cache.wait_ready().await?;
+        let started = tokio::time::Instant::now();
+        tracing::debug!(resource = %plural, "waiting for the first sync");
+        let waiting = cache.clone();
+        let ready = waiting.wait_ready();
+        tokio::pin!(ready);
+        loop {
+            let next = started.elapsed() + WAITING_LOG_EVERY;
+            let wake = match limit {
+                Some(l) if l <= next => started + l,
+                _ => started + next,
+            };
+            tokio::select! {
+                r = &mut ready => {
+                    r?;
+                    break;
+                }
+                () = tokio::time::sleep_until(wake) => {}
+            }
+            let waited = started.elapsed();
+            if limit.is_some_and(|l| waited >= l) {
+                let why = if cache.is_absent() {
+                    "the API server does not serve the resource"
+                } else {
+                    "the first sync has not finished (the follower's warnings say why)"
+                };
+                caches.shutdown().await;
+                return Err(Error::NotReady {
+                    resource: plural,
+                    why: format!("{why} after {waited:?}"),
+                    retry_after: std::time::Duration::from_secs(1),
+                });
+            }
+            tracing::warn!(resource = %plural, ?waited, "still waiting for the first sync");
+        }
+        tracing::debug!(resource = %plural, took = ?started.elapsed(), "synced");
         Ok(KubeCache {
             caches: Arc::new(Mutex::new(Some(caches))),
             cache,
