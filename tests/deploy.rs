@@ -684,3 +684,219 @@ async fn a_drained_replica_ends_its_watches_spread_with_a_bookmark_to_resume_els
     }
     drop(b);
 }
+
+/// A reflector's loop over plain HTTP, through a load balancer: watch from `rv`, resume from the
+/// last resourceVersion seen (a change or a bookmark) whenever the stream ends or the connection
+/// fails, relist on 410 (counted: the goal is none). Each attempt is a new connection, so the
+/// balancer picks the replica. Returns the changes seen, the relists and the resumes.
+async fn reflect(
+    base: String,
+    path: String,
+    mut rv: u64,
+    until: tokio::sync::watch::Receiver<u64>,
+) -> (Vec<u64>, usize, usize) {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let (mut seen, mut relists, mut resumes) = (Vec::new(), 0, 0);
+    let started = Instant::now();
+    loop {
+        let last = *until.borrow();
+        if last > 0 && rv >= last {
+            return (seen, relists, resumes);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "stuck at {rv}"
+        );
+        let url = format!(
+            "{base}{path}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=600"
+        );
+        let Ok(mut res) = http.get(&url).send().await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        if res.status() != 200 {
+            // 429 from a draining replica, 503 while none is ready: retry, as client-go does.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        let mut buf = Vec::new();
+        'stream: while let Ok(Some(chunk)) = res.chunk().await {
+            buf.extend_from_slice(&chunk);
+            while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=nl).collect();
+                let ev: Value = serde_json::from_slice(&line).unwrap();
+                if ev["type"] == "ERROR" {
+                    assert_eq!(ev["object"]["code"], 410, "{ev}");
+                    relists += 1;
+                    let list: Value = http
+                        .get(format!("{base}{path}"))
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    rv = list["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    break 'stream;
+                }
+                let at: u64 = ev["object"]["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                if ev["type"] != "BOOKMARK" {
+                    seen.push(at);
+                }
+                rv = at;
+            }
+        }
+        resumes += 1;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_behind_haproxy_loses_nothing_and_relists_nothing() {
+    let etcd = etcd().await;
+    let kas = KubeApiserver::start(&etcd.server.url()).await;
+    let drain = [
+        "--shutdown-delay-duration",
+        "2s",
+        "--shutdown-watch-termination-grace-period",
+        "3s",
+    ];
+    let mut replicas = Vec::new();
+    let mut plain = Vec::new();
+    for _ in 0..2 {
+        let listen = format!("127.0.0.1:{}", free_port().unwrap());
+        let mut args = vec!["--insecure-listen", &listen];
+        args.extend(drain);
+        replicas
+            .push(support::kube::Watchcache::on_etcd(&kas.pki, &etcd.server.url(), &args).await);
+        plain.push(listen);
+    }
+    // HAProxy (Debian's), TCP, taking a replica out when its /readyz fails.
+    let dir = tempfile::tempdir().unwrap();
+    let lb = format!("127.0.0.1:{}", free_port().unwrap());
+    let cfg = dir.path().join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n  maxconn 1000\n\
+             defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 10m\n  timeout server 10m\n  retries 3\n  option redispatch\n\
+             frontend fe\n  bind {lb}\n  default_backend be\n\
+             backend be\n  balance roundrobin\n  option httpchk GET /readyz\n  http-check expect status 200\n  default-server inter 300ms fall 1 rise 2\n\
+             server a {} check\n  server b {} check\n",
+            plain[0], plain[1]
+        ),
+    )
+    .unwrap();
+    assert!(
+        Command::new("sh")
+            .args(["-c", "command -v haproxy"])
+            .output()
+            .unwrap()
+            .status
+            .success(),
+        "haproxy is missing: scripts/test installs it (Debian package haproxy)"
+    );
+    let mut cmd = Command::new("haproxy");
+    cmd.arg("-db").arg("-f").arg(&cfg);
+    let _haproxy = support::kube::Proc::spawn("haproxy", cmd, dir.path().join("haproxy.log"));
+    let base = format!("http://{lb}");
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let start_rv = loop {
+        if let Ok(r) = reqwest::get(format!("{base}{cms}")).await
+            && r.status() == 200
+        {
+            let list: Value = r.json().await.unwrap();
+            break list["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+
+    let (until_tx, until_rx) = tokio::sync::watch::channel(0u64);
+    let clients: Vec<_> = (0..10)
+        .map(|_| {
+            tokio::spawn(reflect(
+                base.clone(),
+                cms.to_owned(),
+                start_rv,
+                until_rx.clone(),
+            ))
+        })
+        .collect();
+    // Writes through kube-apiserver every 100 ms while each replica in turn drains and restarts.
+    let (url, ca, admin) = (
+        kas.url.clone(),
+        kas.pki.ca.cert_file.clone(),
+        kas.pki.admin.clone(),
+    );
+    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let still = std::sync::Arc::clone(&writing);
+    let writer = tokio::spawn(async move {
+        let mut written = Vec::new();
+        let mut i = 0;
+        while still.load(std::sync::atomic::Ordering::Relaxed) {
+            let body = format!(
+                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"roll-{i}"}}}}"#
+            );
+            let (code, out) =
+                support::kube::https_request(&url, &ca, Some(&admin), "POST", cms, Some(&body))
+                    .await
+                    .unwrap();
+            assert_eq!(code, 201, "{out}");
+            written.push(
+                json(&out)["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap(),
+            );
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        written
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for r in replicas.iter_mut() {
+        r.proc.term();
+        let exit = Instant::now();
+        while r.proc.exited().is_none() {
+            assert!(
+                exit.elapsed() < Duration::from_secs(20),
+                "a replica did not drain"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        r.restart(&kas.pki).await;
+        // HAProxy takes it back after two passed checks.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    writing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.await.unwrap();
+    until_tx.send(*written.last().unwrap()).unwrap();
+    for c in clients {
+        let (seen, relists, resumes) = tokio::time::timeout(Duration::from_secs(60), c)
+            .await
+            .expect("every client reaches the last write")
+            .unwrap();
+        assert_eq!(relists, 0, "a relist");
+        assert!(
+            resumes >= 2,
+            "each replica's drain ends the watch on it: {resumes}"
+        );
+        assert_eq!(seen, written, "every change once, in order");
+    }
+}
