@@ -275,7 +275,9 @@ fn striped(w: u64, ranges: u64, i: u64, shift: bool) -> Selection {
 /// `register/sharded_200`: registering one more watcher of 200 ranges (its bounds new to the
 /// router), timed around `Cache::watch` (the selector parsed beforehand; the drop that
 /// unregisters it untimed); `register/node` the same for an ordinary watch routed by
-/// `spec.nodeName`, for scale. `event/routed`: per-event apply over the same 100 000 pods as
+/// `spec.nodeName`, for scale. `register_lock_hold/*`: the same registrations' longest single
+/// hold of the cache's lock (`CacheStats::registration_holds`; a sharded watch takes two, its
+/// ranges added between them). `event/routed`: per-event apply over the same 100 000 pods as
 /// `fanout_shards`, each event offered to its one watcher by a stabbing query among the 200 000
 /// ranges.
 fn many_ranges(c: &mut Criterion) {
@@ -337,6 +339,24 @@ fn many_ranges(c: &mut Criterion) {
                     drop(stream);
                 }
                 spent
+            });
+        });
+        // The registration's longest hold of the cache's lock, as the cache measures it.
+        g.bench_function(BenchmarkId::new("register_lock_hold", name), |b| {
+            b.iter_custom(|iters| {
+                let mut held = 0u64;
+                for _ in 0..iters {
+                    let opts =
+                        WatchOptions::new(pool[k % pool.len()].clone(), ResourceVersion::At(rv));
+                    k += 1;
+                    let before = cache.stats().registration_holds;
+                    let stream = cache.watch(opts).now_or_never().unwrap().unwrap();
+                    let after = cache.stats().registration_holds;
+                    assert_eq!(after.count(), before.count() + 1);
+                    held += after.sum - before.sum;
+                    drop(stream);
+                }
+                Duration::from_nanos(held)
             });
         });
     }

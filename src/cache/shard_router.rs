@@ -390,6 +390,12 @@ impl ShardRouter {
         self.uid.live + self.namespace.live
     }
 
+    /// Watchers and ranges.
+    #[cfg(test)]
+    pub fn summary(&self) -> (u64, usize) {
+        (self.count(), self.entries())
+    }
+
     /// Heap bytes held, by capacity.
     #[cfg(test)]
     fn heap_bytes(&self) -> usize {
