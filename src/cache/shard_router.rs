@@ -7,12 +7,22 @@
 //! Per shard key (uid, namespace), every registered range is one node of an interval treap: a
 //! binary search tree ordered by (start, watcher id), heap-ordered by a random priority, each
 //! node carrying the largest end in each of its two subtrees. A watcher of R ranges adds R nodes,
-//! each in O(log N) (N: all registered ranges), and 48 bytes per range, whatever the other
-//! watchers' ranges are. (A table cut at every bound of every watcher, each watcher listed in
+//! each in O(log N) (N: all registered ranges), and 48 bytes per range (in each of two copies,
+//! below), whatever the other watchers' ranges are. (A table cut at every bound of every watcher, each watcher listed in
 //! every segment it covered, made a watcher's cost grow with the others' bounds: 574 KiB and
 //! 69 ms under the cache's lock per 201-range watch in probe W-SHARDMEM.) The priorities come
 //! from a generator seeded at random, not from the ranges, so the expected depth is O(log N)
 //! whatever ranges clients choose.
+//!
+//! A cache keeps two copies of its shard router, the registry's and a spare
+//! (`Shared::shard_spare` in `state.rs`), so that a watcher's R inserts are not made under the
+//! cache's lock: they go into the spare, outside it; under it the copies are swapped (O(1)) and
+//! the watcher, which waited among the unrouted watchers (its filter checking the hash), leaves
+//! them at that event boundary; then the replaced copy gets the same inserts. A removal goes the
+//! same way, its id's events dropped until the swap. The price: 96 bytes per range (two copies)
+//! and twice the inserts, outside the lock. An insert among 200 000 ranges costs about 1 µs
+//! (some 24 cache misses), more than a whole ordinary registration (~0.4 µs), so inserting a
+//! watch's ranges a few at a time across lock holds could not hold the lock as briefly.
 //!
 //! An event's watchers are found by a stabbing query: descend from the root, skipping a subtree
 //! whose largest end is below the hash and the right subtree of a node starting above it. With
@@ -21,8 +31,8 @@
 //! many ranges the walk costs a cache miss per node read.
 //!
 //! ## Invariants
-//! - A registered watcher has exactly one node per range of its selector
-//!   ([`ShardSelector::ranges`]) and no other node carries its id. Its ranges are disjoint, so a
+//! - A watcher in a copy has exactly one node per range of its selector
+//!   ([`ShardSelector::ranges`]) in that copy, and no other node carries its id. Its ranges are disjoint, so a
 //!   hash is in at most one of its nodes: a query visits a watcher at most once.
 //! - In order, the nodes are strictly increasing by (start, id) (a watcher's ranges have distinct
 //!   starts); a node's priority is at least its children's; a node's `left_max` (`right_max`) is
