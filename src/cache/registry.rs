@@ -134,6 +134,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::shard_router::Patch;
     use crate::cache::testing::{Fixture, on_node};
     use crate::model::{Object, Selection, ShardSelector};
     use proptest::prelude::*;
@@ -187,10 +188,12 @@ mod tests {
     }
 
     /// One (un)registration's work on the spare shard router, as `Shared::change_shards` does
-    /// it: the spare, the swap under the lock, the spare again.
+    /// it: the spare, the swap under the lock, the patch to the other copy.
     struct SpareWork {
         change: ShardChange,
         shard: ShardSelector,
+        /// Taken at the first step.
+        patch: Option<Patch>,
         /// Steps done: 0, 1 (spare), 2 (swapped).
         step: u8,
     }
@@ -198,15 +201,17 @@ mod tests {
     /// Does the next step of the first queued work.
     fn step(r: &mut Registry, spare: &mut Box<ShardRouter>, work: &mut VecDeque<SpareWork>) {
         let Some(w) = work.front_mut() else { return };
-        let apply = |spare: &mut ShardRouter, w: &SpareWork| match w.change {
-            ShardChange::Added(id) => spare.add(id, &w.shard),
-            ShardChange::Removed(id) => spare.remove(id, &w.shard),
-        };
         match w.step {
-            0 => apply(spare, w),
+            0 => {
+                match w.change {
+                    ShardChange::Added(id) => spare.add(id, &w.shard),
+                    ShardChange::Removed(id) => spare.remove(id, &w.shard),
+                }
+                w.patch = Some(spare.take_patch());
+            }
             1 => r.swap_shards(spare, w.change),
             _ => {
-                apply(spare, w);
+                spare.apply(w.patch.take().unwrap());
                 work.pop_front();
                 return;
             }
@@ -301,6 +306,7 @@ mod tests {
                         work.push_back(SpareWork {
                             change: ShardChange::Added(id),
                             shard: w.predicate.shard().unwrap().clone(),
+                            patch: None,
                             step: 0,
                         });
                         slots[slot] = Some((w, id, log.len()));
@@ -318,6 +324,7 @@ mod tests {
                         work.push_back(SpareWork {
                             change: ShardChange::Removed(id),
                             shard: w.predicate.shard().unwrap().clone(),
+                            patch: None,
                             step: 0,
                         });
                         spans.push((w, from, log.len()));
@@ -343,6 +350,7 @@ mod tests {
                 prop_assert_eq!(got, want);
             }
             prop_assert_eq!(r.router.shard_summary(), Some(spare.summary()));
+            prop_assert!(r.router.shards_same_as(&spare), "the copies differ");
         }
     }
 }

@@ -164,6 +164,12 @@ impl Router {
         self.shards.as_ref().map(|s| s.summary())
     }
 
+    /// Whether the shard router equals `other`, slot for slot.
+    #[cfg(test)]
+    pub fn shards_same_as(&self, other: &ShardRouter) -> bool {
+        self.shards.as_ref().is_some_and(|s| s.same_as(other))
+    }
+
     fn map_for(&mut self, attr: Attr) -> Option<&mut HashMap<Box<str>, Members>> {
         self.by_trigger
             .iter_mut()

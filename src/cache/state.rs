@@ -844,25 +844,26 @@ impl Shared {
     }
 
     /// Adds a watcher's ranges to the shard router, or removes them: to the spare copy, outside
-    /// the state lock; then, under it, swaps the copies (O(1)); then the same to the other copy,
-    /// which no dispatch reads any more. Concurrent changes wait for each other on the spare's
-    /// lock, never for the state lock's holders. Returns how long the state lock was held.
+    /// the state lock; then, under it, swaps the copies (O(1)); then copies the slots that wrote
+    /// to the other copy, which no dispatch reads any more. Concurrent changes wait for each
+    /// other on the spare's lock, never for the state lock's holders. Returns how long the
+    /// state lock was held.
     fn change_shards(&self, change: ShardChange, shard: &ShardSelector) -> Duration {
         let mut guard = self.shard_spare.lock();
         let Some(spare) = guard.as_mut() else {
             return Duration::ZERO;
         };
-        let apply = |spare: &mut ShardRouter| match change {
+        match change {
             ShardChange::Added(id) => spare.add(id, shard),
             ShardChange::Removed(id) => spare.remove(id, shard),
-        };
-        apply(spare);
+        }
+        let patch = spare.take_patch();
         let mut st = self.state.write();
         let held = Instant::now();
         st.registry.swap_shards(spare, change);
         let took = held.elapsed();
         drop(st);
-        apply(spare);
+        spare.apply(patch);
         took
     }
 
