@@ -717,7 +717,7 @@ mod tests {
             i: usize,
             f: &dyn Fn(&mut ShardRouter),
         ) {
-            let (from, to) = if i % 2 == 0 { (a, b) } else { (b, a) };
+            let (from, to) = if i.is_multiple_of(2) { (a, b) } else { (b, a) };
             f(from);
             let p = from.take_patch();
             to.apply(p);
