@@ -270,12 +270,23 @@ fn striped(w: u64, ranges: u64, i: u64, shift: bool) -> Selection {
     Selection::all().with_shard(&text).unwrap()
 }
 
+/// Writes a line of every 64 bytes of `buf` (larger than the last-level cache): what the cache
+/// state held in the CPU's caches is evicted.
+fn evict_caches(buf: &mut [u8]) {
+    for line in buf.chunks_mut(64) {
+        line[0] = line[0].wrapping_add(1);
+    }
+    std::hint::black_box(buf);
+}
+
 /// 1 000 sharded watchers of 200 uid ranges each (200 000 registered ranges; each selector about
 /// 15 KB, under the 16 KiB limit), striped so that each event matches exactly one watcher.
 /// `register/sharded_200`: registering one more watcher of 200 ranges (its bounds new to the
 /// router), timed around `Cache::watch` (the selector parsed beforehand; the drop that
 /// unregisters it untimed); `register/node` the same for an ordinary watch routed by
-/// `spec.nodeName`, for scale. `event/routed`: per-event apply over the same 100 000 pods as
+/// `spec.nodeName`, for scale. `register_lock_hold/*`: the same registrations' longest single
+/// hold of the cache's lock (`CacheStats::registration_holds`; a sharded watch takes two, its
+/// ranges added between them), `*_cold` with the CPU's caches evicted before each. `event/routed`: per-event apply over the same 100 000 pods as
 /// `fanout_shards`, each event offered to its one watcher by a stabbing query among the 200 000
 /// ranges.
 fn many_ranges(c: &mut Criterion) {
@@ -308,6 +319,7 @@ fn many_ranges(c: &mut Criterion) {
     assert_eq!(cache.stats().routed_watchers, W);
 
     let extra: Vec<Selection> = (0..16).map(|i| striped(W, R, i * 61, true)).collect();
+    let mut evict = vec![0u8; 64 << 20];
     let rv = 1u64;
     for (name, pool) in [
         ("sharded_200", extra),
@@ -339,6 +351,38 @@ fn many_ranges(c: &mut Criterion) {
                 spent
             });
         });
+        // The registration's longest hold of the cache's lock, as the cache measures it; `cold`:
+        // with the caches evicted first, as a sharded watch's tree work outside the lock leaves
+        // them (its 400 inserts among 400 000 nodes read some 20 MB).
+        for cold in [false, true] {
+            let id = if cold {
+                format!("{name}_cold")
+            } else {
+                name.to_owned()
+            };
+            g.bench_function(BenchmarkId::new("register_lock_hold", id), |b| {
+                b.iter_custom(|iters| {
+                    let mut held = 0u64;
+                    for _ in 0..iters {
+                        let opts = WatchOptions::new(
+                            pool[k % pool.len()].clone(),
+                            ResourceVersion::At(rv),
+                        );
+                        k += 1;
+                        if cold {
+                            evict_caches(&mut evict);
+                        }
+                        let before = cache.stats().registration_holds;
+                        let stream = cache.watch(opts).now_or_never().unwrap().unwrap();
+                        let after = cache.stats().registration_holds;
+                        assert_eq!(after.count(), before.count() + 1);
+                        held += after.sum - before.sum;
+                        drop(stream);
+                    }
+                    Duration::from_nanos(held)
+                });
+            });
+        }
     }
     assert_eq!(cache.stats().routed_watchers, W);
 

@@ -58,6 +58,11 @@ pub const LATENCY_NANOS: &[u64] = &[
     10_000_000_000,
 ];
 
+/// Lock-hold buckets, in nanoseconds: 250 ns to 10 ms.
+pub const HOLD_NANOS: &[u64] = &[
+    250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000, 10_000_000,
+];
+
 /// kube-apiserver's buckets of `apiserver_watch_cache_read_wait_seconds`, in nanoseconds.
 pub const READ_WAIT_NANOS: &[u64] = &[
     5_000_000,

@@ -270,6 +270,22 @@ async fn watches_are_long_running_registered_and_their_events_counted_sized_and_
     .await;
     assert_eq!(sample(&text, "apiserver_registered_watchers", &kind), 2.0);
     assert_eq!(sample(&text, "apiserver_watch_events_total", &kind), 0.0);
+    let pods = [("resource", "pods")];
+    assert_eq!(
+        sample(
+            &text,
+            "watchcache_watch_registration_lock_hold_seconds_count",
+            &pods
+        ),
+        2.0,
+        "one longest hold per registered watch"
+    );
+    let held = sample(
+        &text,
+        "watchcache_watch_registration_lock_hold_seconds_sum",
+        &pods,
+    );
+    assert!(held > 0.0 && held < 0.1, "{held} s");
 
     f.pods.put("/registry/pods/default/a", pod("a")).unwrap();
     let mut frame_len = 0;

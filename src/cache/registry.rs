@@ -7,14 +7,27 @@
 //! ## Invariants
 //! - `watchers[id]` is `Some` iff `id` is registered in the router exactly once (by the route of
 //!   that watcher's predicate); free ids are listed in `free` and reused.
+//! - An id whose watcher is gone but whose ranges are still in the shard router (its removal
+//!   runs outside the lock, `Shared::unregister`) is neither in `watchers` nor in `free`: events
+//!   reaching it are dropped, and it is not reused until [`Registry::swap_shards`] releases it.
 
 use std::sync::Arc;
 use std::task::Waker;
 
 use crate::cache::history::{Event, Evicted};
 use crate::cache::router::Router;
+use crate::cache::shard_router::ShardRouter;
 use crate::cache::watcher::{Offer, Watcher};
 use crate::model::Schema;
+
+/// What the spare copy of the shard router has over the registry's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ShardChange {
+    /// This watcher's ranges (a watcher waiting in `unrouted`).
+    Added(u32),
+    /// Not this removed watcher's ranges.
+    Removed(u32),
+}
 
 pub(crate) struct Registry {
     watchers: Vec<Option<Arc<Watcher>>>,
@@ -47,25 +60,45 @@ impl Registry {
         }
     }
 
-    /// Registers a watcher under its route in `schema` (the schema this registry was made for).
-    pub fn add(&mut self, schema: &Schema, w: Arc<Watcher>) -> u32 {
+    /// Registers a watcher under its route in `schema` (the schema this registry was made for);
+    /// returns its id, and whether its ranges are for the caller to add to the shard router
+    /// (until then it is offered every event, as an unrouted watcher).
+    pub fn add(&mut self, schema: &Schema, w: Arc<Watcher>) -> (u32, bool) {
         let id = self.free.pop().unwrap_or(self.watchers.len() as u32);
-        self.router
+        let pending = self
+            .router
             .add(id, w.predicate.route(schema), w.predicate.shard());
         match self.watchers.get_mut(id as usize) {
             Some(slot) => *slot = Some(w),
             None => self.watchers.push(Some(w)),
         }
-        id
+        (id, pending)
     }
 
-    /// Unregisters a watcher; returns it.
-    pub fn remove(&mut self, schema: &Schema, id: u32) -> Option<Arc<Watcher>> {
+    /// Unregisters a watcher; returns it, and whether its ranges are for the caller to remove
+    /// from the shard router (its id is held until [`Registry::swap_shards`] releases it).
+    pub fn remove(&mut self, schema: &Schema, id: u32) -> Option<(Arc<Watcher>, bool)> {
         let w = self.watchers.get_mut(id as usize).and_then(Option::take)?;
-        self.router
+        let in_shards = self
+            .router
             .remove(id, w.predicate.route(schema), w.predicate.shard());
-        self.free.push(id);
-        Some(w)
+        if !in_shards {
+            self.free.push(id);
+        }
+        Some((w, in_shards))
+    }
+
+    /// Swaps the shard router for `spare`, which has one watcher's ranges added or removed
+    /// (see [`Router::swap_shards`]): an added watcher leaves the unrouted ones, a removed one's
+    /// id is free again.
+    pub fn swap_shards(&mut self, spare: &mut Box<ShardRouter>, change: ShardChange) {
+        match change {
+            ShardChange::Added(id) => self.router.swap_shards(spare, Some(id)),
+            ShardChange::Removed(id) => {
+                self.router.swap_shards(spare, None);
+                self.free.push(id);
+            }
+        }
     }
 
     /// Offers the event to every candidate watcher; the wakers of those it queued for are pushed
@@ -101,8 +134,12 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::shard_router::Patch;
     use crate::cache::testing::{Fixture, on_node};
-    use crate::model::Selection;
+    use crate::model::{Object, Selection, ShardSelector};
+    use proptest::prelude::*;
+    use std::collections::VecDeque;
+    use std::time::Instant;
 
     #[test]
     fn events_reach_their_routed_watchers_and_every_unrouted_one() {
@@ -115,9 +152,9 @@ mod tests {
         let n2 = watcher(&f, &on_node("n2"), 1);
         let all = watcher(&f, &Selection::all(), 8);
         let ids = [
-            r.add(&f.schema, Arc::clone(&n1)),
-            r.add(&f.schema, Arc::clone(&n2)),
-            r.add(&f.schema, Arc::clone(&all)),
+            r.add(&f.schema, Arc::clone(&n1)).0,
+            r.add(&f.schema, Arc::clone(&n2)).0,
+            r.add(&f.schema, Arc::clone(&all)).0,
         ];
         assert_eq!(r.counts(), (2, 1));
         let e = f.put("a", "n1");
@@ -143,10 +180,177 @@ mod tests {
         assert_eq!(n1.queue.lock().items.len(), 2);
         r.remove(&f.schema, ids[1]);
         assert_eq!(r.counts(), (1, 1));
-        let reused = r.add(&f.schema, watcher(&f, &on_node("n3"), 8));
+        let (reused, _) = r.add(&f.schema, watcher(&f, &on_node("n3"), 8));
         assert_eq!(reused, ids[1], "ids are reused");
         r.remove(&f.schema, ids[1]);
         r.remove(&f.schema, ids[1]);
         assert_eq!(r.counts(), (1, 1), "removing twice is harmless");
+    }
+
+    /// One (un)registration's work on the spare shard router, as `Shared::change_shards` does
+    /// it: the spare, the swap under the lock, the patch to the other copy.
+    struct SpareWork {
+        change: ShardChange,
+        shard: ShardSelector,
+        /// Taken at the first step.
+        patch: Option<Patch>,
+        /// Steps done: 0, 1 (spare), 2 (swapped).
+        step: u8,
+    }
+
+    /// Does the next step of the first queued work.
+    fn step(r: &mut Registry, spare: &mut Box<ShardRouter>, work: &mut VecDeque<SpareWork>) {
+        let Some(w) = work.front_mut() else { return };
+        match w.step {
+            0 => {
+                match w.change {
+                    ShardChange::Added(id) => spare.add(id, &w.shard),
+                    ShardChange::Removed(id) => spare.remove(id, &w.shard),
+                }
+                w.patch = Some(spare.take_patch());
+            }
+            1 => r.swap_shards(spare, w.change),
+            _ => {
+                spare.apply(w.patch.take().unwrap());
+                work.pop_front();
+                return;
+            }
+        }
+        w.step += 1;
+    }
+
+    fn shard_watcher(f: &Fixture, ranges: &[(u64, u64)]) -> Arc<Watcher> {
+        let text = ranges
+            .iter()
+            .map(|(s, e)| {
+                let end = if *e == 64 {
+                    "0x10000000000000000".to_owned()
+                } else {
+                    format!("0x{:016x}", e << 58)
+                };
+                format!(
+                    "shardRange(object.metadata.uid, '0x{:016x}', '{end}')",
+                    s << 58
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" || ");
+        let sel = Selection::all().with_shard(&text).unwrap();
+        Arc::new(Watcher::new(f.predicate(&sel), 0, 1 << 12, None))
+    }
+
+    /// Disjoint ranges on a grid of 64 slices, as (first slice, end slice).
+    fn grid_ranges() -> impl Strategy<Value = Vec<(u64, u64)>> {
+        proptest::collection::btree_set(0u64..64, 1..8).prop_map(|bounds| {
+            let b: Vec<u64> = bounds.into_iter().collect();
+            let mut out: Vec<(u64, u64)> = b
+                .chunks(2)
+                .map(|p| (p[0], *p.get(1).unwrap_or(&64)))
+                .collect();
+            out.retain(|(s, e)| s < e);
+            out
+        })
+    }
+
+    proptest! {
+        /// Sharded watchers registered and removed in two lock holds with their tree work in
+        /// between (on the spare copy, one change at a time), interleaved at random with events:
+        /// each watcher receives exactly the events a scan of its filter would, over the time
+        /// it was registered, each once, in order; and the two copies end equal.
+        #[test]
+        fn split_registration_delivers_what_a_scan_would(
+            shards in proptest::collection::vec(grid_ranges(), 6),
+            ops in proptest::collection::vec((0u8..4, 0usize..6, 0u8..16), 1..120),
+        ) {
+            let f = Fixture::new();
+            let mut r = Registry::new(&f.schema);
+            let mut spare = Box::new(ShardRouter::new());
+            let node = Arc::new(Watcher::new(f.predicate(&on_node("n1")), 0, 1 << 12, None));
+            r.add(&f.schema, Arc::clone(&node));
+            // Per slot: the watcher, its id, and the event log's length when it registered.
+            let mut slots: Vec<Option<(Arc<Watcher>, u32, usize)>> = vec![None; 6];
+            // Every watcher that was registered, with its span of the event log.
+            let mut spans: Vec<(Arc<Watcher>, usize, usize)> = Vec::new();
+            let mut work: VecDeque<SpareWork> = VecDeque::new();
+            let mut log: Vec<Arc<Event>> = Vec::new();
+            let mut objects: hashbrown::HashMap<String, Object> = Default::default();
+            let mut rv = 0;
+            for (kind, slot, x) in ops {
+                match kind {
+                    // An event: pod x % 8 put with uid x, or deleted.
+                    0 => {
+                        rv += 1;
+                        let name = format!("p{}", x % 8);
+                        let prev = objects.remove(&name);
+                        let object = (x < 12).then(|| {
+                            let json = format!(
+                                r#"{{"metadata":{{"name":"{name}","namespace":"ns","uid":"u{x}"}},"spec":{{"nodeName":"n1"}}}}"#
+                            );
+                            Object::decode(&f.schema, &format!("/registry/pods/ns/{name}"), json.as_bytes(), rv).unwrap()
+                        });
+                        if let Some(o) = &object {
+                            objects.insert(name, o.clone());
+                        }
+                        if object.is_none() && prev.is_none() {
+                            continue;
+                        }
+                        let ev = Arc::new(Event::new(log.len() as u64, rv, object, prev, Instant::now()));
+                        r.dispatch(&f.schema, &ev, &mut Vec::new());
+                        log.push(ev);
+                    }
+                    // Registration's first hold; its tree work is queued.
+                    1 if slots[slot].is_none() => {
+                        let w = shard_watcher(&f, &shards[slot]);
+                        let (id, pending) = r.add(&f.schema, Arc::clone(&w));
+                        prop_assert!(pending);
+                        work.push_back(SpareWork {
+                            change: ShardChange::Added(id),
+                            shard: w.predicate.shard().unwrap().clone(),
+                            patch: None,
+                            step: 0,
+                        });
+                        slots[slot] = Some((w, id, log.len()));
+                    }
+                    // Removal's first hold, once the registration returned (its work is done).
+                    2 => {
+                        let Some((_, id, _)) = &slots[slot] else { continue };
+                        if work.iter().any(|w| w.change == ShardChange::Added(*id)) {
+                            continue;
+                        }
+                        let (w, id, from) = slots[slot].take().unwrap();
+                        let (gone, in_shards) = r.remove(&f.schema, id).unwrap();
+                        prop_assert!(Arc::ptr_eq(&gone, &w));
+                        prop_assert!(in_shards);
+                        work.push_back(SpareWork {
+                            change: ShardChange::Removed(id),
+                            shard: w.predicate.shard().unwrap().clone(),
+                            patch: None,
+                            step: 0,
+                        });
+                        spans.push((w, from, log.len()));
+                    }
+                    _ => step(&mut r, &mut spare, &mut work),
+                }
+            }
+            while !work.is_empty() {
+                step(&mut r, &mut spare, &mut work);
+            }
+            for (w, id, from) in slots.into_iter().flatten() {
+                spans.push((w, from, log.len()));
+                r.remove(&f.schema, id);
+            }
+            spans.push((node, 0, log.len()));
+            for (w, from, to) in &spans {
+                let want: Vec<(u64, crate::model::EventType)> = log[*from..*to]
+                    .iter()
+                    .filter_map(|ev| Some((ev.rv, w.transition(&f.schema, ev)?)))
+                    .collect();
+                let got: Vec<(u64, crate::model::EventType)> =
+                    w.queue.lock().items.iter().map(|d| (d.event.rv, d.kind)).collect();
+                prop_assert_eq!(got, want);
+            }
+            prop_assert_eq!(r.router.shard_summary(), Some(spare.summary()));
+            prop_assert!(r.router.shards_same_as(&spare), "the copies differ");
+        }
     }
 }

@@ -9,16 +9,18 @@
 //!   fan-out: a bookmark read under a watcher's queue lock never overtakes an event.
 //! - Registration takes the start position under the same write lock that registers the watcher,
 //!   so no event can fall between them.
+//! - `shard_spare`, when its lock is free, holds the same watchers' ranges as the registry's
+//!   shard router; while it is held, those plus or minus one watcher's.
 //!
 //! ## Lock order
-//! `state`, then a watcher's queue lock ([`crate::cache::watcher`]). `upstream` is never held with
+//! `shard_spare`, then `state`, then a watcher's queue lock ([`crate::cache::watcher`]). `upstream` is never held with
 //! either. `json_paths` is a leaf, written under `state` and read by decode without it; an object's
 //! field memo (`model/field_memo.rs`) is a leaf too. No lock here is held across an `.await` or while waiting for a consumer.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Waker;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hashbrown::HashSet;
 use tracing::{debug, error, warn};
@@ -32,15 +34,16 @@ use crate::cache::fresh::Coalescer;
 use crate::cache::history::{Event, Evicted, History};
 use crate::cache::list::{self, Page, Rollback};
 use crate::cache::ready::{Readiness, Signal};
-use crate::cache::registry::{Fanout, Registry};
+use crate::cache::registry::{Fanout, Registry, ShardChange};
+use crate::cache::shard_router::ShardRouter;
 use crate::cache::store::Store;
 use crate::cache::upstream::{KeyRange, Upstream};
 use crate::cache::watcher::Watcher;
 use crate::error::Error;
-use crate::histogram::{Histogram, HistogramSnapshot, LATENCY_NANOS, READ_WAIT_NANOS};
+use crate::histogram::{HOLD_NANOS, Histogram, HistogramSnapshot, LATENCY_NANOS, READ_WAIT_NANOS};
 use crate::model::selector::Predicate;
-use crate::model::{DecodeError, FieldPath, Object, ObjectKey, Schema};
-use crate::sync::{AtomicU64, RwLock};
+use crate::model::{DecodeError, FieldPath, Object, ObjectKey, Schema, ShardSelector};
+use crate::sync::{AtomicU64, Mutex, RwLock};
 
 /// One change of an applied batch.
 #[derive(Debug, Clone)]
@@ -119,6 +122,9 @@ pub struct CacheStats {
     /// How long reads waited for the cache to be fresh enough to serve them (consistent reads,
     /// and reads at a revision the cache had not reached), in nanoseconds.
     pub read_wait: HistogramSnapshot,
+    /// For each watch registered: its longest hold of the cache's lock, in nanoseconds (a
+    /// sharded watch's ranges are added outside it).
+    pub registration_holds: HistogramSnapshot,
     /// Reads refused: the cache was not ready (429).
     pub refused_not_ready: u64,
     /// Reads refused: the cache did not become fresh in time (504).
@@ -165,6 +171,7 @@ pub(crate) struct Metrics {
     pub upstream_failures: std::sync::atomic::AtomicU64,
     queued: Histogram,
     pub read_wait: Histogram,
+    registration_holds: Histogram,
     refused_not_ready: std::sync::atomic::AtomicU64,
     pub refused_timeout: std::sync::atomic::AtomicU64,
     pub refused_upstream: std::sync::atomic::AtomicU64,
@@ -183,6 +190,7 @@ impl Default for Metrics {
             upstream_failures: Default::default(),
             queued: Histogram::new(LATENCY_NANOS),
             read_wait: Histogram::new(READ_WAIT_NANOS),
+            registration_holds: Histogram::new(HOLD_NANOS),
             refused_not_ready: Default::default(),
             refused_timeout: Default::default(),
             refused_upstream: Default::default(),
@@ -349,11 +357,16 @@ pub(crate) struct Shared {
     ready: Signal,
     /// The watches' bookmark timers: one wheel, not a tokio timer per watch (`deadlines.rs`).
     pub bookmarks: Arc<Deadlines>,
+    /// The spare copy of the shard router (`None` when the schema does not route shards): equal
+    /// to the registry's whenever this lock is free. Sharded watchers' ranges are added to and
+    /// removed from it outside the state lock, then it is swapped with the registry's.
+    shard_spare: Mutex<Option<Box<ShardRouter>>>,
 }
 
 impl Shared {
     pub fn new(schema: Schema, config: CacheConfig) -> Shared {
         let fresh_reads = Arc::new(Coalescer::new(config.max_upstream_reads));
+        let shard_spare = Mutex::new(schema.route_shards.then(|| Box::new(ShardRouter::new())));
         let state = State {
             store: Store::new(&schema),
             history: History::new(schema.def.history),
@@ -378,6 +391,7 @@ impl Shared {
             json_paths: RwLock::new(Arc::from([])),
             ready: Signal::new(),
             bookmarks: Deadlines::new(None, deadlines::TICK),
+            shard_spare,
         }
     }
 
@@ -755,10 +769,16 @@ impl Shared {
 
     /// Registers a watcher with this predicate, starting as `from` says.
     ///
+    /// A watcher the shard router routes takes two holds of the state lock, each as short as an
+    /// ordinary watcher's one: the first registers it as unrouted (its filter checks the hash),
+    /// the second swaps in the spare shard router, to which its ranges were added in between,
+    /// outside the lock (see `shard_router.rs`).
+    ///
     /// # Errors
     /// [`Evicted`] when [`From::After`] names a revision older than the window.
     pub fn register(&self, pred: Predicate, from: From) -> Result<Registered, Evicted> {
         let mut st = self.state.write();
+        let held = Instant::now();
         if let Readiness::Diverged { .. } = st.readiness {
             // A position taken before the reset means nothing now.
             return Err(st.history.evicted());
@@ -790,7 +810,13 @@ impl Shared {
             self.publish_paths(&st);
         }
         let watcher = Arc::new(watcher);
-        let id = st.registry.add(&self.schema, Arc::clone(&watcher));
+        let (id, pending) = st.registry.add(&self.schema, Arc::clone(&watcher));
+        let mut longest = held.elapsed();
+        drop(st);
+        if pending && let Some(shard) = watcher.predicate.shard() {
+            longest = longest.max(self.change_shards(ShardChange::Added(id), shard));
+        }
+        self.metrics.registration_holds.observe_duration(longest);
         Ok(Registered {
             watcher,
             id,
@@ -799,13 +825,46 @@ impl Shared {
         })
     }
 
+    /// Ends a registered watcher (after its [`register`](Shared::register) returned). A
+    /// watcher in the shard router takes two short holds of the state lock, as it registered:
+    /// its ranges are removed from the spare shard router in between, while events reaching its
+    /// id are dropped.
     pub fn unregister(&self, id: u32) {
         let mut st = self.state.write();
-        if let Some(w) = st.registry.remove(&self.schema, id)
-            && st.release_paths(&w.predicate)
-        {
+        let Some((w, in_shards)) = st.registry.remove(&self.schema, id) else {
+            return;
+        };
+        if st.release_paths(&w.predicate) {
             self.publish_paths(&st);
         }
+        drop(st);
+        if in_shards && let Some(shard) = w.predicate.shard() {
+            self.change_shards(ShardChange::Removed(id), shard);
+        }
+    }
+
+    /// Adds a watcher's ranges to the shard router, or removes them: to the spare copy, outside
+    /// the state lock; then, under it, swaps the copies (O(1)); then copies the slots that wrote
+    /// to the other copy, which no dispatch reads any more. Concurrent changes wait for each
+    /// other on the spare's lock, never for the state lock's holders. Returns how long the
+    /// state lock was held.
+    fn change_shards(&self, change: ShardChange, shard: &ShardSelector) -> Duration {
+        let mut guard = self.shard_spare.lock();
+        let Some(spare) = guard.as_mut() else {
+            return Duration::ZERO;
+        };
+        match change {
+            ShardChange::Added(id) => spare.add(id, shard),
+            ShardChange::Removed(id) => spare.remove(id, shard),
+        }
+        let patch = spare.take_patch();
+        let mut st = self.state.write();
+        let held = Instant::now();
+        st.registry.swap_shards(spare, change);
+        let took = held.elapsed();
+        drop(st);
+        spare.apply(patch);
+        took
     }
 
     /// Refills a parked watcher's queue from history (see [`Watcher::catch_up`]).
@@ -838,6 +897,7 @@ impl Shared {
             object_bytes: st.store.bytes() as u64,
             queued_latency: m.queued.snapshot(),
             read_wait: m.read_wait.snapshot(),
+            registration_holds: m.registration_holds.snapshot(),
             refused_not_ready: Metrics::get(&m.refused_not_ready),
             refused_timeout: Metrics::get(&m.refused_timeout),
             refused_upstream: Metrics::get(&m.refused_upstream),

@@ -791,6 +791,13 @@ pub(crate) async fn render(
          connection (stage written, once per delivery)",
         dispatch.clone(),
     );
+    let holds = Snapshots::<ResourceLabel>::new();
+    reg.register(
+        "watch_registration_lock_hold_seconds",
+        "For each watch registered: its longest hold of the cache's lock (a sharded watch's \
+         ranges are inserted into the shard router outside it)",
+        holds.clone(),
+    );
     reg.register(
         "watch_conversions",
         "Watch event bodies made in a variant (format, fields): each event once per variant, \
@@ -868,6 +875,7 @@ pub(crate) async fn render(
             s.queued_latency.clone(),
             NANOS,
         );
+        holds.push(l.clone(), s.registration_holds.clone(), NANOS);
         for (reason, n) in [
             ("not_ready", s.refused_not_ready),
             ("timeout", s.refused_timeout),
