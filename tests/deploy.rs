@@ -693,7 +693,7 @@ async fn reflect(
     base: String,
     path: String,
     mut rv: u64,
-    until: tokio::sync::watch::Receiver<u64>,
+    mut until: tokio::sync::watch::Receiver<u64>,
 ) -> (Vec<u64>, usize, usize) {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
@@ -723,7 +723,21 @@ async fn reflect(
             continue;
         }
         let mut buf = Vec::new();
-        'stream: while let Ok(Some(chunk)) = res.chunk().await {
+        'stream: loop {
+            // The last write's resourceVersion, once known, ends an idle stream too.
+            let chunk = tokio::select! {
+                c = res.chunk() => c,
+                _ = until.changed() => {
+                    let last = *until.borrow();
+                    if last > 0 && rv >= last {
+                        return (seen, relists, resumes);
+                    }
+                    continue 'stream;
+                }
+            };
+            let Ok(Some(chunk)) = chunk else {
+                break 'stream;
+            };
             buf.extend_from_slice(&chunk);
             while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = buf.drain(..=nl).collect();
@@ -755,6 +769,10 @@ async fn reflect(
                     seen.push(at);
                 }
                 rv = at;
+                let last = *until.borrow();
+                if last > 0 && rv >= last {
+                    return (seen, relists, resumes);
+                }
             }
         }
         resumes += 1;
@@ -887,16 +905,22 @@ async fn a_rolling_restart_behind_haproxy_loses_nothing_and_relists_nothing() {
     writing.store(false, std::sync::atomic::Ordering::Relaxed);
     let written = writer.await.unwrap();
     until_tx.send(*written.last().unwrap()).unwrap();
+    let mut total = 0;
     for c in clients {
         let (seen, relists, resumes) = tokio::time::timeout(Duration::from_secs(60), c)
             .await
             .expect("every client reaches the last write")
             .unwrap();
         assert_eq!(relists, 0, "a relist");
-        assert!(
-            resumes >= 2,
-            "each replica's drain ends the watch on it: {resumes}"
-        );
         assert_eq!(seen, written, "every change once, in order");
+        // At least the second replica's drain ends each watch (all are on it by then).
+        assert!(resumes >= 1, "{resumes}");
+        total += resumes;
     }
+    // And the first's, for the watches it held.
+    assert!(total > 10, "{total} resumes");
+    eprintln!(
+        "10 clients through HAProxy, 2 replicas drained and restarted in turn: {} changes each, 0 relists, {total} resumes",
+        written.len()
+    );
 }
