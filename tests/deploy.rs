@@ -685,6 +685,26 @@ async fn a_drained_replica_ends_its_watches_spread_with_a_bookmark_to_resume_els
     drop(b);
 }
 
+/// A watch's first ERROR event's code (0 when the stream ends without one), and its line.
+fn expired_watch(url: String) -> tokio::task::JoinHandle<(i64, String)> {
+    tokio::spawn(async move {
+        let mut res = reqwest::get(&url).await.unwrap();
+        assert_eq!(res.status(), 200, "{url}");
+        let mut buf = Vec::new();
+        while let Some(chunk) = res.chunk().await.unwrap() {
+            buf.extend_from_slice(&chunk);
+            while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=nl).collect();
+                let ev: Value = serde_json::from_slice(&line).unwrap();
+                if ev["type"] == "ERROR" {
+                    return (ev["object"]["code"].as_i64().unwrap(), ev.to_string());
+                }
+            }
+        }
+        (0, String::new())
+    })
+}
+
 /// A reflector's loop over plain HTTP, through a load balancer: watch from `rv`, resume from the
 /// last resourceVersion seen (a change or a bookmark) whenever the stream ends or the connection
 /// fails, relist on 410 (counted: the goal is none). Each attempt is a new connection, so the
@@ -919,6 +939,48 @@ async fn a_rolling_restart_behind_haproxy_loses_nothing_and_relists_nothing() {
     }
     // And the first's, for the watches it held.
     assert!(total > 10, "{total} resumes");
+    // A client whose resourceVersion predates a restarted replica's window (k/k#133810: a client
+    // that reconnects to a replica whose cache starts later looped on "too old"): a 410 ERROR
+    // event, then its relist succeeds, both ways client-go relists (at the last resourceVersion,
+    // not older than it; and consistent), and a watch from the list's revision streams: once.
+    for listen in &plain {
+        let direct = format!("http://{listen}");
+        let (seen, _) = tokio::time::timeout(
+            Duration::from_secs(10),
+            expired_watch(format!("{direct}{cms}?watch=1&resourceVersion={start_rv}")),
+        )
+        .await
+        .expect("the stale watch answers at once")
+        .unwrap();
+        assert_eq!(seen, 410, "a watch before the restarted window");
+        for query in [
+            format!("resourceVersion={start_rv}&resourceVersionMatch=NotOlderThan"),
+            String::new(),
+        ] {
+            let r = reqwest::get(format!("{direct}{cms}?{query}"))
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "relist ?{query}");
+            let list: Value = r.json().await.unwrap();
+            let rv: u64 = list["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(rv >= *written.last().unwrap(), "relist ?{query} at {rv}");
+            assert_eq!(list["items"].as_array().unwrap().len(), written.len());
+            let (code, _) = tokio::time::timeout(
+                Duration::from_secs(10),
+                expired_watch(format!(
+                    "{direct}{cms}?watch=1&resourceVersion={rv}&timeoutSeconds=1"
+                )),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+            assert_eq!(code, 0, "the watch after the relist streams");
+        }
+    }
     eprintln!(
         "10 clients through HAProxy, 2 replicas drained and restarted in turn: {} changes each, 0 relists, {total} resumes",
         written.len()
