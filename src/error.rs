@@ -86,16 +86,24 @@ pub enum Error {
         /// The oldest resourceVersion the cache can still serve from.
         oldest: u64,
     },
-    /// A continue token refers to a list whose resourceVersion fell out of the history window (410 Expired).
+    /// A continue token refers to a list whose resourceVersion fell out of the history window
+    /// (410 Expired), in upstream's words; `continue_token` continues the list after the same
+    /// key at the latest revision, for a client that accepts an inconsistent list (upstream
+    /// puts it in the Status's `metadata.continue`).
     #[error(
-        "the provided continue parameter is too old to display a consistent list result; \
-         start a new list without the continue parameter (list resourceVersion {requested}, oldest available {oldest})"
+        "The provided continue parameter is too old to display a consistent list result. You can \
+         start a new list without the continue parameter, or use the continue token in this \
+         response to retrieve the remainder of the results. Continuing with the provided token \
+         results in an inconsistent list - objects that were created, modified, or deleted \
+         between the time the first chunk was returned and now may show up in the list."
     )]
     ContinueExpired {
         /// The resourceVersion of the list the token continues.
         requested: u64,
         /// The oldest resourceVersion the cache can still serve from.
         oldest: u64,
+        /// The token that continues at the latest revision.
+        continue_token: String,
     },
     /// The cache did not reach the requested resourceVersion in time (504, Retry-After 1 s).
     #[error("Too large resource version: {requested}, current: {current}")]
@@ -257,6 +265,7 @@ mod tests {
                 Error::ContinueExpired {
                     requested: 1,
                     oldest: 5,
+                    continue_token: "t".into(),
                 },
                 "Expired",
                 410,

@@ -144,7 +144,10 @@ pub fn continue_token(data: &[u8]) {
         return;
     };
     if let Ok((rv, key)) = crate::cache::continue_token::decode(text) {
-        let again = crate::cache::continue_token::encode(rv, &key);
+        let again = match rv {
+            Some(rv) => crate::cache::continue_token::encode(rv, &key),
+            None => crate::cache::continue_token::encode_latest(&key),
+        };
         let decoded = crate::cache::continue_token::decode(&again)
             .unwrap_or_else(|e| panic!("re-encoded token {again} does not decode: {e:?}"));
         assert_eq!(decoded, (rv, key));

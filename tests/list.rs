@@ -263,8 +263,24 @@ async fn a_continue_token_older_than_the_window_is_expired() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::ContinueExpired { .. }), "{err:?}");
     assert_eq!((err.code(), err.reason()), (410, "Expired"));
+    assert!(
+        err.to_string()
+            .starts_with("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response"),
+        "upstream's words: {err}"
+    );
+    // As upstream: a token that continues after the same key (p1) at the latest revision, which
+    // gives the rest of the list as it is now (`churn` sorts before p1).
+    let Error::ContinueExpired { continue_token, .. } = err else {
+        panic!("{err:?}")
+    };
+    let rest = cache
+        .list(&ListOptions::all().continue_from(continue_token))
+        .await
+        .unwrap();
+    let names: Vec<&str> = rest.items.iter().map(|o| o.name()).collect();
+    assert_eq!(names, ["p2", "p3", "p4", "p5"]);
+    assert!(rest.resource_version > first.resource_version);
     let exact = cache
         .list(&ListOptions::all().at(
             ResourceVersion::At(first.resource_version),

@@ -755,7 +755,9 @@ fn run(case: Case) -> Result<(), TestCaseError> {
                         }
                     }
                 }
-                Err(Error::ContinueExpired { requested, oldest }) => {
+                Err(Error::ContinueExpired {
+                    requested, oldest, ..
+                }) => {
                     prop_assert!(case.history.is_some());
                     prop_assert!(requested < oldest);
                 }

@@ -47,10 +47,20 @@ pub(crate) fn plan_list(
             ));
         }
         let (at, last) = continue_token::decode(token)?;
-        return Ok(ListPlan {
-            wait: Wait::For(at),
-            at: Some(at),
-            after: Some(format!("{prefix}{last}")),
+        let after = Some(format!("{prefix}{last}"));
+        return Ok(match at {
+            Some(at) => ListPlan {
+                wait: Wait::For(at),
+                at: Some(at),
+                after,
+            },
+            // The latest revision (a token from an expired continue's 410): the rest of the
+            // list as a consistent read now, inconsistent with the pages before.
+            None => ListPlan {
+                wait: Wait::Fresh,
+                at: None,
+                after,
+            },
         });
     }
     let cache = |wait, at| {

@@ -1,5 +1,7 @@
 //! Continue tokens, in upstream's form: URL-safe base64 (no padding) of
-//! `{"v":"meta.k8s.io/v1","rv":R,"start":"<key after the prefix>\u0000"}`.
+//! `{"v":"meta.k8s.io/v1","rv":R,"start":"<key after the prefix>\u0000"}`. A negative R (upstream
+//! writes -1) continues at the latest revision: the token a 410 for an expired continue hands
+//! back, for a client that accepts an inconsistent list (`storage.EncodeContinue(key, prefix, -1)`).
 // Reads outside input (requests or stored values): it must not panic on any of it
 // (design/reliability.md).
 #![cfg_attr(
@@ -37,8 +39,20 @@ pub(crate) fn encode(rv: u64, last_key: &str) -> String {
     URL_SAFE_NO_PAD.encode(json)
 }
 
-/// Decodes a token into (list revision, last returned key relative to the prefix).
-pub(crate) fn decode(token: &str) -> Result<(u64, String), Error> {
+/// Encodes a token that continues after `last_key` at the latest revision (rv -1).
+pub(crate) fn encode_latest(last_key: &str) -> String {
+    let t = Token {
+        v: "meta.k8s.io/v1".into(),
+        rv: -1,
+        start: format!("{last_key}\u{0}"),
+    };
+    let json = serde_json::to_vec(&t).unwrap_or_else(|_| unreachable!("a token always serializes"));
+    URL_SAFE_NO_PAD.encode(json)
+}
+
+/// Decodes a token into (list revision, `None` for the latest; last returned key relative to
+/// the prefix).
+pub(crate) fn decode(token: &str) -> Result<(Option<u64>, String), Error> {
     let bad = |why: &str| Error::bad_request(format!("continue key is not valid: {why}"));
     let bytes = URL_SAFE_NO_PAD
         .decode(token.trim_end_matches('='))
@@ -47,7 +61,7 @@ pub(crate) fn decode(token: &str) -> Result<(u64, String), Error> {
     if t.v != "meta.k8s.io/v1" {
         return Err(bad("unsupported version"));
     }
-    if t.rv <= 0 {
+    if t.rv == 0 {
         return Err(bad(
             "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
         ));
@@ -58,7 +72,7 @@ pub(crate) fn decode(token: &str) -> Result<(u64, String), Error> {
     if last.is_empty() {
         return Err(bad("encoded start key is empty"));
     }
-    Ok((t.rv as u64, last.to_owned()))
+    Ok((u64::try_from(t.rv).ok(), last.to_owned()))
 }
 
 #[cfg(test)]
@@ -68,7 +82,12 @@ mod tests {
     #[test]
     fn round_trips_and_rejects_garbage() {
         let t = encode(42, "ns/pod-1");
-        assert_eq!(decode(&t).unwrap(), (42, "ns/pod-1".to_owned()));
+        assert_eq!(decode(&t).unwrap(), (Some(42), "ns/pod-1".to_owned()));
+        // Upstream's token for the latest revision, as a 410 for an expired continue hands back.
+        assert_eq!(
+            decode(&encode_latest("ns/pod-1")).unwrap(),
+            (None, "ns/pod-1".to_owned())
+        );
         for bad in [
             "",
             "!!!",
@@ -97,9 +116,9 @@ mod tests {
         ) {
             let _ = decode(&garbage);
             if let Ok((at, _)) = decode(&URL_SAFE_NO_PAD.encode(&json)) {
-                proptest::prop_assert!(at >= 1 && at <= i64::MAX as u64);
+                proptest::prop_assert!(at.is_none_or(|at| at >= 1 && at <= i64::MAX as u64));
             }
-            proptest::prop_assert_eq!(decode(&encode(rv, &last)).unwrap(), (rv, last));
+            proptest::prop_assert_eq!(decode(&encode(rv, &last)).unwrap(), (Some(rv), last));
         }
     }
 }

@@ -383,10 +383,17 @@ impl Cache {
             .page(at, &pred, after.as_deref(), limit)
             .map_err(|e| {
                 let requested = at.unwrap_or_default();
+                let prefix = &self.shared.schema.def.prefix;
                 if continuing {
+                    // The rest of the list after the same key, at the latest revision.
+                    let last = after
+                        .as_deref()
+                        .and_then(|a| a.strip_prefix(prefix.as_str()))
+                        .unwrap_or_default();
                     Error::ContinueExpired {
                         requested,
                         oldest: e.oldest,
+                        continue_token: continue_token::encode_latest(last),
                     }
                 } else {
                     Error::Expired {

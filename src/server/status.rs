@@ -15,15 +15,7 @@ pub struct ApiError(Box<Status>);
 impl ApiError {
     /// A status with a code, reason and message.
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError(Box::new(Status {
-            code,
-            reason,
-            message: message.into(),
-            retry_after: None,
-            causes: Vec::new(),
-            details: None,
-            group: String::new(),
-        }))
+        ApiError(Box::new(Status::new(code, reason, message)))
     }
 
     /// 400 BadRequest.
@@ -268,6 +260,9 @@ impl From<Error> for ApiError {
     fn from(e: Error) -> ApiError {
         let mut out = ApiError::new(e.code(), e.reason(), e.to_string());
         out.0.retry_after = e.retry_after().map(|d| d.as_secs().max(1));
+        if let Error::ContinueExpired { continue_token, .. } = &e {
+            out.0.continue_token = Some(continue_token.clone());
+        }
         if let Error::TooLargeResourceVersion { .. } = e {
             out.0.causes.push(Cause {
                 reason: "ResourceVersionTooLarge",
@@ -342,5 +337,28 @@ mod tests {
         assert!(std::str::from_utf8(&e.status_json()).unwrap().ends_with(
             r#""reason":"TooManyRequests","details":{"retryAfterSeconds":3},"code":429}"#
         ));
+        // An expired continue: upstream's words, and the token for the rest in metadata.
+        let e = ApiError::from(Error::ContinueExpired {
+            requested: 3,
+            oldest: 9,
+            continue_token: "tok".into(),
+        });
+        let json = String::from_utf8(e.status_json().to_vec()).unwrap();
+        assert!(
+            json.starts_with(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{"continue":"tok"},"status":"Failure","message":"The provided continue parameter is too old"#
+            ),
+            "{json}"
+        );
+        assert!(
+            json.ends_with(r#""reason":"Expired","code":410}"#),
+            "{json}"
+        );
+        // In protobuf too: Status.metadata (1) is a ListMeta whose continue is field 3.
+        let pb = e.status().protobuf();
+        assert!(
+            pb.windows(5).any(|w| w == [0x1a, 3, b't', b'o', b'k']),
+            "{pb:?}"
+        );
     }
 }

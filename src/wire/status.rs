@@ -16,6 +16,9 @@ pub(crate) struct Status {
     pub details: Option<(String, String)>,
     /// `details.group`, when the error names an API group (Forbidden).
     pub group: String,
+    /// `metadata.continue`: an expired continue's token for the rest of the list at the latest
+    /// revision.
+    pub continue_token: Option<String>,
 }
 
 /// One entry of `details.causes`: why, what, and which field (when one is at fault).
@@ -37,6 +40,7 @@ impl Status {
             causes: Vec::new(),
             details: None,
             group: String::new(),
+            continue_token: None,
         }
     }
 
@@ -46,9 +50,12 @@ impl Status {
     pub fn json(&self) -> Bytes {
         let this = self;
         let mut out = Vec::with_capacity(160 + this.message.len());
-        out.extend_from_slice(
-            br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"#,
-        );
+        out.extend_from_slice(br#"{"kind":"Status","apiVersion":"v1","metadata":{"#);
+        if let Some(c) = &this.continue_token {
+            out.extend_from_slice(br#""continue":"#);
+            string(&mut out, c);
+        }
+        out.extend_from_slice(br#"},"status":"Failure","message":"#);
         string(&mut out, &this.message);
         out.extend_from_slice(br#","reason":"#);
         string(&mut out, this.reason);
