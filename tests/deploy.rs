@@ -44,6 +44,40 @@ fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
+/// A list's or an object's resourceVersion (`metadata` of `v`).
+fn rv_of(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no resourceVersion: {v}"))
+        .parse()
+        .unwrap()
+}
+
+/// Adds a watch response's chunk to `buf` and takes out the events it completes.
+fn events_in(buf: &mut Vec<u8>, chunk: &[u8]) -> Vec<Value> {
+    buf.extend_from_slice(chunk);
+    let mut events = Vec::new();
+    while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+        let line: Vec<u8> = buf.drain(..=nl).collect();
+        events.push(serde_json::from_slice(&line).unwrap());
+    }
+    events
+}
+
+/// Panics, naming the Debian package scripts/test installs, when `tool` is not on PATH.
+fn require(tool: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(
+        found,
+        "{tool} is missing: scripts/test installs it (Debian package {tool})"
+    );
+}
+
 /// helm, built once per test process by scripts/helm-peer.
 fn helm() -> Command {
     static HELM: OnceLock<PathBuf> = OnceLock::new();
@@ -289,15 +323,7 @@ struct Podman {
 impl Podman {
     fn new() -> Podman {
         for tool in ["podman", "runc", "umoci"] {
-            assert!(
-                Command::new("sh")
-                    .args(["-c", &format!("command -v {tool}")])
-                    .output()
-                    .unwrap()
-                    .status
-                    .success(),
-                "{tool} is missing: scripts/test installs it (Debian package {tool})"
-            );
+            require(tool);
         }
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -485,6 +511,47 @@ async fn the_image_runs_as_a_non_root_user_without_a_shell_and_serves_from_etcd(
     ok(&mut podman.cmd(&["rm", "--force", &name]));
 }
 
+/// The ConfigMaps of namespace `default`, which the drain and replica tests write and watch.
+const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
+
+/// Creates ConfigMaps `NAME-0`, `NAME-1`, ... in `default` through kube-apiserver, one every
+/// 100 ms, `count` of them or until `going` is false; their resourceVersions, in order.
+fn write_configmaps(
+    kas: &KubeApiserver,
+    name: &'static str,
+    count: usize,
+    going: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<u64>> {
+    let (url, ca, admin) = (
+        kas.url.clone(),
+        kas.pki.ca.cert_file.clone(),
+        kas.pki.admin.clone(),
+    );
+    tokio::spawn(async move {
+        let mut written = Vec::new();
+        while written.len() < count && going.load(std::sync::atomic::Ordering::Relaxed) {
+            let body = format!(
+                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}-{}"}}}}"#,
+                written.len()
+            );
+            let (code, out) = support::kube::https_request(
+                &url,
+                &ca,
+                Some(&admin),
+                "POST",
+                CONFIGMAPS,
+                Some(&body),
+            )
+            .await
+            .unwrap();
+            assert_eq!(code, 201, "{out}");
+            written.push(rv_of(&json(&out)));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        written
+    })
+}
+
 /// One watch's lines over plain HTTP: (type, resourceVersion) in order, and when the stream
 /// ended.
 type Watched = (Vec<(String, u64)>, Instant);
@@ -497,17 +564,10 @@ fn watch_from(url: String, until: Option<u64>) -> tokio::task::JoinHandle<Watche
         let mut seen = Vec::new();
         let mut buf = Vec::new();
         while let Some(chunk) = res.chunk().await.unwrap() {
-            buf.extend_from_slice(&chunk);
-            while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=nl).collect();
-                let ev: Value = serde_json::from_slice(&line).unwrap();
+            for ev in events_in(&mut buf, &chunk) {
                 let kind = ev["type"].as_str().unwrap().to_owned();
                 assert_ne!(kind, "ERROR", "{url}: {ev}");
-                let rv: u64 = ev["object"]["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
+                let rv = rv_of(&ev["object"]);
                 seen.push((kind, rv));
                 if until.is_some_and(|u| rv >= u) {
                     return (seen, Instant::now());
@@ -552,18 +612,14 @@ async fn a_drained_replica_ends_its_watches_spread_with_a_bookmark_to_resume_els
     )
     .await;
     let (base_a, base_b) = (format!("http://{la}"), format!("http://{lb}"));
-    let cms = "/api/v1/namespaces/default/configmaps";
+    let cms = CONFIGMAPS;
     let list: Value = reqwest::get(format!("{base_b}{cms}"))
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    let start_rv: u64 = list["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start_rv = rv_of(&list);
     let watch = |base: &str, rv: u64, bookmarks: bool| {
         format!(
             "{base}{cms}?watch=1&resourceVersion={rv}&allowWatchBookmarks={bookmarks}&timeoutSeconds=600"
@@ -571,31 +627,8 @@ async fn a_drained_replica_ends_its_watches_spread_with_a_bookmark_to_resume_els
     };
 
     // Writes through kube-apiserver, every 100 ms, for 10 s.
-    let (url, ca, admin) = (
-        kas.url.clone(),
-        kas.pki.ca.cert_file.clone(),
-        kas.pki.admin.clone(),
-    );
-    let writer = tokio::spawn(async move {
-        let mut last = 0;
-        for i in 0..100 {
-            let body = format!(
-                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{i}"}}}}"#
-            );
-            let (code, out) =
-                support::kube::https_request(&url, &ca, Some(&admin), "POST", cms, Some(&body))
-                    .await
-                    .unwrap();
-            assert_eq!(code, 201, "{out}");
-            last = json(&out)["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap()
-                .parse::<u64>()
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        last
-    });
+    let going = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let writer = write_configmaps(&kas, "cm", 100, going);
     let drained: Vec<_> = (0..20)
         .map(|_| watch_from(watch(&base_a, start_rv, true), None))
         .collect();
@@ -659,7 +692,7 @@ async fn a_drained_replica_ends_its_watches_spread_with_a_bookmark_to_resume_els
 
     // Each watch resumes on the other replica from its bookmark: together, its changes are
     // the whole sequence's, each once, in order, none missing.
-    let last = writer.await.unwrap();
+    let last = *writer.await.unwrap().last().unwrap();
     // Every change, from a watch on the other replica from the start.
     let (all, _) = tokio::time::timeout(
         Duration::from_secs(20),
@@ -692,10 +725,7 @@ fn expired_watch(url: String) -> tokio::task::JoinHandle<(i64, String)> {
         assert_eq!(res.status(), 200, "{url}");
         let mut buf = Vec::new();
         while let Some(chunk) = res.chunk().await.unwrap() {
-            buf.extend_from_slice(&chunk);
-            while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=nl).collect();
-                let ev: Value = serde_json::from_slice(&line).unwrap();
+            for ev in events_in(&mut buf, &chunk) {
                 if ev["type"] == "ERROR" {
                     return (ev["object"]["code"].as_i64().unwrap(), ev.to_string());
                 }
@@ -758,10 +788,7 @@ async fn reflect(
             let Ok(Some(chunk)) = chunk else {
                 break 'stream;
             };
-            buf.extend_from_slice(&chunk);
-            while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=nl).collect();
-                let ev: Value = serde_json::from_slice(&line).unwrap();
+            for ev in events_in(&mut buf, &chunk) {
                 if ev["type"] == "ERROR" {
                     assert_eq!(ev["object"]["code"], 410, "{ev}");
                     relists += 1;
@@ -773,18 +800,10 @@ async fn reflect(
                         .json()
                         .await
                         .unwrap();
-                    rv = list["metadata"]["resourceVersion"]
-                        .as_str()
-                        .unwrap()
-                        .parse()
-                        .unwrap();
+                    rv = rv_of(&list);
                     break 'stream;
                 }
-                let at: u64 = ev["object"]["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
+                let at = rv_of(&ev["object"]);
                 if ev["type"] != "BOOKMARK" {
                     seen.push(at);
                 }
@@ -835,30 +854,17 @@ async fn a_rolling_restart_behind_haproxy_loses_nothing_and_relists_nothing() {
         ),
     )
     .unwrap();
-    assert!(
-        Command::new("sh")
-            .args(["-c", "command -v haproxy"])
-            .output()
-            .unwrap()
-            .status
-            .success(),
-        "haproxy is missing: scripts/test installs it (Debian package haproxy)"
-    );
+    require("haproxy");
     let mut cmd = Command::new("haproxy");
     cmd.arg("-db").arg("-f").arg(&cfg);
     let _haproxy = support::kube::Proc::spawn("haproxy", cmd, dir.path().join("haproxy.log"));
     let base = format!("http://{lb}");
-    let cms = "/api/v1/namespaces/default/configmaps";
+    let cms = CONFIGMAPS;
     let start_rv = loop {
         if let Ok(r) = reqwest::get(format!("{base}{cms}")).await
             && r.status() == 200
         {
-            let list: Value = r.json().await.unwrap();
-            break list["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap()
-                .parse::<u64>()
-                .unwrap();
+            break rv_of(&r.json().await.unwrap());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
@@ -875,37 +881,8 @@ async fn a_rolling_restart_behind_haproxy_loses_nothing_and_relists_nothing() {
         })
         .collect();
     // Writes through kube-apiserver every 100 ms while each replica in turn drains and restarts.
-    let (url, ca, admin) = (
-        kas.url.clone(),
-        kas.pki.ca.cert_file.clone(),
-        kas.pki.admin.clone(),
-    );
     let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let still = std::sync::Arc::clone(&writing);
-    let writer = tokio::spawn(async move {
-        let mut written = Vec::new();
-        let mut i = 0;
-        while still.load(std::sync::atomic::Ordering::Relaxed) {
-            let body = format!(
-                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"roll-{i}"}}}}"#
-            );
-            let (code, out) =
-                support::kube::https_request(&url, &ca, Some(&admin), "POST", cms, Some(&body))
-                    .await
-                    .unwrap();
-            assert_eq!(code, 201, "{out}");
-            written.push(
-                json(&out)["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap()
-                    .parse::<u64>()
-                    .unwrap(),
-            );
-            i += 1;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        written
-    });
+    let writer = write_configmaps(&kas, "roll", usize::MAX, std::sync::Arc::clone(&writing));
     tokio::time::sleep(Duration::from_secs(1)).await;
     for r in replicas.iter_mut() {
         r.proc.term();
@@ -962,11 +939,7 @@ async fn a_rolling_restart_behind_haproxy_loses_nothing_and_relists_nothing() {
                 .unwrap();
             assert_eq!(r.status(), 200, "relist ?{query}");
             let list: Value = r.json().await.unwrap();
-            let rv: u64 = list["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap()
-                .parse()
-                .unwrap();
+            let rv = rv_of(&list);
             assert!(rv >= *written.last().unwrap(), "relist ?{query} at {rv}");
             assert_eq!(list["items"].as_array().unwrap().len(), written.len());
             let (code, _) = tokio::time::timeout(

@@ -974,22 +974,12 @@ fn main() -> ExitCode {
         warn!(error = %e, "transparent huge pages stay on");
     }
     let open_files = match &cli.command {
-        // At debug: the limit in force bounds the connections served, a warning when unraised.
-        Command::Serve(_) => match fdlimit::raise() {
+        // The limit in force bounds the connections served, and the bench's (the server it
+        // starts inherits it; a run that cannot fit names both numbers). At debug; a warning
+        // when unraised.
+        Command::Serve(_) | Command::Bench(_) => match fdlimit::raise() {
             Ok(f) => {
                 debug!(soft = f.soft, hard = f.hard, was = f.was, "open-file limit");
-                Some(f)
-            }
-            Err(e) => {
-                warn!(error = %e, "open-file limit unchanged");
-                None
-            }
-        },
-        // The bench's connections are descriptors too, and the server it starts inherits its
-        // limits.
-        Command::Bench(_) => match fdlimit::raise() {
-            Ok(f) => {
-                info!(soft = f.soft, hard = f.hard, was = f.was, "open-file limit");
                 Some(f)
             }
             Err(e) => {
