@@ -108,11 +108,11 @@ pub use error::{Cause, Error, Result};
 #[doc(hidden)]
 pub mod fuzz;
 pub use model::{
-    Computed, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType, FieldLabels,
-    FieldPath, FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector, Object,
-    PrinterColumn, Quantity, ResourceDef, ResourceVersion, RvMatch, Selection, SelectorError,
-    ShardKey, ShardRange, ShardSelector, ShardSelectorError, columns, definition, encode_counts,
-    names, selector,
+    Computed, CrdServing, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType,
+    FieldLabels, FieldPath, FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector,
+    Object, PrinterColumn, Quantity, ResourceDef, ResourceVersion, RvMatch, Selection,
+    SelectorError, ShardKey, ShardRange, ShardSelector, ShardSelectorError, columns, definition,
+    encode_counts, names, selector,
 };
 #[cfg(feature = "apiserver")]
 pub use upstream::apiserver;

@@ -207,6 +207,20 @@ impl Cache {
         self.shared.is_ready()
     }
 
+    /// Whether `other` is a handle on this same cache.
+    pub fn same(&self, other: &Cache) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// Ends every watch of this cache, now and from now on, without an error: each stream
+    /// delivers what is queued for it and ends, as kube-apiserver ends the watches of a
+    /// resource it stops serving (a CRD deleted or redefined). Its client resumes from the last
+    /// event it saw, wherever the resource is served next. Reads are unaffected; the server
+    /// stops routing requests here first.
+    pub fn close(&self) {
+        self.shared.close();
+    }
+
     /// Whether the upstream said it does not serve this resource (see
     /// [`CacheWriter::set_absent`]).
     pub fn is_absent(&self) -> bool {
@@ -672,6 +686,27 @@ mod tests {
         );
         let src = crate::MemorySource::new(writer, 1, []);
         (cache, src)
+    }
+
+    #[tokio::test]
+    async fn a_closed_cache_ends_its_watches_after_what_they_were_sent() {
+        let (cache, src) = ready();
+        let opts = || WatchOptions::new(Selection::all(), ResourceVersion::At(src.revision()));
+        let mut w = cache.watch(opts()).await.unwrap();
+        src.put(&key("a"), pod("a", "n1")).unwrap();
+        cache.close();
+        // Queued before the close: delivered; then the end, with no error.
+        let ev = w.next().await.unwrap().unwrap();
+        assert_eq!(ev.object().unwrap().name(), "a");
+        assert!(w.next().await.is_none());
+        // Changes after it reach no watch; a watch opened after it ends at once.
+        src.put(&key("b"), pod("b", "n1")).unwrap();
+        let mut late = cache.watch(opts()).await.unwrap();
+        assert!(late.next().await.is_none());
+        assert_eq!(
+            cache.list(&ListOptions::all()).await.unwrap().items.len(),
+            2
+        );
     }
 
     #[tokio::test]

@@ -125,6 +125,13 @@ impl Registry {
         }
     }
 
+    /// Ends every registered watcher without an error (see [`Watcher::end`]).
+    pub fn end_all(&self) {
+        for w in self.watchers.iter().flatten() {
+            w.end();
+        }
+    }
+
     /// Number of routed and unrouted watchers.
     pub fn counts(&self) -> (u64, u64) {
         self.router.counts()

@@ -245,6 +245,8 @@ struct State {
     readiness: Readiness,
     /// Undeclared field paths that registered watchers' selectors read, with how many use each.
     json_paths: hashbrown::HashMap<FieldPath, u32>,
+    /// Closed ([`Shared::close`]): every watcher, and every one registered after, is ended.
+    closed: bool,
     /// Keys whose next change the test hook drops ([`Corruption::MissNext`]).
     #[cfg(any(test, feature = "test-hooks"))]
     missed: HashSet<String>,
@@ -376,6 +378,7 @@ impl Shared {
                 since: Instant::now(),
             },
             json_paths: hashbrown::HashMap::new(),
+            closed: false,
             #[cfg(any(test, feature = "test-hooks"))]
             missed: HashSet::new(),
         };
@@ -608,6 +611,14 @@ impl Shared {
         self.ready.publish(&st.readiness);
     }
 
+    /// The resource is no longer served from this cache: every watcher ends once it has read
+    /// what is queued for it, and so does every watcher registered from now on.
+    pub fn close(&self) {
+        let mut st = self.state.write();
+        st.closed = true;
+        st.registry.end_all();
+    }
+
     pub fn record_expired(&self) {
         Metrics::add(&self.metrics.expired, 1);
     }
@@ -808,6 +819,9 @@ impl Shared {
         };
         if st.use_paths(&watcher.predicate) {
             self.publish_paths(&st);
+        }
+        if st.closed {
+            watcher.end();
         }
         let watcher = Arc::new(watcher);
         let (id, pending) = st.registry.add(&self.schema, Arc::clone(&watcher));

@@ -450,6 +450,10 @@ impl WatchStream {
                     // Read under the queue lock: the dispatcher publishes a revision only after it
                     // queued that revision's events, so an empty queue here means all of them are out.
                     bookmark_rv = self.shared.resource_version();
+                } else if q.feed == Feed::Ended {
+                    drop(q);
+                    self.phase = Some(Box::new(Phase::Done));
+                    return Poll::Ready(None);
                 } else {
                     drop(q);
                     if let Err(e) = self.shared.catch_up(&self.watcher) {

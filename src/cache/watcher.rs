@@ -50,6 +50,10 @@ pub(crate) enum Feed {
     /// Ended by the cache: its position no longer means anything (the upstream's history was
     /// replaced). The stream ends with 410 Expired.
     Expired(Evicted),
+    /// Ended by the cache ([`Watcher::end`]): the resource is no longer served here (its CRD was
+    /// deleted or redefined). The stream delivers what is queued, then ends without an error,
+    /// as kube-apiserver ends the watches of a CRD's storage it tears down.
+    Ended,
 }
 
 /// A watcher's queued deliveries, oldest first, at most `capacity` of them: the oldest inline,
@@ -244,7 +248,7 @@ impl Watcher {
     pub fn catch_up(&self, schema: &Schema, history: &History) -> Result<(), Evicted> {
         let mut q = self.queue.lock();
         let mut seq = match q.feed {
-            Feed::Live => return Ok(()),
+            Feed::Live | Feed::Ended => return Ok(()),
             Feed::Expired(e) => return Err(e),
             Feed::Parked(seq) => seq,
         };
@@ -268,6 +272,23 @@ impl Watcher {
             Feed::Live
         };
         Ok(())
+    }
+
+    /// Ends the watcher once its queued events are read (see [`Feed::Ended`]). A parked
+    /// watcher's events still in history are not read: the end of a stream says nothing about
+    /// what followed, and its client resumes from the last event it saw. Called under the state
+    /// write lock.
+    pub fn end(&self) {
+        let mut q = self.queue.lock();
+        if matches!(q.feed, Feed::Expired(_)) {
+            return;
+        }
+        q.feed = Feed::Ended;
+        let waker = q.waker.take();
+        drop(q);
+        if let Some(w) = waker {
+            w.wake();
+        }
     }
 
     /// Ends the watcher: its queued events are dropped and its stream ends with 410 Expired

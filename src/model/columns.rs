@@ -150,6 +150,11 @@ pub enum Computed {
     ApiServiceAvailable,
     /// A ConfigMap's entries, `data` and `binaryData` together.
     ConfigMapData,
+    /// A CustomResourceDefinition's `additionalPrinterColumns` entry, as apiextensions' table
+    /// convertor fills it: nothing (null) when the path is absent; a string column prints the
+    /// value as text; an integer, number or boolean column holds the value only when it has that
+    /// type; a date column the age of the timestamp (`<invalid>` when it is not one).
+    CrdCell,
 }
 
 impl Computed {
@@ -168,6 +173,7 @@ impl Computed {
                 | Computed::Text
                 | Computed::KindName
                 | Computed::AccessModes
+                | Computed::CrdCell
         )
     }
 }
@@ -295,6 +301,29 @@ impl RawColumn {
     }
 }
 
+/// apiextensions' `cellForJSONValue`, and its JSONPath printing of a string column's value.
+fn crd_cell(type_: &str, v: Option<&Value>, now: SystemTime) -> Value {
+    let Some(v) = v.filter(|v| !v.is_null()) else {
+        return Value::Null;
+    };
+    match (type_, v) {
+        ("string", Value::String(s)) => Value::String(s.clone()),
+        // JSONPath prints any other value as its JSON text (maps and lists too).
+        ("string", other) => Value::String(other.to_string()),
+        ("integer", Value::Number(n)) => n
+            .as_i64()
+            .or_else(|| n.as_f64().map(|f| f as i64))
+            .map_or(Value::Null, |i| json!(i)),
+        ("number", Value::Number(n)) => n.as_f64().map_or(Value::Null, |f| json!(f)),
+        ("boolean", Value::Bool(b)) => Value::Bool(*b),
+        ("date", Value::String(s)) => match crate::model::printers::parse_timestamp(s) {
+            Some(_) => Value::String(crate::model::printers::since(Some(s), now)),
+            None => Value::String("<invalid>".into()),
+        },
+        _ => Value::Null,
+    }
+}
+
 /// A computed cell's name as written in definition files.
 fn kebab(c: Computed) -> String {
     let debug = format!("{c:?}");
@@ -406,6 +435,7 @@ impl PrinterColumn {
                 .map_or(&[][..], Vec::as_slice)
         };
         match computed {
+            Computed::CrdCell => crd_cell(&self.type_, at(obj, &self.json_path), now),
             Computed::Age => text(p::since(
                 p::get(obj, "metadata.creationTimestamp").and_then(Value::as_str),
                 now,

@@ -164,6 +164,12 @@ pub struct ResourceDef {
     /// The field selectors accepted, as kube-apiserver's field label conversion for the kind;
     /// `None` accepts any field path (a custom resource's definition may declare none).
     pub field_labels: Option<FieldLabels>,
+    /// A custom resource whose CRD converts with `None` (from [`CrdServing`]): an object stored
+    /// at another version of the group is read as this version, its apiVersion rewritten, as
+    /// apiextensions' nop converter does. `false` in definition files.
+    ///
+    /// [`CrdServing`]: crate::model::crd::CrdServing
+    pub rewrite_api_version: bool,
 }
 
 /// A definition file that could not be used: the file and what is wrong with it.
@@ -576,6 +582,7 @@ impl ResourceDef {
             history,
             consistency_check_period: raw.consistency_check_seconds.map(Duration::from_secs),
             route_shards: true,
+            rewrite_api_version: false,
         })
     }
 

@@ -8,6 +8,7 @@
 //! on it.
 
 pub mod columns;
+pub mod crd;
 mod crd_storage;
 pub mod definition;
 mod event_type;
@@ -28,6 +29,7 @@ pub mod selector;
 pub mod shard;
 
 pub use columns::{Computed, PrinterColumn};
+pub use crd::CrdServing;
 pub use definition::{
     DefinitionError, FieldLabels, HistoryConfig, IndexDef, IndexKey, ResourceDef,
 };

@@ -368,6 +368,31 @@ impl Object {
             return Ok(None);
         };
         let want = def.api_version();
+        if def.rewrite_api_version {
+            // A custom resource stored at another version of its group, under a CRD whose
+            // conversion is None: read as this version, only its apiVersion changed.
+            let same_group = av.split_once('/').is_some_and(|(g, _)| g == def.group);
+            if kind != def.kind || av == want || !same_group {
+                return Ok(None);
+            }
+            let at = find(top, "apiVersion")
+                .map(|raw| raw.get().as_ptr() as usize - text.as_ptr() as usize)
+                .ok_or("no apiVersion")?;
+            let old_len = find(top, "apiVersion").map_or(0, |raw| raw.get().len());
+            let mut out = Vec::with_capacity(text.len() + want.len());
+            out.extend_from_slice(text.as_bytes().get(..at).ok_or("apiVersion out of place")?);
+            out.extend_from_slice(
+                serde_json::to_string(&want)
+                    .map_err(|e| e.to_string())?
+                    .as_bytes(),
+            );
+            out.extend_from_slice(
+                text.as_bytes()
+                    .get(at + old_len..)
+                    .ok_or("apiVersion out of place")?,
+            );
+            return Ok(Some(out));
+        }
         if kind == def.kind && av == want {
             // A kind kube-apiserver stores as JSON (APIService) is read through its Go type,
             // as kube-apiserver reads it: its protobuf message gives Go's member order and

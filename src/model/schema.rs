@@ -100,10 +100,11 @@ impl Schema {
             })
             .collect();
         let served = (def.api_version(), def.kind.clone());
-        let stored_otherwise = crate::model::protobuf::stored::stored_otherwise((
-            served.0.as_str(),
-            served.1.as_str(),
-        ));
+        let stored_otherwise = def.rewrite_api_version
+            || crate::model::protobuf::stored::stored_otherwise((
+                served.0.as_str(),
+                served.1.as_str(),
+            ));
         Schema {
             stored_otherwise,
             route_shards: def.route_shards,

@@ -63,11 +63,7 @@ pub(crate) fn wants_upgrade(first: &[u8]) -> bool {
 /// cached resources, are the upstream's: it runs admission, defaulting, server-side apply and
 /// dry-run, and sees the client's identity by impersonation; the cache sees the write when its
 /// watch brings it, as any other change.
-pub(crate) fn local_read<'a>(
-    st: &'a AppState,
-    method: &http::Method,
-    segs: &[&str],
-) -> Option<Target<'a>> {
+pub(crate) fn local_read(st: &AppState, method: &http::Method, segs: &[&str]) -> Option<Target> {
     (method == http::Method::GET || method == http::Method::HEAD)
         .then(|| st.resolve(segs))
         .flatten()

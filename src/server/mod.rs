@@ -91,7 +91,7 @@ use tracing::{debug, info, warn};
 pub use config::ServerConfig;
 pub use metrics::{HeapBytes, ServerMetrics, count_heap_with, mimalloc_block};
 pub use proxy::{Proxy, ProxyBody};
-pub use state::Served;
+pub use state::{Served, ServedResources};
 pub use status::ApiError;
 pub use tls::{TlsConfig, TlsError};
 
@@ -154,7 +154,7 @@ impl Server {
             queue_wait,
         );
         let state = AppState {
-            served: served.into_iter().collect(),
+            served: state::ServedSet::new(served.into_iter().collect()),
             config,
             metrics: ServerMetrics::default(),
             deadlines: crate::cache::deadlines::Deadlines::new(
@@ -164,7 +164,7 @@ impl Server {
             shutdown: rx,
             lifecycle: state::Lifecycle::default(),
             proxy: std::sync::OnceLock::new(),
-            openapi: std::sync::OnceLock::new(),
+            openapi: parking_lot::Mutex::new(None),
             auth: std::sync::OnceLock::new(),
             limits,
             audit: auth::Audit::default(),
@@ -213,12 +213,18 @@ impl Server {
     /// authorized by `config`'s methods and modes; without it, nothing is.
     #[must_use]
     pub fn with_auth(self, config: auth::AuthConfig) -> Server {
-        let caches: Vec<crate::cache::Cache> = self.state.caches().cloned().collect();
+        let caches: Vec<crate::cache::Cache> = self.state.caches();
         let a = auth::Auth::new(config, &caches);
         if self.state.auth.set(Arc::new(a)).is_err() {
             warn!("authentication was already set; keeping the first");
         }
         self
+    }
+
+    /// The resources this server serves, to change while it runs (custom resources as their
+    /// CRDs come and go: [`sync_crds`](crate::upstream::crds::sync_crds)).
+    pub fn resources(&self) -> ServedResources {
+        ServedResources(Arc::clone(&self.state))
     }
 
     /// The axum router.

@@ -41,8 +41,9 @@ pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
         )
             .into_response();
     }
-    let mut not_ready: Vec<&str> = st
-        .caches()
+    let caches = st.caches();
+    let mut not_ready: Vec<&str> = caches
+        .iter()
         // A resource the upstream does not serve is not waited for.
         .filter(|c| !c.is_ready() && !c.is_absent())
         .map(|c| c.definition().plural.as_str())
@@ -62,7 +63,8 @@ pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
 }
 
 pub(crate) async fn metrics_handler(State(st): State<Arc<AppState>>) -> Response {
-    let caches: Vec<&Cache> = st.caches().collect();
+    let caches = st.caches();
+    let caches: Vec<&Cache> = caches.iter().collect();
     let text = metrics::render(&caches, &st.metrics, st.limits.inflight()).await;
     (
         [(
@@ -143,8 +145,8 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let (mut parts, _body) = req.into_parts();
     let path = parts.uri.path().trim_end_matches('/').to_owned();
     let segs = segments(&path);
-    let entries: Vec<Entry<'_>> = st
-        .served
+    let served_now = st.served.snapshot();
+    let entries: Vec<Entry<'_>> = served_now
         .iter()
         .map(|s| Entry {
             def: s.cache.definition(),
@@ -156,9 +158,18 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     match segs.as_slice() {
         ["version"] => return ok_json(discovery::version()),
         ["openapi", ..] => {
-            let docs = st
-                .openapi
-                .get_or_init(|| openapi::Documents::build(&entries));
+            let docs = {
+                let generation = st.served.generation();
+                let mut built = st.openapi.lock();
+                match &*built {
+                    Some((g, d)) if *g == generation => Arc::clone(d),
+                    _ => {
+                        let d = Arc::new(openapi::Documents::build(&entries));
+                        *built = Some((generation, Arc::clone(&d)));
+                        d
+                    }
+                }
+            };
             let doc = match segs.as_slice() {
                 ["openapi", "v2"] => {
                     // kubectl asks for v2 in protobuf only; this server writes it in JSON.

@@ -75,8 +75,110 @@ impl Lifecycle {
     }
 }
 
+/// The resources a server serves: given at start, and changed while it runs
+/// ([`ServedResources`]: custom resources come and go with their CRDs). A request reads one
+/// snapshot; a change swaps the whole list.
+///
+/// Lock order: the lock is a leaf, held to clone or swap the list's `Arc`, never across an
+/// await or a cache's lock.
+#[derive(Debug, Default)]
+pub(crate) struct ServedSet {
+    list: parking_lot::RwLock<Arc<Vec<Served>>>,
+    /// Bumped by every change (what is built from the list, the OpenAPI documents, is rebuilt).
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl ServedSet {
+    pub fn new(served: Vec<Served>) -> ServedSet {
+        ServedSet {
+            list: parking_lot::RwLock::new(Arc::new(served)),
+            generation: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The resources served now.
+    pub fn snapshot(&self) -> Arc<Vec<Served>> {
+        Arc::clone(&self.list.read())
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Serves `served`, in place of what served its group and plural (at any version).
+    fn insert(&self, served: Served) {
+        let mut list = self.list.write();
+        let d = served.cache.definition();
+        let mut next: Vec<Served> = list
+            .iter()
+            .filter(|s| {
+                let o = s.cache.definition();
+                !(o.group == d.group && o.plural == d.plural)
+            })
+            .cloned()
+            .collect();
+        next.push(served);
+        *list = Arc::new(next);
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Serves `cache` no more; whether it was served.
+    fn remove(&self, cache: &Cache) -> bool {
+        let mut list = self.list.write();
+        let before = list.len();
+        let next: Vec<Served> = list
+            .iter()
+            .filter(|s| !s.cache.same(cache))
+            .cloned()
+            .collect();
+        let removed = next.len() != before;
+        if removed {
+            *list = Arc::new(next);
+            self.generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        removed
+    }
+}
+
+/// A handle on the resources a running server serves ([`Server::resources`]): what a CRD sync
+/// changes as custom resources come and go.
+///
+/// [`Server::resources`]: crate::server::Server::resources
+#[derive(Clone)]
+pub struct ServedResources(pub(crate) Arc<AppState>);
+
+impl std::fmt::Debug for ServedResources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServedResources")
+            .field("served", &self.0.served.snapshot().len())
+            .finish()
+    }
+}
+
+impl ServedResources {
+    /// Serves `served` from now on, in place of whatever served its group and plural. Requests
+    /// already resolved finish where they were; new ones come here.
+    pub fn serve(&self, served: Served) {
+        self.0.served.insert(served);
+    }
+
+    /// Serves `cache` no more: its paths answer as for a resource not served here (forwarded
+    /// with a proxy set, else 404). Its watches are the cache's to end ([`Cache::close`]).
+    /// Whether it was served.
+    pub fn unserve(&self, cache: &Cache) -> bool {
+        self.0.served.remove(cache)
+    }
+
+    /// The caches served now.
+    pub fn caches(&self) -> Vec<Cache> {
+        self.0.caches()
+    }
+}
+
 pub(crate) struct AppState {
-    pub served: Vec<Served>,
+    pub served: ServedSet,
     pub config: ServerConfig,
     pub metrics: ServerMetrics,
     /// Set when the server drains: connections waiting for a request close, HTTP/2 ones send
@@ -88,8 +190,9 @@ pub(crate) struct AppState {
     pub deadlines: Arc<crate::cache::deadlines::Deadlines>,
     /// Proxy mode: where requests for anything but the cached resources go.
     pub proxy: std::sync::OnceLock<Arc<dyn crate::server::proxy::Proxy>>,
-    /// The OpenAPI documents, built on first request (they depend only on what is served).
-    pub openapi: std::sync::OnceLock<crate::server::openapi::Documents>,
+    /// The OpenAPI documents, built on first request after each change of what is served (they
+    /// depend only on that), with the [`ServedSet`] generation they were built at.
+    pub openapi: parking_lot::Mutex<Option<(u64, Arc<crate::server::openapi::Documents>)>>,
     /// Authentication and authorization, when configured ([`Server::with_auth`]).
     ///
     /// [`Server::with_auth`]: crate::server::Server::with_auth
@@ -130,8 +233,8 @@ impl StalledReads {
 }
 
 /// What a resource path names.
-pub(crate) struct Target<'a> {
-    pub served: &'a Served,
+pub(crate) struct Target {
+    pub served: Served,
     pub namespace: Option<String>,
     pub name: Option<String>,
     /// The path names the object's `/status` subresource.
@@ -144,8 +247,13 @@ impl AppState {
         self.audit.has_file()
     }
 
-    pub fn caches(&self) -> impl Iterator<Item = &Cache> {
-        self.served.iter().map(|s| &s.cache)
+    /// The caches served now.
+    pub fn caches(&self) -> Vec<Cache> {
+        self.served
+            .snapshot()
+            .iter()
+            .map(|s| s.cache.clone())
+            .collect()
     }
 
     /// The metrics labels of a request (`server/metrics.rs`): its resource named only when it is
@@ -156,7 +264,7 @@ impl AppState {
 
     /// The resource a path under `/api/{v}/` or `/apis/{g}/{v}/` names (`segs` are the path's
     /// segments).
-    pub fn resolve(&self, segs: &[&str]) -> Option<Target<'_>> {
+    pub fn resolve(&self, segs: &[&str]) -> Option<Target> {
         let (group, version, rest) = match segs {
             ["api", v, rest @ ..] => ("", *v, rest),
             ["apis", g, v, rest @ ..] => (*g, *v, rest),
@@ -171,7 +279,8 @@ impl AppState {
             ["namespaces", ns, r, n, "status"] => (*r, Some(*ns), Some(*n), true),
             _ => return None,
         };
-        let served = self.served.iter().find(|s| {
+        let list = self.served.snapshot();
+        let served = list.iter().find(|s| {
             let d = s.cache.definition();
             d.group == group && d.version == version && d.plural == plural
         })?;
@@ -191,7 +300,7 @@ impl AppState {
             Some(s) => decode_segment(s).map(Some),
         };
         Some(Target {
-            served,
+            served: served.clone(),
             namespace: decoded(namespace)?,
             name: decoded(name)?,
             status,

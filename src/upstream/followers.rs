@@ -5,7 +5,11 @@
 //! The tasks run on the followers' own runtime ([`UpstreamRuntime`]), never on the caller's: a
 //! server busy with its clients must not make a follower late for its upstream's time limits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -22,17 +26,91 @@ pub(crate) struct Followers {
     caches: BTreeMap<String, Cache>,
     tasks: Vec<JoinHandle<()>>,
     shutdown: watch::Sender<bool>,
+    /// Resources started and stopped while running (custom resources, as their CRDs come and
+    /// go): shared with the upstream's [`DynamicResources`] handle.
+    dynamic: Arc<Dynamic>,
     /// Dropped last (after the tasks are awaited, or with them when never shut down).
     runtime: UpstreamRuntime,
 }
 
+/// The followers started after connect, each with its own stop.
+///
+/// Lock order: `running` is a leaf; no await and no cache lock is taken under it (a cache's
+/// `close` is called after the entry is taken out).
+pub(crate) struct Dynamic {
+    running: Mutex<DynamicState>,
+    handle: tokio::runtime::Handle,
+}
+
+#[derive(Default)]
+struct DynamicState {
+    /// Names of the resources followed since connect: never started again here.
+    fixed: BTreeSet<String>,
+    running: BTreeMap<String, Running>,
+    /// Shut down: nothing starts any more.
+    stopped: bool,
+}
+
+struct Running {
+    cache: Cache,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Starts the follower of `source` into `writer`'s cache, and its consistency check against
+/// `truth` (unless its period is zero), on `spawn`; both stop when `shutdown` turns true.
+fn start_tasks<S: Source + 'static, T: Truth>(
+    spawn: &dyn Fn(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> JoinHandle<()>,
+    source: S,
+    writer: CacheWriter,
+    policy: Policy,
+    watch_list: WatchListUse,
+    truth: T,
+    shutdown: &watch::Sender<bool>,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::with_capacity(2);
+    let cache = writer.cache();
+    let period = cache
+        .definition()
+        .consistency_check_period
+        .unwrap_or(cache.config().consistency_check_period);
+    let relists = (!period.is_zero()).then(|| {
+        let (ask, asked) = watch::channel(0);
+        let (done_tx, done) = watch::channel(0);
+        tasks.push(spawn(Box::pin(check::run(
+            writer.cache().clone(),
+            truth,
+            period,
+            Relists { ask, done },
+            shutdown.subscribe(),
+        ))));
+        RelistRequests {
+            asked,
+            done: done_tx,
+        }
+    });
+    let follow = Follow {
+        policy,
+        watch_list,
+        shutdown: shutdown.subscribe(),
+        relists,
+    };
+    tasks.push(spawn(Box::pin(follow::run(source, writer, follow))));
+    tasks
+}
+
 impl Followers {
     pub fn new() -> Followers {
+        let runtime = UpstreamRuntime::start();
         Followers {
             caches: BTreeMap::new(),
             tasks: Vec::new(),
             shutdown: watch::Sender::new(false),
-            runtime: UpstreamRuntime::start(),
+            dynamic: Arc::new(Dynamic {
+                running: Mutex::new(DynamicState::default()),
+                handle: runtime.handle().clone(),
+            }),
+            runtime,
         }
     }
 
@@ -50,7 +128,8 @@ impl Followers {
             return Err(name);
         }
         let (cache, writer) = Cache::new(def, config.clone());
-        self.caches.insert(name, cache.clone());
+        self.caches.insert(name.clone(), cache.clone());
+        self.dynamic.running.lock().fixed.insert(name);
         Ok((cache, writer))
     }
 
@@ -65,34 +144,22 @@ impl Followers {
         watch_list: WatchListUse,
         truth: T,
     ) {
-        let cache = writer.cache();
-        let period = cache
-            .definition()
-            .consistency_check_period
-            .unwrap_or(cache.config().consistency_check_period);
-        let relists = (!period.is_zero()).then(|| {
-            let (ask, asked) = watch::channel(0);
-            let (done_tx, done) = watch::channel(0);
-            self.tasks.push(self.runtime.spawn(check::run(
-                writer.cache().clone(),
-                truth,
-                period,
-                Relists { ask, done },
-                self.shutdown.subscribe(),
-            )));
-            RelistRequests {
-                asked,
-                done: done_tx,
-            }
-        });
-        let follow = Follow {
+        let runtime = &self.runtime;
+        let tasks = start_tasks(
+            &|f| runtime.spawn(f),
+            source,
+            writer,
             policy,
             watch_list,
-            shutdown: self.shutdown.subscribe(),
-            relists,
-        };
-        self.tasks
-            .push(self.runtime.spawn(follow::run(source, writer, follow)));
+            truth,
+            &self.shutdown,
+        );
+        self.tasks.extend(tasks);
+    }
+
+    /// The resources started and stopped while running.
+    pub fn dynamic(&self) -> &Arc<Dynamic> {
+        &self.dynamic
     }
 
     /// The followers' runtime, where an upstream's client is made so that its tasks run there.
@@ -119,13 +186,86 @@ impl Followers {
         self.caches.keys().map(String::as_str)
     }
 
-    /// Stops every follower and waits for them.
+    /// Stops every follower, those started while running too, and waits for them.
     pub async fn shutdown(self) {
         self.shutdown.send_replace(true);
-        for t in self.tasks {
+        let running = {
+            let mut d = self.dynamic.running.lock();
+            d.stopped = true;
+            std::mem::take(&mut d.running)
+        };
+        let mut tasks = self.tasks;
+        for (_, r) in running {
+            r.stop.send_replace(true);
+            tasks.extend(r.tasks);
+        }
+        for t in tasks {
             if let Err(e) = t.await {
                 warn!(error = %e, "follower task failed");
             }
         }
+    }
+}
+
+impl Dynamic {
+    /// A new cache for `def`, followed from `parts` (called with the new cache, it gives the
+    /// source and the truth of the upstream's choice) until [`stop`](Dynamic::stop).
+    ///
+    /// # Errors
+    /// Why not: a resource of that name is followed already, or the upstream is shut down.
+    pub fn start<S: Source + 'static, T: Truth>(
+        &self,
+        def: ResourceDef,
+        config: &CacheConfig,
+        policy: Policy,
+        watch_list: WatchListUse,
+        parts: impl FnOnce(&Cache) -> (S, T),
+    ) -> Result<Cache, String> {
+        let name = def.resource_name();
+        let mut d = self.running.lock();
+        if d.stopped {
+            return Err("the upstream is shut down".into());
+        }
+        if d.fixed.contains(&name) || d.running.contains_key(&name) {
+            return Err(format!("{name} is followed already"));
+        }
+        let (cache, writer) = Cache::new(def, config.clone());
+        let (source, truth) = parts(&cache);
+        let stop = watch::Sender::new(false);
+        let handle = &self.handle;
+        let tasks = start_tasks(
+            &|f| handle.spawn(f),
+            source,
+            writer,
+            policy,
+            watch_list,
+            truth,
+            &stop,
+        );
+        d.running.insert(
+            name,
+            Running {
+                cache: cache.clone(),
+                stop,
+                tasks,
+            },
+        );
+        Ok(cache)
+    }
+
+    /// Stops following `name` (started by [`start`](Dynamic::start)) and ends its watches (see
+    /// [`Cache::close`]); its cache, when it was followed.
+    pub fn stop(&self, name: &str) -> Option<Cache> {
+        let r = self.running.lock().running.remove(name)?;
+        r.stop.send_replace(true);
+        r.cache.close();
+        // The tasks end on their own at the stop; nothing waits for them here.
+        drop(r.tasks);
+        Some(r.cache)
+    }
+
+    /// Whether `name` was followed since connect (from the definitions given then).
+    pub fn is_fixed(&self, name: &str) -> bool {
+        self.running.lock().fixed.contains(name)
     }
 }

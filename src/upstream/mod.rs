@@ -19,6 +19,8 @@
 pub mod apiserver;
 #[cfg(any(feature = "etcd", feature = "apiserver"))]
 pub(crate) mod backoff;
+#[cfg(any(feature = "etcd", feature = "apiserver"))]
+pub mod crds;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(any(feature = "etcd", feature = "apiserver"))]

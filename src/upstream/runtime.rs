@@ -84,6 +84,11 @@ impl UpstreamRuntime {
         }
     }
 
+    /// The runtime's handle, for spawning from what outlives a borrow of it.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
     /// Spawns a task on this runtime.
     pub fn spawn<F>(&self, task: F) -> JoinHandle<F::Output>
     where

@@ -15,6 +15,7 @@ use watchcache::etcd::{
     ConsistentReads, Encryption, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd, LocalEtcdError,
 };
 use watchcache::server::{Served, Server, ServerConfig, TlsConfig, auth};
+use watchcache::upstream::crds::ResourceChange;
 use watchcache::{Cache, CacheConfig, ResourceDef};
 
 mod bench;
@@ -501,6 +502,27 @@ impl Caches {
         caches.into_iter().map(Served::new).collect()
     }
 
+    /// Starts caching every CRD's custom resources as the CRD is Established, serving each on
+    /// `server` once its cache is ready; `None` when CRDs are not cached (`--resources`).
+    fn sync_crds(&self, server: &Server) -> Option<watchcache::upstream::crds::CrdSync> {
+        const CRDS: &str = "customresourcedefinitions.apiextensions.k8s.io";
+        let (crds, dynamic) = match self {
+            Caches::Etcd(c, _) => (c.cache(CRDS)?.clone(), c.dynamic()),
+            Caches::ApiServer(c) => (c.cache(CRDS)?.clone(), c.dynamic()),
+        };
+        let resources = server.resources();
+        Some(watchcache::upstream::crds::sync_crds(
+            crds,
+            dynamic,
+            move |change| match change {
+                ResourceChange::Serve(cache) => resources.serve(Served::new(cache)),
+                ResourceChange::Unserve(cache) => {
+                    resources.unserve(&cache);
+                }
+            },
+        ))
+    }
+
     async fn shutdown(self) {
         match self {
             Caches::Etcd(c, local) => {
@@ -688,9 +710,11 @@ async fn serve(args: ServeArgs, open_files: Option<u64>) -> Result<(), Box<dyn s
     if let Some(client) = forward_to {
         server = server.with_proxy(Arc::new(proxy::KubeProxy { client }));
     }
+    let crd_sync = caches.sync_crds(&server);
     let report = tokio::spawn(report_start(caches.all(), urls, hint, started));
     server.serve(listener, shutdown_signal()).await?;
     report.abort();
+    drop(crd_sync);
     caches.shutdown().await;
     info!("stopped");
     Ok(())

@@ -50,8 +50,9 @@ pub use writes::ApiServerWrites;
 use crate::cache::{Cache, CacheConfig};
 use crate::error::Cause;
 use crate::model::ResourceDef;
+use crate::upstream::crds::DynamicResources;
 use crate::upstream::follow::{Policy, WatchListUse};
-use crate::upstream::followers::Followers;
+use crate::upstream::followers::{Dynamic, Followers};
 use rest::{Rest, WireChoice};
 use source::ApiSource;
 use upstream::{ApiTruth, ApiUpstream};
@@ -215,6 +216,74 @@ pub struct ApiServerCaches {
     client: kube::Client,
     followers: Followers,
     writes: Arc<ApiServerWrites>,
+    dynamic: Arc<ApiDynamic>,
+}
+
+/// What a follower of one resource of the API server is made of, besides its cache.
+#[derive(Clone)]
+struct Parts {
+    client: kube::Client,
+    config: ApiServerConfig,
+    wire: Option<WireChoice>,
+}
+
+impl Parts {
+    /// The source that follows `cache`'s resource, and the truth its consistency check reads.
+    fn of(&self, cache: &Cache) -> (ApiSource, ApiTruth) {
+        let def = cache.definition();
+        let rest = Rest::new(
+            self.client.clone(),
+            def,
+            self.config.request_timeout,
+            self.wire.clone(),
+        );
+        let progress = Arc::new(Notify::new());
+        cache.set_upstream(Arc::new(ApiUpstream {
+            rest: rest.clone(),
+            progress: Arc::clone(&progress),
+        }));
+        let truth = ApiTruth {
+            rest: rest.clone(),
+            def: Arc::new(def.clone()),
+            page_size: self.config.page_size,
+        };
+        let source = ApiSource {
+            cache: cache.clone(),
+            rest,
+            config: self.config.clone(),
+            progress,
+        };
+        (source, truth)
+    }
+}
+
+/// [`ApiServerCaches::dynamic`].
+struct ApiDynamic {
+    followers: Arc<Dynamic>,
+    parts: Parts,
+    policy: Policy,
+    watch_list: WatchListUse,
+    cache_config: CacheConfig,
+}
+
+impl DynamicResources for ApiDynamic {
+    fn start(&self, def: ResourceDef) -> Result<Cache, String> {
+        self.followers.start(
+            def,
+            &self.cache_config,
+            self.policy,
+            self.watch_list,
+            |cache| self.parts.of(cache),
+        )
+    }
+
+    fn stop(&self, name: &str) -> Option<Cache> {
+        self.followers.stop(name)
+    }
+
+    fn is_fixed(&self, name: &str) -> bool {
+        self.followers.is_fixed(name)
+    }
 }
 
 impl std::fmt::Debug for ApiServerCaches {
@@ -260,28 +329,17 @@ impl ApiServerCaches {
         let mut all_defs = Vec::new();
         // One `/version` for all the resources.
         let wire = config.protobuf_watch.then(WireChoice::default);
+        let parts = Parts {
+            client: client.clone(),
+            config: config.clone(),
+            wire,
+        };
         for def in defs {
-            let rest = Rest::new(client.clone(), &def, config.request_timeout, wire.clone());
             all_defs.push(Arc::new(def.clone()));
             let (cache, writer) = followers
                 .add(def, &cache_config)
                 .map_err(ApiServerError::Duplicate)?;
-            let progress = Arc::new(Notify::new());
-            cache.set_upstream(Arc::new(ApiUpstream {
-                rest: rest.clone(),
-                progress: Arc::clone(&progress),
-            }));
-            let truth = ApiTruth {
-                rest: rest.clone(),
-                def: Arc::new(cache.definition().clone()),
-                page_size: config.page_size,
-            };
-            let source = ApiSource {
-                cache,
-                rest,
-                config: config.clone(),
-                progress,
-            };
+            let (source, truth) = parts.of(&cache);
             followers.spawn(source, writer, policy, watch_list, truth);
         }
         let writes = Arc::new(ApiServerWrites::new(
@@ -295,11 +353,25 @@ impl ApiServerCaches {
             all_defs,
         ));
         debug!(resources = followers.len(), "following an API server");
+        let dynamic = Arc::new(ApiDynamic {
+            followers: Arc::clone(followers.dynamic()),
+            parts,
+            policy,
+            watch_list,
+            cache_config,
+        });
         Ok(ApiServerCaches {
             client,
             followers,
             writes,
+            dynamic,
         })
+    }
+
+    /// Resources to follow on this API server after connect, and to stop following: what
+    /// [`sync_crds`](crate::upstream::crds::sync_crds) starts for each custom resource.
+    pub fn dynamic(&self) -> Arc<dyn DynamicResources> {
+        self.dynamic.clone()
     }
 
     /// The cache of a resource, by its name: the plural for the core group (`pods`), else

@@ -44,9 +44,10 @@ pub use version::progress_is_reliable;
 use crate::cache::{Cache, CacheConfig};
 use crate::error::Cause;
 use crate::model::ResourceDef;
+use crate::upstream::crds::DynamicResources;
 use crate::upstream::follow::check::RangeTruth;
 use crate::upstream::follow::{Policy, WatchListUse};
-use crate::upstream::followers::Followers;
+use crate::upstream::followers::{Dynamic, Followers};
 use range::EtcdUpstream;
 use source::EtcdSource;
 
@@ -243,6 +244,79 @@ pub struct EtcdCaches {
     client: Client,
     followers: Followers,
     reliable_progress: bool,
+    dynamic: Arc<EtcdDynamic>,
+}
+
+/// What a follower of one etcd prefix is made of, besides its cache.
+#[derive(Clone)]
+struct Parts {
+    client: Client,
+    config: EtcdConfig,
+    reliable: bool,
+}
+
+impl Parts {
+    /// The source that follows `cache`'s prefix, and the truth its consistency check reads.
+    fn of(&self, cache: &Cache) -> (EtcdSource, RangeTruth) {
+        let progress = Arc::new(Notify::new());
+        let upstream = Arc::new(EtcdUpstream {
+            kv: self
+                .client
+                .kv_client()
+                .max_decoding_message_size(range::MAX_RESPONSE_BYTES),
+            prefix: cache.definition().prefix.clone(),
+            progress: Arc::clone(&progress),
+            reliable: self.reliable,
+            transformer: self
+                .config
+                .encryption
+                .as_ref()
+                .and_then(|e| e.for_resource(cache.definition())),
+        });
+        cache.set_upstream(upstream.clone());
+        let truth = RangeTruth {
+            upstream: upstream.clone(),
+            page_size: self.config.page_size,
+        };
+        let source = EtcdSource {
+            cache: cache.clone(),
+            upstream,
+            client: self.client.clone(),
+            config: self.config.clone(),
+            progress,
+            reliable: self.reliable,
+            cluster: None,
+        };
+        (source, truth)
+    }
+}
+
+/// [`EtcdCaches::dynamic`].
+struct EtcdDynamic {
+    followers: Arc<Dynamic>,
+    parts: Parts,
+    policy: Policy,
+    cache_config: CacheConfig,
+}
+
+impl DynamicResources for EtcdDynamic {
+    fn start(&self, def: ResourceDef) -> Result<Cache, String> {
+        self.followers.start(
+            def,
+            &self.cache_config,
+            self.policy,
+            WatchListUse::Off,
+            |cache| self.parts.of(cache),
+        )
+    }
+
+    fn stop(&self, name: &str) -> Option<Cache> {
+        self.followers.stop(name)
+    }
+
+    fn is_fixed(&self, name: &str) -> bool {
+        self.followers.is_fixed(name)
+    }
 }
 
 impl EtcdCaches {
@@ -305,45 +379,37 @@ impl EtcdCaches {
             // etcd serves every prefix: a sync is never answered "not served".
             absent_retry: config.backoff_max,
         };
+        let parts = Parts {
+            client: client.clone(),
+            config: config.clone(),
+            reliable,
+        };
         for def in defs {
             let (cache, writer) = followers
                 .add(def, &cache_config)
                 .map_err(EtcdError::Duplicate)?;
-            let progress = Arc::new(Notify::new());
-            let upstream = Arc::new(EtcdUpstream {
-                kv: client
-                    .kv_client()
-                    .max_decoding_message_size(range::MAX_RESPONSE_BYTES),
-                prefix: cache.definition().prefix.clone(),
-                progress: Arc::clone(&progress),
-                reliable,
-                transformer: config
-                    .encryption
-                    .as_ref()
-                    .and_then(|e| e.for_resource(cache.definition())),
-            });
-            cache.set_upstream(upstream.clone());
-            let truth = RangeTruth {
-                upstream: upstream.clone(),
-                page_size: config.page_size,
-            };
-            let source = EtcdSource {
-                cache,
-                upstream,
-                client: client.clone(),
-                config: config.clone(),
-                progress,
-                reliable,
-                cluster: None,
-            };
+            let (source, truth) = parts.of(&cache);
             followers.spawn(source, writer, policy, WatchListUse::Off, truth);
         }
         debug!(resources = followers.len(), endpoints = %config.endpoints.join(","), reliable_progress = reliable, "following etcd");
+        let dynamic = Arc::new(EtcdDynamic {
+            followers: Arc::clone(followers.dynamic()),
+            parts,
+            policy,
+            cache_config,
+        });
         Ok(EtcdCaches {
             client,
             followers,
             reliable_progress: reliable,
+            dynamic,
         })
+    }
+
+    /// Resources to follow on this etcd after connect, and to stop following: what
+    /// [`sync_crds`](crate::upstream::crds::sync_crds) starts for each custom resource.
+    pub fn dynamic(&self) -> Arc<dyn DynamicResources> {
+        self.dynamic.clone()
     }
 
     /// The cache of a resource, by its name: the plural for the core group (`pods`), else
