@@ -4,6 +4,10 @@
 //! history + fan-out); draining the watchers' queues is not timed. The store holds the same 100 000
 //! pods for every W (pod i on node i % W), so only the number of watchers varies.
 //!
+//! `fanout_crd_selectable`: the same for a custom resource, W watchers each on one value of a
+//! field its CRD declares in `selectableFields` (read from the CRD, no definition file), routed
+//! by that trigger against scanned.
+//!
 //! `fanout_shards`: the same for 64 `shardSelector` watchers (one uid hash range each), routed by
 //! their ranges against scanned. `fanout_shards_1000x200`: 1 000 sharded watchers of 200 ranges
 //! each, the cost of registering one more and of routing an event among them.
@@ -15,8 +19,8 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use futures_util::{FutureExt, StreamExt};
 use watchcache::{
-    Cache, CacheConfig, CacheWriter, Change, Object, ResourceDef, ResourceVersion, Selection,
-    WatchOptions, WatchStream,
+    Cache, CacheConfig, CacheWriter, Change, CrdServing, Object, ResourceDef, ResourceVersion,
+    Selection, WatchOptions, WatchStream,
 };
 
 const PODS: usize = 100_000;
@@ -30,20 +34,61 @@ struct Setup {
 }
 
 fn setup(w: usize, routed: bool) -> Setup {
-    let mut def = ResourceDef::builtin("pods").unwrap();
-    if !routed {
-        def = def.without_triggers();
-    }
+    let def = ResourceDef::builtin("pods").unwrap();
     let (probe, _) = Cache::new(def.clone(), CacheConfig::default());
     // Every event goes to exactly one node's watcher.
     let objects = support::pods(&probe, PODS, w, 0, 1);
+    watched(def, objects, w, routed, |i| {
+        format!("spec.nodeName=node-{i}")
+    })
+}
+
+/// A CRD's custom resources, `shirts.stable.example.com`, with `spec.color` among its
+/// `selectableFields`: the definition watchcache makes of it (a trigger), and PODS objects of W
+/// colors, each watched by `spec.color=` (a controller per color).
+fn setup_crd(w: usize, routed: bool) -> Setup {
+    let crd = serde_json::json!({
+        "metadata": {"name": "shirts.stable.example.com"},
+        "spec": {"group": "stable.example.com", "scope": "Namespaced",
+                 "names": {"plural": "shirts", "kind": "Shirt"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "selectableFields": [{"jsonPath": ".spec.color"}]}]},
+        "status": {"conditions": [{"type": "Established", "status": "True"}]}
+    });
+    let def = CrdServing::of(&crd).definition().cloned().unwrap();
+    let (probe, _) = Cache::new(def.clone(), CacheConfig::default());
+    let objects = (0..PODS)
+        .map(|i| {
+            let json = format!(
+                r#"{{"apiVersion":"stable.example.com/v1","kind":"Shirt","metadata":{{"name":"shirt-{i}","namespace":"ns-{}","uid":"u-{i}"}},"spec":{{"color":"color-{}","size":"M"}}}}"#,
+                i % 50,
+                i % w
+            );
+            probe
+                .decode(&format!("/registry/stable.example.com/shirts/ns-{}/shirt-{i}", i % 50), json.as_bytes(), 1)
+                .unwrap()
+        })
+        .collect();
+    watched(def, objects, w, routed, |i| format!("spec.color=color-{i}"))
+}
+
+/// The cache of `def` holding `objects`, with W watchers, the i-th selecting `select(i)`;
+/// `routed: false` takes the triggers away (the scan baseline).
+fn watched(
+    mut def: ResourceDef,
+    objects: Vec<Object>,
+    w: usize,
+    routed: bool,
+    select: impl Fn(usize) -> String,
+) -> Setup {
+    if !routed {
+        def = def.without_triggers();
+    }
     let updates = objects.clone();
     let (cache, writer) = support::loaded(def, CacheConfig::default(), objects, 1);
     let watchers = (0..w)
         .map(|i| {
-            let sel = Selection::all()
-                .with_fields(&format!("spec.nodeName=node-{i}"))
-                .unwrap();
+            let sel = Selection::all().with_fields(&select(i)).unwrap();
             cache
                 .watch(WatchOptions::new(sel, ResourceVersion::At(1)))
                 .now_or_never()
@@ -74,49 +119,71 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     for w in [1_000usize, 10_000, 100_000] {
         for routed in [true, false] {
-            let mut s = setup(w, routed);
-            if !routed && w >= 10_000 {
-                g.sample_size(10).measurement_time(Duration::from_secs(8));
-            } else {
-                g.sample_size(30).measurement_time(Duration::from_secs(4));
-            }
-            let name = if routed { "routed" } else { "scan" };
-            let mut next = 0usize;
-            g.bench_function(BenchmarkId::new(name, w), |b| {
-                b.iter_custom(|iters| {
-                    let mut spent = Duration::ZERO;
-                    let mut done = 0u64;
-                    while done < iters {
-                        // Batches no larger than the routed queue, so no watcher is parked.
-                        let batch = (iters - done).min(w as u64 * 8);
-                        let first = next;
-                        let t = Instant::now();
-                        for _ in 0..batch {
-                            s.rv += 1;
-                            let obj = s.updates[next % PODS].clone();
-                            s.writer.apply(s.rv, [Change::Put(obj)]).unwrap();
-                            next += 1;
-                        }
-                        spent += t.elapsed();
-                        for i in first..next.min(first + PODS) {
-                            let stream = &mut s.watchers[(i % PODS) % w];
-                            while let Some(Some(ev)) = stream.next().now_or_never() {
-                                std::hint::black_box(ev.unwrap());
-                            }
-                        }
-                        done += batch;
-                    }
-                    spent
-                });
-            });
-            assert_eq!(
-                s.cache.stats().parked,
-                0,
-                "the bench measures live dispatch, not parking"
-            );
+            run(&mut g, setup(w, routed), w, routed);
         }
     }
     g.finish();
+}
+
+/// `fanout` for a custom resource's selectable field: the same dispatch, by a trigger that
+/// comes from the CRD (no definition file), against the scan.
+fn crd_selectable(c: &mut Criterion) {
+    let mut g = c.benchmark_group("fanout_crd_selectable");
+    g.throughput(Throughput::Elements(1));
+    for w in [1_000usize, 10_000] {
+        for routed in [true, false] {
+            run(&mut g, setup_crd(w, routed), w, routed);
+        }
+    }
+    g.finish();
+}
+
+/// Times one event's apply (store, indexes, history, fan-out) with `s`'s W watchers.
+fn run(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    mut s: Setup,
+    w: usize,
+    routed: bool,
+) {
+    if !routed && w >= 10_000 {
+        g.sample_size(10).measurement_time(Duration::from_secs(8));
+    } else {
+        g.sample_size(30).measurement_time(Duration::from_secs(4));
+    }
+    let name = if routed { "routed" } else { "scan" };
+    let mut next = 0usize;
+    g.bench_function(BenchmarkId::new(name, w), |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            let mut done = 0u64;
+            while done < iters {
+                // Batches no larger than the routed queue, so no watcher is parked.
+                let batch = (iters - done).min(w as u64 * 8);
+                let first = next;
+                let t = Instant::now();
+                for _ in 0..batch {
+                    s.rv += 1;
+                    let obj = s.updates[next % PODS].clone();
+                    s.writer.apply(s.rv, [Change::Put(obj)]).unwrap();
+                    next += 1;
+                }
+                spent += t.elapsed();
+                for i in first..next.min(first + PODS) {
+                    let stream = &mut s.watchers[(i % PODS) % w];
+                    while let Some(Some(ev)) = stream.next().now_or_never() {
+                        std::hint::black_box(ev.unwrap());
+                    }
+                }
+                done += batch;
+            }
+            spent
+        });
+    });
+    assert_eq!(
+        s.cache.stats().parked,
+        0,
+        "the bench measures live dispatch, not parking"
+    );
 }
 
 /// Per-event dispatch cost with 64 shard watchers (`shardSelector` on the uid, each 1/64 of the
@@ -548,6 +615,7 @@ fn wire_formats(c: &mut Criterion) {
 criterion_group!(
     benches,
     bench,
+    crd_selectable,
     shards,
     many_ranges,
     undeclared_path,

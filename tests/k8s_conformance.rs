@@ -32,6 +32,31 @@ async fn on_etcd(version: EtcdVersion, watchlist: &str) {
     .await;
     let c = conformance(&wc.admin_kubeconfig, &[watchlist]).await;
     c.assert_passed(&format!("watchcache on etcd {version:?}"));
+    // The custom resource its CRD check made was read from watchcache's own cache of it (a
+    // resource not served here is counted without its name).
+    let (_, metrics) = support::kube::https_get(
+        &wc.url,
+        &kas.pki.ca.cert_file,
+        Some(&kas.pki.admin),
+        "/metrics",
+    )
+    .await
+    .unwrap();
+    // (Its informer starts with a WatchList, and its updates GET first.)
+    let served: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{") && l.contains(r#"resource="gadgets""#)
+        })
+        .collect();
+    for verb in ["GET", "WATCH"] {
+        assert!(
+            served
+                .iter()
+                .any(|l| l.contains(&format!(r#"verb="{verb}""#))),
+            "no {verb} of the custom resource served from the cache: {served:#?}"
+        );
+    }
     // watchcache serves WatchList whatever the etcd version: it proves its reads fresh itself.
     for kind in ["typed", "metadata", "dynamic"] {
         let d = &c.check(&format!("informer/{kind}/watchlist=true")).detail;

@@ -175,6 +175,7 @@ func checks(e *env) []check {
 		)
 	}
 	cs = append(cs, check{"informer/typed/resync", e.informerResync})
+	cs = append(cs, check{"informer/dynamic/crd-field-selector", e.informerCRDFieldSelector})
 	return cs
 }
 
