@@ -995,6 +995,10 @@ impl PartialEq for Object {
     }
 }
 
+/// Why a key does not fit its object: the reason, and the key the metadata names when the value
+/// names another object.
+type LayoutError = (String, Option<String>);
+
 /// Where namespace and name are in `key`, after checking that the key is the definition's prefix
 /// followed by `namespace/name` (or `name` for cluster-scoped resources). The error is the
 /// reason, and the key the metadata names when the value names another object.
@@ -1003,7 +1007,7 @@ fn key_layout(
     key: &str,
     name: &str,
     namespace: &str,
-) -> Result<((u32, u32), u32), (String, Option<String>)> {
+) -> Result<((u32, u32), u32), LayoutError> {
     let def = &schema.def;
     let rest = key
         .strip_prefix(def.prefix.as_str())
