@@ -348,3 +348,143 @@ async fn a_corrupted_cache_of_kube_apiserver_is_found_healed_and_its_watchers_to
     assert_eq!((events[0].2, events[1].2), (d, b));
     caches.shutdown().await;
 }
+
+/// A pod's JSON stored under `key`, naming pod `names` of namespace ns (k/k#135115).
+fn naming(names: &str) -> String {
+    pod(names, "misplaced")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_naming_another_object_are_never_served_and_the_check_stays_consistent() {
+    support::etcd::init_tracing();
+    let etcd = etcd_version(EtcdVersion::V36).await;
+    let url = etcd.server.url();
+    let mut c = support::etcd::client(std::slice::from_ref(&url)).await;
+    // Before the cache starts (its list reads them): good pods, and more values naming pod a
+    // than the check would read one by one (64). One transaction: one fsync.
+    let misplaced: Vec<String> = (0..80).map(|i| key(&format!("m{i:02}"))).collect();
+    let mut ops: Vec<TxnOp> = ["a", "b", "c"]
+        .iter()
+        .map(|n| TxnOp::put(key(n), pod(n, "v1"), None))
+        .collect();
+    ops.extend(
+        misplaced
+            .iter()
+            .map(|k| TxnOp::put(k.as_str(), naming("a"), None)),
+    );
+    let listed = c.txn(Txn::new().and_then(ops)).await.unwrap();
+    let listed = listed.header().unwrap().revision() as u64;
+    let caches = EtcdCaches::connect(
+        support::etcd::config(std::slice::from_ref(&url)),
+        vec![ResourceDef::builtin("pods").unwrap()],
+        config(),
+    )
+    .await
+    .unwrap();
+    let pods = caches.cache("pods").unwrap().clone();
+    tokio::time::timeout(Duration::from_secs(30), pods.wait_ready())
+        .await
+        .unwrap()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = Server::new(ServerConfig::default(), [Served::new(pods.clone())]);
+    let served = tokio::spawn(async move {
+        server
+            .serve(listener, async { stopped.await.ok().unwrap_or(()) })
+            .await
+            .unwrap();
+    });
+
+    let mut w = pods
+        .watch(WatchOptions::new(
+            Selection::all().in_namespace("ns"),
+            ResourceVersion::At(pods.resource_version()),
+        ))
+        .await
+        .unwrap();
+    // While it watches: a new key naming b, and cached c overwritten with a value naming a.
+    support::etcd::put_rev(&mut c, &key("n"), naming("b")).await;
+    let over = support::etcd::put_rev(&mut c, &key("c"), naming("a")).await;
+    let keep = support::etcd::put_rev(&mut c, &key("b"), pod("b", "v2")).await;
+    wait_for("the cache followed", Duration::from_secs(10), || {
+        pods.resource_version() >= keep
+    })
+    .await;
+
+    // LISTs serve each pod once, under its own key: none of the values naming another.
+    for rv in ["0", ""] {
+        let list: serde_json::Value = reqwest::get(format!(
+            "{base}/api/v1/namespaces/ns/pods?resourceVersion={rv}"
+        ))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        let names: Vec<&str> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "b"], "rv={rv:?}: {list}");
+        let a = list["items"][0]["spec"]["containers"][0]["image"].as_str();
+        assert_eq!(a, Some("v1"), "pod a as stored under its own key");
+    }
+    let keys: Vec<String> = cached(&pods, "ns")
+        .await
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(keys, [key("a"), key("b")]);
+    for name in ["m00", "n", "c"] {
+        let status = reqwest::get(format!("{base}/api/v1/namespaces/ns/pods/{name}"))
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 404, "GET {name}");
+    }
+    // The watch: c leaves (DELETED, carrying its last decodable state), b changes; nothing of
+    // n or the m's.
+    let events = drain(&mut w, Duration::from_millis(1000)).await;
+    assert_eq!(
+        events,
+        [
+            (EventType::Deleted, key("c"), listed),
+            (EventType::Modified, key("b"), keep),
+        ],
+        "{events:?}"
+    );
+    assert!(over < keep);
+
+    // Checks pass, none fails, and none relists: the follower and the check skip the same.
+    let stats = pods.stats();
+    assert_eq!(stats.misplaced_values, 82, "80 listed, n and c watched");
+    assert!(stats.decode_errors >= stats.misplaced_values);
+    let at = checks(&pods);
+    wait_for("three more checks passed", Duration::from_secs(15), || {
+        checks(&pods).success >= at.success + 3
+    })
+    .await;
+    let now = checks(&pods);
+    assert_eq!((now.failure, now.error), (0, 0), "{now:?}");
+    assert_eq!(pods.stats().resyncs, 0, "no relist");
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.lines().any(|l| {
+            l.starts_with(r#"watchcache_misplaced_values_total{resource="pods""#)
+                && l.ends_with(" 82")
+        }),
+        "{text}"
+    );
+    stop.send(()).unwrap();
+    served.await.unwrap();
+    caches.shutdown().await;
+}

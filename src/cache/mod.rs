@@ -156,7 +156,10 @@ impl Cache {
     }
 
     /// Decodes a stored value, or counts and logs it as malformed and returns `None`: what a feeder
-    /// does with each value it reads, so that one bad value never stops a stream.
+    /// does with each value it reads, so that one bad value never stops a stream. A skipped value
+    /// is remembered, by key and revision, as unserved (for the consistency check), until the
+    /// key decodes again or is deleted ([`change_for_delete`](Cache::change_for_delete)); so
+    /// call it only for values of the upstream's current state, not of an older read.
     pub fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
         self.shared.decode_or_skip(key, value, rv)
     }
@@ -170,6 +173,27 @@ impl Cache {
             Some(o) => Change::Put(o),
             None => Change::Delete(key.to_owned()),
         }
+    }
+
+    /// The change a deletion of `key` makes: a [`Change::Delete`], and the key's value, if the
+    /// follower left it unserved, is no longer the upstream's.
+    pub fn change_for_delete(&self, key: &str) -> Change {
+        self.shared.forget_unserved(key);
+        Change::Delete(key.to_owned())
+    }
+
+    /// The revision of the value at `key` that the follower left unserved (it did not decode),
+    /// if it did: what the consistency check skips without reading the value again.
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
+    pub(crate) fn unserved_at(&self, key: &str) -> Option<u64> {
+        self.shared.unserved_at(key)
+    }
+
+    /// After a consistency check at revision `n`: the unserved records at or before `n` whose
+    /// key is not in `seen` (the unserved keys the upstream held at `n`) are forgotten.
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
+    pub(crate) fn retain_unserved(&self, n: u64, seen: &hashbrown::HashSet<String>) {
+        self.shared.retain_unserved(n, seen);
     }
 
     /// Counts and logs a value that could not be decoded; the stream goes on without it.

@@ -15,7 +15,7 @@
 //! ## Lock order
 //! `shard_spare`, then `state`, then a watcher's queue lock ([`crate::cache::watcher`]). `upstream` is never held with
 //! either. `json_paths` is a leaf, written under `state` and read by decode without it; an object's
-//! field memo (`model/field_memo.rs`) is a leaf too. No lock here is held across an `.await` or while waiting for a consumer.
+//! field memo (`model/field_memo.rs`) and `unserved` are leaves too. No lock here is held across an `.await` or while waiting for a consumer.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -104,6 +104,9 @@ pub struct CacheStats {
     pub expired: u64,
     /// Stored values skipped because they could not be decoded.
     pub decode_errors: u64,
+    /// Of `decode_errors`, the values that name another object than their key (k/k#135115):
+    /// left unserved under both keys.
+    pub misplaced_values: u64,
     /// Resyncs after the initial sync.
     pub resyncs: u64,
     /// Times the upstream failed the follower (a sync, a watch's opening or the watch itself:
@@ -167,6 +170,7 @@ pub(crate) struct Metrics {
     parked: std::sync::atomic::AtomicU64,
     expired: std::sync::atomic::AtomicU64,
     decode_errors: std::sync::atomic::AtomicU64,
+    misplaced: std::sync::atomic::AtomicU64,
     resyncs: std::sync::atomic::AtomicU64,
     pub upstream_failures: std::sync::atomic::AtomicU64,
     queued: Histogram,
@@ -186,6 +190,7 @@ impl Default for Metrics {
             parked: Default::default(),
             expired: Default::default(),
             decode_errors: Default::default(),
+            misplaced: Default::default(),
             resyncs: Default::default(),
             upstream_failures: Default::default(),
             queued: Histogram::new(LATENCY_NANOS),
@@ -363,6 +368,27 @@ pub(crate) struct Shared {
     /// to the registry's whenever this lock is free. Sharded watchers' ranges are added to and
     /// removed from it outside the state lock, then it is swapped with the registry's.
     shard_spare: Mutex<Option<Box<ShardRouter>>>,
+    /// The values the follower left unserved (see [`Unserved`]); `unserved_any` says whether
+    /// it holds any, so that the decode of a good value takes no lock in the common case.
+    unserved: Mutex<Unserved>,
+    unserved_any: std::sync::atomic::AtomicBool,
+}
+
+/// How often a value naming another object than its key is logged, at most: every relist reads
+/// it again, and a store with many would flood the log.
+const MISPLACED_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The stored values the follower skipped (they do not decode), by key, with the revision each
+/// was written at: what the consistency check compares an upstream key the cache lacks with, so
+/// that the check and the follower agree on what is skipped without reading the value again.
+/// A key leaves it when the follower decodes a value of it, sees it deleted, or a check finds it
+/// gone upstream; so it holds about the bad values the upstream has (a key and a `u64` each).
+#[derive(Debug, Default)]
+struct Unserved {
+    keys: hashbrown::HashMap<String, u64>,
+    /// When a misplaced value was last logged, and how many were not logged since.
+    logged: Option<Instant>,
+    suppressed: u64,
 }
 
 impl Shared {
@@ -395,6 +421,8 @@ impl Shared {
             ready: Signal::new(),
             bookmarks: Deadlines::new(None, deadlines::TICK),
             shard_spare,
+            unserved: Mutex::new(Unserved::default()),
+            unserved_any: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -576,6 +604,7 @@ impl Shared {
                 let plain = up.read_stored(key, value).map_err(|reason| DecodeError {
                     key: key.to_owned(),
                     reason,
+                    names: None,
                 })?;
                 self.decode(key, &plain, rv)
             }
@@ -583,16 +612,77 @@ impl Shared {
         }
     }
 
-    /// Decodes a stored value, or counts and logs it and returns `None`.
+    /// Decodes a stored value the follower read at its current state (a list page or a watch
+    /// event), or counts and logs it, records it as unserved at `rv`, and returns `None`.
     pub fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
-        self.decode_stored(key, value, rv)
-            .map_err(|e| self.record_decode_error(&e))
-            .ok()
+        match self.decode_stored(key, value, rv) {
+            Ok(o) => {
+                self.forget_unserved(key);
+                Some(o)
+            }
+            Err(e) => {
+                self.record_decode_error(&e);
+                let mut u = self.unserved.lock();
+                u.keys.insert(key.to_owned(), rv);
+                self.unserved_any.store(true, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// The follower saw `key` decoded or deleted: it is no longer an unserved value.
+    pub fn forget_unserved(&self, key: &str) {
+        // Only the follower inserts, and it set the flag after its own insert: a false read
+        // here means this key holds no record. (The checker reading a stale false only reads the
+        // value again.)
+        if self.unserved_any.load(Ordering::Relaxed) {
+            let mut u = self.unserved.lock();
+            u.keys.remove(key);
+            self.unserved_any
+                .store(!u.keys.is_empty(), Ordering::Relaxed);
+        }
+    }
+
+    /// The revision of the value of `key` the follower left unserved, if it did.
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
+    pub fn unserved_at(&self, key: &str) -> Option<u64> {
+        if !self.unserved_any.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.unserved.lock().keys.get(key).copied()
+    }
+
+    /// After a check at revision `n` (which the cache had reached): records written at or before
+    /// `n` whose key the upstream did not hold at that revision (`seen`: the keys it did) are
+    /// gone upstream.
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
+    pub fn retain_unserved(&self, n: u64, seen: &HashSet<String>) {
+        let mut u = self.unserved.lock();
+        u.keys.retain(|k, rv| *rv > n || seen.contains(k));
+        self.unserved_any
+            .store(!u.keys.is_empty(), Ordering::Relaxed);
     }
 
     pub fn record_decode_error(&self, err: &DecodeError) {
         Metrics::add(&self.metrics.decode_errors, 1);
-        warn!(resource = %self.schema.def.plural, key = %err.key, reason = %err.reason, "skipping malformed object");
+        let Some(names) = &err.names else {
+            warn!(resource = %self.schema.def.plural, key = %err.key, reason = %err.reason, "skipping malformed object");
+            return;
+        };
+        Metrics::add(&self.metrics.misplaced, 1);
+        let now = Instant::now();
+        let suppressed = {
+            let mut u = self.unserved.lock();
+            if u.logged
+                .is_some_and(|t| now.duration_since(t) < MISPLACED_LOG_EVERY)
+            {
+                u.suppressed += 1;
+                return;
+            }
+            u.logged = Some(now);
+            std::mem::take(&mut u.suppressed)
+        };
+        warn!(resource = %self.schema.def.plural, key = %err.key, names = %names, suppressed, "leaving unserved a stored value that names another object than its key (k/k#135115)");
     }
 
     /// The upstream's history was replaced: ends every watcher with 410 Expired, empties the store
@@ -603,6 +693,9 @@ impl Shared {
         error!(resource = %self.schema.def.plural, rv = st.rv, reason = %why, "the upstream's history was replaced; every watcher gets 410 Expired and the cache resyncs");
         st.store = Store::new(&self.schema);
         st.history.reset(st.rv);
+        // Revisions of the replaced history name other values.
+        self.unserved.lock().keys.clear();
+        self.unserved_any.store(false, Ordering::Relaxed);
         st.registry.expire_all(st.history.evicted());
         st.readiness = Readiness::Diverged {
             since: Instant::now(),
@@ -904,6 +997,7 @@ impl Shared {
             parked: Metrics::get(&m.parked),
             expired: Metrics::get(&m.expired),
             decode_errors: Metrics::get(&m.decode_errors),
+            misplaced_values: Metrics::get(&m.misplaced),
             resyncs: Metrics::get(&m.resyncs),
             upstream_failures: Metrics::get(&m.upstream_failures),
             fresh_reads: self.fresh_reads.reads(),

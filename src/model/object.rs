@@ -226,6 +226,9 @@ pub struct DecodeError {
     pub key: String,
     /// What is wrong with the value.
     pub reason: String,
+    /// The key the value's metadata names, when it is a well-formed object that names another
+    /// object than its key (k/k#135115): left unserved, never served under either key.
+    pub names: Option<String>,
 }
 
 impl Object {
@@ -238,6 +241,7 @@ impl Object {
         let fail = |reason: String| DecodeError {
             key: key.to_owned(),
             reason,
+            names: None,
         };
         if value.starts_with(crate::model::protobuf::MAGIC) {
             return Object::decode_protobuf(schema, key, value, rv);
@@ -289,10 +293,11 @@ impl Object {
             name.to_string()
         };
         if rest != expected {
-            return Err(fail(format!(
-                "key does not match metadata (expected {}{expected})",
-                def.prefix
-            )));
+            let names = format!("{}{expected}", def.prefix);
+            return Err(DecodeError {
+                names: Some(names.clone()),
+                ..fail(format!("key does not match metadata (expected {names})"))
+            });
         }
         let labels =
             match find(&meta, "labels") {
@@ -436,6 +441,7 @@ impl Object {
         let fail = |reason: String| DecodeError {
             key: key.to_owned(),
             reason,
+            names: None,
         };
         let env = Envelope::parse(value).map_err(&fail)?;
         let def = &schema.def;
@@ -465,7 +471,13 @@ impl Object {
         if meta.name.is_empty() {
             return Err(fail("metadata.name is missing or empty".into()));
         }
-        let (ns, name_at) = key_layout(schema, key, meta.name, meta.namespace).map_err(&fail)?;
+        let (ns, name_at) =
+            key_layout(schema, key, meta.name, meta.namespace).map_err(|(reason, names)| {
+                DecodeError {
+                    names,
+                    ..fail(reason)
+                }
+            })?;
         // Borrowed from `value` where the field is a string as stored: no allocation per field.
         let fields: Vec<Option<Cow<'_, str>>> = schema
             .fields
@@ -1008,21 +1020,29 @@ impl PartialEq for Object {
     }
 }
 
+/// Why a key does not fit its object: the reason, and the key the metadata names when the value
+/// names another object.
+type LayoutError = (String, Option<String>);
+
 /// Where namespace and name are in `key`, after checking that the key is the definition's prefix
-/// followed by `namespace/name` (or `name` for cluster-scoped resources).
+/// followed by `namespace/name` (or `name` for cluster-scoped resources). The error is the
+/// reason, and the key the metadata names when the value names another object.
 fn key_layout(
     schema: &Schema,
     key: &str,
     name: &str,
     namespace: &str,
-) -> Result<((u32, u32), u32), String> {
+) -> Result<((u32, u32), u32), LayoutError> {
     let def = &schema.def;
     let rest = key
         .strip_prefix(def.prefix.as_str())
-        .ok_or_else(|| format!("key is not under {}", def.prefix))?;
+        .ok_or_else(|| (format!("key is not under {}", def.prefix), None))?;
     let ok = if def.namespaced {
         if namespace.is_empty() {
-            return Err("metadata.namespace is missing for a namespaced resource".into());
+            return Err((
+                "metadata.namespace is missing for a namespaced resource".into(),
+                None,
+            ));
         }
         rest.len() == namespace.len() + 1 + name.len()
             && rest.starts_with(namespace)
@@ -1030,8 +1050,9 @@ fn key_layout(
             && rest.ends_with(name)
     } else {
         if !namespace.is_empty() {
-            return Err(format!(
-                "metadata.namespace \"{namespace}\" set on a cluster-scoped resource"
+            return Err((
+                format!("metadata.namespace \"{namespace}\" set on a cluster-scoped resource"),
+                None,
             ));
         }
         rest == name
@@ -1042,9 +1063,10 @@ fn key_layout(
         } else {
             name.to_owned()
         };
-        return Err(format!(
-            "key does not match metadata (expected {}{expected})",
-            def.prefix
+        let names = format!("{}{expected}", def.prefix);
+        return Err((
+            format!("key does not match metadata (expected {names})"),
+            Some(names),
         ));
     }
     let prefix_len = def.prefix.len() as u32;
@@ -1480,6 +1502,9 @@ mod tests {
                 String::from_utf8_lossy(value)
             );
             assert_eq!(e.key, k);
+            // Only a well-formed object naming another key names it (k/k#135115).
+            let names = (*want == "key does not match").then(|| "/registry/pods/ns/b".to_owned());
+            assert_eq!(e.names, names, "{e}");
         }
         assert!(
             Object::decode(

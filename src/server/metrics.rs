@@ -713,6 +713,11 @@ pub(crate) async fn render(
         "Stored values skipped because they could not be decoded",
         &mut *reg,
     );
+    let misplaced = counter(
+        "misplaced_values",
+        "Stored values left unserved because their metadata names another object than their key (counted in decode_errors too)",
+        &mut *reg,
+    );
     let resyncs = counter("resyncs", "Relists after the initial sync", &mut *reg);
     let upstream_failures = counter(
         "upstream_failures",
@@ -847,6 +852,7 @@ pub(crate) async fn render(
         parked.get_or_create(&l).inc_by(s.parked);
         expired.get_or_create(&l).inc_by(s.expired);
         decode_errors.get_or_create(&l).inc_by(s.decode_errors);
+        misplaced.get_or_create(&l).inc_by(s.misplaced_values);
         resyncs.get_or_create(&l).inc_by(s.resyncs);
         upstream_failures
             .get_or_create(&l)

@@ -73,6 +73,9 @@ mod sealed;
 mod state;
 mod status;
 mod tls;
+// The property test of shared state over HTTP: its client, reqwest, comes with `cli`.
+#[cfg(all(test, feature = "cli"))]
+mod unchanged;
 pub(crate) mod watch;
 
 use std::net::SocketAddr;

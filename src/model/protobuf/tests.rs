@@ -271,6 +271,10 @@ fn stored_protobuf_must_match_the_resource_and_key() {
     ] {
         let e = Object::decode(&pods, key, &value, 1).unwrap_err();
         assert!(e.reason.contains(want), "{key}: {e}");
+        // The key the message names, when it is another pod's (k/k#135115).
+        let names =
+            (want == "key does not match").then_some("/registry/pods/default/web-7d4b9c-x2k8p");
+        assert_eq!(e.names.as_deref(), names, "{key}: {e}");
     }
 }
 

@@ -272,7 +272,7 @@ impl ApiSource {
                 Frame::Delete(raw) => {
                     let id = identity(self.cache.definition(), &raw)
                         .map_err(|e| Break::failed(e.to_string()))?;
-                    (id.rv, Some(Change::Delete(id.key)))
+                    (id.rv, Some(self.cache.change_for_delete(&id.key)))
                 }
                 Frame::Bookmark { rv, .. } => {
                     self.flush(batch.take(), writer, applied)?;

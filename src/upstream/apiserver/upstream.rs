@@ -62,14 +62,19 @@ fn truth_error(e: RestError) -> TruthError {
 }
 
 impl Truth for ApiTruth {
+    fn max_page(&self) -> usize {
+        self.page_size
+    }
+
     async fn page(
         &mut self,
         n: u64,
         cursor: Option<String>,
+        limit: usize,
     ) -> std::result::Result<TruthPage, TruthError> {
         let page = self
             .rest
-            .list_exact(n, self.page_size, cursor.as_deref())
+            .list_exact(n, limit, cursor.as_deref())
             .await
             .map_err(truth_error)?;
         if page.rv != n {

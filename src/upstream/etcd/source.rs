@@ -339,7 +339,7 @@ impl EtcdSource {
             return None;
         };
         match ev.event_type() {
-            EtcdEventType::Delete => Some(Change::Delete(key.to_owned())),
+            EtcdEventType::Delete => Some(self.cache.change_for_delete(key)),
             EtcdEventType::Put => Some(self.cache.change_for_put(key, kv.value(), rev)),
         }
     }
