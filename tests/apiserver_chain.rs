@@ -1234,3 +1234,103 @@ async fn kubectl_reads_through_the_leaf() {
     .await;
     assert_eq!(at_root["data"]["mode"], "fast");
 }
+
+/// Issue 37, item 2: caches in a tree over different etcds have different resourceVersion
+/// spaces. A leaf whose root is replaced, behind the same address, by a root over another etcd
+/// (a load balancer moving it) sees another `X-Watchcache-Origin` and starts over: its watchers
+/// get 410 and relist, and it serves the new etcd's objects only, never a mixture. The new etcd
+/// is ahead, so the leaf's resourceVersion is a valid one there: resuming would be silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_moved_to_a_root_over_another_etcd_starts_over() {
+    let (e1, e2) = (support::etcd::etcd().await, support::etcd::etcd().await);
+    let (u1, u2) = (e1.server.url(), e2.server.url());
+    let port = free_port().unwrap();
+    let mut first = root(&u1, port).await;
+    support::etcd::put_namespaces(&u2, &["ns"]).await;
+    for i in 0..3 {
+        write(&u1, i).await;
+    }
+    for i in 100..140 {
+        write(&u2, i).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = leaf(&kubeconfig(dir.path(), &first.url), free_port().unwrap()).await;
+    let c = Client::new();
+    // The names the leaf lists, or none while it cannot answer (resyncing).
+    let names = async |url: &str| -> Vec<String> {
+        let l: Value = get_json(&c, format!("{url}/api/v1/pods")).await;
+        l["items"].as_array().map_or_else(Vec::new, |items| {
+            items
+                .iter()
+                .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+    };
+    let mut tries = 0;
+    while names(&leaf.url).await != ["p000", "p001", "p002"] {
+        tries += 1;
+        assert!(tries < 200, "the leaf never held the first etcd's pods");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let answer = c
+        .get(format!("{}/api/v1/pods", leaf.url))
+        .send()
+        .await
+        .unwrap();
+    let origin = answer.headers()["x-watchcache-origin"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(origin.len(), 16, "{origin}");
+    let list: Value = answer.json().await.unwrap();
+    let from = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut watch = c
+        .get(format!(
+            "{}/api/v1/namespaces/ns/pods?watch=1&resourceVersion={from}",
+            leaf.url
+        ))
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+
+    // The first root goes; a root over the other etcd takes its address.
+    first.kill9();
+    let second = root(&u2, port).await;
+    let mut seen = String::new();
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(chunk) = watch.next().await {
+            seen.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            if seen.contains(r#""type":"ERROR""#) && seen.ends_with('\n') {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the leaf's watcher was not ended: {seen}");
+    assert!(seen.contains(r#""code":410"#), "{seen}");
+    assert!(
+        !seen.contains("p1"),
+        "no event of the other etcd reached it: {seen}"
+    );
+    let want: Vec<String> = (100..140).map(|i| format!("p{i:03}")).collect();
+    let mut tries = 0;
+    while names(&leaf.url).await != want {
+        tries += 1;
+        assert!(
+            tries < 400,
+            "the leaf never held the second etcd's pods alone"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let now = c
+        .get(format!("{}/api/v1/pods", leaf.url))
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(now.headers()["x-watchcache-origin"], origin.as_str());
+    drop(second);
+}

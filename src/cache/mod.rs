@@ -76,6 +76,10 @@ use stream::InitialEvents;
 /// Keys per keys-only range request of a freshness proof (`fresh.rs`): about 100 bytes each.
 const KEYS_PAGE: usize = 10_000;
 
+/// The header a watchcache answers a resource's reads with: the [`Cache::origin`] of the
+/// resourceVersions in the answer, as 16 hex digits.
+pub const ORIGIN_HEADER: &str = "x-watchcache-origin";
+
 /// One resource's watch cache, as its readers hold it. Cheap to clone; every clone is the same
 /// cache. `Send + Sync`.
 ///
@@ -229,6 +233,20 @@ impl Cache {
     /// Whether the cache serves reads.
     pub fn is_ready(&self) -> bool {
         self.shared.is_ready()
+    }
+
+    /// The identity of the revision space this cache's resourceVersions belong to: the id of
+    /// the etcd cluster they were read from, directly or through upstream caches that said so.
+    /// Revisions of two origins cannot be compared: a server answers with it
+    /// (`X-Watchcache-Origin`), and a cache following an upstream whose origin changes starts over
+    /// (every watcher 410, a relist), as after etcd's history was replaced. `None` until learned.
+    pub fn origin(&self) -> Option<u64> {
+        self.shared.origin()
+    }
+
+    /// Records the origin an upstream showed (see [`Cache::origin`]); for sources.
+    pub(crate) fn set_origin(&self, origin: u64) {
+        self.shared.set_origin(origin);
     }
 
     /// Whether `other` is a handle on this same cache.

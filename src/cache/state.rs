@@ -372,6 +372,9 @@ pub(crate) struct Shared {
     /// it holds any, so that the decode of a good value takes no lock in the common case.
     unserved: Mutex<Unserved>,
     unserved_any: std::sync::atomic::AtomicBool,
+    /// The identity of the revision space the cache's revisions belong to (its etcd cluster's
+    /// id, learned by the follower; 0: unknown). Cleared by a reset: the next sync learns it.
+    origin: AtomicU64,
 }
 
 /// How often a value naming another object than its key is logged, at most: every relist reads
@@ -414,6 +417,7 @@ impl Shared {
             metrics: Metrics::default(),
             state: RwLock::new(state),
             dispatched_rv: AtomicU64::new(0),
+            origin: AtomicU64::new(0),
             rv_tx: tokio::sync::watch::Sender::new(0),
             upstream: RwLock::new(None),
             fresh_reads,
@@ -693,6 +697,7 @@ impl Shared {
         error!(resource = %self.schema.def.plural, rv = st.rv, reason = %why, "the upstream's history was replaced; every watcher gets 410 Expired and the cache resyncs");
         st.store = Store::new(&self.schema);
         st.history.reset(st.rv);
+        self.origin.store(0, Ordering::Release);
         // Revisions of the replaced history name other values.
         self.unserved.lock().keys.clear();
         self.unserved_any.store(false, Ordering::Relaxed);
@@ -710,6 +715,15 @@ impl Shared {
         let mut st = self.state.write();
         st.closed = true;
         st.registry.end_all();
+    }
+
+    /// See [`Shared::origin`]'s field.
+    pub fn origin(&self) -> Option<u64> {
+        Some(self.origin.load(Ordering::Acquire)).filter(|o| *o != 0)
+    }
+
+    pub fn set_origin(&self, origin: u64) {
+        self.origin.store(origin, Ordering::Release);
     }
 
     pub fn record_expired(&self) {

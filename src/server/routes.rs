@@ -231,6 +231,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         };
         let user = parts.extensions.get::<Arc<User>>().map(|u| &**u);
         let key = parts.extensions.get::<RequestKey>();
+        let origin = cache.origin();
         return read(
             st,
             cache,
@@ -242,7 +243,17 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
             target.status,
             (user, key),
         )
-        .await;
+        .await
+        .map(|mut resp| {
+            // Revisions of another origin mean nothing here: a cache following this one
+            // starts over when it changes (see `Cache::origin`).
+            if let Some(o) = origin
+                && let Ok(v) = header::HeaderValue::from_str(&format!("{o:016x}"))
+            {
+                resp.headers_mut().insert(crate::cache::ORIGIN_HEADER, v);
+            }
+            resp
+        });
     }
     // Writes are kube-apiserver's (its registry and admission); without one to forward them to
     // (`Server::with_proxy`), this server is a read-only cache of the etcd it reads.

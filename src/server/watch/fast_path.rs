@@ -205,7 +205,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     let authorization = req.authorization.take();
     // Boxed: admission and the watch's start (which may read etcd) are large futures needed
     // once; the task of an idle watch then holds only the streaming state.
-    let Some(mut pump) = Box::pin(admit_and_start(
+    let Some((mut pump, origin)) = Box::pin(admit_and_start(
         tcp,
         st,
         conn,
@@ -222,7 +222,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     };
     // Nothing of the request may be left unread in a connection handed down to its sending half.
     let hand_down = st.config.tls_watch_hand_down && rest.is_empty();
-    let outcome = stream(tcp, &mut pump, req.gzip, wire, hand_down).await?;
+    let outcome = stream(tcp, &mut pump, req.gzip, wire, origin, hand_down).await?;
     rest.extend(outcome.received);
     Ok(FirstRequest::Served {
         rest,
@@ -247,7 +247,7 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
     req: &WatchRequest,
     authorization: Option<Vec<u8>>,
     (wire, fields): WatchWire,
-) -> std::io::Result<Option<WatchPump>> {
+) -> std::io::Result<Option<(WatchPump, Option<u64>)>> {
     let began = std::time::Instant::now();
     let mut adm = filters::admit(
         st,
@@ -294,6 +294,7 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
                     .conversions(&target.served.cache.definition().plural, format, fields)
             },
         );
+        let origin = target.served.cache.origin();
         watch::start(
             st,
             &target.served.cache,
@@ -306,6 +307,7 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
             Some(&key),
         )
         .await
+        .map(|pump| (pump, origin))
     }
     .await;
     match started {
@@ -330,6 +332,7 @@ async fn stream<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     pump: &mut WatchPump,
     gzip: bool,
     wire: Wire,
+    origin: Option<u64>,
     hand_down: bool,
 ) -> std::io::Result<Outcome> {
     let sealed = hand_down && tcp.hand_down();
@@ -339,7 +342,7 @@ async fn stream<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
             received,
         })
     };
-    write_head(tcp, gzip, wire, sealed).await?;
+    write_head(tcp, gzip, wire, origin, sealed).await?;
     let mut received = Vec::new();
     let mut probe = [0u8; 256];
     loop {
@@ -372,6 +375,7 @@ async fn write_head<S: AsyncWrite + Unpin>(
     tcp: &mut S,
     gzip: bool,
     wire: Wire,
+    origin: Option<u64>,
     close: bool,
 ) -> std::io::Result<()> {
     let enc = if gzip {
@@ -380,8 +384,11 @@ async fn write_head<S: AsyncWrite + Unpin>(
         ""
     };
     let close = if close { "Connection: close\r\n" } else { "" };
+    let origin = origin.map_or(String::new(), |o| {
+        format!("{}: {o:016x}\r\n", crate::cache::ORIGIN_HEADER)
+    });
     let head = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: {}\r\n{enc}{close}Transfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Type: {}\r\n{enc}{origin}{close}Transfer-Encoding: chunked\r\n\r\n",
         wire.content_type()
     );
     tcp.write_all(head.as_bytes()).await?;
@@ -646,7 +653,7 @@ mod tests {
             .unwrap();
         let (mut server, _) = listener.accept().await.unwrap();
         let served = tokio::spawn(async move {
-            stream(&mut server, &mut pump, false, Wire::Json, false)
+            stream(&mut server, &mut pump, false, Wire::Json, None, false)
                 .await
                 .map(|o| o.clean)
         });

@@ -287,6 +287,8 @@ pub(crate) struct ListPage {
     /// The raw items: JSON objects, or protobuf ones in their `k8s\0` + envelope, as a watch
     /// frame carries them.
     pub items: Vec<Bytes>,
+    /// The answer's `X-Watchcache-Origin` (see [`Cache::origin`](crate::Cache::origin)).
+    pub origin: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -350,6 +352,7 @@ pub(crate) fn parse_list(body: &Bytes, type_meta: &str) -> Result<ListPage, Rest
         })
         .collect();
     Ok(ListPage {
+        origin: None,
         rv,
         continue_token: list
             .metadata
@@ -391,6 +394,7 @@ pub(crate) fn parse_protobuf_list(
     }
     let buf = Bytes::from(buf);
     Ok(ListPage {
+        origin: None,
         rv,
         continue_token: Some(list.continue_token)
             .filter(|c| !c.is_empty())
@@ -581,7 +585,14 @@ struct Answer {
     status: StatusCode,
     /// Whether its `Content-Type` is protobuf.
     protobuf: bool,
+    origin: Option<u64>,
     body: Bytes,
+}
+
+/// An answer's origin, when it says one.
+fn origin_of(headers: &http::HeaderMap) -> Option<u64> {
+    let v = headers.get(crate::cache::ORIGIN_HEADER)?.to_str().ok()?;
+    u64::from_str_radix(v, 16).ok().filter(|o| *o != 0)
 }
 
 /// The REST client of one resource.
@@ -672,6 +683,7 @@ impl Rest {
                 .map_err(|e| RestError::transport(uri, e))?;
             let status = res.status();
             let protobuf = is_protobuf(res.headers());
+            let origin = origin_of(res.headers());
             let body =
                 res.into_body().collect_bytes().await.map_err(|e| {
                     RestError::transport(format_args!("{uri}: reading the answer"), e)
@@ -679,6 +691,7 @@ impl Rest {
             Ok(Answer {
                 status,
                 protobuf,
+                origin,
                 body,
             })
         };
@@ -699,13 +712,15 @@ impl Rest {
         if !a.status.is_success() {
             return Err(status_error(a.status, &a.body));
         }
-        match (&self.protobuf, a.protobuf) {
+        let mut page = match (&self.protobuf, a.protobuf) {
             (_, false) => parse_list(&a.body, &self.type_meta),
             (Some(p), true) => parse_protobuf_list((&p.api_version, &p.kind), &a.body),
             (None, true) => Err(RestError::malformed(
                 "a protobuf list of a kind without a protobuf message",
             )),
-        }
+        }?;
+        page.origin = a.origin;
+        Ok(page)
     }
 
     /// GETs `uri`; any non-2xx answer is its `Status` error.
@@ -817,6 +832,7 @@ impl Rest {
             Framing::Lines(LineBuf::default())
         };
         Ok(WatchFrames {
+            origin: origin_of(res.headers()),
             body: res.into_body(),
             framing,
             ended: false,
@@ -843,6 +859,8 @@ pub(crate) fn collection_path(def: &ResourceDef, namespace: Option<&str>) -> Str
 
 /// A watch response body, cut into frames and parsed.
 pub(crate) struct WatchFrames {
+    /// The answer's `X-Watchcache-Origin`.
+    pub origin: Option<u64>,
     body: Body,
     framing: Framing,
     ended: bool,

@@ -82,10 +82,13 @@ impl Source for ApiSource {
         from: u64,
         _shutdown: &mut watch::Receiver<bool>,
     ) -> Result<WatchFrames, Break> {
-        self.rest
+        let stream = self
+            .rest
             .watch(Some(from), false, self.watch_timeout())
             .await
-            .map_err(broken)
+            .map_err(broken)?;
+        self.same_origin(stream.origin)?;
+        Ok(stream)
     }
 
     async fn follow(
@@ -156,6 +159,7 @@ impl ApiSource {
         let started = Instant::now();
         let timeout = self.watch_timeout();
         let mut stream = self.rest.watch(None, true, timeout).await.map_err(broken)?;
+        self.same_origin(stream.origin)?;
         let mut objects: Vec<Object> = Vec::new();
         let deadline = tokio::time::Instant::now()
             + Duration::from_secs(timeout)
@@ -216,6 +220,7 @@ impl ApiSource {
             .list_page(self.config.page_size, None)
             .await
             .map_err(broken)?;
+        self.same_origin(first.origin)?;
         let rv = first.rv;
         let mut resync = writer.resync(rv);
         let mut page = first;
@@ -236,10 +241,37 @@ impl ApiSource {
                 .list_page(self.config.page_size, Some(&token))
                 .await
                 .map_err(broken)?;
+            // A continued page from another root (a load balancer between) is not this list's.
+            self.same_origin(page.origin)?;
         }
         let out = resync.finish();
         debug!(resource = %self.plural(), listed = out.listed, added = out.added, modified = out.modified, deleted = out.deleted, revision = rv, took = ?started.elapsed(), "synced by LIST");
         Ok(rv)
+    }
+
+    /// Checks an answer's origin (`X-Watchcache-Origin`, from an upstream watchcache) against
+    /// the cache's: another one means the upstream's revisions now come from another etcd
+    /// cluster (a load balancer moved this follower to a root over another etcd), so nothing
+    /// read so far can be compared with what comes: [`Break::Replaced`], which ends every
+    /// watcher with 410 and relists, as after etcd's history was replaced. The first origin
+    /// seen, or the first after that reset, is learned; an upstream that never says one
+    /// (kube-apiserver) is taken as it is, one that stops saying it is another origin.
+    fn same_origin(&self, seen: Option<u64>) -> Result<(), Break> {
+        match (self.cache.origin(), seen) {
+            (Some(known), Some(now)) if known != now => Err(Break::Replaced(format!(
+                "the upstream's resourceVersions now come from another etcd cluster (origin {known:016x}, now {now:016x})"
+            ))),
+            // Revisions of a known origin, now from an upstream that names none: nothing says
+            // they are the same space.
+            (Some(known), None) => Err(Break::Replaced(format!(
+                "the upstream's resourceVersions no longer say their origin (was {known:016x})"
+            ))),
+            (None, Some(now)) => {
+                self.cache.set_origin(now);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Decodes an object at its own resourceVersion. `Ok(None)`: a malformed object, counted and

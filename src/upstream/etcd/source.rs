@@ -80,6 +80,25 @@ impl Source for EtcdSource {
         _mode: SyncMode,
         _shutdown: &mut watch::Receiver<bool>,
     ) -> Result<Synced<EtcdWatch>, Break> {
+        // The cluster id first: a cache is ready only once it knows its origin, so that every
+        // answer it gives carries it (see `Cache::origin`).
+        if self.cluster.is_none() {
+            let mut kv = self.client.kv_client();
+            let probe = kv.get(
+                self.prefix().to_owned(),
+                Some(GetOptions::new().with_count_only()),
+            );
+            match tokio::time::timeout(REQUEST_TIMEOUT, probe).await {
+                Ok(Ok(r)) => {
+                    if let Some(d) = self.replaced(r.header(), 0, 0) {
+                        self.cluster = None;
+                        return Err(Break::Replaced(d.to_string()));
+                    }
+                }
+                Ok(Err(e)) => return Err(Break::failed(e.to_string())),
+                Err(_) => return Err(Break::failed("etcd did not answer in time")),
+            }
+        }
         self.sync_pages(writer)
             .await
             .map(|rv| Synced { rv, watch: None })
@@ -272,7 +291,10 @@ impl EtcdSource {
             Some(known) if id != 0 && id != known => {
                 return Some(Divergence::Cluster { known, now: id });
             }
-            None if id != 0 => self.cluster = Some(id),
+            None if id != 0 => {
+                self.cluster = Some(id);
+                self.cache.set_origin(id);
+            }
             _ => {}
         }
         let rev = h.revision() as u64;
