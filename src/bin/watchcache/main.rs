@@ -126,9 +126,13 @@ struct BenchArgs {
     /// Nodes; pods are spread over them.
     #[arg(long, default_value_t = 100)]
     nodes: usize,
-    /// Pods created before the churn (about 2 KB each).
+    /// Pods created before the churn (about 2 KB each); `--model cold-start`: stored before the
+    /// servers start.
     #[arg(long, default_value_t = 1000)]
     pods: usize,
+    /// `--model cold-start`: the size of each pod's JSON, about (an annotation pads it).
+    #[arg(long, default_value_t = 10_000)]
+    pod_bytes: usize,
     /// Per-node watchers (fieldSelector=spec.nodeName=node-i), one per node.
     #[arg(long, default_value_t = 100)]
     watchers: usize,
@@ -829,6 +833,9 @@ async fn bench(
     if args.model == bench::Model::Catchup {
         return catchup(args).await;
     }
+    if args.model == bench::Model::ColdStart {
+        return cold_start(args).await;
+    }
     let cfg = bench::BenchConfig {
         nodes: args.nodes,
         pods: args.pods,
@@ -915,6 +922,39 @@ async fn catchup(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     print!("{}", bench::catchup::table(&report));
     if let Some(path) = args.json {
         std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
+        info!(path = %path.display(), "report written");
+    }
+    Ok(())
+}
+
+async fn cold_start(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use bench::kubelet::Side;
+    let sides = match args.mode {
+        bench::Mode::Cache => vec![Side::Watchcache],
+        bench::Mode::KubeApiserver => vec![Side::KubeApiserver],
+        bench::Mode::Both => vec![Side::Watchcache, Side::KubeApiserver],
+        bench::Mode::DirectEtcd => return Err("--model cold-start has no direct-etcd mode".into()),
+    };
+    let cfg = bench::coldstart::ColdStartConfig {
+        pods: args.pods,
+        pod_bytes: args.pod_bytes,
+        sides,
+        server_binary: match args.server_binary.clone() {
+            Some(b) => b,
+            None => std::env::current_exe()?,
+        },
+        kube_apiserver: args.kube_apiserver,
+        etcd_binary: args.etcd_binary.or_else(|| {
+            let tests = PathBuf::from("target/etcd/v3.6.16/etcd");
+            tests.exists().then_some(tests)
+        }),
+        etcd_data_dir: args.etcd_data_dir,
+        storage: args.storage,
+    };
+    let run = bench::coldstart::run(cfg).await?;
+    print!("{}", bench::coldstart::table(&run));
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&run)?)?;
         info!(path = %path.display(), "report written");
     }
     Ok(())

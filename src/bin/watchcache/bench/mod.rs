@@ -10,6 +10,7 @@
 
 mod burst;
 pub mod catchup;
+pub mod coldstart;
 mod http;
 pub mod kubelet;
 mod load;
@@ -64,6 +65,10 @@ pub enum Model {
     /// Ingest from etcd with watchers attached: the link to etcd cut, a backlog written, the
     /// link healed, the catch-up timed ([`catchup`]).
     Catchup,
+    /// A server started on an etcd holding `--pods` pods of `--pod-bytes` each, timed to serving
+    /// them from its cache, with its peak RSS ([`coldstart`]); `--mode both`: watchcache, then
+    /// kube-apiserver 1.35.
+    ColdStart,
 }
 
 /// How the cache mode's clients reach the server over TLS.

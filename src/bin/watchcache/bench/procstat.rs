@@ -9,6 +9,12 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     kib_field(&status, "VmRSS:")
 }
 
+/// A process's peak resident set size in bytes (`VmHWM`), if it can be read.
+pub fn peak_rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    kib_field(&status, "VmHWM:")
+}
+
 /// How much of a process's resident memory is anonymous transparent huge pages, in bytes, if it
 /// can be read (`AnonHugePages` of `/proc/<pid>/smaps_rollup`).
 pub fn huge_page_bytes(pid: u32) -> Option<u64> {

@@ -15,9 +15,9 @@
 //! read before and after the churn, splits the delivery time ([`stages`]).
 
 mod objects;
-mod pki;
+pub(super) mod pki;
 mod report;
-mod servers;
+pub(super) mod servers;
 mod stages;
 
 use std::path::PathBuf;
