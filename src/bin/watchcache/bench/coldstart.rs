@@ -60,8 +60,11 @@ pub struct ColdStartRun {
 /// How long a side may take to be ready before the run fails.
 const READY_LIMIT: Duration = Duration::from_secs(900);
 
-/// Puts per etcd transaction (etcd's default `--max-txn-ops` is 128).
+/// Puts per etcd transaction, at most (etcd's default `--max-txn-ops` is 128).
 const TXN_OPS: usize = 128;
+
+/// Bytes per etcd transaction, about (etcd's default request limit is 1.5 MiB).
+const TXN_BYTES: usize = 1 << 20;
 
 pub async fn run(cfg: ColdStartConfig) -> Result<ColdStartRun, String> {
     let base = cfg.etcd_data_dir.clone().unwrap_or_else(std::env::temp_dir);
@@ -107,14 +110,19 @@ async fn seed(client: &etcd_client::Client, cfg: &ColdStartConfig) -> Result<u64
     let mut batches = tokio::task::JoinSet::new();
     let started = Instant::now();
     let mut last_log = Instant::now();
-    for first in (0..cfg.pods).step_by(TXN_OPS) {
+    let mut next = 0;
+    while next < cfg.pods {
+        let first = next;
         let mut ops = Vec::with_capacity(TXN_OPS);
-        for i in first..(first + TXN_OPS).min(cfg.pods) {
-            let key = super::pods::key(i);
-            let json = pod_json(i, pad);
+        let mut txn_bytes = 0;
+        while next < cfg.pods && ops.len() < TXN_OPS && txn_bytes < TXN_BYTES {
+            let key = super::pods::key(next);
+            let json = pod_json(next, pad);
             let value = codec.stored(cfg.storage, &key, json)?;
             bytes += value.len() as u64;
+            txn_bytes += value.len();
             ops.push(etcd_client::TxnOp::put(key, value, None));
+            next += 1;
         }
         let mut kv = client.kv_client();
         batches.spawn(async move {
