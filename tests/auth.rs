@@ -11,11 +11,11 @@ use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use support::server::TestServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use watchcache::ResourceDef;
 use watchcache::server::ServerConfig;
 use watchcache::server::auth::{
     AuthConfig, Authenticator, Mode, RbacObjects, ServiceAccounts, TokenFile,
 };
+use watchcache::{CacheConfig, ResourceDef};
 
 /// Keys made for the unit tests of service-account tokens.
 const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/server/auth/testdata");
@@ -52,6 +52,7 @@ n1-token,system:node:n1,2,system:nodes
 n2-token,system:node:n2,3,system:nodes
 prom-token,prom,4
 viewer-token,vera,5,viewers
+rita-token,rita,6
 ";
 
 fn auth_config(anonymous: bool) -> AuthConfig {
@@ -933,4 +934,461 @@ async fn proxy_mode_drops_front_proxy_identity_headers() {
     assert!(!head.contains("x-remote-"), "{head}");
     assert!(!head.contains("mallory"), "{head}");
     assert!(got.try_recv().is_err(), "one request forwarded");
+}
+
+/// One watch event as the test reads it, whatever the format: its type, the kind of its object,
+/// the name of the object it is about (a Table's row's), its resourceVersion, and whether it
+/// carries `k8s.io/initial-events-end: "true"` where a client reads it (the object's metadata;
+/// a Table row's object's).
+#[derive(Debug)]
+struct Seen {
+    kind: String,
+    object_kind: String,
+    name: String,
+    rv: u64,
+    initial_end: bool,
+}
+
+/// The length-delimited fields of a protobuf message (other wire types skipped).
+fn proto_fields(mut b: &[u8]) -> Vec<(u64, &[u8])> {
+    fn varint(b: &mut &[u8]) -> u64 {
+        let (mut v, mut shift) = (0u64, 0);
+        loop {
+            let byte = b[0];
+            *b = &b[1..];
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return v;
+            }
+            shift += 7;
+        }
+    }
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let key = varint(&mut b);
+        match key & 7 {
+            0 => {
+                varint(&mut b);
+            }
+            2 => {
+                let n = varint(&mut b) as usize;
+                out.push((key >> 3, &b[..n]));
+                b = &b[n..];
+            }
+            1 => b = &b[8..],
+            5 => b = &b[4..],
+            t => panic!("wire type {t}"),
+        }
+    }
+    out
+}
+
+fn proto_field(b: &[u8], n: u64) -> Option<&[u8]> {
+    proto_fields(b)
+        .into_iter()
+        .find(|(f, _)| *f == n)
+        .map(|(_, v)| v)
+}
+
+/// A protobuf watch frame (`metav1.WatchEvent` {type, RawExtension {raw: `k8s\0` +
+/// `runtime.Unknown` {TypeMeta, raw}}}): the object's kind and its `ObjectMeta` (field 1 of a
+/// kind's message and of PartialObjectMetadata alike).
+fn seen_protobuf(frame: &[u8]) -> Seen {
+    let text = |b: Option<&[u8]>| String::from_utf8(b.unwrap_or_default().to_vec()).unwrap();
+    let envelope = proto_field(proto_field(frame, 2).unwrap(), 1).unwrap();
+    assert_eq!(&envelope[..4], b"k8s\0");
+    let unknown = &envelope[4..];
+    let object_kind = text(proto_field(proto_field(unknown, 1).unwrap(), 2));
+    let meta = proto_field(proto_field(unknown, 2).unwrap(), 1).unwrap_or_default();
+    let initial_end = proto_fields(meta)
+        .into_iter()
+        .filter(|(f, _)| *f == 12)
+        .any(|(_, e)| {
+            text(proto_field(e, 1)) == "k8s.io/initial-events-end"
+                && text(proto_field(e, 2)) == "true"
+        });
+    Seen {
+        kind: text(proto_field(frame, 1)),
+        object_kind,
+        name: text(proto_field(meta, 1)),
+        rv: text(proto_field(meta, 6)).parse().unwrap(),
+        initial_end,
+    }
+}
+
+/// A JSON watch line. A Table event's object is a one-row Table: the row's object (its
+/// PartialObjectMetadata) names the object and carries a bookmark's annotation, as
+/// kube-apiserver sends it; the Table's own metadata (a ListMeta) has no annotations.
+fn seen_json(line: &[u8]) -> Seen {
+    let ev: Value = serde_json::from_slice(line).unwrap();
+    let o = &ev["object"];
+    let meta = if o["kind"] == "Table" {
+        let rows = o["rows"].as_array().unwrap_or_else(|| panic!("{ev}"));
+        assert_eq!(rows.len(), 1, "one row per Table event: {ev}");
+        assert!(o["metadata"].get("annotations").is_none(), "{ev}");
+        assert_eq!(
+            o["metadata"]["resourceVersion"], rows[0]["object"]["metadata"]["resourceVersion"],
+            "{ev}"
+        );
+        &rows[0]["object"]["metadata"]
+    } else {
+        &o["metadata"]
+    };
+    Seen {
+        kind: ev["type"].as_str().unwrap().to_owned(),
+        object_kind: o["kind"].as_str().unwrap().to_owned(),
+        name: meta["name"].as_str().unwrap_or_default().to_owned(),
+        rv: meta["resourceVersion"].as_str().unwrap().parse().unwrap(),
+        initial_end: meta["annotations"]["k8s.io/initial-events-end"] == "true",
+    }
+}
+
+/// A watch's events as they arrive, JSON lines or length-prefixed protobuf frames.
+struct Events {
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: Vec<u8>,
+    protobuf: bool,
+}
+
+impl Events {
+    /// The next event within `within`; panics naming `what` otherwise.
+    async fn next(&mut self, within: Duration, what: &str) -> Seen {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if self.protobuf && self.buf.len() >= 4 {
+                let n = u32::from_be_bytes(self.buf[..4].try_into().unwrap()) as usize;
+                if self.buf.len() >= 4 + n {
+                    let frame: Vec<u8> = self.buf.drain(..4 + n).skip(4).collect();
+                    return seen_protobuf(&frame);
+                }
+            }
+            if !self.protobuf
+                && let Some(i) = self.buf.iter().position(|b| *b == b'\n')
+            {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                return seen_json(&line);
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.body.next())
+                .await
+                .unwrap_or_else(|_| panic!("{what}: no event within {within:?}"))
+                .unwrap_or_else(|| panic!("{what}: the watch ended"))
+                .unwrap();
+            self.buf.extend_from_slice(&chunk);
+        }
+    }
+}
+
+/// Bookmarks pass every filter (issue 39, item 3). Teleport's per-object RBAC filter dropped
+/// BOOKMARK events (they name no object) and every client-go >= 0.35 informer hung
+/// (teleport#64188, k9s#4186). Here every kind of narrowed or converted WatchList — a node's
+/// (Node authorizer), a user bound to one namespace, a user with only `watch` on one
+/// ConfigMap by name, label-, field- and shard-selected, PartialObjectMetadata (JSON and
+/// protobuf) and Table — gets its initial events, then exactly one BOOKMARK annotated
+/// `k8s.io/initial-events-end`, in its format's shape (kube-apiserver 1.35's: for a Table, on
+/// the row's PartialObjectMetadata), then a periodic BOOKMARK without the annotation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmarks_reach_every_authorized_selected_and_converted_watchlist() {
+    let every = Duration::from_secs(2);
+    let s = TestServer::start_cached(
+        ServerConfig::default(),
+        CacheConfig::default().bookmark_interval(every),
+        |_| {},
+        ResourceDef::builtins(),
+        None,
+        |s| s.with_auth(auth_config(false)),
+    )
+    .await;
+    let base = &s.url;
+    let pod = |name: &str, node: &str, secret: &str, cm: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}],
+                     "volumes": [{"name": "s", "secret": {"secretName": secret}},
+                                 {"name": "c", "configMap": {"name": cm}}]}})
+    };
+    s.seed("/api/v1/namespaces/a/pods", &pod("p1", "n1", "s1", "cm1"))
+        .await;
+    s.seed("/api/v1/namespaces/a/pods", &pod("p2", "n2", "s2", "cm2"))
+        .await;
+    for (kind, plural, ns, name, tier) in [
+        ("Secret", "secrets", "a", "s1", ""),
+        ("Secret", "secrets", "a", "s2", ""),
+        ("ConfigMap", "configmaps", "a", "cm1", ""),
+        ("ConfigMap", "configmaps", "a", "cm2", ""),
+        ("ConfigMap", "configmaps", "team", "cm-one", "web"),
+        ("ConfigMap", "configmaps", "team", "cm-two", "db"),
+        ("ConfigMap", "configmaps", "other", "cm-x", "web"),
+    ] {
+        s.seed(
+            &format!("/api/v1/namespaces/{ns}/{plural}"),
+            &json!({"apiVersion": "v1", "kind": kind,
+                "metadata": {"name": name, "labels": {"tier": tier}}}),
+        )
+        .await;
+    }
+    let rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/team";
+    for (role, verbs, names, user) in [
+        ("cm-reader", json!(["list", "watch"]), json!([]), "alice"),
+        (
+            "cm-one-watcher",
+            json!(["watch"]),
+            json!(["cm-one"]),
+            "rita",
+        ),
+    ] {
+        s.seed(&format!("{rbac}/roles"), &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": role},
+            "rules": [{"verbs": verbs, "apiGroups": [""], "resources": ["configmaps"],
+                       "resourceNames": names}]}))
+        .await;
+        s.seed(&format!("{rbac}/rolebindings"), &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": role},
+            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+            "roleRef": {"kind": "Role", "name": role, "apiGroup": "rbac.authorization.k8s.io"}}))
+        .await;
+    }
+    let team = format!("{base}/api/v1/namespaces/team/configmaps");
+    until_status(&team, "alice-token", StatusCode::OK).await;
+    let one = "fieldSelector=metadata.name%3Dcm-one";
+    until_status(
+        &format!("{team}?watch=1&{one}&timeoutSeconds=1"),
+        "rita-token",
+        StatusCode::OK,
+    )
+    .await;
+    // Each identity is narrowed: what it watches below is all it may watch.
+    for (token, path) in [
+        ("alice-token", "/api/v1/namespaces/other/configmaps"),
+        ("alice-token", "/api/v1/configmaps"),
+        (
+            "rita-token",
+            "/api/v1/namespaces/team/configmaps?fieldSelector=metadata.name%3Dcm-two",
+        ),
+        ("rita-token", "/api/v1/namespaces/team/configmaps"),
+        ("n1-token", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn2"),
+        (
+            "n1-token",
+            "/api/v1/namespaces/a/secrets?fieldSelector=metadata.name%3Ds2",
+        ),
+        ("n1-token", "/api/v1/namespaces/a/configmaps"),
+    ] {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let url = format!(
+            "{base}{path}{sep}watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+        );
+        assert_eq!(
+            get(&url, Some(token)).await.0,
+            StatusCode::FORBIDDEN,
+            "{token} {path}"
+        );
+    }
+    // The shard's pods, as a LIST with the same selector answers them.
+    let shard = form_urlencoded::byte_serialize(
+        b"shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')",
+    )
+    .collect::<String>();
+    let (code, listed) = get(
+        &format!("{base}/api/v1/pods?shardSelector={shard}"),
+        Some("admin-token"),
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{listed}");
+    let in_shard: Vec<String> = listed["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    let in_shard: Vec<&str> = in_shard.iter().map(String::as_str).collect();
+
+    const JSON: &str = "application/json";
+    const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+    const META: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    const META_PROTOBUF: &str =
+        "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    const TABLE: &str = "application/json;as=Table;g=meta.k8s.io;v=v1";
+    let node_pods = "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1";
+    let cases: Vec<(&str, &str, String, &str, Vec<&str>)> = vec![
+        (
+            "node, its pods",
+            "n1-token",
+            node_pods.into(),
+            JSON,
+            vec!["p1"],
+        ),
+        (
+            "node, its pods, protobuf",
+            "n1-token",
+            node_pods.into(),
+            PROTOBUF,
+            vec!["p1"],
+        ),
+        (
+            "node, its pods, metadata",
+            "n1-token",
+            node_pods.into(),
+            META,
+            vec!["p1"],
+        ),
+        (
+            "node, its pods, metadata protobuf",
+            "n1-token",
+            node_pods.into(),
+            META_PROTOBUF,
+            vec!["p1"],
+        ),
+        (
+            "node, its pods, Table",
+            "n1-token",
+            node_pods.into(),
+            TABLE,
+            vec!["p1"],
+        ),
+        (
+            "node, its secret by name",
+            "n1-token",
+            "/api/v1/namespaces/a/secrets?fieldSelector=metadata.name%3Ds1".into(),
+            PROTOBUF,
+            vec!["s1"],
+        ),
+        (
+            "node, its configmap by name",
+            "n1-token",
+            "/api/v1/namespaces/a/configmaps?fieldSelector=metadata.name%3Dcm1".into(),
+            JSON,
+            vec!["cm1"],
+        ),
+        (
+            "one namespace",
+            "alice-token",
+            "/api/v1/namespaces/team/configmaps".into(),
+            JSON,
+            vec!["cm-one", "cm-two"],
+        ),
+        (
+            "one namespace, metadata",
+            "alice-token",
+            "/api/v1/namespaces/team/configmaps".into(),
+            META,
+            vec!["cm-one", "cm-two"],
+        ),
+        (
+            "one namespace, Table",
+            "alice-token",
+            "/api/v1/namespaces/team/configmaps".into(),
+            TABLE,
+            vec!["cm-one", "cm-two"],
+        ),
+        (
+            "one namespace, label-selected, protobuf",
+            "alice-token",
+            "/api/v1/namespaces/team/configmaps?labelSelector=tier%3Dweb".into(),
+            PROTOBUF,
+            vec!["cm-one"],
+        ),
+        (
+            "watch only, one name",
+            "rita-token",
+            format!("/api/v1/namespaces/team/configmaps?{one}"),
+            JSON,
+            vec!["cm-one"],
+        ),
+        (
+            "watch only, one name, Table",
+            "rita-token",
+            format!("/api/v1/namespaces/team/configmaps?{one}"),
+            TABLE,
+            vec!["cm-one"],
+        ),
+        (
+            "label-selected",
+            "admin-token",
+            "/api/v1/configmaps?labelSelector=tier%3Dweb".into(),
+            JSON,
+            vec!["cm-one", "cm-x"],
+        ),
+        (
+            "field-selected, metadata protobuf",
+            "admin-token",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dn2".into(),
+            META_PROTOBUF,
+            vec!["p2"],
+        ),
+        (
+            "field-selected, nothing matches, Table",
+            "admin-token",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dn9".into(),
+            TABLE,
+            vec![],
+        ),
+        (
+            "shard-selected",
+            "admin-token",
+            format!("/api/v1/pods?shardSelector={shard}"),
+            JSON,
+            in_shard.clone(),
+        ),
+        (
+            "shard-selected, protobuf",
+            "admin-token",
+            format!("/api/v1/pods?shardSelector={shard}"),
+            PROTOBUF,
+            in_shard,
+        ),
+    ];
+    let runs = cases.into_iter().map(|(case, token, path, accept, want)| async move {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        // A new client per watch: its first request, so plain JSON and protobuf are served by
+        // the fast path and conversions by hyper, each as in production.
+        let resp = Client::new()
+            .get(format!("{base}{path}{sep}watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"))
+            .bearer_auth(token)
+            .header("Accept", accept)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{case}");
+        let mut events = Events {
+            body: Box::pin(resp.bytes_stream()),
+            buf: Vec::new(),
+            protobuf: accept.starts_with(PROTOBUF),
+        };
+        let object_kind = |kind: &str| match accept {
+            META | META_PROTOBUF => "PartialObjectMetadata".to_owned(),
+            TABLE => "Table".to_owned(),
+            _ => kind.to_owned(),
+        };
+        let kind = if path.contains("/pods") {
+            "Pod"
+        } else if path.contains("/secrets") {
+            "Secret"
+        } else {
+            "ConfigMap"
+        };
+        let mut initial = Vec::new();
+        let end = loop {
+            let ev = events.next(Duration::from_secs(5), case).await;
+            if ev.kind != "ADDED" {
+                break ev;
+            }
+            assert_eq!(ev.object_kind, object_kind(kind), "{case}: {ev:?}");
+            initial.push(ev.name);
+        };
+        initial.sort();
+        assert_eq!(initial, want, "{case}: the initial events");
+        assert_eq!(
+            (end.kind.as_str(), end.initial_end, end.object_kind.as_str()),
+            ("BOOKMARK", true, object_kind(kind).as_str()),
+            "{case}: the initial events end with the annotated bookmark: {end:?}"
+        );
+        // Nothing changes meanwhile: the next event is a periodic bookmark, a period later
+        // (at most a 1 s tick late), not annotated.
+        let periodic = events.next(every + Duration::from_secs(2), case).await;
+        assert_eq!(
+            (periodic.kind.as_str(), periodic.initial_end, periodic.object_kind.as_str()),
+            ("BOOKMARK", false, object_kind(kind).as_str()),
+            "{case}: a periodic bookmark: {periodic:?}"
+        );
+        assert!(periodic.rv >= end.rv, "{case}: {periodic:?} after {end:?}");
+    });
+    futures_util::future::join_all(runs).await;
 }

@@ -581,7 +581,20 @@ impl Cache {
         let selection = self.field_labels(&opts.selection)?;
         self.shared.ready_for_read()?;
         let plan = consistent::plan_watch(opts.resource_version, opts.send_initial_events);
-        let end_bookmark = opts.send_initial_events == Some(true);
+        // kube-apiserver 1.35 (its WatchList gate on by default) reads a watch from
+        // resourceVersion unset or "0" that names no sendInitialEvents as sendInitialEvents=true
+        // (`SetListOptionsDefaults`): with bookmarks allowed, its initial events end with the
+        // annotated bookmark too, and a client may wait for it.
+        let end_bookmark = match opts.send_initial_events {
+            Some(send) => send,
+            None => {
+                opts.allow_bookmarks
+                    && matches!(
+                        opts.resource_version,
+                        ResourceVersion::Unset | ResourceVersion::Any
+                    )
+            }
+        };
         let pred = Predicate::compile(&self.shared.schema, &selection);
         let keys = self.key_range(&pred);
         let from = match plan {

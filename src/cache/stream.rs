@@ -43,7 +43,8 @@ pub struct WatchOptions {
     pub resource_version: ResourceVersion,
     /// `sendInitialEvents`: `Some(true)` streams the current state first and ends it with an
     /// initial-events-end bookmark; `Some(false)` never does; `None` keeps the legacy behaviour
-    /// (initial ADDED events for resourceVersion unset or `"0"`, none for N).
+    /// (initial ADDED events for resourceVersion unset or `"0"`, none for N), the initial events
+    /// then ending with that bookmark when bookmarks are allowed, as kube-apiserver 1.35 does.
     pub send_initial_events: Option<bool>,
     /// `allowWatchBookmarks`: periodic BOOKMARK events.
     pub allow_bookmarks: bool,
@@ -700,6 +701,40 @@ mod tests {
         drop(streams);
         assert_eq!(cache.shared.bookmarks.waiting(), 0);
         drop(plain);
+    }
+
+    /// kube-apiserver 1.35 serves a watch from resourceVersion unset or "0" that names no
+    /// sendInitialEvents as a WatchList (its WatchList gate defaults the option): with bookmarks
+    /// allowed, the initial events end with the annotated bookmark. Without bookmarks, or from a
+    /// revision, there is none.
+    #[tokio::test]
+    async fn a_legacy_watch_with_bookmarks_ends_its_initial_events_as_upstream() {
+        use ResourceVersion::{Any, At, Unset};
+        use futures_util::FutureExt;
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let src = crate::MemorySource::new(writer, 1, []);
+        src.put("/registry/pods/ns/a", pod("a", "n1")).unwrap();
+        let (added, end) = ((EventType::Added, false), (EventType::Bookmark, true));
+        for (rv, bookmarks, want) in [
+            (Any, true, vec![added, end]),
+            (Unset, true, vec![added, end]),
+            (Any, false, vec![added]),
+            (Unset, false, vec![added]),
+            (At(2), true, vec![]),
+        ] {
+            let mut opts = WatchOptions::new(Selection::all(), rv);
+            opts.allow_bookmarks = bookmarks;
+            let mut s = cache.watch(opts).await.unwrap();
+            let mut got = Vec::new();
+            while let Some(Some(ev)) = s.next().now_or_never() {
+                let ev = ev.unwrap();
+                got.push((ev.kind(), ev.is_initial_events_end()));
+            }
+            assert_eq!(got, want, "{rv:?}, bookmarks {bookmarks}");
+        }
     }
 
     #[test]

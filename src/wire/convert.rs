@@ -117,9 +117,10 @@ fn row(
     let mut cells = Vec::with_capacity(def.columns.len() + 1);
     if implicit_name(def) {
         cells.push(
+            // A bookmark's object has no name: Go's printers write the empty string.
             obj.pointer("/metadata/name")
                 .cloned()
-                .unwrap_or(Value::Null),
+                .unwrap_or_else(|| Value::String(String::new())),
         );
     }
     cells.extend(def.columns.iter().map(|c| c.cell(obj, now)));
@@ -148,7 +149,7 @@ fn row(
 /// A Table as encoding/json writes `metav1.Table`: kind, apiVersion, metadata, columnDefinitions
 /// (`null` when left out, as on every watch event after the first), rows (each `cells`, then
 /// `conditions` when set, then `object`: the row's PartialObjectMetadata, its whole object, or
-/// nothing, as `includeObject` asks). `rows` pairs each row (its cells, from [`row`]) with its
+/// null, as `includeObject` asks). `rows` pairs each row (its cells, from [`row`]) with its
 /// object's JSON.
 fn write_table(
     out: &mut Vec<u8>,
@@ -207,7 +208,9 @@ fn write_table(
             out.push(b']');
         }
         match include {
-            IncludeObject::None => {}
+            // encoding/json writes a `TableRow`'s empty `RawExtension` as null: `omitempty`
+            // leaves no struct out.
+            IncludeObject::None => out.extend_from_slice(br#","object":null"#),
             IncludeObject::Metadata => {
                 out.extend_from_slice(br#","object":"#);
                 write_partial(out, v, &meta_json(def, obj)?);
@@ -238,6 +241,14 @@ fn list_meta_json(rv: &str, cont: Option<&str>, remaining: Option<u64>) -> Vec<u
     }
     out.push(b'}');
     out
+}
+
+/// Whether a bookmark's object carries `k8s.io/initial-events-end: "true"`.
+fn is_initial_events_end(obj: &Value) -> bool {
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(crate::model::INITIAL_EVENTS_END))
+        .and_then(Value::as_str)
+        == Some("true")
 }
 
 /// `PartialObjectMetadata` in JSON around an `ObjectMeta`'s JSON.
@@ -600,10 +611,10 @@ impl WatchConverter {
 
     /// Converts one event for this watcher alone (a Table's first event, a bookmark).
     fn convert(&mut self, ev: &impl Encodings) -> Frame {
+        // The first event carries the column definitions, a bookmark too (upstream sets
+        // `NoHeaders` after whatever it encoded first: an empty WatchList's bookmark).
         let first = !self.columns_sent && matches!(self.format, Format::Table(_));
-        if first && ev.kind() != EventType::Bookmark {
-            self.columns_sent = true;
-        }
+        self.columns_sent |= first;
         match self.body(ev, first) {
             Some(b) => self.framed(ev, b),
             None => self.unconverted(ev).unwrap_or_else(|_| ev.frame()),
@@ -647,30 +658,35 @@ impl WatchConverter {
             Format::Table(v) => {
                 let obj = serde_json::from_slice::<Value>(ev.json()).ok()?;
                 let mut out = Vec::with_capacity(ev.json().len() + 256);
-                if ev.kind() == EventType::Bookmark {
-                    let meta = obj
-                        .get("metadata")
-                        .map(|m| m.to_string().into_bytes())
-                        .unwrap_or_else(|| b"{}".to_vec());
-                    write_table(&mut out, &self.def, v, &meta, &[], self.include, false).ok()?;
-                } else {
-                    let r = row(&self.def, &obj, IncludeObject::None, v, SystemTime::now());
-                    let rv = obj
-                        .pointer("/metadata/resourceVersion")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    let meta = list_meta_json(rv, None, None);
-                    write_table(
-                        &mut out,
-                        &self.def,
-                        v,
-                        &meta,
-                        &[(r, ev.json())],
-                        self.include,
-                        first,
-                    )
-                    .ok()?;
-                }
+                // A bookmark is converted as any object, as upstream's `asTable` does: one row of
+                // the printer's cells for its empty object, whose row object carries the bookmark's
+                // metadata. The initial-events-end annotation must reach the client there (a
+                // Table's own ListMeta has no annotations: a Go client would drop it), so that
+                // row's object is its PartialObjectMetadata even with includeObject=None.
+                let include = match self.include {
+                    IncludeObject::None
+                        if ev.kind() == EventType::Bookmark && is_initial_events_end(&obj) =>
+                    {
+                        IncludeObject::Metadata
+                    }
+                    include => include,
+                };
+                let r = row(&self.def, &obj, IncludeObject::None, v, SystemTime::now());
+                let rv = obj
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let meta = list_meta_json(rv, None, None);
+                write_table(
+                    &mut out,
+                    &self.def,
+                    v,
+                    &meta,
+                    &[(r, ev.json())],
+                    include,
+                    first,
+                )
+                .ok()?;
                 Some(Bytes::from(out))
             }
             Format::AggregatedDiscovery => None,
@@ -931,5 +947,87 @@ mod tests {
         assert_eq!(m["kind"], "PartialObjectMetadata");
         assert_eq!(m["apiVersion"], "meta.k8s.io/v1");
         assert!(m.get("spec").is_none());
+    }
+}
+
+#[cfg(test)]
+mod bookmark_tests {
+    use super::*;
+
+    /// A bookmark as the cache's watch stream makes it.
+    struct Bookmark(Bytes);
+
+    impl Encodings for Bookmark {
+        fn kind(&self) -> EventType {
+            EventType::Bookmark
+        }
+        fn json(&self) -> &Bytes {
+            &self.0
+        }
+        fn protobuf(&self) -> Result<Bytes, EncodeError> {
+            unreachable!("a Table is made from JSON")
+        }
+        fn frame(&self) -> Frame {
+            Frame::new(EventType::Bookmark, self.0.clone())
+        }
+        fn protobuf_frame(&self) -> Result<Frame, EncodeError> {
+            unreachable!("a Table is made from JSON")
+        }
+    }
+
+    /// kube-apiserver 1.35.4's Table watch bookmarks (`tests/data/kube-apiserver-1.35/
+    /// table-bookmarks.jsonl`, see its README), byte for byte: one row of the printer's cells
+    /// for the bookmark's empty object, the initial-events-end annotation on that row's
+    /// PartialObjectMetadata (even with includeObject=None), the Table's own metadata the
+    /// resourceVersion only, and column definitions when the bookmark is the watch's first event.
+    #[test]
+    fn table_bookmarks_are_kube_apiservers() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/kube-apiserver-1.35/table-bookmarks.jsonl"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut cases = 0;
+        for line in text.lines() {
+            let case: Value = serde_json::from_str(line).unwrap();
+            let s = |k: &str| case[k].as_str().unwrap();
+            let want = s("frame");
+            let def = ResourceDef::builtin(s("resource")).unwrap();
+            let v = match s("version") {
+                "v1" => MetaVersion::V1,
+                _ => MetaVersion::V1beta1,
+            };
+            let include =
+                IncludeObject::from_query(Some(&format!("includeObject={}", s("include"))))
+                    .unwrap();
+            let sent: Value = serde_json::from_str(want).unwrap();
+            let rv: u64 = sent["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let end = want.contains(crate::model::INITIAL_EVENTS_END);
+            let mut conv = WatchConverter::new(
+                &def,
+                Format::Table(v),
+                include,
+                Fields::All,
+                Counter::default,
+            )
+            .unwrap();
+            conv.columns_sent = !case["first"].as_bool().unwrap();
+            let ev = Bookmark(crate::wire::bookmark_object(&def, rv, end));
+            let got = conv.frame(&ev).unwrap().to_bytes();
+            assert_eq!(
+                String::from_utf8_lossy(&got).trim_end(),
+                want,
+                "{}",
+                s("case")
+            );
+            // Column definitions go with the first event only, whatever it is.
+            assert!(conv.columns_sent, "{}", s("case"));
+            cases += 1;
+        }
+        assert!(cases >= 5, "{cases} cases");
     }
 }

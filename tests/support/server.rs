@@ -73,6 +73,18 @@ impl TestServer {
         tls: Option<TlsConfig>,
         adjust: impl FnOnce(Server) -> Server,
     ) -> TestServer {
+        Self::start_cached(config, CacheConfig::default(), tune, defs, tls, adjust).await
+    }
+
+    /// As [`TestServer::start_full`], with the caches' own settings (a short bookmark period).
+    pub async fn start_cached(
+        config: ServerConfig,
+        cache: CacheConfig,
+        tune: impl FnOnce(&mut EtcdConfig),
+        defs: Vec<ResourceDef>,
+        tls: Option<TlsConfig>,
+        adjust: impl FnOnce(Server) -> Server,
+    ) -> TestServer {
         let etcd = etcd().await;
         let serves_namespaces = defs
             .iter()
@@ -83,9 +95,7 @@ impl TestServer {
             super::etcd::put_namespaces(&etcd.server.url(), &FIXTURE_NAMESPACES).await;
         }
         tune(&mut ec);
-        let caches = EtcdCaches::connect(ec, defs, CacheConfig::default())
-            .await
-            .unwrap();
+        let caches = EtcdCaches::connect(ec, defs, cache).await.unwrap();
         for (_, c) in caches.caches() {
             tokio::time::timeout(Duration::from_secs(30), c.wait_ready())
                 .await

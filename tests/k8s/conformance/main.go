@@ -28,6 +28,7 @@ import (
 	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 )
@@ -42,7 +43,9 @@ type result struct {
 // env is what every check shares: the clients (all through one recording transport), the
 // namespace, and the time limit of one check.
 type env struct {
-	ctx     context.Context
+	ctx context.Context
+	// cfg is the admin's, through the recording transport: impersonating checks copy it.
+	cfg     *rest.Config
 	cs      kubernetes.Interface
 	dyn     dynamic.Interface
 	meta    metadata.Interface
@@ -110,6 +113,7 @@ func main() {
 	e := &env{
 		watchListRequired: *watchList == "required",
 		ctx:               context.Background(),
+		cfg:               cfg,
 		rec:               rec,
 		ns:                fmt.Sprintf("wcc-%05d", rand.IntN(100000)),
 		timeout:           *timeout,
@@ -175,6 +179,8 @@ func checks(e *env) []check {
 		)
 	}
 	cs = append(cs, check{"informer/typed/resync", e.informerResync})
+	cs = append(cs, check{"informer/typed/narrow-user/watchlist=true", e.informerNarrowUser})
+	cs = append(cs, check{"informer/typed/node/watchlist=true", e.informerNode})
 	cs = append(cs, check{"informer/dynamic/crd-field-selector", e.informerCRDFieldSelector})
 	return cs
 }
