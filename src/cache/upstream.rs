@@ -151,6 +151,17 @@ pub trait Upstream: Send + Sync + 'static {
     }
 }
 
+/// Bytes a page of a range read aims at: the limit of each request is this over the largest
+/// entry seen so far (at most the page size given). A count alone is no bound: 10 000 objects of
+/// 100 KB are a 1 GB answer, over the client's 512 MiB, and a sync that pages so fails forever
+/// (the large resource that never warms of k/k#136950).
+pub const PAGE_BYTES: usize = 64 << 20;
+
+/// Entries asked for before any was seen: 500 of etcd's largest values (1.5 MiB by default) are
+/// 750 MB, which the upstream answers by returning fewer (`EtcdUpstream` halves a page the
+/// client cannot take); of any common size, well under [`PAGE_BYTES`].
+const FIRST_PAGE: usize = 500;
+
 /// Where a paged range read is: the revision (fixed by the first page when none was given) and the
 /// keys still to read. Owned, so a stream can keep one across polls.
 #[derive(Debug, Clone)]
@@ -158,6 +169,8 @@ pub struct RangeCursor {
     revision: Option<u64>,
     keys: KeyRange,
     page_size: usize,
+    /// The largest entry (key and value) read so far: the next limit is [`PAGE_BYTES`] over it.
+    largest: usize,
     done: bool,
 }
 
@@ -180,6 +193,7 @@ impl RangeCursor {
             revision,
             keys,
             page_size: page_size.max(1),
+            largest: 0,
             done: false,
         }
     }
@@ -194,9 +208,14 @@ impl RangeCursor {
         self.done
     }
 
-    /// The next request: (revision, keys, limit), or `None` when done.
+    /// The next request: (revision, keys, limit), or `None` when done. The limit is the page
+    /// size, or fewer so that a page stays about [`PAGE_BYTES`] (see there).
     pub fn request(&self) -> Option<(Option<u64>, KeyRange, usize)> {
-        (!self.done).then(|| (self.revision, self.keys.clone(), self.page_size))
+        let limit = match self.largest {
+            0 => self.page_size.min(FIRST_PAGE),
+            e => (PAGE_BYTES / e).clamp(1, self.page_size),
+        };
+        (!self.done).then(|| (self.revision, self.keys.clone(), limit))
     }
 
     /// Moves past a page that answered [`request`](RangeCursor::request); after an error the
@@ -205,6 +224,9 @@ impl RangeCursor {
         match page {
             Ok(p) => {
                 self.revision = Some(p.revision);
+                for kv in &p.kvs {
+                    self.largest = self.largest.max(kv.key.len() + kv.value.len());
+                }
                 match (p.more, p.kvs.last()) {
                     (true, Some(last)) => self.keys.from = Some(key_after(&last.key)),
                     _ => self.done = true,
@@ -331,5 +353,32 @@ mod tests {
             inside.request().unwrap().1.from.as_deref(),
             Some("/p/ns/x\0")
         );
+    }
+
+    #[test]
+    fn a_cursors_pages_are_bounded_by_bytes_once_it_has_seen_entries() {
+        let mut c = RangeCursor::new(None, KeyRange::all(), None, 10_000);
+        assert_eq!(c.request().unwrap().2, FIRST_PAGE);
+        let kv = |k: &str, n: usize| RawKv {
+            key: k.into(),
+            value: Bytes::from(vec![b'x'; n]),
+            mod_revision: 1,
+        };
+        // Small objects: the page size bounds the page.
+        c.advance(&Ok(RangePage {
+            revision: 7,
+            kvs: vec![kv("/a", 2_000)],
+            more: true,
+        }));
+        assert_eq!(c.request().unwrap().2, 10_000);
+        // One object of 100 KB: pages of about PAGE_BYTES from then on, never more.
+        c.advance(&Ok(RangePage {
+            revision: 7,
+            kvs: vec![kv("/b", 100_000 - 2)],
+            more: true,
+        }));
+        let limit = c.request().unwrap().2;
+        assert_eq!(limit, PAGE_BYTES / 100_000);
+        assert!(limit * 100_000 <= PAGE_BYTES);
     }
 }

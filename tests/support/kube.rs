@@ -808,8 +808,18 @@ impl Conformance {
             .unwrap_or_else(|| panic!("no check {name} in {:#?}", self.checks))
     }
 
-    /// Panics listing every failed check, with its detail.
+    /// Checks every run must hold (a program that stopped running one passes nothing).
+    const REQUIRED: [&str; 3] = [
+        "informer/typed/narrow-user/watchlist=true",
+        "informer/typed/node/watchlist=true",
+        "informer/dynamic/crd-field-selector",
+    ];
+
+    /// Panics listing every failed check, with its detail, or a required check missing.
     pub fn assert_passed(&self, against: &str) {
+        for name in Self::REQUIRED {
+            self.check(name);
+        }
         let failed: Vec<String> = self
             .checks
             .iter()

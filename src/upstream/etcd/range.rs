@@ -54,6 +54,11 @@ pub(crate) fn upstream_error(e: etcd_client::Error, requested: Option<u64>) -> E
     Error::upstream_from("", e)
 }
 
+/// An answer larger than [`MAX_RESPONSE_BYTES`], refused by the client.
+fn is_too_large(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("message length too large"))
+}
+
 fn is_future_revision(e: &etcd_client::Error) -> bool {
     matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("required revision is a future revision"))
 }
@@ -80,6 +85,7 @@ pub(crate) async fn read_page(
     limit: usize,
     keys_only: bool,
 ) -> Result<RangePage> {
+    let given_end = keys.end.clone();
     let end = keys
         .end
         .map_or_else(|| prefix_end(prefix), String::into_bytes);
@@ -91,7 +97,7 @@ pub(crate) async fn read_page(
         opts = opts.with_keys_only();
     }
     let start = keys.from.unwrap_or_else(|| prefix.to_owned());
-    let resp = match tokio::time::timeout(REQUEST_TIMEOUT, kv.get(start, Some(opts)))
+    let resp = match tokio::time::timeout(REQUEST_TIMEOUT, kv.get(start.clone(), Some(opts)))
         .await
         .map_err(|_| {
             Error::upstream(format!(
@@ -99,6 +105,23 @@ pub(crate) async fn read_page(
             ))
         })? {
         Ok(resp) => resp,
+        // More than the client takes (objects larger than the cursor has seen): the same page,
+        // an eighth as many entries; the caller continues after the last one returned.
+        Err(e) if limit > 1 && is_too_large(&e) => {
+            let keys = KeyRange {
+                from: Some(start),
+                end: given_end,
+            };
+            return Box::pin(read_page(
+                kv,
+                prefix,
+                revision,
+                keys,
+                (limit / 8).max(1),
+                keys_only,
+            ))
+            .await;
+        }
         // A revision etcd has not reached (a forged or foreign continue token): what the cache
         // answers for a resourceVersion it has not reached, 504 with Retry-After, never etcd's text.
         Err(e) if is_future_revision(&e) => {

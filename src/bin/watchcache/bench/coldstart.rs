@@ -87,7 +87,12 @@ pub async fn run(cfg: ColdStartConfig) -> Result<ColdStartRun, String> {
     let began = Instant::now();
     let stored_bytes = seed(&client, &cfg).await?;
     let seed_s = began.elapsed().as_secs_f64();
-    info!(pods = cfg.pods, stored_bytes, took_s = seed_s, "etcd seeded");
+    info!(
+        pods = cfg.pods,
+        stored_bytes,
+        took_s = seed_s,
+        "etcd seeded"
+    );
     let pki = Pki::new(&dir.join("pki"))?;
     let mut sides = Vec::new();
     for side in &cfg.sides {
