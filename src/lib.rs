@@ -97,6 +97,7 @@ mod wire;
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub use cache::Corruption;
+pub use cache::ORIGIN_HEADER;
 pub use cache::{
     BoxFuture, Cache, CacheConfig, CacheStats, CacheWriter, Change, CheckStatus, Compared,
     ConsistencyChecks, Difference, KeyRange, ListOptions, OutOfOrder, RangeCursor, RangePage,
