@@ -245,10 +245,7 @@ impl Cache {
     }
 
     /// Records the origin an upstream showed (see [`Cache::origin`]); for sources.
-    #[cfg_attr(
-        not(any(feature = "etcd", feature = "apiserver")),
-        allow(dead_code)
-    )]
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
     pub(crate) fn set_origin(&self, origin: u64) {
         self.shared.set_origin(origin);
     }

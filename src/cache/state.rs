@@ -722,10 +722,7 @@ impl Shared {
         Some(self.origin.load(Ordering::Acquire)).filter(|o| *o != 0)
     }
 
-    #[cfg_attr(
-        not(any(feature = "etcd", feature = "apiserver")),
-        allow(dead_code)
-    )]
+    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
     pub fn set_origin(&self, origin: u64) {
         self.origin.store(origin, Ordering::Release);
     }
