@@ -164,11 +164,9 @@ pub struct ResourceDef {
     /// The field selectors accepted, as kube-apiserver's field label conversion for the kind;
     /// `None` accepts any field path (a custom resource's definition may declare none).
     pub field_labels: Option<FieldLabels>,
-    /// A custom resource whose CRD converts with `None` (from [`CrdServing`]): an object stored
-    /// at another version of the group is read as this version, its apiVersion rewritten, as
-    /// apiextensions' nop converter does. `false` in definition files.
-    ///
-    /// [`CrdServing`]: crate::model::crd::CrdServing
+    /// A custom resource whose CRD converts with `None` (a definition made by `CrdServing`): an
+    /// object stored at another version of the group is read as this version, its apiVersion
+    /// rewritten, as apiextensions' nop converter does. `false` in definition files.
     pub rewrite_api_version: bool,
 }
 
