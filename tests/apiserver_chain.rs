@@ -1256,22 +1256,25 @@ async fn a_leaf_moved_to_a_root_over_another_etcd_starts_over() {
     let dir = tempfile::tempdir().unwrap();
     let leaf = leaf(&kubeconfig(dir.path(), &first.url), free_port().unwrap()).await;
     let c = Client::new();
-    // The names the leaf lists, or none while it cannot answer (resyncing).
-    let names = async |url: &str| -> Vec<String> {
-        let l: Value = get_json(&c, format!("{url}/api/v1/pods")).await;
-        l["items"].as_array().map_or_else(Vec::new, |items| {
-            items
-                .iter()
-                .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
-                .collect()
-        })
+    // Waits until the leaf lists exactly `want` (it lists none while it cannot answer).
+    let holds = async |want: &[String], what: &str| {
+        for _ in 0..400 {
+            let l: Value = get_json(&c, format!("{}/api/v1/pods", leaf.url)).await;
+            let names: Vec<&str> = l["items"].as_array().map_or_else(Vec::new, |items| {
+                items
+                    .iter()
+                    .map(|i| i["metadata"]["name"].as_str().unwrap())
+                    .collect()
+            });
+            if names == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the leaf never held {what}");
     };
-    let mut tries = 0;
-    while names(&leaf.url).await != ["p000", "p001", "p002"] {
-        tries += 1;
-        assert!(tries < 200, "the leaf never held the first etcd's pods");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let first_pods: Vec<String> = (0..3).map(|i| format!("p{i:03}")).collect();
+    holds(&first_pods, "the first etcd's pods").await;
     let answer = c
         .get(format!("{}/api/v1/pods", leaf.url))
         .send()
@@ -1316,16 +1319,8 @@ async fn a_leaf_moved_to_a_root_over_another_etcd_starts_over() {
         !seen.contains("p1"),
         "no event of the other etcd reached it: {seen}"
     );
-    let want: Vec<String> = (100..140).map(|i| format!("p{i:03}")).collect();
-    let mut tries = 0;
-    while names(&leaf.url).await != want {
-        tries += 1;
-        assert!(
-            tries < 400,
-            "the leaf never held the second etcd's pods alone"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let second_pods: Vec<String> = (100..140).map(|i| format!("p{i:03}")).collect();
+    holds(&second_pods, "the second etcd's pods alone").await;
     let now = c
         .get(format!("{}/api/v1/pods", leaf.url))
         .send()

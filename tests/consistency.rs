@@ -82,34 +82,64 @@ fn key(name: &str) -> String {
     format!("/registry/pods/ns/{name}")
 }
 
+/// The pods of etcd at `url` in a cache, ready, and served over HTTP at `base`.
+struct PodsServed {
+    caches: EtcdCaches,
+    pods: Cache,
+    base: String,
+    stop: oneshot::Sender<()>,
+    served: tokio::task::JoinHandle<()>,
+}
+
+impl PodsServed {
+    async fn start(url: &str) -> PodsServed {
+        let caches = EtcdCaches::connect(
+            support::etcd::config(&[url.to_owned()]),
+            vec![ResourceDef::builtin("pods").unwrap()],
+            config(),
+        )
+        .await
+        .unwrap();
+        let pods = caches.cache("pods").unwrap().clone();
+        tokio::time::timeout(Duration::from_secs(30), pods.wait_ready())
+            .await
+            .unwrap()
+            .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = Server::new(ServerConfig::default(), [Served::new(pods.clone())]);
+        let served = tokio::spawn(async move {
+            server
+                .serve(listener, async { stopped.await.ok().unwrap_or(()) })
+                .await
+                .unwrap();
+        });
+        PodsServed {
+            caches,
+            pods,
+            base,
+            stop,
+            served,
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.served.await.unwrap();
+        self.caches.shutdown().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_cache_on_etcd_is_found_counted_healed_and_its_watchers_told() {
     support::etcd::init_tracing();
     let etcd = etcd().await;
     let url = etcd.server.url();
-    let caches = EtcdCaches::connect(
-        support::etcd::config(std::slice::from_ref(&url)),
-        vec![ResourceDef::builtin("pods").unwrap()],
-        config(),
-    )
-    .await
-    .unwrap();
-    let pods = caches.cache("pods").unwrap().clone();
-    tokio::time::timeout(Duration::from_secs(30), pods.wait_ready())
-        .await
-        .unwrap()
-        .unwrap();
     // /metrics is served from the same caches.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let metrics_url = format!("http://{}/metrics", listener.local_addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = Server::new(ServerConfig::default(), [Served::new(pods.clone())]);
-    let served = tokio::spawn(async move {
-        server
-            .serve(listener, async { stopped.await.ok().unwrap_or(()) })
-            .await
-            .unwrap();
-    });
+    let served = PodsServed::start(&url).await;
+    let pods = served.pods.clone();
+    let metrics_url = format!("{}/metrics", served.base);
 
     let mut c = support::etcd::client(std::slice::from_ref(&url)).await;
     let mut rev = 0;
@@ -216,9 +246,7 @@ async fn a_corrupted_cache_on_etcd_is_found_counted_healed_and_its_watchers_told
         text.contains(r#"apiserver_storage_consistency_checks_total{group="",resource="pods",status="success"}"#),
         "{text}"
     );
-    stop.send(()).unwrap();
-    served.await.unwrap();
-    caches.shutdown().await;
+    served.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -374,28 +402,8 @@ async fn values_naming_another_object_are_never_served_and_the_check_stays_consi
     );
     let listed = c.txn(Txn::new().and_then(ops)).await.unwrap();
     let listed = listed.header().unwrap().revision() as u64;
-    let caches = EtcdCaches::connect(
-        support::etcd::config(std::slice::from_ref(&url)),
-        vec![ResourceDef::builtin("pods").unwrap()],
-        config(),
-    )
-    .await
-    .unwrap();
-    let pods = caches.cache("pods").unwrap().clone();
-    tokio::time::timeout(Duration::from_secs(30), pods.wait_ready())
-        .await
-        .unwrap()
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = Server::new(ServerConfig::default(), [Served::new(pods.clone())]);
-    let served = tokio::spawn(async move {
-        server
-            .serve(listener, async { stopped.await.ok().unwrap_or(()) })
-            .await
-            .unwrap();
-    });
+    let served = PodsServed::start(&url).await;
+    let (pods, base) = (served.pods.clone(), served.base.clone());
 
     let mut w = pods
         .watch(WatchOptions::new(
@@ -484,7 +492,5 @@ async fn values_naming_another_object_are_never_served_and_the_check_stays_consi
         }),
         "{text}"
     );
-    stop.send(()).unwrap();
-    served.await.unwrap();
-    caches.shutdown().await;
+    served.stop().await;
 }

@@ -91,30 +91,65 @@ const MEASURED: u8 = 2;
 const BIG_SEEN: u8 = 3;
 const SMALL_WRITTEN: u8 = 4;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_http2_watch_holds_no_buffers_then_takes_a_1mb_event_and_a_second_stream() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new(dir.path(), "ca");
+/// A TLS server of every built-in resource on a fresh etcd, with its CA (in `dir`) and address.
+async fn tls_server(dir: &Path) -> (Ca, TestServer, SocketAddr) {
+    let ca = Ca::new(dir, "ca");
     let serving = ca.server("serving");
     let s = TestServer::start_tls(
         ServerConfig::default(),
         TlsConfig::new(&serving.cert_file, &serving.key_file),
     )
     .await;
-    let addr: SocketAddr = s.url.trim_start_matches("https://").parse().unwrap();
-    let mut etcd = client(&[s.etcd.server.url()]).await;
-    let (to_client, client_phase) = watch::channel(0u8);
-    let (to_test, mut test_phase) = watch::channel(0u8);
-    let ca_file = ca.cert_file.clone();
-    let clients = std::thread::spawn(move || {
+    let addr = s.url.trim_start_matches("https://").parse().unwrap();
+    (ca, s, addr)
+}
+
+/// Runs `clients` on a thread of its own, with a runtime of its own, whose allocations are not
+/// counted as the server's.
+fn uncounted<F: std::future::Future + 'static>(
+    clients: impl FnOnce() -> F + Send + 'static,
+) -> std::thread::JoinHandle<F::Output>
+where
+    F::Output: Send,
+{
+    std::thread::spawn(move || {
         UNCOUNTED.set(true);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .on_thread_start(|| UNCOUNTED.set(true))
             .build()
             .unwrap();
-        rt.block_on(clients(addr, &ca_file, to_test, client_phase))
-    });
+        rt.block_on(clients())
+    })
+}
+
+/// A TLS client trusting the CA in `ca`, offering `alpn`.
+fn connector(ca: &Path, alpn: &[u8]) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http2_watch_holds_no_buffers_then_takes_a_1mb_event_and_a_second_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, s, addr) = tls_server(dir.path()).await;
+    let mut etcd = client(&[s.etcd.server.url()]).await;
+    let (to_client, client_phase) = watch::channel(0u8);
+    let (to_test, mut test_phase) = watch::channel(0u8);
+    let ca_file = ca.cert_file.clone();
+    let clients =
+        uncounted(move || async move { clients(addr, &ca_file, to_test, client_phase).await });
     let wait = async |phase: &mut watch::Receiver<u8>, want: u8| {
         tokio::time::timeout(Duration::from_secs(60), phase.wait_for(|p| *p >= want))
             .await
@@ -187,19 +222,7 @@ async fn clients(
     to_test: watch::Sender<u8>,
     mut phase: watch::Receiver<u8>,
 ) {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = connector(ca, b"h2");
     let deadline = Duration::from_secs(60);
     tokio::time::timeout(deadline, phase.wait_for(|p| *p >= OPENED))
         .await
@@ -374,13 +397,7 @@ const LEAK_BOUND: isize = 256 * 1024;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_and_disconnect_cycles_leak_no_task_watcher_or_heap() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new(dir.path(), "ca");
-    let serving = ca.server("serving");
-    let s = TestServer::start_tls(
-        ServerConfig::default(),
-        TlsConfig::new(&serving.cert_file, &serving.key_file),
-    )
-    .await;
+    let (ca, s, addr) = tls_server(dir.path()).await;
     let mut etcd = client(&[s.etcd.server.url()]).await;
     put_rev(
         &mut etcd,
@@ -388,19 +405,10 @@ async fn connect_and_disconnect_cycles_leak_no_task_watcher_or_heap() {
         support::pod("ns", "p", "node-0", &[]),
     )
     .await;
-    let addr: SocketAddr = s.url.trim_start_matches("https://").parse().unwrap();
     let ca_file = ca.cert_file.clone();
     let cycles = move |n: usize| {
         let ca_file = ca_file.clone();
-        std::thread::spawn(move || {
-            UNCOUNTED.set(true);
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .on_thread_start(|| UNCOUNTED.set(true))
-                .build()
-                .unwrap();
-            rt.block_on(cut_cycles(addr, &ca_file, n))
-        })
+        uncounted(move || async move { cut_cycles(addr, &ca_file, n).await })
     };
     let watchers = || {
         s.caches
@@ -492,22 +500,7 @@ async fn cut_cycles(addr: SocketAddr, ca: &Path, n: usize) {
 /// The connections `cycles` (their numbers) to `addr`.
 async fn cut_cycles_of(addr: SocketAddr, ca: &Path, cycles: Vec<usize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let connector = |alpn: &[u8]| {
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots.clone())
-        .with_no_client_auth();
-        config.alpn_protocols = vec![alpn.to_vec()];
-        tokio_rustls::TlsConnector::from(Arc::new(config))
-    };
-    let (h1, h2) = (connector(b"http/1.1"), connector(b"h2"));
+    let (h1, h2) = (connector(ca, b"http/1.1"), connector(ca, b"h2"));
     let head = "GET /api/v1/namespaces/ns/pods?watch=1 HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n\r\n";
     let limit = Duration::from_secs(30);
     for i in cycles {

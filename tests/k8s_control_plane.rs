@@ -562,28 +562,33 @@ async fn crds_are_cached_live_with_their_selectable_fields_as_triggers() {
     );
     assert_eq!(beta["apiVersion"], "stable.example.com/v1beta1", "{beta}");
 
+    // `kubectl get -w` of `resource` on `selector`, once watchcache routes it by the field.
+    let routed_watch = async |resource: &str, selector: &str, log: &str| {
+        let watch = Proc::spawn(
+            "kubectl-watch",
+            k.command(&[
+                "get",
+                resource,
+                "--field-selector",
+                selector,
+                "--watch-only",
+                "-o",
+                "name",
+            ]),
+            kas.dir.path().join(log),
+        );
+        wait_until(&format!("the {selector} watch routed"), limit, async || {
+            metrics()
+                .await
+                .lines()
+                .any(|l| l == r#"watchcache_watchers{resource="shirts",routing="routed"} 1"#)
+        })
+        .await;
+        watch
+    };
+
     // A watch on the selectable field is routed by it, and sees the transitions.
-    let dir = kas.dir.path();
-    let mut watch = Proc::spawn(
-        "kubectl-watch",
-        k.command(&[
-            "get",
-            "shirts",
-            "--field-selector",
-            "spec.color=blue",
-            "--watch-only",
-            "-o",
-            "name",
-        ]),
-        dir.join("watch-blue.log"),
-    );
-    wait_until("the blue watch routed", limit, async || {
-        metrics()
-            .await
-            .lines()
-            .any(|l| l == r#"watchcache_watchers{resource="shirts",routing="routed"} 1"#)
-    })
-    .await;
+    let mut watch = routed_watch("shirts", "spec.color=blue", "watch-blue.log").await;
     must(
         &k.with_stdin(&["apply", "-f", "-"], &shirt("red", "blue", 1))
             .await,
@@ -633,25 +638,11 @@ async fn crds_are_cached_live_with_their_selectable_fields_as_triggers() {
     assert_eq!(k.ok(&args).await, "shirt.stable.example.com/green\n");
 
     // The CRD goes: its objects go with it, the cache is dropped, the resource is unknown.
-    let mut watch = Proc::spawn(
-        "kubectl-watch",
-        k.command(&[
-            "get",
-            "shirts.v1beta1.stable.example.com",
-            "--field-selector",
-            "spec.weight=4",
-            "--watch-only",
-            "-o",
-            "name",
-        ]),
-        dir.join("watch-weight.log"),
-    );
-    wait_until("the weight watch routed", limit, async || {
-        metrics()
-            .await
-            .lines()
-            .any(|l| l == r#"watchcache_watchers{resource="shirts",routing="routed"} 1"#)
-    })
+    let mut watch = routed_watch(
+        "shirts.v1beta1.stable.example.com",
+        "spec.weight=4",
+        "watch-weight.log",
+    )
     .await;
     must(
         &k.run(&[

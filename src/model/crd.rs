@@ -56,8 +56,9 @@ impl CrdServing {
     }
 }
 
-fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
-    path.iter().try_fold(v, |v, k| v.get(k))?.as_str()
+/// The string at a dotted path, if there is one.
+fn str_at<'a>(v: &'a Value, dotted: &str) -> Option<&'a str> {
+    crate::model::printers::get(v, dotted).and_then(Value::as_str)
 }
 
 /// Whether a condition of the CRD's status is `True`.
@@ -73,18 +74,18 @@ fn condition(crd: &Value, kind: &str) -> bool {
 }
 
 fn cached(crd: &Value) -> Result<ResourceDef, String> {
-    let name = str_at(crd, &["metadata", "name"]).unwrap_or("");
+    let name = str_at(crd, "metadata.name").unwrap_or("");
     if !condition(crd, "Established") {
         return Err("not Established".into());
     }
     let spec = crd.get("spec").ok_or("no spec")?;
-    let group = str_at(spec, &["group"]).ok_or("no spec.group")?;
-    let plural = str_at(spec, &["names", "plural"]).ok_or("no spec.names.plural")?;
-    let kind = str_at(spec, &["names", "kind"]).ok_or("no spec.names.kind")?;
+    let group = str_at(spec, "group").ok_or("no spec.group")?;
+    let plural = str_at(spec, "names.plural").ok_or("no spec.names.plural")?;
+    let kind = str_at(spec, "names.kind").ok_or("no spec.names.kind")?;
     if format!("{plural}.{group}") != name {
         return Err(format!("its name is not {plural}.{group}"));
     }
-    let strategy = str_at(spec, &["conversion", "strategy"]).unwrap_or("None");
+    let strategy = str_at(spec, "conversion.strategy").unwrap_or("None");
     if strategy != "None" {
         return Err(format!(
             "conversion {strategy}: kube-apiserver converts its objects"
@@ -98,11 +99,11 @@ fn cached(crd: &Value) -> Result<ResourceDef, String> {
         .iter()
         .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
         .ok_or("no storage version")?;
-    let version = str_at(storage, &["name"]).ok_or("a version without a name")?;
+    let version = str_at(storage, "name").ok_or("a version without a name")?;
     if storage.get("served").and_then(Value::as_bool) != Some(true) {
         return Err(format!("its storage version {version} is not served"));
     }
-    let namespaced = match str_at(spec, &["scope"]) {
+    let namespaced = match str_at(spec, "scope") {
         Some("Namespaced") => true,
         Some("Cluster") => false,
         other => return Err(format!("scope {other:?}")),
@@ -173,16 +174,16 @@ fn cached(crd: &Value) -> Result<ResourceDef, String> {
     match declared {
         Some(cols) => {
             for c in cols {
-                let col_name = str_at(c, &["name"]).unwrap_or_default();
-                let path = str_at(c, &["jsonPath"]).unwrap_or_default();
-                let description = match str_at(c, &["description"]) {
+                let col_name = str_at(c, "name").unwrap_or_default();
+                let path = str_at(c, "jsonPath").unwrap_or_default();
+                let description = match str_at(c, "description") {
                     Some(d) if !d.is_empty() => d.to_owned(),
                     _ => format!("Custom resource definition column (in JSONPath format): {path}"),
                 };
                 let raw: RawColumn = serde_json::from_value(json!({
                     "name": col_name,
-                    "type": str_at(c, &["type"]).unwrap_or("string"),
-                    "format": str_at(c, &["format"]).unwrap_or_default(),
+                    "type": str_at(c, "type").unwrap_or("string"),
+                    "format": str_at(c, "format").unwrap_or_default(),
                     "description": description,
                     "priority": c.get("priority").and_then(Value::as_u64).unwrap_or(0),
                     "json_path": path,
@@ -225,7 +226,7 @@ fn cached(crd: &Value) -> Result<ResourceDef, String> {
         history: HistoryConfig::default(),
         consistency_check_period: None,
         route_shards: true,
-        singular: str_at(spec, &["names", "singular"])
+        singular: str_at(spec, "names.singular")
             .filter(|s| !s.is_empty())
             .map_or_else(|| kind.to_lowercase(), str::to_owned),
         short_names: names("shortNames"),

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::info;
-use watchcache::etcd::LocalEtcd;
 
+use super::kubelet::Scratch;
 use super::kubelet::pki::Pki;
 use super::kubelet::servers::{self, Side};
 use super::pods::{Codec, Storage};
@@ -67,25 +67,15 @@ const TXN_OPS: usize = 128;
 const TXN_BYTES: usize = 1 << 20;
 
 pub async fn run(cfg: ColdStartConfig) -> Result<ColdStartRun, String> {
-    let base = cfg.etcd_data_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let dir = base.join(format!(
-        "watchcache-coldstart-{}-{}",
-        std::process::id(),
-        fastrand::u64(..)
-    ));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let _cleanup = RemoveOnDrop(dir.clone());
-    let etcd = match &cfg.etcd_binary {
-        Some(b) => LocalEtcd::start_binary(b, &dir.join("etcd")).await,
-        None => LocalEtcd::start(&dir.join("etcd")).await,
-    }
-    .map_err(|e| e.to_string())?;
-    let endpoint = etcd.url();
-    let client = etcd_client::Client::connect([endpoint.as_str()], None)
-        .await
-        .map_err(|e| format!("etcd: {e}"))?;
+    let scratch = Scratch::start(
+        "coldstart",
+        cfg.etcd_data_dir.as_deref(),
+        cfg.etcd_binary.as_deref(),
+    )
+    .await?;
+    let (dir, endpoint, client) = (&scratch.dir, &scratch.endpoint, &scratch.client);
     let began = Instant::now();
-    let stored_bytes = seed(&client, &cfg).await?;
+    let stored_bytes = seed(client, &cfg).await?;
     let seed_s = began.elapsed().as_secs_f64();
     info!(
         pods = cfg.pods,
@@ -96,9 +86,9 @@ pub async fn run(cfg: ColdStartConfig) -> Result<ColdStartRun, String> {
     let pki = Pki::new(&dir.join("pki"))?;
     let mut sides = Vec::new();
     for side in &cfg.sides {
-        sides.push(start_side(*side, &cfg, &endpoint, &pki, &dir).await?);
+        sides.push(start_side(*side, &cfg, endpoint, &pki, dir).await?);
     }
-    drop(etcd);
+    drop(scratch);
     Ok(ColdStartRun {
         pods: cfg.pods,
         stored_bytes,
@@ -221,14 +211,6 @@ async fn start_side(
         ready_s,
         peak_rss_bytes,
     })
-}
-
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The report as a table.

@@ -95,23 +95,13 @@ pub async fn run(cfg: KubeletConfig) -> Result<KubeletRun, String> {
     if cfg.watches == 0 {
         return Err("--watches-per-node must be at least 1".into());
     }
-    let base = cfg.etcd_data_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let dir = base.join(format!(
-        "watchcache-kubelets-{}-{}",
-        std::process::id(),
-        fastrand::u64(..)
-    ));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let _cleanup = RemoveOnDrop(dir.clone());
-    let etcd = match &cfg.etcd_binary {
-        Some(b) => LocalEtcd::start_binary(b, &dir.join("etcd")).await,
-        None => LocalEtcd::start(&dir.join("etcd")).await,
-    }
-    .map_err(|e| e.to_string())?;
-    let endpoint = etcd.url();
-    let client = etcd_client::Client::connect([endpoint.as_str()], None)
-        .await
-        .map_err(|e| format!("etcd: {e}"))?;
+    let scratch = Scratch::start(
+        "kubelets",
+        cfg.etcd_data_dir.as_deref(),
+        cfg.etcd_binary.as_deref(),
+    )
+    .await?;
+    let (dir, client) = (scratch.dir.clone(), scratch.client.clone());
     let pki = pki::Pki::new(&dir.join("pki"))?;
     let made = Instant::now();
     let node_tls = (0..cfg.nodes)
@@ -126,8 +116,8 @@ pub async fn run(cfg: KubeletConfig) -> Result<KubeletRun, String> {
     let ctx = Ctx {
         cfg: &cfg,
         client,
-        endpoint,
-        etcd_pid: etcd.pid(),
+        endpoint: scratch.endpoint.clone(),
+        etcd_pid: scratch.etcd.pid(),
         pki: &pki,
         node_tls: &node_tls,
         dir: &dir,
@@ -136,8 +126,53 @@ pub async fn run(cfg: KubeletConfig) -> Result<KubeletRun, String> {
     for side in sides {
         out.push(run_side(&ctx, *side).await?);
     }
-    drop(etcd);
+    drop(scratch);
     Ok(KubeletRun { sides: out })
+}
+
+/// A run's scratch directory, under `--etcd-data-dir` (else the system's temporary one), and a
+/// fresh etcd in it; dropped, the etcd stops and then the directory goes.
+pub(in crate::bench) struct Scratch {
+    pub dir: PathBuf,
+    pub etcd: LocalEtcd,
+    pub endpoint: String,
+    pub client: etcd_client::Client,
+    // Last: removed once the etcd above has stopped.
+    _cleanup: RemoveOnDrop,
+}
+
+impl Scratch {
+    /// Named for the model (`label`), with `etcd_binary` when given (else `LocalEtcd`'s).
+    pub async fn start(
+        label: &str,
+        data_dir: Option<&std::path::Path>,
+        etcd_binary: Option<&std::path::Path>,
+    ) -> Result<Scratch, String> {
+        let base = data_dir.map_or_else(std::env::temp_dir, ToOwned::to_owned);
+        let dir = base.join(format!(
+            "watchcache-{label}-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let cleanup = RemoveOnDrop(dir.clone());
+        let etcd = match etcd_binary {
+            Some(b) => LocalEtcd::start_binary(b, &dir.join("etcd")).await,
+            None => LocalEtcd::start(&dir.join("etcd")).await,
+        }
+        .map_err(|e| e.to_string())?;
+        let endpoint = etcd.url();
+        let client = etcd_client::Client::connect([endpoint.as_str()], None)
+            .await
+            .map_err(|e| format!("etcd: {e}"))?;
+        Ok(Scratch {
+            dir,
+            etcd,
+            endpoint,
+            client,
+            _cleanup: cleanup,
+        })
+    }
 }
 
 struct RemoveOnDrop(PathBuf);
