@@ -379,28 +379,37 @@ impl WatchStream {
         }
     }
 
-    /// The last event of a watch a server's drain ends: a bookmark at the cache's revision, so
-    /// that its client resumes elsewhere from there rather than from the last change it saw.
-    /// `None` when the watch asked for no bookmarks, is not live yet (its initial events, or
-    /// catching up from history), or has changes waiting: the last one it was sent is then as
-    /// new as what it may see.
+    /// The last events of a watch a server's drain ends: the changes already queued for it,
+    /// then (when it asked for bookmarks) a bookmark at the cache's revision, so that its client
+    /// resumes elsewhere from there rather than from the last change it saw. Empty when the watch
+    /// is not live yet (its initial events, or catching up from history): the last event it was
+    /// sent is then where it resumes from. The queue is bounded, so this is too.
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn drain_bookmark(&mut self) -> Option<WatchEvent> {
-        if self.phase.is_some() || !self.deadline.as_ref().is_some_and(Deadline::has_bookmarks) {
-            return None;
+    pub(crate) fn drain_tail(&mut self) -> Vec<WatchEvent> {
+        if self.phase.is_some() {
+            return Vec::new();
         }
-        let rv = {
-            let q = self.watcher.queue.lock();
-            if !q.items.is_empty() || q.feed != Feed::Live {
-                return None;
+        let (queued, rv) = {
+            let mut q = self.watcher.queue.lock();
+            if q.feed != Feed::Live {
+                return Vec::new();
+            }
+            let mut queued = Vec::with_capacity(q.items.len());
+            while let Some(d) = q.items.pop_front() {
+                queued.push(d);
             }
             // Under the queue lock, as in `poll_live`: every change up to it was queued.
-            self.shared.resource_version()
+            (queued, self.shared.resource_version())
         };
-        (rv >= self.last_rv).then(|| {
+        let mut tail: Vec<WatchEvent> = queued.iter().map(WatchEvent::change).collect();
+        if let Some(last) = tail.last() {
+            self.last_rv = last.rv;
+        }
+        if self.deadline.as_ref().is_some_and(Deadline::has_bookmarks) && rv >= self.last_rv {
             self.last_rv = rv;
-            self.bookmark(rv, false)
-        })
+            tail.push(self.bookmark(rv, false));
+        }
+        tail
     }
 
     /// The wheel this watch ends in: the server's, for a served watch (`Cache::watch_until`).
@@ -634,6 +643,38 @@ mod tests {
             "{took:?}"
         );
         assert!(!ev.is_initial_events_end());
+    }
+
+    /// A drained watch ends with what was queued for it, then a bookmark at the cache's
+    /// revision: no change it was due is skipped by resuming from that bookmark elsewhere.
+    #[tokio::test]
+    async fn a_drained_watch_ends_with_its_queued_changes_then_a_bookmark() {
+        let (mut s, src) = bookmarked_watch().await;
+        let plain = s.shared.clone();
+        for i in 0..3 {
+            let name = format!("p{i}");
+            src.put(&format!("/registry/pods/ns/{name}"), pod(&name, "n1"))
+                .unwrap();
+        }
+        let first = s.next().await.unwrap().unwrap();
+        assert_eq!(first.resource_version(), 8);
+        let tail: Vec<_> = s
+            .drain_tail()
+            .iter()
+            .map(|e| (e.kind(), e.resource_version()))
+            .collect();
+        assert_eq!(
+            tail,
+            [
+                (EventType::Added, 9),
+                (EventType::Added, 10),
+                (EventType::Bookmark, 10)
+            ]
+        );
+        assert_eq!(plain.resource_version(), 10);
+        // Nothing new: the bookmark alone, at the same revision.
+        let again: Vec<_> = s.drain_tail().iter().map(|e| e.kind()).collect();
+        assert_eq!(again, [EventType::Bookmark]);
     }
 
     #[tokio::test(start_paused = true)]

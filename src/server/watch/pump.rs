@@ -124,15 +124,17 @@ impl WatchPump {
             }
             None => {
                 let mut chunks = Vec::new();
-                // Drained: a last bookmark, for the client to resume from on another replica.
-                if w.stream.end_wheel().is_some_and(|d| d.draining())
-                    && let Some(b) = w.stream.drain_bookmark()
-                {
-                    let (bookmark, _, sent) = self.encoder.item(Some(Ok(b)), self.wire);
-                    if let (Some(m), Some(len)) = (&mut self.meter, sent) {
-                        m.sent(len, None);
+                // Drained: what was queued, then a last bookmark, for the client to resume from
+                // on another replica.
+                if w.stream.end_wheel().is_some_and(|d| d.draining()) {
+                    for ev in w.stream.drain_tail() {
+                        let received = ev.received_at();
+                        let (more, _, sent) = self.encoder.item(Some(Ok(ev)), self.wire);
+                        if let (Some(m), Some(len)) = (&mut self.meter, sent) {
+                            m.sent(len, received);
+                        }
+                        chunks.extend(more);
                     }
-                    chunks = bookmark;
                 }
                 chunks.extend(self.encoder.finish());
                 (chunks, true)
