@@ -538,3 +538,149 @@ async fn a_mirror_pod_kube_apiserver_refused_grants_its_node_nothing_through_wat
         }
     }
 }
+
+/// A consistent LIST through proxy mode is proven fresh by one read of the objects' metadata
+/// with the request's own selectors (issue 39, item 4), never by waiting for kube-apiserver's
+/// bookmarks (about one a minute; a short probe watch gets one after a second or two).
+/// - Quiet: configmaps no one writes, while kube-apiserver's own leases move etcd's revision on.
+///   Each LIST answers within the direct LIST's time plus 10 ms at p99 (the two interleaved,
+///   so that they share the machine's noise).
+/// - Busy: a writer changes configmaps through kube-apiserver all along. Each LIST through
+///   watchcache begins after a direct LIST ended, and holds every object of it at that
+///   revision or a later one: never older than kube-apiserver's own read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consistent_lists_through_proxy_mode_wait_for_no_event_and_are_never_older() {
+    use std::collections::BTreeMap;
+    use std::time::{Duration, Instant};
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    use watchcache::apiserver::client_from_kubeconfig;
+
+    let etcd = etcd_version(EtcdVersion::V36).await;
+    let kas = KubeApiserver::start(&etcd.server.url()).await;
+    let wc = Watchcache::proxy(&kas.pki, &kas.admin_kubeconfig, &[]).await;
+    let direct = client_from_kubeconfig(&kas.admin_kubeconfig, None)
+        .await
+        .unwrap();
+    let through = client_from_kubeconfig(&wc.admin_kubeconfig, None)
+        .await
+        .unwrap();
+    let k = Kubectl::with_kubeconfig(&kas.admin_kubeconfig);
+    for ns in ["quiet", "busy"] {
+        must(
+            &k.run(&["create", "namespace", ns]).await,
+            "create namespace",
+        );
+    }
+    let quiet: Api<ConfigMap> = Api::namespaced(direct.clone(), "quiet");
+    for i in 0..20 {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(format!("q{i}"));
+        cm.data = Some([("k".to_owned(), "v".repeat(200))].into());
+        quiet.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    // (name → resourceVersion, list resourceVersion) of a consistent LIST, and its time.
+    let list = |client: kube::Client, path: String| async move {
+        let started = Instant::now();
+        let req = http::Request::get(&path).body(Vec::new()).unwrap();
+        let text = client.request_text(req).await.unwrap();
+        let took = started.elapsed();
+        let v = json(&text);
+        let items: BTreeMap<String, u64> = v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                let m = &o["metadata"];
+                let rv = m["resourceVersion"].as_str().unwrap().parse().unwrap();
+                (m["name"].as_str().unwrap().to_owned(), rv)
+            })
+            .collect();
+        (items, took)
+    };
+    let quiet_path = "/api/v1/namespaces/quiet/configmaps".to_owned();
+    // Served from the cache once it holds them all.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while list(through.clone(), quiet_path.clone()).await.0.len() < 20 {
+        assert!(Instant::now() < deadline, "watchcache never listed the 20");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let rounds = 200;
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let (a, t) = list(direct.clone(), quiet_path.clone()).await;
+        theirs.push(t);
+        let (b, o) = list(through.clone(), quiet_path.clone()).await;
+        ours.push(o);
+        assert_eq!(a, b, "the same configmaps at the same revisions");
+    }
+    let p99 = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() * 99 / 100 - 1]
+    };
+    let (ours99, theirs99) = (p99(&mut ours), p99(&mut theirs));
+    eprintln!(
+        "quiet consistent LIST p99: through watchcache {ours99:?}, direct {theirs99:?} \
+         (medians {:?}, {:?})",
+        ours[rounds / 2],
+        theirs[rounds / 2]
+    );
+    assert!(
+        ours99 <= theirs99 + Duration::from_millis(10),
+        "p99 {ours99:?} through watchcache, {theirs99:?} direct"
+    );
+
+    // Busy: a writer all along.
+    let busy: Api<ConfigMap> = Api::namespaced(direct.clone(), "busy");
+    let going = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let writer = {
+        let (busy, going) = (busy.clone(), going.clone());
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while going.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut cm = ConfigMap::default();
+                cm.metadata.name = Some(format!("b{}", n % 10));
+                cm.data = Some([("n".to_owned(), n.to_string())].into());
+                if n < 10 {
+                    busy.create(&PostParams::default(), &cm).await.unwrap();
+                } else {
+                    let json = serde_json::to_value(&cm).unwrap();
+                    busy.patch(
+                        &format!("b{}", n % 10),
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(json),
+                    )
+                    .await
+                    .unwrap();
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    let busy_path = "/api/v1/namespaces/busy/configmaps".to_owned();
+    let started = Instant::now();
+    let mut checked = 0;
+    while started.elapsed() < Duration::from_secs(10) {
+        let (before, _) = list(direct.clone(), busy_path.clone()).await;
+        let (after, took) = list(through.clone(), busy_path.clone()).await;
+        for (name, rv) in &before {
+            let got = after.get(name).copied().unwrap_or_default();
+            assert!(
+                got >= *rv,
+                "{name} at {rv} in kube-apiserver's read, at {got} in the later one through watchcache"
+            );
+        }
+        assert!(took < Duration::from_secs(1), "a busy LIST took {took:?}");
+        checked += 1;
+    }
+    going.store(false, std::sync::atomic::Ordering::Relaxed);
+    let writes = writer.await.unwrap();
+    eprintln!("busy: {checked} pairs of LISTs checked against {writes} writes");
+    assert!(
+        writes > 50 && checked > 20,
+        "{writes} writes, {checked} checks"
+    );
+}

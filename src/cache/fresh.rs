@@ -14,6 +14,19 @@
 //!   has events of those keys still to deliver); the check is repeated each time the cache moves,
 //!   up to [`CacheConfig::too_large_wait`](crate::CacheConfig::too_large_wait).
 //!
+//! - when the upstream has no progress requests that answer at once (an API server: its
+//!   bookmarks come about once a minute, and a short watch gets one after a second or two), a
+//!   consistent read of the key and revision of every object the request's selectors select
+//!   (`Upstream::selected`), at R: the cache is fresh for the request at its revision C once the
+//!   objects the same selectors select in the cache are exactly those, at those revisions. Each
+//!   object is one write, named by its revision, so the cache's answer at C is the upstream's
+//!   answer at R; the read is served at exactly C (`Shared::page` at C, `Shared::get_at`), never
+//!   at a later revision of the cache, whose state between C and R may hold an object created
+//!   and deleted again before the request began. While the sets differ the cache is behind: the
+//!   check is repeated each time it moves, with progress requests meanwhile, and a cache that
+//!   reaches R is fresh as in the first case. When the upstream cannot select as asked (a field
+//!   label it does not know), the read falls back to the first case.
+//!
 //! [`Coalescer`] shares these reads: a request joins the next read of its key, which starts after
 //! it joined (at once, or as soon as the read in flight ends). So every request is answered by a
 //! read that started after it arrived, and a burst of N requests costs about two reads per key
@@ -33,7 +46,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{Semaphore, watch};
 
+use crate::cache::upstream::KeyRange;
 use crate::error::{Error, Result};
+
+/// What a shared read reads, and so which requests may share it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum ReadKey {
+    /// The upstream's current revision: one read serves every request.
+    Revision,
+    /// The keys of a range (an upstream whose progress notifications cannot be trusted).
+    Keys(KeyRange),
+    /// The objects a selection selects, by its wire form (an upstream that proves freshness by
+    /// selection: an API server).
+    Selection(String),
+}
 
 /// The answer of one shared read: the cache revision a consistent read may be served at.
 type Answer = Option<Result<u64>>;

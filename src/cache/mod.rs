@@ -62,7 +62,10 @@ pub use state::{CacheStats, Change, CheckStatus, ConsistencyChecks, OutOfOrder, 
 #[cfg_attr(not(feature = "server"), allow(unused_imports))]
 pub(crate) use stream::WatchEnd;
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
-pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
+pub use upstream::{
+    BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Selected, Upstream,
+};
+
 pub use writer::CacheWriter;
 
 use crate::error::{Error, Result};
@@ -70,6 +73,7 @@ use crate::model::selector::Predicate;
 use crate::model::{DecodeError, Object, ResourceDef, ResourceVersion, Schema, Selection};
 use crate::wire::ObjectList;
 use consistent::{ListPlan, Wait, WatchPlan};
+use fresh::ReadKey;
 use state::{From, Shared};
 use stream::InitialEvents;
 
@@ -301,17 +305,44 @@ impl Cache {
         }
     }
 
-    /// Waits until the cache is as fresh as the upstream is now for the keys in `keys`: a
-    /// consistent read's start. Returns the cache revision the read may be served at. One upstream
+    /// Waits until the cache is as fresh as the upstream is now for the keys in `keys` (and the
+    /// objects `selection` selects, where the upstream proves freshness by selection): a
+    /// consistent read's start. Returns the cache revision the read is served at. One upstream
     /// read, started after this call, is shared by every read waiting at once (`fresh.rs`).
-    async fn fresh(&self, keys: &KeyRange) -> Result<u64> {
+    async fn fresh(&self, keys: &KeyRange, selection: Option<&Selection>) -> Result<u64> {
         let Some(up) = self.upstream() else {
             return Ok(self.resource_version());
         };
         let reads = &self.shared.fresh_reads;
+        if let Some(selection) = selection {
+            let proof = Selection {
+                shard: None,
+                ..selection.clone()
+            };
+            if up.selected(&proof).is_some() {
+                let key = ReadKey::Selection(format!(
+                    "{}\n{}\n{}",
+                    proof.namespace.as_deref().unwrap_or_default(),
+                    proof.fields,
+                    proof.labels
+                ));
+                let cache = self.clone();
+                let answer = reads
+                    .join(key, move || {
+                        let (cache, proof) = (cache.clone(), proof.clone());
+                        async move { cache.prove_selected(&proof).await }
+                    })
+                    .await;
+                // An upstream that cannot select so (a field label it does not know): the
+                // revision decides, as for any other upstream.
+                if !matches!(answer, Err(Error::Upstream { .. })) {
+                    return answer;
+                }
+            }
+        }
         if up.progress_is_reliable() {
             let target = reads
-                .join(None, move || {
+                .join(ReadKey::Revision, move || {
                     let up = Arc::clone(&up);
                     async move { up.current_revision().await }
                 })
@@ -321,11 +352,53 @@ impl Cache {
         let cache = self.clone();
         let range = keys.clone();
         reads
-            .join(Some(keys.clone()), move || {
+            .join(ReadKey::Keys(keys.clone()), move || {
                 let (cache, range) = (cache.clone(), range.clone());
                 async move { cache.prove_fresh(&range, None).await }
             })
             .await
+    }
+
+    /// The freshness proof by selection (see `fresh.rs`): the upstream's objects of `proof` at
+    /// its current revision R, then the cache revision at which the cache selects exactly those
+    /// objects at their revisions, or any revision from R on. Progress requests go on meanwhile,
+    /// so a cache whose selection never matches (selectors read differently) still gets to R.
+    async fn prove_selected(&self, proof: &Selection) -> Result<u64> {
+        let up = self
+            .upstream()
+            .ok_or_else(|| Error::upstream("no upstream to prove freshness with"))?;
+        let read = up
+            .selected(proof)
+            .ok_or_else(|| Error::upstream("the upstream reads no selection"))?;
+        let Selected { revision, objects } = read.await?;
+        let pred = Predicate::compile(&self.shared.schema, proof);
+        let mut rx = self.shared.subscribe();
+        let mut tick = tokio::time::interval(self.shared.config.progress_interval);
+        let deadline = tokio::time::Instant::now() + self.shared.config.too_large_wait;
+        loop {
+            let c = *rx.borrow_and_update();
+            if c >= revision {
+                return Ok(c);
+            }
+            if let Some(c) = self.shared.holds_exactly(&pred, &objects) {
+                state::Metrics::add(&self.shared.metrics().fresh_by_selection, 1);
+                return Ok(c);
+            }
+            let moved = async {
+                loop {
+                    tokio::select! {
+                        r = rx.changed() => return r.is_ok(),
+                        _ = tick.tick() => up.request_progress(),
+                    }
+                }
+            };
+            if !matches!(tokio::time::timeout_at(deadline, moved).await, Ok(true)) {
+                return Err(Error::TooLargeResourceVersion {
+                    requested: revision,
+                    current: self.resource_version(),
+                });
+            }
+        }
     }
 
     /// Waits until the cache holds the state of `keys` at revision `n`: the cache reaching `n`,
@@ -396,11 +469,16 @@ impl Cache {
 
     /// Carries out a [`Wait`] for a read of `keys`; returns the cache revision it reached (for
     /// `Nothing`, the current one).
-    async fn meet(&self, wait: Wait, keys: &KeyRange) -> Result<u64> {
+    async fn meet(
+        &self,
+        wait: Wait,
+        keys: &KeyRange,
+        selection: Option<&Selection>,
+    ) -> Result<u64> {
         let started = tokio::time::Instant::now();
         let r = match wait {
             Wait::Nothing => return Ok(self.resource_version()),
-            Wait::Fresh => self.fresh(keys).await,
+            Wait::Fresh => self.fresh(keys, selection).await,
             Wait::For(n) => self.reach(n, keys).await,
         };
         let m = self.shared.metrics();
@@ -434,31 +512,43 @@ impl Cache {
         )?;
         let limit = opts.limit.filter(|l| *l > 0);
         let pred = Predicate::compile(&self.shared.schema, &selection);
-        self.meet(wait, &self.key_range(&pred)).await?;
-        let (rv, page) = self
-            .shared
-            .page(at, &pred, after.as_deref(), limit)
-            .map_err(|e| {
-                let requested = at.unwrap_or_default();
-                let prefix = &self.shared.schema.def.prefix;
-                if continuing {
-                    // The rest of the list after the same key, at the latest revision.
-                    let last = after
-                        .as_deref()
-                        .and_then(|a| a.strip_prefix(prefix.as_str()))
-                        .unwrap_or_default();
-                    Error::ContinueExpired {
-                        requested,
-                        oldest: e.oldest,
-                        continue_token: continue_token::encode_latest(last),
-                    }
-                } else {
-                    Error::Expired {
-                        requested,
-                        oldest: e.oldest,
-                    }
+        let reached = self
+            .meet(wait, &self.key_range(&pred), Some(&selection))
+            .await?;
+        // A read that waited is served at the revision its wait reached, not at a later one of
+        // the cache's: a proof by selection covers that revision only (`fresh.rs`). Were that
+        // revision's history gone (it was reached a moment ago), the current state serves.
+        let pinned = at.is_none() && wait != Wait::Nothing && reached < self.resource_version();
+        let page = match self.shared.page(
+            at.or(pinned.then_some(reached)),
+            &pred,
+            after.as_deref(),
+            limit,
+        ) {
+            Err(_) if pinned => self.shared.page(None, &pred, after.as_deref(), limit),
+            page => page,
+        };
+        let (rv, page) = page.map_err(|e| {
+            let requested = at.unwrap_or_default();
+            let prefix = &self.shared.schema.def.prefix;
+            if continuing {
+                // The rest of the list after the same key, at the latest revision.
+                let last = after
+                    .as_deref()
+                    .and_then(|a| a.strip_prefix(prefix.as_str()))
+                    .unwrap_or_default();
+                Error::ContinueExpired {
+                    requested,
+                    oldest: e.oldest,
+                    continue_token: continue_token::encode_latest(last),
                 }
-            })?;
+            } else {
+                Error::Expired {
+                    requested,
+                    oldest: e.oldest,
+                }
+            }
+        })?;
         let mut list = self.object_list(rv, page.items, page.more, page.remaining);
         list.shard_info = opts
             .selection
@@ -506,9 +596,20 @@ impl Cache {
             kind: def.plural.clone(),
             name: name.to_owned(),
         };
-        self.meet(consistent::plan_get(rv), &KeyRange::one(&key))
+        // The proof by selection of one object: its name (a name no field selector can carry
+        // is proven by revision instead).
+        let one = Selection::parse(namespace, &format!("metadata.name={name}"), "")
+            .ok()
+            .filter(|s| s.fields.to_string() == format!("metadata.name={name}"));
+        let reached = self
+            .meet(consistent::plan_get(rv), &KeyRange::one(&key), one.as_ref())
             .await?;
-        self.shared.get(&key).ok_or_else(not_found)
+        // As a LIST: served at the revision the wait reached (`list`).
+        match self.shared.get_at(&key, reached) {
+            Ok(o) => o,
+            Err(_) => self.shared.get(&key),
+        }
+        .ok_or_else(not_found)
     }
 
     /// The object's current state in the cache, without waiting and without reading the upstream:
@@ -600,10 +701,12 @@ impl Cache {
         let keys = self.key_range(&pred);
         let from = match plan {
             WatchPlan::Snapshot(wait) => {
-                self.meet(wait, &keys).await?;
+                self.meet(wait, &keys, Some(&selection)).await?;
                 From::Snapshot
             }
-            WatchPlan::AfterCache(wait) => From::After(self.meet(wait, &keys).await?),
+            WatchPlan::AfterCache(wait) => {
+                From::After(self.meet(wait, &keys, Some(&selection)).await?)
+            }
             WatchPlan::After(n) => From::After(n),
         };
         let requested = match from {

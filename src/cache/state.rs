@@ -30,7 +30,7 @@ use crate::cache::config::CacheConfig;
 use crate::cache::consistency::Corruption;
 use crate::cache::consistency::Entry;
 use crate::cache::deadlines::{self, Deadlines};
-use crate::cache::fresh::Coalescer;
+use crate::cache::fresh::{Coalescer, ReadKey};
 use crate::cache::history::{Event, Evicted, History};
 use crate::cache::list::{self, Page, Rollback};
 use crate::cache::ready::{Readiness, Signal};
@@ -115,6 +115,9 @@ pub struct CacheStats {
     pub upstream_failures: u64,
     /// Upstream reads made to prove consistent reads fresh (one per burst, not per request).
     pub fresh_reads: u64,
+    /// Of `fresh_reads`, the proofs by selection that held: the cache selected exactly the
+    /// upstream's objects, and the reads waited for no event (`fresh.rs`).
+    pub fresh_by_selection: u64,
     /// Whether the cache serves requests.
     pub ready: bool,
     /// The sum of the cached objects' stored sizes (protobuf or JSON as stored), in bytes.
@@ -179,6 +182,7 @@ pub(crate) struct Metrics {
     refused_not_ready: std::sync::atomic::AtomicU64,
     pub refused_timeout: std::sync::atomic::AtomicU64,
     pub refused_upstream: std::sync::atomic::AtomicU64,
+    pub fresh_by_selection: std::sync::atomic::AtomicU64,
     checks: [std::sync::atomic::AtomicU64; 3],
 }
 
@@ -199,6 +203,7 @@ impl Default for Metrics {
             refused_not_ready: Default::default(),
             refused_timeout: Default::default(),
             refused_upstream: Default::default(),
+            fresh_by_selection: Default::default(),
             checks: Default::default(),
         }
     }
@@ -357,7 +362,7 @@ pub(crate) struct Shared {
     upstream: RwLock<Option<Arc<dyn Upstream>>>,
     /// The upstream reads consistent reads wait for, shared by a burst (`fresh.rs`): keyed by
     /// the keys a proof covers, `None` for a read of the upstream's current revision.
-    pub fresh_reads: Arc<Coalescer<Option<KeyRange>>>,
+    pub fresh_reads: Arc<Coalescer<ReadKey>>,
     /// The keys of `State::json_paths`, read by decode outside the state lock.
     json_paths: RwLock<Arc<[FieldPath]>>,
     /// Wakes readiness waiters; `State::readiness` is published to it under the state lock.
@@ -841,6 +846,48 @@ impl Shared {
         Some(st.rv)
     }
 
+    /// The cache's revision, if the objects `pred` selects are exactly `objects` (key and
+    /// revision, sorted by key): the cache-side half of a freshness proof by selection
+    /// (`fresh.rs`).
+    pub fn holds_exactly(&self, pred: &Predicate, objects: &[(String, u64)]) -> Option<u64> {
+        let st = self.state.read();
+        let mut held = list::page(
+            &self.schema,
+            &st.store,
+            &Rollback::default(),
+            pred,
+            None,
+            None,
+        )
+        .items;
+        if held.len() != objects.len() {
+            return None;
+        }
+        held.sort_unstable_by(|a, b| a.key().cmp(b.key()));
+        held.iter()
+            .zip(objects)
+            .all(|(o, (key, rv))| o.key() == key && o.resource_version() == *rv)
+            .then_some(st.rv)
+    }
+
+    /// The object at `key` as it was at revision `rv` (the current state when the cache is
+    /// still there): what a read proven fresh at `rv` serves, even when the cache moved on
+    /// meanwhile.
+    ///
+    /// # Errors
+    /// [`Evicted`] when the history since `rv` is gone.
+    pub fn get_at(&self, key: &str, rv: u64) -> Result<Option<Object>, Evicted> {
+        let st = self.state.read();
+        if st.rv > rv {
+            let seq = st.history.seq_after_rv(rv)?;
+            st.history.check_seq(seq)?;
+            if let Some(ev) = st.history.since(seq).find(|ev| ev.key() == key) {
+                return Ok(ev.prev.clone());
+            }
+        }
+        Ok(st.store.get(key).cloned())
+    }
+
     pub fn lookup(&self, slot: usize, value: &str) -> Vec<Object> {
         self.state.read().store.lookup(slot, value)
     }
@@ -1016,6 +1063,7 @@ impl Shared {
             resyncs: Metrics::get(&m.resyncs),
             upstream_failures: Metrics::get(&m.upstream_failures),
             fresh_reads: self.fresh_reads.reads(),
+            fresh_by_selection: Metrics::get(&m.fresh_by_selection),
             ready: matches!(st.readiness, Readiness::Ready),
             object_bytes: st.store.bytes() as u64,
             queued_latency: m.queued.snapshot(),

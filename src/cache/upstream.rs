@@ -13,6 +13,7 @@ use std::pin::Pin;
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
+use crate::model::Selection;
 
 /// A boxed future, for the object-safe [`Upstream`].
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -37,6 +38,16 @@ pub struct RangePage {
     pub kvs: Vec<RawKv>,
     /// Whether more keys follow the last one.
     pub more: bool,
+}
+
+/// What [`Upstream::selected`] read: the revision it read at, and the key and revision of each
+/// selected object, sorted by key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selected {
+    /// The revision of the read: every write acknowledged before it began is in it.
+    pub revision: u64,
+    /// (key, revision the object was last written at), by key.
+    pub objects: Vec<(String, u64)>,
 }
 
 /// A range of one resource's keys, `[from, end)`. `None` bounds are the resource's own: a
@@ -105,6 +116,21 @@ pub trait Upstream: Send + Sync + 'static {
     /// [`range`](Upstream::range) instead of by waiting for the cache.
     fn progress_is_reliable(&self) -> bool {
         true
+    }
+
+    /// The key and revision of every object `selection` selects, read consistently: how a
+    /// consistent read proves the cache fresh on an upstream that has no progress requests to
+    /// answer at once (an API server, whose bookmarks come about once a minute; `fresh.rs`).
+    /// `None` (the default): this upstream proves freshness by its revision instead.
+    ///
+    /// `selection` has no shard selector (the upstream's would not be the cache's): the proof
+    /// covers every object of its selectors, a superset of what the read serves.
+    ///
+    /// # Errors
+    /// [`Error::Upstream`]; the read then proves freshness by revision.
+    fn selected(&self, selection: &Selection) -> Option<BoxFuture<'_, Result<Selected>>> {
+        let _ = selection;
+        None
     }
 
     /// A stored value as the cache decodes it: the upstream's storage transformation undone (etcd:

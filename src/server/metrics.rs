@@ -729,6 +729,11 @@ pub(crate) async fn render(
         "Upstream reads that proved consistent reads fresh (shared by the reads waiting at once)",
         &mut *reg,
     );
+    let fresh_by_selection = counter(
+        "fresh_by_selection",
+        "Of the fresh reads, proofs by selection that held: the cache selected exactly the upstream's objects at their resourceVersions, and the consistent reads waiting on it waited for no event",
+        &mut *reg,
+    );
     let rv = gauge("resource_version", "The cache's resourceVersion", &mut *reg);
     let lag = gauge(
         "lag_revisions",
@@ -858,6 +863,9 @@ pub(crate) async fn render(
             .get_or_create(&l)
             .inc_by(s.upstream_failures);
         fresh_reads.get_or_create(&l).inc_by(s.fresh_reads);
+        fresh_by_selection
+            .get_or_create(&l)
+            .inc_by(s.fresh_by_selection);
         rv.get_or_create(&l).set(s.resource_version as i64);
         if let Some(e) = upstream_rev {
             lag.get_or_create(&l)

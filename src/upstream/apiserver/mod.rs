@@ -240,6 +240,7 @@ impl Parts {
         let progress = Arc::new(Notify::new());
         cache.set_upstream(Arc::new(ApiUpstream {
             rest: rest.clone(),
+            def: Arc::new(def.clone()),
             progress: Arc::clone(&progress),
         }));
         let truth = ApiTruth {

@@ -19,8 +19,8 @@ use serde_json::value::RawValue;
 use tracing::{debug, warn};
 
 use crate::error::Cause;
-use crate::model::ResourceDef;
 use crate::model::protobuf as pb;
+use crate::model::{ResourceDef, Selection};
 use crate::upstream::backoff::{Throttle, WARN_EVERY};
 
 use crate::model::INITIAL_EVENTS_END;
@@ -572,6 +572,10 @@ pub(crate) struct ProtobufReads {
 /// and the answer's `Content-Type` says which.
 const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
 
+/// A LIST of the objects' metadata alone (`PartialObjectMetadataList`), as metadata informers
+/// ask for it.
+const ACCEPT_METADATA: &str = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";
+
 /// Whether an answer is protobuf, by its `Content-Type` (a watch's has `;stream=watch`).
 fn is_protobuf(headers: &http::HeaderMap) -> bool {
     headers.get(http::header::CONTENT_TYPE).is_some_and(|t| {
@@ -749,6 +753,41 @@ impl Rest {
             format!("{}?{}", self.collection, q.finish())
         };
         self.list(&uri).await
+    }
+
+    /// One page of a consistent LIST of the `PartialObjectMetadata` of what `selection` selects
+    /// (its namespace, field and label selectors; not its shard), then continued: a freshness
+    /// proof's read.
+    pub async fn list_metadata(
+        &self,
+        def: &ResourceDef,
+        selection: &Selection,
+        limit: usize,
+        continue_token: Option<&str>,
+    ) -> Result<ListPage, RestError> {
+        let uri = {
+            let mut q = form_query();
+            q.append_pair("limit", &limit.to_string());
+            let (fields, labels) = (selection.fields.to_string(), selection.labels.to_string());
+            if !fields.is_empty() {
+                q.append_pair("fieldSelector", &fields);
+            }
+            if !labels.is_empty() {
+                q.append_pair("labelSelector", &labels);
+            }
+            if let Some(c) = continue_token {
+                q.append_pair("continue", c);
+            }
+            let path = collection_path(def, selection.namespace.as_deref());
+            format!("{path}?{}", q.finish())
+        };
+        let a = self
+            .exchange(Method::GET, &uri, None, ACCEPT_METADATA)
+            .await?;
+        if !a.status.is_success() {
+            return Err(status_error(a.status, &a.body));
+        }
+        parse_list(&a.body, "")
     }
 
     /// One page of a LIST at exactly resourceVersion `rv` (`resourceVersionMatch=Exact`), then
