@@ -824,6 +824,8 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
     use crate::cache::testing::on_node;
     use crate::model::EventType;
     use futures_util::StreamExt;
@@ -845,6 +847,105 @@ mod tests {
         );
         let src = crate::MemorySource::new(writer, 1, []);
         (cache, src)
+    }
+
+    /// An upstream that proves freshness by selection, with a set answer (`Err`: it refuses the
+    /// selection) at revision `revision`.
+    struct Selecting {
+        revision: u64,
+        answer: std::result::Result<Vec<(String, u64)>, String>,
+    }
+
+    impl Upstream for Selecting {
+        fn current_revision(&self) -> BoxFuture<'_, Result<u64>> {
+            Box::pin(async move { Ok(self.revision) })
+        }
+
+        fn selected(&self, _: &Selection) -> Option<BoxFuture<'_, Result<Selected>>> {
+            Some(Box::pin(async move {
+                match &self.answer {
+                    Ok(objects) => Ok(Selected {
+                        revision: self.revision,
+                        objects: objects.clone(),
+                    }),
+                    Err(e) => Err(Error::upstream(e.clone())),
+                }
+            }))
+        }
+    }
+
+    fn consistent(sel: Selection) -> ListOptions {
+        ListOptions::all().select(sel)
+    }
+
+    /// A quiet resource far behind the upstream's revision is read at once when the cache
+    /// selects exactly the upstream's objects; a cache that lacks one waits for it; a selection
+    /// the upstream refuses is proven by revision.
+    #[tokio::test]
+    async fn consistent_reads_are_proven_by_the_upstreams_selected_objects() {
+        let (cache, src) = ready();
+        let a = src.put(&key("a"), pod("a", "n1")).unwrap();
+        src.put(&key("b"), pod("b", "n2")).unwrap();
+        cache.set_upstream(Arc::new(Selecting {
+            revision: 100,
+            answer: Ok(vec![(key("a"), a)]),
+        }));
+        let list = tokio::time::timeout(
+            Duration::from_secs(1),
+            cache.list(&consistent(on_node("n1"))),
+        )
+        .await
+        .expect("no wait for revision 100")
+        .unwrap();
+        let names: Vec<_> = list.items.iter().map(|o| o.name().to_owned()).collect();
+        assert_eq!((names, list.resource_version), (vec!["a".to_owned()], 3));
+        assert_eq!(cache.stats().fresh_by_selection, 1);
+
+        // The upstream holds c, which the cache's watch has not brought yet: the read waits.
+        cache.set_upstream(Arc::new(Selecting {
+            revision: 100,
+            answer: Ok(vec![(key("a"), a), (key("c"), 4)]),
+        }));
+        let waiting = tokio::spawn({
+            let cache = cache.clone();
+            async move { cache.list(&consistent(on_node("n1"))).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished());
+        assert_eq!(src.put(&key("c"), pod("c", "n1")).unwrap(), 4);
+        let list = waiting.await.unwrap().unwrap();
+        assert_eq!(list.items.len(), 2);
+        assert_eq!(cache.stats().fresh_by_selection, 2);
+
+        // Refused: the revision decides (here one the cache reached).
+        cache.set_upstream(Arc::new(Selecting {
+            revision: 4,
+            answer: Err("field label not supported".into()),
+        }));
+        let list = cache.list(&consistent(on_node("n1"))).await.unwrap();
+        assert_eq!(list.items.len(), 2);
+        assert_eq!(cache.stats().fresh_by_selection, 2);
+    }
+
+    /// A read proven at revision C is served at C: an object changed or created since reads as
+    /// it was then.
+    #[tokio::test]
+    async fn an_object_reads_as_it_was_at_the_revision_a_read_was_proven_at() {
+        let (cache, src) = ready();
+        let first = src.put(&key("a"), pod("a", "n1")).unwrap();
+        let second = src.put(&key("a"), pod("a", "n2")).unwrap();
+        src.put(&key("b"), pod("b", "n1")).unwrap();
+        let at = |key: &str, rv| {
+            cache
+                .shared
+                .get_at(key, rv)
+                .unwrap()
+                .map(|o| o.resource_version())
+        };
+        assert_eq!(at(&key("a"), first), Some(first));
+        assert_eq!(at(&key("a"), second), Some(second));
+        assert_eq!(at(&key("b"), second), None);
+        assert_eq!(at(&key("b"), second + 1), Some(second + 1));
     }
 
     #[tokio::test]

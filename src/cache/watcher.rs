@@ -95,6 +95,11 @@ impl Deliveries {
         self.len() >= self.capacity as usize
     }
 
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
     /// Queues `d` (the caller checked [`is_full`](Deliveries::is_full)).
     pub fn push_back(&mut self, d: Delivery) {
         if self.first.is_none() {

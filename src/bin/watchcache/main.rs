@@ -145,6 +145,9 @@ struct BenchArgs {
     /// Churn duration in seconds.
     #[arg(long, default_value_t = 10)]
     duration: u64,
+    /// `--model consistent-list`: LISTs of each side.
+    #[arg(long, default_value_t = 1000)]
+    rounds: usize,
     /// What to measure.
     #[arg(long, value_enum, default_value_t = bench::Mode::Cache)]
     mode: bench::Mode,
@@ -836,6 +839,9 @@ async fn bench(
     if args.model == bench::Model::ColdStart {
         return cold_start(args).await;
     }
+    if args.model == bench::Model::ConsistentList {
+        return consistent_list(args).await;
+    }
     let cfg = bench::BenchConfig {
         nodes: args.nodes,
         pods: args.pods,
@@ -953,6 +959,31 @@ async fn cold_start(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let run = bench::coldstart::run(cfg).await?;
     print!("{}", bench::coldstart::table(&run));
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&run)?)?;
+        info!(path = %path.display(), "report written");
+    }
+    Ok(())
+}
+
+async fn consistent_list(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let cfg = bench::consistent::ConsistentConfig {
+        objects: args.pods,
+        object_bytes: args.pod_bytes,
+        rounds: args.rounds,
+        server_binary: match args.server_binary.clone() {
+            Some(b) => b,
+            None => std::env::current_exe()?,
+        },
+        kube_apiserver: args.kube_apiserver,
+        etcd_binary: args.etcd_binary.or_else(|| {
+            let tests = PathBuf::from("target/etcd/v3.6.16/etcd");
+            tests.exists().then_some(tests)
+        }),
+        etcd_data_dir: args.etcd_data_dir,
+    };
+    let run = bench::consistent::run(cfg).await?;
+    print!("{}", bench::consistent::table(&run));
     if let Some(path) = args.json {
         std::fs::write(&path, serde_json::to_vec_pretty(&run)?)?;
         info!(path = %path.display(), "report written");

@@ -11,6 +11,7 @@
 mod burst;
 pub mod catchup;
 pub mod coldstart;
+pub mod consistent;
 mod http;
 pub mod kubelet;
 mod load;
@@ -69,6 +70,10 @@ pub enum Model {
     /// them from its cache, with its peak RSS ([`coldstart`]); `--mode both`: watchcache, then
     /// kube-apiserver 1.35.
     ColdStart,
+    /// Consistent LISTs of `--pods` quiet configmaps through watchcache in proxy mode against
+    /// the same LISTs sent to kube-apiserver 1.35, `--rounds` of each, interleaved
+    /// ([`consistent`]).
+    ConsistentList,
 }
 
 /// How the cache mode's clients reach the server over TLS.

@@ -103,6 +103,25 @@ impl Pki {
         Arc::clone(&self.admin)
     }
 
+    /// The admin's certificate and key as PEM files in `dir` (`admin.crt`, `admin.key`): for
+    /// a kubeconfig, where a client reads its identity from files.
+    pub fn admin_files(&self, dir: &Path) -> Result<(PathBuf, PathBuf), String> {
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kubernetes-admin");
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "system:masters");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().map_err(err)?;
+        let cert = params.signed_by(&key, &self.issuer).map_err(err)?;
+        let (cert_file, key_file) = (dir.join("admin.crt"), dir.join("admin.key"));
+        std::fs::write(&cert_file, cert.pem()).map_err(err)?;
+        std::fs::write(&key_file, key.serialize_pem()).map_err(err)?;
+        Ok((cert_file, key_file))
+    }
+
     /// Node `name`'s client configuration: CN `system:node:<name>`, O `system:nodes`, h2 only
     /// (a kubelet's one connection).
     pub fn node(&self, name: &str) -> Result<Arc<rustls::ClientConfig>, String> {
