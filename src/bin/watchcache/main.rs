@@ -971,6 +971,7 @@ async fn consistent_list(args: BenchArgs) -> Result<(), Box<dyn std::error::Erro
         objects: args.pods,
         object_bytes: args.pod_bytes,
         rounds: args.rounds,
+        rate: args.rate,
         server_binary: match args.server_binary.clone() {
             Some(b) => b,
             None => std::env::current_exe()?,
