@@ -1097,3 +1097,132 @@ mod bookmark_tests {
         assert!(cases >= 5, "{cases} cases");
     }
 }
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    /// An event as the cache's watch stream shares it among watchers.
+    struct Event(EventType, Bytes);
+
+    impl Encodings for Event {
+        fn kind(&self) -> EventType {
+            self.0
+        }
+        fn json(&self) -> &Bytes {
+            &self.1
+        }
+        fn protobuf(&self) -> Result<Bytes, EncodeError> {
+            unreachable!("a custom resource has no protobuf")
+        }
+        fn frame(&self) -> Frame {
+            Frame::new(self.0, self.1.clone())
+        }
+        fn protobuf_frame(&self) -> Result<Frame, EncodeError> {
+            unreachable!("a custom resource has no protobuf")
+        }
+    }
+
+    fn shirts() -> ResourceDef {
+        let crd = json!({
+            "metadata": {"name": "shirts.stable.example.com"},
+            "spec": {"group": "stable.example.com", "scope": "Namespaced",
+                     "names": {"plural": "shirts", "kind": "Shirt"},
+                     "versions": [
+                        {"name": "v1", "served": true, "storage": true},
+                        {"name": "v1beta1", "served": true, "storage": false,
+                         "additionalPrinterColumns": [
+                            {"name": "Color", "type": "string", "jsonPath": ".spec.color"}]}]},
+            "status": {"conditions": [{"type": "Established", "status": "True"}]}
+        });
+        crate::model::CrdServing::of(&crd)
+            .definition()
+            .cloned()
+            .unwrap()
+    }
+
+    fn text(f: &Frame) -> String {
+        String::from_utf8(f.to_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_version_variant_is_made_once_per_event_and_shared() {
+        let def = shirts();
+        let beta = def.at_version("v1beta1").unwrap();
+        let json = Bytes::from(
+            r#"{"apiVersion":"stable.example.com/v1","kind":"Shirt","metadata":{"name":"a","namespace":"d","resourceVersion":"5"},"spec":{"color":"red"}}"#
+                .to_owned(),
+        );
+        let ev = Event(EventType::Added, json);
+        let made = Counter::<u64, AtomicU64>::default();
+        let watcher = || {
+            WatchConverter::new(
+                beta,
+                Format::Json,
+                IncludeObject::Metadata,
+                Fields::All,
+                true,
+                {
+                    let made = made.clone();
+                    move || made
+                },
+            )
+            .expect("another version is converted")
+        };
+        let (mut a, mut b) = (watcher(), watcher());
+        let (fa, fb) = (a.frame(&ev).unwrap(), b.frame(&ev).unwrap());
+        assert_eq!(
+            text(&fa),
+            "{\"type\":\"ADDED\",\"object\":{\"apiVersion\":\"stable.example.com/v1beta1\",\"kind\":\"Shirt\",\"metadata\":{\"name\":\"a\",\"namespace\":\"d\",\"resourceVersion\":\"5\"},\"spec\":{\"color\":\"red\"}}}\n"
+        );
+        // One body, shared: the same bytes in both watchers' frames.
+        assert_eq!(made.get(), 1);
+        assert_eq!(fa.parts()[1].as_ptr(), fb.parts()[1].as_ptr());
+        // The storage version's watchers take the event's own frame: no converter at all.
+        assert!(
+            WatchConverter::new(
+                &def,
+                Format::Json,
+                IncludeObject::Metadata,
+                Fields::All,
+                false,
+                Counter::default
+            )
+            .is_none()
+        );
+
+        // A Table at v1beta1: that version's columns, its row object at v1beta1.
+        let mut t = WatchConverter::new(
+            beta,
+            Format::Table(MetaVersion::V1),
+            IncludeObject::Object,
+            Fields::All,
+            true,
+            Counter::default,
+        )
+        .unwrap();
+        let table: Value = serde_json::from_str(&text(&t.frame(&ev).unwrap())).unwrap();
+        let cols: Vec<&Value> = table["object"]["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| &c["name"])
+            .collect();
+        assert_eq!(cols, ["Name", "Color"]);
+        assert_eq!(table["object"]["rows"][0]["cells"], json!(["a", "red"]));
+        assert_eq!(
+            table["object"]["rows"][0]["object"]["apiVersion"],
+            "stable.example.com/v1beta1"
+        );
+
+        // A bookmark too goes out at the watch's version.
+        let mark = Event(
+            EventType::Bookmark,
+            crate::wire::bookmark_object(&def, 9, false),
+        );
+        assert_eq!(
+            text(&watcher().frame(&mark).unwrap()),
+            "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Shirt\",\"apiVersion\":\"stable.example.com/v1beta1\",\"metadata\":{\"resourceVersion\":\"9\"}}}\n"
+        );
+    }
+}
