@@ -549,7 +549,7 @@ async fn crds_are_cached_live_with_their_selectable_fields_as_triggers() {
         refused(k.run(&args).await),
         refused(direct.run(&args).await)
     );
-    // v1beta1 is served too, by kube-apiserver (the cache holds v1).
+    // v1beta1 is served too, from the same cache (it holds v1), at v1beta1.
     let beta = json(
         &k.run(&[
             "get",
