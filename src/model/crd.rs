@@ -9,7 +9,12 @@
 //! - with `conversion: None`, an object stored at another version is read with the storage
 //!   version's apiVersion, as apiextensions' nop converter does (`rewrite_api_version`);
 //! - with webhook conversion, not at all: converting needs the webhook, which is kube-apiserver's
-//!   to call, so every request for the resource goes to kube-apiserver.
+//!   to call, so every request for the resource goes to kube-apiserver;
+//! - each other served version from the same cache ([`ResourceDef::other_versions`]), the object
+//!   at it differing only by its apiVersion, when the storage version's cache answers it as
+//!   kube-apiserver does: not deprecated (kube-apiserver adds a `Warning`), the storage version's
+//!   schema (it prunes and defaults by the requested version's), and no selectable field the
+//!   storage version lacks (no index for it). Any other is left to kube-apiserver.
 //!
 //! The rest follows apiextensions-apiserver 1.35 exactly:
 //! - `selectableFields` become field selectors, each an index and a watch trigger; an absent
