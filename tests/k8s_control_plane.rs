@@ -549,7 +549,7 @@ async fn crds_are_cached_live_with_their_selectable_fields_as_triggers() {
         refused(k.run(&args).await),
         refused(direct.run(&args).await)
     );
-    // v1beta1 is served too, by kube-apiserver (the cache holds v1).
+    // v1beta1 is served too, from the same cache (it holds v1), at v1beta1.
     let beta = json(
         &k.run(&[
             "get",
@@ -667,4 +667,252 @@ async fn crds_are_cached_live_with_their_selectable_fields_as_triggers() {
     .await;
     let out = k.run(&["get", "shirts"]).await;
     assert!(!out.status.success());
+}
+
+/// The shirts at three versions, conversion None: v1 stored (color and weight selectable,
+/// columns Color and Weight), v1beta1 served with the same schema and its own columns (Color,
+/// Size) and selectable fields (color only), v1alpha1 not served (and of another schema).
+fn three_version_shirts_crd() -> String {
+    let version = |name: &str, storage: bool, served: bool, selectable: &str, columns: &str| {
+        // v1alpha1's schema differs (its description): were every version's the same,
+        // kube-apiserver would hold one schema for all, and refuse per-version selectableFields.
+        let description = if name == "v1alpha1" { "old" } else { "" };
+        format!(
+            r#"{{"name": "{name}", "served": {served}, "storage": {storage},
+                "schema": {{"openAPIV3Schema": {{"type": "object",
+                    "description": "{description}", "properties": {{
+                    "spec": {{"type": "object", "properties": {{
+                        "color": {{"type": "string"}}, "size": {{"type": "string"}},
+                        "weight": {{"type": "integer"}}}}}}}}}}}},
+                "selectableFields": [{selectable}],
+                "additionalPrinterColumns": [{columns}]}}"#
+        )
+    };
+    let color = r#"{"name": "Color", "type": "string", "jsonPath": ".spec.color"}"#;
+    format!(
+        r#"{{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {{"name": "shirts.stable.example.com"}},
+            "spec": {{"group": "stable.example.com", "scope": "Namespaced",
+                "names": {{"plural": "shirts", "singular": "shirt", "kind": "Shirt",
+                           "shortNames": ["sh"]}},
+                "versions": [{}, {}, {}]}}}}"#,
+        version(
+            "v1",
+            true,
+            true,
+            r#"{"jsonPath": ".spec.color"}, {"jsonPath": ".spec.weight"}"#,
+            &format!(
+                r#"{color}, {{"name": "Weight", "type": "integer", "jsonPath": ".spec.weight"}}"#
+            ),
+        ),
+        version(
+            "v1beta1",
+            false,
+            true,
+            r#"{"jsonPath": ".spec.color"}"#,
+            &format!(r#"{color}, {{"name": "Size", "type": "string", "jsonPath": ".spec.size"}}"#),
+        ),
+        version("v1alpha1", false, false, "", color),
+    )
+}
+
+/// Issue 36: a CRD's other served version (conversion None) is read from the storage version's
+/// cache, as kube-apiserver reads it with the nop converter: GET, LIST, Table, metadata and a
+/// field-selected WATCH answer byte for byte as kube-apiserver's (the list's own
+/// resourceVersion aside, each server's current one), with that version's columns and field
+/// selectors; the request metrics name the version, as they do only for what is served here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crds_other_served_versions_are_read_from_its_cache() {
+    let etcd = etcd_version(EtcdVersion::V36).await;
+    let kas = KubeApiserver::start(&etcd.server.url()).await;
+    let kc = kas.admin_kubeconfig.display().to_string();
+    let wc = Watchcache::on_etcd(
+        &kas.pki,
+        &etcd.server.url(),
+        &["--apiserver-kubeconfig", &kc],
+    )
+    .await;
+    let k = Kubectl::with_kubeconfig(&wc.admin_kubeconfig);
+    let direct = Kubectl::with_kubeconfig(&kas.admin_kubeconfig);
+    let limit = Duration::from_secs(60);
+    let ca = &kas.pki.ca.cert_file;
+    let admin = Some(&kas.pki.admin);
+    let get = async |url: &str, path: &str, accept: Option<&str>| {
+        match accept {
+            Some(a) => support::kube::https_get_as(url, ca, admin, path, a).await,
+            None => support::kube::https_get(url, ca, admin, path).await,
+        }
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    };
+    let metrics = async || get(&wc.url, "/metrics", None).await.1;
+
+    must(
+        &k.with_stdin(&["apply", "-f", "-"], &three_version_shirts_crd())
+            .await,
+        "apply the CRD",
+    );
+    wait_until("the shirts cached", limit, async || {
+        shirts_served(&wc, "v1") == 1
+    })
+    .await;
+    for (name, color, weight) in [("red", "red", 1), ("blue", "blue", 2)] {
+        must(
+            &k.with_stdin(&["apply", "-f", "-"], &shirt(name, color, weight))
+                .await,
+            "apply a shirt",
+        );
+    }
+    // A consistent LIST through watchcache sees every write made before it.
+    let beta = "/apis/stable.example.com/v1beta1/namespaces/default/shirts";
+    let (code, listed) = get(&wc.url, beta, None).await;
+    assert_eq!(code, 200, "{listed}");
+
+    // Both answers, the list's own resourceVersion (each server's current one) left out.
+    let both = async |path: &str, accept: Option<&str>| {
+        let mut out = Vec::new();
+        for url in [&wc.url, &kas.url] {
+            let (code, text) = get(url, path, accept).await;
+            let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            let rv = v["metadata"]["resourceVersion"].as_str().unwrap_or("-");
+            let text = if v["items"].is_array() || v["kind"] == "Table" && path.ends_with("shirts")
+            {
+                text.replacen(
+                    &format!(r#""resourceVersion":"{rv}""#),
+                    r#""resourceVersion":"RV""#,
+                    1,
+                )
+            } else {
+                text
+            };
+            out.push((code, text));
+        }
+        let theirs = out.pop().unwrap();
+        (out.pop().unwrap(), theirs)
+    };
+    const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+    const META: &str = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";
+    let one_meta = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io";
+    for (path, accept) in [
+        (format!("{beta}/red"), None),
+        (beta.to_owned(), None),
+        (format!("{beta}?fieldSelector=spec.color%3Dblue"), None),
+        (beta.to_owned(), Some(TABLE)),
+        (format!("{beta}?includeObject=Object"), Some(TABLE)),
+        (format!("{beta}/red"), Some(TABLE)),
+        (beta.to_owned(), Some(META)),
+        (format!("{beta}/red"), Some(one_meta)),
+    ] {
+        let (ours, theirs) = both(&path, accept).await;
+        assert_eq!(ours, theirs, "{path} {accept:?}");
+        assert_eq!(ours.0, 200, "{path} {accept:?}: {}", ours.1);
+    }
+    let (ours, _) = both(&format!("{beta}/red"), None).await;
+    assert!(
+        ours.1
+            .starts_with(r#"{"apiVersion":"stable.example.com/v1beta1","kind":"Shirt""#)
+    );
+    let (ours, _) = both(beta, Some(TABLE)).await;
+    let table: Value = serde_json::from_str(&ours.1).unwrap();
+    let columns: Vec<&Value> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["name"])
+        .collect();
+    assert_eq!(columns, ["Name", "Color", "Size"], "v1beta1's own columns");
+
+    // v1 selects on weight; v1beta1 does not, and says so as kube-apiserver does.
+    let (ours, theirs) = both(&format!("{beta}?fieldSelector=spec.weight%3D1"), None).await;
+    assert_eq!(ours.0, 400, "{}", ours.1);
+    let message = |t: &str| serde_json::from_str::<Value>(t).unwrap()["message"].clone();
+    assert_eq!(message(&ours.1), message(&theirs.1));
+    assert_eq!(message(&ours.1), "field label not supported: spec.weight");
+    // A version not served is not found, as kube-apiserver has it.
+    let alpha = "/apis/stable.example.com/v1alpha1/namespaces/default/shirts";
+    let (ours, theirs) = both(alpha, None).await;
+    assert_eq!((ours.0, theirs.0), (404, 404));
+
+    // Served here: the request metrics name the version only for what is served here.
+    let served = |text: &str, verb: &str| {
+        text.lines().any(|l| {
+            l.starts_with("apiserver_request_total{")
+                && [
+                    format!(r#"verb="{verb}""#),
+                    r#"version="v1beta1""#.to_owned(),
+                    r#"resource="shirts""#.to_owned(),
+                ]
+                .iter()
+                .all(|w| l.contains(w.as_str()))
+        })
+    };
+    let text = metrics().await;
+    assert!(served(&text, "GET") && served(&text, "LIST"), "{text}");
+
+    // A field-selected watch of v1beta1, routed by the storage version's trigger, sees red turn
+    // blue at v1beta1, as kube-apiserver's watch of v1beta1 does.
+    let template = r#"jsonpath={.apiVersion} {.metadata.name} {.spec.color}{"\n"}"#;
+    let watch_args = [
+        "get",
+        "shirts.v1beta1.stable.example.com",
+        "--field-selector",
+        "spec.color=blue",
+        "--watch-only",
+        "-o",
+        template,
+    ];
+    let mut ours = Proc::spawn(
+        "kubectl-watch",
+        k.command(&watch_args),
+        kas.dir.path().join("watch-beta-ours.log"),
+    );
+    let mut theirs = Proc::spawn(
+        "kubectl-watch",
+        direct.command(&watch_args),
+        kas.dir.path().join("watch-beta-theirs.log"),
+    );
+    wait_until("the v1beta1 watch routed", limit, async || {
+        metrics()
+            .await
+            .lines()
+            .any(|l| l == r#"watchcache_watchers{resource="shirts",routing="routed"} 1"#)
+    })
+    .await;
+    // Give kube-apiserver's watch the time to start too.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, before) = get(&wc.url, &format!("{beta}/red"), None).await;
+    let before: Value = serde_json::from_str(&before).unwrap();
+    let rv = before["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    must(
+        &k.with_stdin(&["apply", "-f", "-"], &shirt("red", "blue", 1))
+            .await,
+        "red turns blue",
+    );
+    must(
+        &k.with_stdin(&["apply", "-f", "-"], &shirt("green", "green", 4))
+            .await,
+        "a green shirt",
+    );
+    let want = ["stable.example.com/v1beta1 red blue"];
+    wait_until("both watches see red turn blue", limit, async || {
+        watch_lines(&mut ours).0 == want && watch_lines(&mut theirs).0 == want
+    })
+    .await;
+    // The same watch's frames, from the revision before: byte for byte kube-apiserver's.
+    let path = format!(
+        "{beta}?watch=1&fieldSelector=spec.color%3Dblue&resourceVersion={rv}&timeoutSeconds=2"
+    );
+    let (ours_frames, theirs_frames) = both(&path, None).await;
+    assert_eq!(ours_frames, theirs_frames);
+    assert!(
+        ours_frames
+            .1
+            .contains(r#""apiVersion":"stable.example.com/v1beta1""#),
+        "{}",
+        ours_frames.1
+    );
+    ours.stop();
+    theirs.stop();
 }

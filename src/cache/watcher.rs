@@ -95,6 +95,7 @@ impl Deliveries {
         self.len() >= self.capacity as usize
     }
 
+    /// Whether nothing is queued (only the tests ask).
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.first.is_none()

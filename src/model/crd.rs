@@ -9,7 +9,12 @@
 //! - with `conversion: None`, an object stored at another version is read with the storage
 //!   version's apiVersion, as apiextensions' nop converter does (`rewrite_api_version`);
 //! - with webhook conversion, not at all: converting needs the webhook, which is kube-apiserver's
-//!   to call, so every request for the resource goes to kube-apiserver.
+//!   to call, so every request for the resource goes to kube-apiserver;
+//! - each other served version from the same cache ([`ResourceDef::other_versions`]), the object
+//!   at it differing only by its apiVersion, when the storage version's cache answers it as
+//!   kube-apiserver does: not deprecated (kube-apiserver adds a `Warning`), the storage version's
+//!   schema (it prunes and defaults by the requested version's), and no selectable field the
+//!   storage version lacks (no index for it). Any other is left to kube-apiserver.
 //!
 //! The rest follows apiextensions-apiserver 1.35 exactly:
 //! - `selectableFields` become field selectors, each an index and a watch trigger; an absent
@@ -120,109 +125,15 @@ fn cached(crd: &Value) -> Result<ResourceDef, String> {
             .unwrap_or_default()
     };
 
-    // Field selectors: metadata.name, metadata.namespace when namespaced, the selectable fields.
-    let mut fields = vec!["metadata.name".to_owned()];
-    if namespaced {
-        fields.push("metadata.namespace".into());
-    }
-    let mut indexes = Vec::new();
-    let mut defaults = Vec::new();
-    let selectable = storage
-        .get("selectableFields")
-        .and_then(Value::as_array)
-        .map_or(&[][..], Vec::as_slice);
-    if selectable.len() > MAX_SELECTABLE {
-        return Err(format!(
-            "{} selectable fields (at most {MAX_SELECTABLE} are indexed)",
-            selectable.len()
-        ));
-    }
-    for sf in selectable {
-        let path = sf
-            .get("jsonPath")
-            .and_then(Value::as_str)
-            .ok_or("a selectable field without jsonPath")?;
-        let field = path.strip_prefix('.').unwrap_or(path);
-        let parsed =
-            FieldPath::parse(field).map_err(|m| format!("selectable field {path}: {m}"))?;
-        if fields.iter().any(|f| f == field) {
-            continue;
-        }
-        fields.push(field.to_owned());
-        // An absent field reads "" (fmt.Sprint of nothing is not used: the set says "").
-        defaults.push((field.to_owned(), String::new()));
-        indexes.push(IndexDef {
-            key: IndexKey::Field(parsed),
-            trigger: true,
-        });
-    }
-    let field_labels = FieldLabels {
-        fields,
-        aliases: Vec::new(),
-        defaults,
-        fallbacks: Vec::new(),
-        error: "field label not supported: {label}".into(),
-    };
-
-    // Per-version columns, or the top-level ones of an older CRD, or Age.
-    let declared = storage
-        .get("additionalPrinterColumns")
-        .or_else(|| spec.get("additionalPrinterColumns"))
-        .and_then(Value::as_array)
-        .filter(|a| !a.is_empty());
-    let mut columns = Vec::new();
-    match declared {
-        Some(cols) => {
-            for c in cols {
-                let col_name = str_at(c, "name").unwrap_or_default();
-                let path = str_at(c, "jsonPath").unwrap_or_default();
-                let description = match str_at(c, "description") {
-                    Some(d) if !d.is_empty() => d.to_owned(),
-                    _ => format!("Custom resource definition column (in JSONPath format): {path}"),
-                };
-                let raw: RawColumn = serde_json::from_value(json!({
-                    "name": col_name,
-                    "type": str_at(c, "type").unwrap_or("string"),
-                    "format": str_at(c, "format").unwrap_or_default(),
-                    "description": description,
-                    "priority": c.get("priority").and_then(Value::as_u64).unwrap_or(0),
-                    "json_path": path,
-                    "computed": "crd-cell",
-                }))
-                .map_err(|e| format!("column {col_name}: {e}"))?;
-                columns.push(raw.compile()?);
-            }
-        }
-        None => {
-            let raw: RawColumn = serde_json::from_value(json!({
-                "name": "Age",
-                "type": "date",
-                "description": CREATION_TIMESTAMP_DOC,
-                "json_path": ".metadata.creationTimestamp",
-                "computed": "crd-cell",
-            }))
-            .map_err(|e| format!("column Age: {e}"))?;
-            columns.push(raw.compile()?);
-        }
-    }
-    debug_assert!(
-        columns
-            .iter()
-            .all(|c| c.computed == Some(Computed::CrdCell))
-    );
-
-    let status_subresource = storage
-        .pointer("/subresources/status")
-        .or_else(|| spec.pointer("/subresources/status"))
-        .is_some_and(|s| !s.is_null());
-    Ok(ResourceDef {
+    let at_storage = Version::read(spec, storage, namespaced)?;
+    let mut def = ResourceDef {
         group: group.to_owned(),
         version: version.to_owned(),
         kind: kind.to_owned(),
         plural: plural.to_owned(),
         prefix: format!("/registry/{group}/{plural}/"),
         namespaced,
-        indexes,
+        indexes: at_storage.indexes,
         history: HistoryConfig::default(),
         consistency_check_period: None,
         route_shards: true,
@@ -231,13 +142,190 @@ fn cached(crd: &Value) -> Result<ResourceDef, String> {
             .map_or_else(|| kind.to_lowercase(), str::to_owned),
         short_names: names("shortNames"),
         categories: names("categories"),
-        columns,
+        columns: at_storage.columns,
         strategic_merge_patch: false,
         merge_lists: Vec::new(),
-        status_subresource,
-        field_labels: Some(field_labels),
+        status_subresource: at_storage.status_subresource,
+        field_labels: Some(at_storage.field_labels),
         rewrite_api_version: true,
+        other_versions: Vec::new(),
+    };
+    // The other served versions, each served from this cache when reading it there is what
+    // kube-apiserver answers; any other is left to kube-apiserver.
+    for v in versions {
+        let Some(name) = str_at(v, "name") else {
+            continue;
+        };
+        if name == version || v.get("served").and_then(Value::as_bool) != Some(true) {
+            continue;
+        }
+        if let Ok(view) = other_version(&def, spec, storage, v, namespaced) {
+            def.other_versions.push(view);
+        }
+    }
+    Ok(def)
+}
+
+/// `def` (the storage version's) at the served version `v`, if this cache can serve it as
+/// kube-apiserver does; else why not (the version is then forwarded).
+fn other_version(
+    def: &ResourceDef,
+    spec: &Value,
+    storage: &Value,
+    v: &Value,
+    namespaced: bool,
+) -> Result<ResourceDef, String> {
+    let name = str_at(v, "name").ok_or("a version without a name")?;
+    // kube-apiserver answers a deprecated version with a `Warning` header (its
+    // deprecationWarning, or one naming a newer version).
+    if v.get("deprecated").and_then(Value::as_bool) == Some(true) {
+        return Err(format!("{name} is deprecated"));
+    }
+    // An object read at a version is pruned and defaulted by that version's schema
+    // (`unstructuredSchemaCoercer`): with the storage version's schema, the same as at storage.
+    if v.get("schema") != storage.get("schema") {
+        return Err(format!("{name}'s schema is not the storage version's"));
+    }
+    let at = Version::read(spec, v, namespaced)?;
+    // Its field selectors are checked against its own labels first; one the storage version
+    // does not select on would have no index, trigger or label there.
+    let storage_fields = def.field_labels.as_ref().map_or(&[][..], |l| &l.fields[..]);
+    if let Some(f) = at
+        .field_labels
+        .fields
+        .iter()
+        .find(|f| !storage_fields.contains(f))
+    {
+        return Err(format!(
+            "{name} selects on {f}, which the storage version does not"
+        ));
+    }
+    Ok(ResourceDef {
+        version: name.to_owned(),
+        columns: at.columns,
+        status_subresource: at.status_subresource,
+        field_labels: Some(at.field_labels),
+        other_versions: Vec::new(),
+        ..def.clone()
     })
+}
+
+/// What a CRD declares per version.
+struct Version {
+    field_labels: FieldLabels,
+    /// An index and a trigger per selectable field.
+    indexes: Vec<IndexDef>,
+    columns: Vec<crate::model::PrinterColumn>,
+    status_subresource: bool,
+}
+
+impl Version {
+    /// The version `v` of the CRD whose spec is `spec`.
+    fn read(spec: &Value, v: &Value, namespaced: bool) -> Result<Version, String> {
+        // Field selectors: metadata.name, metadata.namespace when namespaced, the selectable fields.
+        let mut fields = vec!["metadata.name".to_owned()];
+        if namespaced {
+            fields.push("metadata.namespace".into());
+        }
+        let mut indexes = Vec::new();
+        let mut defaults = Vec::new();
+        let selectable = v
+            .get("selectableFields")
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice);
+        if selectable.len() > MAX_SELECTABLE {
+            return Err(format!(
+                "{} selectable fields (at most {MAX_SELECTABLE} are indexed)",
+                selectable.len()
+            ));
+        }
+        for sf in selectable {
+            let path = sf
+                .get("jsonPath")
+                .and_then(Value::as_str)
+                .ok_or("a selectable field without jsonPath")?;
+            let field = path.strip_prefix('.').unwrap_or(path);
+            let parsed =
+                FieldPath::parse(field).map_err(|m| format!("selectable field {path}: {m}"))?;
+            if fields.iter().any(|f| f == field) {
+                continue;
+            }
+            fields.push(field.to_owned());
+            // An absent field reads "" (fmt.Sprint of nothing is not used: the set says "").
+            defaults.push((field.to_owned(), String::new()));
+            indexes.push(IndexDef {
+                key: IndexKey::Field(parsed),
+                trigger: true,
+            });
+        }
+        let field_labels = FieldLabels {
+            fields,
+            aliases: Vec::new(),
+            defaults,
+            fallbacks: Vec::new(),
+            error: "field label not supported: {label}".into(),
+        };
+
+        // Per-version columns, or the top-level ones of an older CRD, or Age.
+        let declared = v
+            .get("additionalPrinterColumns")
+            .or_else(|| spec.get("additionalPrinterColumns"))
+            .and_then(Value::as_array)
+            .filter(|a| !a.is_empty());
+        let mut columns = Vec::new();
+        match declared {
+            Some(cols) => {
+                for c in cols {
+                    let col_name = str_at(c, "name").unwrap_or_default();
+                    let path = str_at(c, "jsonPath").unwrap_or_default();
+                    let description = match str_at(c, "description") {
+                        Some(d) if !d.is_empty() => d.to_owned(),
+                        _ => format!(
+                            "Custom resource definition column (in JSONPath format): {path}"
+                        ),
+                    };
+                    let raw: RawColumn = serde_json::from_value(json!({
+                        "name": col_name,
+                        "type": str_at(c, "type").unwrap_or("string"),
+                        "format": str_at(c, "format").unwrap_or_default(),
+                        "description": description,
+                        "priority": c.get("priority").and_then(Value::as_u64).unwrap_or(0),
+                        "json_path": path,
+                        "computed": "crd-cell",
+                    }))
+                    .map_err(|e| format!("column {col_name}: {e}"))?;
+                    columns.push(raw.compile()?);
+                }
+            }
+            None => {
+                let raw: RawColumn = serde_json::from_value(json!({
+                    "name": "Age",
+                    "type": "date",
+                    "description": CREATION_TIMESTAMP_DOC,
+                    "json_path": ".metadata.creationTimestamp",
+                    "computed": "crd-cell",
+                }))
+                .map_err(|e| format!("column Age: {e}"))?;
+                columns.push(raw.compile()?);
+            }
+        }
+        debug_assert!(
+            columns
+                .iter()
+                .all(|c| c.computed == Some(Computed::CrdCell))
+        );
+
+        let status_subresource = v
+            .pointer("/subresources/status")
+            .or_else(|| spec.pointer("/subresources/status"))
+            .is_some_and(|s| !s.is_null());
+        Ok(Version {
+            field_labels,
+            indexes,
+            columns,
+            status_subresource,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -374,6 +462,79 @@ mod tests {
                 CrdServing::Forwarded(w) => assert!(w.contains(why), "{w}"),
                 other => panic!("{why}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn another_served_version_is_the_storage_definition_with_its_own_columns_and_selectors() {
+        let mut v = crd(json!({}));
+        // v1beta1: the same schema (none), its own columns, a subset of the selectable fields,
+        // no status subresource.
+        v["spec"]["versions"][0]["additionalPrinterColumns"] =
+            json!([{"name": "Size", "type": "string", "jsonPath": ".spec.size"}]);
+        v["spec"]["versions"][0]["selectableFields"] = json!([{"jsonPath": ".spec.size"}]);
+        let def = CrdServing::of(&v).definition().cloned().expect("cached");
+        assert_eq!(def.version, "v1");
+        let beta = def
+            .at_version("v1beta1")
+            .expect("v1beta1 served from the cache");
+        assert_eq!(beta.api_version(), "stable.example.com/v1beta1");
+        assert_eq!(
+            (
+                beta.prefix.as_str(),
+                beta.kind.as_str(),
+                beta.plural.as_str()
+            ),
+            ("/registry/stable.example.com/shirts/", "Shirt", "shirts")
+        );
+        assert!(beta.rewrite_api_version && !beta.status_subresource);
+        assert!(beta.other_versions.is_empty());
+        // The cache's indexes are the storage version's.
+        assert_eq!(beta.indexes, def.indexes);
+        let cols: Vec<&str> = beta.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(cols, ["Size"]);
+        let labels = beta.field_labels.as_ref().unwrap();
+        assert!(labels.accepts("spec.size") && labels.accepts("metadata.namespace"));
+        assert!(!labels.accepts("spec.color"), "declared at v1 only");
+        assert!(std::ptr::eq(def.at_version("v1").unwrap(), &def));
+        assert!(def.at_version("v2").is_none());
+    }
+
+    #[test]
+    fn a_version_the_cache_cannot_answer_as_kube_apiserver_is_left_to_it() {
+        let with = |version: Value| {
+            let mut v = crd(json!({}));
+            v["spec"]["versions"][0] = version;
+            CrdServing::of(&v)
+                .definition()
+                .map(|d| d.other_versions.len())
+        };
+        // Served with nothing to tell it apart: served from the cache.
+        assert_eq!(
+            with(json!({"name": "v1beta1", "served": true, "storage": false})),
+            Some(1)
+        );
+        for (why, version) in [
+            (
+                "not served: 404, as kube-apiserver",
+                json!({"name": "v1beta1", "served": false, "storage": false}),
+            ),
+            (
+                "deprecated: kube-apiserver adds its Warning header",
+                json!({"name": "v1beta1", "served": true, "storage": false, "deprecated": true}),
+            ),
+            (
+                "another schema: kube-apiserver prunes and defaults by it",
+                json!({"name": "v1beta1", "served": true, "storage": false,
+                       "schema": {"openAPIV3Schema": {"type": "object"}}}),
+            ),
+            (
+                "a field the storage version does not select on",
+                json!({"name": "v1beta1", "served": true, "storage": false,
+                       "selectableFields": [{"jsonPath": ".spec.weight"}]}),
+            ),
+        ] {
+            assert_eq!(with(version), Some(0), "{why}");
         }
     }
 

@@ -168,6 +168,13 @@ pub struct ResourceDef {
     /// object stored at another version of the group is read as this version, its apiVersion
     /// rewritten, as apiextensions' nop converter does. `false` in definition files.
     pub rewrite_api_version: bool,
+    /// The other versions this resource is served at from the same cache (a CRD's served
+    /// versions besides its storage one, conversion `None`; empty in definition files): each
+    /// this definition at that version, with that version's printer columns, field selectors
+    /// and status subresource. An object read at one is this cache's object with its
+    /// `apiVersion` changed, as apiextensions' nop converter converts it. Their own
+    /// `other_versions` are empty.
+    pub other_versions: Vec<ResourceDef>,
 }
 
 /// A definition file that could not be used: the file and what is wrong with it.
@@ -581,6 +588,7 @@ impl ResourceDef {
             consistency_check_period: raw.consistency_check_seconds.map(Duration::from_secs),
             route_shards: true,
             rewrite_api_version: false,
+            other_versions: Vec::new(),
         })
     }
 
@@ -592,6 +600,17 @@ impl ResourceDef {
         } else {
             format!("{}.{}", self.plural, self.group)
         }
+    }
+
+    /// This definition at `version`: itself, or one of its [`other_versions`]; `None` when
+    /// neither is served here.
+    ///
+    /// [`other_versions`]: ResourceDef::other_versions
+    pub fn at_version(&self, version: &str) -> Option<&ResourceDef> {
+        if self.version == version {
+            return Some(self);
+        }
+        self.other_versions.iter().find(|d| d.version == version)
     }
 
     /// `group/version`, or just `version` for the core group.

@@ -11,10 +11,55 @@ use serde_json::{Value, json};
 
 use crate::model::ResourceDef;
 
-/// A served resource as discovery sees it.
+/// A served resource as discovery sees it: one version of it.
 #[derive(Clone, Copy)]
 pub(crate) struct Entry<'a> {
     pub def: &'a ResourceDef,
+}
+
+/// The entries of a served definition: one per version served from its cache (a CRD's other
+/// served versions too, [`ResourceDef::other_versions`]).
+pub(crate) fn entries_of(def: &ResourceDef) -> impl Iterator<Item = Entry<'_>> {
+    std::iter::once(def)
+        .chain(&def.other_versions)
+        .map(|def| Entry { def })
+}
+
+/// apimachinery's `CompareKubeAwareVersionStrings`: `Greater` when `a` comes first (GA, then
+/// beta, then alpha, each by major then minor number, highest first; then any other version,
+/// in ascending text order).
+pub(crate) fn kube_aware_order(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    /// (major, kind: 0 alpha, 1 beta, 2 GA, minor) of `v{major}[(alpha|beta){minor}]`.
+    fn parse(v: &str) -> Option<(u64, u8, u64)> {
+        let rest = v.strip_prefix('v')?;
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let (major, tail) = rest.split_at(digits);
+        let major: u64 = major.parse().ok()?;
+        if tail.is_empty() {
+            return Some((major, 2, 0));
+        }
+        let (kind, minor) = if let Some(m) = tail.strip_prefix("alpha") {
+            (0, m)
+        } else {
+            (1, tail.strip_prefix("beta")?)
+        };
+        if minor.is_empty() || !minor.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some((major, kind, minor.parse().ok()?))
+    }
+    if a == b {
+        return Ordering::Equal;
+    }
+    match (parse(a), parse(b)) {
+        (None, None) => b.cmp(a),
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some((am, ak, an)), Some((bm, bk, bn))) => (ak, am, an).cmp(&(bk, bm, bn)),
+    }
 }
 
 /// The Kubernetes version this server reports on `/version`: the one whose wire format and
@@ -67,13 +112,22 @@ pub fn core_versions(entries: &[Entry<'_>]) -> Value {
     json!({"kind": "APIVersions", "versions": v, "serverAddressByClientCIDRs": []})
 }
 
-/// Versions of each named group, in first-seen order.
+/// Versions of each named group, in first-seen order; a group of custom resources only in
+/// kube-aware order, highest first (the first is its preferred version), as apiextensions'
+/// discovery controller sorts them.
 fn named_groups<'a>(entries: &[Entry<'a>]) -> BTreeMap<&'a str, Vec<&'a str>> {
     let mut by_group: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut built_in: BTreeMap<&str, bool> = BTreeMap::new();
     for e in entries.iter().filter(|e| !e.def.group.is_empty()) {
         let v = by_group.entry(&e.def.group).or_default();
         if !v.contains(&e.def.version.as_str()) {
             v.push(&e.def.version);
+        }
+        *built_in.entry(&e.def.group).or_default() |= !e.def.rewrite_api_version;
+    }
+    for (g, vs) in &mut by_group {
+        if built_in.get(g) == Some(&false) {
+            vs.sort_by(|a, b| kube_aware_order(b, a));
         }
     }
     by_group
@@ -208,6 +262,78 @@ pub fn version() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_order_as_kube_aware_strings() {
+        let mut vs = vec![
+            "v1alpha1",
+            "foo",
+            "v2beta1",
+            "v1",
+            "v11alpha2",
+            "v1beta2",
+            "v12",
+            "bar",
+            "v1beta10",
+            "v3alpha",
+            "v2",
+        ];
+        vs.sort_by(|a, b| kube_aware_order(b, a));
+        // GA, beta, alpha, each by major then minor, then the rest by text.
+        assert_eq!(
+            vs,
+            [
+                "v12",
+                "v2",
+                "v1",
+                "v2beta1",
+                "v1beta10",
+                "v1beta2",
+                "v11alpha2",
+                "v1alpha1",
+                "bar",
+                "foo",
+                "v3alpha"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_crds_other_versions_are_discovered_beside_its_storage_version() {
+        let crd: serde_json::Value = serde_json::json!({
+            "metadata": {"name": "shirts.stable.example.com"},
+            "spec": {"group": "stable.example.com", "scope": "Namespaced",
+                     "names": {"plural": "shirts", "kind": "Shirt"},
+                     "versions": [
+                        {"name": "v1beta1", "served": true, "storage": true},
+                        {"name": "v1", "served": true, "storage": false},
+                        {"name": "v1alpha1", "served": false, "storage": false}]},
+            "status": {"conditions": [{"type": "Established", "status": "True"}]}
+        });
+        let def = crate::model::CrdServing::of(&crd)
+            .definition()
+            .cloned()
+            .unwrap();
+        let entries: Vec<Entry<'_>> = entries_of(&def).collect();
+        let groups = groups(&entries);
+        let g = &groups["groups"][0];
+        assert_eq!(g["preferredVersion"]["version"], "v1", "{g}");
+        assert_eq!(g["versions"][1]["version"], "v1beta1");
+        assert_eq!(g["versions"].as_array().map(Vec::len), Some(2));
+        for v in ["v1", "v1beta1"] {
+            let r = resources(&entries, "stable.example.com", v).unwrap();
+            assert_eq!(r["resources"][0]["name"], "shirts", "{v}");
+        }
+        assert!(resources(&entries, "stable.example.com", "v1alpha1").is_none());
+        let agg = aggregated(&entries, false);
+        let versions: Vec<&Value> = agg["items"][0]["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| &v["version"])
+            .collect();
+        assert_eq!(versions, ["v1", "v1beta1"]);
+    }
 
     #[test]
     fn resources_advertise_names_categories_and_served_verbs() {

@@ -22,7 +22,7 @@ use crate::server::negotiate::{Answer, Fields, Format};
 use crate::server::openapi;
 use crate::server::params::ReadParams;
 use crate::server::response::{body_of, gzip_encoded, json_response, wants_gzip};
-use crate::server::state::{AppState, segments};
+use crate::server::state::{AppState, Target, segments};
 use crate::server::status::ApiError;
 use crate::server::watch::{self, Wire};
 use crate::wire::convert::{self, IncludeObject, WatchConverter};
@@ -148,9 +148,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let served_now = st.served.snapshot();
     let entries: Vec<Entry<'_>> = served_now
         .iter()
-        .map(|s| Entry {
-            def: s.cache.definition(),
-        })
+        .flat_map(|s| discovery::entries_of(s.cache.definition()))
         .collect();
     let ok_json =
         |v: serde_json::Value| Ok(json_response(StatusCode::OK, Body::from(v.to_string())));
@@ -215,12 +213,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let target = st.resolve(&segs).ok_or_else(|| ApiError::no_route(&path))?;
     let gzip = wants_gzip(&parts.headers);
     let query = parts.uri.query();
-    let (served, ns, name) = (
-        target.served,
-        target.namespace.as_deref(),
-        target.name.as_deref(),
-    );
-    let cache = &served.cache;
+    let cache = &target.served.cache;
     // HEAD is a GET whose body hyper leaves out.
     if reading {
         // The query as admission parsed (and authorized) it; parsed here only when the router
@@ -234,13 +227,10 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         let origin = cache.origin();
         return read(
             st,
-            cache,
+            &target,
             &parts.headers,
-            ns,
-            name,
             (query, params),
             gzip,
-            target.status,
             (user, key),
         )
         .await
@@ -265,19 +255,20 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A read of what `target` names, from its cache, at the path's version.
 async fn read(
     st: &Arc<AppState>,
-    cache: &Cache,
+    target: &Target,
     headers: &axum::http::HeaderMap,
-    ns: Option<&str>,
-    name: Option<&str>,
     (query, mut params): (Option<&str>, ReadParams),
     gzip: bool,
-    status: bool,
     (user, key): (Option<&User>, Option<&RequestKey>),
 ) -> Result<Response, ApiError> {
-    if status && params.watch {
+    let cache = &target.served.cache;
+    let (ns, name) = (target.namespace.as_deref(), target.name.as_deref());
+    // Another served version of a CRD than the cache's: its objects go out converted to it.
+    let other_version = target.converts_version();
+    if target.status && params.watch {
         return Err(ApiError::method_not_allowed(
             "WATCH",
             "a /status subresource",
@@ -288,7 +279,7 @@ async fn read(
     } else {
         Answer::List
     };
-    let def = cache.definition();
+    let def = target.def();
     let (format, fields) = Format::negotiate_fields(headers, answer, def.has_protobuf())?;
     let include = IncludeObject::from_query(query)?;
     let typed = |r: Response| retype(r, format, answer);
@@ -296,10 +287,11 @@ async fn read(
         if let Some(n) = name {
             params.watch_one(n);
         }
-        let convert = WatchConverter::new(def, format, include, fields, || {
+        let opts = params.watch_options(ns)?;
+        target.check_fields(&opts.selection)?;
+        let convert = WatchConverter::new(def, format, include, fields, other_version, || {
             st.metrics.conversions(&def.plural, format, fields)
         });
-        let opts = params.watch_options(ns)?;
         let wire = watch_wire(format);
         let pump = watch::start(
             st,
@@ -328,16 +320,25 @@ async fn read(
     }
     if let Some(n) = name {
         let obj = cache.get(ns, n, params.resource_version).await?;
-        let mut parts = vec![object_body(def, &obj, format, include, fields)?];
+        let mut parts = vec![object_body(
+            def,
+            &obj,
+            other_version,
+            format,
+            include,
+            fields,
+        )?];
         end_line(&mut parts, format);
         st.metrics
             .count_sent(def, false, parts.iter().map(Bytes::len).sum());
         return Ok(typed(body_of(parts, gzip, StatusCode::OK)));
     }
     let started = Instant::now();
-    let list = cache.list(&params.list_options(ns)?).await?;
+    let opts = params.list_options(ns)?;
+    target.check_fields(&opts.selection)?;
+    let list = cache.list(&opts).await?;
     st.metrics.observe_list(&def.plural, started.elapsed());
-    let mut parts = list_body(def, &list, format, include, fields)?;
+    let mut parts = list_body(def, &list, other_version, format, include, fields)?;
     end_line(&mut parts, format);
     st.metrics
         .count_sent(def, true, parts.iter().map(Bytes::len).sum());
@@ -361,13 +362,26 @@ fn watch_wire(format: Format) -> Wire {
 }
 
 /// A GET's body in the negotiated format: the object's shared JSON or protobuf, or a conversion.
+/// `other_version`: `def` is another version than the cache's, the object goes out at it.
 fn object_body(
     def: &ResourceDef,
     obj: &crate::model::Object,
+    other_version: bool,
     format: Format,
     include: IncludeObject,
     fields: Fields,
 ) -> Result<Bytes, ApiError> {
+    if other_version {
+        let json = convert::at_def_version(def, obj.json());
+        return match (format, fields) {
+            (Format::Json, Fields::All) => Ok(json),
+            (Format::Json, Fields::WithoutManaged) => Ok(convert::json_without_managed(&json)),
+            (Format::MetadataProtobuf, _) => {
+                convert::object_metadata_protobuf(def, obj, fields).map_err(ApiError::from)
+            }
+            _ => convert::object(def, &json, format, include, fields).map_err(ApiError::from),
+        };
+    }
     match (format, fields) {
         (Format::Json, Fields::All) => Ok(obj.json().clone()),
         (Format::Json, Fields::WithoutManaged) => Ok(convert::json_without_managed(obj.json())),
@@ -382,15 +396,28 @@ fn object_body(
     }
 }
 
-/// A LIST's body pieces in the negotiated format.
+/// A LIST's body pieces in the negotiated format. `other_version`: `def` is another version than
+/// the cache's, the items go out at it (a converted list's rows follow `def`).
 fn list_body(
     def: &ResourceDef,
     list: &ObjectList,
+    other_version: bool,
     format: Format,
     include: IncludeObject,
     fields: Fields,
 ) -> Result<Vec<Bytes>, ApiError> {
     match (format, fields) {
+        (Format::Json, Fields::All) if other_version => {
+            Ok(list_parts_with(def, list, |o, parts| {
+                parts.push(convert::at_def_version(def, o.json()));
+            }))
+        }
+        (Format::Json, Fields::WithoutManaged) if other_version => {
+            Ok(list_parts_with(def, list, |o, parts| {
+                let json = convert::at_def_version(def, o.json());
+                parts.push(convert::json_without_managed(&json));
+            }))
+        }
         (Format::Json, Fields::All) => Ok(list_parts(def, list)),
         (Format::Json, Fields::WithoutManaged) => Ok(list_parts_with(
             def,

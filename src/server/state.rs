@@ -21,6 +21,7 @@ use crate::cache::Cache;
 use crate::server::auth::RequestInfo;
 use crate::server::config::ServerConfig;
 use crate::server::metrics::{RequestKey, ServerMetrics};
+use crate::server::status::ApiError;
 
 /// One resource a server serves: its cache, read from. Writes are not this server's: with a
 /// proxy ([`Server::with_proxy`]) they go to the upstream API server; without one they get 405.
@@ -239,6 +240,46 @@ pub(crate) struct Target {
     pub name: Option<String>,
     /// The path names the object's `/status` subresource.
     pub status: bool,
+    /// The path's version when it is one of the definition's
+    /// [`other_versions`](crate::model::ResourceDef::other_versions) (its index there); `None`
+    /// for the definition's own.
+    pub other_version: Option<usize>,
+}
+
+impl Target {
+    /// The definition at the path's version: the cache's own, or one of its other versions.
+    pub fn def(&self) -> &crate::model::ResourceDef {
+        let d = self.served.cache.definition();
+        self.other_version
+            .and_then(|i| d.other_versions.get(i))
+            .unwrap_or(d)
+    }
+
+    /// Whether the path names another version than the cache holds objects at: what goes out is
+    /// converted to it ([`json_at_version`](crate::wire::version::json_at_version)).
+    pub fn converts_version(&self) -> bool {
+        self.other_version.is_some()
+    }
+
+    /// Refuses a field selector the path's version does not accept, with its 400, as
+    /// kube-apiserver's field label conversion for that version does before anything else. The
+    /// cache checks its own (storage) version's labels; another version accepts only labels the
+    /// storage version accepts (`CrdServing`), so once they pass here, the cache's pass too.
+    ///
+    /// # Errors
+    /// 400 with the version's message for the first label it does not accept.
+    pub fn check_fields(&self, selection: &crate::model::Selection) -> Result<(), ApiError> {
+        if !self.converts_version() {
+            return Ok(());
+        }
+        match &self.def().field_labels {
+            Some(labels) => labels
+                .convert(&selection.fields)
+                .map(drop)
+                .map_err(ApiError::bad_request),
+            None => Ok(()),
+        }
+    }
 }
 
 impl AppState {
@@ -280,12 +321,23 @@ impl AppState {
             _ => return None,
         };
         let list = self.served.snapshot();
-        let served = list.iter().find(|s| {
+        let (served, other_version) = list.iter().find_map(|s| {
             let d = s.cache.definition();
-            d.group == group && d.version == version && d.plural == plural
+            if d.group != group || d.plural != plural {
+                return None;
+            }
+            if d.version == version {
+                return Some((s, None));
+            }
+            let i = d.other_versions.iter().position(|o| o.version == version)?;
+            Some((s, Some(i)))
         })?;
+        let def = served.cache.definition();
+        let at = other_version
+            .and_then(|i| def.other_versions.get(i))
+            .unwrap_or(def);
         // Only a resource with a status subresource upstream (or declared) has `/status`.
-        if status && !served.cache.definition().status_subresource {
+        if status && !at.status_subresource {
             return None;
         }
         let namespaced = served.cache.definition().namespaced;
@@ -304,6 +356,7 @@ impl AppState {
             namespace: decoded(namespace)?,
             name: decoded(name)?,
             status,
+            other_version,
         })
     }
 }

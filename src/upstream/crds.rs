@@ -234,9 +234,16 @@ impl Syncer {
                         && !e.serving
                     {
                         e.serving = true;
-                        let version = cache.definition().version.clone();
-                        (sync.on_change)(ResourceChange::Serve(cache));
-                        info!(resource = %name, %version, "custom resource served from its cache");
+                        let def = cache.definition();
+                        let version = def.version.clone();
+                        let also: Vec<&str> = def
+                            .other_versions
+                            .iter()
+                            .map(|d| d.version.as_str())
+                            .collect();
+                        let also = also.join(",");
+                        (sync.on_change)(ResourceChange::Serve(cache.clone()));
+                        info!(resource = %name, %version, %also, "custom resource served from its cache");
                     }
                 });
             }

@@ -6,6 +6,11 @@
 //! [`Memo`]); only a Table watch's first event, which carries the column definitions, is made for
 //! its own watcher.
 //!
+//! A watch of another served version of a CRD than its cache's ([`ResourceDef::other_versions`])
+//! is a variant too: its events' JSON at that version (`version.rs`), and its Tables with that
+//! version's columns, are made once per event and version. A bookmark is made per watcher, as a
+//! Table's are.
+//!
 //! # Lock order
 //! The memo's mutex is a leaf: held for a lookup or an insert, never across a conversion or an
 //! await.
@@ -29,6 +34,7 @@ use crate::wire::status::Status;
 /// A conversion that failed: the `Status` of the 500 it is answered with (boxed: failures are
 /// never expected, results stay small).
 pub(crate) type Failed = Box<Status>;
+use crate::wire::version::json_at_version;
 use crate::wire::{Frame, ObjectList, go_json, managed_fields, partial};
 
 /// What a watch event offers to be converted: its type and its shared encodings (the cache's
@@ -349,10 +355,18 @@ pub(crate) fn list(
     let mut out = Vec::with_capacity(256 * (list.items.len() + 1));
     match format {
         Format::Table(v) => {
-            let mut parsed = list
+            // A row's whole object goes out at the requested version.
+            let jsons: Vec<Bytes> = list
                 .items
                 .iter()
-                .map(|o| parse(o.json()).map(|obj| (obj, o.json().as_ref())))
+                .map(|o| match include {
+                    IncludeObject::Object => at_def_version(def, o.json()),
+                    _ => o.json().clone(),
+                })
+                .collect();
+            let mut parsed = jsons
+                .iter()
+                .map(|j| parse(j).map(|obj| (obj, j.as_ref())))
                 .collect::<Result<Vec<_>, _>>()?;
             // The FlowSchema printer lists them in matching order (`FlowSchemaSequence`:
             // matchingPrecedence, then name); every other printer keeps the list's order.
@@ -505,6 +519,9 @@ pub(crate) struct WatchConverter {
     format: Format,
     include: IncludeObject,
     fields: Fields,
+    /// The apiVersion objects go out at when it is not the cache's (another served version of a
+    /// CRD): part of the memo's key where the body depends on it.
+    version: Option<Arc<str>>,
     columns_sent: bool,
     /// Counts the conversions made for this watch's (resource, format, fields): a conversion
     /// shared with other watchers is counted once, by whichever made it.
@@ -512,18 +529,21 @@ pub(crate) struct WatchConverter {
 }
 
 impl WatchConverter {
-    /// A converter for a watch answered in `format` with `fields`; `None` when the events go out
-    /// as they are (JSON or protobuf with all their fields).
+    /// A converter for a watch answered in `format` with `fields`, of `def` (the definition at
+    /// the requested version); `other_version` when that is not the version the cache holds its
+    /// objects at. `None` when the events go out as they are (JSON or protobuf with all their
+    /// fields, at the cache's version).
     pub fn new(
         def: &ResourceDef,
         format: Format,
         include: IncludeObject,
         fields: Fields,
+        other_version: bool,
         made: impl FnOnce() -> Counter<u64, AtomicU64>,
     ) -> Option<WatchConverter> {
         let converts = match format {
             Format::Table(_) | Format::Metadata(_) | Format::MetadataProtobuf => true,
-            Format::Json | Format::Protobuf => fields == Fields::WithoutManaged,
+            Format::Json | Format::Protobuf => fields == Fields::WithoutManaged || other_version,
             Format::AggregatedDiscovery => false,
         };
         converts.then(|| WatchConverter {
@@ -531,6 +551,7 @@ impl WatchConverter {
             format,
             include,
             fields,
+            version: other_version.then(|| Arc::from(def.api_version())),
             columns_sent: false,
             made: made(),
         })
@@ -548,7 +569,7 @@ impl WatchConverter {
         if kind == EventType::Bookmark {
             // A bookmark's object has no managed fields to leave out.
             return match self.format {
-                Format::Json => Ok(ev.frame()),
+                Format::Json if self.version.is_none() => Ok(ev.frame()),
                 Format::Protobuf => ev.protobuf_frame(),
                 _ => Ok(self.convert(ev)),
             };
@@ -573,7 +594,12 @@ impl WatchConverter {
                 Err(_) => return Ok(self.convert(ev)),
             },
         };
-        let cell = MEMO.cell(&source, (self.format, self.include, self.fields));
+        // Only JSON and a Table carry the object's apiVersion (or the version's columns).
+        let version = match self.format {
+            Format::Json | Format::Table(_) => self.version.clone(),
+            _ => None,
+        };
+        let cell = MEMO.cell(&source, (self.format, self.include, self.fields, version));
         let body = cell.get_or_init(|| {
             self.made.inc();
             self.body(ev, false)
@@ -626,7 +652,14 @@ impl WatchConverter {
     fn body(&self, ev: &impl Encodings, first: bool) -> Option<Bytes> {
         let drop = self.fields == Fields::WithoutManaged;
         match self.format {
-            Format::Json => Some(json_without_managed(ev.json())),
+            Format::Json => {
+                let json = self.at_version(ev.json());
+                Some(if drop {
+                    json_without_managed(&json)
+                } else {
+                    json
+                })
+            }
             Format::Protobuf => {
                 let env = ev.protobuf().ok()?;
                 match managed_fields::protobuf_without(&env) {
@@ -677,12 +710,16 @@ impl WatchConverter {
                     .and_then(Value::as_str)
                     .unwrap_or_default();
                 let meta = list_meta_json(rv, None, None);
+                let json = match include {
+                    IncludeObject::Object => self.at_version(ev.json()),
+                    _ => ev.json().clone(),
+                };
                 write_table(
                     &mut out,
                     &self.def,
                     v,
                     &meta,
-                    &[(r, ev.json())],
+                    &[(r, &json[..])],
                     include,
                     first,
                 )
@@ -691,6 +728,26 @@ impl WatchConverter {
             }
             Format::AggregatedDiscovery => None,
         }
+    }
+}
+
+impl WatchConverter {
+    /// An object's JSON at the version this watch asked for.
+    fn at_version(&self, json: &Bytes) -> Bytes {
+        match &self.version {
+            Some(v) => json_at_version(json, v),
+            None => json.clone(),
+        }
+    }
+}
+
+/// An object's JSON at `def`'s version: a custom resource's read at another served version of
+/// its CRD has its apiVersion changed; the same bytes otherwise.
+pub(crate) fn at_def_version(def: &ResourceDef, json: &Bytes) -> Bytes {
+    if def.rewrite_api_version {
+        json_at_version(json, &def.api_version())
+    } else {
+        json.clone()
     }
 }
 
@@ -775,7 +832,11 @@ pub(crate) fn protobuf_item_without_managed(o: &Object) -> Result<Bytes, EncodeE
 /// to find the conversion the first one made; each entry also keeps its source bytes alive.
 const MEMO_ENTRIES: usize = 1024;
 
-type MemoKey = (usize, usize, Format, IncludeObject, Fields);
+/// What a conversion makes: the format, the row objects, the fields, and the apiVersion objects
+/// go out at when it is not the cache's.
+type Variant = (Format, IncludeObject, Fields, Option<Arc<str>>);
+
+type MemoKey = (usize, usize, Variant);
 
 /// One conversion: made once, by the first watcher to ask; `None` when it failed.
 type MemoCell = Arc<OnceLock<Option<Bytes>>>;
@@ -798,13 +859,13 @@ static MEMO: LazyLock<Memo> = LazyLock::new(|| Memo {
 });
 
 impl Memo {
-    fn key(source: &Bytes, k: (Format, IncludeObject, Fields)) -> MemoKey {
-        (source.as_ptr() as usize, source.len(), k.0, k.1, k.2)
+    fn key(source: &Bytes, k: Variant) -> MemoKey {
+        (source.as_ptr() as usize, source.len(), k)
     }
 
     /// The cell of this conversion, new or shared. The conversion itself is made outside the
     /// memo's lock, in the cell.
-    fn cell(&self, source: &Bytes, k: (Format, IncludeObject, Fields)) -> MemoCell {
+    fn cell(&self, source: &Bytes, k: Variant) -> MemoCell {
         let key = Self::key(source, k);
         let mut inner = self.inner.lock();
         if let Some((src, cell)) = inner.map.get(&key)
@@ -815,7 +876,7 @@ impl Memo {
         let cell = MemoCell::default();
         if inner
             .map
-            .insert(key, (source.clone(), Arc::clone(&cell)))
+            .insert(key.clone(), (source.clone(), Arc::clone(&cell)))
             .is_none()
         {
             inner.order.push_back(key);
@@ -835,45 +896,49 @@ mod tests {
 
     #[test]
     fn the_memo_shares_one_conversion_and_forgets_the_oldest() {
-        let k = (
+        let k: Variant = (
             Format::Metadata(MetaVersion::V1),
             IncludeObject::Metadata,
             Fields::All,
+            None,
         );
-        let get = |b: &Bytes, k| MEMO.cell(b, k).get().cloned().flatten();
-        let put = |b: &Bytes, k, body: Bytes| {
-            MEMO.cell(b, k).get_or_init(|| Some(body));
+        let get = |b: &Bytes, k: &Variant| MEMO.cell(b, k.clone()).get().cloned().flatten();
+        let put = |b: &Bytes, k: &Variant, body: Bytes| {
+            MEMO.cell(b, k.clone()).get_or_init(|| Some(body));
         };
         // Heap bytes: equal static literals may share one address (and then equal content, so
         // sharing their conversion is right).
         let a = Bytes::from(r#"{"metadata":{"name":"a"}}"#.to_owned());
         let same_text = Bytes::from(r#"{"metadata":{"name":"a"}}"#.to_owned());
-        assert!(get(&a, k).is_none());
-        put(&a, k, Bytes::from_static(b"converted"));
-        assert_eq!(get(&a.clone(), k).unwrap(), "converted");
+        assert!(get(&a, &k).is_none());
+        put(&a, &k, Bytes::from_static(b"converted"));
+        assert_eq!(get(&a.clone(), &k).unwrap(), "converted");
         // Other bytes (even equal ones), other formats and other fields are other entries.
-        assert!(get(&same_text, k).is_none());
+        assert!(get(&same_text, &k).is_none());
         assert!(
             get(
                 &a,
-                (
+                &(
                     Format::Table(MetaVersion::V1),
                     IncludeObject::Metadata,
-                    Fields::All
+                    Fields::All,
+                    None
                 )
             )
             .is_none()
         );
-        assert!(get(&a, (k.0, k.1, Fields::WithoutManaged)).is_none());
+        assert!(get(&a, &(k.0, k.1, Fields::WithoutManaged, None)).is_none());
+        // Another version of the same object is another entry.
+        assert!(get(&a, &(k.0, k.1, k.2, Some(Arc::from("g.io/v1beta1")))).is_none());
         let keep: Vec<Bytes> = (0..MEMO_ENTRIES + 1)
             .map(|i| {
                 let b = Bytes::from(format!("{i}"));
-                put(&b, k, b.clone());
+                put(&b, &k, b.clone());
                 b
             })
             .collect();
-        assert!(get(&a, k).is_none(), "the oldest entry is evicted");
-        assert!(get(&keep[MEMO_ENTRIES], k).is_some());
+        assert!(get(&a, &k).is_none(), "the oldest entry is evicted");
+        assert!(get(&keep[MEMO_ENTRIES], &k).is_some());
     }
 
     #[test]
@@ -1012,6 +1077,7 @@ mod bookmark_tests {
                 Format::Table(v),
                 include,
                 Fields::All,
+                false,
                 Counter::default,
             )
             .unwrap();
@@ -1029,5 +1095,134 @@ mod bookmark_tests {
             cases += 1;
         }
         assert!(cases >= 5, "{cases} cases");
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    /// An event as the cache's watch stream shares it among watchers.
+    struct Event(EventType, Bytes);
+
+    impl Encodings for Event {
+        fn kind(&self) -> EventType {
+            self.0
+        }
+        fn json(&self) -> &Bytes {
+            &self.1
+        }
+        fn protobuf(&self) -> Result<Bytes, EncodeError> {
+            unreachable!("a custom resource has no protobuf")
+        }
+        fn frame(&self) -> Frame {
+            Frame::new(self.0, self.1.clone())
+        }
+        fn protobuf_frame(&self) -> Result<Frame, EncodeError> {
+            unreachable!("a custom resource has no protobuf")
+        }
+    }
+
+    fn shirts() -> ResourceDef {
+        let crd = json!({
+            "metadata": {"name": "shirts.stable.example.com"},
+            "spec": {"group": "stable.example.com", "scope": "Namespaced",
+                     "names": {"plural": "shirts", "kind": "Shirt"},
+                     "versions": [
+                        {"name": "v1", "served": true, "storage": true},
+                        {"name": "v1beta1", "served": true, "storage": false,
+                         "additionalPrinterColumns": [
+                            {"name": "Color", "type": "string", "jsonPath": ".spec.color"}]}]},
+            "status": {"conditions": [{"type": "Established", "status": "True"}]}
+        });
+        crate::model::CrdServing::of(&crd)
+            .definition()
+            .cloned()
+            .unwrap()
+    }
+
+    fn text(f: &Frame) -> String {
+        String::from_utf8(f.to_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_version_variant_is_made_once_per_event_and_shared() {
+        let def = shirts();
+        let beta = def.at_version("v1beta1").unwrap();
+        let json = Bytes::from(
+            r#"{"apiVersion":"stable.example.com/v1","kind":"Shirt","metadata":{"name":"a","namespace":"d","resourceVersion":"5"},"spec":{"color":"red"}}"#
+                .to_owned(),
+        );
+        let ev = Event(EventType::Added, json);
+        let made = Counter::<u64, AtomicU64>::default();
+        let watcher = || {
+            WatchConverter::new(
+                beta,
+                Format::Json,
+                IncludeObject::Metadata,
+                Fields::All,
+                true,
+                {
+                    let made = made.clone();
+                    move || made
+                },
+            )
+            .expect("another version is converted")
+        };
+        let (mut a, mut b) = (watcher(), watcher());
+        let (fa, fb) = (a.frame(&ev).unwrap(), b.frame(&ev).unwrap());
+        assert_eq!(
+            text(&fa),
+            "{\"type\":\"ADDED\",\"object\":{\"apiVersion\":\"stable.example.com/v1beta1\",\"kind\":\"Shirt\",\"metadata\":{\"name\":\"a\",\"namespace\":\"d\",\"resourceVersion\":\"5\"},\"spec\":{\"color\":\"red\"}}}\n"
+        );
+        // One body, shared: the same bytes in both watchers' frames.
+        assert_eq!(made.get(), 1);
+        assert_eq!(fa.parts()[1].as_ptr(), fb.parts()[1].as_ptr());
+        // The storage version's watchers take the event's own frame: no converter at all.
+        assert!(
+            WatchConverter::new(
+                &def,
+                Format::Json,
+                IncludeObject::Metadata,
+                Fields::All,
+                false,
+                Counter::default
+            )
+            .is_none()
+        );
+
+        // A Table at v1beta1: that version's columns, its row object at v1beta1.
+        let mut t = WatchConverter::new(
+            beta,
+            Format::Table(MetaVersion::V1),
+            IncludeObject::Object,
+            Fields::All,
+            true,
+            Counter::default,
+        )
+        .unwrap();
+        let table: Value = serde_json::from_str(&text(&t.frame(&ev).unwrap())).unwrap();
+        let cols: Vec<&Value> = table["object"]["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| &c["name"])
+            .collect();
+        assert_eq!(cols, ["Name", "Color"]);
+        assert_eq!(table["object"]["rows"][0]["cells"], json!(["a", "red"]));
+        assert_eq!(
+            table["object"]["rows"][0]["object"]["apiVersion"],
+            "stable.example.com/v1beta1"
+        );
+
+        // A bookmark too goes out at the watch's version.
+        let mark = Event(
+            EventType::Bookmark,
+            crate::wire::bookmark_object(&def, 9, false),
+        );
+        assert_eq!(
+            text(&watcher().frame(&mark).unwrap()),
+            "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Shirt\",\"apiVersion\":\"stable.example.com/v1beta1\",\"metadata\":{\"resourceVersion\":\"9\"}}}\n"
+        );
     }
 }

@@ -19,6 +19,7 @@
 //! | `partial.rs` | `PartialObjectMetadata` in protobuf and JSON |
 //! | `convert.rs` | Table, PartialObjectMetadata and variants for LIST, GET and WATCH; the per-event memo |
 //! | `go_json.rs` | JSON as Go's encoding/json writes it |
+//! | `version.rs` | a custom resource's JSON at another served version of its CRD (conversion `None`) |
 //!
 //! Adding a format: a [`format::Format`] variant, its encoding here (a file when it is more
 //! than a few lines), its arm in `convert.rs` (LIST, GET, a watch event) and the media range
@@ -38,6 +39,8 @@ pub(crate) mod partial;
 pub(crate) mod protobuf;
 #[cfg(feature = "server")]
 pub(crate) mod status;
+#[cfg(feature = "server")]
+pub(crate) mod version;
 
 pub use frame::Frame;
 pub(crate) use frame::bookmark_object;

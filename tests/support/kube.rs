@@ -367,6 +367,17 @@ pub async fn https_get(
     https_request(url, ca, client, "GET", path, None).await
 }
 
+/// One HTTPS GET as [`https_get`], asking for `accept` (a Table, PartialObjectMetadata).
+pub async fn https_get_as(
+    url: &str,
+    ca: &Path,
+    client: Option<&Issued>,
+    path: &str,
+    accept: &str,
+) -> std::io::Result<(u16, String)> {
+    request(url, ca, client, ("GET", path), None, Some(accept)).await
+}
+
 /// One HTTPS request as [`https_get`], with any method and, when given, a JSON body.
 pub async fn https_request(
     url: &str,
@@ -375,6 +386,17 @@ pub async fn https_request(
     method: &str,
     path: &str,
     json: Option<&str>,
+) -> std::io::Result<(u16, String)> {
+    request(url, ca, client, (method, path), json, None).await
+}
+
+async fn request(
+    url: &str,
+    ca: &Path,
+    client: Option<&Issued>,
+    (method, path): (&str, &str),
+    json: Option<&str>,
+    accept: Option<&str>,
 ) -> std::io::Result<(u16, String)> {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(ca).map_err(std::io::Error::other)? {
@@ -407,6 +429,9 @@ pub async fn https_request(
             .connect(ServerName::try_from("localhost").unwrap(), tcp)
             .await?;
         let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+        if let Some(a) = accept {
+            head.push_str(&format!("Accept: {a}\r\n"));
+        }
         if let Some(body) = json {
             head.push_str(&format!(
                 "Content-Type: application/json\r\nContent-Length: {}\r\n",

@@ -279,16 +279,18 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
             params.watch_one(n);
         }
         let opts = params.watch_options(target.namespace.as_deref())?;
+        target.check_fields(&opts.selection)?;
         let user = adm.user.as_deref();
         let format = match wire {
             Wire::Json => Format::Json,
             Wire::Protobuf => Format::Protobuf,
         };
         let convert = WatchConverter::new(
-            target.served.cache.definition(),
+            target.def(),
             format,
             IncludeObject::default(),
             fields,
+            target.converts_version(),
             || {
                 st.metrics
                     .conversions(&target.served.cache.definition().plural, format, fields)
