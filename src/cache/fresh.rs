@@ -13,16 +13,15 @@
 //!   the request is served from the cache at C. While the check fails the cache is behind (its watch
 //!   has events of those keys still to deliver); the check is repeated each time the cache moves,
 //!   up to [`CacheConfig::too_large_wait`](crate::CacheConfig::too_large_wait).
-//!
 //! - when the upstream has no progress requests that answer at once (an API server: its
 //!   bookmarks come about once a minute, and a short watch gets one after a second or two), a
 //!   consistent read of the key and revision of every object the request's selectors select
 //!   (`Upstream::selected`), at R: the cache is fresh for the request at its revision C once the
 //!   objects the same selectors select in the cache are exactly those, at those revisions. Each
 //!   object is one write, named by its revision, so the cache's answer at C is the upstream's
-//!   answer at R; the read is served at exactly C (`Shared::page` at C, `Shared::get_at`), never
-//!   at a later revision of the cache, whose state between C and R may hold an object created
-//!   and deleted again before the request began. While the sets differ the cache is behind: the
+//!   answer at R; the read is served at exactly C (`Shared::page` at C, `Shared::get_at`, a
+//!   watch's snapshot at C: `From::SnapshotAt`), never at a later revision of the cache, whose
+//!   state between C and R may hold an object created and deleted again before the request began. While the sets differ the cache is behind: the
 //!   check is repeated each time it moves, with progress requests meanwhile, and a cache that
 //!   reaches R is fresh as in the first case. When the upstream cannot select as asked (a field
 //!   label it does not know), the read falls back to the first case.

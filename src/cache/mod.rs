@@ -700,9 +700,9 @@ impl Cache {
         let pred = Predicate::compile(&self.shared.schema, &selection);
         let keys = self.key_range(&pred);
         let from = match plan {
+            // Its initial state is the state its wait reached, as a LIST's (`list`).
             WatchPlan::Snapshot(wait) => {
-                self.meet(wait, &keys, Some(&selection)).await?;
-                From::Snapshot
+                From::SnapshotAt(self.meet(wait, &keys, Some(&selection)).await?)
             }
             WatchPlan::AfterCache(wait) => {
                 From::After(self.meet(wait, &keys, Some(&selection)).await?)
@@ -711,7 +711,7 @@ impl Cache {
         };
         let requested = match from {
             From::After(n) => n,
-            From::Snapshot => self.resource_version(),
+            From::SnapshotAt(_) => self.resource_version(),
         };
         let reg = self
             .shared
@@ -946,6 +946,41 @@ mod tests {
         assert_eq!(at(&key("a"), second), Some(second));
         assert_eq!(at(&key("b"), second), None);
         assert_eq!(at(&key("b"), second + 1), Some(second + 1));
+    }
+
+    /// A consistent watch proven at revision C starts from the state at C, even when the cache
+    /// moved on meanwhile: its initial events are that state, its end bookmark C, and every
+    /// change since follows from history.
+    #[tokio::test]
+    async fn a_watch_proven_at_a_past_revision_starts_from_the_state_then() {
+        let (cache, src) = ready();
+        let proven = src.put(&key("a"), pod("a", "n1")).unwrap();
+        let later = src.put(&key("b"), pod("b", "n1")).unwrap();
+        let pred = Predicate::compile(&cache.shared.schema, &Selection::all());
+        let reg = cache
+            .shared
+            .register(pred, From::SnapshotAt(proven))
+            .unwrap();
+        assert_eq!(reg.start_rv, proven);
+        let initial = reg.snapshot_seq.map(|seq| InitialEvents {
+            seq,
+            rv: reg.start_rv,
+            end_bookmark: true,
+        });
+        let mut w = WatchStream::new(Arc::clone(&cache.shared), reg, initial, None, None);
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let ev = w.next().await.unwrap().unwrap();
+            seen.push((ev.kind(), ev.resource_version()));
+        }
+        assert_eq!(
+            seen,
+            [
+                (EventType::Added, proven),
+                (EventType::Bookmark, proven),
+                (EventType::Added, later)
+            ]
+        );
     }
 
     #[tokio::test]

@@ -221,8 +221,11 @@ impl Metrics {
 
 /// Where a new watcher starts.
 pub(crate) enum From {
-    /// At the current revision, with the current state sent first as initial events.
-    Snapshot,
+    /// At this revision, with the state then sent first as initial events, and every change
+    /// since replayed from history: a consistent watch proven fresh at that revision
+    /// (`fresh.rs`). At the current revision or later (or with the history since gone): at the
+    /// current revision, with the current state.
+    SnapshotAt(u64),
     /// After this revision: every change above it, replayed from history when it is older.
     After(u64),
 }
@@ -233,7 +236,7 @@ pub(crate) struct Registered {
     pub id: u32,
     /// The revision the stream is at when it starts.
     pub start_rv: u64,
-    /// For [`From::Snapshot`]: the history sequence number the snapshot is taken before.
+    /// For [`From::SnapshotAt`]: the history sequence number the snapshot is taken before.
     pub snapshot_seq: Option<u64>,
 }
 
@@ -958,8 +961,22 @@ impl Shared {
                 (per_sec.ceil() as usize).clamp(lo, hi)
             }
         };
+        // A past snapshot needs the history since it; were that gone (the revision was reached
+        // a moment ago), the current state serves.
+        let past = match from {
+            From::SnapshotAt(n) if n < st.rv => st
+                .history
+                .seq_after_rv(n)
+                .and_then(|seq| st.history.check_seq(seq).map(|()| (n, seq)))
+                .ok(),
+            _ => None,
+        };
         let (watcher, start_rv, snapshot_seq) = match from {
-            From::Snapshot => (
+            From::SnapshotAt(_) if let Some((n, seq)) = past => {
+                let parked = (seq < st.history.end_seq()).then_some(seq);
+                (Watcher::new(pred, n, capacity, parked), n, Some(seq))
+            }
+            From::SnapshotAt(_) => (
                 Watcher::new(pred, st.rv, capacity, None),
                 st.rv,
                 Some(st.history.end_seq()),
@@ -1322,7 +1339,7 @@ mod tests {
         assert!(
             s.register(
                 Predicate::compile(&s.schema, &Selection::all()),
-                From::Snapshot
+                From::SnapshotAt(u64::MAX)
             )
             .is_err(),
             "no new watcher before the resync"
