@@ -310,8 +310,7 @@ impl ApiSource {
         for frame in frames {
             let (rv, change) = match frame {
                 Frame::Put(raw) => {
-                    let id =
-                        identity(self.cache.definition(), &raw).map_err(Self::undecodable)?;
+                    let id = identity(self.cache.definition(), &raw).map_err(Self::undecodable)?;
                     let change = self
                         .cache
                         .decode_or_skip(&id.key, &raw, id.rv)
@@ -319,8 +318,7 @@ impl ApiSource {
                     (id.rv, change)
                 }
                 Frame::Delete(raw) => {
-                    let id =
-                        identity(self.cache.definition(), &raw).map_err(Self::undecodable)?;
+                    let id = identity(self.cache.definition(), &raw).map_err(Self::undecodable)?;
                     (id.rv, Some(self.cache.change_for_delete(&id.key)))
                 }
                 Frame::Bookmark { rv, .. } => {
@@ -603,7 +601,10 @@ mod tests {
         assert!(
             matches!(
                 &broken,
-                Break::Failed { error: FollowError::Silent(_), .. }
+                Break::Failed {
+                    error: FollowError::Silent(_),
+                    ..
+                }
             ),
             "{broken:?}"
         );
@@ -774,7 +775,8 @@ mod tests {
             }) => {
                 assert!(e.to_string().contains("\"12abc\""), "{e}");
                 // The source is the decoder's error itself.
-                let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<RestError>());
+                let source =
+                    std::error::Error::source(&e).and_then(|s| s.downcast_ref::<RestError>());
                 assert!(
                     matches!(source, Some(RestError::NonNumericResourceVersion(_))),
                     "{source:?}"

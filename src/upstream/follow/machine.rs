@@ -226,7 +226,10 @@ pub(crate) enum Phase {
 enum Link {
     Up,
     /// Unavailable `since`; `last`: the latest failure, the not-ready reason.
-    Down { since: Instant, last: FollowError },
+    Down {
+        since: Instant,
+        last: FollowError,
+    },
 }
 
 /// How a follower treats unavailability.

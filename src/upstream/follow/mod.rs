@@ -38,8 +38,8 @@ use tracing::{debug, info, warn};
 
 use crate::cache::CacheWriter;
 use crate::upstream::backoff::{self, Throttle};
-use machine::{Action, Effect, Input, Machine};
 pub(crate) use error::FollowError;
+use machine::{Action, Effect, Input, Machine};
 pub(crate) use machine::{Break, Policy, SyncMode, WatchListUse};
 
 /// While paused, how often the grace period is checked.
