@@ -13,7 +13,9 @@
 //!   last applied resourceVersion); 410 Expired is [`Break::Expired`] (relist); one revision's
 //!   events split across two reads is [`Break::Relist`]; anything else is [`Break::Failed`] with
 //!   the answer's status, if any (the driver resumes after a backoff; a WatchList refused with a
-//!   status is not asked again).
+//!   status is not asked again). Each break carries a [`FollowError`] naming what failed (the
+//!   sync, opening the watch, the watch, a decode) with the [`RestError`] as its `source()`, or
+//!   what the upstream showed (another origin).
 //!
 //! Invariant: `applied` is the cache's revision as this source last set it; every event up to it
 //! is in the cache. A progress probe's answer reaches the cache through this source too: the

@@ -10,6 +10,9 @@
 //! replaced (wiped, or restored from a backup, on the same URL) shows as its revision going
 //! backwards or its cluster id changing: resuming from our revision would follow a different
 //! history, so it is [`Break::Replaced`] (every watcher gets 410 Expired and the cache relists).
+//! Each break carries a [`FollowError`] naming what failed (the sync, opening or confirming the
+//! watch, the watch, a progress request or probe, a timeout) or what etcd showed (a compaction,
+//! another cluster id, a revision behind), with the `etcd_client::Error` as its `source()`.
 // Reads outside input (requests or stored values): no panicking access (design/reliability.md).
 #![cfg_attr(
     not(test),
