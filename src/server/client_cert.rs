@@ -341,11 +341,11 @@ fn leaf_key(cert: &[u8]) -> Result<(Vec<u8>, Vec<u8>), Error> {
     Ok((alg.to_vec(), key.to_vec()))
 }
 
-/// The fuzz target behind `crate::fuzz::client_cert`: `data` as a client's certificate chain,
-/// DER elements one after another: the leaf, its intermediates, and the last one also the only
-/// trust anchor, so that a mutated valid chain reaches the signature checks and the chain walk.
-/// Every reader of the bytes runs on them; none may panic. Also checked: without a trust anchor
-/// no v1 leaf is accepted, and one that is accepted has a signed body this file can read.
+/// The fuzz target behind `watchcache::fuzz::client_cert`: `data` as a client's certificate
+/// chain, DER elements one after another: the leaf, its intermediates, and the last one also the
+/// only trust anchor, so that a mutated valid chain reaches the signature checks and the chain
+/// walk. Every reader of the bytes runs on them; none may panic. Also checked: without a trust
+/// anchor no v1 leaf is accepted, and one that is accepted has a signed body this file can read.
 /// Returns whether the chain was accepted.
 #[cfg(feature = "fuzzing")]
 pub(crate) fn fuzz(data: &[u8]) -> bool {
