@@ -173,3 +173,10 @@ pub fn query(data: &[u8]) {
 pub fn request_head(data: &[u8]) {
     let _head = crate::server::watch::fast_path::parse_head(data);
 }
+
+/// The client-certificate verifier (X.509 v1 leaves, read by hand): `data` is a client's chain
+/// of DER certificates; refused or verified, never a panic.
+#[cfg(feature = "server")]
+pub fn client_cert(data: &[u8]) {
+    crate::server::client_cert::fuzz(data);
+}

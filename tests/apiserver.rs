@@ -18,6 +18,7 @@ use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{CacheConfig, ResourceDef};
 
 use support::etcd::{Etcd, etcd};
+use support::pod_value;
 
 /// An in-process server over some caches; stopping it ends every watch.
 struct Running {
@@ -151,10 +152,6 @@ async fn leaf(root_url: &str, config: ApiServerConfig) -> Running {
     }
 }
 
-fn pod(name: &str, node: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "web"}}, "spec": {"nodeName": node}})
-}
-
 /// Puts `obj` into the root's etcd under `key` as kube-apiserver stores it, or deletes the key
 /// (`None`); returns the revision once the root serves it (a consistent read through it).
 async fn write(root: &Running, key: &str, obj: Option<&Value>) -> u64 {
@@ -189,7 +186,7 @@ async fn write(root: &Running, key: &str, obj: Option<&Value>) -> u64 {
 /// A pod put into the root's etcd (the root is read-only: writes are kube-apiserver's); its
 /// resourceVersion.
 async fn create(root: &Running, name: &str, node: &str) -> u64 {
-    let mut p = pod(name, node);
+    let mut p = pod_value(name, node, "web");
     p["metadata"]["namespace"] = json!("ns");
     write(root, &format!("/registry/pods/ns/{name}"), Some(&p)).await
 }
@@ -384,7 +381,7 @@ async fn a_client_resumes_on_the_leaf_from_a_resource_version_the_root_gave_it()
     let b = create(&root, "b", "n1").await;
     // A bound pod deleted with grace 0, as kube-apiserver deletes it: its deletion is written
     // (MODIFIED), then it goes.
-    let mut dying = pod("a", "n1");
+    let mut dying = pod_value("a", "n1", "web");
     dying["metadata"]["namespace"] = json!("ns");
     dying["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:01Z");
     dying["metadata"]["deletionGracePeriodSeconds"] = json!(0);

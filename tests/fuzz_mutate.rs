@@ -288,3 +288,27 @@ fn request_head() {
         ],
     );
 }
+
+#[test]
+fn client_cert() {
+    run(
+        "client_cert",
+        fuzz::client_cert,
+        &[
+            // DER headers: SEQUENCE short and long forms, BIT STRING, INTEGER, OID, the v3
+            // version tag, and lengths at and past the reader's limits.
+            b"\x30",
+            b"\x30\x00",
+            b"\x30\x81",
+            b"\x30\x82",
+            b"\x30\x84\xff\xff\xff\xff",
+            b"\x30\x85",
+            b"\x03\x01\x00",
+            b"\x02\x01\x02",
+            b"\x06\x03\x55\x1d\x13",
+            b"\xa0\x03\x02\x01\x02",
+            b"\x00",
+            b"\xff",
+        ],
+    );
+}

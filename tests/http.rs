@@ -10,12 +10,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
+use support::pod_value;
 use support::server::TestServer;
 use watchcache::server::ServerConfig;
-
-fn pod(name: &str, node: &str, app: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": app}}, "spec": {"nodeName": node}})
-}
 
 /// A pod put straight into etcd, as kube-apiserver stores it (the server is read-only); as the
 /// server's cache then holds it.
@@ -86,7 +83,7 @@ async fn lists_gets_and_pages_with_selectors() {
         create(
             &s,
             if i % 2 == 0 { "a" } else { "b" },
-            &pod(
+            &pod_value(
                 &format!("p{i:02}"),
                 &format!("n{}", i % 3),
                 if i < 6 { "web" } else { "db" },
@@ -292,7 +289,7 @@ async fn watches_stream_events_bookmarks_initial_events_and_410() {
     }
     let s = TestServer::start_with_defs(ServerConfig::default(), |_| {}, defs).await;
     let (c, base) = (Client::new(), s.url.clone());
-    let a = create(&s, "a", &pod("a", "n1", "web")).await;
+    let a = create(&s, "a", &pod_value("a", "n1", "web")).await;
     let start = rv(&a);
     // A routed watch from a revision: the rest of history, then live events, one per line.
     let url = format!(
@@ -304,8 +301,8 @@ async fn watches_stream_events_bookmarks_initial_events_and_410() {
         tokio::spawn(async move { watch_lines(&c, &url, 4).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    create(&s, "a", &pod("b", "n2", "web")).await;
-    create(&s, "a", &pod("c", "n1", "web")).await;
+    create(&s, "a", &pod_value("b", "n2", "web")).await;
+    create(&s, "a", &pod_value("c", "n1", "web")).await;
     // A bound pod deleted with grace 0, as kube-apiserver deletes it: its deletionTimestamp is
     // written, then it is removed.
     let mut dying = a.clone();
@@ -370,7 +367,7 @@ async fn watches_stream_events_bookmarks_initial_events_and_410() {
         .await
         .unwrap();
     for i in 0..100 {
-        let mut p = pod("churn", &format!("n{i}"), "x");
+        let mut p = pod_value("churn", &format!("n{i}"), "x");
         p["metadata"]["namespace"] = json!("a");
         etcd.put("/registry/pods/a/churn", p.to_string(), None)
             .await
@@ -401,7 +398,7 @@ async fn gzip_discovery_metrics_readiness_and_the_watcher_limit() {
     })
     .await;
     let (c, base) = (Client::new(), s.url.clone());
-    create(&s, "a", &pod("g", "n1", "web")).await;
+    create(&s, "a", &pod_value("g", "n1", "web")).await;
     // gzip when asked, for lists and watches.
     let r = c
         .get(format!("{base}/api/v1/pods"))
@@ -600,7 +597,7 @@ async fn a_watch_connection_is_kept_alive_and_a_gone_client_releases_its_watcher
     use tokio::io::AsyncWriteExt;
     let s = TestServer::start(ServerConfig::default()).await;
     let (c, base) = (Client::new(), s.url.clone());
-    create(&s, "a", &pod("k", "n1", "web")).await;
+    create(&s, "a", &pod_value("k", "n1", "web")).await;
     let addr = base.trim_start_matches("http://");
     // A watch as the connection's first request, then a LIST on the same connection.
     let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();

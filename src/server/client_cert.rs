@@ -341,6 +341,97 @@ fn leaf_key(cert: &[u8]) -> Result<(Vec<u8>, Vec<u8>), Error> {
     Ok((alg.to_vec(), key.to_vec()))
 }
 
+/// The fuzz target behind `watchcache::fuzz::client_cert`: `data` as a client's certificate
+/// chain, DER elements one after another: the leaf, its intermediates, and the last one also the
+/// only trust anchor, so that a mutated valid chain reaches the signature checks and the chain
+/// walk. Every reader of the bytes runs on them; none may panic. Also checked: without a trust
+/// anchor no v1 leaf is accepted, and one that is accepted has a signed body this file can read.
+/// Returns whether the chain was accepted.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz(data: &[u8]) -> bool {
+    let _ = (
+        der(data),
+        signed_parts(data),
+        key_parts(data),
+        leaf_key(data),
+    );
+    let mut certs: Vec<CertificateDer<'static>> = Vec::new();
+    let mut rest = data;
+    while let Some((_, _, after)) = der(rest) {
+        let taken = rest.len() - after.len();
+        certs.extend(rest.get(..taken).map(|c| CertificateDer::from(c.to_vec())));
+        rest = after;
+    }
+    let Some((leaf, intermediates)) = certs.split_first() else {
+        return false;
+    };
+    let algs = rustls::crypto::ring::default_provider().signature_verification_algorithms;
+    let now = UnixTime::now();
+    let anchored = ClientVerifier::new(
+        Arc::new(RefuseAll),
+        certs.last().cloned().into_iter().collect(),
+        algs,
+    );
+    let accepted = anchored
+        .verify_client_cert(leaf, intermediates, now)
+        .is_ok();
+    if accepted && is_v1(leaf) {
+        assert!(
+            signed_parts(leaf).is_some(),
+            "an accepted v1 leaf has a readable signed body"
+        );
+    }
+    let bare = ClientVerifier::new(Arc::new(RefuseAll), Vec::new(), algs);
+    assert!(
+        bare.verify_client_cert(leaf, intermediates, now).is_err(),
+        "a chain with no trust anchor is accepted"
+    );
+    accepted
+}
+
+/// The fuzz target's stand-in for webpki, whose parser is not this file's: it refuses all.
+#[cfg(feature = "fuzzing")]
+#[derive(Debug)]
+struct RefuseAll;
+
+#[cfg(feature = "fuzzing")]
+impl ClientCertVerifier for RefuseAll {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: UnixTime,
+    ) -> Result<ClientCertVerified, Error> {
+        Err(bad("refused"))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        Err(bad("refused"))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        Err(bad("refused"))
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        Vec::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -582,6 +673,25 @@ mod tests {
             .verify_client_cert(&pem(dir, "leaf3.crt"), &[pem(dir, "srvmid.crt")], at(0))
             .unwrap_err();
         assert!(e.to_string().contains("client authentication"), "{e}");
+    }
+
+    /// The fuzz target's corpus reaches the chain walk and the signature checks: its valid v1
+    /// chains are accepted; a self-issued CA presented as its own issuer is walked at most
+    /// `MAX_INTERMEDIATES` times, then refused.
+    #[cfg(feature = "fuzzing")]
+    #[test]
+    fn the_fuzz_corpus_reaches_the_chain_walk() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-corpus/client_cert");
+        let run = |name: &str| fuzz(&std::fs::read(dir.join(name)).unwrap());
+        assert!(run("v1-leaf-root.der"));
+        assert!(run("v1-leaf-intermediate-root.der"));
+        // v3 goes to webpki, which the target refuses.
+        assert!(!run("v3-leaf-root.der"));
+        assert!(!run("v1-leaf-alone.der"), "a leaf is not its own anchor");
+        assert!(!run("huge-length.der"));
+        let started = std::time::Instant::now();
+        assert!(!run("v1-leaf-self-issued-loop.der"));
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

@@ -52,7 +52,7 @@
 mod accept;
 pub mod auth;
 mod body;
-mod client_cert;
+pub(crate) mod client_cert;
 mod config;
 pub(crate) mod conn;
 mod deadline;

@@ -20,6 +20,13 @@ pub fn pod(ns: &str, name: &str, node: &str, labels: &[(&str, &str)]) -> String 
     )
 }
 
+/// A pod with no namespace (the collection it is created in gives it one), labelled
+/// `app: {app}`, as a JSON value to edit before it is written.
+pub fn pod_value(name: &str, node: &str, app: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": app}}, "spec": {"nodeName": node}})
+}
+
+/// A pod's storage key.
 pub fn key(ns: &str, name: &str) -> String {
     format!("/registry/pods/{ns}/{name}")
 }

@@ -13,7 +13,9 @@
 //!   last applied resourceVersion); 410 Expired is [`Break::Expired`] (relist); one revision's
 //!   events split across two reads is [`Break::Relist`]; anything else is [`Break::Failed`] with
 //!   the answer's status, if any (the driver resumes after a backoff; a WatchList refused with a
-//!   status is not asked again).
+//!   status is not asked again). Each break carries a [`FollowError`] naming what failed (the
+//!   sync, opening the watch, the watch, a decode) with the [`RestError`] as its `source()`, or
+//!   what the upstream showed (another origin).
 //!
 //! Invariant: `applied` is the cache's revision as this source last set it; every event up to it
 //! is in the cache. A progress probe's answer reaches the cache through this source too: the
@@ -30,22 +32,27 @@ use crate::cache::{Cache, CacheWriter, Change};
 use crate::model::Object;
 use crate::upstream::apiserver::ApiServerConfig;
 use crate::upstream::apiserver::rest::{Frame, Rest, RestError, WatchFrames, identity};
-use crate::upstream::follow::{Break, Source, SyncMode, Synced};
+use crate::upstream::follow::{Break, FollowError, Source, SyncMode, Synced};
 
 /// What a failed call means to the follower: 410 is an expired position, 404 a resource the
 /// upstream does not serve (a CRD not installed), anything else a failure carrying the answer's
-/// status.
-fn broken(e: RestError) -> Break {
-    if e.is_expired() {
-        return Break::Expired(e.to_string());
+/// status. `what` says what failed ([`FollowError::sync`], [`FollowError::open`], ...), with `e`
+/// as its cause.
+fn broken(what: fn(RestError) -> FollowError, e: RestError) -> Break {
+    let (expired, status) = (e.is_expired(), e.code());
+    let error = what(e);
+    if expired {
+        return Break::Expired(error);
     }
-    if e.code() == Some(404) {
-        return Break::Absent(e.to_string());
+    if status == Some(404) {
+        return Break::Absent(error);
     }
-    Break::Failed {
-        status: e.code(),
-        why: e.to_string(),
-    }
+    Break::Failed { error, status }
+}
+
+/// [`broken`] for a failed sync.
+fn sync_broken(e: RestError) -> Break {
+    broken(FollowError::sync, e)
 }
 
 /// One resource on an API server.
@@ -86,7 +93,7 @@ impl Source for ApiSource {
             .rest
             .watch(Some(from), false, self.watch_timeout())
             .await
-            .map_err(broken)?;
+            .map_err(|e| broken(FollowError::open, e))?;
         self.same_origin(stream.origin)?;
         Ok(stream)
     }
@@ -106,7 +113,9 @@ impl Source for ApiSource {
             let dead_at = silent_since + self.config.idle_timeout;
             let frames = tokio::select! {
                 _ = shutdown.changed() => return Break::Shutdown,
-                _ = tokio::time::sleep_until(dead_at) => return Break::failed("the watch went silent"),
+                _ = tokio::time::sleep_until(dead_at) => {
+                    return Break::failed(FollowError::Silent(self.config.idle_timeout));
+                }
                 _ = self.progress.notified() => {
                     if probe.as_ref().is_none_or(|p| p.is_finished()) {
                         probe = Some(tokio::spawn(probe_progress(self.rest.clone(), self.cache.clone())));
@@ -130,7 +139,7 @@ impl Source for ApiSource {
                         return b;
                     }
                 }
-                Err(e) => return Break::failed(e.to_string()),
+                Err(e) => return Break::failed(FollowError::watch(e)),
             }
         }
     }
@@ -158,19 +167,25 @@ impl ApiSource {
     ) -> Result<Synced<WatchFrames>, Break> {
         let started = Instant::now();
         let timeout = self.watch_timeout();
-        let mut stream = self.rest.watch(None, true, timeout).await.map_err(broken)?;
+        let mut stream = self
+            .rest
+            .watch(None, true, timeout)
+            .await
+            .map_err(sync_broken)?;
         self.same_origin(stream.origin)?;
         let mut objects: Vec<Object> = Vec::new();
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_secs(timeout)
-            + self.config.request_timeout;
+        let deadline_after = Duration::from_secs(timeout) + self.config.request_timeout;
+        let deadline = tokio::time::Instant::now() + deadline_after;
         loop {
             let frames = tokio::select! {
                 _ = shutdown.changed() => return Err(Break::Shutdown),
                 _ = tokio::time::sleep_until(deadline) => {
-                    return Err(broken(RestError::Timeout(Duration::from_secs(timeout))));
+                    return Err(Break::failed(FollowError::Timeout {
+                        what: "the WatchList's initial events",
+                        after: deadline_after,
+                    }));
                 }
-                f = stream.next_frames() => f.map_err(broken)?,
+                f = stream.next_frames() => f.map_err(sync_broken)?,
             };
             if frames.is_empty() {
                 return Err(Break::NoInitialEventsEnd);
@@ -179,7 +194,7 @@ impl ApiSource {
             while let Some(frame) = frames.next() {
                 match frame {
                     Frame::Put(raw) => {
-                        if let Some(o) = self.decode(&raw).map_err(broken)? {
+                        if let Some(o) = self.decode(&raw).map_err(Self::undecodable)? {
                             objects.push(o);
                         }
                     }
@@ -202,11 +217,11 @@ impl ApiSource {
                     }
                     Frame::Bookmark { .. } => {}
                     Frame::Delete(_) => {
-                        return Err(broken(RestError::malformed(
+                        return Err(Break::failed(FollowError::Unexpected(
                             "a DELETED event among WatchList initial events",
                         )));
                     }
-                    Frame::Error(e) => return Err(broken(e)),
+                    Frame::Error(e) => return Err(sync_broken(e)),
                 }
             }
         }
@@ -219,7 +234,7 @@ impl ApiSource {
             .rest
             .list_page(self.config.page_size, None)
             .await
-            .map_err(broken)?;
+            .map_err(sync_broken)?;
         self.same_origin(first.origin)?;
         let rv = first.rv;
         let mut resync = writer.resync(rv);
@@ -227,7 +242,7 @@ impl ApiSource {
         loop {
             let mut objects = Vec::with_capacity(page.items.len());
             for raw in &page.items {
-                if let Some(o) = self.decode(raw).map_err(broken)? {
+                if let Some(o) = self.decode(raw).map_err(Self::undecodable)? {
                     objects.push(o);
                 }
             }
@@ -240,7 +255,7 @@ impl ApiSource {
                 .rest
                 .list_page(self.config.page_size, Some(&token))
                 .await
-                .map_err(broken)?;
+                .map_err(sync_broken)?;
             // A continued page from another root (a load balancer between) is not this list's.
             self.same_origin(page.origin)?;
         }
@@ -258,20 +273,24 @@ impl ApiSource {
     /// (kube-apiserver) is taken as it is, one that stops saying it is another origin.
     fn same_origin(&self, seen: Option<u64>) -> Result<(), Break> {
         match (self.cache.origin(), seen) {
-            (Some(known), Some(now)) if known != now => Err(Break::Replaced(format!(
-                "the upstream's resourceVersions now come from another etcd cluster (origin {known:016x}, now {now:016x})"
-            ))),
+            (Some(known), Some(now)) if known != now => {
+                Err(Break::Replaced(FollowError::OriginChanged { known, now }))
+            }
             // Revisions of a known origin, now from an upstream that names none: nothing says
             // they are the same space.
-            (Some(known), None) => Err(Break::Replaced(format!(
-                "the upstream's resourceVersions no longer say their origin (was {known:016x})"
-            ))),
+            (Some(known), None) => Err(Break::Replaced(FollowError::OriginDropped { known })),
             (None, Some(now)) => {
                 self.cache.set_origin(now);
                 Ok(())
             }
             _ => Ok(()),
         }
+    }
+
+    /// An object of a sync without a usable identity: a failure (no status: it is not the
+    /// server's answer to the request, so it says nothing of WatchList).
+    fn undecodable(e: RestError) -> Break {
+        Break::failed(FollowError::decode(e))
     }
 
     /// Decodes an object at its own resourceVersion. `Ok(None)`: a malformed object, counted and
@@ -293,8 +312,7 @@ impl ApiSource {
         for frame in frames {
             let (rv, change) = match frame {
                 Frame::Put(raw) => {
-                    let id = identity(self.cache.definition(), &raw)
-                        .map_err(|e| Break::failed(e.to_string()))?;
+                    let id = identity(self.cache.definition(), &raw).map_err(Self::undecodable)?;
                     let change = self
                         .cache
                         .decode_or_skip(&id.key, &raw, id.rv)
@@ -302,8 +320,7 @@ impl ApiSource {
                     (id.rv, change)
                 }
                 Frame::Delete(raw) => {
-                    let id = identity(self.cache.definition(), &raw)
-                        .map_err(|e| Break::failed(e.to_string()))?;
+                    let id = identity(self.cache.definition(), &raw).map_err(Self::undecodable)?;
                     (id.rv, Some(self.cache.change_for_delete(&id.key)))
                 }
                 Frame::Bookmark { rv, .. } => {
@@ -312,8 +329,10 @@ impl ApiSource {
                     *applied = (*applied).max(rv);
                     continue;
                 }
-                Frame::Error(e) if e.is_expired() => return Err(Break::Expired(e.to_string())),
-                Frame::Error(e) => return Err(Break::failed(format!("watch error: {e}"))),
+                Frame::Error(e) if e.is_expired() => {
+                    return Err(Break::Expired(FollowError::watch(e)));
+                }
+                Frame::Error(e) => return Err(Break::failed(FollowError::watch(e))),
             };
             match &mut batch {
                 Some((brv, changes)) if *brv == rv => changes.extend(change),
@@ -338,7 +357,7 @@ impl ApiSource {
         // One revision's events split across two reads after the first part was applied: the
         // cache cannot take a second batch at one revision, so relist (rare: only an upstream
         // watchcache's resync sends several events at one revision).
-        let split = || Break::Relist(format!("the events of revision {rv} arrived in two parts"));
+        let split = || Break::Relist(FollowError::SplitRevision(rv));
         if rv == *applied && self.cache.resource_version() == *applied {
             return Err(split());
         }
@@ -492,7 +511,7 @@ mod tests {
             .iter()
             .map(crate::upstream::apiserver::rest::parse_frame)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Break::failed(e.to_string()))?;
+            .map_err(|e| Break::failed(FollowError::decode(e)))?;
         f.apply_frames(frames, w, applied)
     }
 
@@ -531,7 +550,7 @@ mod tests {
         let late = [frame("ADDED", "c", "6")];
         assert!(matches!(
             apply_lines(&f, &late, &mut w, &mut applied),
-            Err(Break::Relist(m)) if m.contains("revision 6")
+            Err(Break::Relist(FollowError::SplitRevision(6)))
         ));
         // Deletions, then a bookmark as progress.
         let lines = [
@@ -582,7 +601,13 @@ mod tests {
         .await
         .expect("the watch breaks by itself");
         assert!(
-            matches!(&broken, Break::Failed { why, .. } if why.contains("silent")),
+            matches!(
+                &broken,
+                Break::Failed {
+                    error: FollowError::Silent(_),
+                    ..
+                }
+            ),
             "{broken:?}"
         );
         assert!(started.elapsed() >= Duration::from_millis(300));
@@ -746,7 +771,19 @@ mod tests {
         ));
         let bad = frame("ADDED", "a", "12abc");
         match apply_lines(&f, &[bad], &mut w, &mut applied) {
-            Err(Break::Failed { why, .. }) => assert!(why.contains("\"12abc\""), "{why}"),
+            Err(Break::Failed {
+                error: e @ FollowError::Decode { .. },
+                status: None,
+            }) => {
+                assert!(e.to_string().contains("\"12abc\""), "{e}");
+                // The source is the decoder's error itself.
+                let source =
+                    std::error::Error::source(&e).and_then(|s| s.downcast_ref::<RestError>());
+                assert!(
+                    matches!(source, Some(RestError::NonNumericResourceVersion(_))),
+                    "{source:?}"
+                );
+            }
             other => panic!("{other:?}"),
         }
         // Nothing was applied by either.

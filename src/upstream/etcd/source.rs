@@ -10,6 +10,9 @@
 //! replaced (wiped, or restored from a backup, on the same URL) shows as its revision going
 //! backwards or its cluster id changing: resuming from our revision would follow a different
 //! history, so it is [`Break::Replaced`] (every watcher gets 410 Expired and the cache relists).
+//! Each break carries a [`FollowError`] naming what failed (the sync, opening or confirming the
+//! watch, the watch, a progress request or probe, a timeout) or what etcd showed (a compaction,
+//! another cluster id, a revision behind), with the `etcd_client::Error` as its `source()`.
 // Reads outside input (requests or stored values): no panicking access (design/reliability.md).
 #![cfg_attr(
     not(test),
@@ -32,18 +35,10 @@ use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
 use crate::cache::{Cache, CacheWriter, Change, RangeReader};
+use crate::error::Cause;
 use crate::upstream::etcd::EtcdConfig;
 use crate::upstream::etcd::range::{EtcdUpstream, MAX_RESPONSE_BYTES, REQUEST_TIMEOUT};
-use crate::upstream::follow::{Break, Source, SyncMode, Synced};
-
-/// How etcd's history shows it was replaced.
-#[derive(Debug, Clone, Copy, thiserror::Error)]
-enum Divergence {
-    #[error("etcd's cluster id changed from {known:x} to {now:x}")]
-    Cluster { known: u64, now: u64 },
-    #[error("etcd's revision {rev} is below the applied revision {applied}")]
-    Revision { rev: u64, applied: u64 },
-}
+use crate::upstream::follow::{Break, FollowError, Source, SyncMode, Synced};
 
 /// One resource on etcd.
 pub(crate) struct EtcdSource {
@@ -92,11 +87,16 @@ impl Source for EtcdSource {
                 Ok(Ok(r)) => {
                     if let Some(d) = self.replaced(r.header(), 0, 0) {
                         self.cluster = None;
-                        return Err(Break::Replaced(d.to_string()));
+                        return Err(Break::Replaced(d));
                     }
                 }
-                Ok(Err(e)) => return Err(Break::failed(e.to_string())),
-                Err(_) => return Err(Break::failed("etcd did not answer in time")),
+                Ok(Err(e)) => return Err(Break::failed(FollowError::sync(e))),
+                Err(_) => {
+                    return Err(Break::failed(FollowError::Timeout {
+                        what: "reading etcd's cluster id before the sync",
+                        after: REQUEST_TIMEOUT,
+                    }));
+                }
             }
         }
         self.sync_pages(writer)
@@ -126,17 +126,25 @@ impl Source for EtcdSource {
         .await
         {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(Break::failed(format!("watch: {e}"))),
-            Err(_) => return Err(Break::failed("watch: timed out")),
+            Ok(Err(e)) => return Err(Break::failed(FollowError::open(e))),
+            Err(_) => {
+                return Err(Break::failed(FollowError::Timeout {
+                    what: "opening the watch",
+                    after: REQUEST_TIMEOUT,
+                }));
+            }
         };
         // etcd confirms the watch (or refuses it: compacted) in its first response.
         let first = tokio::select! {
             _ = shutdown.changed() => return Err(Break::Shutdown),
             m = tokio::time::timeout(REQUEST_TIMEOUT, stream.message()) => match m {
                 Ok(Ok(Some(r))) => r,
-                Ok(Ok(None)) => return Err(Break::failed("watch stream closed by etcd")),
-                Ok(Err(e)) => return Err(Break::failed(format!("watch: {e}"))),
-                Err(_) => return Err(Break::failed("watch: not confirmed in time")),
+                Ok(Ok(None)) => return Err(Break::failed(FollowError::Closed { upstream: Self::NAME })),
+                Ok(Err(e)) => return Err(Break::failed(FollowError::open(e))),
+                Err(_) => return Err(Break::failed(FollowError::Timeout {
+                    what: "etcd's confirmation of the watch",
+                    after: REQUEST_TIMEOUT,
+                })),
             },
         };
         if let Some(b) = self.check(&first, from, from).await {
@@ -172,7 +180,7 @@ impl Source for EtcdSource {
                 _ = shutdown.changed() => return Break::Shutdown,
                 _ = self.progress.notified() => {
                     if let Err(e) = w.stream.request_progress().await {
-                        return Break::failed(format!("progress request: {e}"));
+                        return Break::failed(FollowError::Progress { cause: Cause::new(e) });
                     }
                 }
                 _ = tokio::time::sleep_until(probe_at) => {
@@ -184,20 +192,23 @@ impl Source for EtcdSource {
                             // The probe is linearizable: no confirmation needed.
                             if let Some(d) = self.replaced(r.header(), w.from, *applied) {
                                 self.cluster = None;
-                                return Break::Replaced(d.to_string());
+                                return Break::Replaced(d);
                             }
                             last_message = tokio::time::Instant::now();
                         }
-                        Ok(Err(e)) => return Break::failed(format!("probe: {e}")),
-                        Err(_) => return Break::failed("probe: timed out"),
+                        Ok(Err(e)) => return Break::failed(FollowError::Probe { cause: Cause::new(e) }),
+                        Err(_) => return Break::failed(FollowError::Timeout {
+                            what: "the probe of a silent watch",
+                            after: REQUEST_TIMEOUT,
+                        }),
                     }
                 }
                 msg = w.stream.message() => {
                     last_message = tokio::time::Instant::now();
                     let resp = match msg {
                         Ok(Some(r)) => r,
-                        Ok(None) => return Break::failed("watch stream closed by etcd"),
-                        Err(e) => return Break::failed(format!("watch: {e}")),
+                        Ok(None) => return Break::failed(FollowError::Closed { upstream: Self::NAME }),
+                        Err(e) => return Break::failed(FollowError::watch(e)),
                     };
                     if let Some(b) = self.check(&resp, w.from, *applied).await {
                         return b;
@@ -217,21 +228,22 @@ impl EtcdSource {
     }
 
     /// Lists the prefix page by page at one revision into a resync of the cache.
-    async fn sync_pages(&mut self, writer: &mut CacheWriter) -> Result<u64, String> {
+    async fn sync_pages(&mut self, writer: &mut CacheWriter) -> Result<u64, FollowError> {
         let started = Instant::now();
         let plural = self.cache.definition().plural.clone();
         let mut reader = RangeReader::new(&*self.upstream, None, None, self.config.page_size);
         let Some(first) = reader.next_page().await else {
-            return Err("the range read returned no page".into());
+            return Err(FollowError::Unexpected("the range read returned no page"));
         };
-        let first = first.map_err(|e| e.to_string())?;
+        let first = first.map_err(FollowError::sync)?;
         let cached = self.cache.resource_version();
         if first.revision < cached {
             // A linearizable read below what we applied: etcd's history was replaced.
-            writer.reset(format!(
-                "etcd's revision {} is below the cache's revision {cached}",
-                first.revision
-            ));
+            let why = FollowError::RevisionBehind {
+                rev: first.revision,
+                applied: cached,
+            };
+            writer.reset(why.to_string());
         }
         let mut resync = writer.resync(first.revision);
         let mut page = Some(first);
@@ -243,12 +255,14 @@ impl EtcdSource {
             let secs = started.elapsed().as_secs_f64().max(1e-3);
             debug!(resource = %plural, objects = resync.listed(), rate = (resync.listed() as f64 / secs).round(), revision = p.revision, "syncing");
             page = match reader.next_page().await {
-                Some(p) => Some(p.map_err(|e| e.to_string())?),
+                Some(p) => Some(p.map_err(FollowError::sync)?),
                 None => None,
             };
         }
         let Some(rev) = reader.revision() else {
-            return Err("the range read returned no revision".into());
+            return Err(FollowError::Unexpected(
+                "the range read returned no revision",
+            ));
         };
         let out = resync.finish();
         debug!(resource = %plural, listed = out.listed, added = out.added, modified = out.modified, deleted = out.deleted, revision = rev, took = ?started.elapsed(), "synced");
@@ -260,15 +274,14 @@ impl EtcdSource {
     async fn check(&mut self, resp: &WatchResponse, from: u64, applied: u64) -> Option<Break> {
         if resp.canceled() {
             if resp.compact_revision() > 0 {
-                return Some(Break::Expired(format!(
-                    "etcd compacted past {from} (to {})",
-                    resp.compact_revision()
-                )));
+                return Some(Break::Expired(FollowError::Compacted {
+                    from,
+                    to: resp.compact_revision() as u64,
+                }));
             }
-            return Some(Break::failed(format!(
-                "watch canceled: {}",
-                resp.cancel_reason()
-            )));
+            return Some(Break::failed(FollowError::Canceled {
+                reason: resp.cancel_reason().to_owned(),
+            }));
         }
         let d = self.replaced(resp.header(), from, applied)?;
         let why = self.confirm(d).await?;
@@ -277,19 +290,20 @@ impl EtcdSource {
     }
 
     /// Whether a response header shows that etcd's history was replaced: a cluster id other than
-    /// the one seen before, or a revision below what was applied (a watch from `from + 1` cannot be
-    /// served by an etcd whose revision is below `from`).
+    /// the one seen before ([`FollowError::ClusterChanged`]), or a revision below what was applied
+    /// ([`FollowError::RevisionBehind`]: a watch from `from + 1` cannot be served by an etcd whose
+    /// revision is below `from`).
     fn replaced(
         &mut self,
         header: Option<&etcd_client::ResponseHeader>,
         from: u64,
         applied: u64,
-    ) -> Option<Divergence> {
+    ) -> Option<FollowError> {
         let h = header?;
         let id = h.cluster_id();
         match self.cluster {
             Some(known) if id != 0 && id != known => {
-                return Some(Divergence::Cluster { known, now: id });
+                return Some(FollowError::ClusterChanged { known, now: id });
             }
             None if id != 0 => {
                 self.cluster = Some(id);
@@ -299,15 +313,15 @@ impl EtcdSource {
         }
         let rev = h.revision() as u64;
         let applied = applied.max(from);
-        (rev > 0 && rev < applied).then_some(Divergence::Revision { rev, applied })
+        (rev > 0 && rev < applied).then_some(FollowError::RevisionBehind { rev, applied })
     }
 
     /// Confirms a revision below the applied one with a linearizable read, which waits until the
     /// member has applied everything committed: a lagging member may answer below what another
     /// member applied. A cluster id change needs no confirmation.
-    async fn confirm(&self, d: Divergence) -> Option<String> {
-        let Divergence::Revision { applied, .. } = d else {
-            return Some(d.to_string());
+    async fn confirm(&self, d: FollowError) -> Option<FollowError> {
+        let FollowError::RevisionBehind { applied, .. } = d else {
+            return Some(d);
         };
         let mut kv = self.client.kv_client();
         let probe = kv.get(
@@ -318,7 +332,7 @@ impl EtcdSource {
             Ok(Ok(r)) => r.header().map_or(0, |h| h.revision() as u64),
             _ => return None,
         };
-        (rev < applied).then(|| Divergence::Revision { rev, applied }.to_string())
+        (rev < applied).then_some(FollowError::RevisionBehind { rev, applied })
     }
 
     /// Applies one watch response: its events grouped by revision, or a progress notification.

@@ -18,21 +18,28 @@
 //! ```
 //!
 //! Availability rides along: a failure starts an outage (or continues it), and past the grace
-//! period the cache is not ready; the next watch that opens ends the outage, restarts the
-//! backoff and makes the cache ready again. A resource the upstream does not serve (an API
-//! server's 404: a CRD not installed) is no outage: the upstream answered. The cache is absent
-//! (not ready, not waited for) and the sync is asked again every `absent_retry`, with no
-//! backoff and no grace period, until a sync makes the cache ready.
+//! period the cache is not ready, for the latest failure ([`Unavailable`]); the next watch that
+//! opens ends the outage, restarts the backoff and makes the cache ready again. A resource the
+//! upstream does not serve (an API server's 404: a CRD not installed) is no outage: the upstream
+//! answered. The cache is absent (not ready, not waited for) and the sync is asked again every
+//! `absent_retry`, with no backoff and no grace period, until a sync makes the cache ready.
+//!
+//! Errors: a [`Break`] says what an end means to the follower, the [`FollowError`] it carries
+//! what failed (see `error.rs`); the effects hand the error on, so that the cache's not-ready
+//! and reset reasons and the driver's logs name it.
 //!
 //! ## Invariants
 //! - `Watching { rv }` and `Opening { rv }`: the cache holds every change of the upstream up to
 //!   `rv` (the driver reports how far the watch got in [`Input::Broke`]).
+//! - The upstream is down (`Link::Down`) from the first failure of an outage until a watch opens
+//!   or it answers 404; meanwhile `last` is the latest failure.
 //! - Only a sync leaves [`Phase::Syncing`]; only an opened watch ([`Input::Opened`], or a WatchList
 //!   that carries on as the watch) ends an outage.
 
 use std::time::{Duration, Instant};
 
 use crate::upstream::backoff;
+use crate::upstream::follow::error::{FollowError, Unavailable};
 
 /// How a sync reads the full state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +65,8 @@ pub(crate) enum WatchListUse {
     Only,
 }
 
-/// Why a sync or a watch ended, as the source classifies what it saw.
+/// Why a sync or a watch ended, as the source classifies what it saw: what it means to the
+/// follower. The [`FollowError`] each carries says what failed, with the upstream's own error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Break {
     /// The watch reached its deadline: reopen where it was, at once. (Only an API server's
@@ -66,14 +74,14 @@ pub(crate) enum Break {
     #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     Ended,
     /// The position left the upstream's window (410 Expired, an etcd compaction): relist.
-    Expired(String),
+    Expired(FollowError),
     /// The upstream's history was replaced (etcd wiped or restored): every watcher gets 410
     /// Expired and the cache relists. (Only etcd shows it.)
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    Replaced(String),
+    Replaced(FollowError),
     /// What was read cannot be applied where the cache stands (one revision's events split
     /// across two reads): relist.
-    Relist(String),
+    Relist(FollowError),
     /// A WatchList ended without its initial-events-end bookmark: the server ignored
     /// `sendInitialEvents`. (Only an API server's.)
     #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
@@ -81,19 +89,22 @@ pub(crate) enum Break {
     /// The upstream does not serve the resource (404 on its collection: a CRD not installed).
     /// Nothing to do with WatchList: the fallback does not apply. (Only an API server says so.)
     #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
-    Absent(String),
+    Absent(FollowError),
     /// A failure to retry after a backoff, resuming where the cache stands. `status`: the HTTP
     /// code, when the upstream answered with one.
-    Failed { why: String, status: Option<u16> },
+    Failed {
+        error: FollowError,
+        status: Option<u16>,
+    },
     /// The follower was asked to stop.
     Shutdown,
 }
 
 impl Break {
     /// A resumable failure without a status.
-    pub fn failed(why: impl Into<String>) -> Break {
+    pub fn failed(error: FollowError) -> Break {
         Break::Failed {
-            why: why.into(),
+            error,
             status: None,
         }
     }
@@ -109,6 +120,21 @@ impl Break {
                 status: Some(c), ..
             } => *c != 410 && *c != 429,
             _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Break {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Break::Ended => f.write_str("the watch reached its deadline"),
+            Break::NoInitialEventsEnd => FollowError::NoInitialEventsEnd.fmt(f),
+            Break::Shutdown => f.write_str("shutting down"),
+            Break::Expired(e)
+            | Break::Replaced(e)
+            | Break::Relist(e)
+            | Break::Absent(e)
+            | Break::Failed { error: e, .. } => e.fmt(f),
         }
     }
 }
@@ -152,12 +178,13 @@ pub(crate) enum Effect {
     /// the upstream was unavailable, if it was.
     Recovered { down_for: Option<Duration> },
     /// Unavailable past the grace period: the cache is not ready, for this reason.
-    NotReady(String),
-    /// The upstream's history was replaced: every watcher gets 410 Expired, the cache empties
-    /// and is not ready until the next sync.
-    Reset(String),
-    /// The upstream does not serve the resource: the cache is absent until a sync finishes.
-    Absent(String),
+    NotReady(Unavailable),
+    /// The upstream's history was replaced (as this says): every watcher gets 410 Expired, the
+    /// cache empties and is not ready until the next sync.
+    Reset(FollowError),
+    /// The upstream does not serve the resource (its answer says so): the cache is absent until
+    /// a sync finishes.
+    Absent(FollowError),
 }
 
 /// One step's outcome.
@@ -195,10 +222,14 @@ pub(crate) enum Phase {
 }
 
 /// Whether the upstream answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Link {
     Up,
-    Down { since: Instant },
+    /// Unavailable `since`; `last`: the latest failure, the not-ready reason.
+    Down {
+        since: Instant,
+        last: FollowError,
+    },
 }
 
 /// How a follower treats unavailability.
@@ -263,7 +294,7 @@ impl Machine {
     pub fn down_for(&self, now: Instant) -> Option<Duration> {
         match self.link {
             Link::Up => None,
-            Link::Down { since } => Some(now.saturating_duration_since(since)),
+            Link::Down { since, .. } => Some(now.saturating_duration_since(since)),
         }
     }
 
@@ -310,30 +341,35 @@ impl Machine {
 
     /// A failure: the outage starts now unless it already had; past the grace period, the
     /// cache is not ready. Then a pause before `then`.
-    fn failed(&mut self, now: Instant, why: &str, then: Then) -> Step {
+    fn failed(&mut self, now: Instant, last: FollowError, then: Then) -> Step {
         let since = match self.link {
-            Link::Down { since } => since,
+            Link::Down { since, .. } => since,
             Link::Up => now,
         };
-        self.link = Link::Down { since };
-        let effect = self.past_grace(now, why);
+        self.link = Link::Down { since, last };
+        let effect = self.past_grace(now);
         self.go(Phase::Paused(then), effect)
     }
 
-    fn past_grace(&self, now: Instant, why: &str) -> Option<Effect> {
-        let down_for = self.down_for(now)?;
+    /// Not ready, for the last failure, when the outage is past the grace period at `now`.
+    fn past_grace(&self, now: Instant) -> Option<Effect> {
+        let Link::Down { since, last } = &self.link else {
+            return None;
+        };
+        let down_for = now.saturating_duration_since(*since);
         (down_for >= self.policy.grace).then(|| {
-            Effect::NotReady(format!(
-                "{} unavailable for {down_for:?}: {why}",
-                self.policy.upstream
-            ))
+            Effect::NotReady(Unavailable {
+                upstream: self.policy.upstream,
+                down_for,
+                last: last.clone(),
+            })
         })
     }
 
     /// While paused: the grace period may run out meanwhile.
     pub fn tick(&self, now: Instant) -> Option<Effect> {
         match self.phase {
-            Phase::Paused(_) => self.past_grace(now, "no connection"),
+            Phase::Paused(_) => self.past_grace(now),
             _ => None,
         }
     }
@@ -404,12 +440,10 @@ impl Machine {
             },
             Break::Expired(_) | Break::Relist(_) => self.relist(None),
             Break::Replaced(why) => self.relist(Some(Effect::Reset(why))),
-            Break::NoInitialEventsEnd => self.failed(
-                now,
-                "the WatchList ended without its initial-events-end bookmark",
-                resume(applied),
-            ),
-            Break::Failed { why, .. } => self.failed(now, &why, resume(applied)),
+            Break::NoInitialEventsEnd => {
+                self.failed(now, FollowError::NoInitialEventsEnd, resume(applied))
+            }
+            Break::Failed { error, .. } => self.failed(now, error, resume(applied)),
             // The upstream answered: whatever outage there was is over, and the next sync
             // starts with a fresh backoff.
             Break::Absent(why) => {
@@ -448,11 +482,24 @@ mod tests {
         Input::Broke { applied, why }
     }
 
+    /// A failure whose message is `why`.
+    fn err(why: &str) -> FollowError {
+        FollowError::watch(std::io::Error::other(why.to_owned()))
+    }
+
     fn failed(status: Option<u16>) -> Break {
         Break::Failed {
-            why: "boom".into(),
+            error: err("boom"),
             status,
         }
+    }
+
+    fn not_ready(down_for: Duration, last: FollowError) -> Option<Effect> {
+        Some(Effect::NotReady(Unavailable {
+            upstream: "etcd",
+            down_for,
+            last,
+        }))
     }
 
     fn step(effect: Option<Effect>, action: Action) -> Step {
@@ -462,15 +509,15 @@ mod tests {
     fn every_break() -> Vec<Break> {
         vec![
             Break::Ended,
-            Break::Expired("410".into()),
-            Break::Replaced("wiped".into()),
-            Break::Relist("split".into()),
+            Break::Expired(err("410")),
+            Break::Replaced(err("wiped")),
+            Break::Relist(err("split")),
             Break::NoInitialEventsEnd,
             failed(None),
             failed(Some(500)),
             failed(Some(410)),
             failed(Some(429)),
-            Break::Absent("404".into()),
+            Break::Absent(err("404")),
             Break::Shutdown,
         ]
     }
@@ -585,12 +632,12 @@ mod tests {
                         use_
                     )
                 );
-                for why in [Break::Expired("410".into()), Break::Relist("split".into())] {
+                for why in [Break::Expired(err("410")), Break::Relist(err("split"))] {
                     let (s, _, wl) = go(why);
                     assert_eq!((s, wl), (step(None, relist), use_));
                 }
-                let (s, _, _) = go(Break::Replaced("wiped".into()));
-                assert_eq!(s, step(Some(Effect::Reset("wiped".into())), relist));
+                let (s, _, _) = go(Break::Replaced(err("wiped")));
+                assert_eq!(s, step(Some(Effect::Reset(err("wiped"))), relist));
                 // A failure: a pause, then a resume from where the watch got to.
                 for why in [failed(None), failed(Some(500)), Break::NoInitialEventsEnd] {
                     let (s, p, _) = go(why);
@@ -673,7 +720,7 @@ mod tests {
             now,
         );
         m.step(Input::Opened, now);
-        let s = m.step(broke(Some(6), Break::Expired("410".into())), now);
+        let s = m.step(broke(Some(6), Break::Expired(err("410"))), now);
         assert_eq!(s.action, Action::Sync(SyncMode::List));
         // Still on after a transient failure: the relist tries WatchList again.
         let mut m = at(Phase::Syncing(SyncMode::WatchList), WatchListUse::Try);
@@ -686,7 +733,7 @@ mod tests {
             now,
         );
         m.step(Input::Opened, now);
-        let s = m.step(broke(Some(6), Break::Expired("410".into())), now);
+        let s = m.step(broke(Some(6), Break::Expired(err("410"))), now);
         assert_eq!(s.action, Action::Sync(SyncMode::WatchList));
     }
 
@@ -703,7 +750,7 @@ mod tests {
             Action::Sync(SyncMode::WatchList)
         );
         // 410 on a sync: relist at once, no backoff.
-        let s = m.step(broke(None, Break::Expired("410".into())), now);
+        let s = m.step(broke(None, Break::Expired(err("410"))), now);
         assert_eq!(s, step(None, Action::Sync(SyncMode::WatchList)));
     }
 
@@ -774,19 +821,22 @@ mod tests {
         let s = m.step(broke(Some(7), failed(None)), t0);
         assert_eq!(s.effect, None, "inside the grace period");
         assert_eq!(m.tick(t0 + GRACE / 2), None);
-        assert_eq!(
-            m.tick(t0 + GRACE),
-            Some(Effect::NotReady(
-                "etcd unavailable for 30s: no connection".into()
-            ))
-        );
+        // The reason is the last failure.
+        assert_eq!(m.tick(t0 + GRACE), not_ready(GRACE, err("boom")));
         m.step(Input::Resumed, t0 + GRACE);
         assert_eq!(m.tick(t0 + GRACE), None, "only while paused");
         // The outage goes on through further failures: it started at t0.
-        let s = m.step(broke(Some(7), failed(None)), t0 + GRACE * 2);
+        let s = m.step(
+            broke(Some(7), Break::failed(err("reset by peer"))),
+            t0 + GRACE * 2,
+        );
+        assert_eq!(s.effect, not_ready(GRACE * 2, err("reset by peer")));
+        let Some(Effect::NotReady(u)) = s.effect else {
+            panic!("{s:?}")
+        };
         assert_eq!(
-            s.effect,
-            Some(Effect::NotReady("etcd unavailable for 60s: boom".into()))
+            u.to_string(),
+            "etcd unavailable for 60s: the watch failed: reset by peer"
         );
         m.step(Input::Resumed, t0 + GRACE * 2);
         assert_eq!(
@@ -830,7 +880,7 @@ mod tests {
     #[test]
     fn a_resource_not_served_is_absent_and_asked_again_with_no_outage() {
         let t0 = Instant::now();
-        let absent = || broke(None, Break::Absent("404".into()));
+        let absent = || broke(None, Break::Absent(err("404")));
         for (phase, use_) in [
             (Phase::Syncing(SyncMode::List), WatchListUse::Off),
             (Phase::Syncing(SyncMode::WatchList), WatchListUse::Try),
@@ -843,7 +893,7 @@ mod tests {
             assert_eq!(
                 s,
                 step(
-                    Some(Effect::Absent("404".into())),
+                    Some(Effect::Absent(err("404"))),
                     Action::Wait(Duration::from_secs(3))
                 ),
                 "{phase:?}"
@@ -873,9 +923,9 @@ mod tests {
         m.step(broke(Some(7), failed(None)), t0);
         m.step(Input::Resumed, t0);
         assert_eq!(
-            m.step(broke(Some(7), Break::Absent("404".into())), t0 + GRACE)
+            m.step(broke(Some(7), Break::Absent(err("404"))), t0 + GRACE)
                 .effect,
-            Some(Effect::Absent("404".into()))
+            Some(Effect::Absent(err("404")))
         );
         assert_eq!(m.down_for(t0 + GRACE), None);
         m.step(Input::Resumed, t0 + GRACE);

@@ -9,6 +9,12 @@
 //!
 //! The driver owns the cache's one [`CacheWriter`]: nothing else changes the cache.
 //!
+//! ## Errors
+//! A source reports what failed as a [`FollowError`] (`error.rs`) inside the [`Break`] that says
+//! what it means; the upstream's own error stays its `source()`. Its text is what the logs show,
+//! and what the cache's not-ready and reset reasons say (those are strings: a client reads them in
+//! a 429's or 410's `Status`).
+//!
 //! ## Invariants
 //! - `applied` (passed to [`Source::follow`]) is the revision the cache holds every change up
 //!   to; a watch is only ever opened after it, so no change is skipped or applied twice.
@@ -21,6 +27,7 @@
 //! fallback) is at debug.
 
 pub(crate) mod check;
+pub(crate) mod error;
 pub(crate) mod machine;
 
 use std::future::Future;
@@ -31,6 +38,7 @@ use tracing::{debug, info, warn};
 
 use crate::cache::CacheWriter;
 use crate::upstream::backoff::{self, Throttle};
+pub(crate) use error::FollowError;
 use machine::{Action, Effect, Input, Machine};
 pub(crate) use machine::{Break, Policy, SyncMode, WatchListUse};
 
@@ -169,11 +177,9 @@ pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follo
                     // `applied` holds what it applied, and the relist starts over anyway.
                     Some(w) => tokio::select! {
                         why = source.follow(w, &mut writer, &mut applied, &mut shutdown) => why,
-                        () = RelistRequests::next(&mut relists) => Break::Relist(
-                            "the consistency check found the cache differs from the upstream".into(),
-                        ),
+                        () = RelistRequests::next(&mut relists) => Break::Relist(FollowError::Inconsistent),
                     },
-                    None => Break::Relist("no open watch to follow".into()),
+                    None => Break::Relist(FollowError::NoWatch),
                 };
                 Input::Broke {
                     applied: Some(applied),
@@ -276,11 +282,11 @@ fn carry_out(
             writer.set_ready();
         }
         Effect::NotReady(why) => {
-            if writer.set_not_ready(why) {
-                warn!(resource = %plural, grace = ?policy.grace, "{upstream} unavailable past the grace period; not ready");
+            if writer.set_not_ready(why.to_string()) {
+                warn!(resource = %plural, grace = ?policy.grace, error = %why.last, "{upstream} unavailable past the grace period; not ready");
             }
         }
-        Effect::Reset(why) => writer.reset(why),
+        Effect::Reset(why) => writer.reset(why.to_string()),
         Effect::Absent(why) => {
             if writer.set_absent() {
                 warn!(resource = %plural, error = %why, retry = ?policy.absent_retry, "the {upstream} does not serve this resource; not waited for (its requests go to the upstream), asked again");
@@ -300,7 +306,7 @@ fn log_watch_list_fallback(plural: &str, upstream: &str, why: &Break) -> bool {
             debug!(resource = %plural, "the {upstream} does not do WatchList; using LIST then watch")
         }
         other => {
-            warn!(resource = %plural, error = ?other, for_good = other.refuses_watch_list(), "WatchList failed; falling back to LIST then watch")
+            warn!(resource = %plural, error = %other, for_good = other.refuses_watch_list(), "WatchList failed; falling back to LIST then watch")
         }
     }
     true
@@ -322,7 +328,7 @@ fn log_input(
             warn!(resource = %plural, from = ?applied, error = %e, "watch position expired; relisting")
         }
         Break::Relist(why) => warn!(resource = %plural, rv = ?applied, %why, "relisting"),
-        Break::Failed { why, .. } => {
+        Break::Failed { error: why, .. } => {
             let now = Instant::now();
             if let Some(n) = failures.admit(now) {
                 let down_for = machine.down_for(now).unwrap_or_default();
