@@ -96,6 +96,11 @@ struct BenchArgs {
         default_value = "target/k8s/v1.35.4/kube-apiserver"
     )]
     kube_apiserver: PathBuf,
+    /// `--model cold-start`: another kube-apiserver measured after the first, on the same etcd
+    /// (repeatable; e.g. `target/k8s/v1.37.2/kube-apiserver`, built by
+    /// `K8S_VERSIONS=v1.37.2 scripts/k8s-peers`).
+    #[arg(long, value_name = "FILE")]
+    also_kube_apiserver: Vec<PathBuf>,
     /// `--model catchup`: events written to etcd while the cache is cut off from it.
     #[arg(long, default_value_t = 300_000)]
     events: usize,
@@ -949,7 +954,9 @@ async fn cold_start(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
             Some(b) => b,
             None => std::env::current_exe()?,
         },
-        kube_apiserver: args.kube_apiserver,
+        kube_apiservers: std::iter::once(args.kube_apiserver)
+            .chain(args.also_kube_apiserver)
+            .collect(),
         etcd_binary: args.etcd_binary.or_else(|| {
             let tests = PathBuf::from("target/etcd/v3.6.16/etcd");
             tests.exists().then_some(tests)

@@ -32,7 +32,8 @@ pub struct ColdStartConfig {
     pub pod_bytes: usize,
     pub sides: Vec<Side>,
     pub server_binary: PathBuf,
-    pub kube_apiserver: PathBuf,
+    /// Each measured in turn where the sides name kube-apiserver (1.35.4's, then 1.37.2's).
+    pub kube_apiservers: Vec<PathBuf>,
     pub etcd_binary: Option<PathBuf>,
     pub etcd_data_dir: Option<PathBuf>,
     pub storage: Storage,
@@ -42,6 +43,8 @@ pub struct ColdStartConfig {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ColdStart {
     pub side: Side,
+    /// The side and its version where the binary's path names one (`target/k8s/v1.37.2/...`).
+    pub name: String,
     /// From the process's start to serving the pods from its cache.
     pub ready_s: f64,
     /// Peak resident set by then (VmHWM); `None` when it could not be read.
@@ -86,7 +89,22 @@ pub async fn run(cfg: ColdStartConfig) -> Result<ColdStartRun, String> {
     let pki = Pki::new(&dir.join("pki"))?;
     let mut sides = Vec::new();
     for side in &cfg.sides {
-        sides.push(start_side(*side, &cfg, endpoint, &pki, dir).await?);
+        match side {
+            Side::Watchcache => {
+                let name = side.name().to_owned();
+                let binary = &cfg.server_binary;
+                sides.push(start_side(*side, binary, name, endpoint, &pki, dir).await?);
+            }
+            Side::KubeApiserver => {
+                for binary in &cfg.kube_apiservers {
+                    let name = match version_in(binary) {
+                        Some(v) => format!("{} {v}", side.name()),
+                        None => side.name().to_owned(),
+                    };
+                    sides.push(start_side(*side, binary, name, endpoint, &pki, dir).await?);
+                }
+            }
+        }
     }
     drop(scratch);
     Ok(ColdStartRun {
@@ -156,20 +174,27 @@ fn pod_json(i: usize, pad: usize) -> String {
     v.to_string()
 }
 
+/// The version directory a peer binary was built into (`target/k8s/v1.37.2/kube-apiserver`).
+fn version_in(binary: &Path) -> Option<String> {
+    binary
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|v| v.to_str())
+        .filter(|v| v.starts_with('v') && v[1..].starts_with(|c: char| c.is_ascii_digit()))
+        .map(str::to_owned)
+}
+
 async fn start_side(
     side: Side,
-    cfg: &ColdStartConfig,
+    binary: &Path,
+    name: String,
     etcd_url: &str,
     pki: &Pki,
     dir: &Path,
 ) -> Result<ColdStart, String> {
-    let binary = match side {
-        Side::Watchcache => &cfg.server_binary,
-        Side::KubeApiserver => &cfg.kube_apiserver,
-    };
-    let side_dir = dir.join(side.name());
+    let side_dir = dir.join(name.replace(' ', "-"));
     std::fs::create_dir_all(&side_dir).map_err(|e| e.to_string())?;
-    info!(side = side.name(), "starting");
+    info!(side = %name, "starting");
     let started = Instant::now();
     let (url, process) = servers::start(side, binary, etcd_url, pki, &side_dir, false)?;
     let pid = process.0.id();
@@ -204,10 +229,11 @@ async fn start_side(
     }
     let ready_s = started.elapsed().as_secs_f64();
     let peak_rss_bytes = procstat::peak_rss_bytes(pid);
-    info!(side = side.name(), ready_s, peak_rss_bytes, "ready");
+    info!(side = %name, ready_s, peak_rss_bytes, "ready");
     drop(process);
     Ok(ColdStart {
         side,
+        name,
         ready_s,
         peak_rss_bytes,
     })
@@ -217,7 +243,7 @@ async fn start_side(
 pub fn table(run: &ColdStartRun) -> String {
     let mb = |b: u64| b as f64 / 1e6;
     let mut out = format!(
-        "cold start: {} pods, {:.0} MB stored (seeded in {:.1} s)\n{:<16} {:>10} {:>14} {:>16}\n",
+        "cold start: {} pods, {:.0} MB stored (seeded in {:.1} s)\n{:<24} {:>10} {:>14} {:>16}\n",
         run.pods,
         mb(run.stored_bytes),
         run.seed_s,
@@ -235,11 +261,8 @@ pub fn table(run: &ColdStartRun) -> String {
             None => ("missing".into(), "missing".into()),
         };
         out.push_str(&format!(
-            "{:<16} {:>10.2} {:>14} {:>16}\n",
-            s.side.name(),
-            s.ready_s,
-            rss,
-            ratio
+            "{:<24} {:>10.2} {:>14} {:>16}\n",
+            s.name, s.ready_s, rss, ratio
         ));
     }
     out

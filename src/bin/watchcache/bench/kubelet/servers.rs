@@ -70,6 +70,9 @@ pub fn start(
                 format!("--etcd-servers={etcd_url}"),
                 "--bind-address=127.0.0.1".into(),
                 "--advertise-address=127.0.0.1".into(),
+                // 1.37 refuses a loopback advertise address with the endpoint reconciler; the
+                // `kubernetes` Service's endpoints matter to no one here.
+                "--endpoint-reconciler-type=none".into(),
                 format!("--secure-port={port}"),
                 format!("--cert-dir={}", f(&dir.join("certs"))),
                 format!("--tls-cert-file={}", f(&pki.serving_cert)),
