@@ -150,6 +150,11 @@ struct BenchArgs {
     /// Churn duration in seconds.
     #[arg(long, default_value_t = 10)]
     duration: u64,
+    /// `--model consistent-list`: the Go program `tests/h2probe`, built
+    /// (`go build -C tests/h2probe -o ../../target/h2probe .`), to time the same LISTs with Go's
+    /// own HTTP/2 client after the rounds.
+    #[arg(long, value_name = "FILE")]
+    go_probe: Option<PathBuf>,
     /// `--model consistent-list`: LISTs of each side.
     #[arg(long, default_value_t = 1000)]
     rounds: usize,
@@ -989,6 +994,7 @@ async fn consistent_list(args: BenchArgs) -> Result<(), Box<dyn std::error::Erro
             tests.exists().then_some(tests)
         }),
         etcd_data_dir: args.etcd_data_dir,
+        go_probe: args.go_probe,
     };
     let run = bench::consistent::run(cfg).await?;
     print!("{}", bench::consistent::table(&run));

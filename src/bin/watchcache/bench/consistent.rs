@@ -38,6 +38,9 @@ pub struct ConsistentConfig {
     pub kube_apiserver: PathBuf,
     pub etcd_binary: Option<PathBuf>,
     pub etcd_data_dir: Option<PathBuf>,
+    /// `tests/h2probe` built: after the rounds, the same LISTs (and at `resourceVersion=0`)
+    /// timed by Go's own HTTP/2 client, the client kubectl and client-go use.
+    pub go_probe: Option<PathBuf>,
 }
 
 /// Latencies of one side's LISTs, in milliseconds.
@@ -73,6 +76,8 @@ pub struct ConsistentRun {
     /// rounds; `None` when the metrics could not be read.
     pub fresh_reads: Option<u64>,
     pub proven_by_selection: Option<u64>,
+    /// `--go-probe`'s lines: (server, what was read, its p50 / p99 / slowest as it printed them).
+    pub go_client: Vec<(String, String, String)>,
 }
 
 /// How long a server may take to be ready before the run fails.
@@ -146,6 +151,35 @@ pub async fn run(cfg: ConsistentConfig) -> Result<ConsistentRun, String> {
         }
     }
     let after = fresh_counts(&http, &wc).await;
+    let mut go_client = Vec::new();
+    if let Some(probe) = &cfg.go_probe {
+        let (cert, key) = pki.admin_files(&dir.join("pki"))?;
+        for (query, what) in [
+            ("", "consistent"),
+            ("?resourceVersion=0", "resourceVersion=0"),
+        ] {
+            for (name, url) in [("kube-apiserver", &kas), ("through watchcache", &wc)] {
+                let out = Command::new(probe)
+                    .arg(format!("{url}{path}{query}"))
+                    .args([&cert, &key, &pki.ca_file])
+                    .arg(cfg.rounds.to_string())
+                    .output()
+                    .map_err(|e| format!("{}: {e}", probe.display()))?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "{}: {}",
+                        probe.display(),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
+                }
+                let line = String::from_utf8_lossy(&out.stdout);
+                let figures = line
+                    .split_once(" p50 ")
+                    .map_or(line.trim(), |(_, f)| f.trim());
+                go_client.push((name.to_owned(), what.to_owned(), format!("p50 {figures}")));
+            }
+        }
+    }
     going.store(false, std::sync::atomic::Ordering::Relaxed);
     let leases = writer.await.map_err(|e| e.to_string())??;
     let diff = |f: fn(&(u64, u64)) -> u64| {
@@ -162,6 +196,7 @@ pub async fn run(cfg: ConsistentConfig) -> Result<ConsistentRun, String> {
         through_watchcache: Latencies::of(through),
         fresh_reads: diff(|c| c.0),
         proven_by_selection: diff(|c| c.1),
+        go_client,
     })
 }
 
@@ -344,5 +379,10 @@ pub fn table(run: &ConsistentRun) -> String {
         n(run.fresh_reads),
         n(run.proven_by_selection)
     ));
+    for (name, what, figures) in &run.go_client {
+        out.push_str(&format!(
+            "Go's HTTP/2 client, {what}: {name:<20} {figures}\n"
+        ));
+    }
     out
 }

@@ -1,0 +1,3 @@
+module watchcache.test/h2probe
+
+go 1.26
