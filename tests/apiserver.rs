@@ -439,10 +439,11 @@ async fn consistent_reads_on_the_leaf_are_proven_by_the_roots_selected_objects()
             .text()
             .await
             .unwrap();
-        text.lines()
-            .find(|l| l.starts_with("watchcache_fresh_by_selection_total{resource=\"pods\""))
-            .and_then(|l| l.rsplit(' ').next())
-            .map_or(0, |n| n.parse::<u64>().unwrap())
+        support::sum_samples(
+            &text,
+            "watchcache_fresh_by_selection_total",
+            &["resource=\"pods\""],
+        ) as u64
     };
     let before = proofs().await;
     let started = std::time::Instant::now();

@@ -612,10 +612,11 @@ async fn consistent_lists_through_proxy_mode_wait_for_no_event_and_are_never_old
     let proven = |client: kube::Client| async move {
         let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
         let text = client.request_text(req).await.unwrap();
-        text.lines()
-            .find(|l| l.starts_with("watchcache_fresh_by_selection_total{resource=\"configmaps\""))
-            .and_then(|l| l.rsplit(' ').next())
-            .map_or(0, |n| n.parse::<u64>().unwrap())
+        support::sum_samples(
+            &text,
+            "watchcache_fresh_by_selection_total",
+            &["resource=\"configmaps\""],
+        ) as u64
     };
     // Secrets written all along move etcd's revision past the configmaps' cache, as a
     // cluster's other resources do: each LIST needs a proof.

@@ -596,14 +596,18 @@ impl Cache {
             kind: def.plural.clone(),
             name: name.to_owned(),
         };
-        // The proof by selection of one object: its name (a name no field selector can carry
-        // is proven by revision instead).
-        let one = Selection::parse(namespace, &format!("metadata.name={name}"), "")
-            .ok()
-            .filter(|s| s.fields.to_string() == format!("metadata.name={name}"));
-        let reached = self
-            .meet(consistent::plan_get(rv), &KeyRange::one(&key), one.as_ref())
-            .await?;
+        let wait = consistent::plan_get(rv);
+        // A consistent GET's proof by selection: the object's name (a name no field selector
+        // can carry is proven by revision instead).
+        let one = (wait == Wait::Fresh)
+            .then(|| {
+                let by_name = format!("metadata.name={name}");
+                Selection::parse(namespace, &by_name, "")
+                    .ok()
+                    .filter(|s| s.fields.to_string() == by_name)
+            })
+            .flatten();
+        let reached = self.meet(wait, &KeyRange::one(&key), one.as_ref()).await?;
         // As a LIST: served at the revision the wait reached (`list`).
         match self.shared.get_at(&key, reached) {
             Ok(o) => o,

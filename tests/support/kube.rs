@@ -578,14 +578,7 @@ impl KubeApiserver {
     pub async fn metric(&self, name: &str, labels: &[&str]) -> f64 {
         let (code, text) = self.get("/metrics").await;
         assert_eq!(code, 200, "{text}");
-        text.lines()
-            .filter(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-                    && labels.iter().all(|want| l.contains(want))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        super::sum_samples(&text, name, labels)
     }
 
     /// GET as the admin: (status, body).

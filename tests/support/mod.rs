@@ -20,6 +20,19 @@ pub fn pod(ns: &str, name: &str, node: &str, labels: &[(&str, &str)]) -> String 
     )
 }
 
+/// The sum of Prometheus metric `name`'s samples in `text` whose labels contain every
+/// `label="value"` given.
+pub fn sum_samples(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                && labels.iter().all(|want| l.contains(want))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// A pod with no namespace (the collection it is created in gives it one), labelled
 /// `app: {app}`, as a JSON value to edit before it is written.
 pub fn pod_value(name: &str, node: &str, app: &str) -> serde_json::Value {

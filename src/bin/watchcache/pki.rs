@@ -312,7 +312,8 @@ fn serving_params() -> Result<CertificateParams, PkiError> {
     Ok(params)
 }
 
-fn admin_params() -> Result<CertificateParams, PkiError> {
+/// The admin's certificate: `kubernetes-admin` in `system:masters`, for client authentication.
+pub(crate) fn admin_params() -> Result<CertificateParams, PkiError> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     params
         .distinguished_name

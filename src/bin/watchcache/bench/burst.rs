@@ -114,7 +114,7 @@ async fn one(http: &Http, url: &str, watch: bool) -> Result<(), u16> {
 /// The server's `watchcache_fresh_reads_total`, summed over resources.
 async fn fresh_reads(http: &Http, url: &str) -> Option<u64> {
     let text = http.text(&format!("{url}/metrics")).await.ok()?;
-    Some(sum_metric(&text, "watchcache_fresh_reads_total"))
+    super::sum_metric(&text, "watchcache_fresh_reads_total", &[])
 }
 
 /// Range requests etcd served (`grpc_server_started_total{grpc_method="Range"}`).
@@ -135,22 +135,16 @@ async fn etcd_ranges(url: &str) -> Option<u64> {
     )
 }
 
-/// The sum of a counter's samples over its labels.
-fn sum_metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn counters_are_summed_over_their_labels() {
         let text = "# HELP x\nwatchcache_fresh_reads_total{resource=\"pods\"} 3\nwatchcache_fresh_reads_total{resource=\"nodes\"} 2\nwatchcache_fresh_reads_totalx 9\n";
-        assert_eq!(super::sum_metric(text, "watchcache_fresh_reads_total"), 5);
+        let sum = |labels: &[&str]| {
+            super::super::sum_metric(text, "watchcache_fresh_reads_total", labels)
+        };
+        assert_eq!(sum(&[]), Some(5));
+        assert_eq!(sum(&["resource=\"nodes\""]), Some(2));
+        assert_eq!(sum(&["resource=\"pods\"", "x=\"y\""]), None);
     }
 }

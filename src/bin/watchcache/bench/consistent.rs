@@ -15,7 +15,7 @@
 //! upstream's resourceVersion).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -291,11 +291,8 @@ fn start_proxy(
     )
     .map_err(|e| e.to_string())?;
     let port = watchcache::etcd::free_port().map_err(|e| e.to_string())?;
-    let log = dir.join("watchcache.log");
-    let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-    let err = out.try_clone().map_err(|e| e.to_string())?;
-    let child = Command::new(binary)
-        .args(["serve", "--upstream-kubeconfig", &f(&kubeconfig)])
+    let mut cmd = Command::new(binary);
+    cmd.args(["serve", "--upstream-kubeconfig", &f(&kubeconfig)])
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--data-dir", &f(&dir.join("watchcache"))])
         .args(["--tls-cert-file", &f(&pki.serving_cert)])
@@ -303,13 +300,9 @@ fn start_proxy(
         .args(["--client-ca-file", &f(&pki.ca_file)])
         .args(["--authorization-mode", "Node,RBAC"])
         .args(["--resources", "configmaps"])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-    Ok((format!("https://127.0.0.1:{port}"), ServerProcess(child)))
+        .env("RUST_LOG", "warn");
+    let process = servers::spawn_logged(&mut cmd, &dir.join("watchcache.log"))?;
+    Ok((format!("https://127.0.0.1:{port}"), process))
 }
 
 async fn ready(http: &super::http::Http, url: &str, name: &str) -> Result<(), String> {
@@ -342,13 +335,7 @@ async fn fresh_counts(http: &super::http::Http, url: &str) -> Option<(u64, u64)>
             return None;
         }
     };
-    let count = |name: &str| {
-        let prefix = format!("{name}{{resource=\"configmaps\"");
-        text.lines()
-            .find(|l| l.starts_with(&prefix))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|n| n.parse().ok())
-    };
+    let count = |name| super::sum_metric(&text, name, &["resource=\"configmaps\""]);
     let found =
         count("watchcache_fresh_reads_total").zip(count("watchcache_fresh_by_selection_total"));
     if found.is_none() {

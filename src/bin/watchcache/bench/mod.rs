@@ -76,6 +76,21 @@ pub enum Model {
     ConsistentList,
 }
 
+/// The sum of Prometheus counter `name`'s samples in `text` whose labels contain every
+/// `label="value"` given; `None` when no sample does (a figure that is missing, not 0).
+fn sum_metric(text: &str, name: &str, labels: &[&str]) -> Option<u64> {
+    let samples: Vec<f64> = text
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                && labels.iter().all(|want| l.contains(want))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .collect();
+    (!samples.is_empty()).then(|| samples.iter().sum::<f64>() as u64)
+}
+
 /// How the cache mode's clients reach the server over TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 pub enum TlsMode {

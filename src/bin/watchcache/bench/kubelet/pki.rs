@@ -106,14 +106,7 @@ impl Pki {
     /// The admin's certificate and key as PEM files in `dir` (`admin.crt`, `admin.key`): for
     /// a kubeconfig, where a client reads its identity from files.
     pub fn admin_files(&self, dir: &Path) -> Result<(PathBuf, PathBuf), String> {
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "kubernetes-admin");
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, "system:masters");
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let params = crate::pki::admin_params().map_err(err)?;
         let key = KeyPair::generate().map_err(err)?;
         let cert = params.signed_by(&key, &self.issuer).map_err(err)?;
         let (cert_file, key_file) = (dir.join("admin.crt"), dir.join("admin.key"));

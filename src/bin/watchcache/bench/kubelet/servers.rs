@@ -89,16 +89,21 @@ pub fn start(
             ]);
         }
     }
-    let log = dir.join(format!("{}.log", side.name()));
-    let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let process = spawn_logged(&mut cmd, &dir.join(format!("{}.log", side.name())))?;
+    Ok((format!("https://127.0.0.1:{port}"), process))
+}
+
+/// Starts `cmd` with its output (both streams) in the file `log`; stopped on drop.
+pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<ServerProcess, String> {
+    let out = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
     let child = cmd
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
         .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-    Ok((format!("https://127.0.0.1:{port}"), ServerProcess(child)))
+        .map_err(|e| format!("cannot start {}: {e}", cmd.get_program().to_string_lossy()))?;
+    Ok(ServerProcess(child))
 }
 
 /// The last lines of a side's log, for an error message.
