@@ -305,6 +305,37 @@ impl Cache {
         }
     }
 
+    /// Waits until the cache is as fresh as its upstream is now (one upstream read, shared with
+    /// the consistent reads waiting at once), and returns its revision. A server that drains
+    /// calls it first, so that each watch's last bookmark is at or past the revision any other
+    /// replica started from before the drain began: resumed there, it is never older than that
+    /// replica's window (a quiet resource's revision otherwise moves only with the upstream's
+    /// progress notifications, seconds behind).
+    ///
+    /// # Errors
+    /// The upstream read's, and [`Error::TooLargeResourceVersion`] when the cache does not get
+    /// there within [`CacheConfig::too_large_wait`].
+    ///
+    /// Only where the upstream's progress notifications prove a revision (etcd, fixed
+    /// versions): elsewhere the proof would read every key of the resource, and the cache's own
+    /// revision is returned as it is.
+    pub async fn catch_up(&self) -> Result<u64> {
+        match self.upstream() {
+            Some(up) if up.progress_is_reliable() => {
+                let target = self
+                    .shared
+                    .fresh_reads
+                    .join(ReadKey::Revision, move || {
+                        let up = Arc::clone(&up);
+                        async move { up.current_revision().await }
+                    })
+                    .await?;
+                self.wait_for(target).await
+            }
+            _ => Ok(self.resource_version()),
+        }
+    }
+
     /// Waits until the cache is as fresh as the upstream is now for the keys in `keys` (and the
     /// objects `selection` selects, where the upstream proves freshness by selection): a
     /// consistent read's start. Returns the cache revision the read is served at. One upstream

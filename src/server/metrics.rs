@@ -46,6 +46,55 @@ pub struct ResourceLabel {
     pub resource: String,
 }
 
+/// Labels of the watch-start counter: the resource, and how the watch starts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct WatchStartLabels {
+    group: String,
+    resource: String,
+    /// [`WatchStart::label`].
+    start: &'static str,
+}
+
+/// How a watch starts: what tells a resume from a relist in a rollout, where a watch ended by
+/// a drain should come back as `resume`, never as one of the starts that send the state again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WatchStart {
+    /// From a resourceVersion, without initial events: a reflector resuming.
+    Resume,
+    /// `sendInitialEvents=true`: a WatchList, which is a relist.
+    InitialEvents,
+    /// resourceVersion unset or `0` without `sendInitialEvents`: the legacy start that sends the
+    /// state as ADDED events first, also a relist.
+    State,
+    /// resourceVersion unset or `0` with `sendInitialEvents=false`: changes from now on.
+    Now,
+    /// Answered 410: the resourceVersion is older than the window (the client relists next).
+    Expired,
+}
+
+impl WatchStart {
+    /// How a watch with these options starts, when its start is not older than the window.
+    pub(crate) fn of(opts: &crate::cache::WatchOptions) -> WatchStart {
+        use crate::model::ResourceVersion;
+        match (opts.send_initial_events, opts.resource_version) {
+            (Some(true), _) => WatchStart::InitialEvents,
+            (_, ResourceVersion::At(_)) => WatchStart::Resume,
+            (Some(false), _) => WatchStart::Now,
+            (None, _) => WatchStart::State,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            WatchStart::Resume => "resume",
+            WatchStart::InitialEvents => "initial_events",
+            WatchStart::State => "state",
+            WatchStart::Now => "now",
+            WatchStart::Expired => "expired",
+        }
+    }
+}
+
 /// Labels of the watcher gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WatcherLabels {
@@ -399,6 +448,7 @@ pub struct ServerMetrics {
     pub accept_errors: Family<ReasonLabel, Counter<u64, AtomicU64>>,
     /// Connections refused at their accept, by the bound they met.
     pub connections_refused: Family<ReasonLabel, Counter<u64, AtomicU64>>,
+    watch_starts: Family<WatchStartLabels, Counter<u64, AtomicU64>>,
     requests: Family<RequestCode, Counter<u64, AtomicU64>>,
     request_seconds: Family<RequestKey, Histogram, fn() -> Histogram>,
     longrunning: Family<RequestKey, Gauge>,
@@ -419,6 +469,7 @@ impl Default for ServerMetrics {
             tls_handshake_failures: Counter::default(),
             accept_errors: Family::default(),
             connections_refused: Family::default(),
+            watch_starts: Family::default(),
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(request_histogram),
             longrunning: Family::default(),
@@ -465,6 +516,17 @@ impl ServerMetrics {
     pub(crate) fn count_refused_connection(&self, reason: &'static str) {
         self.connections_refused
             .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// Records one watch started (or answered 410) on `def`.
+    pub(crate) fn count_watch_start(&self, def: &ResourceDef, start: WatchStart) {
+        self.watch_starts
+            .get_or_create(&WatchStartLabels {
+                group: def.group.clone(),
+                resource: def.plural.clone(),
+                start: start.label(),
+            })
             .inc();
     }
 
@@ -781,6 +843,13 @@ pub(crate) async fn render(
          max_idle_connections_per_address)",
         server.connections_refused.clone(),
     );
+    reg.register(
+        "watch_starts",
+        "Watches started, by resource and how: resume (from a resourceVersion), initial_events \
+         (sendInitialEvents=true, a WatchList), state (resourceVersion unset or 0: the state as \
+         ADDED events first), now (sendInitialEvents=false), expired (answered 410 Gone)",
+        server.watch_starts.clone(),
+    );
     let object_bytes = gauge(
         "object_bytes",
         "Bytes of the cached objects as stored (their protobuf or JSON values)",
@@ -1006,7 +1075,31 @@ fn register_upstream_names(
 
 #[cfg(test)]
 mod tests {
-    use super::mimalloc_block;
+    use super::{WatchStart, mimalloc_block};
+    use crate::cache::WatchOptions;
+    use crate::model::{ResourceVersion, Selection};
+
+    #[test]
+    fn a_watch_from_a_resource_version_is_a_resume_and_one_sending_the_state_is_not() {
+        let of = |rv, initial| {
+            let mut o = WatchOptions::new(Selection::default(), rv);
+            o.send_initial_events = initial;
+            WatchStart::of(&o)
+        };
+        assert_eq!(of(ResourceVersion::At(7), None), WatchStart::Resume);
+        assert_eq!(of(ResourceVersion::At(7), Some(false)), WatchStart::Resume);
+        assert_eq!(
+            of(ResourceVersion::At(7), Some(true)),
+            WatchStart::InitialEvents
+        );
+        assert_eq!(
+            of(ResourceVersion::Unset, Some(true)),
+            WatchStart::InitialEvents
+        );
+        assert_eq!(of(ResourceVersion::Any, None), WatchStart::State);
+        assert_eq!(of(ResourceVersion::Unset, None), WatchStart::State);
+        assert_eq!(of(ResourceVersion::Any, Some(false)), WatchStart::Now);
+    }
 
     #[test]
     fn blocks_are_mimallocs_size_classes() {

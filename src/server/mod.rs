@@ -344,6 +344,23 @@ impl Server {
                 }
             }
         }
+        // Every cache at its upstream's revision first (a second at most): the drain's
+        // bookmarks then carry a revision no older than any replica started before this one
+        // drains, so each watch resumes there instead of meeting its window's start (410).
+        let caught_up =
+            futures_util::future::join_all(self.state.caches().into_iter().map(|c| async move {
+                tokio::time::timeout(Duration::from_secs(1), c.catch_up())
+                    .await
+                    .is_ok_and(|r| r.is_ok())
+            }))
+            .await;
+        let behind = caught_up.iter().filter(|ok| !**ok).count();
+        if behind > 0 {
+            warn!(
+                behind,
+                "draining with caches behind their upstream: some last bookmarks may be older than another replica's window"
+            );
+        }
         let grace = self.state.config.shutdown_watch_grace;
         info!(
             watches = self.watchers(),

@@ -158,6 +158,23 @@ struct BenchArgs {
     /// `--model consistent-list`: LISTs of each side.
     #[arg(long, default_value_t = 1000)]
     rounds: usize,
+    /// `--model rollout`: watchcache replicas behind HAProxy.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// `--model rollout`: SIGKILL one replica (no drain) and start it again, instead of
+    /// restarting each in turn.
+    #[arg(long)]
+    kill: bool,
+    /// `--model rollout`: the replicas' `--shutdown-delay-duration`, seconds.
+    #[arg(long, default_value_t = 2.0)]
+    shutdown_delay: f64,
+    /// `--model rollout`: the replicas' `--shutdown-watch-termination-grace-period`, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    watch_grace: f64,
+    /// `--model rollout`: seconds of churn before the first replica stops (the churn lasts
+    /// `--duration` in all, which must outlast the rollout).
+    #[arg(long, default_value_t = 5.0)]
+    settle: f64,
     /// What to measure.
     #[arg(long, value_enum, default_value_t = bench::Mode::Cache)]
     mode: bench::Mode,
@@ -843,6 +860,14 @@ async fn bench(
         bench::check_open_files(args.nodes, open_files)?;
         return kubelets(args).await;
     }
+    if args.model == bench::Model::RolloutCluster {
+        return rollout_cluster(args).await;
+    }
+    if args.model == bench::Model::Rollout {
+        // One HTTP/2 connection per node here, and HAProxy processes sized to the same limit.
+        bench::check_open_files(args.nodes, open_files)?;
+        return rollout(args, open_files).await;
+    }
     if args.model == bench::Model::Catchup {
         return catchup(args).await;
     }
@@ -1038,6 +1063,93 @@ async fn kubelets(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let run = bench::kubelet::run(cfg).await?;
     print!("{}", bench::kubelet::table(&run));
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&run)?)?;
+        info!(path = %path.display(), "report written");
+    }
+    Ok(())
+}
+
+async fn rollout(
+    args: BenchArgs,
+    open_files: Option<fdlimit::OpenFiles>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use bench::kubelet::{KubeletConfig, Sides};
+    use std::time::Duration;
+    let secs = |s: f64, flag: &str| {
+        Duration::try_from_secs_f64(s).map_err(|e| format!("--{flag} {s}: {e}"))
+    };
+    let cfg = bench::kubelet::rollout::RolloutConfig {
+        kubelet: KubeletConfig {
+            nodes: args.nodes,
+            pods: args.pods,
+            watches: args.watches_per_node,
+            rate: args.rate,
+            duration: Duration::from_secs(args.duration),
+            lease_period: Duration::from_secs_f64(args.lease_period.max(0.001)),
+            sides: Sides::Watchcache,
+            server_binary: match args.server_binary.clone() {
+                Some(b) => b,
+                None => std::env::current_exe()?,
+            },
+            heap_stats: false,
+            kube_apiserver: args.kube_apiserver,
+            delivery_grace: Duration::from_secs(30),
+            progress: true,
+            etcd_data_dir: args.etcd_data_dir,
+            etcd_binary: args.etcd_binary.or_else(|| {
+                let tests = PathBuf::from("target/etcd/v3.6.16/etcd");
+                tests.exists().then_some(tests)
+            }),
+            storage: args.storage,
+        },
+        replicas: args.replicas,
+        kill: args.kill,
+        shutdown_delay: secs(args.shutdown_delay, "shutdown-delay")?,
+        watch_grace: secs(args.watch_grace, "watch-grace")?,
+        settle: secs(args.settle, "settle")?,
+        // Unknown: HAProxy is sized as for the limit this kind of machine gives (20 000).
+        open_files: open_files.map_or(20_000, |f| f.hard),
+    };
+    let run = bench::kubelet::rollout::run(cfg).await?;
+    print!("{}", bench::kubelet::rollout::table(&run));
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&run)?)?;
+        info!(path = %path.display(), "report written");
+    }
+    Ok(())
+}
+
+async fn rollout_cluster(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use std::time::Duration;
+    let k8s_bin_dir = args
+        .kube_apiserver
+        .parent()
+        .map(PathBuf::from)
+        .ok_or("--kube-apiserver names no directory")?;
+    let cfg = bench::cluster::ClusterConfig {
+        nodes: args.nodes,
+        pods: args.pods,
+        replicas: args.replicas,
+        kill: args.kill,
+        rate: args.rate,
+        before: Duration::try_from_secs_f64(args.settle).map_err(|e| format!("--settle: {e}"))?,
+        shutdown_delay: Duration::try_from_secs_f64(args.shutdown_delay)
+            .map_err(|e| format!("--shutdown-delay: {e}"))?,
+        watch_grace: Duration::try_from_secs_f64(args.watch_grace)
+            .map_err(|e| format!("--watch-grace: {e}"))?,
+        binary: match args.server_binary.clone() {
+            Some(b) => b,
+            None => std::env::current_exe()?,
+        },
+        k8s_bin_dir,
+        etcd_binary: args
+            .etcd_binary
+            .unwrap_or_else(|| PathBuf::from("target/etcd/v3.6.16/etcd")),
+        data_dir: args.etcd_data_dir,
+    };
+    let run = bench::cluster::run(cfg).await?;
+    print!("{}", bench::cluster::table(&run));
     if let Some(path) = args.json {
         std::fs::write(&path, serde_json::to_vec_pretty(&run)?)?;
         info!(path = %path.display(), "report written");

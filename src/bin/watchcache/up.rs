@@ -55,6 +55,14 @@ pub struct UpArgs {
     /// Static tokens (CSV `token,user,uid,"group1,group2"`), for watchcache and kube-apiserver.
     #[arg(long, value_name = "FILE")]
     token_auth_file: Option<PathBuf>,
+    /// watchcache replicas. Above 1, they listen on free loopback ports behind HAProxy (from
+    /// PATH; TCP, each replica's `/readyz` checked every 300 ms) on `--listen`, drain on
+    /// SIGTERM (`--shutdown-delay-duration 2s`, `--shutdown-watch-termination-grace-period
+    /// 10s` unless the serve flags say otherwise), and one that exits is started again on its
+    /// port, as a Deployment's pod would be. `<data-dir>/replicas.json` names each one's port
+    /// and pid: `kill -TERM` one to see a rollout.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+    replicas: u16,
     /// Flags for `watchcache serve` after `--`, e.g. `-- --history-bytes 64Mi`.
     #[arg(last = true, value_name = "SERVE FLAGS")]
     serve_flags: Vec<String>,
@@ -142,10 +150,101 @@ struct Plane {
     apiserver: Option<Proc>,
     /// watchcache, the components and the nodes: stopped together, first.
     front: Vec<Proc>,
+    /// With `--replicas` above 1: the replicas, each started again when it exits.
+    replicas: Option<Replicas>,
+}
+
+/// watchcache replicas behind HAProxy, each kept running on its own port.
+struct Replicas {
+    /// How to start replica `i` on its port.
+    command: Box<dyn Fn(u16) -> Result<Command, Error> + Send>,
+    each: Vec<Replica>,
+    logs: PathBuf,
+    /// `replicas.json`, rewritten on every start.
+    state: PathBuf,
+}
+
+struct Replica {
+    port: u16,
+    proc: Proc,
+    starts: usize,
+    started: Instant,
+    /// Exits within 10 s of a start, in a row: three end the plane (a crash loop).
+    quick_exits: usize,
+}
+
+impl Replicas {
+    /// Starts replica `i` on `port`, its `starts`-th start (which names its log).
+    fn spawn(&self, i: usize, port: u16, starts: usize) -> Result<Proc, Error> {
+        Proc::spawn(
+            &format!("watchcache-{i}"),
+            (self.command)(port)?,
+            self.logs.join(format!("watchcache-{i}.{starts}.log")),
+        )
+    }
+
+    /// Starts again each replica that exited; fails after three quick exits in a row.
+    fn check(&mut self) -> Result<(), Error> {
+        let mut changed = false;
+        for i in 0..self.each.len() {
+            let Some(status) = self.each[i].proc.exited() else {
+                continue;
+            };
+            let r = &mut self.each[i];
+            r.quick_exits = if r.started.elapsed() < Duration::from_secs(10) {
+                r.quick_exits + 1
+            } else {
+                0
+            };
+            if r.quick_exits >= 3 {
+                return Err(format!(
+                    "watchcache-{i} exited three times within 10 s of its start ({status}); the end of {}:\n{}",
+                    r.proc.log.display(),
+                    tail(&r.proc.log, 30)
+                )
+                .into());
+            }
+            r.starts += 1;
+            let (port, starts) = (r.port, r.starts);
+            eprintln!("watchcache-{i} exited ({status}): starting it again on port {port}");
+            let p = self.spawn(i, port, starts)?;
+            let r = &mut self.each[i];
+            r.proc = p;
+            r.started = Instant::now();
+            changed = true;
+        }
+        if changed {
+            self.write_state()?;
+        }
+        Ok(())
+    }
+
+    fn write_state(&self) -> Result<(), Error> {
+        let list: Vec<serde_json::Value> = self
+            .each
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                serde_json::json!({
+                    "replica": i,
+                    "url": format!("https://127.0.0.1:{}", r.port),
+                    "pid": r.proc.child.id(),
+                    "starts": r.starts,
+                })
+            })
+            .collect();
+        let tmp = self.state.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&list)?)?;
+        std::fs::rename(&tmp, &self.state)?;
+        Ok(())
+    }
 }
 
 impl Plane {
     fn check(&mut self) -> Result<(), Error> {
+        if let Some(r) = &mut self.replicas {
+            r.check()?;
+        }
         for p in self
             .front
             .iter_mut()
@@ -160,7 +259,10 @@ impl Plane {
     /// SIGTERM to the front, then kube-apiserver, then etcd, each tier given 10 s before
     /// SIGKILL: nothing that writes outlives what it writes to.
     async fn stop(&mut self) {
-        let front = std::mem::take(&mut self.front);
+        let mut front = std::mem::take(&mut self.front);
+        if let Some(r) = self.replicas.take() {
+            front.extend(r.each.into_iter().map(|r| r.proc));
+        }
         for tier in [
             front,
             self.apiserver.take().into_iter().collect(),
@@ -211,6 +313,12 @@ async fn hangup() {
     }
 }
 
+/// Whether `name` is an executable file on PATH.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(name).is_file()))
+}
+
 fn binary(dir: &Option<PathBuf>, name: &str) -> PathBuf {
     match dir {
         Some(d) => d.join(name),
@@ -251,6 +359,11 @@ async fn get_ok(client: &kube::Client, path: &str) -> bool {
 async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
     let started = Instant::now();
     let at = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
+    if args.replicas > 1 && !on_path("haproxy") {
+        return Err(
+            "--replicas above 1 needs HAProxy on PATH (Debian: apt-get install haproxy)".into(),
+        );
+    }
     // Refused at once rather than after kube-apiserver's start: another `up` holds the port.
     drop(TcpListener::bind(args.listen).map_err(|e| {
         format!(
@@ -316,42 +429,121 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
     let kas = watchcache::apiserver::client_from_kubeconfig(&kas_kubeconfig, None).await?;
     let wc = watchcache::apiserver::client_from_kubeconfig(&pki.local.kubeconfig, None).await?;
 
-    let watchcache_cmd = || -> Result<Command, Error> {
+    // `watchcache serve`'s flags but `--listen`, which each replica has its own of.
+    let serve_args = {
         let f = |p: &Path| p.display().to_string();
-        let mut cmd = Command::new(std::env::current_exe()?);
-        cmd.arg("serve");
+        let mut a: Vec<String> = vec!["serve".into()];
         if args.proxy {
-            cmd.args(["--upstream-kubeconfig", &f(&kas_kubeconfig)]);
+            a.extend(["--upstream-kubeconfig".into(), f(&kas_kubeconfig)]);
         } else {
-            cmd.args(["--etcd", &etcd_url]);
-            cmd.args(["--apiserver-kubeconfig", &f(&kas_kubeconfig)]);
+            a.extend(["--etcd".into(), etcd_url.clone()]);
+            a.extend(["--apiserver-kubeconfig".into(), f(&kas_kubeconfig)]);
         }
-        cmd.args(["--listen", &args.listen.to_string()])
-            .args(["--tls-cert-file", &f(&pki.local.cert_file)])
-            .args(["--tls-private-key-file", &f(&pki.local.key_file)])
-            .args(["--client-ca-file", &f(&pki.local.ca_file)])
-            .args(["--service-account-key-file", &f(&pki.sa_pub)])
-            .args(["--service-account-issuer", peers::SERVICE_ACCOUNT_ISSUER])
-            .args(["--authorization-mode", "Node,RBAC"])
-            .args(["--encryption-provider-config", &f(&pki.encryption_config)]);
+        a.extend([
+            "--tls-cert-file".into(),
+            f(&pki.local.cert_file),
+            "--tls-private-key-file".into(),
+            f(&pki.local.key_file),
+            "--client-ca-file".into(),
+            f(&pki.local.ca_file),
+            "--service-account-key-file".into(),
+            f(&pki.sa_pub),
+            "--service-account-issuer".into(),
+            peers::SERVICE_ACCOUNT_ISSUER.into(),
+            "--authorization-mode".into(),
+            "Node,RBAC".into(),
+            "--encryption-provider-config".into(),
+            f(&pki.encryption_config),
+        ]);
         if let Some(t) = &token_file {
-            cmd.args(["--token-auth-file", &f(t)]);
+            a.extend(["--token-auth-file".into(), f(t)]);
         }
-        cmd.args(&args.serve_flags);
+        if args.replicas > 1 {
+            // HAProxy's checks carry no credentials: anonymous, allowed /readyz by
+            // kube-apiserver's bootstrap role `system:public-info-viewer`, as its own are.
+            a.push("--anonymous-auth=true".into());
+            let given = |flag: &str| args.serve_flags.iter().any(|f| f.starts_with(flag));
+            if !given("--shutdown-delay-duration") {
+                a.extend(["--shutdown-delay-duration".into(), "2s".into()]);
+            }
+            if !given("--shutdown-watch-termination-grace-period") {
+                a.extend([
+                    "--shutdown-watch-termination-grace-period".into(),
+                    "10s".into(),
+                ]);
+            }
+        }
+        a.extend(args.serve_flags.iter().cloned());
+        a
+    };
+    let exe = std::env::current_exe()?;
+    let watchcache_cmd = move |listen: SocketAddr| -> Result<Command, Error> {
+        let mut cmd = Command::new(&exe);
+        cmd.args(&serve_args)
+            .args(["--listen", &listen.to_string()]);
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
         cmd.env("NO_COLOR", "1");
         Ok(cmd)
     };
+    let start_front = |plane: &mut Plane| -> Result<(), Error> {
+        if args.replicas == 1 {
+            plane.front.push(Proc::spawn(
+                "watchcache",
+                watchcache_cmd(args.listen)?,
+                logs.join("watchcache.log"),
+            )?);
+            return Ok(());
+        }
+        let cmd = watchcache_cmd.clone();
+        let mut replicas = Replicas {
+            command: Box::new(move |port| cmd(SocketAddr::from(([127, 0, 0, 1], port)))),
+            each: Vec::new(),
+            logs: logs.clone(),
+            state: data.join("replicas.json"),
+        };
+        let mut servers = String::new();
+        for i in 0..usize::from(args.replicas) {
+            let port = free_port()?;
+            let proc = replicas.spawn(i, port, 0)?;
+            replicas.each.push(Replica {
+                port,
+                proc,
+                starts: 0,
+                started: Instant::now(),
+                quick_exits: 0,
+            });
+            servers.push_str(&format!("  server r{i} 127.0.0.1:{port} check\n"));
+        }
+        replicas.write_state()?;
+        let cfg = data.join("haproxy.cfg");
+        std::fs::write(
+            &cfg,
+            format!(
+                // Two descriptors a connection, under the 20 000 a process is often allowed.
+                "global\n  maxconn 9000\n\
+                 defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 1h\n  timeout server 1h\n  \
+                 retries 3\n  option redispatch\n\
+                 frontend fe\n  bind {listen}\n  default_backend be\n\
+                 backend be\n  balance leastconn\n  option httpchk GET /readyz\n  \
+                 http-check expect status 200\n  \
+                 default-server inter 300ms fall 1 rise 2 check-ssl verify none\n{servers}",
+                listen = args.listen
+            ),
+        )?;
+        let mut cmd = Command::new("haproxy");
+        cmd.arg("-db").arg("-f").arg(&cfg);
+        plane
+            .front
+            .push(Proc::spawn("haproxy", cmd, logs.join("haproxy.log"))?);
+        plane.replicas = Some(replicas);
+        Ok(())
+    };
     // Reading etcd, watchcache starts beside kube-apiserver (the two starts overlap); following
     // kube-apiserver, it starts once that answers.
     if !args.proxy {
-        plane.front.push(Proc::spawn(
-            "watchcache",
-            watchcache_cmd()?,
-            logs.join("watchcache.log"),
-        )?);
+        start_front(plane)?;
     }
     wait_until(
         plane,
@@ -362,17 +554,21 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
     .await?;
     at(&format!("kube-apiserver ready on {kas_url}"));
     if args.proxy {
-        plane.front.push(Proc::spawn(
-            "watchcache",
-            watchcache_cmd()?,
-            logs.join("watchcache.log"),
-        )?);
+        start_front(plane)?;
     }
     wait_until(plane, "watchcache ready", Duration::from_secs(120), || {
         get_ok(&wc, "/readyz")
     })
     .await?;
-    at(&format!("watchcache ready on {url}"));
+    if args.replicas > 1 {
+        at(&format!(
+            "{} watchcache replicas ready behind HAProxy on {url} (ports and pids: {})",
+            args.replicas,
+            data.join("replicas.json").display()
+        ));
+    } else {
+        at(&format!("watchcache ready on {url}"));
+    }
 
     let component = |name: &str, user: &str, groups: &[&str]| -> Result<PathBuf, Error> {
         let id = pki.client(name, user, groups)?;

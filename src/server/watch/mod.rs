@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use crate::cache::{Cache, WatchEnd, WatchOptions, WatchStream};
 use crate::error::Error;
 use crate::server::auth::{User, WatchSlot};
-use crate::server::metrics::RequestKey;
+use crate::server::metrics::{RequestKey, WatchStart};
 use crate::server::state::AppState;
 use crate::server::status::ApiError;
 use crate::wire::convert::WatchConverter;
@@ -77,8 +77,11 @@ pub(crate) async fn start(
         wheel: Arc::clone(&deadlines),
         at: deadline,
     };
+    let start = WatchStart::of(&opts);
+    let def = cache.definition();
     match cache.watch_until(opts, end).await {
         Ok(stream) => {
+            st.metrics.count_watch_start(def, start);
             let w = StartedWatch {
                 stream,
                 _slot: slot,
@@ -86,11 +89,14 @@ pub(crate) async fn start(
             let meter = st.metrics.watch(cache.definition(), key);
             Ok(WatchPump::events(w, gzip, wire, convert, meter))
         }
-        Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => Ok(WatchPump::single(
-            wire.error_frame(ApiError::from(e).status()),
-            deadlines,
-            gzip,
-        )),
+        Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => {
+            st.metrics.count_watch_start(def, WatchStart::Expired);
+            Ok(WatchPump::single(
+                wire.error_frame(ApiError::from(e).status()),
+                deadlines,
+                gzip,
+            ))
+        }
         Err(e) => Err(e.into()),
     }
 }

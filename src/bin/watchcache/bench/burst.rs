@@ -118,7 +118,7 @@ async fn fresh_reads(http: &Http, url: &str) -> Option<u64> {
 }
 
 /// Range requests etcd served (`grpc_server_started_total{grpc_method="Range"}`).
-async fn etcd_ranges(url: &str) -> Option<u64> {
+pub(super) async fn etcd_ranges(url: &str) -> Option<u64> {
     let text = reqwest::get(format!("{url}/metrics"))
         .await
         .ok()?

@@ -31,8 +31,10 @@ pub enum Http {
 pub struct TlsClient {
     connector: tokio_rustls::TlsConnector,
     mode: TlsMode,
-    /// The shared HTTP/2 connection, made by the first request.
-    h2: tokio::sync::Mutex<Option<SendRequest<Empty<Bytes>>>>,
+    /// The shared HTTP/2 connection, made by the first request, and its number: a request
+    /// that fails on it drops that connection (and not a newer one another request made).
+    h2: tokio::sync::Mutex<Option<(u64, SendRequest<Empty<Bytes>>)>>,
+    connections: std::sync::atomic::AtomicU64,
 }
 
 impl Http {
@@ -57,6 +59,7 @@ impl Http {
             connector: tokio_rustls::TlsConnector::from(config),
             mode,
             h2: tokio::sync::Mutex::new(None),
+            connections: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -131,12 +134,15 @@ impl TlsClient {
             .map_err(|e| format!("TLS: {e}"))
     }
 
-    /// The shared HTTP/2 connection's sender, connecting first when there is none.
-    async fn h2_sender(&self, uri: &hyper::Uri) -> Result<SendRequest<Empty<Bytes>>, String> {
+    /// The shared HTTP/2 connection's number and sender, connecting first when there is none.
+    async fn h2_sender(
+        &self,
+        uri: &hyper::Uri,
+    ) -> Result<(u64, SendRequest<Empty<Bytes>>), String> {
         // Under the lock, so requests made together wait for one connection.
         let mut shared = self.h2.lock().await;
         match &*shared {
-            Some(s) if !s.is_closed() => Ok(s.clone()),
+            Some((n, s)) if !s.is_closed() => Ok((*n, s.clone())),
             _ => {
                 let tls = self.connect(uri).await?;
                 // Go's HTTP/2 client's windows (what a kubelet has): h2's budget for small DATA
@@ -148,9 +154,22 @@ impl TlsClient {
                     .await
                     .map_err(|e| format!("HTTP/2: {e}"))?;
                 tokio::spawn(conn);
-                *shared = Some(send.clone());
-                Ok(send)
+                let n = self
+                    .connections
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                *shared = Some((n, send.clone()));
+                Ok((n, send))
             }
+        }
+    }
+
+    /// Drops shared connection `n` after a request failed on it: a server that sent GOAWAY
+    /// refuses new streams while its old ones finish, and the next request must connect anew
+    /// (through a load balancer, to whichever replica it picks), as Go's client does.
+    async fn forget(&self, n: u64) {
+        let mut shared = self.h2.lock().await;
+        if shared.as_ref().is_some_and(|(m, _)| *m == n) {
+            *shared = None;
         }
     }
 
@@ -169,11 +188,18 @@ impl TlsClient {
         };
         let resp = match self.mode {
             TlsMode::H2 => {
-                let mut send = self.h2_sender(&uri).await?;
-                send.ready().await.map_err(|e| format!("{e:?}"))?;
-                send.send_request(req(uri)?)
-                    .await
-                    .map_err(|e| format!("{e:?}"))?
+                let (n, mut send) = self.h2_sender(&uri).await?;
+                let sent = match send.ready().await {
+                    Ok(()) => send.send_request(req(uri)?).await,
+                    Err(e) => Err(e),
+                };
+                match sent {
+                    Ok(resp) => resp,
+                    Err(e) => {
+                        self.forget(n).await;
+                        return Err(format!("{e:?}"));
+                    }
+                }
             }
             TlsMode::Http1 => {
                 let path = uri

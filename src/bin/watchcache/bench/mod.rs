@@ -10,6 +10,7 @@
 
 mod burst;
 pub mod catchup;
+pub mod cluster;
 pub mod coldstart;
 pub mod consistent;
 mod http;
@@ -74,6 +75,13 @@ pub enum Model {
     /// the same LISTs sent to kube-apiserver 1.35, `--rounds` of each, interleaved
     /// ([`consistent`]).
     ConsistentList,
+    /// `--replicas` watchcache servers on one etcd behind HAProxy under the kubelet model's
+    /// load, restarted one at a time with their drain (or one killed, `--kill`): resumes
+    /// against relists, changes lost, the p99 meanwhile ([`kubelet::rollout`]).
+    Rollout,
+    /// The same rollout under a real control plane (`watchcache up --replicas`, kubemark hollow
+    /// nodes, kube-controller-manager, kube-scheduler; [`cluster`]).
+    RolloutCluster,
 }
 
 /// The sum of Prometheus counter `name`'s samples in `text` whose labels contain every

@@ -45,6 +45,30 @@ fn field(msg: &[u8], want: u64) -> Option<&[u8]> {
     None
 }
 
+/// The first varint field `want` of a message.
+fn varint_field(msg: &[u8], want: u64) -> Option<u64> {
+    let mut at = 0;
+    while at < msg.len() {
+        let key = varint(msg, &mut at)?;
+        match key & 7 {
+            0 => {
+                let v = varint(msg, &mut at)?;
+                if key >> 3 == want {
+                    return Some(v);
+                }
+            }
+            1 => at += 8,
+            5 => at += 4,
+            2 => {
+                let len = usize::try_from(varint(msg, &mut at)?).ok()?;
+                at = at.checked_add(len)?;
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
 /// The message inside a `k8s\0` + `runtime.Unknown` envelope, or the bytes as they are.
 fn unwrap(b: &[u8]) -> Option<&[u8]> {
     match b.strip_prefix(MAGIC) {
@@ -72,6 +96,13 @@ pub fn event(frame: &[u8]) -> Option<Event<'_>> {
         name: field(meta, 1).unwrap_or_default(),
         rv: field(meta, 6).unwrap_or_default(),
     })
+}
+
+/// The `code` (field 6) of the `Status` an ERROR event's frame carries.
+pub fn status_code(frame: &[u8]) -> Option<u64> {
+    let ev = unwrap(frame)?;
+    let status = unwrap(field(field(ev, 2)?, 1)?)?;
+    varint_field(status, 6)
 }
 
 /// Takes the complete frames off the front of `buf`, calling `f` with each; returns how many
@@ -113,6 +144,12 @@ mod tests {
         let used = frames(&buf, |f| got.push(event(f).unwrap().name.to_vec()));
         assert_eq!(used, buf.len() - 2, "a partial frame stays in the buffer");
         assert_eq!(got, [b"pod-7".to_vec()]);
+        let status = [ld(2, b"Failure"), vec![6 << 3, 0x9a, 0x03]].concat();
+        let unknown = [ld(1, b""), ld(2, &status)].concat();
+        let raw = [MAGIC, &unknown[..]].concat();
+        let error = [ld(1, b"ERROR"), ld(2, &ld(1, &raw))].concat();
+        assert_eq!(status_code(&error), Some(410));
+        assert_eq!(status_code(&ev), None);
         assert_eq!(
             event(&ev),
             Some(Event {

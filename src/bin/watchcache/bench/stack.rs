@@ -179,6 +179,11 @@ pub struct ServerProcess(pub Child);
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
+        // Already ended and reaped (a replica the rollout stopped): its pid may be another
+        // process's by now.
+        if matches!(self.0.try_wait(), Ok(Some(_))) {
+            return;
+        }
         let stopped = Command::new("kill")
             .args(["-TERM", &self.0.id().to_string()])
             .status()

@@ -17,6 +17,7 @@
 mod objects;
 pub(super) mod pki;
 mod report;
+pub mod rollout;
 pub(super) mod servers;
 mod stages;
 
@@ -179,6 +180,11 @@ struct RemoveOnDrop(PathBuf);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
+        // WATCHCACHE_BENCH_KEEP=1 keeps the servers' logs (and etcd's data) to read after a run.
+        if std::env::var_os("WATCHCACHE_BENCH_KEEP").is_some_and(|v| v == "1") {
+            eprintln!("kept {}", self.0.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -490,33 +496,58 @@ fn bar_of(cfg: &KubeletConfig, len: u64, what: &str) -> indicatif::ProgressBar {
     bar(cfg.progress, len, what)
 }
 
-/// The machine's 1-minute load average, recorded with each figure.
 /// Waits until the server has the seeded revision and the last node is authorized for each of
 /// its watches (kube-apiserver's Node authorizer learns pods from its own informer).
 async fn ready(ctx: &Ctx<'_>, admin: &Http, url: &str, rev: u64) -> Result<(), String> {
+    let n = ctx.cfg.nodes - 1;
+    let node = Http::tls(Arc::clone(&ctx.node_tls[n]), TlsMode::H2);
+    ready_at(admin, &node, url, rev, n, ctx.cfg.watches)
+        .await
+        .map(drop)
+}
+
+/// [`ready`] for the server at `url`, node `n` (its client `node`) and its first `watches`;
+/// returns how many LISTs it made that were answered 200 (the server counts them too). The
+/// node's LISTs are at resourceVersion 0, so they cost the server no upstream read.
+async fn ready_at(
+    admin: &Http,
+    node: &Http,
+    url: &str,
+    rev: u64,
+    n: usize,
+    watches: usize,
+) -> Result<u64, String> {
     let deadline = Instant::now() + Duration::from_secs(180);
     let probe = format!(
         "{url}/api/v1/pods?resourceVersion={rev}&resourceVersionMatch=NotOlderThan&limit=1"
     );
     let mut last = String::new();
+    let mut lists = 0;
     while Instant::now() < deadline {
         match admin.text(&probe).await {
-            Ok(_) => break,
+            Ok(_) => {
+                lists += 1;
+                break;
+            }
             Err(e) => last = e,
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let n = ctx.cfg.nodes - 1;
-    let node = Http::tls(Arc::clone(&ctx.node_tls[n]), TlsMode::H2);
     'probe: while Instant::now() < deadline {
-        for w in objects::watches(n, ctx.cfg.watches) {
-            if let Err(e) = node.text(&format!("{url}{}&limit=1", w.path)).await {
-                last = e;
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                continue 'probe;
+        for w in objects::watches(n, watches) {
+            match node
+                .text(&format!("{url}{}&limit=1&resourceVersion=0", w.path))
+                .await
+            {
+                Ok(_) => lists += 1,
+                Err(e) => {
+                    last = e;
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    continue 'probe;
+                }
             }
         }
-        return Ok(());
+        return Ok(lists);
     }
     Err(format!("not ready within 180 s: {last}"))
 }

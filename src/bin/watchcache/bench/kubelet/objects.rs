@@ -343,6 +343,21 @@ fn shared_objects() -> Vec<(String, String)> {
             meta("bench:node-extras", None, 8_700_000)
         ),
     ));
+    // kube-apiserver's bootstrap policy: health checks for everyone, a load balancer's too.
+    out.push((
+        "/registry/clusterroles/system:public-info-viewer".to_owned(),
+        format!(
+            r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole",{},"rules":[{{"verbs":["get"],"nonResourceURLs":["/healthz","/livez","/readyz","/version","/version/"]}}]}}"#,
+            meta("system:public-info-viewer", None, 8_650_000)
+        ),
+    ));
+    out.push((
+        "/registry/clusterrolebindings/system:public-info-viewer".to_owned(),
+        format!(
+            r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding",{},"roleRef":{{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"system:public-info-viewer"}},"subjects":[{{"apiGroup":"rbac.authorization.k8s.io","kind":"Group","name":"system:authenticated"}},{{"apiGroup":"rbac.authorization.k8s.io","kind":"Group","name":"system:unauthenticated"}}]}}"#,
+            meta("system:public-info-viewer", None, 8_660_000)
+        ),
+    ));
     out.push((
         "/registry/clusterroles/bench:pods-by-label".to_owned(),
         format!(

@@ -49,6 +49,35 @@ pub fn start(
     heap_stats: bool,
 ) -> Result<(String, ServerProcess), String> {
     let port = free_port().map_err(|e| e.to_string())?;
+    let log = dir.join(format!("{}.log", side.name()));
+    let process = start_on(
+        side,
+        binary,
+        etcd_url,
+        pki,
+        dir,
+        heap_stats,
+        port,
+        &[],
+        &log,
+    )?;
+    Ok((format!("https://127.0.0.1:{port}"), process))
+}
+
+/// Starts `side` as [`start`] does, on loopback `port`, with `extra` flags, its output in `log`
+/// (a replica restarted on its port, with the drain flags).
+#[allow(clippy::too_many_arguments)]
+pub fn start_on(
+    side: Side,
+    binary: &Path,
+    etcd_url: &str,
+    pki: &Pki,
+    dir: &Path,
+    heap_stats: bool,
+    port: u16,
+    extra: &[String],
+    log: &Path,
+) -> Result<ServerProcess, String> {
     let f = |p: &Path| p.display().to_string();
     let mut cmd = Command::new(binary);
     match side {
@@ -89,8 +118,8 @@ pub fn start(
             ]);
         }
     }
-    let process = spawn_logged(&mut cmd, &dir.join(format!("{}.log", side.name())))?;
-    Ok((format!("https://127.0.0.1:{port}"), process))
+    cmd.args(extra);
+    spawn_logged(&mut cmd, log)
 }
 
 /// Starts `cmd` with its output (both streams) in the file `log`; stopped on drop.
