@@ -526,9 +526,9 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
                  defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 1h\n  timeout server 1h\n  \
                  retries 3\n  option redispatch\n\
                  frontend fe\n  bind {listen}\n  default_backend be\n\
-                 backend be\n  balance leastconn\n  option httpchk GET /readyz\n  \
+                 backend be\n  balance leastconn\n  timeout check 2s\n  option httpchk GET /readyz\n  \
                  http-check expect status 200\n  \
-                 default-server inter 300ms fall 1 rise 2 check-ssl verify none\n{servers}",
+                 default-server inter 300ms fall 2 rise 2 check-ssl verify none\n{servers}",
                 listen = args.listen
             ),
         )?;

@@ -99,6 +99,8 @@ pub struct RolloutReport {
     pub too_many: u64,
     /// Requests that failed before an answer (connection refused or reset, GOAWAY), retried.
     pub request_errors: u64,
+    /// How long those took to fail.
+    pub request_errors_ms: Option<Latency>,
     /// Other answers than 200, 410 and 429, retried.
     pub other_answers: u64,
     /// ERROR events other than 410, and frames that did not read.
@@ -197,6 +199,8 @@ struct Counts {
     received: AtomicU64,
     relist_at_us: Mutex<Vec<u64>>,
     gaps_ms: Mutex<Vec<f64>>,
+    /// How long each failed request took to fail.
+    failed_after_ms: Mutex<Vec<f64>>,
 }
 
 /// One replica: its port (kept across restarts), its process, its counters.
@@ -302,7 +306,10 @@ pub async fn run(cfg: RolloutConfig) -> Result<RolloutReport, String> {
     }
 
     // The balancers, the nodes spread over them.
-    let per_balancer = (cfg.open_files.saturating_sub(512) / 2).max(100) as usize;
+    // Two descriptors per connection, and room for each node's old and new connection at once
+    // while a replica drains: a balancer at its maxconn stops accepting, and the nodes'
+    // reconnections then wait in its listen queue.
+    let per_balancer = (cfg.open_files.saturating_sub(512) / 4).max(100) as usize;
     let balancers = k.nodes.div_ceil(per_balancer).max(1);
     let mut lbs = Vec::with_capacity(balancers);
     let mut _lb_processes = Vec::with_capacity(balancers);
@@ -311,7 +318,7 @@ pub async fn run(cfg: RolloutConfig) -> Result<RolloutReport, String> {
         let conf = dir.join(format!("haproxy-{i}.cfg"));
         std::fs::write(
             &conf,
-            haproxy_config(port, k.nodes.div_ceil(balancers) + 100, &replicas),
+            haproxy_config(port, 2 * k.nodes.div_ceil(balancers) + 100, &replicas),
         )
         .map_err(|e| format!("{}: {e}", conf.display()))?;
         let mut cmd = std::process::Command::new(&haproxy);
@@ -565,6 +572,7 @@ pub async fn run(cfg: RolloutConfig) -> Result<RolloutReport, String> {
         resume_gap_ms: latency(&mut counts.gaps_ms.lock()),
         too_many: counts.too_many.load(Ordering::Relaxed),
         request_errors: counts.request_errors.load(Ordering::Relaxed),
+        request_errors_ms: latency(&mut counts.failed_after_ms.lock()),
         other_answers: counts.other_answers.load(Ordering::Relaxed),
         stream_errors: counts.stream_errors.load(Ordering::Relaxed),
         servers: served,
@@ -660,18 +668,20 @@ async fn scrape(r: &Replica, ranges: &AtomicU64) -> Option<Served> {
 }
 
 /// HAProxy in TCP mode on `port` (TLS passes through, so each node keeps its client
-/// certificate), checking each replica's `/readyz` over TLS every 300 ms: one failed check
-/// takes a replica out, two passed bring it back. Connections it holds are left to the
-/// replica's drain.
+/// certificate), checking each replica's `/readyz` over TLS every 300 ms: two failed checks take
+/// a replica out (600 ms, well inside the 2 s delay), two passed bring it back. A check may take
+/// 2 s: with the default (the interval), a replica busy taking over the drained one's watches
+/// answered a check late, was taken out too, and with no replica left the nodes' reconnections
+/// waited seconds in HAProxy. Connections it holds are left to the replica's drain.
 fn haproxy_config(port: u16, maxconn: usize, replicas: &[Replica]) -> String {
     let mut out = format!(
         "global\n  maxconn {maxconn}\n\
          defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 1h\n  timeout server 1h\n  \
          retries 3\n  option redispatch\n\
          frontend fe\n  bind 127.0.0.1:{port}\n  maxconn {maxconn}\n  default_backend be\n\
-         backend be\n  balance leastconn\n  option httpchk GET /readyz\n  \
+         backend be\n  balance leastconn\n  timeout check 2s\n  option httpchk GET /readyz\n  \
          http-check expect status 200\n  \
-         default-server inter 300ms fall 1 rise 2 check-ssl verify none\n"
+         default-server inter 300ms fall 2 rise 2 check-ssl verify none\n"
     );
     for r in replicas {
         out.push_str(&format!(
@@ -726,6 +736,7 @@ async fn kubelet_watch(w: Kubelet, mut rv: u64, mut stop: watch::Receiver<bool>)
             "{}{}&watch=1&allowWatchBookmarks=true&resourceVersion={rv}",
             w.lb, w.path
         );
+        let asked = Instant::now();
         let answer = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             a = w.client.get_accept(&url, Some(WATCH_ACCEPT)) => a,
@@ -749,6 +760,9 @@ async fn kubelet_watch(w: Kubelet, mut rv: u64, mut stop: watch::Receiver<bool>)
                 continue;
             }
             Err(e) => {
+                c.failed_after_ms
+                    .lock()
+                    .push(asked.elapsed().as_secs_f64() * 1000.0);
                 if c.request_errors.fetch_add(1, Ordering::Relaxed) == 0 {
                     warn!(error = %e, url, "a watch request failed (the first; the rest are counted)");
                 }
@@ -893,7 +907,7 @@ pub fn table(r: &RolloutReport) -> String {
     out.push_str(&format!(
         "resumed                 {} (gap {})\n\
          relisted                {}{}\n\
-         429s / request errors   {} / {}\n\
+         429s / request errors   {} / {} (failing after {})\n\
          other answers / errors  {} / {}\n\
          servers: LISTs {}, watch starts resume {} · initial_events {} · state {} · now {} · expired {}, 429s {}\n\
          etcd Range calls        {} during the rollout; {} in the {:.0} s after it\n\
@@ -913,6 +927,7 @@ pub fn table(r: &RolloutReport) -> String {
         },
         r.too_many,
         r.request_errors,
+        ms(&r.request_errors_ms),
         r.other_answers,
         r.stream_errors,
         s.lists,
