@@ -66,14 +66,22 @@ pub(crate) struct Admission {
 /// kube-apiserver's `--shutdown-send-retry-after`: its client retries through a connection of
 /// its own, on another replica.
 pub(crate) fn admit(st: &AppState, req: &Incoming<'_>) -> Admission {
-    if st.lifecycle.phase() == Phase::Draining
-        && !matches!(req.path, "/livez" | "/readyz" | "/healthz" | "/metrics")
-    {
+    let health = matches!(req.path, "/livez" | "/readyz" | "/healthz" | "/metrics");
+    if st.lifecycle.phase() == Phase::Draining && !health {
         return Admission {
             user: None,
             info: RequestInfo::new(req.method, req.path, false),
             read: None,
             decision: Err(ApiError::shutting_down()),
+        };
+    }
+    // Not ready to authorize: retry, rather than a 403 the caller's permissions do not make.
+    if !health && st.auth.get().is_some_and(|a| !a.ready()) {
+        return Admission {
+            user: None,
+            info: RequestInfo::new(req.method, req.path, false),
+            read: None,
+            decision: Err(ApiError::authorizer_not_ready()),
         };
     }
     let resource = RequestInfo::new(req.method, req.path, false).resource;
@@ -289,6 +297,42 @@ mod tests {
         // Never back.
         st.lifecycle.enter(Phase::Serving);
         assert_eq!(st.lifecycle.phase(), Phase::Draining);
+    }
+
+    #[test]
+    fn a_request_before_the_authorizer_has_read_rbac_is_told_to_retry_not_denied() {
+        // A served `roles` cache that never fills: RBAC cannot have read it.
+        let (pods, _pods_writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        let (roles, _roles_writer) = Cache::new(
+            ResourceDef::builtin("roles").unwrap(),
+            CacheConfig::default(),
+        );
+        let st = Server::new(ServerConfig::default(), [Served::new(pods), Served::new(roles)])
+            .with_auth(AuthConfig {
+                authenticator: Authenticator {
+                    tokens: Some(TokenFile::parse("t", "mt,admin,2,system:masters\n").unwrap()),
+                    ..Authenticator::default()
+                },
+                modes: vec![Mode::Rbac],
+                rbac_bootstrap: RbacObjects::default(),
+            })
+            .state_for_tests();
+        let e = admit_as(&st, "mt", "/api/v1/pods")
+            .decision
+            .unwrap_err();
+        assert_eq!((e.code(), e.retry_after()), (429, Some(1)));
+        assert!(e.message().contains("authorizer"), "{}", e.message());
+        for path in ["/livez", "/readyz", "/healthz", "/metrics"] {
+            assert!(
+                admit_as(&st, "mt", path)
+                    .decision
+                    .is_ok_and(|()| true),
+                "{path}"
+            );
+        }
     }
 
     #[test]

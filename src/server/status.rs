@@ -194,6 +194,17 @@ impl ApiError {
         ApiError::too_many("The apiserver is shutting down, please try again later.", 1)
     }
 
+    /// 429 for a request that arrives before the authorizer has read the RBAC caches: a 403
+    /// then would be a denial the caller's permissions do not make (a replica just started
+    /// behind a load balancer that has not taken it out yet gets such requests), and 429
+    /// tells the client to retry, through another replica.
+    pub fn authorizer_not_ready() -> ApiError {
+        ApiError::too_many(
+            "The authorizer has not read its RBAC objects yet, please try again later.",
+            1,
+        )
+    }
+
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(method: &str, path: &str) -> ApiError {
         ApiError::new(
