@@ -310,28 +310,24 @@ mod tests {
             ResourceDef::builtin("roles").unwrap(),
             CacheConfig::default(),
         );
-        let st = Server::new(ServerConfig::default(), [Served::new(pods), Served::new(roles)])
-            .with_auth(AuthConfig {
-                authenticator: Authenticator {
-                    tokens: Some(TokenFile::parse("t", "mt,admin,2,system:masters\n").unwrap()),
-                    ..Authenticator::default()
-                },
-                modes: vec![Mode::Rbac],
-                rbac_bootstrap: RbacObjects::default(),
-            })
-            .state_for_tests();
-        let e = admit_as(&st, "mt", "/api/v1/pods")
-            .decision
-            .unwrap_err();
+        let st = Server::new(
+            ServerConfig::default(),
+            [Served::new(pods), Served::new(roles)],
+        )
+        .with_auth(AuthConfig {
+            authenticator: Authenticator {
+                tokens: Some(TokenFile::parse("t", "mt,admin,2,system:masters\n").unwrap()),
+                ..Authenticator::default()
+            },
+            modes: vec![Mode::Rbac],
+            rbac_bootstrap: RbacObjects::default(),
+        })
+        .state_for_tests();
+        let e = admit_as(&st, "mt", "/api/v1/pods").decision.unwrap_err();
         assert_eq!((e.code(), e.retry_after()), (429, Some(1)));
         assert!(e.message().contains("authorizer"), "{}", e.message());
         for path in ["/livez", "/readyz", "/healthz", "/metrics"] {
-            assert!(
-                admit_as(&st, "mt", path)
-                    .decision
-                    .is_ok_and(|()| true),
-                "{path}"
-            );
+            assert!(admit_as(&st, "mt", path).decision.is_ok(), "{path}");
         }
     }
 
