@@ -1025,3 +1025,66 @@ async fn an_exact_read_past_a_quiet_resources_last_change_is_proven_on_etcd_3_4(
         .unwrap();
     assert!(list.items.is_empty(), "and not at {gone}");
 }
+
+/// A continued LIST expires when etcd compacts its revision, not only when the cache's window
+/// drops it (upstream's chunking conformance test waits for the 410 after compaction): 410
+/// `Expired` with a fresh token that continues after the same key, at the latest revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continue_token_expires_when_etcd_compacts_its_revision() {
+    let e = etcd().await;
+    let eps = [e.server.url()];
+    let mut c = client(&eps).await;
+    seed(&mut c, 30, 3).await;
+    let caches = pods_from(config(&eps)).await;
+    let cache = caches.cache("pods").unwrap();
+    let first = cache.list(&ListOptions::all().limit(10)).await.unwrap();
+    let token = first.continue_token.clone().unwrap();
+    let second = |token: String| {
+        let cache = cache.clone();
+        async move {
+            cache
+                .list(&ListOptions::all().limit(10).continue_from(token))
+                .await
+        }
+    };
+    // Later writes, and the window still holds the token's revision: served.
+    c.put(
+        key("ns", "z-later1"),
+        pod("ns", "z-later1", "n1", &[]),
+        None,
+    )
+    .await
+    .unwrap();
+    let last = c
+        .put(
+            key("ns", "z-later2"),
+            pod("ns", "z-later2", "n1", &[]),
+            None,
+        )
+        .await
+        .unwrap();
+    let last = last.header().unwrap().revision();
+    wait_rv(cache, last as u64).await;
+    let page = second(token.clone()).await.unwrap();
+    assert_eq!(page.resource_version, first.resource_version);
+    assert_eq!(page.items.len(), 10);
+    // etcd compacts past it: expired, with a token for the rest at the latest revision.
+    c.compact(last, None).await.unwrap();
+    match second(token).await {
+        Err(Error::ContinueExpired { continue_token, .. }) => {
+            let rest = cache
+                .list(&ListOptions::all().limit(100).continue_from(continue_token))
+                .await
+                .unwrap();
+            let after = first.items.last().unwrap().key().to_owned();
+            assert!(rest.items.iter().all(|o| o.key() > after.as_str()));
+            assert_eq!(
+                rest.items.len(),
+                22,
+                "the 20 after the first page, and the 2 later"
+            );
+        }
+        other => panic!("not expired: {other:?}"),
+    }
+    caches.shutdown().await;
+}

@@ -559,6 +559,14 @@ impl Cache {
             Err(_) if pinned => self.shared.page(None, &pred, after.as_deref(), limit),
             page => page,
         };
+        // A continued LIST whose revision the upstream compacted away expires with it, however
+        // long the window keeps that revision (the upstream could not answer it either).
+        let page = match (continuing, at, &page) {
+            (true, Some(r), Ok(_)) if self.compacted_upstream(r).await => {
+                Err(crate::cache::history::Evicted { oldest: r + 1 })
+            }
+            _ => page,
+        };
         let (rv, page) = page.map_err(|e| {
             let requested = at.unwrap_or_default();
             let prefix = &self.shared.schema.def.prefix;
@@ -587,6 +595,21 @@ impl Cache {
             .as_ref()
             .map(|s| s.canonical().to_owned());
         Ok(list)
+    }
+
+    /// Whether the upstream has compacted `revision` away; false when it cannot tell (the
+    /// window decides) or compacts nothing the cache follows.
+    async fn compacted_upstream(&self, revision: u64) -> bool {
+        if revision >= self.resource_version() {
+            return false;
+        }
+        let Some(up) = self.upstream() else {
+            return false;
+        };
+        match up.compacted(revision) {
+            Some(read) => matches!(read.await, Ok(true)),
+            None => false,
+        }
     }
 
     fn object_list(

@@ -133,6 +133,20 @@ pub trait Upstream: Send + Sync + 'static {
         None
     }
 
+    /// Whether the upstream has compacted `revision` away (etcd: a read at it is refused). A
+    /// continued LIST whose token names such a revision is answered 410 with a fresh token, as
+    /// kube-apiserver answers it, even while the cache's own window could still serve it: the
+    /// token expires when the upstream's history does, not when the cache's does (upstream's
+    /// conformance test of chunking waits for exactly that). `None` (the default): the upstream
+    /// compacts nothing the cache must follow.
+    ///
+    /// # Errors
+    /// [`Error::Upstream`] when it cannot tell; the cache's window then decides.
+    fn compacted(&self, revision: u64) -> Option<BoxFuture<'_, Result<bool>>> {
+        let _ = revision;
+        None
+    }
+
     /// A stored value as the cache decodes it: the upstream's storage transformation undone (etcd:
     /// encryption at rest). By default values are stored as they are.
     ///

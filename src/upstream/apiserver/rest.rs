@@ -755,6 +755,24 @@ impl Rest {
         self.list(&uri).await
     }
 
+    /// Whether the API server has compacted `revision` away: a LIST of one object at exactly
+    /// that revision answered 410 (kube-apiserver refuses it once its storage has); any other
+    /// error is the error.
+    pub async fn compacted(&self, revision: u64) -> Result<bool, RestError> {
+        let uri = {
+            let mut q = form_query();
+            q.append_pair("limit", "1");
+            q.append_pair("resourceVersion", &revision.to_string());
+            q.append_pair("resourceVersionMatch", "Exact");
+            format!("{}?{}", self.collection, q.finish())
+        };
+        match self.get_ok(&uri).await {
+            Ok(_) => Ok(false),
+            Err(e) if e.code() == Some(410) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
     /// One page of a consistent LIST of the `PartialObjectMetadata` of what `selection` selects
     /// (its namespace, field and label selectors; not its shard), then continued: a freshness
     /// proof's read.

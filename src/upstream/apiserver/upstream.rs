@@ -56,6 +56,17 @@ impl Upstream for ApiUpstream {
         self.progress.notify_one();
     }
 
+    fn compacted(&self, revision: u64) -> Option<BoxFuture<'_, Result<bool>>> {
+        Some(Box::pin(async move {
+            self.rest.compacted(revision).await.map_err(|e| {
+                Error::upstream_from(
+                    format_args!("reading {} at revision {revision}", self.rest.collection),
+                    e,
+                )
+            })
+        }))
+    }
+
     fn selected(&self, selection: &Selection) -> Option<BoxFuture<'_, Result<Selected>>> {
         let selection = selection.clone();
         Some(Box::pin(async move {

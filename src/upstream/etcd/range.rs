@@ -189,6 +189,25 @@ impl Upstream for EtcdUpstream {
         self.progress.notify_one();
     }
 
+    fn compacted(&self, revision: u64) -> Option<BoxFuture<'_, Result<bool>>> {
+        let mut kv = self.kv.clone();
+        let key = self.prefix.clone();
+        // One key (the prefix itself) at that revision: O(1), refused once compacted.
+        Some(Box::pin(async move {
+            let opts = GetOptions::new()
+                .with_count_only()
+                .with_revision(i64::try_from(revision).unwrap_or(i64::MAX));
+            match tokio::time::timeout(REQUEST_TIMEOUT, kv.get(key, Some(opts))).await {
+                Err(_) => Err(Error::upstream("etcd compaction read timed out")),
+                Ok(Ok(_)) => Ok(false),
+                Ok(Err(e)) => match upstream_error(e, Some(revision)) {
+                    Error::Expired { .. } => Ok(true),
+                    other => Err(other),
+                },
+            }
+        }))
+    }
+
     fn progress_is_reliable(&self) -> bool {
         self.reliable
     }
