@@ -321,19 +321,23 @@ impl Cache {
     /// revision is returned as it is.
     pub async fn catch_up(&self) -> Result<u64> {
         match self.upstream() {
-            Some(up) if up.progress_is_reliable() => {
-                let target = self
-                    .shared
-                    .fresh_reads
-                    .join(ReadKey::Revision, move || {
-                        let up = Arc::clone(&up);
-                        async move { up.current_revision().await }
-                    })
-                    .await?;
-                self.wait_for(target).await
-            }
+            Some(up) if up.progress_is_reliable() => self.fresh_by_revision(up).await,
             _ => Ok(self.resource_version()),
         }
+    }
+
+    /// Waits until the cache reaches the upstream's current revision, read once for every
+    /// caller waiting at once (`fresh.rs`): freshness where progress notifications prove it.
+    async fn fresh_by_revision(&self, up: Arc<dyn Upstream>) -> Result<u64> {
+        let target = self
+            .shared
+            .fresh_reads
+            .join(ReadKey::Revision, move || {
+                let up = Arc::clone(&up);
+                async move { up.current_revision().await }
+            })
+            .await?;
+        self.wait_for(target).await
     }
 
     /// Waits until the cache is as fresh as the upstream is now for the keys in `keys` (and the
@@ -372,13 +376,7 @@ impl Cache {
             }
         }
         if up.progress_is_reliable() {
-            let target = reads
-                .join(ReadKey::Revision, move || {
-                    let up = Arc::clone(&up);
-                    async move { up.current_revision().await }
-                })
-                .await?;
-            return self.wait_for(target).await;
+            return self.fresh_by_revision(up).await;
         }
         let cache = self.clone();
         let range = keys.clone();

@@ -67,21 +67,22 @@ pub(crate) struct Admission {
 /// its own, on another replica.
 pub(crate) fn admit(st: &AppState, req: &Incoming<'_>) -> Admission {
     let health = matches!(req.path, "/livez" | "/readyz" | "/healthz" | "/metrics");
-    if st.lifecycle.phase() == Phase::Draining && !health {
+    let refused = if health {
+        None
+    } else if st.lifecycle.phase() == Phase::Draining {
+        Some(ApiError::shutting_down())
+    } else if st.auth.get().is_some_and(|a| !a.ready()) {
+        // Not ready to authorize: retry, rather than a 403 the caller's permissions do not make.
+        Some(ApiError::authorizer_not_ready())
+    } else {
+        None
+    };
+    if let Some(e) = refused {
         return Admission {
             user: None,
             info: RequestInfo::new(req.method, req.path, false),
             read: None,
-            decision: Err(ApiError::shutting_down()),
-        };
-    }
-    // Not ready to authorize: retry, rather than a 403 the caller's permissions do not make.
-    if !health && st.auth.get().is_some_and(|a| !a.ready()) {
-        return Admission {
-            user: None,
-            info: RequestInfo::new(req.method, req.path, false),
-            read: None,
-            decision: Err(ApiError::authorizer_not_ready()),
+            decision: Err(e),
         };
     }
     let resource = RequestInfo::new(req.method, req.path, false).resource;

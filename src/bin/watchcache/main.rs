@@ -887,10 +887,7 @@ async fn bench(
         mode: args.mode,
         etcd: args.etcd,
         server: args.server,
-        server_binary: match args.server_binary.clone() {
-            Some(b) => b,
-            None => std::env::current_exe()?,
-        },
+        server_binary: server_binary(&args.server_binary)?,
         delivery_grace: std::time::Duration::from_secs(30),
         progress: true,
         etcd_data_dir: args.etcd_data_dir,
@@ -900,10 +897,66 @@ async fn bench(
         burst: args.burst,
     };
     bench::check_open_files(bench::planned_connections(&cfg), open_files)?;
-    let report = bench::run(cfg).await?;
-    print!("{}", bench::table(&report));
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
+    let run = bench::run(cfg).await?;
+    print_report(&bench::table(&run), &run, args.json.as_deref())
+}
+
+/// The kubelet model's parameters from the flags.
+fn kubelet_config(
+    args: &BenchArgs,
+    sides: bench::kubelet::Sides,
+) -> Result<bench::kubelet::KubeletConfig, Box<dyn std::error::Error>> {
+    use std::time::Duration;
+    Ok(bench::kubelet::KubeletConfig {
+        nodes: args.nodes,
+        pods: args.pods,
+        watches: args.watches_per_node,
+        rate: args.rate,
+        duration: Duration::from_secs(args.duration),
+        lease_period: Duration::from_secs_f64(args.lease_period.max(0.001)),
+        sides,
+        server_binary: server_binary(&args.server_binary)?,
+        heap_stats: args.heap_stats,
+        kube_apiserver: args.kube_apiserver.clone(),
+        delivery_grace: Duration::from_secs(30),
+        progress: true,
+        etcd_data_dir: args.etcd_data_dir.clone(),
+        etcd_binary: etcd_binary(args.etcd_binary.clone()),
+        storage: args.storage,
+    })
+}
+
+/// `--flag`'s seconds as a duration.
+fn secs(s: f64, flag: &str) -> Result<std::time::Duration, String> {
+    std::time::Duration::try_from_secs_f64(s).map_err(|e| format!("--{flag} {s}: {e}"))
+}
+
+/// The watchcache binary a bench starts: `--server-binary` (`given`), else this one.
+fn server_binary(given: &Option<PathBuf>) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    match given {
+        Some(b) => Ok(b.clone()),
+        None => Ok(std::env::current_exe()?),
+    }
+}
+
+/// The etcd a bench starts: `--etcd-binary` (`given`), else the tests' etcd 3.6 when it is
+/// built, else (`None`) `etcd` from PATH.
+fn etcd_binary(given: Option<PathBuf>) -> Option<PathBuf> {
+    given.or_else(|| {
+        let tests = PathBuf::from("target/etcd/v3.6.16/etcd");
+        tests.exists().then_some(tests)
+    })
+}
+
+/// Prints a run's table, and writes its report as JSON to `json` when given.
+fn print_report<T: serde::Serialize>(
+    table: &str,
+    run: &T,
+    json: Option<&std::path::Path>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    print!("{table}");
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_vec_pretty(run)?)?;
         info!(path = %path.display(), "report written");
     }
     Ok(())
@@ -950,22 +1003,18 @@ async fn catchup(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         follow: args.follow,
         watch_wire: args.watch_wire,
         leaf_wire: args.leaf_wire,
-        server_binary: match args.server_binary.clone() {
-            Some(b) => b,
-            None => std::env::current_exe()?,
-        },
+        server_binary: server_binary(&args.server_binary)?,
         etcd_data_dir: args.etcd_data_dir,
         etcd_snapshot_count: args.etcd_snapshot_count,
         grace: std::time::Duration::from_secs(120),
         progress: true,
     };
     let report = bench::catchup::run(cfg).await?;
-    print!("{}", bench::catchup::table(&report));
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
-        info!(path = %path.display(), "report written");
-    }
-    Ok(())
+    print_report(
+        &bench::catchup::table(&report),
+        &report,
+        args.json.as_deref(),
+    )
 }
 
 async fn cold_start(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -980,27 +1029,16 @@ async fn cold_start(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         pods: args.pods,
         pod_bytes: args.pod_bytes,
         sides,
-        server_binary: match args.server_binary.clone() {
-            Some(b) => b,
-            None => std::env::current_exe()?,
-        },
+        server_binary: server_binary(&args.server_binary)?,
         kube_apiservers: std::iter::once(args.kube_apiserver)
             .chain(args.also_kube_apiserver)
             .collect(),
-        etcd_binary: args.etcd_binary.or_else(|| {
-            let tests = PathBuf::from("target/etcd/v3.6.16/etcd");
-            tests.exists().then_some(tests)
-        }),
+        etcd_binary: etcd_binary(args.etcd_binary),
         etcd_data_dir: args.etcd_data_dir,
         storage: args.storage,
     };
     let run = bench::coldstart::run(cfg).await?;
-    print!("{}", bench::coldstart::table(&run));
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&run)?)?;
-        info!(path = %path.display(), "report written");
-    }
-    Ok(())
+    print_report(&bench::coldstart::table(&run), &run, args.json.as_deref())
 }
 
 async fn consistent_list(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -1009,100 +1047,35 @@ async fn consistent_list(args: BenchArgs) -> Result<(), Box<dyn std::error::Erro
         object_bytes: args.pod_bytes,
         rounds: args.rounds,
         rate: args.rate,
-        server_binary: match args.server_binary.clone() {
-            Some(b) => b,
-            None => std::env::current_exe()?,
-        },
+        server_binary: server_binary(&args.server_binary)?,
         kube_apiserver: args.kube_apiserver,
-        etcd_binary: args.etcd_binary.or_else(|| {
-            let tests = PathBuf::from("target/etcd/v3.6.16/etcd");
-            tests.exists().then_some(tests)
-        }),
+        etcd_binary: etcd_binary(args.etcd_binary),
         etcd_data_dir: args.etcd_data_dir,
         go_probe: args.go_probe,
     };
     let run = bench::consistent::run(cfg).await?;
-    print!("{}", bench::consistent::table(&run));
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&run)?)?;
-        info!(path = %path.display(), "report written");
-    }
-    Ok(())
+    print_report(&bench::consistent::table(&run), &run, args.json.as_deref())
 }
 
 async fn kubelets(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
-    use bench::kubelet::{KubeletConfig, Sides};
+    use bench::kubelet::Sides;
     let sides = match args.mode {
         bench::Mode::Cache => Sides::Watchcache,
         bench::Mode::KubeApiserver => Sides::KubeApiserver,
         bench::Mode::Both => Sides::Both,
         bench::Mode::DirectEtcd => return Err("--model kubelet has no direct-etcd mode".into()),
     };
-    let cfg = KubeletConfig {
-        nodes: args.nodes,
-        pods: args.pods,
-        watches: args.watches_per_node,
-        rate: args.rate,
-        duration: std::time::Duration::from_secs(args.duration),
-        lease_period: std::time::Duration::from_secs_f64(args.lease_period.max(0.001)),
-        sides,
-        server_binary: match args.server_binary.clone() {
-            Some(b) => b,
-            None => std::env::current_exe()?,
-        },
-        heap_stats: args.heap_stats,
-        kube_apiserver: args.kube_apiserver,
-        delivery_grace: std::time::Duration::from_secs(30),
-        progress: true,
-        etcd_data_dir: args.etcd_data_dir,
-        etcd_binary: args.etcd_binary.or_else(|| {
-            let tests = PathBuf::from("target/etcd/v3.6.16/etcd");
-            tests.exists().then_some(tests)
-        }),
-        storage: args.storage,
-    };
+    let cfg = kubelet_config(&args, sides)?;
     let run = bench::kubelet::run(cfg).await?;
-    print!("{}", bench::kubelet::table(&run));
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&run)?)?;
-        info!(path = %path.display(), "report written");
-    }
-    Ok(())
+    print_report(&bench::kubelet::table(&run), &run, args.json.as_deref())
 }
 
 async fn rollout(
     args: BenchArgs,
     open_files: Option<fdlimit::OpenFiles>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    use bench::kubelet::{KubeletConfig, Sides};
-    use std::time::Duration;
-    let secs = |s: f64, flag: &str| {
-        Duration::try_from_secs_f64(s).map_err(|e| format!("--{flag} {s}: {e}"))
-    };
     let cfg = bench::kubelet::rollout::RolloutConfig {
-        kubelet: KubeletConfig {
-            nodes: args.nodes,
-            pods: args.pods,
-            watches: args.watches_per_node,
-            rate: args.rate,
-            duration: Duration::from_secs(args.duration),
-            lease_period: Duration::from_secs_f64(args.lease_period.max(0.001)),
-            sides: Sides::Watchcache,
-            server_binary: match args.server_binary.clone() {
-                Some(b) => b,
-                None => std::env::current_exe()?,
-            },
-            heap_stats: false,
-            kube_apiserver: args.kube_apiserver,
-            delivery_grace: Duration::from_secs(30),
-            progress: true,
-            etcd_data_dir: args.etcd_data_dir,
-            etcd_binary: args.etcd_binary.or_else(|| {
-                let tests = PathBuf::from("target/etcd/v3.6.16/etcd");
-                tests.exists().then_some(tests)
-            }),
-            storage: args.storage,
-        },
+        kubelet: kubelet_config(&args, bench::kubelet::Sides::Watchcache)?,
         replicas: args.replicas,
         kill: args.kill,
         shutdown_delay: secs(args.shutdown_delay, "shutdown-delay")?,
@@ -1112,16 +1085,14 @@ async fn rollout(
         open_files: open_files.map_or(20_000, |f| f.hard),
     };
     let run = bench::kubelet::rollout::run(cfg).await?;
-    print!("{}", bench::kubelet::rollout::table(&run));
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&run)?)?;
-        info!(path = %path.display(), "report written");
-    }
-    Ok(())
+    print_report(
+        &bench::kubelet::rollout::table(&run),
+        &run,
+        args.json.as_deref(),
+    )
 }
 
 async fn rollout_cluster(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
-    use std::time::Duration;
     let k8s_bin_dir = args
         .kube_apiserver
         .parent()
@@ -1133,28 +1104,16 @@ async fn rollout_cluster(args: BenchArgs) -> Result<(), Box<dyn std::error::Erro
         replicas: args.replicas,
         kill: args.kill,
         rate: args.rate,
-        before: Duration::try_from_secs_f64(args.settle).map_err(|e| format!("--settle: {e}"))?,
-        shutdown_delay: Duration::try_from_secs_f64(args.shutdown_delay)
-            .map_err(|e| format!("--shutdown-delay: {e}"))?,
-        watch_grace: Duration::try_from_secs_f64(args.watch_grace)
-            .map_err(|e| format!("--watch-grace: {e}"))?,
-        binary: match args.server_binary.clone() {
-            Some(b) => b,
-            None => std::env::current_exe()?,
-        },
+        before: secs(args.settle, "settle")?,
+        shutdown_delay: secs(args.shutdown_delay, "shutdown-delay")?,
+        watch_grace: secs(args.watch_grace, "watch-grace")?,
+        binary: server_binary(&args.server_binary)?,
         k8s_bin_dir,
-        etcd_binary: args
-            .etcd_binary
-            .unwrap_or_else(|| PathBuf::from("target/etcd/v3.6.16/etcd")),
+        etcd_binary: etcd_binary(args.etcd_binary),
         data_dir: args.etcd_data_dir,
     };
     let run = bench::cluster::run(cfg).await?;
-    print!("{}", bench::cluster::table(&run));
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&run)?)?;
-        info!(path = %path.display(), "report written");
-    }
-    Ok(())
+    print_report(&bench::cluster::table(&run), &run, args.json.as_deref())
 }
 
 /// Silences kube-rs's client, which logs every failed request at ERROR (1 005 lines in 30 s of

@@ -313,8 +313,36 @@ async fn hangup() {
     }
 }
 
+/// HAProxy's configuration in front of replicas on loopback `ports` (named `r0`, `r1`, ... in
+/// order), listening on `listen`, at most `maxconn` connections: TCP mode (TLS passes through,
+/// so each client keeps its certificate), each replica's `/readyz` checked over TLS every
+/// 300 ms. Two failed checks take a replica out (600 ms, well inside a 2 s shutdown delay), two
+/// passed bring it back. A check may take 2 s: with the default (the interval), a replica busy
+/// taking over a drained one's watches answered a check late, was taken out too, and with no
+/// replica left the clients' reconnections waited seconds in HAProxy. Connections it holds are
+/// left to the replica's drain.
+pub(crate) fn haproxy_config(
+    listen: &str,
+    maxconn: usize,
+    ports: impl IntoIterator<Item = u16>,
+) -> String {
+    let mut out = format!(
+        "global\n  maxconn {maxconn}\n\
+         defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 1h\n  timeout server 1h\n  \
+         retries 3\n  option redispatch\n\
+         frontend fe\n  bind {listen}\n  maxconn {maxconn}\n  default_backend be\n\
+         backend be\n  balance leastconn\n  timeout check 2s\n  option httpchk GET /readyz\n  \
+         http-check expect status 200\n  \
+         default-server inter 300ms fall 2 rise 2 check-ssl verify none\n"
+    );
+    for (i, port) in ports.into_iter().enumerate() {
+        out.push_str(&format!("  server r{i} 127.0.0.1:{port} check\n"));
+    }
+    out
+}
+
 /// Whether `name` is an executable file on PATH.
-fn on_path(name: &str) -> bool {
+pub(crate) fn on_path(name: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(name).is_file()))
 }
@@ -347,7 +375,7 @@ async fn wait_until<F: Future<Output = bool>>(
 }
 
 /// GET `path` through a kube-rs client: whether it answered 200.
-async fn get_ok(client: &kube::Client, path: &str) -> bool {
+pub(crate) async fn get_ok(client: &kube::Client, path: &str) -> bool {
     let Ok(req) = http::Request::get(path).body(Vec::new()) else {
         return false;
     };
@@ -503,7 +531,6 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
             logs: logs.clone(),
             state: data.join("replicas.json"),
         };
-        let mut servers = String::new();
         for i in 0..usize::from(args.replicas) {
             let port = free_port()?;
             let proc = replicas.spawn(i, port, 0)?;
@@ -514,24 +541,12 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
                 started: Instant::now(),
                 quick_exits: 0,
             });
-            servers.push_str(&format!("  server r{i} 127.0.0.1:{port} check\n"));
         }
         replicas.write_state()?;
         let cfg = data.join("haproxy.cfg");
-        std::fs::write(
-            &cfg,
-            format!(
-                // Two descriptors a connection, under the 20 000 a process is often allowed.
-                "global\n  maxconn 9000\n\
-                 defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 1h\n  timeout server 1h\n  \
-                 retries 3\n  option redispatch\n\
-                 frontend fe\n  bind {listen}\n  default_backend be\n\
-                 backend be\n  balance leastconn\n  timeout check 2s\n  option httpchk GET /readyz\n  \
-                 http-check expect status 200\n  \
-                 default-server inter 300ms fall 2 rise 2 check-ssl verify none\n{servers}",
-                listen = args.listen
-            ),
-        )?;
+        // Two descriptors a connection, under the 20 000 a process is often allowed.
+        let ports: Vec<u16> = replicas.each.iter().map(|r| r.port).collect();
+        std::fs::write(&cfg, haproxy_config(&args.listen.to_string(), 9000, ports))?;
         let mut cmd = Command::new("haproxy");
         cmd.arg("-db").arg("-f").arg(&cfg);
         plane
@@ -661,7 +676,7 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
 }
 
 /// How many nodes have condition Ready True.
-async fn nodes_ready(client: &kube::Client) -> usize {
+pub(crate) async fn nodes_ready(client: &kube::Client) -> usize {
     let Ok(req) = http::Request::get("/api/v1/nodes").body(Vec::new()) else {
         return 0;
     };

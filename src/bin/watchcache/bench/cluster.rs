@@ -54,7 +54,8 @@ pub struct ClusterConfig {
     /// This binary (it runs `up` and the replicas).
     pub binary: PathBuf,
     pub k8s_bin_dir: PathBuf,
-    pub etcd_binary: PathBuf,
+    /// etcd 3.6 for `up` (`None`: `etcd` from PATH).
+    pub etcd_binary: Option<PathBuf>,
     /// Where the plane's data dir goes (default: the system temp dir).
     pub data_dir: Option<PathBuf>,
 }
@@ -121,16 +122,16 @@ pub async fn run(cfg: ClusterConfig) -> Result<ClusterReport, String> {
         .arg(&data)
         .args(["--listen", &listen])
         .arg("--k8s-bin-dir")
-        .arg(&cfg.k8s_bin_dir)
-        .arg("--etcd-bin")
-        .arg(&cfg.etcd_binary)
-        .arg("--")
-        .args([
-            "--shutdown-delay-duration".to_string(),
-            format!("{}s", cfg.shutdown_delay.as_secs_f64()),
-            "--shutdown-watch-termination-grace-period".to_string(),
-            format!("{}s", cfg.watch_grace.as_secs_f64()),
-        ]);
+        .arg(&cfg.k8s_bin_dir);
+    if let Some(etcd) = &cfg.etcd_binary {
+        cmd.arg("--etcd-bin").arg(etcd);
+    }
+    cmd.arg("--").args([
+        "--shutdown-delay-duration".to_string(),
+        format!("{}s", cfg.shutdown_delay.as_secs_f64()),
+        "--shutdown-watch-termination-grace-period".to_string(),
+        format!("{}s", cfg.watch_grace.as_secs_f64()),
+    ]);
     let log = data.join("up.log");
     let mut up = spawn_logged(&mut cmd, &log)?;
     info!(data = %data.display(), nodes = cfg.nodes, replicas = cfg.replicas, "starting the control plane");
@@ -355,7 +356,7 @@ pub async fn run(cfg: ClusterConfig) -> Result<ClusterReport, String> {
             let again = read_replicas(&replicas_file)?
                 .into_iter()
                 .find(|s| s.replica == i && s.pid != state.pid);
-            if again.is_some() && get_ok(&clients[i], "/readyz").await {
+            if again.is_some() && crate::up::get_ok(&clients[i], "/readyz").await {
                 break;
             }
             if t.elapsed() > Duration::from_secs(300) {
@@ -492,10 +493,6 @@ async fn get_text(c: &kube::Client, path: &str) -> Option<String> {
         .ok()
 }
 
-async fn get_ok(c: &kube::Client, path: &str) -> bool {
-    get_text(c, path).await.is_some()
-}
-
 async fn scrape(c: &kube::Client) -> Option<super::kubelet::rollout::Served> {
     get_text(c, "/metrics")
         .await
@@ -517,21 +514,7 @@ async fn wait_nodes(c: &kube::Client, want: usize) -> usize {
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut ready = 0;
     while Instant::now() < deadline {
-        let list: serde_json::Value = get_text(c, "/api/v1/nodes")
-            .await
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
-        ready = list["items"].as_array().map_or(0, |items| {
-            items
-                .iter()
-                .filter(|n| {
-                    n["status"]["conditions"].as_array().is_some_and(|cs| {
-                        cs.iter()
-                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                    })
-                })
-                .count()
-        });
+        ready = crate::up::nodes_ready(c).await;
         if ready >= want {
             break;
         }

@@ -395,43 +395,18 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         let _ = t.await;
     }
     let probed = probe.await.unwrap_or_default();
-    let mut node_path = report::PathFigures::default();
-    let mut label_path = report::PathFigures::default();
-    let mut stream_errors = 0;
-    for s in &streams {
-        stream_errors += s.rec.errors.load(Ordering::Relaxed);
-        let (expected, figures) = match s.what {
-            WatchPath::NodePods => (verify::expected(&history, Some(s.node)), &mut node_path),
-            WatchPath::LabelPods => (
-                history
-                    .iter()
-                    .filter(|h| {
-                        let id = h.id as usize;
-                        id % cfg.nodes == s.node
-                            && id % objects::NAMESPACES == s.node % objects::NAMESPACES
-                    })
-                    .map(|h| (h.rev, h.id))
-                    .collect(),
-                &mut label_path,
-            ),
-            WatchPath::Other => continue,
-        };
-        let got = s.rec.events.lock();
-        figures.watches += 1;
-        let mut timed = Vec::new();
-        let t = verify::tally(&got, &expected, end_rev, |rev, at| {
-            if let Some(&(sent, ack)) = sent.get(&rev) {
-                timed.push((sent, at.saturating_sub(sent), at.saturating_sub(ack)));
-            }
-        });
-        for (sent, took, after_ack) in timed {
-            let ms = took as f64 / 1000.0;
-            figures.latencies.push(ms);
-            figures.after_ack.push(after_ack as f64 / 1000.0);
-            figures.slow_window(sent, ms);
-        }
-        figures.tally += t;
-    }
+    let stream_errors = streams
+        .iter()
+        .map(|s| s.rec.errors.load(Ordering::Relaxed))
+        .sum();
+    let (node_path, label_path) = check_pod_streams(
+        streams.iter().map(|s| (s.node, s.what, &*s.rec)),
+        &history,
+        cfg.nodes,
+        &sent,
+        end_rev,
+        |_, _| {},
+    );
     drop(server);
     let opened = counters.opened.load(Ordering::Relaxed);
     let r = KubeletReport {
@@ -490,6 +465,55 @@ async fn run_side(ctx: &Ctx<'_>, side: Side) -> Result<KubeletReport, String> {
         "side done"
     );
     Ok(r)
+}
+
+/// The pod streams checked against etcd's `history` up to `end_rev`: the `spec.nodeName` path's
+/// figures and the label path's (the other watches are left out). `sent` holds each write's send
+/// and acknowledgement times by revision; `on_delivery(sent_us, ms)` sees each timed delivery.
+fn check_pod_streams<'a>(
+    streams: impl IntoIterator<Item = (usize, WatchPath, &'a load::Recorder)>,
+    history: &[verify::HistoryEntry],
+    nodes: usize,
+    sent: &std::collections::HashMap<u64, (u64, u64)>,
+    end_rev: u64,
+    mut on_delivery: impl FnMut(u64, f64),
+) -> (report::PathFigures, report::PathFigures) {
+    let mut node_path = report::PathFigures::default();
+    let mut label_path = report::PathFigures::default();
+    for (node, what, rec) in streams {
+        let (expected, figures) = match what {
+            WatchPath::NodePods => (verify::expected(history, Some(node)), &mut node_path),
+            WatchPath::LabelPods => (
+                history
+                    .iter()
+                    .filter(|h| {
+                        let id = h.id as usize;
+                        id % nodes == node && id % objects::NAMESPACES == node % objects::NAMESPACES
+                    })
+                    .map(|h| (h.rev, h.id))
+                    .collect(),
+                &mut label_path,
+            ),
+            WatchPath::Other => continue,
+        };
+        let got = rec.events.lock();
+        figures.watches += 1;
+        let mut timed = Vec::new();
+        let t = verify::tally(&got, &expected, end_rev, |rev, at| {
+            if let Some(&(sent, ack)) = sent.get(&rev) {
+                timed.push((sent, at.saturating_sub(sent), at.saturating_sub(ack)));
+            }
+        });
+        for (sent_at, took, after_ack) in timed {
+            let ms = took as f64 / 1000.0;
+            figures.latencies.push(ms);
+            figures.after_ack.push(after_ack as f64 / 1000.0);
+            figures.slow_window(sent_at, ms);
+            on_delivery(sent_at, ms);
+        }
+        figures.tally += t;
+    }
+    (node_path, label_path)
 }
 
 fn bar_of(cfg: &KubeletConfig, len: u64, what: &str) -> indicatif::ProgressBar {

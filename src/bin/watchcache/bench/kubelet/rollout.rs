@@ -23,7 +23,6 @@
 //! requests are refused with 429 after that) is not counted there, which the bench's own count of
 //! relists does not depend on.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -37,7 +36,7 @@ use tracing::{info, warn};
 use watchcache::etcd::free_port;
 
 use super::objects::{self, Path as WatchPath};
-use super::report::{PathFigures, PathReport};
+use super::report::PathReport;
 use super::servers::{self, Side};
 use super::{KubeletConfig, Scratch, WATCH_ACCEPT, pki, pod_id, write_apart};
 use crate::bench::http::Http;
@@ -226,9 +225,11 @@ pub async fn run(cfg: RolloutConfig) -> Result<RolloutReport, String> {
     if k.watches == 0 || cfg.replicas < 2 {
         return Err("--model rollout needs --watches-per-node ≥ 1 and --replicas ≥ 2".into());
     }
-    let haproxy = which("haproxy").ok_or(
-        "--model rollout needs HAProxy on PATH (Debian: apt-get install haproxy)".to_string(),
-    )?;
+    if !crate::up::on_path("haproxy") {
+        return Err(
+            "--model rollout needs HAProxy on PATH (Debian: apt-get install haproxy)".into(),
+        );
+    }
     let scratch = Scratch::start(
         "rollout",
         k.etcd_data_dir.as_deref(),
@@ -318,10 +319,14 @@ pub async fn run(cfg: RolloutConfig) -> Result<RolloutReport, String> {
         let conf = dir.join(format!("haproxy-{i}.cfg"));
         std::fs::write(
             &conf,
-            haproxy_config(port, 2 * k.nodes.div_ceil(balancers) + 100, &replicas),
+            crate::up::haproxy_config(
+                &format!("127.0.0.1:{port}"),
+                2 * k.nodes.div_ceil(balancers) + 100,
+                replicas.iter().map(|r| r.port),
+            ),
         )
         .map_err(|e| format!("{}: {e}", conf.display()))?;
-        let mut cmd = std::process::Command::new(&haproxy);
+        let mut cmd = std::process::Command::new("haproxy");
         cmd.arg("-db").arg("-f").arg(&conf);
         _lb_processes.push(servers::spawn_logged(
             &mut cmd,
@@ -502,49 +507,26 @@ pub async fn run(cfg: RolloutConfig) -> Result<RolloutReport, String> {
     for t in tasks {
         let _ = t.await;
     }
-    let (mut node_path, mut label_path) = (PathFigures::default(), PathFigures::default());
+    // Streams that relisted are left out: what happened between their last event and the list
+    // is in the list, not in their events.
+    let relisted = |r: &AtomicBool| r.load(Ordering::Relaxed);
+    let streams_relisted = streams.iter().filter(|s| relisted(&s.3)).count() as u64;
     let mut during = Vec::new();
-    let mut streams_relisted = 0;
-    for (node, what, rec, relisted) in &streams {
-        if relisted.load(Ordering::Relaxed) {
-            streams_relisted += 1;
-            continue;
-        }
-        let (expected, figures) = match what {
-            WatchPath::NodePods => (verify::expected(&history, Some(*node)), &mut node_path),
-            WatchPath::LabelPods => (
-                history
-                    .iter()
-                    .filter(|h| {
-                        let id = h.id as usize;
-                        id % k.nodes == *node
-                            && id % objects::NAMESPACES == node % objects::NAMESPACES
-                    })
-                    .map(|h| (h.rev, h.id))
-                    .collect(),
-                &mut label_path,
-            ),
-            WatchPath::Other => continue,
-        };
-        let got = rec.events.lock();
-        figures.watches += 1;
-        let mut timed = Vec::new();
-        let t = verify::tally(&got, &expected, end_rev, |rev, at| {
-            if let Some(&(sent, ack)) = sent.get(&rev) {
-                timed.push((sent, at.saturating_sub(sent), at.saturating_sub(ack)));
-            }
-        });
-        for (sent_at, took, after_ack) in timed {
-            let ms = took as f64 / 1000.0;
-            figures.latencies.push(ms);
-            figures.after_ack.push(after_ack as f64 / 1000.0);
-            figures.slow_window(sent_at, ms);
+    let (node_path, label_path) = super::check_pod_streams(
+        streams
+            .iter()
+            .filter(|s| !relisted(&s.3))
+            .map(|(node, what, rec, _)| (*node, *what, &**rec)),
+        &history,
+        k.nodes,
+        &sent,
+        end_rev,
+        |sent_at, ms| {
             if (rollout_began..=rollout_ended).contains(&sent_at) {
                 during.push(ms);
             }
-        }
-        figures.tally += t;
-    }
+        },
+    );
     let wrote_for = k.duration.as_secs_f64();
     let mut relist_at_s: Vec<f64> = counts
         .relist_at_us
@@ -665,40 +647,6 @@ async fn scrape(r: &Replica, ranges: &AtomicU64) -> Option<Served> {
         }
     }
     None
-}
-
-/// HAProxy in TCP mode on `port` (TLS passes through, so each node keeps its client
-/// certificate), checking each replica's `/readyz` over TLS every 300 ms: two failed checks take
-/// a replica out (600 ms, well inside the 2 s delay), two passed bring it back. A check may take
-/// 2 s: with the default (the interval), a replica busy taking over the drained one's watches
-/// answered a check late, was taken out too, and with no replica left the nodes' reconnections
-/// waited seconds in HAProxy. Connections it holds are left to the replica's drain.
-fn haproxy_config(port: u16, maxconn: usize, replicas: &[Replica]) -> String {
-    let mut out = format!(
-        "global\n  maxconn {maxconn}\n\
-         defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 1h\n  timeout server 1h\n  \
-         retries 3\n  option redispatch\n\
-         frontend fe\n  bind 127.0.0.1:{port}\n  maxconn {maxconn}\n  default_backend be\n\
-         backend be\n  balance leastconn\n  timeout check 2s\n  option httpchk GET /readyz\n  \
-         http-check expect status 200\n  \
-         default-server inter 300ms fall 2 rise 2 check-ssl verify none\n"
-    );
-    for r in replicas {
-        out.push_str(&format!(
-            "  server r{} 127.0.0.1:{} check\n",
-            r.index, r.port
-        ));
-    }
-    out
-}
-
-/// `name`'s path on PATH.
-fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| Path::new(p).is_file())
-    })
 }
 
 /// One kubelet watch and what it reports to.
