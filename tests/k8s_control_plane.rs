@@ -376,8 +376,20 @@ async fn the_recommended_set_up_reads_the_clusters_etcd_and_forwards_writes() {
     assert!(!out.status.success(), "namespace team is gone");
 }
 
-/// A CRD with two served versions (v1 stored), two selectable fields and printer columns.
-fn shirts_crd(storage: &str, selectable: &[&str]) -> String {
+/// The shirts' spec as first defined.
+const SHIRT_SPEC: &str = r#""color": {"type": "string"}, "size": {"type": "string"},
+    "weight": {"type": "integer"}"#;
+
+/// The shirts' spec redefined: `size` gone, `fit` defaulted, and `cuffs` defaulted to an object
+/// whose own member `n` has a default (a float), its string with characters Go escapes.
+const SHIRT_SPEC_REDEFINED: &str = r#""color": {"type": "string"},
+    "weight": {"type": "integer"}, "fit": {"type": "string", "default": "regular"},
+    "cuffs": {"type": "object", "default": {"style": "<french> & \"double\""},
+              "properties": {"style": {"type": "string"}, "n": {"type": "number", "default": 0.5}}}"#;
+
+/// A CRD with two served versions (`storage` stored) of the spec `spec`, selectable fields
+/// and printer columns.
+fn shirts_crd(storage: &str, selectable: &[&str], spec: &str) -> String {
     let fields: Vec<String> = selectable
         .iter()
         .map(|f| format!(r#"{{"jsonPath": ".spec.{f}"}}"#))
@@ -386,9 +398,7 @@ fn shirts_crd(storage: &str, selectable: &[&str]) -> String {
         format!(
             r#"{{"name": "{name}", "served": true, "storage": {storage},
                 "schema": {{"openAPIV3Schema": {{"type": "object", "properties": {{
-                    "spec": {{"type": "object", "properties": {{
-                        "color": {{"type": "string"}}, "size": {{"type": "string"}},
-                        "weight": {{"type": "integer"}}}}}}}}}}}},
+                    "spec": {{"type": "object", "properties": {{{spec}}}}}}}}}}},
                 "selectableFields": [{fields}],
                 "additionalPrinterColumns": [
                     {{"name": "Color", "type": "string", "jsonPath": ".spec.color"}},
@@ -478,8 +488,11 @@ async fn crds_are_cached_live_with_their_selectable_fields_as_triggers() {
 
     // The CRD, through watchcache (a write: kube-apiserver's), then its objects.
     must(
-        &k.with_stdin(&["apply", "-f", "-"], &shirts_crd("v1", &["color"]))
-            .await,
+        &k.with_stdin(
+            &["apply", "-f", "-"],
+            &shirts_crd("v1", &["color"], SHIRT_SPEC),
+        )
+        .await,
         "apply the CRD",
     );
     wait_until("the shirts cached", limit, async || {
@@ -608,7 +621,7 @@ async fn crds_are_cached_live_with_their_selectable_fields_as_triggers() {
     must(
         &k.with_stdin(
             &["apply", "-f", "-"],
-            &shirts_crd("v1beta1", &["color", "weight"]),
+            &shirts_crd("v1beta1", &["color", "weight"], SHIRT_SPEC_REDEFINED),
         )
         .await,
         "change the CRD",
@@ -622,11 +635,27 @@ async fn crds_are_cached_live_with_their_selectable_fields_as_triggers() {
         shirts_served(&wc, "v1beta1") == 1
     })
     .await;
-    // Objects stored as v1 are read as v1beta1 (conversion None), as kube-apiserver reads them.
+    // Objects stored as v1 are read as v1beta1 (conversion None), pruned and defaulted by the
+    // new schema (issue 39, item 2: k/k's "custom resource defaulting for requests and from
+    // storage" spec), as kube-apiserver reads them.
     let get = ["get", "shirts.v1beta1.stable.example.com", "-o", "json"];
     let (ours, theirs) = (json(&k.run(&get).await), json(&direct.run(&get).await));
     assert_eq!(ours["items"], theirs["items"]);
     assert_eq!(ours["items"].as_array().map(Vec::len), Some(4));
+    for item in ours["items"].as_array().into_iter().flatten() {
+        assert_eq!(item["spec"]["fit"], "regular", "{item}");
+        assert_eq!(item["spec"]["cuffs"]["n"], 0.5, "{item}");
+        assert!(item["spec"].get("size").is_none(), "{item}");
+    }
+    // Byte for byte: the keys' order, Go's escapes and Go's float.
+    let path = "/apis/stable.example.com/v1beta1/namespaces/default/shirts/red";
+    let (ca, admin) = (&kas.pki.ca.cert_file, Some(&kas.pki.admin));
+    let ours = support::kube::https_get(&wc.url, ca, admin, path).await;
+    let theirs = support::kube::https_get(&kas.url, ca, admin, path).await;
+    assert_eq!(
+        ours.expect("GET through watchcache"),
+        theirs.expect("GET direct")
+    );
     let args = [
         "get",
         "shirts.v1beta1.stable.example.com",
@@ -681,9 +710,7 @@ fn three_version_shirts_crd() -> String {
             r#"{{"name": "{name}", "served": {served}, "storage": {storage},
                 "schema": {{"openAPIV3Schema": {{"type": "object",
                     "description": "{description}", "properties": {{
-                    "spec": {{"type": "object", "properties": {{
-                        "color": {{"type": "string"}}, "size": {{"type": "string"}},
-                        "weight": {{"type": "integer"}}}}}}}}}}}},
+                    "spec": {{"type": "object", "properties": {{{SHIRT_SPEC}}}}}}}}}}},
                 "selectableFields": [{selectable}],
                 "additionalPrinterColumns": [{columns}]}}"#
         )

@@ -8,6 +8,9 @@
 //!   `/registry/{group}/{plural}/`;
 //! - with `conversion: None`, an object stored at another version is read with the storage
 //!   version's apiVersion, as apiextensions' nop converter does (`rewrite_api_version`);
+//! - every stored object is pruned and defaulted by the CRD's schemas as kube-apiserver decodes
+//!   it (`stored_schemas`, `model/structural.rs`), so a CRD whose schema changes gets a new
+//!   cache, read again from the upstream;
 //! - with webhook conversion, not at all: converting needs the webhook, which is kube-apiserver's
 //!   to call, so every request for the resource goes to kube-apiserver;
 //! - each other served version from the same cache ([`ResourceDef::other_versions`]), the object
@@ -29,6 +32,7 @@ use serde_json::{Value, json};
 
 use crate::model::columns::{Computed, RawColumn};
 use crate::model::definition::{CREATION_TIMESTAMP_DOC, HistoryConfig, IndexDef, IndexKey};
+use crate::model::structural::StoredSchemas;
 use crate::model::{FieldLabels, FieldPath, ResourceDef};
 
 /// What watchcache does with the custom resources of one CRD.
@@ -148,6 +152,7 @@ fn cached(crd: &Value) -> Result<ResourceDef, String> {
         status_subresource: at_storage.status_subresource,
         field_labels: Some(at_storage.field_labels),
         rewrite_api_version: true,
+        stored_schemas: Some(std::sync::Arc::new(StoredSchemas::read(spec))),
         other_versions: Vec::new(),
     };
     // The other served versions, each served from this cache when reading it there is what

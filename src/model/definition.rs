@@ -168,6 +168,10 @@ pub struct ResourceDef {
     /// object stored at another version of the group is read as this version, its apiVersion
     /// rewritten, as apiextensions' nop converter does. `false` in definition files.
     pub rewrite_api_version: bool,
+    /// A custom resource's schemas (a definition made by `CrdServing`; `None` in definition
+    /// files): each stored object is pruned and defaulted by them as kube-apiserver decodes it
+    /// (`model/structural.rs`), so a CRD whose defaults or fields change gets a new cache.
+    pub stored_schemas: Option<std::sync::Arc<crate::model::structural::StoredSchemas>>,
     /// The other versions this resource is served at from the same cache (a CRD's served
     /// versions besides its storage one, conversion `None`; empty in definition files): each
     /// this definition at that version, with that version's printer columns, field selectors
@@ -588,6 +592,7 @@ impl ResourceDef {
             consistency_check_period: raw.consistency_check_seconds.map(Duration::from_secs),
             route_shards: true,
             rewrite_api_version: false,
+            stored_schemas: None,
             other_versions: Vec::new(),
         })
     }

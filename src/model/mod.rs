@@ -27,6 +27,7 @@ mod resource_version;
 pub(crate) mod schema;
 pub mod selector;
 pub mod shard;
+pub mod structural;
 
 pub use columns::{Computed, PrinterColumn};
 pub use crd::CrdServing;

@@ -9,35 +9,10 @@ pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
     crate::model::protobuf::write_json_str(out, s);
 }
 
-/// Any value: objects as maps (keys sorted, as Go writes a map and as `serde_json`'s map keeps
-/// them), strings Go-escaped.
+/// Any value, as Go writes it from `interface{}`: objects as maps (keys sorted), strings
+/// Go-escaped, floats in Go's form.
 pub(crate) fn value(out: &mut Vec<u8>, v: &Value) {
-    match v {
-        Value::String(s) => string(out, s),
-        Value::Array(a) => {
-            out.push(b'[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                value(out, x);
-            }
-            out.push(b']');
-        }
-        Value::Object(m) => {
-            out.push(b'{');
-            for (i, (k, x)) in m.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                string(out, k);
-                out.push(b':');
-                value(out, x);
-            }
-            out.push(b'}');
-        }
-        other => out.extend_from_slice(other.to_string().as_bytes()),
-    }
+    crate::model::protobuf::write_json_value(out, v);
 }
 
 /// An object as a Go struct: the members named in `order`, in that order, those it lacks left

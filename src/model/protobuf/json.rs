@@ -491,6 +491,48 @@ fn either_fields<'b>(msg: &Message, f: &Field, b: &'b [u8]) -> Result<Either<'b>
     Ok(e)
 }
 
+/// A JSON value as Go's encoding/json writes it back from `interface{}` (an unstructured object,
+/// decoded as apimachinery decodes it: integers as int64, other numbers as float64): object keys
+/// sorted byte-wise, strings Go-escaped, floats in Go's form.
+pub(crate) fn write_go_value(out: &mut Vec<u8>, v: &serde_json::Value) {
+    use serde_json::Value as J;
+    match v {
+        J::Null => out.extend_from_slice(b"null"),
+        J::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        J::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes()),
+            (None, Some(f)) => write_f64(out, f),
+            (None, None) => out.extend_from_slice(n.to_string().as_bytes()),
+        },
+        J::String(s) => write_str(out, s),
+        J::Array(a) => {
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_go_value(out, x);
+            }
+            out.push(b']');
+        }
+        J::Object(m) => {
+            // serde_json's map is sorted unless a dependency turns on `preserve_order`: sort.
+            let mut members: Vec<_> = m.iter().collect();
+            members.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
+            for (i, (k, x)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(out, k);
+                out.push(b':');
+                write_go_value(out, x);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
 /// Go's encoding/json float64: the shortest round-tripping digits, in exponent form below 1e-6
 /// or from 1e21 (`1e+21`, `1e-7`), else plain.
 fn write_f64(out: &mut Vec<u8>, x: f64) {

@@ -47,6 +47,7 @@ pub(crate) use encode::{
 pub(crate) use encode::envelope_into;
 #[cfg(feature = "server")]
 pub(crate) use encode::{encode_message, envelope};
+pub(crate) use json::write_go_value as write_json_value;
 #[cfg(feature = "server")]
 pub(crate) use json::write_message_json;
 pub(crate) use json::write_str as write_json_str;
