@@ -385,7 +385,9 @@ impl Object {
             if kind != def.kind {
                 return Ok(None);
             }
-            if let Some(schemas) = &def.stored_schemas {
+            if let Some(schemas) = &def.stored_schemas
+                && schemas.changes(text, stored, &def.version)?
+            {
                 // Pruned and defaulted by the CRD's schema, as kube-apiserver decodes it: a
                 // default added since the object was written shows (k/k's "custom resource
                 // defaulting ... from storage" conformance spec).

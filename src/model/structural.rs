@@ -36,6 +36,8 @@ pub struct Structural {
     default: Option<Value>,
     preserve_unknown: bool,
     embedded: bool,
+    /// How many of `properties` have a default (for the check pass, which counts them).
+    defaulted: usize,
 }
 
 /// A CRD's schemas by version, and whether it keeps unknown fields: how its stored objects are
@@ -54,16 +56,18 @@ impl Structural {
     /// The structural parts of one `openAPIV3Schema` (as the CRD cache holds it, v1).
     pub fn read(schema: &Value) -> Structural {
         let flag = |k: &str| schema.get(k).and_then(Value::as_bool) == Some(true);
+        let properties: BTreeMap<String, Structural> = schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| {
+                p.iter()
+                    .map(|(k, s)| (k.clone(), Structural::read(s)))
+                    .collect()
+            })
+            .unwrap_or_default();
         Structural {
-            properties: schema
-                .get("properties")
-                .and_then(Value::as_object)
-                .map(|p| {
-                    p.iter()
-                        .map(|(k, s)| (k.clone(), Structural::read(s)))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            defaulted: properties.values().filter(|p| p.default.is_some()).count(),
+            properties,
             additional: match schema.get("additionalProperties") {
                 Some(Value::Object(s)) => {
                     Some(Some(Box::new(Structural::read(&Value::Object(s.clone())))))
@@ -76,7 +80,8 @@ impl Structural {
                 .filter(|s| s.is_object())
                 .map(|s| Box::new(Structural::read(s))),
             nullable: flag("nullable"),
-            default: schema.get("default").cloned(),
+            // `default: null` is no default (upstream's `Default.Object` is nil).
+            default: schema.get("default").filter(|d| !d.is_null()).cloned(),
             preserve_unknown: flag("x-kubernetes-preserve-unknown-fields"),
             embedded: flag("x-kubernetes-embedded-resource"),
         }
@@ -104,6 +109,33 @@ impl StoredSchemas {
                 == Some(true),
             by_version,
         }
+    }
+
+    /// Whether [`read_stored`](StoredSchemas::read_stored) would change anything but the
+    /// apiVersion of `text` (a stored object, JSON) stored at `stored` and read at `served`:
+    /// one pass over the text that builds nothing, so the common case (nothing to prune or
+    /// default) costs a scan, not a parse into a tree and a write back.
+    ///
+    /// # Errors
+    /// The text is not a JSON object.
+    pub fn changes(&self, text: &str, stored: &str, served: &str) -> Result<bool, String> {
+        let Some(at) = self.by_version.get(stored).filter(|_| stored == served) else {
+            // Read at another version, or by no schema: rare; the full read decides.
+            return Ok(true);
+        };
+        let prune = !self.preserve_unknown_fields;
+        let check = Check {
+            s: Some(at),
+            prune: if prune { Prune::On } else { Prune::Off },
+            nulls: prune,
+            root: true,
+            null_changes: false,
+        };
+        let mut de = serde_json::Deserializer::from_str(text);
+        let changed =
+            serde::de::DeserializeSeed::deserialize(check, &mut de).map_err(|e| e.to_string())?;
+        de.end().map_err(|e| e.to_string())?;
+        Ok(changed)
     }
 
     /// Reads `obj`, stored at `stored` (a version of the CRD) as the version `served` (the
@@ -331,6 +363,176 @@ fn default_map(m: &mut Map<String, Value>, s: &Structural) -> bool {
     changed
 }
 
+/// Whether structural pruning acts on a subtree (`pruning.prune` or `skipPrune`), or not (the
+/// root's meta fields, a CRD preserving unknown fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Prune {
+    Off,
+    /// `prune`: members no schema describes are dropped.
+    On,
+    /// `skipPrune` (under `x-kubernetes-preserve-unknown-fields`): they stay.
+    Skip,
+}
+
+/// One value of the check pass, with what applies to it: whether reading would change it.
+/// Mirrors `read_stored`'s three walks (prune, drop nulls, default) at once.
+struct Check<'a> {
+    /// Its schema (for pruning, dropping nulls and defaulting alike).
+    s: Option<&'a Structural>,
+    prune: Prune,
+    /// Whether non-nullable nulls without a default are dropped (the CRD prunes).
+    nulls: bool,
+    /// The object itself (its meta fields are not pruned).
+    root: bool,
+    /// What a null here means: a member or an element that reading drops or defaults.
+    null_changes: bool,
+}
+
+impl Check<'_> {
+    /// The pruning that applies at this node: `skipPrune` under preserve-unknown-fields, and
+    /// nothing for `skipPrune` without a schema.
+    fn prune_here(&self) -> Prune {
+        match (self.prune, self.s) {
+            (Prune::On, Some(s)) if s.preserve_unknown => Prune::Skip,
+            (Prune::Skip, None) => Prune::Off,
+            (p, _) => p,
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Check<'_> {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Check<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(self.null_changes)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        let items = self.s.and_then(|s| s.items.as_deref());
+        let element = Check {
+            s: items,
+            prune: self.prune_here(),
+            nulls: self.nulls,
+            root: false,
+            // Nulls are never dropped from a list; one is replaced by the items' default.
+            null_changes: items.is_some_and(|i| !i.nullable && i.default.is_some()),
+        };
+        let mut changed = false;
+        while let Some(c) = seq.next_element_seed(Check { ..element })? {
+            changed |= c;
+        }
+        Ok(changed)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        use serde::de::IgnoredAny;
+        let prune = self.prune_here();
+        let Some(s) = self.s else {
+            // Pruned by no schema: every member goes. Otherwise nothing applies below.
+            let mut any = false;
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {
+                any = true;
+            }
+            return Ok(any && prune == Prune::On);
+        };
+        let mut changed = false;
+        let mut defaulted = 0;
+        while let Some(key) = map.next_key_seed(Key)? {
+            if changed {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            let meta = (self.root || s.embedded) && META_FIELDS.contains(&key.as_ref());
+            let property = s.properties.get(key.as_ref());
+            let Some(schema) = property
+                .map(Some)
+                .or_else(|| s.additional.as_ref().map(|a| a.as_deref()))
+            else {
+                // Described by nothing: dropped when pruned, else left as it is.
+                changed = prune == Prune::On && !meta;
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            if property.is_some_and(|p| p.default.is_some()) {
+                defaulted += 1;
+            }
+            let child = Check {
+                s: schema,
+                prune: if meta || prune == Prune::Off {
+                    Prune::Off
+                } else {
+                    Prune::On
+                },
+                nulls: self.nulls,
+                root: false,
+                null_changes: schema
+                    .is_some_and(|m| !m.nullable && (self.nulls || m.default.is_some())),
+            };
+            changed = map.next_value_seed(child)?;
+        }
+        Ok(changed || defaulted < s.defaulted)
+    }
+}
+
+/// A member's name, borrowed from the text when it has no escapes.
+struct Key;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Key {
+    type Value = std::borrow::Cow<'de, str>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Key {
+    type Value = std::borrow::Cow<'de, str>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Borrowed(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(v.to_owned()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,11 +544,14 @@ mod tests {
         }))
     }
 
+    /// The object read, and whether it changed; the check pass must say the same.
     fn read(s: &StoredSchemas, obj: Value) -> (Value, bool) {
+        let checked = s.changes(&obj.to_string(), "v1", "v1").unwrap();
         let Value::Object(mut m) = obj else {
             panic!("not an object")
         };
         let changed = s.read_stored(&mut m, "v1", "v1", "g/v1");
+        assert_eq!(checked, changed, "the check pass and the read disagree");
         (Value::Object(m), changed)
     }
 
@@ -471,5 +676,93 @@ mod tests {
         defaulted["properties"]["spec"]["properties"]["a"]["default"] = json!("A");
         assert_eq!(schemas(base.clone()), schemas(described));
         assert_ne!(schemas(base), schemas(defaulted));
+    }
+
+    /// Any value, its members named from a few names so that they meet the schemas'.
+    fn value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let names = prop::sample::select(vec!["a", "b", "c", "apiVersion", "metadata"]);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            (-3i64..3).prop_map(Value::from),
+            Just(Value::from("s")),
+        ];
+        leaf.prop_recursive(4, 24, 4, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                prop::collection::btree_map(names.clone().prop_map(str::to_owned), inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Any schema of those names, with every keyword pruning and defaulting read.
+    fn schema() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let names = prop::sample::select(vec!["a", "b", "c", "metadata"]);
+        let flags = (any::<bool>(), any::<bool>(), any::<bool>(), 0..6u8);
+        let leaf = (flags.clone(), value()).prop_map(|((n, p, e, d), v)| {
+            let mut s = json!({"nullable": n, "x-kubernetes-preserve-unknown-fields": p,
+                               "x-kubernetes-embedded-resource": e});
+            if d == 0 {
+                s["default"] = v;
+            }
+            s
+        });
+        leaf.prop_recursive(4, 24, 3, move |inner| {
+            (
+                prop::collection::btree_map(
+                    names.clone().prop_map(str::to_owned),
+                    inner.clone(),
+                    0..3,
+                ),
+                prop_oneof![
+                    Just(None),
+                    Just(Some(json!(true))),
+                    inner.clone().prop_map(Some)
+                ],
+                prop::option::of(inner),
+                flags.clone(),
+                value(),
+            )
+                .prop_map(|(props, additional, items, (n, p, e, d), v)| {
+                    let mut s = json!({"nullable": n, "x-kubernetes-preserve-unknown-fields": p,
+                                       "x-kubernetes-embedded-resource": e});
+                    if !props.is_empty() {
+                        s["properties"] = Value::Object(props.into_iter().collect());
+                    } else if let Some(a) = additional {
+                        s["additionalProperties"] = a;
+                    }
+                    if let Some(i) = items {
+                        s["items"] = i;
+                    }
+                    if d == 0 {
+                        s["default"] = v;
+                    }
+                    s
+                })
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// The check pass says "changes" exactly when the read changes the object, for any
+        /// schema and object, and again for the object read. (A second read may change it
+        /// again: a default the schema would prune is pruned then, and CRD validation refuses
+        /// such defaults.)
+        #[test]
+        fn the_check_pass_agrees_with_the_read(
+            root in schema(),
+            obj in value(),
+            preserve in proptest::prelude::any::<bool>(),
+        ) {
+            let Value::Object(_) = obj else { return Ok(()) };
+            let mut s = schemas(root);
+            s.preserve_unknown_fields = preserve;
+            let (once, _) = read(&s, obj);
+            read(&s, once);
+        }
     }
 }
