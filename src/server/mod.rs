@@ -91,6 +91,12 @@ use tokio::sync::watch as signal;
 use tower::Service;
 use tracing::{debug, info, warn};
 
+/// Whether the server's HTTP/2 is h2 with watchcache's patch (`vendor/h2`, the crate
+/// `watchcache-h2`), which keeps an idle connection's buffers at zero: always `true`, and named
+/// so that an embedder can prove it at compile time
+/// (`const _: () = assert!(watchcache::server::H2_PATCHED);`, as `tests/embed-crate` does).
+pub const H2_PATCHED: bool = h2::WATCHCACHE_PATCHED;
+
 pub use config::ServerConfig;
 pub use metrics::{HeapBytes, ServerMetrics, count_heap_with, mimalloc_block};
 pub use proxy::{Proxy, ProxyBody};

@@ -135,6 +135,11 @@ mod share;
 #[cfg_attr(feature = "unstable", allow(missing_docs))]
 pub mod fuzz_bridge;
 
+/// watchcache: whether this is h2 with watchcache's patch (`WATCHCACHE.md`). Always `true` here:
+/// a crate built on stock h2 cannot name it, so `const _: () = assert!(h2::WATCHCACHE_PATCHED);`
+/// proves at compile time which h2 was built.
+pub const WATCHCACHE_PATCHED: bool = true;
+
 pub use crate::error::{Error, Reason};
 pub use crate::share::{FlowControl, Ping, PingPong, Pong, RecvStream, SendStream, StreamId};
 
