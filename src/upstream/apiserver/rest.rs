@@ -295,8 +295,9 @@ pub(crate) struct ListPage {
 struct ListBody<'a> {
     #[serde(borrow)]
     metadata: Meta<'a>,
+    /// `null` in an empty `PartialObjectMetadataList` (Go's nil slice), `[]` in typed lists.
     #[serde(default, borrow)]
-    items: Vec<&'a RawValue>,
+    items: Option<Vec<&'a RawValue>>,
 }
 
 /// Whether a JSON object names its `kind` or `apiVersion` at its top level.
@@ -343,6 +344,7 @@ pub(crate) fn parse_list(body: &Bytes, type_meta: &str) -> Result<ListPage, Rest
     let items = list
         .items
         .iter()
+        .flatten()
         .map(|raw| {
             if type_meta.is_empty() || has_type(raw.get()) {
                 body.slice_ref(raw.get().as_bytes())
@@ -1076,6 +1078,16 @@ impl WatchFrames {
 mod tests {
     use super::*;
     use crate::model::protobuf::tests::vector;
+
+    #[test]
+    fn an_empty_metadata_list_has_null_items_and_parses_as_empty() {
+        // kube-apiserver 1.35's answer to a metadata LIST of an empty namespace.
+        let body = Bytes::from_static(
+            br#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"306"},"items":null}"#,
+        );
+        let page = parse_list(&body, "").unwrap();
+        assert_eq!((page.rv, page.items.len()), (306, 0));
+    }
 
     #[test]
     fn identity_reads_metadata_wherever_it_is_and_nothing_after_it() {
