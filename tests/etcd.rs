@@ -1068,8 +1068,29 @@ async fn a_continue_token_expires_when_etcd_compacts_its_revision() {
     let page = second(token.clone()).await.unwrap();
     assert_eq!(page.resource_version, first.resource_version);
     assert_eq!(page.items.len(), 10);
-    // etcd compacts past it: expired, with a token for the rest at the latest revision.
+    let exact = |rv: u64| {
+        let cache = cache.clone();
+        async move {
+            cache
+                .list(
+                    &ListOptions::all()
+                        .at(ResourceVersion::At(rv), Some(watchcache::RvMatch::Exact)),
+                )
+                .await
+        }
+    };
+    assert!(exact(first.resource_version).await.is_ok());
+    // etcd compacts past it: expired, with a token for the rest at the latest revision; a LIST
+    // at exactly that revision too, as kube-apiserver answers it (a leaf's continue token
+    // expires through its root so).
     c.compact(last, None).await.unwrap();
+    assert!(
+        matches!(
+            exact(first.resource_version).await,
+            Err(Error::Expired { .. })
+        ),
+        "a LIST at a compacted revision is 410"
+    );
     match second(token).await {
         Err(Error::ContinueExpired { continue_token, .. }) => {
             let rest = cache

@@ -557,10 +557,12 @@ impl Cache {
             Err(_) if pinned => self.shared.page(None, &pred, after.as_deref(), limit),
             page => page,
         };
-        // A continued LIST whose revision the upstream compacted away expires with it, however
-        // long the window keeps that revision (the upstream could not answer it either).
-        let page = match (continuing, at, &page) {
-            (true, Some(r), Ok(_)) if self.compacted_upstream(r).await => {
+        // A LIST at an exact revision (`resourceVersionMatch=Exact`, or a continued one) whose
+        // revision the upstream compacted away expires with it, however long the window keeps
+        // that revision: the upstream could not answer it either. A leaf asks its root, which
+        // asks its own upstream, so the answer is the source's at every depth.
+        let page = match (at, &page) {
+            (Some(r), Ok(_)) if self.compacted_upstream(r).await => {
                 Err(crate::cache::history::Evicted { oldest: r + 1 })
             }
             _ => page,
