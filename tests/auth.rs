@@ -93,13 +93,16 @@ fn auth_config(anonymous: bool) -> AuthConfig {
 }
 
 async fn server(config: ServerConfig) -> TestServer {
-    TestServer::start_with_server(
+    let s = TestServer::start_with_server(
         config,
         |_| {},
         ResourceDef::builtins(),
         |s| s.with_auth(auth_config(false)),
     )
-    .await
+    .await;
+    // Not before the authorizer has read RBAC (until then a request is 429, retry).
+    s.wait_ready_as(Some("admin-token")).await;
+    s
 }
 
 async fn call(

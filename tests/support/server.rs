@@ -118,12 +118,41 @@ impl TestServer {
                 .unwrap();
             caches.shutdown().await;
         });
-        TestServer {
+        let server = TestServer {
             url,
             etcd,
             caches: served,
             stop: Some(stop),
             task: Some(task),
+        };
+        if scheme == "http" {
+            server.wait_ready_as(None).await;
+        }
+        server
+    }
+
+    /// Waits until `/readyz` answers 200, asked with `token` (a bearer token) or anonymously:
+    /// ready as a load balancer sees it, which also waits for the authorizer to have read the
+    /// RBAC caches (a request before that is told to retry, 429). Anonymously, a server that
+    /// authenticates answers 401 or 403: then its test waits with a token of its own.
+    pub async fn wait_ready_as(&self, token: Option<&str>) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut req = reqwest::Client::new().get(format!("{}/readyz", self.url));
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            let status = req.send().await.map(|r| r.status());
+            match &status {
+                Ok(s) if s.is_success() => return,
+                Ok(s) if token.is_none() && matches!(s.as_u16(), 401 | 403) => return,
+                _ => {}
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the test server's /readyz not ok within 30 s: {status:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
