@@ -238,6 +238,19 @@ impl Object {
         value: &[u8],
         rv: u64,
     ) -> Result<Object, DecodeError> {
+        Object::decode_pass(schema, key, value, rv, true)
+    }
+
+    /// `decode`; `convert`: whether a stored value is first read as served (once: what that
+    /// makes is served as it is, as kube-apiserver decodes a stored value once; a CRD whose
+    /// defaults its own schema prunes would otherwise change the object again on every pass).
+    fn decode_pass(
+        schema: &Schema,
+        key: &str,
+        value: &[u8],
+        rv: u64,
+        convert: bool,
+    ) -> Result<Object, DecodeError> {
         let fail = |reason: String| DecodeError {
             key: key.to_owned(),
             reason,
@@ -249,8 +262,11 @@ impl Object {
         let text = std::str::from_utf8(value).map_err(|e| fail(format!("not UTF-8: {e}")))?;
         let top = members(text).map_err(|e| fail(format!("not a JSON object: {e}")))?;
         // A built-in kind kube-apiserver stores as another version (or kind): read as served.
-        if let Some(converted) = Object::stored_json_as_served(schema, &top, text).map_err(&fail)? {
-            return Object::decode(schema, key, &converted, rv);
+        if convert
+            && let Some(converted) =
+                Object::stored_json_as_served(schema, &top, text).map_err(&fail)?
+        {
+            return Object::decode_pass(schema, key, &converted, rv, false);
         }
         check_servable(text).map_err(fail)?;
         let meta_raw = find(&top, "metadata").ok_or_else(|| fail("no metadata".into()))?;
@@ -1449,6 +1465,36 @@ mod tests {
             o.protobuf_frame(EventType::Deleted, &head)
                 .unwrap()
                 .is_none()
+        );
+    }
+
+    /// A CR read by its CRD's schema: defaulted, pruned, written back as Go writes it, and
+    /// decoded once: a default the schema itself would prune (CRD validation refuses one, but
+    /// what etcd holds is what is read) is served as one decode makes it, as kube-apiserver
+    /// serves it, not decoded again and again.
+    #[test]
+    fn a_custom_resource_is_read_once_by_its_crds_schema() {
+        let crd = serde_json::json!({
+            "metadata": {"name": "gadgets.g.example.com"},
+            "spec": {"group": "g.example.com", "scope": "Namespaced",
+                "names": {"plural": "gadgets", "kind": "Gadget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {
+                            "a": {"type": "string", "default": "<A>"},
+                            "b": {"type": "array", "default": [{"x": null}]}}}}}}}]},
+            "status": {"conditions": [{"type": "Established", "status": "True"}]}
+        });
+        let def = crate::model::CrdServing::of(&crd)
+            .definition()
+            .cloned()
+            .unwrap();
+        let s = Schema::new(def);
+        let v = br#"{"apiVersion":"g.example.com/v1","kind":"Gadget","metadata":{"name":"g","namespace":"a"},"spec":{"gone":1.5}}"#;
+        let o = Object::decode(&s, "/registry/g.example.com/gadgets/a/g", v, 9).unwrap();
+        assert_eq!(
+            std::str::from_utf8(o.json()).unwrap(),
+            r#"{"apiVersion":"g.example.com/v1","kind":"Gadget","metadata":{"name":"g","namespace":"a","resourceVersion":"9"},"spec":{"a":"\u003cA\u003e","b":[{"x":null}]}}"#
         );
     }
 
