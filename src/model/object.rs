@@ -218,6 +218,10 @@ struct JsonRef<'a> {
     item_at: u32,
 }
 
+/// How many times a stored value may be converted on its way to the served form (see
+/// `Object::decode_pass`).
+const SERVED_PASSES: u8 = 2;
+
 /// Why a stored value could not be cached.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("object {key}: {reason}")]
@@ -238,18 +242,20 @@ impl Object {
         value: &[u8],
         rv: u64,
     ) -> Result<Object, DecodeError> {
-        Object::decode_pass(schema, key, value, rv, true)
+        Object::decode_pass(schema, key, value, rv, 0)
     }
 
-    /// `decode`; `convert`: whether a stored value is first read as served (once: what that
-    /// makes is served as it is, as kube-apiserver decodes a stored value once; a CRD whose
-    /// defaults its own schema prunes would otherwise change the object again on every pass).
+    /// `decode`, the `pass`th time for this value: a stored value is read as served by at most
+    /// [`SERVED_PASSES`] conversions (a v1beta1 CRD becomes v1 JSON, then v1 JSON in Go's
+    /// order), and a custom resource is read by its CRD's schema on the first only, as
+    /// kube-apiserver decodes a stored value once (a default that its own schema prunes would
+    /// otherwise change the object again on each pass).
     fn decode_pass(
         schema: &Schema,
         key: &str,
         value: &[u8],
         rv: u64,
-        convert: bool,
+        pass: u8,
     ) -> Result<Object, DecodeError> {
         let fail = |reason: String| DecodeError {
             key: key.to_owned(),
@@ -262,11 +268,11 @@ impl Object {
         let text = std::str::from_utf8(value).map_err(|e| fail(format!("not UTF-8: {e}")))?;
         let top = members(text).map_err(|e| fail(format!("not a JSON object: {e}")))?;
         // A built-in kind kube-apiserver stores as another version (or kind): read as served.
-        if convert
+        if pass < SERVED_PASSES
             && let Some(converted) =
-                Object::stored_json_as_served(schema, &top, text).map_err(&fail)?
+                Object::stored_json_as_served(schema, &top, text, pass).map_err(&fail)?
         {
-            return Object::decode_pass(schema, key, &converted, rv, false);
+            return Object::decode_pass(schema, key, &converted, rv, pass + 1);
         }
         check_servable(text).map_err(fail)?;
         let meta_raw = find(&top, "metadata").ok_or_else(|| fail("no metadata".into()))?;
@@ -378,6 +384,7 @@ impl Object {
         schema: &Schema,
         top: &Members<'_>,
         text: &str,
+        pass: u8,
     ) -> Result<Option<Vec<u8>>, String> {
         if !schema.stored_otherwise {
             return Ok(None);
@@ -401,7 +408,8 @@ impl Object {
             if kind != def.kind {
                 return Ok(None);
             }
-            if let Some(schemas) = &def.stored_schemas
+            if pass == 0
+                && let Some(schemas) = &def.stored_schemas
                 && schemas.changes(text, stored, &def.version)?
             {
                 // Pruned and defaulted by the CRD's schema, as kube-apiserver decodes it: a
