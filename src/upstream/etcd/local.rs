@@ -5,7 +5,9 @@
 //! ## It is this process's own etcd, or the start fails
 //! An etcd that cannot bind its ports exits, and whatever else holds them would answer in its
 //! place (another watchcache's etcd: its data served as ours). So a start
-//! - refuses ports already bound, naming them ([`LocalEtcdError::PortInUse`]);
+//! - refuses ports already bound, naming them ([`LocalEtcdError::PortInUse`]); on ports it
+//!   found free itself it tries other free ones first (another process may have bound one in
+//!   between), up to five times;
 //! - fails when the child exits before it answers ([`LocalEtcdError::Exited`], with its log's
 //!   last line);
 //! - checks the member that answers: its name is the one given to the child, unique per data
@@ -223,8 +225,23 @@ impl LocalEtcd {
     /// # Errors
     /// [`LocalEtcdError`] when the binary is missing or the server does not come up.
     pub async fn start(data_dir: &Path) -> Result<LocalEtcd, LocalEtcdError> {
-        let (client_port, peer_port) = (free_port()?, free_port()?);
-        Self::start_on(data_dir, client_port, peer_port).await
+        Self::launch_on_free_ports(|c, p| Self::unstarted(data_dir, c, p)).await
+    }
+
+    /// Launches `make(client_port, peer_port)` on free ports, on others when one was taken
+    /// between being found free and being checked (another process's listener): a few times,
+    /// then the last error.
+    async fn launch_on_free_ports(
+        make: impl Fn(u16, u16) -> LocalEtcd,
+    ) -> Result<LocalEtcd, LocalEtcdError> {
+        let mut tries = 0;
+        loop {
+            let (client_port, peer_port) = (free_port()?, free_port()?);
+            match make(client_port, peer_port).launch().await {
+                Err(LocalEtcdError::PortInUse { .. }) if tries < 4 => tries += 1,
+                other => return other,
+            }
+        }
     }
 
     /// Like [`start`](LocalEtcd::start), with `args` added to etcd's command line after the
@@ -237,10 +254,12 @@ impl LocalEtcd {
         data_dir: &Path,
         args: &[String],
     ) -> Result<LocalEtcd, LocalEtcdError> {
-        let (client_port, peer_port) = (free_port()?, free_port()?);
-        let mut e = Self::unstarted(data_dir, client_port, peer_port);
-        e.extra_args = args.to_vec();
-        e.launch().await
+        Self::launch_on_free_ports(|c, p| {
+            let mut e = Self::unstarted(data_dir, c, p);
+            e.extra_args = args.to_vec();
+            e
+        })
+        .await
     }
 
     /// Like [`start`](LocalEtcd::start), running `binary` instead of `etcd` from PATH (another
@@ -249,10 +268,12 @@ impl LocalEtcd {
     /// # Errors
     /// [`LocalEtcdError`].
     pub async fn start_binary(binary: &Path, data_dir: &Path) -> Result<LocalEtcd, LocalEtcdError> {
-        let (client_port, peer_port) = (free_port()?, free_port()?);
-        let mut e = Self::unstarted(data_dir, client_port, peer_port);
-        e.binary = binary.to_owned();
-        e.launch().await
+        Self::launch_on_free_ports(|c, p| {
+            let mut e = Self::unstarted(data_dir, c, p);
+            e.binary = binary.to_owned();
+            e
+        })
+        .await
     }
 
     /// Spawns the configured etcd and waits until it answers.
@@ -302,10 +323,12 @@ impl LocalEtcd {
         data_dir: &Path,
         tls: LocalEtcdTls,
     ) -> Result<LocalEtcd, LocalEtcdError> {
-        let (client_port, peer_port) = (free_port()?, free_port()?);
-        let mut e = Self::unstarted(data_dir, client_port, peer_port);
-        e.tls = Some(tls);
-        e.launch().await
+        Self::launch_on_free_ports(|c, p| {
+            let mut e = Self::unstarted(data_dir, c, p);
+            e.tls = Some(tls.clone());
+            e
+        })
+        .await
     }
 
     /// Starts an `n`-member cluster on loopback, data under `base_dir/member-i`.
