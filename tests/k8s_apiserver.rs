@@ -620,14 +620,14 @@ async fn consistent_lists_through_proxy_mode_wait_for_no_event_and_are_never_old
     };
     // Secrets written all along move etcd's revision past the configmaps' cache, as a
     // cluster's other resources do: each LIST needs a proof.
-    let others = {
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-            Api::namespaced(direct.clone(), "busy");
-        let going = going.clone();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(direct.clone(), "busy");
+    let mut s = k8s_openapi::api::core::v1::Secret::default();
+    s.metadata.name = Some("moves".into());
+    secrets.create(&PostParams::default(), &s).await.unwrap();
+    // A writer of the secret until `going` is false; its number of writes.
+    let moving = |going: std::sync::Arc<std::sync::atomic::AtomicBool>| {
+        let secrets = secrets.clone();
         tokio::spawn(async move {
-            let mut s = k8s_openapi::api::core::v1::Secret::default();
-            s.metadata.name = Some("moves".into());
-            secrets.create(&PostParams::default(), &s).await.unwrap();
             let mut n = 0u64;
             while going.load(std::sync::atomic::Ordering::Relaxed) {
                 let patch = serde_json::json!({"metadata": {"labels": {"n": n.to_string()}}});
@@ -645,6 +645,7 @@ async fn consistent_lists_through_proxy_mode_wait_for_no_event_and_are_never_old
             n
         })
     };
+    let others = moving(going.clone());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = proven(through.clone()).await;
     let rounds = 200;
@@ -689,32 +690,7 @@ async fn consistent_lists_through_proxy_mode_wait_for_no_event_and_are_never_old
     // upstream's revision, a second or more; namespace deletion, which lists every resource of
     // the namespace, took 40 s through proxy mode).
     going.store(true, std::sync::atomic::Ordering::Relaxed);
-    let others = {
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-            Api::namespaced(direct.clone(), "busy");
-        let going = going.clone();
-        tokio::spawn(async move {
-            while going.load(std::sync::atomic::Ordering::Relaxed) {
-                let patch = serde_json::json!({"metadata": {"labels": {"m": "x"}}});
-                let _ = secrets
-                    .patch(
-                        "moves",
-                        &kube::api::PatchParams::default(),
-                        &kube::api::Patch::Merge(patch),
-                    )
-                    .await;
-                let patch = serde_json::json!({"metadata": {"labels": {"m": "y"}}});
-                let _ = secrets
-                    .patch(
-                        "moves",
-                        &kube::api::PatchParams::default(),
-                        &kube::api::Patch::Merge(patch),
-                    )
-                    .await;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
+    let others = moving(going.clone());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = proven(through.clone()).await;
     let empty_path = "/api/v1/namespaces/busy/configmaps".to_owned();

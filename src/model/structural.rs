@@ -69,9 +69,7 @@ impl Structural {
             defaulted: properties.values().filter(|p| p.default.is_some()).count(),
             properties,
             additional: match schema.get("additionalProperties") {
-                Some(Value::Object(s)) => {
-                    Some(Some(Box::new(Structural::read(&Value::Object(s.clone())))))
-                }
+                Some(s @ Value::Object(_)) => Some(Some(Box::new(Structural::read(s)))),
                 Some(Value::Bool(_)) => Some(None),
                 _ => None,
             },
@@ -308,6 +306,17 @@ fn non_nullable_null(v: &Value, s: Option<&Structural>) -> bool {
     v.is_null() && s.is_some_and(|s| !s.nullable)
 }
 
+/// A list element or a map value (an item or an additional property): a null its schema `s`
+/// does not allow becomes a copy of the default, if there is one; then it is defaulted by `s`.
+fn default_element(v: &mut Value, s: &Structural) -> bool {
+    let mut changed = false;
+    if let (true, Some(d)) = (non_nullable_null(v, Some(s)), &s.default) {
+        *v = d.clone();
+        changed = true;
+    }
+    changed | default(v, s)
+}
+
 /// `defaulting.Default`: a missing member, or a null one its schema does not allow, gets a copy
 /// of its default; then every member is defaulted by its own schema.
 fn default(x: &mut Value, s: &Structural) -> bool {
@@ -319,12 +328,7 @@ fn default(x: &mut Value, s: &Structural) -> bool {
             };
             let mut changed = false;
             for v in a {
-                if non_nullable_null(v, Some(items)) {
-                    let d = items.default.clone().unwrap_or(Value::Null);
-                    changed |= *v != d;
-                    *v = d;
-                }
-                changed |= default(v, items);
+                changed |= default_element(v, items);
             }
             changed
         }
@@ -352,12 +356,7 @@ fn default_map(m: &mut Map<String, Value>, s: &Structural) -> bool {
         if let Some(p) = s.properties.get(k) {
             changed |= default(v, p);
         } else if let Some(Some(a)) = &s.additional {
-            if non_nullable_null(v, Some(a)) {
-                let d = a.default.clone().unwrap_or(Value::Null);
-                changed |= *v != d;
-                *v = d;
-            }
-            changed |= default(v, a);
+            changed |= default_element(v, a);
         }
     }
     changed
@@ -376,6 +375,7 @@ enum Prune {
 
 /// One value of the check pass, with what applies to it: whether reading would change it.
 /// Mirrors `read_stored`'s three walks (prune, drop nulls, default) at once.
+#[derive(Clone, Copy)]
 struct Check<'a> {
     /// Its schema (for pruning, dropping nulls and defaulting alike).
     s: Option<&'a Structural>,
@@ -450,7 +450,7 @@ impl<'de> serde::de::Visitor<'de> for Check<'_> {
             null_changes: items.is_some_and(|i| !i.nullable && i.default.is_some()),
         };
         let mut changed = false;
-        while let Some(c) = seq.next_element_seed(Check { ..element })? {
+        while let Some(c) = seq.next_element_seed(element)? {
             changed |= c;
         }
         Ok(changed)
