@@ -5,7 +5,7 @@
 //!
 //! `managed_fields/json_pod` and `managed_fields/protobuf_pod` make the variant of the pod (2 305 B
 //! of JSON, 1 553 B of protobuf); `.../all` do it for all 56 objects. The variant is made once per
-//! event whatever the number of watchers (tests/drop_managed_fields.rs), so this is its whole
+//! event whatever the number of watchers (tests/system/drop_managed_fields.rs), so this is its whole
 //! cost per event.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

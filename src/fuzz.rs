@@ -1,5 +1,5 @@
 //! Fuzz targets: every reader of outside input, each a function of raw bytes that panics when an
-//! invariant breaks. `tests/fuzz.rs` drives them with a mutating fuzzer over the corpus in
+//! invariant breaks. `tests/core/fuzz.rs` drives them with a mutating fuzzer over the corpus in
 //! `tests/fuzz-corpus/` (bounded time in CI, longer by `FUZZ_SECONDS`). Behind the `fuzzing`
 //! feature: not part of the library's API.
 //!

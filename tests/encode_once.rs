@@ -4,6 +4,8 @@
 //! watcher is never transcoded (only its revision is spliced in). Its own test binary: the
 //! counters are process-wide.
 
+mod support;
+
 use futures_util::FutureExt;
 use futures_util::StreamExt;
 use watchcache::{
@@ -13,16 +15,6 @@ use watchcache::{
 
 const W: usize = 1_000;
 const PODS: usize = 20;
-
-fn pod(name: &str, image: &str) -> String {
-    format!(
-        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"ns","uid":"u-{name}","labels":{{"app":"web"}}}},"spec":{{"nodeName":"n1","containers":[{{"name":"main","image":"{image}"}}]}},"status":{{"phase":"Running"}}}}"#
-    )
-}
-
-fn key(name: &str) -> String {
-    format!("/registry/pods/ns/{name}")
-}
 
 /// Drains every ready event, half of the watchers taking JSON frames and half protobuf frames;
 /// returns the event types seen by the first watcher.
@@ -74,7 +66,18 @@ fn each_event_is_encoded_once_per_format_for_any_number_of_watchers() {
     );
     let stored = |name: &str, image: &str| {
         let o = helper
-            .decode(&key(name), pod(name, image).as_bytes(), 1)
+            .decode(
+                &support::key("ns", name),
+                support::TestPod::new("ns", name)
+                    .uid(&format!("u-{name}"))
+                    .label("app", "web")
+                    .node("n1")
+                    .container("main", image)
+                    .phase("Running")
+                    .json()
+                    .as_bytes(),
+                1,
+            )
             .unwrap();
         o.protobuf_wire().unwrap().to_vec()
     };
@@ -86,7 +89,9 @@ fn each_event_is_encoded_once_per_format_for_any_number_of_watchers() {
     for vals in [&v1, &v2] {
         for (i, v) in vals.iter().enumerate() {
             rv += 1;
-            let o = cache.decode(&key(&format!("p{i}")), v, rv).unwrap();
+            let o = cache
+                .decode(&support::key("ns", &format!("p{i}")), v, rv)
+                .unwrap();
             assert!(o.protobuf().is_some(), "stored as protobuf");
             writer.apply(rv, [Change::Put(o)]).unwrap();
         }
@@ -101,7 +106,7 @@ fn each_event_is_encoded_once_per_format_for_any_number_of_watchers() {
     for i in 0..PODS {
         rv += 1;
         writer
-            .apply(rv, [Change::Delete(key(&format!("p{i}")))])
+            .apply(rv, [Change::Delete(support::key("ns", &format!("p{i}")))])
             .unwrap();
     }
     assert_eq!(drain(&mut replay), vec![EventType::Deleted; PODS]);
@@ -118,7 +123,9 @@ fn each_event_is_encoded_once_per_format_for_any_number_of_watchers() {
     let mut pb_only = watchers(&cache, ResourceVersion::At(rv));
     for (i, v) in v2.iter().enumerate() {
         rv += 1;
-        let o = cache.decode(&key(&format!("p{i}")), v, rv).unwrap();
+        let o = cache
+            .decode(&support::key("ns", &format!("p{i}")), v, rv)
+            .unwrap();
         writer.apply(rv, [Change::Put(o)]).unwrap();
     }
     assert_eq!(

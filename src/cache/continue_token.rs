@@ -103,7 +103,7 @@ mod tests {
         }
     }
 
-    // Fuzzing target (tests/fuzz.rs has the others): tokens come from clients.
+    // Fuzzing target (tests/core/fuzz.rs has the others): tokens come from clients.
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
 

@@ -1160,7 +1160,7 @@ pub(crate) const MAX_DEPTH: usize = 100;
 
 /// Checks what serde_json's raw values let through but its own strict parse, and other clients,
 /// refuse: unpaired UTF-16 surrogate escapes (`"\ud800"`), nesting deeper than [`MAX_DEPTH`], and
-/// numbers out of range (found by `tests/fuzz.rs`).
+/// numbers out of range (found by `tests/core/fuzz.rs`).
 /// `text` is already known to be syntactically valid JSON. One pass; inside strings it jumps from
 /// one quote or backslash to the next.
 fn check_servable(text: &str) -> Result<(), String> {

@@ -342,7 +342,7 @@ mod tests {
         assert_eq!(p.field_selector, "a=1");
     }
 
-    // Fuzzing target (tests/fuzz.rs has the others): every query string comes from a client.
+    // Fuzzing target (tests/core/fuzz.rs has the others): every query string comes from a client.
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
 

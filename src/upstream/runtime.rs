@@ -1,7 +1,7 @@
 //! `UpstreamRuntime`: the thread the followers run on, with its own tokio runtime, apart from
 //! whatever serves clients.
 //!
-//! Why (issue 22, `tests/storm.rs`, design/reliability.md): a follower's etcd watch, its idle
+//! Why (issue 22, `tests/system/storm.rs`, design/reliability.md): a follower's etcd watch, its idle
 //! probe and the etcd client's HTTP/2 keep-alive all have time limits measured on the clock. On
 //! the runtime that also runs the server, a storm of TLS handshakes and watch opens queued the
 //! follower and the client's connection task behind thousands of ready tasks: the server's

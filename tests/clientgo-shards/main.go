@@ -1,6 +1,6 @@
 // Command wc-shards drives client-go, unchanged, with metav1.ListOptions.ShardSelector (KEP-5866)
 // against a server, once with JSON and once with protobuf, and prints one JSON line per result for
-// tests/shards_client_go.rs, which checks each selected set with its own FNV-1a.
+// tests/system/shards_client_go.rs, which checks each selected set with its own FNV-1a.
 //
 // The caller names the selectors by their ranges (--shard NAME=PATH:START-END[,START-END...], hex
 // without 0x, END up to 10000000000000000); the program writes each as upstream's canonical

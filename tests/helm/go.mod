@@ -1,4 +1,4 @@
-// helm, built by scripts/k8s-peers into target/helm/<version>/helm for the chart tests (tests/deploy.rs).
+// helm, built by scripts/k8s-peers into target/helm/<version>/helm for the chart tests (tests/system/deploy.rs).
 module watchcache.test/helm
 
 go 1.26.0

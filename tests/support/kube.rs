@@ -37,6 +37,11 @@ mod peers;
 /// The Kubernetes version the peers are built at (tests/k8s/go.mod).
 pub const K8S_VERSION: &str = "v1.35.4";
 
+/// Held by the tests that run whole clusters (a control plane and client-go's or kubectl's
+/// checks against it, through watchcache and directly): two at once would share two cores and
+/// time out. Their files are modules of one test binary, so one lock serves them all.
+pub static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }

@@ -8,16 +8,108 @@ use watchcache::{
     Cache, CacheConfig, Error, EventType, MemorySource, ResourceDef, WatchEvent, WatchStream,
 };
 
-/// A pod's JSON.
+/// A pod's JSON: `namespace/name` on `node`, running, with `labels`.
 pub fn pod(ns: &str, name: &str, node: &str, labels: &[(&str, &str)]) -> String {
-    let labels: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!("\"{k}\":\"{v}\""))
-        .collect();
-    format!(
-        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"{ns}","labels":{{{}}}}},"spec":{{"nodeName":"{node}"}},"status":{{"phase":"Running"}}}}"#,
-        labels.join(",")
-    )
+    let mut p = TestPod::new(ns, name).node(node).phase("Running");
+    for (k, v) in labels {
+        p = p.label(k, v);
+    }
+    p.json()
+}
+
+/// A pod for a test to write, built from its namespace and name with what the test needs: every
+/// test's pod comes from here, so that a test says what matters about its pod and no more.
+///
+/// `TestPod::new("default", "a").node("n1").container("c", "busybox").json()`
+#[derive(Clone, Debug)]
+pub struct TestPod(serde_json::Value);
+
+impl TestPod {
+    /// `apiVersion`, `kind` and `metadata.{name, namespace}`.
+    pub fn new(ns: &str, name: &str) -> TestPod {
+        TestPod(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns}}))
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(mut self, uid: &str) -> TestPod {
+        self.0["metadata"]["uid"] = uid.into();
+        self
+    }
+
+    /// One label more.
+    pub fn label(mut self, key: &str, value: &str) -> TestPod {
+        self.0["metadata"]["labels"][key] = value.into();
+        self
+    }
+
+    /// `spec.nodeName`.
+    pub fn node(mut self, node: &str) -> TestPod {
+        self.0["spec"]["nodeName"] = node.into();
+        self
+    }
+
+    /// One container more.
+    pub fn container(mut self, name: &str, image: &str) -> TestPod {
+        self.push(
+            &["spec", "containers"],
+            serde_json::json!({"name": name, "image": image}),
+        );
+        self
+    }
+
+    /// A volume of the Secret `secret`.
+    pub fn secret_volume(mut self, volume: &str, secret: &str) -> TestPod {
+        self.push(
+            &["spec", "volumes"],
+            serde_json::json!({"name": volume, "secret": {"secretName": secret}}),
+        );
+        self
+    }
+
+    /// A volume of the ConfigMap `config_map`.
+    pub fn config_map_volume(mut self, volume: &str, config_map: &str) -> TestPod {
+        self.push(
+            &["spec", "volumes"],
+            serde_json::json!({"name": volume, "configMap": {"name": config_map}}),
+        );
+        self
+    }
+
+    /// `status.phase`.
+    pub fn phase(mut self, phase: &str) -> TestPod {
+        self.0["status"]["phase"] = phase.into();
+        self
+    }
+
+    /// `status`, whole.
+    pub fn status(mut self, status: serde_json::Value) -> TestPod {
+        self.0["status"] = status;
+        self
+    }
+
+    /// The pod as a value, to edit further or to send.
+    pub fn value(self) -> serde_json::Value {
+        self.0
+    }
+
+    /// The pod's JSON.
+    pub fn json(&self) -> String {
+        self.0.to_string()
+    }
+
+    fn push(&mut self, path: &[&str], item: serde_json::Value) {
+        let mut at = &mut self.0;
+        for k in path {
+            at = &mut at[*k];
+        }
+        if !at.is_array() {
+            *at = serde_json::Value::Array(Vec::new());
+        }
+        if let serde_json::Value::Array(items) = at {
+            items.push(item);
+        }
+    }
 }
 
 /// The sum of Prometheus metric `name`'s samples in `text` whose labels contain every
@@ -82,6 +174,7 @@ pub fn summary(evs: &[Result<WatchEvent, Error>]) -> Vec<(EventType, String, u64
         })
         .collect()
 }
+pub mod cut;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(all(feature = "etcd", feature = "cli"))]

@@ -684,7 +684,7 @@ mod tests {
         );
     }
 
-    // Fuzzing target (tests/fuzz.rs has the others): the first bytes of every connection.
+    // Fuzzing target (tests/core/fuzz.rs has the others): the first bytes of every connection.
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
 
