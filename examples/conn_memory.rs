@@ -53,6 +53,8 @@ fn held(size: usize) -> isize {
     isize::try_from(watchcache::server::mimalloc_block(size)).unwrap_or(isize::MAX)
 }
 
+// A global allocator is unsafe by contract: this one only counts, then calls the system's.
+#[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
@@ -383,7 +385,7 @@ mod client {
     use rustls_pki_types::{CertificateDer, ServerName};
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-    pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    pub(crate) async fn run() -> Result<(), Box<dyn std::error::Error>> {
         let a: Vec<String> = std::env::args().skip(2).collect();
         let [
             addr,

@@ -21,7 +21,7 @@ use std::sync::Arc;
 pub(crate) const PAGE: usize = 10_000;
 
 /// Differences a check keeps to name in its log.
-pub const SAMPLES: usize = 5;
+pub(crate) const SAMPLES: usize = 5;
 
 /// An object as the check compares it: its key and the revision it was written at.
 pub(crate) type Entry = (Arc<str>, u64);
@@ -120,7 +120,7 @@ pub(crate) struct Comparison {
 
 impl Comparison {
     /// A comparison against the cache's pairs at the revision, in key order.
-    pub fn new(cached: Vec<Entry>) -> Comparison {
+    pub(crate) fn new(cached: Vec<Entry>) -> Comparison {
         let out = Compared {
             cached: cached.len() as u64,
             ..Compared::default()
@@ -139,7 +139,7 @@ impl Comparison {
     }
 
     /// The next upstream object, after the previous one in key order.
-    pub fn upstream(&mut self, key: &str, rv: u64) -> Seen {
+    pub(crate) fn upstream(&mut self, key: &str, rv: u64) -> Seen {
         self.out.upstream += 1;
         // Cached keys before this one: the upstream has none of them.
         while let Some((k, cached)) = self.cached.get(self.next).filter(|(k, _)| &**k < key) {
@@ -169,7 +169,7 @@ impl Comparison {
     }
 
     /// An [`Seen::Absent`] object is a difference.
-    pub fn missing(&mut self, key: &str, rv: u64) {
+    pub(crate) fn missing(&mut self, key: &str, rv: u64) {
         self.out.missing += 1;
         self.sample(|| Difference::Missing {
             key: key.to_owned(),
@@ -178,12 +178,12 @@ impl Comparison {
     }
 
     /// An [`Seen::Absent`] object is a value the cache skips (it does not decode).
-    pub fn skipped(&mut self) {
+    pub(crate) fn skipped(&mut self) {
         self.out.skipped += 1;
     }
 
     /// The outcome, once every upstream object was fed: cached keys past the last are ghosts.
-    pub fn finish(mut self) -> Compared {
+    pub(crate) fn finish(mut self) -> Compared {
         while let Some((k, cached)) = self.cached.get(self.next) {
             let (k, cached) = (k.to_string(), *cached);
             self.next += 1;

@@ -110,7 +110,7 @@ struct Inner {
 
 impl Deadlines {
     /// A wheel of `tick` granularity; with `shutdown`, every deadline passes once it becomes true.
-    pub fn new(shutdown: Option<watch::Receiver<bool>>, tick: Duration) -> Arc<Deadlines> {
+    pub(crate) fn new(shutdown: Option<watch::Receiver<bool>>, tick: Duration) -> Arc<Deadlines> {
         Arc::new(Deadlines {
             epoch: Instant::now(),
             tick,
@@ -129,7 +129,11 @@ impl Deadlines {
 
     /// A deadline ending at `end` (`None`: never) with its first bookmark at `bookmark`
     /// (`None`: no bookmarks), each rounded up to the next tick; armed when first polled.
-    pub fn deadline(self: &Arc<Self>, end: Option<Instant>, bookmark: Option<Instant>) -> Deadline {
+    pub(crate) fn deadline(
+        self: &Arc<Self>,
+        end: Option<Instant>,
+        bookmark: Option<Instant>,
+    ) -> Deadline {
         Deadline {
             wheel: Arc::clone(self),
             id: self.next_id(),
@@ -156,13 +160,13 @@ impl Deadlines {
     /// Whether the server is shutting down (never, for a wheel without a shutdown signal).
     /// Only the server's watches ask (a cache built without it never does).
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst) || self.shutdown.as_ref().is_some_and(|s| *s.borrow())
     }
 
     /// Watches waiting in the wheel.
     #[cfg(test)]
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.inner.lock().due.len()
     }
 
@@ -206,7 +210,7 @@ impl Deadlines {
     /// elsewhere a few at a time rather than all at once. Wakes every watch waiting, for each
     /// to take its slot. A second drain changes nothing.
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub fn drain(&self, over: Duration) {
+    pub(crate) fn drain(&self, over: Duration) {
         if self.draining() {
             return;
         }
@@ -228,7 +232,7 @@ impl Deadlines {
 
     /// Whether a drain began.
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub fn draining(&self) -> bool {
+    pub(crate) fn draining(&self) -> bool {
         self.drain_from.load(Ordering::SeqCst) != NEVER
     }
 
@@ -395,7 +399,7 @@ impl Deadline {
     /// Ready once the end passed or the wheel's server is shutting down; otherwise `cx` is
     /// woken when one of them happens (or when the next bookmark is due: every poll arms the
     /// one entry, at the earlier deadline).
-    pub fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.arm(cx);
         // Read after arming, as `stopped`: a drain that began before the entry was stored is
         // seen here; one that began after wakes it.
@@ -414,7 +418,7 @@ impl Deadline {
     /// [`Deadline::next_bookmark`]); otherwise `cx` is woken when it is (or at the end). Shutdown
     /// alone does not make a bookmark due: it ends the watch, through
     /// [`poll_end`](Deadline::poll_end).
-    pub fn poll_bookmark(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_bookmark(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.arm(cx);
         if self.reached(self.bookmark) {
             Poll::Ready(())
@@ -424,23 +428,23 @@ impl Deadline {
     }
 
     /// Whether the deadline has an end (a served watch's).
-    pub fn has_end(&self) -> bool {
+    pub(crate) fn has_end(&self) -> bool {
         self.end != NEVER
     }
 
     /// The wheel the deadline is in.
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub fn wheel(&self) -> &Arc<Deadlines> {
+    pub(crate) fn wheel(&self) -> &Arc<Deadlines> {
         &self.wheel
     }
 
     /// Whether the deadline has bookmarks.
-    pub fn has_bookmarks(&self) -> bool {
+    pub(crate) fn has_bookmarks(&self) -> bool {
         self.bookmark != NEVER
     }
 
     /// Moves the next bookmark to `at` (rounded up to a tick), armed when next polled.
-    pub fn set_bookmark(&mut self, at: Instant) {
+    pub(crate) fn set_bookmark(&mut self, at: Instant) {
         let bookmark = self.wheel.tick_of(at);
         self.move_to(self.end, bookmark);
     }
@@ -450,7 +454,7 @@ impl Deadline {
     /// bookmark just sent stands for it, as a watch that short gets its bookmark at once
     /// (`WatchStream::bookmark_before`). Never early: the end's tick is rounded up, and
     /// `before_end` is taken in whole ticks, rounded down.
-    pub fn next_bookmark(&mut self, at: Instant, before_end: Duration) {
+    pub(crate) fn next_bookmark(&mut self, at: Instant, before_end: Duration) {
         let mut bookmark = self.wheel.tick_of(at);
         if self.end != NEVER {
             let ahead = before_end.as_nanos() / self.wheel.tick.as_nanos().max(1);
@@ -467,12 +471,12 @@ impl Deadline {
 
     /// Makes the next bookmark due now: the next [`poll_bookmark`](Deadline::poll_bookmark) is
     /// ready.
-    pub fn bookmark_now(&mut self) {
+    pub(crate) fn bookmark_now(&mut self) {
         self.move_to(self.end, 0);
     }
 
     /// Whether the next bookmark is later than `at` would be.
-    pub fn bookmark_is_after(&self, at: Instant) -> bool {
+    pub(crate) fn bookmark_is_after(&self, at: Instant) -> bool {
         self.bookmark > self.wheel.tick_of(at)
     }
 

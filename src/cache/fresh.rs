@@ -79,7 +79,7 @@ struct Slot {
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Coalescer<K> {
     /// At most `max_reads` reads at once.
-    pub fn new(max_reads: usize) -> Coalescer<K> {
+    pub(crate) fn new(max_reads: usize) -> Coalescer<K> {
         Coalescer {
             slots: parking_lot::Mutex::new(HashMap::new()),
             permits: Arc::new(Semaphore::new(max_reads.max(1))),
@@ -88,14 +88,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Coalescer<K> {
     }
 
     /// How many reads have started.
-    pub fn reads(&self) -> u64 {
+    pub(crate) fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
     }
 
     /// Waits for the next read of `key` to start and finish, and returns its answer. `read` is
     /// what a read of `key` does; when a runner for `key` is already alive, its own `read` (the
     /// same work) is used.
-    pub async fn join<F, Fut>(self: &Arc<Self>, key: K, read: F) -> Result<u64>
+    pub(crate) async fn join<F, Fut>(self: &Arc<Self>, key: K, read: F) -> Result<u64>
     where
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<u64>> + Send + 'static,

@@ -68,7 +68,7 @@ impl std::fmt::Debug for Event {
 }
 
 impl Event {
-    pub fn new(
+    pub(crate) fn new(
         seq: u64,
         rv: u64,
         object: Option<Object>,
@@ -87,12 +87,12 @@ impl Event {
         }
     }
 
-    pub fn key(&self) -> &str {
+    pub(crate) fn key(&self) -> &str {
         self.subject().key()
     }
 
     /// The event's object, or its last state for a deletion.
-    pub fn subject(&self) -> &Object {
+    pub(crate) fn subject(&self) -> &Object {
         match (&self.object, &self.prev) {
             (Some(o), _) | (None, Some(o)) => o,
             (None, None) => unreachable!("an event has an object or a previous object"),
@@ -100,7 +100,7 @@ impl Event {
     }
 
     /// The JSON a DELETED delivery carries: the last state, at this event's revision.
-    pub fn deleted_json(&self) -> &Bytes {
+    pub(crate) fn deleted_json(&self) -> &Bytes {
         self.deleted_json.get_or_init(|| match &self.prev {
             Some(p) => p.json_at(self.rv),
             None => Bytes::new(),
@@ -109,7 +109,7 @@ impl Event {
 
     /// The protobuf a DELETED delivery carries: its frame head and the last state's envelope
     /// at this event's revision (spliced once, shared by every protobuf watcher).
-    pub fn deleted_protobuf(&self) -> Result<&(Bytes, Bytes), &EncodeError> {
+    pub(crate) fn deleted_protobuf(&self) -> Result<&(Bytes, Bytes), &EncodeError> {
         self.deleted_protobuf
             .get_or_init(|| {
                 let env = match &self.prev {
@@ -151,7 +151,7 @@ const SHRINK_CHECK_EVERY: u64 = 64;
 const SHRINK_CHECK_ALWAYS_BELOW: usize = 1024;
 
 impl History {
-    pub fn new(cfg: HistoryConfig) -> History {
+    pub(crate) fn new(cfg: HistoryConfig) -> History {
         History {
             ring: VecDeque::with_capacity(cfg.min_events),
             start_seq: 0,
@@ -165,7 +165,7 @@ impl History {
     }
 
     /// The evicted events, once there are enough of them to be worth handing off.
-    pub fn take_evicted(&mut self) -> Option<Vec<Arc<Event>>> {
+    pub(crate) fn take_evicted(&mut self) -> Option<Vec<Arc<Event>>> {
         if self.evicted.len() < REAP_BATCH && self.evicted_bytes < REAP_BYTES {
             return None;
         }
@@ -174,12 +174,12 @@ impl History {
     }
 
     /// The sequence number the next event will get.
-    pub fn end_seq(&self) -> u64 {
+    pub(crate) fn end_seq(&self) -> u64 {
         self.start_seq + self.ring.len() as u64
     }
 
     /// The error for a position before the window.
-    pub fn evicted(&self) -> Evicted {
+    pub(crate) fn evicted(&self) -> Evicted {
         Evicted {
             oldest: self.floor_rv,
         }
@@ -189,7 +189,7 @@ impl History {
     ///
     /// # Errors
     /// [`Evicted`] when some of them were evicted.
-    pub fn check_seq(&self, seq: u64) -> Result<(), Evicted> {
+    pub(crate) fn check_seq(&self, seq: u64) -> Result<(), Evicted> {
         if seq < self.start_seq {
             Err(self.evicted())
         } else {
@@ -197,27 +197,27 @@ impl History {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.ring.len()
     }
 
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Bytes the window's events hold (see [`Event`]'s `bytes`).
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
     #[cfg(test)]
-    pub fn get(&self, seq: u64) -> Option<&Arc<Event>> {
+    pub(crate) fn get(&self, seq: u64) -> Option<&Arc<Event>> {
         seq.checked_sub(self.start_seq)
             .and_then(|i| self.ring.get(i as usize))
     }
 
     /// Events from `seq` on.
-    pub fn since(&self, seq: u64) -> impl Iterator<Item = &Arc<Event>> {
+    pub(crate) fn since(&self, seq: u64) -> impl Iterator<Item = &Arc<Event>> {
         let skip = seq.saturating_sub(self.start_seq) as usize;
         self.ring.range(skip.min(self.ring.len())..)
     }
@@ -226,7 +226,7 @@ impl History {
     ///
     /// # Errors
     /// [`Evicted`] when events after `rv` have already left the window.
-    pub fn seq_after_rv(&self, rv: u64) -> Result<u64, Evicted> {
+    pub(crate) fn seq_after_rv(&self, rv: u64) -> Result<u64, Evicted> {
         if rv < self.floor_rv {
             return Err(self.evicted());
         }
@@ -234,7 +234,7 @@ impl History {
     }
 
     /// Appends an event built for the next sequence number, evicting or resizing as needed.
-    pub fn push(&mut self, build: impl FnOnce(u64) -> Event) -> &Arc<Event> {
+    pub(crate) fn push(&mut self, build: impl FnOnce(u64) -> Event) -> &Arc<Event> {
         let mut ev = build(self.end_seq());
         // The new state is what the event adds; a deletion keeps the last state alive.
         ev.bytes = match (&ev.object, &ev.prev) {
@@ -262,7 +262,7 @@ impl History {
     }
 
     /// Forgets every event and declares the window to start at `rv` (after a relist).
-    pub fn reset(&mut self, rv: u64) {
+    pub(crate) fn reset(&mut self, rv: u64) {
         self.start_seq = self.end_seq();
         self.ring.clear();
         self.bytes = 0;
@@ -270,7 +270,7 @@ impl History {
     }
 
     /// Raises the floor without evicting (nothing may be served from before `rv`).
-    pub fn raise_floor(&mut self, rv: u64) {
+    pub(crate) fn raise_floor(&mut self, rv: u64) {
         self.floor_rv = self.floor_rv.max(rv);
     }
 

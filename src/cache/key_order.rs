@@ -54,7 +54,7 @@ struct Pos {
 }
 
 impl KeyOrder {
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.len
     }
 
@@ -78,7 +78,7 @@ impl KeyOrder {
     }
 
     /// Adds slot `s` (its object already in the caller's slots). False if its key is present.
-    pub fn insert<'a>(&mut self, s: u32, key_of: impl Fn(u32) -> &'a str) -> bool {
+    pub(super) fn insert<'a>(&mut self, s: u32, key_of: impl Fn(u32) -> &'a str) -> bool {
         let p = self.position(key_of(s), &key_of);
         if p.found {
             return false;
@@ -106,7 +106,12 @@ impl KeyOrder {
     /// Removes slot `s`, whose object (still in the caller's slots) has `key`. False if it is
     /// not here. The chunk is found by its first key and the slot by its number: no object's
     /// key is read but the new first one's.
-    pub fn remove<'a>(&mut self, s: u32, key: &str, key_of: impl Fn(u32) -> &'a str) -> bool {
+    pub(super) fn remove<'a>(
+        &mut self,
+        s: u32,
+        key: &str,
+        key_of: impl Fn(u32) -> &'a str,
+    ) -> bool {
         let c = self
             .chunks
             .partition_point(|ch| &*ch.first <= key)
@@ -171,7 +176,7 @@ impl KeyOrder {
 
     /// The slots with keys within (`from`, `to`), in key order. The ends are found now; walking
     /// between them compares nothing.
-    pub fn range<'a, 'k>(
+    pub(super) fn range<'a, 'k>(
         &'a self,
         from: Bound<&str>,
         to: Bound<&str>,
@@ -193,7 +198,7 @@ impl KeyOrder {
     }
 
     /// Every slot, in key order.
-    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(super) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.chunks.iter().flat_map(|ch| ch.slots.iter().copied())
     }
 }

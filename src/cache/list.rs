@@ -82,7 +82,7 @@ impl Rollback {
     /// [`Evicted`] when events from `seq` on were evicted.
     // `ObjectKey` orders by the object's key, which never changes (the lazily made parts do).
     #[allow(clippy::mutable_key_type)]
-    pub fn since(history: &History, seq: u64) -> Result<Rollback, Evicted> {
+    pub(super) fn since(history: &History, seq: u64) -> Result<Rollback, Evicted> {
         history.check_seq(seq)?;
         let mut keys = BTreeMap::new();
         for ev in history.since(seq) {

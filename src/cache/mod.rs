@@ -53,7 +53,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 pub use config::CacheConfig;
-#[cfg(any(test, feature = "test-hooks"))]
+#[cfg(all(test, not(feature = "test-hooks")))]
+pub(crate) use consistency::Corruption;
+#[cfg(feature = "test-hooks")]
 pub use consistency::Corruption;
 pub use consistency::{Compared, Difference};
 pub use list::ListOptions;
@@ -62,9 +64,8 @@ pub use state::{CacheStats, Change, CheckStatus, ConsistencyChecks, OutOfOrder, 
 #[cfg_attr(not(feature = "server"), allow(unused_imports))]
 pub(crate) use stream::WatchEnd;
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
-pub use upstream::{
-    BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Selected, Upstream,
-};
+pub(crate) use upstream::Selected;
+pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
 
 pub use writer::CacheWriter;
 

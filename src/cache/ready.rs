@@ -47,7 +47,7 @@ impl Readiness {
     }
 
     /// `Ok` when ready, else [`Error::NotReady`] with upstream's Retry-After for `resource`.
-    pub fn check(&self, resource: &str) -> Result<(), Error> {
+    pub(super) fn check(&self, resource: &str) -> Result<(), Error> {
         let (since, why) = match self {
             Readiness::Ready => return Ok(()),
             Readiness::InitialSync { since } => (*since, "initial sync has not finished".into()),
@@ -89,14 +89,14 @@ pub(crate) struct Signal {
 }
 
 impl Signal {
-    pub fn new() -> Signal {
+    pub(super) fn new() -> Signal {
         Signal {
             tx: watch::Sender::new(Phase::NotReady),
         }
     }
 
     /// Publishes `readiness` (called under the state lock, after every change).
-    pub fn publish(&self, readiness: &Readiness) {
+    pub(super) fn publish(&self, readiness: &Readiness) {
         let phase = readiness.phase();
         self.tx.send_if_modified(|p| {
             let changed = *p != phase;
@@ -106,7 +106,7 @@ impl Signal {
     }
 
     /// The writer is gone: waiters of a cache that is not ready stop waiting.
-    pub fn abandon(&self) {
+    pub(super) fn abandon(&self) {
         self.tx.send_if_modified(|p| {
             let changed = *p == Phase::NotReady;
             if changed {
@@ -117,12 +117,12 @@ impl Signal {
     }
 
     /// Whether the cache is ready now.
-    pub fn is_ready(&self) -> bool {
+    pub(super) fn is_ready(&self) -> bool {
         *self.tx.borrow() == Phase::Ready
     }
 
     /// Waits until the cache is ready, or can never be (`false`).
-    pub async fn wait(&self) -> bool {
+    pub(super) async fn wait(&self) -> bool {
         let mut rx = self.tx.subscribe();
         // The sender lives as long as `self`, so the wait can only end with a phase.
         matches!(

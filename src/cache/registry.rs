@@ -52,7 +52,7 @@ impl std::ops::AddAssign for Fanout {
 }
 
 impl Registry {
-    pub fn new(schema: &Schema) -> Registry {
+    pub(super) fn new(schema: &Schema) -> Registry {
         Registry {
             watchers: Vec::new(),
             free: Vec::new(),
@@ -63,7 +63,7 @@ impl Registry {
     /// Registers a watcher under its route in `schema` (the schema this registry was made for);
     /// returns its id, and whether its ranges are for the caller to add to the shard router
     /// (until then it is offered every event, as an unrouted watcher).
-    pub fn add(&mut self, schema: &Schema, w: Arc<Watcher>) -> (u32, bool) {
+    pub(super) fn add(&mut self, schema: &Schema, w: Arc<Watcher>) -> (u32, bool) {
         let id = self.free.pop().unwrap_or(self.watchers.len() as u32);
         let pending = self
             .router
@@ -77,7 +77,7 @@ impl Registry {
 
     /// Unregisters a watcher; returns it, and whether its ranges are for the caller to remove
     /// from the shard router (its id is held until [`Registry::swap_shards`] releases it).
-    pub fn remove(&mut self, schema: &Schema, id: u32) -> Option<(Arc<Watcher>, bool)> {
+    pub(super) fn remove(&mut self, schema: &Schema, id: u32) -> Option<(Arc<Watcher>, bool)> {
         let w = self.watchers.get_mut(id as usize).and_then(Option::take)?;
         let in_shards = self
             .router
@@ -91,7 +91,7 @@ impl Registry {
     /// Swaps the shard router for `spare`, which has one watcher's ranges added or removed
     /// (see [`Router::swap_shards`]): an added watcher leaves the unrouted ones, a removed one's
     /// id is free again.
-    pub fn swap_shards(&mut self, spare: &mut Box<ShardRouter>, change: ShardChange) {
+    pub(super) fn swap_shards(&mut self, spare: &mut Box<ShardRouter>, change: ShardChange) {
         match change {
             ShardChange::Added(id) => self.router.swap_shards(spare, Some(id)),
             ShardChange::Removed(id) => {
@@ -103,7 +103,12 @@ impl Registry {
 
     /// Offers the event to every candidate watcher; the wakers of those it queued for are pushed
     /// to `wakes` (see [`Watcher::offer`]).
-    pub fn dispatch(&self, schema: &Schema, ev: &Arc<Event>, wakes: &mut Vec<Waker>) -> Fanout {
+    pub(super) fn dispatch(
+        &self,
+        schema: &Schema,
+        ev: &Arc<Event>,
+        wakes: &mut Vec<Waker>,
+    ) -> Fanout {
         let mut f = Fanout::default();
         self.router.for_each_candidate(schema, ev, |id| {
             let Some(w) = self.watchers.get(id as usize).and_then(Option::as_ref) else {
@@ -119,21 +124,21 @@ impl Registry {
     }
 
     /// Ends every registered watcher with 410 Expired (see [`Watcher::expire`]).
-    pub fn expire_all(&self, evicted: Evicted) {
+    pub(super) fn expire_all(&self, evicted: Evicted) {
         for w in self.watchers.iter().flatten() {
             w.expire(evicted);
         }
     }
 
     /// Ends every registered watcher without an error (see [`Watcher::end`]).
-    pub fn end_all(&self) {
+    pub(super) fn end_all(&self) {
         for w in self.watchers.iter().flatten() {
             w.end();
         }
     }
 
     /// Number of routed and unrouted watchers.
-    pub fn counts(&self) -> (u64, u64) {
+    pub(super) fn counts(&self) -> (u64, u64) {
         self.router.counts()
     }
 }

@@ -36,7 +36,7 @@ pub(crate) struct Router {
 }
 
 impl Router {
-    pub fn new(schema: &Schema) -> Router {
+    pub(super) fn new(schema: &Schema) -> Router {
         Router {
             by_trigger: schema
                 .triggers
@@ -57,7 +57,7 @@ impl Router {
     /// Registers a watcher. One that the shard router routes is put in `unrouted`, its ranges
     /// left for the caller to add to both copies of the shard router, outside the lock
     /// ([`Router::swap_shards`]); returns whether it is such a watcher.
-    pub fn add(
+    pub(super) fn add(
         &mut self,
         id: u32,
         route: Option<(Attr, &str)>,
@@ -83,7 +83,7 @@ impl Router {
 
     /// Unregisters a watcher; whether its ranges are in the shard router, for the caller to
     /// remove from both copies (events are offered to its id until then).
-    pub fn remove(
+    pub(super) fn remove(
         &mut self,
         id: u32,
         route: Option<(Attr, &str)>,
@@ -111,7 +111,7 @@ impl Router {
     /// was just added to the spare leaves `unrouted` (`admit`): at one event boundary, as the
     /// caller holds the cache's lock, so it sees every event once, either way. O(1): a
     /// watcher's O(R log N) tree work is done on the spare outside the lock.
-    pub fn swap_shards(&mut self, spare: &mut Box<ShardRouter>, admit: Option<u32>) {
+    pub(super) fn swap_shards(&mut self, spare: &mut Box<ShardRouter>, admit: Option<u32>) {
         if let Some(shards) = &mut self.shards {
             std::mem::swap(shards, spare);
         }
@@ -122,7 +122,12 @@ impl Router {
     }
 
     /// Calls `visit` once for every watcher the event must be offered to.
-    pub fn for_each_candidate(&self, schema: &Schema, ev: &Event, mut visit: impl FnMut(u32)) {
+    pub(super) fn for_each_candidate(
+        &self,
+        schema: &Schema,
+        ev: &Event,
+        mut visit: impl FnMut(u32),
+    ) {
         for (attr, map) in &self.by_trigger {
             if map.is_empty() {
                 continue;
@@ -147,7 +152,7 @@ impl Router {
     }
 
     /// Number of routed and unrouted watchers.
-    pub fn counts(&self) -> (u64, u64) {
+    pub(super) fn counts(&self) -> (u64, u64) {
         let routed = self
             .by_trigger
             .iter()
@@ -160,13 +165,13 @@ impl Router {
 
     /// The shard router's watchers and ranges.
     #[cfg(test)]
-    pub fn shard_summary(&self) -> Option<(u64, usize)> {
+    pub(super) fn shard_summary(&self) -> Option<(u64, usize)> {
         self.shards.as_ref().map(|s| s.summary())
     }
 
     /// Whether the shard router equals `other`, slot for slot.
     #[cfg(test)]
-    pub fn shards_same_as(&self, other: &ShardRouter) -> bool {
+    pub(super) fn shards_same_as(&self, other: &ShardRouter) -> bool {
         self.shards.as_ref().is_some_and(|s| s.same_as(other))
     }
 

@@ -444,7 +444,7 @@ pub(crate) struct ShardRouter {
 }
 
 impl ShardRouter {
-    pub fn new() -> ShardRouter {
+    pub(super) fn new() -> ShardRouter {
         ShardRouter {
             uid: Tree::new(),
             namespace: Tree::new(),
@@ -458,18 +458,18 @@ impl ShardRouter {
         }
     }
 
-    pub fn add(&mut self, id: u32, shard: &ShardSelector) {
+    pub(super) fn add(&mut self, id: u32, shard: &ShardSelector) {
         self.tree(shard.key()).add(id, shard);
     }
 
-    pub fn remove(&mut self, id: u32, shard: &ShardSelector) {
+    pub(super) fn remove(&mut self, id: u32, shard: &ShardSelector) {
         self.tree(shard.key()).remove(id, shard);
     }
 
     /// Calls `visit` once for every shard-routed watcher whose ranges hold the hash of the event's
     /// new or previous object. A uid can differ between the two (a resync replacing a recreated
     /// object); a watcher holding both hashes is visited once.
-    pub fn for_each_candidate(&self, ev: &Event, visit: &mut impl FnMut(u32)) {
+    pub(super) fn for_each_candidate(&self, ev: &Event, visit: &mut impl FnMut(u32)) {
         for (key, tree) in [
             (ShardKey::Uid, &self.uid),
             (ShardKey::Namespace, &self.namespace),
@@ -486,7 +486,7 @@ impl ShardRouter {
     /// What [`add`](ShardRouter::add) and [`remove`](ShardRouter::remove) wrote since the last
     /// call, to make the other copy of the router equal to this one ([`ShardRouter::apply`]):
     /// a copy of the slots the inserts wrote, rather than the inserts' searches again.
-    pub fn take_patch(&mut self) -> Patch {
+    pub(super) fn take_patch(&mut self) -> Patch {
         Patch {
             uid: self.uid.take_patch(),
             namespace: self.namespace.take_patch(),
@@ -494,7 +494,7 @@ impl ShardRouter {
     }
 
     /// Applies a patch taken from a copy that was equal to this one before its changes.
-    pub fn apply(&mut self, p: Patch) {
+    pub(super) fn apply(&mut self, p: Patch) {
         self.uid.apply(p.uid);
         self.namespace.apply(p.namespace);
     }
@@ -502,7 +502,7 @@ impl ShardRouter {
     /// Whether the two copies hold the same trees, slot for slot (the priority generators
     /// aside: each copy seeds its own, and the first patch carries one over).
     #[cfg(test)]
-    pub fn same_as(&self, other: &ShardRouter) -> bool {
+    pub(super) fn same_as(&self, other: &ShardRouter) -> bool {
         [(&self.uid, &other.uid), (&self.namespace, &other.namespace)]
             .iter()
             .all(|(a, b)| {
@@ -512,7 +512,7 @@ impl ShardRouter {
     }
 
     /// Number of shard-routed watchers.
-    pub fn count(&self) -> u64 {
+    pub(super) fn count(&self) -> u64 {
         self.uid.watchers + self.namespace.watchers
     }
 
@@ -524,7 +524,7 @@ impl ShardRouter {
 
     /// Watchers and ranges.
     #[cfg(test)]
-    pub fn summary(&self) -> (u64, usize) {
+    pub(super) fn summary(&self) -> (u64, usize) {
         (self.count(), self.entries())
     }
 

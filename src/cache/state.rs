@@ -210,7 +210,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn add(counter: &std::sync::atomic::AtomicU64, n: u64) {
+    pub(crate) fn add(counter: &std::sync::atomic::AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
@@ -403,7 +403,7 @@ struct Unserved {
 }
 
 impl Shared {
-    pub fn new(schema: Schema, config: CacheConfig) -> Shared {
+    pub(crate) fn new(schema: Schema, config: CacheConfig) -> Shared {
         let fresh_reads = Arc::new(Coalescer::new(config.max_upstream_reads));
         let shard_spare = Mutex::new(schema.route_shards.then(|| Box::new(ShardRouter::new())));
         let state = State {
@@ -453,11 +453,11 @@ impl Shared {
 
     // ---- upstream ----
 
-    pub fn set_upstream(&self, upstream: Arc<dyn Upstream>) {
+    pub(crate) fn set_upstream(&self, upstream: Arc<dyn Upstream>) {
         *self.upstream.write() = Some(upstream);
     }
 
-    pub fn upstream(&self) -> Option<Arc<dyn Upstream>> {
+    pub(crate) fn upstream(&self) -> Option<Arc<dyn Upstream>> {
         self.upstream.read().clone()
     }
 
@@ -465,7 +465,7 @@ impl Shared {
 
     /// Applies the changes of one revision. The wakers of the watchers it queued events for are
     /// pushed to `wakes`, for the caller to wake once the lock is released.
-    pub fn apply(
+    pub(crate) fn apply(
         &self,
         rv: u64,
         changes: impl IntoIterator<Item = Change>,
@@ -489,7 +489,7 @@ impl Shared {
     }
 
     /// The upstream has no changes up to `rv`.
-    pub fn progress(&self, rv: u64) {
+    pub(crate) fn progress(&self, rv: u64) {
         let mut st = self.state.write();
         if rv > st.rv {
             self.publish(&mut st, rv);
@@ -499,7 +499,7 @@ impl Shared {
     /// Keeps the objects whose revision differs from the cached one's (new or changed). For each
     /// other one, `seen`'s entry becomes the cached object: a key is the object it belongs to,
     /// and holding the listed copy would keep a second copy of the data set until the end.
-    pub fn retain_changed(&self, objects: &mut Vec<Object>, seen: &mut HashSet<ObjectKey>) {
+    pub(crate) fn retain_changed(&self, objects: &mut Vec<Object>, seen: &mut HashSet<ObjectKey>) {
         let st = self.state.read();
         objects.retain(|o| match st.store.get(o.key()) {
             Some(cur) if cur.resource_version() == o.resource_version() => {
@@ -512,7 +512,7 @@ impl Shared {
 
     /// The locked part of a finished resync: `changed` holds every listed object that differed
     /// from the cache when it was listed, `seen` every listed key.
-    pub fn finish_resync(
+    pub(crate) fn finish_resync(
         &self,
         rv: u64,
         mut changed: Vec<Object>,
@@ -595,7 +595,7 @@ impl Shared {
     /// Decodes a stored value into an [`Object`] at revision `rv`: the one decode every feeder
     /// and upstream read goes through.
     /// The undeclared field paths live selectors use are read here, once, outside any lock.
-    pub fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
+    pub(crate) fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
         let obj = Object::decode(&self.schema, key, value, rv)?;
         let paths = Arc::clone(&self.json_paths.read());
         obj.extract_fields(&paths);
@@ -610,7 +610,12 @@ impl Shared {
 
     /// Decodes a value as the upstream stores it: its storage transformation undone first
     /// ([`Upstream::read_stored`], etcd: decryption).
-    pub fn decode_stored(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
+    pub(crate) fn decode_stored(
+        &self,
+        key: &str,
+        value: &[u8],
+        rv: u64,
+    ) -> Result<Object, DecodeError> {
         match self.upstream() {
             Some(up) => {
                 let plain = up.read_stored(key, value).map_err(|reason| DecodeError {
@@ -626,7 +631,7 @@ impl Shared {
 
     /// Decodes a stored value the follower read at its current state (a list page or a watch
     /// event), or counts and logs it, records it as unserved at `rv`, and returns `None`.
-    pub fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
+    pub(crate) fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
         match self.decode_stored(key, value, rv) {
             Ok(o) => {
                 self.forget_unserved(key);
@@ -643,7 +648,7 @@ impl Shared {
     }
 
     /// The follower saw `key` decoded or deleted: it is no longer an unserved value.
-    pub fn forget_unserved(&self, key: &str) {
+    pub(crate) fn forget_unserved(&self, key: &str) {
         // Only the follower inserts, and it set the flag after its own insert: a false read
         // here means this key holds no record. (The checker reading a stale false only reads the
         // value again.)
@@ -657,7 +662,7 @@ impl Shared {
 
     /// The revision of the value of `key` the follower left unserved, if it did.
     #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
-    pub fn unserved_at(&self, key: &str) -> Option<u64> {
+    pub(crate) fn unserved_at(&self, key: &str) -> Option<u64> {
         if !self.unserved_any.load(Ordering::Relaxed) {
             return None;
         }
@@ -668,14 +673,14 @@ impl Shared {
     /// `n` whose key the upstream did not hold at that revision (`seen`: the keys it did) are
     /// gone upstream.
     #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
-    pub fn retain_unserved(&self, n: u64, seen: &HashSet<String>) {
+    pub(crate) fn retain_unserved(&self, n: u64, seen: &HashSet<String>) {
         let mut u = self.unserved.lock();
         u.keys.retain(|k, rv| *rv > n || seen.contains(k));
         self.unserved_any
             .store(!u.keys.is_empty(), Ordering::Relaxed);
     }
 
-    pub fn record_decode_error(&self, err: &DecodeError) {
+    pub(crate) fn record_decode_error(&self, err: &DecodeError) {
         Metrics::add(&self.metrics.decode_errors, 1);
         let Some(names) = &err.names else {
             warn!(resource = %self.schema.def.plural, key = %err.key, reason = %err.reason, "skipping malformed object");
@@ -699,7 +704,7 @@ impl Shared {
 
     /// The upstream's history was replaced: ends every watcher with 410 Expired, empties the store
     /// and the history, and marks the cache not ready until the next resync finishes.
-    pub fn reset(&self, why: String) {
+    pub(crate) fn reset(&self, why: String) {
         let mut st = self.state.write();
         let st = &mut *st;
         error!(resource = %self.schema.def.plural, rv = st.rv, reason = %why, "the upstream's history was replaced; every watcher gets 410 Expired and the cache resyncs");
@@ -719,30 +724,30 @@ impl Shared {
 
     /// The resource is no longer served from this cache: every watcher ends once it has read
     /// what is queued for it, and so does every watcher registered from now on.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         let mut st = self.state.write();
         st.closed = true;
         st.registry.end_all();
     }
 
     /// See [`Shared::origin`]'s field.
-    pub fn origin(&self) -> Option<u64> {
+    pub(crate) fn origin(&self) -> Option<u64> {
         Some(self.origin.load(Ordering::Acquire)).filter(|o| *o != 0)
     }
 
     #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
-    pub fn set_origin(&self, origin: u64) {
+    pub(crate) fn set_origin(&self, origin: u64) {
         self.origin.store(origin, Ordering::Release);
     }
 
-    pub fn record_expired(&self) {
+    pub(crate) fn record_expired(&self) {
         Metrics::add(&self.metrics.expired, 1);
     }
 
     // ---- readiness ----
 
     /// Marks a ready cache not ready; whether it was ready.
-    pub fn set_not_ready(&self, why: String) -> bool {
+    pub(crate) fn set_not_ready(&self, why: String) -> bool {
         let mut st = self.state.write();
         if let Readiness::Ready = st.readiness {
             st.readiness = Readiness::Unavailable {
@@ -756,7 +761,7 @@ impl Shared {
     }
 
     /// Marks an unavailable cache ready again; whether it was unavailable.
-    pub fn set_ready(&self) -> bool {
+    pub(crate) fn set_ready(&self) -> bool {
         let mut st = self.state.write();
         if let Readiness::Unavailable { .. } = st.readiness {
             st.readiness = Readiness::Ready;
@@ -767,24 +772,24 @@ impl Shared {
     }
 
     /// The writer is gone: readiness can no longer change.
-    pub fn abandon(&self) {
+    pub(crate) fn abandon(&self) {
         // Under the state lock, so that it is ordered after the writer's last publication.
         let _st = self.state.read();
         self.ready.abandon();
     }
 
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.ready.is_ready()
     }
 
     /// Waits until the cache is ready; `false` when it never will be (its writer is gone).
-    pub async fn wait_ready(&self) -> bool {
+    pub(crate) async fn wait_ready(&self) -> bool {
         self.ready.wait().await
     }
 
     /// The upstream says it does not serve the resource (see [`Readiness::Absent`]); whether it
     /// was not absent before.
-    pub fn set_absent(&self) -> bool {
+    pub(crate) fn set_absent(&self) -> bool {
         let mut st = self.state.write();
         if matches!(st.readiness, Readiness::Absent { .. }) {
             return false;
@@ -796,17 +801,17 @@ impl Shared {
         true
     }
 
-    pub fn is_absent(&self) -> bool {
+    pub(crate) fn is_absent(&self) -> bool {
         matches!(self.state.read().readiness, Readiness::Absent { .. })
     }
 
     /// `Ok` when the cache serves reads, else [`Error::NotReady`] with upstream's Retry-After.
-    pub fn check_ready(&self) -> Result<(), Error> {
+    pub(crate) fn check_ready(&self) -> Result<(), Error> {
         self.state.read().readiness.check(&self.schema.def.plural)
     }
 
     /// [`check_ready`](Shared::check_ready) for a read, counting a refusal.
-    pub fn ready_for_read(&self) -> Result<(), Error> {
+    pub(crate) fn ready_for_read(&self) -> Result<(), Error> {
         let r = self.check_ready();
         if r.is_err() {
             Metrics::add(&self.metrics.refused_not_ready, 1);
@@ -815,29 +820,29 @@ impl Shared {
     }
 
     /// The cache's counters.
-    pub fn metrics(&self) -> &Metrics {
+    pub(crate) fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
     // ---- reader side ----
 
     /// The cache's revision: every change up to it has been applied and dispatched.
-    pub fn resource_version(&self) -> u64 {
+    pub(crate) fn resource_version(&self) -> u64 {
         self.dispatched_rv.load(Ordering::Acquire)
     }
 
     /// Follows the cache's revision.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.rv_tx.subscribe()
     }
 
-    pub fn get(&self, key: &str) -> Option<Object> {
+    pub(crate) fn get(&self, key: &str) -> Option<Object> {
         self.state.read().store.get(key).cloned()
     }
 
     /// The cache's revision, if every key the store holds in `keys` is in `held` (sorted, as
     /// the upstream lists keys): the cache-side half of a freshness proof (`fresh.rs`).
-    pub fn holds_only(&self, keys: &KeyRange, held: &[String]) -> Option<u64> {
+    pub(crate) fn holds_only(&self, keys: &KeyRange, held: &[String]) -> Option<u64> {
         let st = self.state.read();
         let mut upstream = held.iter().map(String::as_str).peekable();
         for key in st.store.keys_in(keys) {
@@ -852,7 +857,7 @@ impl Shared {
     /// The cache's revision, if the objects `pred` selects are exactly `objects` (key and
     /// revision, sorted by key): the cache-side half of a freshness proof by selection
     /// (`fresh.rs`).
-    pub fn holds_exactly(&self, pred: &Predicate, objects: &[(String, u64)]) -> Option<u64> {
+    pub(crate) fn holds_exactly(&self, pred: &Predicate, objects: &[(String, u64)]) -> Option<u64> {
         let st = self.state.read();
         let mut held = list::page(
             &self.schema,
@@ -879,7 +884,7 @@ impl Shared {
     ///
     /// # Errors
     /// [`Evicted`] when the history since `rv` is gone.
-    pub fn get_at(&self, key: &str, rv: u64) -> Result<Option<Object>, Evicted> {
+    pub(crate) fn get_at(&self, key: &str, rv: u64) -> Result<Option<Object>, Evicted> {
         let st = self.state.read();
         if st.rv > rv {
             let seq = st.history.seq_after_rv(rv)?;
@@ -891,13 +896,13 @@ impl Shared {
         Ok(st.store.get(key).cloned())
     }
 
-    pub fn lookup(&self, slot: usize, value: &str) -> Vec<Object> {
+    pub(crate) fn lookup(&self, slot: usize, value: &str) -> Vec<Object> {
         self.state.read().store.lookup(slot, value)
     }
 
     /// One LIST page: of the current state (`at` = `None`), or of the state at revision `at`.
     /// Returns the page's revision with it.
-    pub fn page(
+    pub(crate) fn page(
         &self,
         at: Option<u64>,
         pred: &Predicate,
@@ -917,7 +922,7 @@ impl Shared {
     }
 
     /// One page of initial events: the state before history sequence number `seq`.
-    pub fn snapshot_page(
+    pub(crate) fn snapshot_page(
         &self,
         seq: u64,
         pred: &Predicate,
@@ -945,7 +950,7 @@ impl Shared {
     ///
     /// # Errors
     /// [`Evicted`] when [`From::After`] names a revision older than the window.
-    pub fn register(&self, pred: Predicate, from: From) -> Result<Registered, Evicted> {
+    pub(crate) fn register(&self, pred: Predicate, from: From) -> Result<Registered, Evicted> {
         let mut st = self.state.write();
         let held = Instant::now();
         if let Readiness::Diverged { .. } = st.readiness {
@@ -1015,7 +1020,7 @@ impl Shared {
     /// watcher in the shard router takes two short holds of the state lock, as it registered:
     /// its ranges are removed from the spare shard router in between, while events reaching its
     /// id are dropped.
-    pub fn unregister(&self, id: u32) {
+    pub(crate) fn unregister(&self, id: u32) {
         let mut st = self.state.write();
         let Some((w, in_shards)) = st.registry.remove(&self.schema, id) else {
             return;
@@ -1054,12 +1059,12 @@ impl Shared {
     }
 
     /// Refills a parked watcher's queue from history (see [`Watcher::catch_up`]).
-    pub fn catch_up(&self, watcher: &Watcher) -> Result<(), Evicted> {
+    pub(crate) fn catch_up(&self, watcher: &Watcher) -> Result<(), Evicted> {
         let st = self.state.read();
         watcher.catch_up(&self.schema, &st.history)
     }
 
-    pub fn stats(&self) -> CacheStats {
+    pub(crate) fn stats(&self) -> CacheStats {
         let st = self.state.read();
         let (routed, unrouted) = st.registry.counts();
         let m = &self.metrics;
@@ -1101,7 +1106,7 @@ impl Shared {
 
     /// Counts a finished consistency check.
     #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
-    pub fn record_check(&self, status: CheckStatus) {
+    pub(crate) fn record_check(&self, status: CheckStatus) {
         let i = match status {
             CheckStatus::Success => 0,
             CheckStatus::Failure => 1,
@@ -1117,7 +1122,7 @@ impl Shared {
     /// # Errors
     /// [`Evicted`] when `at` left the history window.
     #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
-    pub fn entries_at(
+    pub(crate) fn entries_at(
         &self,
         at: u64,
         all: &Predicate,
@@ -1141,7 +1146,7 @@ impl Shared {
 
     /// The test hook: corrupts the store without history or fan-out (see [`Corruption`]).
     #[cfg(any(test, feature = "test-hooks"))]
-    pub fn corrupt(&self, c: Corruption) {
+    pub(crate) fn corrupt(&self, c: Corruption) {
         let mut st = self.state.write();
         warn!(resource = %self.schema.def.plural, corruption = ?c, "test hook: corrupting the cache");
         match c {

@@ -52,23 +52,23 @@ fn key_in(slots: &[Option<Object>], s: u32) -> &str {
 }
 
 impl Store {
-    pub fn new(schema: &Schema) -> Store {
+    pub(super) fn new(schema: &Schema) -> Store {
         Store {
             indexes: vec![HashMap::new(); schema.indexed.len()],
             ..Store::default()
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.by_key.len()
     }
 
     /// The sum of the objects' stored sizes.
-    pub fn bytes(&self) -> usize {
+    pub(super) fn bytes(&self) -> usize {
         self.bytes
     }
 
-    pub fn get(&self, key: &str) -> Option<&Object> {
+    pub(super) fn get(&self, key: &str) -> Option<&Object> {
         self.find(key).map(|s| self.slot(s))
     }
 
@@ -83,14 +83,14 @@ impl Store {
         self.by_hash.find(h, |&s| key_in(slots, s) == key).copied()
     }
 
-    pub fn slot(&self, s: u32) -> &Object {
+    pub(super) fn slot(&self, s: u32) -> &Object {
         self.slots[s as usize]
             .as_ref()
             .unwrap_or_else(|| unreachable!("slot {s} is indexed but empty"))
     }
 
     /// Inserts or replaces an object; returns the previous state.
-    pub fn upsert(&mut self, schema: &Schema, obj: Object) -> Option<Object> {
+    pub(super) fn upsert(&mut self, schema: &Schema, obj: Object) -> Option<Object> {
         self.bytes += obj.stored_len();
         // Hashed once: a creation inserts at the hash its failed lookup made.
         let h = self.hasher.hash_one(obj.key());
@@ -136,7 +136,7 @@ impl Store {
     }
 
     /// Removes an object; returns its last state.
-    pub fn remove(&mut self, schema: &Schema, key: &str) -> Option<Object> {
+    pub(super) fn remove(&mut self, schema: &Schema, key: &str) -> Option<Object> {
         let slots = &self.slots;
         let Ok(entry) = self
             .by_hash
@@ -162,7 +162,7 @@ impl Store {
 
     /// Slots that can match the predicate, from its indexed equality terms; `None` when no index
     /// narrows it (every object is a candidate).
-    pub fn candidates(&self, schema: &Schema, pred: &Predicate) -> Option<RoaringBitmap> {
+    pub(super) fn candidates(&self, schema: &Schema, pred: &Predicate) -> Option<RoaringBitmap> {
         let mut acc: Option<RoaringBitmap> = None;
         for (slot, values) in pred.index_terms(schema) {
             let mut term = RoaringBitmap::new();
@@ -183,7 +183,7 @@ impl Store {
     }
 
     /// The objects with `value` in index `slot`, sorted by key.
-    pub fn lookup(&self, slot: usize, value: &str) -> Vec<Object> {
+    pub(super) fn lookup(&self, slot: usize, value: &str) -> Vec<Object> {
         let mut out: Vec<Object> = match self.indexes[slot].get(value) {
             Some(bm) => bm.iter().map(|s| self.slot(s).clone()).collect(),
             None => Vec::new(),
@@ -193,7 +193,7 @@ impl Store {
     }
 
     /// Keys after `after` (exclusive), in order, with their slots.
-    pub fn range_after<'a>(
+    pub(super) fn range_after<'a>(
         &'a self,
         after: Option<&str>,
     ) -> impl Iterator<Item = (&'a str, u32)> + 'a {
@@ -209,7 +209,7 @@ impl Store {
 
     /// Every object, in key order.
     /// The keys in `range`, in key order.
-    pub fn keys_in<'a>(&'a self, range: &'a KeyRange) -> impl Iterator<Item = &'a str> + 'a {
+    pub(super) fn keys_in<'a>(&'a self, range: &'a KeyRange) -> impl Iterator<Item = &'a str> + 'a {
         let from = range
             .from
             .as_deref()
@@ -224,13 +224,13 @@ impl Store {
             .map(|s| key_in(slots, s))
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Object> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Object> {
         self.by_key.iter().map(|s| self.slot(s))
     }
 
     /// Distinct values and sizes of one index, for tests and introspection.
     #[cfg(test)]
-    pub fn index_sizes(&self, slot: usize) -> std::collections::BTreeMap<String, u64> {
+    pub(super) fn index_sizes(&self, slot: usize) -> std::collections::BTreeMap<String, u64> {
         self.indexes[slot]
             .iter()
             .map(|(k, v)| (k.to_string(), v.len()))

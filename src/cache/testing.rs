@@ -23,11 +23,11 @@ pub(crate) fn on_node(node: &str) -> Selection {
 }
 
 impl Fixture {
-    pub fn new() -> Fixture {
+    pub(super) fn new() -> Fixture {
         Self::with_history(HistoryConfig::default())
     }
 
-    pub fn with_history(cfg: HistoryConfig) -> Fixture {
+    pub(super) fn with_history(cfg: HistoryConfig) -> Fixture {
         let mut def = ResourceDef::builtin("pods").unwrap();
         def.history = cfg;
         let schema = Schema::new(def);
@@ -39,11 +39,11 @@ impl Fixture {
         }
     }
 
-    pub fn predicate(&self, sel: &Selection) -> Predicate {
+    pub(super) fn predicate(&self, sel: &Selection) -> Predicate {
         Predicate::compile(&self.schema, sel)
     }
 
-    pub fn pod(&self, name: &str, node: &str, rv: u64) -> Object {
+    pub(super) fn pod(&self, name: &str, node: &str, rv: u64) -> Object {
         let json = format!(
             r#"{{"metadata":{{"name":"{name}","namespace":"ns","labels":{{"app":"web"}}}},"spec":{{"nodeName":"{node}"}}}}"#
         );
@@ -57,7 +57,7 @@ impl Fixture {
     }
 
     /// A pod whose annotation makes its JSON about `size` bytes.
-    pub fn pod_sized(&self, name: &str, size: usize, rv: u64) -> Object {
+    pub(super) fn pod_sized(&self, name: &str, size: usize, rv: u64) -> Object {
         let json = format!(
             r#"{{"metadata":{{"name":"{name}","namespace":"ns","annotations":{{"pad":"{}"}}}}}}"#,
             "x".repeat(size)
@@ -72,7 +72,7 @@ impl Fixture {
     }
 
     /// Creates or updates pod `name` on `node` at the next revision.
-    pub fn put(&mut self, name: &str, node: &str) -> Arc<Event> {
+    pub(super) fn put(&mut self, name: &str, node: &str) -> Arc<Event> {
         self.rv += 1;
         let obj = self.pod(name, node, self.rv);
         let prev = self.store.upsert(&self.schema, obj.clone());
@@ -84,7 +84,7 @@ impl Fixture {
     }
 
     /// Deletes pod `name` at the next revision.
-    pub fn delete(&mut self, name: &str) -> Arc<Event> {
+    pub(super) fn delete(&mut self, name: &str) -> Arc<Event> {
         self.rv += 1;
         let prev = self
             .store
@@ -97,7 +97,7 @@ impl Fixture {
     }
 
     /// An event at `rv` for a pod on n1 that is neither stored nor in the history.
-    pub fn history_event(&self, rv: u64) -> Event {
+    pub(super) fn history_event(&self, rv: u64) -> Event {
         Event::new(0, rv, Some(self.pod("x", "n1", rv)), None, Instant::now())
     }
 }

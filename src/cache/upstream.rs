@@ -195,7 +195,7 @@ pub trait Upstream: Send + Sync + 'static {
 /// entry seen so far (at most the page size given). A count alone is no bound: 10 000 objects of
 /// 100 KB are a 1 GB answer, over the client's 512 MiB, and a sync that pages so fails forever
 /// (the large resource that never warms of k/k#136950).
-pub const PAGE_BYTES: usize = 64 << 20;
+pub(super) const PAGE_BYTES: usize = 64 << 20;
 
 /// Entries asked for before any was seen: 500 of etcd's largest values (1.5 MiB by default) are
 /// 750 MB, which the upstream answers by returning fewer (`EtcdUpstream` halves a page the
@@ -249,7 +249,7 @@ impl RangeCursor {
     }
 
     /// The next request: (revision, keys, limit), or `None` when done. The limit is the page
-    /// size, or fewer so that a page stays about [`PAGE_BYTES`] (see there).
+    /// size, or fewer so that a page stays about 64 MiB.
     pub fn request(&self) -> Option<(Option<u64>, KeyRange, usize)> {
         let limit = match self.largest {
             0 => self.page_size.min(FIRST_PAGE),

@@ -77,7 +77,7 @@ pub(crate) struct Deliveries {
 
 impl Deliveries {
     /// None yet, at most `capacity`.
-    pub fn bounded(capacity: usize) -> Deliveries {
+    pub(crate) fn bounded(capacity: usize) -> Deliveries {
         Deliveries {
             first: None,
             rest: None,
@@ -86,23 +86,23 @@ impl Deliveries {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         usize::from(self.first.is_some()) + self.rest.as_ref().map_or(0, |r| r.len())
     }
 
     /// Whether `capacity` deliveries are queued: the next must wait.
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.len() >= self.capacity as usize
     }
 
     /// Whether nothing is queued (only the tests ask).
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.first.is_none()
     }
 
     /// Queues `d` (the caller checked [`is_full`](Deliveries::is_full)).
-    pub fn push_back(&mut self, d: Delivery) {
+    pub(crate) fn push_back(&mut self, d: Delivery) {
         if self.first.is_none() {
             self.first = Some(d.event);
             self.first_kind = d.kind;
@@ -111,7 +111,7 @@ impl Deliveries {
         }
     }
 
-    pub fn pop_front(&mut self) -> Option<Delivery> {
+    pub(crate) fn pop_front(&mut self) -> Option<Delivery> {
         let d = Delivery {
             event: self.first.take()?,
             kind: self.first_kind,
@@ -129,14 +129,14 @@ impl Deliveries {
         Some(d)
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.first = None;
         self.rest = None;
     }
 
     /// The deliveries, oldest first.
     #[cfg(test)]
-    pub fn iter(&self) -> impl Iterator<Item = Delivery> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Delivery> + '_ {
         self.first
             .iter()
             .map(|e| Delivery {
@@ -179,7 +179,7 @@ pub(crate) enum Offer {
 }
 
 impl Watcher {
-    pub fn new(
+    pub(crate) fn new(
         predicate: Predicate,
         start_rv: u64,
         capacity: usize,
@@ -197,7 +197,7 @@ impl Watcher {
     }
 
     /// The transition this event is for this watcher, if any (upstream's `convertToWatchEvent`).
-    pub fn transition(&self, schema: &Schema, ev: &Event) -> Option<EventType> {
+    pub(crate) fn transition(&self, schema: &Schema, ev: &Event) -> Option<EventType> {
         if ev.rv <= self.start_rv {
             return None;
         }
@@ -220,7 +220,7 @@ impl Watcher {
     /// Called by the dispatcher, under the state write lock. Never blocks on the consumer. The
     /// consumer's waker, when an event is queued for it, is pushed to `wakes`: the writer wakes
     /// them once the state lock is released.
-    pub fn offer(&self, schema: &Schema, ev: &Arc<Event>, wakes: &mut Vec<Waker>) -> Offer {
+    pub(crate) fn offer(&self, schema: &Schema, ev: &Arc<Event>, wakes: &mut Vec<Waker>) -> Offer {
         let Some(kind) = self.transition(schema, ev) else {
             return Offer::Skipped;
         };
@@ -247,7 +247,7 @@ impl Watcher {
     ///
     /// # Errors
     /// [`Evicted`] when the watcher's position fell out of the window.
-    pub fn catch_up(&self, schema: &Schema, history: &History) -> Result<(), Evicted> {
+    pub(crate) fn catch_up(&self, schema: &Schema, history: &History) -> Result<(), Evicted> {
         let mut q = self.queue.lock();
         let mut seq = match q.feed {
             Feed::Live | Feed::Ended => return Ok(()),
@@ -280,7 +280,7 @@ impl Watcher {
     /// watcher's events still in history are not read: the end of a stream says nothing about
     /// what followed, and its client resumes from the last event it saw. Called under the state
     /// write lock.
-    pub fn end(&self) {
+    pub(crate) fn end(&self) {
         let mut q = self.queue.lock();
         if matches!(q.feed, Feed::Expired(_)) {
             return;
@@ -295,7 +295,7 @@ impl Watcher {
 
     /// Ends the watcher: its queued events are dropped and its stream ends with 410 Expired
     /// (`evicted`) as soon as it next reads. Called under the state write lock.
-    pub fn expire(&self, evicted: Evicted) {
+    pub(crate) fn expire(&self, evicted: Evicted) {
         let mut q = self.queue.lock();
         q.items.clear();
         q.feed = Feed::Expired(evicted);

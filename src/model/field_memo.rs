@@ -38,7 +38,7 @@ pub(crate) struct FieldMemo(Mutex<Option<Box<Values>>>);
 
 impl FieldMemo {
     /// The value at `path`: from the memo, or `read` (and kept in the memo when `keep`).
-    pub fn get(
+    pub(crate) fn get(
         &self,
         path: &FieldPath,
         keep: bool,
@@ -55,7 +55,11 @@ impl FieldMemo {
     }
 
     /// Reads every path of `paths` not read yet.
-    pub fn extract(&self, paths: &[FieldPath], read: impl Fn(&FieldPath) -> Option<Arc<str>>) {
+    pub(crate) fn extract(
+        &self,
+        paths: &[FieldPath],
+        read: impl Fn(&FieldPath) -> Option<Arc<str>>,
+    ) {
         for p in paths {
             if self.lookup(p).is_none() {
                 self.store(p, read(p));

@@ -61,7 +61,7 @@ pub fn validate_key(key: &str) -> Result<(), String> {
 ///
 /// # Errors
 /// A message saying what is wrong.
-pub fn validate_value(v: &str) -> Result<(), String> {
+pub(crate) fn validate_value(v: &str) -> Result<(), String> {
     if v.is_empty() || (v.len() <= 63 && is_name_part(v)) {
         Ok(())
     } else {

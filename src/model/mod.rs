@@ -8,7 +8,7 @@
 //! on it.
 
 pub mod columns;
-pub mod crd;
+pub(crate) mod crd;
 mod crd_storage;
 pub mod definition;
 mod event_type;
@@ -26,8 +26,8 @@ mod quantity;
 mod resource_version;
 pub(crate) mod schema;
 pub mod selector;
-pub mod shard;
-pub mod structural;
+pub(crate) mod shard;
+pub(crate) mod structural;
 
 pub use columns::{Computed, PrinterColumn};
 pub use crd::CrdServing;

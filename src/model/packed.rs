@@ -39,7 +39,7 @@ impl Packed {
     ///
     /// # Errors
     /// More than 4 GiB of text (a stored value is far smaller; never seen).
-    pub fn new<'a>(
+    pub(super) fn new<'a>(
         key: &str,
         labels: impl ExactSizeIterator<Item = (&'a str, &'a str)> + Clone,
         fields: impl ExactSizeIterator<Item = &'a str> + Clone,
@@ -77,7 +77,7 @@ impl Packed {
     }
 
     /// The key.
-    pub fn key(&self) -> &str {
+    pub(super) fn key(&self) -> &str {
         self.text.get(..self.key_len as usize).unwrap_or_default()
     }
 
@@ -94,7 +94,7 @@ impl Packed {
     }
 
     /// A label's value.
-    pub fn label(&self, key: &str) -> Option<&str> {
+    pub(super) fn label(&self, key: &str) -> Option<&str> {
         // Binary search over the label pairs, by key.
         let (mut lo, mut hi) = (0, self.labels as usize);
         while lo < hi {
@@ -109,18 +109,18 @@ impl Packed {
     }
 
     /// All labels, sorted by key.
-    pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(super) fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
         (0..self.labels as usize).map(|i| (self.at(2 * i), self.at(2 * i + 1)))
     }
 
     /// The value of declared field `i`.
-    pub fn field(&self, i: usize) -> Option<&str> {
+    pub(super) fn field(&self, i: usize) -> Option<&str> {
         let j = 2 * self.labels as usize + i;
         (j < self.ends.len()).then(|| self.at(j))
     }
 
     /// Heap bytes held.
-    pub fn heap_bytes(&self) -> usize {
+    pub(super) fn heap_bytes(&self) -> usize {
         self.text.len() + 4 * self.ends.len()
     }
 }

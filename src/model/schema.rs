@@ -44,7 +44,7 @@ pub(crate) struct Schema {
 }
 
 impl Schema {
-    pub fn new(def: ResourceDef) -> Schema {
+    pub(crate) fn new(def: ResourceDef) -> Schema {
         let mut fields = Vec::new();
         let mut labels = Vec::new();
         let mut indexed = Vec::new();
@@ -120,7 +120,7 @@ impl Schema {
 
     /// The value an object carries for declared field `i`, read as `value`: upstream's default
     /// when the object leaves the field out (or empty). Borrowed, never copied.
-    pub fn field_text<'v>(&'v self, i: usize, value: Option<&'v str>) -> &'v str {
+    pub(crate) fn field_text<'v>(&'v self, i: usize, value: Option<&'v str>) -> &'v str {
         match value {
             Some(v) if !v.is_empty() => v,
             _ => self.field_defaults.get(i).map_or("", |d| &**d),
@@ -128,18 +128,18 @@ impl Schema {
     }
 
     /// What an undeclared field reads when the object leaves it out: upstream's default, if any.
-    pub fn default_of(&self, path: &str) -> Option<&str> {
+    pub(crate) fn default_of(&self, path: &str) -> Option<&str> {
         self.def.field_labels.as_ref()?.default_of(path)
     }
 
     /// The path a field reads when the object leaves it out or empty, if any (before its
     /// default).
-    pub fn fallback_of(&self, path: &str) -> Option<&str> {
+    pub(crate) fn fallback_of(&self, path: &str) -> Option<&str> {
         self.def.field_labels.as_ref()?.fallback_of(path)
     }
 
     /// The attribute that answers a field path, if the object carries it pre-extracted.
-    pub fn field_attr(&self, path: &str) -> Option<Attr> {
+    pub(crate) fn field_attr(&self, path: &str) -> Option<Attr> {
         match path {
             "metadata.name" => Some(Attr::Name),
             "metadata.namespace" => Some(Attr::Namespace),
@@ -152,7 +152,7 @@ impl Schema {
     }
 
     /// The attribute of a declared label index.
-    pub fn label_attr(&self, key: &str) -> Option<Attr> {
+    pub(crate) fn label_attr(&self, key: &str) -> Option<Attr> {
         self.labels
             .iter()
             .position(|l| l == key)
@@ -160,12 +160,12 @@ impl Schema {
     }
 
     /// The store index slot of an attribute, if it is indexed.
-    pub fn index_slot(&self, attr: Attr) -> Option<usize> {
+    pub(crate) fn index_slot(&self, attr: Attr) -> Option<usize> {
         self.indexed.iter().position(|a| *a == attr)
     }
 
     /// The store index slot for an index name (`spec.nodeName`, `label:app`, `metadata.namespace`).
-    pub fn index_by_name(&self, name: &str) -> Option<(usize, Attr)> {
+    pub(crate) fn index_by_name(&self, name: &str) -> Option<(usize, Attr)> {
         let attr = match IndexKey::parse(name).ok()? {
             IndexKey::Field(p) => self.field_attr(p.as_str())?,
             IndexKey::Label(k) => self.label_attr(&k)?,
@@ -174,7 +174,7 @@ impl Schema {
     }
 
     /// Names of every index, for error messages.
-    pub fn index_names(&self) -> Vec<String> {
+    pub(crate) fn index_names(&self) -> Vec<String> {
         self.indexed
             .iter()
             .map(|a| match a {

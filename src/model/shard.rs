@@ -30,7 +30,7 @@ use std::fmt;
 use crate::error::Error;
 
 /// FNV-1a, 64 bits (Go's `hash/fnv.New64a`): the hash upstream shards by.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     bytes
@@ -133,7 +133,7 @@ impl From<ShardSelectorError> for Error {
 /// cap of either kind (`sharding.Parse` walks any number of `||` calls; only the request line's
 /// length bounds them), so a selector longer than this is one upstream would take and this server
 /// refuses, with 400 BadRequest saying so.
-pub const MAX_SHARD_SELECTOR_LEN: usize = 16 * 1024;
+pub(crate) const MAX_SHARD_SELECTOR_LEN: usize = 16 * 1024;
 
 /// The shortest `shardRange` call: no spaces, the shorter path.
 const SHORTEST_CALL: &str =
@@ -142,7 +142,7 @@ const SHORTEST_CALL: &str =
 /// The most `shardRange` calls (hence ranges) a selector of [`MAX_SHARD_SELECTOR_LEN`] bytes can
 /// hold: n calls joined by `||` take at least `73n + 2(n - 1)` bytes, so 218. A watcher's routing
 /// cost is one entry per range (`cache/shard_router.rs`), so this bounds it too.
-pub const MAX_SHARD_RANGES: usize = (MAX_SHARD_SELECTOR_LEN + 2) / (SHORTEST_CALL.len() + 2);
+pub(crate) const MAX_SHARD_RANGES: usize = (MAX_SHARD_SELECTOR_LEN + 2) / (SHORTEST_CALL.len() + 2);
 
 impl ShardSelector {
     /// Parses the wire form.

@@ -27,7 +27,7 @@ use serde_json::{Map, Value};
 /// What reading a stored object needs of one version's `openAPIV3Schema` (upstream's
 /// `structuralschema.Structural`, cut to pruning and defaulting).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Structural {
+pub(crate) struct Structural {
     properties: BTreeMap<String, Structural>,
     /// `additionalProperties`: `Some(Some(s))` a schema, `Some(None)` a bare boolean.
     additional: Option<Option<Box<Structural>>>,
@@ -54,7 +54,7 @@ const META_FIELDS: [&str; 3] = ["apiVersion", "kind", "metadata"];
 
 impl Structural {
     /// The structural parts of one `openAPIV3Schema` (as the CRD cache holds it, v1).
-    pub fn read(schema: &Value) -> Structural {
+    pub(crate) fn read(schema: &Value) -> Structural {
         let flag = |k: &str| schema.get(k).and_then(Value::as_bool) == Some(true);
         let properties: BTreeMap<String, Structural> = schema
             .get("properties")

@@ -101,7 +101,7 @@ fn resource(e: Entry<'_>) -> Value {
 }
 
 /// `/api`: the core group's versions.
-pub fn core_versions(entries: &[Entry<'_>]) -> Value {
+pub(super) fn core_versions(entries: &[Entry<'_>]) -> Value {
     let mut v: Vec<&str> = entries
         .iter()
         .filter(|e| e.def.group.is_empty())
@@ -134,7 +134,7 @@ fn named_groups<'a>(entries: &[Entry<'a>]) -> BTreeMap<&'a str, Vec<&'a str>> {
 }
 
 /// `/apis`: the named groups.
-pub fn groups(entries: &[Entry<'_>]) -> Value {
+pub(super) fn groups(entries: &[Entry<'_>]) -> Value {
     let groups: Vec<Value> = named_groups(entries)
         .into_iter()
         .map(|(g, versions)| {
@@ -149,7 +149,7 @@ pub fn groups(entries: &[Entry<'_>]) -> Value {
 }
 
 /// `/api/v1` or `/apis/{group}/{version}`: the resources of one group version, if it has any.
-pub fn resources(entries: &[Entry<'_>], group: &str, version: &str) -> Option<Value> {
+pub(super) fn resources(entries: &[Entry<'_>], group: &str, version: &str) -> Option<Value> {
     let mut list: Vec<Value> = Vec::new();
     for e in entries
         .iter()
@@ -216,7 +216,7 @@ fn aggregated_group(entries: &[Entry<'_>], group: &str, versions: &[&str]) -> Va
 
 /// Aggregated discovery (`APIGroupDiscoveryList`, `apidiscovery.k8s.io/v2`): on `/api`, the core
 /// group; on `/apis`, the named groups.
-pub fn aggregated(entries: &[Entry<'_>], core: bool) -> Value {
+pub(super) fn aggregated(entries: &[Entry<'_>], core: bool) -> Value {
     let items: Vec<Value> = if core {
         let mut v: Vec<&str> = entries
             .iter()
@@ -245,7 +245,7 @@ pub fn aggregated(entries: &[Entry<'_>], core: bool) -> Value {
 }
 
 /// `/version`: the Kubernetes version whose API this server follows, and this server's own.
-pub fn version() -> Value {
+pub(super) fn version() -> Value {
     json!({
         "major": "1",
         "minor": KUBERNETES_MINOR,

@@ -169,7 +169,7 @@ fn is_valid_path_segment_name(name: &str) -> bool {
 impl Admission {
     /// Whether the request streams or may last long (a watch): no request timeout, no in-flight
     /// permit.
-    pub fn is_long_running(&self) -> bool {
+    pub(super) fn is_long_running(&self) -> bool {
         self.info.is_long_running()
     }
 
@@ -181,7 +181,7 @@ impl Admission {
     ///
     /// # Errors
     /// 429 with Retry-After when the limit is reached.
-    pub async fn permit(&self, st: &AppState) -> Result<Option<InflightPermit>, ApiError> {
+    pub(super) async fn permit(&self, st: &AppState) -> Result<Option<InflightPermit>, ApiError> {
         if self.is_long_running() {
             return Ok(None);
         }
@@ -196,7 +196,7 @@ impl Admission {
 
     /// Records the request in the audit log when it is audited (every write, every 401, 403 and
     /// 429) and auditing is on.
-    pub fn audit(&self, st: &AppState, code: u16, started: Instant) {
+    pub(super) fn audit(&self, st: &AppState, code: u16, started: Instant) {
         if st.auditing() && Audit::wants(&self.info, code) {
             st.audit.record(&Record {
                 user: self.user.as_deref(),

@@ -73,7 +73,7 @@ pub(crate) struct H2Conn<T: AsyncRead + AsyncWrite + Unpin> {
 
 impl<T: AsyncRead + AsyncWrite + Unpin> H2Conn<T> {
     /// Serves `io` (its TLS handshake done) with `router`; `shutdown` is the server's signal.
-    pub fn new(
+    pub(super) fn new(
         io: T,
         settings: Settings,
         router: Router,

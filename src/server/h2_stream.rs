@@ -88,7 +88,7 @@ pub(crate) struct WatchPipe {
 
 impl Stream {
     /// Starts a stream: its request goes to `router`, with what is known of the connection.
-    pub fn start(
+    pub(super) fn start(
         req: Request<RecvStream>,
         reply: SendResponse<Bytes>,
         router: &Router,

@@ -153,7 +153,7 @@ impl RequestKey {
     /// (`resource` when it names an object, `namespace`, `cluster`); group, version, resource and
     /// subresource only when this server serves the resource (`served`: the request's path
     /// names a resource served here).
-    pub fn of(info: &RequestInfo, served: bool) -> RequestKey {
+    pub(crate) fn of(info: &RequestInfo, served: bool) -> RequestKey {
         let verb = match info.verb.as_str() {
             "get" => "GET",
             "list" => "LIST",
@@ -398,7 +398,7 @@ impl Stamp {
 impl WatchMeter {
     /// Records a frame of `len` bytes going out for an event that entered the cache at
     /// `received` (`None`: initial events and bookmarks, which have no dispatch latency).
-    pub fn sent(&mut self, len: usize, received: Option<Instant>) {
+    pub(crate) fn sent(&mut self, len: usize, received: Option<Instant>) {
         let m = &self.kind.meters;
         m.events.fetch_add(1, Ordering::Relaxed);
         m.bytes.fetch_add(len as u64, Ordering::Relaxed);
@@ -408,7 +408,7 @@ impl WatchMeter {
     }
 
     /// The frame sent last has been written (or handed to the connection's writer).
-    pub fn written(&mut self) {
+    pub(crate) fn written(&mut self) {
         if let Some(at) = self.pending.take() {
             self.kind.meters.written.observe_duration(at.elapsed());
         }

@@ -251,7 +251,7 @@ impl Server {
     }
 
     /// Serves on `listener` until `stop` completes, then stops in three phases
-    /// ([`state::Phase`]): for `shutdown_delay` it serves on while `/readyz` fails; then it
+    /// (`server::state::Phase`): for `shutdown_delay` it serves on while `/readyz` fails; then it
     /// closes its listeners, sends GOAWAY on HTTP/2 connections and closes idle ones, and ends
     /// the open watches spread over `shutdown_watch_grace`, each with a last bookmark for its
     /// client to resume from elsewhere (new requests on connections still open get 429); what

@@ -31,7 +31,7 @@ impl IncludeObject {
     ///
     /// # Errors
     /// 400 for a value other than None, Metadata or Object (upstream's message).
-    pub fn from_query(query: Option<&str>) -> Result<IncludeObject, ApiError> {
+    pub(crate) fn from_query(query: Option<&str>) -> Result<IncludeObject, ApiError> {
         let mut out = IncludeObject::default();
         for (k, v) in crate::server::params::query_pairs(query) {
             if k == "includeObject" {
@@ -169,7 +169,7 @@ impl Format {
     ///
     /// # Errors
     /// 406 NotAcceptable when no media range of the header can be served for this answer.
-    pub fn negotiate(headers: &HeaderMap, answer: Answer) -> Result<Format, ApiError> {
+    pub(crate) fn negotiate(headers: &HeaderMap, answer: Answer) -> Result<Format, ApiError> {
         Self::negotiate_for(headers, answer, false)
     }
 
@@ -178,7 +178,7 @@ impl Format {
     ///
     /// # Errors
     /// 406 NotAcceptable when no media range of the header can be served for this answer.
-    pub fn negotiate_for(
+    pub(crate) fn negotiate_for(
         headers: &HeaderMap,
         answer: Answer,
         protobuf: bool,
@@ -195,7 +195,7 @@ impl Format {
     /// The frames of a watch with this Accept header, when the fast path can serve it: for a
     /// built-in resource, and for a custom one (`None`: hyper negotiates, converts or answers
     /// 406). `None` overall: hyper serves the watch whatever the resource.
-    pub fn watch_wire(accept: &str) -> Option<(WatchWire, Option<WatchWire>)> {
+    pub(crate) fn watch_wire(accept: &str) -> Option<(WatchWire, Option<WatchWire>)> {
         let wire = |protobuf| match Self::negotiate_fields_text(accept, Answer::Object, protobuf) {
             Ok((Format::Json, f)) => Some((Wire::Json, f)),
             Ok((Format::Protobuf, f)) => Some((Wire::Protobuf, f)),
@@ -208,7 +208,7 @@ impl Format {
     ///
     /// # Errors
     /// 406 NotAcceptable when no media range of the header can be served for this answer.
-    pub fn negotiate_fields(
+    pub(crate) fn negotiate_fields(
         headers: &HeaderMap,
         answer: Answer,
         protobuf: bool,
@@ -269,7 +269,7 @@ impl Format {
     /// The Content-Type a response in this format carries: kube-apiserver names the media type
     /// it serialized with, without the conversion's `as=` parameters (a Table or a
     /// PartialObjectMetadata is `application/json`); aggregated discovery keeps them.
-    pub fn content_type(self, _answer: Answer) -> String {
+    pub(crate) fn content_type(self, _answer: Answer) -> String {
         match self {
             Format::Json | Format::Table(_) | Format::Metadata(_) => "application/json".into(),
             Format::AggregatedDiscovery => {

@@ -250,7 +250,7 @@ fn add_paths<'a>(
 }
 
 /// One group version's document, if any resource is served in it.
-pub fn group_version(entries: &[Entry<'_>], group: &str, version: &str) -> Option<Value> {
+pub(super) fn group_version(entries: &[Entry<'_>], group: &str, version: &str) -> Option<Value> {
     let mut here = entries
         .iter()
         .filter(|e| e.def.group == group && e.def.version == version)
@@ -268,7 +268,7 @@ pub fn group_version(entries: &[Entry<'_>], group: &str, version: &str) -> Optio
 }
 
 /// `/openapi/v2`: one Swagger 2.0 document for every served resource.
-pub fn v2(entries: &[Entry<'_>]) -> Value {
+pub(super) fn v2(entries: &[Entry<'_>]) -> Value {
     let mut paths = Map::new();
     let mut definitions = BTreeMap::new();
     add_paths(entries.iter(), Dialect::V2, &mut paths, &mut definitions);
@@ -294,7 +294,7 @@ pub(crate) struct Documents {
 
 impl Documents {
     /// The documents of what `entries` serve.
-    pub fn build(entries: &[Entry<'_>]) -> Documents {
+    pub(crate) fn build(entries: &[Entry<'_>]) -> Documents {
         let mut v3 = HashMap::new();
         let mut index_paths = Map::new();
         for e in entries {

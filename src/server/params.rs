@@ -47,7 +47,7 @@ pub(crate) fn is_watch(query: Option<&str>) -> bool {
 
 /// Parsed query of a read request.
 #[derive(Debug, Default, Clone)]
-pub struct ReadParams {
+pub(crate) struct ReadParams {
     pub watch: bool,
     pub resource_version: ResourceVersion,
     pub rv_match: Option<RvMatch>,
@@ -82,7 +82,10 @@ fn parse_bool(name: &str, v: &str) -> Result<bool, ApiError> {
 impl ReadParams {
     /// Parses a query string. Unknown parameters are ignored, as upstream does; a repeated one
     /// counts with its first value ([`query_pairs`]).
-    pub fn parse(query: Option<&str>, max_selector_len: usize) -> Result<ReadParams, ApiError> {
+    pub(crate) fn parse(
+        query: Option<&str>,
+        max_selector_len: usize,
+    ) -> Result<ReadParams, ApiError> {
         let mut p = ReadParams::default();
         for (k, v) in query_pairs(query) {
             match &*k {
@@ -249,7 +252,7 @@ impl ReadParams {
     /// Restricts a watch to one object, as a watch on an object's own path is: the collection with
     /// an exact `metadata.name` term added to the field selector (a term, not selector text, so
     /// any name works, `=` and `,` included).
-    pub fn watch_one(&mut self, name: &str) {
+    pub(crate) fn watch_one(&mut self, name: &str) {
         self.name = Some(name.to_owned());
     }
 
@@ -266,7 +269,7 @@ impl ReadParams {
     }
 
     /// The LIST options.
-    pub fn list_options(&self, namespace: Option<&str>) -> Result<ListOptions, ApiError> {
+    pub(crate) fn list_options(&self, namespace: Option<&str>) -> Result<ListOptions, ApiError> {
         Ok(ListOptions {
             selection: self.selection(namespace)?,
             resource_version: self.resource_version,
@@ -277,7 +280,7 @@ impl ReadParams {
     }
 
     /// The WATCH options.
-    pub fn watch_options(&self, namespace: Option<&str>) -> Result<WatchOptions, ApiError> {
+    pub(crate) fn watch_options(&self, namespace: Option<&str>) -> Result<WatchOptions, ApiError> {
         Ok(WatchOptions {
             selection: self.selection(namespace)?,
             resource_version: self.resource_version,

@@ -61,7 +61,7 @@ pub(crate) enum Phase {
 pub(crate) struct Lifecycle(std::sync::atomic::AtomicU8);
 
 impl Lifecycle {
-    pub fn phase(&self) -> Phase {
+    pub(crate) fn phase(&self) -> Phase {
         match self.0.load(std::sync::atomic::Ordering::Acquire) {
             0 => Phase::Serving,
             1 => Phase::Delaying,
@@ -70,7 +70,7 @@ impl Lifecycle {
     }
 
     /// Moves on to `phase` (never back).
-    pub fn enter(&self, phase: Phase) {
+    pub(crate) fn enter(&self, phase: Phase) {
         self.0
             .fetch_max(phase as u8, std::sync::atomic::Ordering::AcqRel);
     }
@@ -90,7 +90,7 @@ pub(crate) struct ServedSet {
 }
 
 impl ServedSet {
-    pub fn new(served: Vec<Served>) -> ServedSet {
+    pub(crate) fn new(served: Vec<Served>) -> ServedSet {
         ServedSet {
             list: parking_lot::RwLock::new(Arc::new(served)),
             generation: std::sync::atomic::AtomicU64::new(0),
@@ -98,11 +98,11 @@ impl ServedSet {
     }
 
     /// The resources served now.
-    pub fn snapshot(&self) -> Arc<Vec<Served>> {
+    pub(crate) fn snapshot(&self) -> Arc<Vec<Served>> {
         Arc::clone(&self.list.read())
     }
 
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
@@ -216,7 +216,7 @@ pub(crate) struct StalledReads(std::sync::Mutex<std::collections::HashMap<String
 pub(crate) const STALLED_FOR: Duration = Duration::from_secs(10);
 
 impl StalledReads {
-    pub fn is_stalled(&self, prefix: &str) -> bool {
+    pub(crate) fn is_stalled(&self, prefix: &str) -> bool {
         let map = self
             .0
             .lock()
@@ -224,7 +224,7 @@ impl StalledReads {
         map.get(prefix).is_some_and(|t| t.elapsed() < STALLED_FOR)
     }
 
-    pub fn mark(&self, prefix: &str) {
+    pub(crate) fn mark(&self, prefix: &str) {
         let mut map = self
             .0
             .lock()
@@ -248,7 +248,7 @@ pub(crate) struct Target {
 
 impl Target {
     /// The definition at the path's version: the cache's own, or one of its other versions.
-    pub fn def(&self) -> &crate::model::ResourceDef {
+    pub(crate) fn def(&self) -> &crate::model::ResourceDef {
         let d = self.served.cache.definition();
         self.other_version
             .and_then(|i| d.other_versions.get(i))
@@ -257,7 +257,7 @@ impl Target {
 
     /// Whether the path names another version than the cache holds objects at: what goes out is
     /// converted to it ([`json_at_version`](crate::wire::version::json_at_version)).
-    pub fn converts_version(&self) -> bool {
+    pub(crate) fn converts_version(&self) -> bool {
         self.other_version.is_some()
     }
 
@@ -268,7 +268,7 @@ impl Target {
     ///
     /// # Errors
     /// 400 with the version's message for the first label it does not accept.
-    pub fn check_fields(&self, selection: &crate::model::Selection) -> Result<(), ApiError> {
+    pub(crate) fn check_fields(&self, selection: &crate::model::Selection) -> Result<(), ApiError> {
         if !self.converts_version() {
             return Ok(());
         }
@@ -284,12 +284,12 @@ impl Target {
 
 impl AppState {
     /// Whether requests are audited: only with an audit file (`--audit-log-path`).
-    pub fn auditing(&self) -> bool {
+    pub(crate) fn auditing(&self) -> bool {
         self.audit.has_file()
     }
 
     /// The caches served now.
-    pub fn caches(&self) -> Vec<Cache> {
+    pub(crate) fn caches(&self) -> Vec<Cache> {
         self.served
             .snapshot()
             .iter()
@@ -299,13 +299,13 @@ impl AppState {
 
     /// The metrics labels of a request (`server/metrics.rs`): its resource named only when it is
     /// served here.
-    pub fn request_key(&self, info: &RequestInfo) -> RequestKey {
+    pub(crate) fn request_key(&self, info: &RequestInfo) -> RequestKey {
         RequestKey::of(info, self.resolve(&segments(&info.path)).is_some())
     }
 
     /// The resource a path under `/api/{v}/` or `/apis/{g}/{v}/` names (`segs` are the path's
     /// segments).
-    pub fn resolve(&self, segs: &[&str]) -> Option<Target> {
+    pub(crate) fn resolve(&self, segs: &[&str]) -> Option<Target> {
         let (group, version, rest) = match segs {
             ["api", v, rest @ ..] => ("", *v, rest),
             ["apis", g, v, rest @ ..] => (*g, *v, rest),

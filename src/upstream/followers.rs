@@ -100,7 +100,7 @@ fn start_tasks<S: Source + 'static, T: Truth>(
 }
 
 impl Followers {
-    pub fn new() -> Followers {
+    pub(crate) fn new() -> Followers {
         let runtime = UpstreamRuntime::start();
         Followers {
             caches: BTreeMap::new(),
@@ -118,7 +118,7 @@ impl Followers {
     ///
     /// # Errors
     /// The resource name, when a cache of that name exists already.
-    pub fn add(
+    pub(crate) fn add(
         &mut self,
         def: ResourceDef,
         config: &CacheConfig,
@@ -136,7 +136,7 @@ impl Followers {
     /// Starts following `source` into the cache of `writer`, on its own task, and checking the
     /// cache against `truth` on another every `consistency_check_period` of its config (unless
     /// zero); the checker asks the follower to relist, it never writes.
-    pub fn spawn<S: Source + 'static, T: Truth>(
+    pub(crate) fn spawn<S: Source + 'static, T: Truth>(
         &mut self,
         source: S,
         writer: CacheWriter,
@@ -158,36 +158,36 @@ impl Followers {
     }
 
     /// The resources started and stopped while running.
-    pub fn dynamic(&self) -> &Arc<Dynamic> {
+    pub(crate) fn dynamic(&self) -> &Arc<Dynamic> {
         &self.dynamic
     }
 
     /// The followers' runtime, where an upstream's client is made so that its tasks run there.
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    pub fn runtime(&self) -> &UpstreamRuntime {
+    pub(crate) fn runtime(&self) -> &UpstreamRuntime {
         &self.runtime
     }
 
-    pub fn cache(&self, name: &str) -> Option<&Cache> {
+    pub(crate) fn cache(&self, name: &str) -> Option<&Cache> {
         self.caches.get(name)
     }
 
-    pub fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
+    pub(crate) fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
         self.caches.iter().map(|(k, v)| (k.as_str(), v))
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.caches.len()
     }
 
     /// The followed resources' names (the API server upstream's discovery reads them).
     #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
-    pub fn names(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.caches.keys().map(String::as_str)
     }
 
     /// Stops every follower, those started while running too, and waits for them.
-    pub async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         self.shutdown.send_replace(true);
         let running = {
             let mut d = self.dynamic.running.lock();
@@ -213,7 +213,7 @@ impl Dynamic {
     ///
     /// # Errors
     /// Why not: a resource of that name is followed already, or the upstream is shut down.
-    pub fn start<S: Source + 'static, T: Truth>(
+    pub(crate) fn start<S: Source + 'static, T: Truth>(
         &self,
         def: ResourceDef,
         config: &CacheConfig,
@@ -255,7 +255,7 @@ impl Dynamic {
 
     /// Stops following `name` (started by [`start`](Dynamic::start)) and ends its watches (see
     /// [`Cache::close`]); its cache, when it was followed.
-    pub fn stop(&self, name: &str) -> Option<Cache> {
+    pub(crate) fn stop(&self, name: &str) -> Option<Cache> {
         let r = self.running.lock().running.remove(name)?;
         r.stop.send_replace(true);
         r.cache.close();
@@ -265,7 +265,7 @@ impl Dynamic {
     }
 
     /// Whether `name` was followed since connect (from the definitions given then).
-    pub fn is_fixed(&self, name: &str) -> bool {
+    pub(crate) fn is_fixed(&self, name: &str) -> bool {
         self.running.lock().fixed.contains(name)
     }
 }

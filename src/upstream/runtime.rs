@@ -39,7 +39,7 @@ impl UpstreamRuntime {
     ///
     /// # Panics
     /// Outside a tokio runtime, only when the thread cannot be started.
-    pub fn start() -> UpstreamRuntime {
+    pub(crate) fn start() -> UpstreamRuntime {
         let (stop, stopped) = oneshot::channel::<()>();
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -85,12 +85,12 @@ impl UpstreamRuntime {
     }
 
     /// The runtime's handle, for spawning from what outlives a borrow of it.
-    pub fn handle(&self) -> &Handle {
+    pub(crate) fn handle(&self) -> &Handle {
         &self.handle
     }
 
     /// Spawns a task on this runtime.
-    pub fn spawn<F>(&self, task: F) -> JoinHandle<F::Output>
+    pub(crate) fn spawn<F>(&self, task: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
@@ -101,7 +101,7 @@ impl UpstreamRuntime {
     /// Runs `f` to its end on this runtime (so that what it spawns lives here) and returns its
     /// output; `None` if the runtime stopped first. A panic in `f` is resumed here.
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    pub async fn run<F>(&self, f: F) -> Option<F::Output>
+    pub(crate) async fn run<F>(&self, f: F) -> Option<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,

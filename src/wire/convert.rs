@@ -533,7 +533,7 @@ impl WatchConverter {
     /// the requested version); `other_version` when that is not the version the cache holds its
     /// objects at. `None` when the events go out as they are (JSON or protobuf with all their
     /// fields, at the cache's version).
-    pub fn new(
+    pub(crate) fn new(
         def: &ResourceDef,
         format: Format,
         include: IncludeObject,
@@ -564,7 +564,7 @@ impl WatchConverter {
     ///
     /// # Errors
     /// A protobuf watch of an object stored as JSON that its kind's message cannot hold.
-    pub fn frame(&mut self, ev: &impl Encodings) -> Result<Frame, EncodeError> {
+    pub(crate) fn frame(&mut self, ev: &impl Encodings) -> Result<Frame, EncodeError> {
         let kind = ev.kind();
         if kind == EventType::Bookmark {
             // A bookmark's object has no managed fields to leave out.

@@ -40,7 +40,7 @@ pub(crate) enum Fields {
 
 impl Fields {
     /// The label of this variant in metrics.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Fields::All => "all",
             Fields::WithoutManaged => "without-managed-fields",
@@ -57,7 +57,7 @@ pub(crate) enum MetaVersion {
 
 impl MetaVersion {
     /// `meta.k8s.io/v1` or `meta.k8s.io/v1beta1`.
-    pub fn api_version(self) -> &'static str {
+    pub(crate) fn api_version(self) -> &'static str {
         match self {
             MetaVersion::V1 => "meta.k8s.io/v1",
             MetaVersion::V1beta1 => "meta.k8s.io/v1beta1",
@@ -65,7 +65,7 @@ impl MetaVersion {
     }
 
     /// `v1` or `v1beta1` (an `as=` range's `v=`).
-    pub fn parse(v: &str) -> Option<MetaVersion> {
+    pub(crate) fn parse(v: &str) -> Option<MetaVersion> {
         match v {
             "v1" => Some(MetaVersion::V1),
             "v1beta1" => Some(MetaVersion::V1beta1),
@@ -86,7 +86,7 @@ pub(crate) enum Wire {
 
 impl Wire {
     /// The response's Content-Type.
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Wire::Json => "application/json",
             Wire::Protobuf => "application/vnd.kubernetes.protobuf;stream=watch",
@@ -94,7 +94,7 @@ impl Wire {
     }
 
     /// The frame of an ERROR event carrying this error's `Status`.
-    pub fn error_frame(self, status: &Status) -> Frame {
+    pub(crate) fn error_frame(self, status: &Status) -> Frame {
         match self {
             Wire::Json => Frame::error(status.json()),
             Wire::Protobuf => Frame::protobuf_error(Bytes::from(status.protobuf())),

@@ -31,7 +31,7 @@ pub(crate) struct Cause {
 
 impl Status {
     /// A status with a code, reason and message.
-    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Status {
+    pub(crate) fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Status {
         Status {
             code,
             reason,
@@ -47,7 +47,7 @@ impl Status {
     /// The `Status` object as JSON, as encoding/json writes `metav1.Status`: kind, apiVersion,
     /// metadata, status, message, reason, details (name, group, kind, causes (reason, message,
     /// field), retryAfterSeconds), code.
-    pub fn json(&self) -> Bytes {
+    pub(crate) fn json(&self) -> Bytes {
         let this = self;
         let mut out = Vec::with_capacity(160 + this.message.len());
         out.extend_from_slice(br#"{"kind":"Status","apiVersion":"v1","metadata":{"#);
@@ -116,7 +116,7 @@ impl Status {
     }
     /// The same `Status` in protobuf (its `k8s\0` envelope), as kube-apiserver writes errors to
     /// a client that negotiated protobuf.
-    pub fn protobuf(&self) -> Vec<u8> {
+    pub(crate) fn protobuf(&self) -> Vec<u8> {
         let json: serde_json::Value = serde_json::from_slice(&self.json()).unwrap_or_default();
         crate::wire::protobuf::status(&json)
     }

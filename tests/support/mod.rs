@@ -1,5 +1,6 @@
 //! Fixtures shared by the integration tests.
-#![allow(dead_code)]
+// Each test binary uses some of these; they are written as the API they are to the tests.
+#![allow(dead_code, unreachable_pub)]
 
 use std::time::Duration;
 

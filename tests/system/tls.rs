@@ -1281,6 +1281,7 @@ async fn serve_limited(
         .stderr(Stdio::inherit());
     // SAFETY: between fork and exec the closure only calls setrlimit (async-signal-safe) and
     // allocates nothing.
+    #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(move || {
             let lim = libc::rlimit {
@@ -1355,6 +1356,7 @@ fn raise_own_open_file_limit() -> u64 {
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes one `rlimit`, which we own; setrlimit reads it.
+    #[allow(unsafe_code)]
     unsafe {
         assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
         lim.rlim_cur = lim.rlim_max;

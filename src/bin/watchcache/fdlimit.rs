@@ -6,10 +6,12 @@
 //! administrator meant to stop (524 288 under systemd). Past the soft limit `accept` fails with
 //! `EMFILE` and new clients wait in the listen queue. The library does not touch the process's
 //! limits (an embedding program owns its process); the binary does.
+// getrlimit(2) and setrlimit(2) are unsafe by signature; each block says why it is sound.
+#![allow(unsafe_code)]
 
 /// The limit before and after [`raise`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OpenFiles {
+pub(crate) struct OpenFiles {
     /// The soft limit the process started with.
     pub was: u64,
     /// The soft limit in force now.
@@ -24,7 +26,7 @@ pub struct OpenFiles {
 /// `getrlimit` or `setrlimit` failed (a seccomp policy refusing them, say): the limit is as it was.
 // `rlim_t` is u64 on Linux, not everywhere.
 #[allow(clippy::useless_conversion)]
-pub fn raise() -> std::io::Result<OpenFiles> {
+pub(crate) fn raise() -> std::io::Result<OpenFiles> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -58,7 +60,7 @@ pub fn raise() -> std::io::Result<OpenFiles> {
 /// The default of `--max-idle-connections`: a quarter of `--max-connections`, and at most half
 /// the open-file limit, so that silent connections leave at least half the descriptors to the
 /// connections that asked for something, the upstream's, files, and the refusals' short lingers.
-pub fn default_max_idle(max_connections: usize, open_files: Option<u64>) -> usize {
+pub(crate) fn default_max_idle(max_connections: usize, open_files: Option<u64>) -> usize {
     let by_connections = max_connections / 4;
     let by_files = open_files.map_or(usize::MAX, |f| usize::try_from(f / 2).unwrap_or(usize::MAX));
     // 0 would mean no bound at all.
@@ -70,7 +72,7 @@ pub fn default_max_idle(max_connections: usize, open_files: Option<u64>) -> usiz
 /// quarter of the budget from the others, while a client opening hundreds of HTTP/1.1 watches at
 /// once (a TLS handshake each) is not refused: a fixed 256 refused the equality suite's ~250
 /// concurrent watches of one kube-rs client with 503.
-pub fn default_max_idle_per_address(max_idle: usize) -> usize {
+pub(crate) fn default_max_idle_per_address(max_idle: usize) -> usize {
     if max_idle == 0 {
         0
     } else {

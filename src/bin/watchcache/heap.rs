@@ -10,6 +10,8 @@
 //!
 //! `watchcache serve` also turns transparent huge pages off for itself here
 //! ([`refuse_huge_pages`]), unless `--transparent-huge-pages`.
+// A global allocator and prctl(2) are unsafe by signature; each block says why it is sound.
+#![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -21,7 +23,7 @@ static LIVE: AtomicI64 = AtomicI64::new(0);
 static HELD: AtomicI64 = AtomicI64::new(0);
 
 /// The process's allocator: mimalloc, with the counts above when they are on.
-pub struct Counting;
+pub(crate) struct Counting;
 
 fn count(size: usize, sign: i64) {
     LIVE.fetch_add(
@@ -87,7 +89,7 @@ unsafe impl GlobalAlloc for Counting {
 /// # Errors
 /// The `prctl` error (a kernel before 3.15, or a seccomp policy refusing it).
 #[cfg(target_os = "linux")]
-pub fn refuse_huge_pages() -> std::io::Result<()> {
+pub(crate) fn refuse_huge_pages() -> std::io::Result<()> {
     // SAFETY: PR_SET_THP_DISABLE takes integers only and touches no memory of ours.
     let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
     if rc == 0 {
@@ -106,7 +108,7 @@ pub fn refuse_huge_pages() -> std::io::Result<()> {
 /// Turns the counts on when the environment asks (before the runtime starts: what was allocated
 /// earlier and freed later makes the counts lower by its size, a constant) and has `/metrics`
 /// report them.
-pub fn init_from_env() {
+pub(crate) fn init_from_env() {
     if std::env::var_os("WATCHCACHE_HEAP_STATS").is_some_and(|v| v == "1") {
         ON.store(true, Ordering::SeqCst);
         watchcache::server::count_heap_with(|| HeapBytes {

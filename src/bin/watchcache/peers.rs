@@ -9,7 +9,7 @@
 use std::path::Path;
 
 /// The service-account issuer of the control plane (kubeadm's).
-pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+pub(crate) const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
 fn f(p: &Path) -> String {
     p.display().to_string()
@@ -17,7 +17,12 @@ fn f(p: &Path) -> String {
 
 /// A single-member etcd on loopback, plain HTTP. A restart on other ports is fine: a member's
 /// peer URLs are read from its data once it has some, and there is no other member to reach.
-pub fn etcd_args(name: &str, data_dir: &Path, client_port: u16, peer_port: u16) -> Vec<String> {
+pub(crate) fn etcd_args(
+    name: &str,
+    data_dir: &Path,
+    client_port: u16,
+    peer_port: u16,
+) -> Vec<String> {
     let client = format!("http://127.0.0.1:{client_port}");
     let peer = format!("http://127.0.0.1:{peer_port}");
     vec![
@@ -37,7 +42,7 @@ pub fn etcd_args(name: &str, data_dir: &Path, client_port: u16, peer_port: u16) 
 }
 
 /// The files kube-apiserver is started with.
-pub struct ApiserverFiles<'a> {
+pub(crate) struct ApiserverFiles<'a> {
     /// Serving certificate and key (localhost, 127.0.0.1).
     pub serving_cert: &'a Path,
     /// Its key.
@@ -57,7 +62,11 @@ pub struct ApiserverFiles<'a> {
 /// kube-apiserver 1.35 on `etcd_url`: what it needs to run here (a serving certificate, a client
 /// CA, a service-account key pair and issuer, a service cluster IP range), plus encryption at rest
 /// and `Node,RBAC`. No feature gates, no cloud provider, no aggregation layer certificates.
-pub fn kube_apiserver_args(files: &ApiserverFiles<'_>, etcd_url: &str, port: u16) -> Vec<String> {
+pub(crate) fn kube_apiserver_args(
+    files: &ApiserverFiles<'_>,
+    etcd_url: &str,
+    port: u16,
+) -> Vec<String> {
     vec![
         format!("--etcd-servers={etcd_url}"),
         "--bind-address=127.0.0.1".into(),
@@ -86,7 +95,7 @@ pub fn kube_apiserver_args(files: &ApiserverFiles<'_>, etcd_url: &str, port: u16
 
 /// kube-controller-manager as kubeadm runs it (one service account per controller), leader
 /// election off (one replica), serving its own endpoints on `port`.
-pub fn controller_manager_args(
+pub(crate) fn controller_manager_args(
     kubeconfig: &Path,
     port: u16,
     cert_dir: &Path,
@@ -110,7 +119,7 @@ pub fn controller_manager_args(
 }
 
 /// kube-scheduler as kubeadm runs it, leader election off.
-pub fn scheduler_args(kubeconfig: &Path, port: u16, cert_dir: &Path) -> Vec<String> {
+pub(crate) fn scheduler_args(kubeconfig: &Path, port: u16, cert_dir: &Path) -> Vec<String> {
     let kc = f(kubeconfig);
     vec![
         format!("--kubeconfig={kc}"),
@@ -127,7 +136,7 @@ pub fn scheduler_args(kubeconfig: &Path, port: u16, cert_dir: &Path) -> Vec<Stri
 /// A kubemark hollow node: the real kubelet with a fake runtime and image service (there is no
 /// containerd). It makes its root, static-pod and log directories under `TMPDIR`, which the
 /// caller sets to the node's own directory.
-pub fn kubemark_args(name: &str, kubeconfig: &Path, kubelet_port: u16) -> Vec<String> {
+pub(crate) fn kubemark_args(name: &str, kubeconfig: &Path, kubelet_port: u16) -> Vec<String> {
     vec![
         "--morph=kubelet".into(),
         format!("--name={name}"),

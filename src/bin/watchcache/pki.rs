@@ -21,7 +21,7 @@ use rcgen::{
 };
 
 /// Where the local PKI's files are.
-pub struct LocalPki {
+pub(crate) struct LocalPki {
     /// The CA (also the client CA: the admin certificate is signed by it).
     pub ca_file: PathBuf,
     /// The serving certificate.
@@ -36,7 +36,7 @@ pub struct LocalPki {
 
 /// Why the local PKI could not be made or read.
 #[derive(Debug, thiserror::Error)]
-pub enum PkiError {
+pub(crate) enum PkiError {
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {
@@ -79,7 +79,7 @@ impl LocalPki {
     ///
     /// # Errors
     /// [`PkiError`].
-    pub fn ensure(data_dir: &Path, listen: SocketAddr) -> Result<LocalPki, PkiError> {
+    pub(crate) fn ensure(data_dir: &Path, listen: SocketAddr) -> Result<LocalPki, PkiError> {
         let dir = data_dir.join("pki");
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let file = |name: &str| dir.join(name);
@@ -131,7 +131,7 @@ impl LocalPki {
 
 /// The PKI of `watchcache up`'s control plane: the local PKI (its serving certificate serves
 /// watchcache and kube-apiserver alike, both on loopback) and what the components need.
-pub struct ClusterPki {
+pub(crate) struct ClusterPki {
     /// The local PKI: CA, serving and admin certificates, `admin.kubeconfig` for watchcache.
     pub local: LocalPki,
     /// The admin's certificate (CN `kubernetes-admin`, O `system:masters`).
@@ -146,7 +146,7 @@ pub struct ClusterPki {
 }
 
 /// A certificate and its key on disk.
-pub struct CertFiles {
+pub(crate) struct CertFiles {
     /// PEM certificate.
     pub cert: PathBuf,
     /// PEM key (0600).
@@ -158,7 +158,7 @@ impl ClusterPki {
     ///
     /// # Errors
     /// [`PkiError`].
-    pub fn ensure(data_dir: &Path, listen: SocketAddr) -> Result<ClusterPki, PkiError> {
+    pub(crate) fn ensure(data_dir: &Path, listen: SocketAddr) -> Result<ClusterPki, PkiError> {
         let local = LocalPki::ensure(data_dir, listen)?;
         let dir = data_dir.join("pki");
         let (sa_key, sa_pub) = (dir.join("sa.key"), dir.join("sa.pub"));
@@ -193,7 +193,12 @@ impl ClusterPki {
     ///
     /// # Errors
     /// [`PkiError`].
-    pub fn client(&self, name: &str, user: &str, groups: &[&str]) -> Result<CertFiles, PkiError> {
+    pub(crate) fn client(
+        &self,
+        name: &str,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<CertFiles, PkiError> {
         let files = CertFiles {
             cert: self.dir.join(format!("{name}.crt")),
             key: self.dir.join(format!("{name}.key")),
@@ -222,7 +227,12 @@ impl ClusterPki {
     ///
     /// # Errors
     /// [`PkiError`].
-    pub fn kubeconfig(&self, path: &Path, server: &str, user: &CertFiles) -> Result<(), PkiError> {
+    pub(crate) fn kubeconfig(
+        &self,
+        path: &Path,
+        server: &str,
+        user: &CertFiles,
+    ) -> Result<(), PkiError> {
         let read = |p: &Path| std::fs::read(p).map_err(io(p));
         let text = kubeconfig_text(
             server,
@@ -341,7 +351,7 @@ fn leaf(
 }
 
 /// The server URL a local client uses for `listen` (an unspecified address means loopback).
-pub fn server_url(listen: SocketAddr) -> String {
+pub(crate) fn server_url(listen: SocketAddr) -> String {
     let ip = if listen.ip().is_unspecified() {
         IpAddr::V4(Ipv4Addr::LOCALHOST)
     } else {

@@ -8,7 +8,7 @@ use watchcache::BoxFuture;
 use watchcache::server::{Proxy, ProxyBody};
 
 /// Forwards through a kube-rs client.
-pub struct KubeProxy {
+pub(crate) struct KubeProxy {
     pub client: kube::Client,
 }
 

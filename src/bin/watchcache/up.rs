@@ -32,7 +32,7 @@ type Error = Box<dyn std::error::Error>;
 
 /// The flags of `watchcache up`.
 #[derive(clap::Args)]
-pub struct UpArgs {
+pub(crate) struct UpArgs {
     /// watchcache's HTTPS address: the one port clients use (the kubeconfig points here).
     #[arg(long, default_value = "127.0.0.1:8443")]
     listen: SocketAddr,
@@ -76,6 +76,8 @@ struct Proc {
 }
 
 impl Proc {
+    // pre_exec is unsafe by signature; the block below says why it is sound.
+    #[allow(unsafe_code)]
     fn spawn(name: &str, mut cmd: Command, log: PathBuf) -> Result<Proc, Error> {
         let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         // SAFETY: between fork and exec the closure calls only async-signal-safe functions
@@ -126,6 +128,8 @@ impl Proc {
         }
     }
 
+    // kill(2) is unsafe by signature; the block below says why it is sound.
+    #[allow(unsafe_code)]
     fn terminate(&mut self) {
         if self.exited().is_none() {
             // SAFETY: kill(2) on a pid this process spawned and has not reaped (try_wait above
@@ -289,7 +293,7 @@ impl Plane {
 
 /// Runs the control plane until SIGINT, SIGTERM or SIGHUP (then stops it, and returns Ok) or until one of
 /// its processes exits (then stops the rest, and returns that as the error).
-pub async fn up(args: UpArgs) -> Result<(), Error> {
+pub(crate) async fn up(args: UpArgs) -> Result<(), Error> {
     let mut plane = Plane::default();
     let result = tokio::select! {
         r = run(&args, &mut plane) => r,

@@ -8,7 +8,7 @@ use super::tables::{KINDS, MESSAGES};
 impl Message {
     /// The field with wire number `num`.
     #[inline]
-    pub fn field(&self, num: u32) -> Option<&'static Field>
+    pub(crate) fn field(&self, num: u32) -> Option<&'static Field>
     where
         Self: 'static,
     {
@@ -20,7 +20,7 @@ impl Message {
 
     /// The field that JSON calls `name`, looking through inline structs: the chain of fields from
     /// this message down to it.
-    pub fn json_field(
+    pub(crate) fn json_field(
         &'static self,
         name: &str,
     ) -> Option<(&'static Field, Option<&'static Field>)> {

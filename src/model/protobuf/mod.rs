@@ -145,7 +145,7 @@ impl<'a> Unknown<'a> {
     ///
     /// # Errors
     /// No [`MAGIC`], malformed protobuf, or a content encoding (kube-apiserver writes none).
-    pub fn parse(value: &'a [u8]) -> Result<Unknown<'a>, String> {
+    pub(crate) fn parse(value: &'a [u8]) -> Result<Unknown<'a>, String> {
         let body = value
             .strip_prefix(MAGIC)
             .ok_or("no protobuf magic prefix")?;
@@ -186,7 +186,7 @@ impl<'a> Envelope<'a> {
     ///
     /// # Errors
     /// Malformed protobuf, a content encoding, or a type with no built-in message.
-    pub fn parse(value: &'a [u8]) -> Result<Envelope<'a>, String> {
+    pub(crate) fn parse(value: &'a [u8]) -> Result<Envelope<'a>, String> {
         let u = Unknown::parse(value)?;
         let (api_version, kind) = (u.api_version, u.kind);
         let msg = kind_message(api_version, kind).ok_or_else(|| {
@@ -204,7 +204,7 @@ impl<'a> Envelope<'a> {
     ///
     /// # Errors
     /// Malformed protobuf in the object or its metadata.
-    pub fn meta(&self) -> Result<Meta<'a>, String> {
+    pub(crate) fn meta(&self) -> Result<Meta<'a>, String> {
         let top = self.msg;
         let Some((mf, None)) = top.json_field("metadata") else {
             return Err(format!("{} has no metadata", top.name));
@@ -264,7 +264,7 @@ impl<'a> Envelope<'a> {
     ///
     /// # Errors
     /// Malformed protobuf along the path.
-    pub fn field(&self, path: &FieldPath) -> Result<Option<Cow<'a, str>>, String> {
+    pub(crate) fn field(&self, path: &FieldPath) -> Result<Option<Cow<'a, str>>, String> {
         let mut msg = self.msg;
         let mut bytes = self.raw;
         let mut segs = path.segments().peekable();
@@ -311,7 +311,7 @@ impl<'a> Envelope<'a> {
     ///
     /// # Errors
     /// What `encode_json` would fail on.
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         json::validate(self.msg, self.raw, 0)
     }
 
@@ -321,7 +321,7 @@ impl<'a> Envelope<'a> {
     ///
     /// # Errors
     /// Malformed protobuf anywhere in the object, or embedded JSON that is not JSON.
-    pub fn encode_json(&self, rv: u64) -> Result<(Vec<u8>, u32, u8, u32), String> {
+    pub(crate) fn encode_json(&self, rv: u64) -> Result<(Vec<u8>, u32, u8, u32), String> {
         let mut out = Vec::with_capacity(self.raw.len() * 2 + 64);
         let (at, len, fields_at) = json::write_object(
             &mut out,

@@ -70,7 +70,7 @@ pub(crate) enum Pinned<'a> {
 
 impl<'a> Pinned<'a> {
     /// The accepted values.
-    pub fn values(self) -> impl Iterator<Item = &'a str> {
+    pub(crate) fn values(self) -> impl Iterator<Item = &'a str> {
         let (one, set) = match self {
             Pinned::One(v) => (Some(v), &[][..]),
             Pinned::Set(s) => (None, s),
@@ -89,7 +89,7 @@ impl<'a> Pinned<'a> {
 }
 
 impl Predicate {
-    pub fn compile(schema: &Schema, sel: &Selection) -> Predicate {
+    pub(crate) fn compile(schema: &Schema, sel: &Selection) -> Predicate {
         let fields: Box<[_]> = sel
             .fields
             .requirements()
@@ -147,13 +147,13 @@ impl Predicate {
     }
 
     /// Whether the object passes every term.
-    pub fn matches(&self, schema: &Schema, obj: &Object) -> bool {
+    pub(crate) fn matches(&self, schema: &Schema, obj: &Object) -> bool {
         self.evaluate(schema, obj, false)
     }
 
     /// [`matches`](Predicate::matches) for dispatch to a live watcher: an undeclared field read
     /// from the JSON stays in the object's memo, for every other watcher of the same path.
-    pub fn matches_live(&self, schema: &Schema, obj: &Object) -> bool {
+    pub(crate) fn matches_live(&self, schema: &Schema, obj: &Object) -> bool {
         self.evaluate(schema, obj, true)
     }
 
@@ -198,7 +198,7 @@ impl Predicate {
     }
 
     /// Equality terms that a store index can answer: (index slot, accepted values).
-    pub fn index_terms<'a>(
+    pub(crate) fn index_terms<'a>(
         &'a self,
         schema: &'a Schema,
     ) -> impl Iterator<Item = (usize, Pinned<'a>)> {
@@ -207,7 +207,7 @@ impl Predicate {
     }
 
     /// The undeclared field paths this predicate reads from objects' JSON.
-    pub fn json_paths(&self) -> impl Iterator<Item = &FieldPath> {
+    pub(crate) fn json_paths(&self) -> impl Iterator<Item = &FieldPath> {
         self.fields
             .iter()
             .flat_map(|(src, _)| match src {
@@ -219,14 +219,14 @@ impl Predicate {
 
     /// The one namespace every match is in, when the selection pins it (by path or by an
     /// equality on `metadata.namespace`).
-    pub fn pinned_namespace(&self) -> Option<&str> {
+    pub(crate) fn pinned_namespace(&self) -> Option<&str> {
         self.namespace
             .as_deref()
             .or_else(|| self.pinned(Attr::Namespace))
     }
 
     /// The one name every match has, when an equality on `metadata.name` pins it.
-    pub fn pinned_name(&self) -> Option<&str> {
+    pub(crate) fn pinned_name(&self) -> Option<&str> {
         self.pinned(Attr::Name)
     }
 
@@ -238,7 +238,7 @@ impl Predicate {
     }
 
     /// The shard selector, which routes a watcher no trigger routes (see `cache/shard_router.rs`).
-    pub fn shard(&self) -> Option<&ShardSelector> {
+    pub(crate) fn shard(&self) -> Option<&ShardSelector> {
         self.rest.as_ref().and_then(|r| r.shard.as_ref())
     }
 
@@ -246,7 +246,7 @@ impl Predicate {
     /// schema's triggers (the most selective first) that the selection pins to one value. The
     /// same for the watcher's life (its predicate and the schema do not change), so its
     /// registration and its removal find the same place.
-    pub fn route<'a>(&'a self, schema: &'a Schema) -> Option<(Attr, &'a str)> {
+    pub(crate) fn route<'a>(&'a self, schema: &'a Schema) -> Option<(Attr, &'a str)> {
         schema.triggers.iter().find_map(|t| {
             self.pinned_terms(schema)
                 .find_map(|(a, v)| if a == *t { v.only() } else { None })

@@ -164,7 +164,7 @@ pub struct Attributes<'a> {
 
 /// Upstream's Forbidden message (`responsewriters.forbiddenMessage` and `NewForbidden`), and
 /// the `details` (group, kind = resource, name).
-pub fn forbidden_message(
+pub(super) fn forbidden_message(
     user: &User,
     info: &RequestInfo,
     reason: &str,

@@ -58,20 +58,20 @@ use crate::server::status::ApiError;
 
 /// Queues of the in-flight limit's queue set (upstream's `system` level has 64, its workload
 /// levels 128; one level here).
-pub const QUEUES: usize = 64;
+pub(super) const QUEUES: usize = 64;
 
 /// Queues dealt to one flow (upstream's default levels: 6).
-pub const HAND_SIZE: usize = 6;
+pub(super) const HAND_SIZE: usize = 6;
 
 /// Requests that may wait in one queue (upstream's `global-default` level: 50), unless
 /// [`QUEUED_PER_PLACE`] gives more.
-pub const QUEUE_LENGTH_LIMIT: usize = 50;
+pub(super) const QUEUE_LENGTH_LIMIT: usize = 50;
 
 /// Requests one flow may queue per in-flight seat, over its hand (so its queues hold at least
 /// `QUEUED_PER_PLACE × seats / HAND_SIZE` each): kube-apiserver's default priority level queues
 /// 128 × 50 requests for its 400 seats, 16 per seat, and a server without authentication is one
 /// flow.
-pub const QUEUED_PER_PLACE: usize = 16;
+pub(super) const QUEUED_PER_PLACE: usize = 16;
 
 /// Upstream's estimate of a request's service time (`estimatedServiceDuration`), charged to its
 /// queue when it is dispatched and corrected when it ends, in microseconds.

@@ -30,7 +30,7 @@ use crate::model::{ResourceVersion, Selection};
 use super::attributes::{Attributes, Decision};
 
 /// How long the follower waits after an event for more before rebuilding.
-pub const DEBOUNCE: Duration = Duration::from_millis(20);
+pub(super) const DEBOUNCE: Duration = Duration::from_millis(20);
 
 /// A list or map that may be written `null` (Go's encoding of a nil slice, as kube-apiserver
 /// stores an aggregated ClusterRole's `rules` before the controller fills them): empty.
@@ -43,7 +43,7 @@ where
 }
 
 /// The API group of the RBAC resources.
-pub const GROUP: &str = "rbac.authorization.k8s.io";
+pub(super) const GROUP: &str = "rbac.authorization.k8s.io";
 
 /// One rule of a role, as written.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
@@ -430,7 +430,7 @@ fn has(list: &[String], want: &str) -> bool {
 }
 
 /// Upstream's `RuleAllows` (rbac/v1 helpers).
-pub fn rule_allows(rule: &PolicyRule, a: &Attributes<'_>) -> bool {
+pub(super) fn rule_allows(rule: &PolicyRule, a: &Attributes<'_>) -> bool {
     if !has(&rule.verbs, &a.info.verb) {
         return false;
     }

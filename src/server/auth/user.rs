@@ -2,17 +2,17 @@
 //! `user.Info` (without extras, which nothing here reads).
 
 /// The group every authenticated user is in.
-pub const AUTHENTICATED: &str = "system:authenticated";
+pub(super) const AUTHENTICATED: &str = "system:authenticated";
 /// The group of the anonymous user.
-pub const UNAUTHENTICATED: &str = "system:unauthenticated";
+pub(super) const UNAUTHENTICATED: &str = "system:unauthenticated";
 /// The anonymous user's name.
-pub const ANONYMOUS: &str = "system:anonymous";
+pub(super) const ANONYMOUS: &str = "system:anonymous";
 /// The group allowed everything, whatever the authorization modes (upstream's superuser group).
-pub const MASTERS: &str = "system:masters";
+pub(crate) const MASTERS: &str = "system:masters";
 /// The group of node (kubelet) identities.
-pub const NODES: &str = "system:nodes";
+pub(super) const NODES: &str = "system:nodes";
 /// The prefix of a node identity's user name: `system:node:<node name>`.
-pub const NODE_PREFIX: &str = "system:node:";
+pub(super) const NODE_PREFIX: &str = "system:node:";
 
 /// An authenticated user.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

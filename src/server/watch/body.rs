@@ -26,12 +26,12 @@ use crate::server::watch::pump::WatchPump;
 pub(crate) struct WatchResponse(Arc<parking_lot::Mutex<Option<WatchPump>>>);
 
 impl WatchResponse {
-    pub fn new(pump: WatchPump) -> Self {
+    pub(crate) fn new(pump: WatchPump) -> Self {
         WatchResponse(Arc::new(parking_lot::Mutex::new(Some(pump))))
     }
 
     /// The pump (`None` once taken).
-    pub fn take(&self) -> Option<WatchPump> {
+    pub(crate) fn take(&self) -> Option<WatchPump> {
         self.0.lock().take()
     }
 }

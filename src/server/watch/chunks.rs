@@ -90,12 +90,12 @@ struct Rare {
 }
 
 impl FrameEncoder {
-    pub fn new(gzip: bool) -> FrameEncoder {
+    pub(super) fn new(gzip: bool) -> FrameEncoder {
         FrameEncoder::converting(gzip, None)
     }
 
     /// An encoder whose events are converted by `convert`.
-    pub fn converting(gzip: bool, convert: Option<WatchConverter>) -> FrameEncoder {
+    pub(super) fn converting(gzip: bool, convert: Option<WatchConverter>) -> FrameEncoder {
         let gzip = gzip.then(|| GzipStream {
             crc: Crc::new(),
             started: false,
@@ -127,7 +127,7 @@ impl FrameEncoder {
     /// size of the event's frame (before compression) when it is one: an error goes out as an
     /// ERROR event and ends it, and the end of the stream closes the gzip stream.
     /// `wire` is the frames' format.
-    pub fn item(
+    pub(super) fn item(
         &mut self,
         item: Option<Result<WatchEvent, Error>>,
         wire: Wire,
@@ -162,7 +162,7 @@ impl FrameEncoder {
     }
 
     /// The chunks for a response's last frame, gzip trailer included.
-    pub fn last(&mut self, frame: &Frame) -> Vec<Bytes> {
+    pub(super) fn last(&mut self, frame: &Frame) -> Vec<Bytes> {
         let mut chunks = self.chunks(frame);
         chunks.extend(self.finish());
         chunks
@@ -170,7 +170,7 @@ impl FrameEncoder {
 
     /// The end of the gzip stream (header if nothing went out yet, final block, trailer), once,
     /// when compressing.
-    pub fn finish(&mut self) -> Option<Bytes> {
+    pub(super) fn finish(&mut self) -> Option<Bytes> {
         let gz = self.rare.as_mut()?.gzip.take()?;
         let mut out = Vec::with_capacity(GZIP_HEADER.len() + FINAL_EMPTY_BLOCK.len() + 8);
         if !gz.started {

@@ -497,7 +497,7 @@ pub(crate) struct Rewind<S> {
 }
 
 impl<S> Rewind<S> {
-    pub fn new(prefix: Vec<u8>, inner: S) -> Rewind<S> {
+    pub(crate) fn new(prefix: Vec<u8>, inner: S) -> Rewind<S> {
         Rewind {
             prefix,
             pos: 0,

@@ -50,7 +50,7 @@ impl WatchPump {
     /// Streams a started watch until its deadline, server shutdown, an error, or its end.
     /// `wire` is the frames' format; `convert` answers the events as Table or
     /// PartialObjectMetadata.
-    pub fn events(
+    pub(crate) fn events(
         w: StartedWatch,
         gzip: bool,
         wire: Wire,
@@ -66,7 +66,7 @@ impl WatchPump {
     }
 
     /// A response made of one last frame.
-    pub fn single(frame: Frame, deadlines: Arc<Deadlines>, gzip: bool) -> WatchPump {
+    pub(crate) fn single(frame: Frame, deadlines: Arc<Deadlines>, gzip: bool) -> WatchPump {
         WatchPump {
             phase: Phase::Ended {
                 single: Some(Box::new(frame)),
@@ -83,13 +83,13 @@ impl WatchPump {
     /// # Cancel safety
     /// Cancel-safe: dropped before it completes, it loses nothing (the watch stream keeps its
     /// events until they are taken).
-    pub async fn next(&mut self) -> Option<Vec<Bytes>> {
+    pub(crate) async fn next(&mut self) -> Option<Vec<Bytes>> {
         poll_fn(|cx| self.poll_chunks(cx)).await
     }
 
     /// The next chunks to send, or `None` once the response is complete; `Pending` until an
     /// event, the deadline or shutdown comes (`cx` is then woken).
-    pub fn poll_chunks(&mut self, cx: &mut Context<'_>) -> Poll<Option<Vec<Bytes>>> {
+    pub(crate) fn poll_chunks(&mut self, cx: &mut Context<'_>) -> Poll<Option<Vec<Bytes>>> {
         // Asked for more: the writer took the last chunks.
         self.written();
         let w = match &mut self.phase {
@@ -152,7 +152,7 @@ impl WatchPump {
 
     /// Records that the chunks returned last were written to the connection (the fast path
     /// calls it after its write; hyper's body when asked for more).
-    pub fn written(&mut self) {
+    pub(crate) fn written(&mut self) {
         if let Some(m) = &mut self.meter {
             m.written();
         }
@@ -160,7 +160,7 @@ impl WatchPump {
 
     /// Whether the server is shutting down or draining (a response that ended for that closes
     /// its connection: its client comes back through another).
-    pub fn shutting_down(&self) -> bool {
+    pub(crate) fn shutting_down(&self) -> bool {
         match &self.phase {
             Phase::Streaming(w) => w.stream.end_wheel(),
             Phase::Ended { deadlines, .. } => deadlines.as_ref(),

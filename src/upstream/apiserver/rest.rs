@@ -617,7 +617,7 @@ pub(crate) struct Rest {
 }
 
 impl Rest {
-    pub fn new(
+    pub(crate) fn new(
         client: kube::Client,
         def: &ResourceDef,
         timeout: Duration,
@@ -655,7 +655,7 @@ impl Rest {
     }
 
     /// Sends a request with a body and reads the whole answer.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         method: Method,
         uri: &str,
@@ -730,7 +730,7 @@ impl Rest {
     }
 
     /// GETs `uri`; any non-2xx answer is its `Status` error.
-    pub async fn get_ok(&self, uri: &str) -> Result<Bytes, RestError> {
+    pub(crate) async fn get_ok(&self, uri: &str) -> Result<Bytes, RestError> {
         let (status, body) = self.call(Method::GET, uri, None).await?;
         if status.is_success() {
             Ok(body)
@@ -740,7 +740,7 @@ impl Rest {
     }
 
     /// One LIST page: consistent (`resourceVersion` unset) for the first page, then continued.
-    pub async fn list_page(
+    pub(crate) async fn list_page(
         &self,
         limit: usize,
         continue_token: Option<&str>,
@@ -760,7 +760,7 @@ impl Rest {
     /// Whether the API server has compacted `revision` away: a LIST of one object at exactly
     /// that revision answered 410 (kube-apiserver refuses it once its storage has); any other
     /// error is the error.
-    pub async fn compacted(&self, revision: u64) -> Result<bool, RestError> {
+    pub(crate) async fn compacted(&self, revision: u64) -> Result<bool, RestError> {
         let uri = {
             let mut q = form_query();
             q.append_pair("limit", "1");
@@ -778,7 +778,7 @@ impl Rest {
     /// One page of a consistent LIST of the `PartialObjectMetadata` of what `selection` selects
     /// (its namespace, field and label selectors; not its shard), then continued: a freshness
     /// proof's read.
-    pub async fn list_metadata(
+    pub(crate) async fn list_metadata(
         &self,
         def: &ResourceDef,
         selection: &Selection,
@@ -812,7 +812,7 @@ impl Rest {
 
     /// One page of a LIST at exactly resourceVersion `rv` (`resourceVersionMatch=Exact`), then
     /// continued: the consistency check's read.
-    pub async fn list_exact(
+    pub(crate) async fn list_exact(
         &self,
         rv: u64,
         limit: usize,
@@ -837,7 +837,7 @@ impl Rest {
 
     /// Opens a watch. `from`: resume after this resourceVersion; `None` with `initial_events`: a
     /// WatchList (the current state as ADDED events, then the initial-events-end bookmark).
-    pub async fn watch(
+    pub(crate) async fn watch(
         &self,
         from: Option<u64>,
         initial_events: bool,
@@ -1045,7 +1045,7 @@ impl WatchFrames {
     /// else is already there without waiting, so that the frames of one upstream commit (several
     /// events at one resourceVersion) are usually seen together. An empty result: the stream
     /// ended.
-    pub async fn next_frames(&mut self) -> Result<Vec<Frame>, RestError> {
+    pub(crate) async fn next_frames(&mut self) -> Result<Vec<Frame>, RestError> {
         let mut raw = Vec::new();
         loop {
             self.framing.take(&mut raw, self.ended)?;

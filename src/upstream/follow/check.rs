@@ -85,7 +85,7 @@ pub(crate) struct PageBudget {
 
 impl PageBudget {
     /// A budget of `bytes` a page, and at most `max_count` entries.
-    pub fn new(bytes: usize, max_count: usize) -> PageBudget {
+    pub(crate) fn new(bytes: usize, max_count: usize) -> PageBudget {
         PageBudget {
             bytes: bytes.max(1),
             max_count: max_count.max(1),
@@ -103,7 +103,7 @@ impl PageBudget {
     }
 
     /// The next page's limit: one entry while nothing is known.
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         match self.largest.max(self.last) {
             0 => 1,
             e => (self.bytes / e).clamp(1, self.max_count),
@@ -111,7 +111,7 @@ impl PageBudget {
     }
 
     /// What one entry costs.
-    pub fn entry_bytes(key: &str, value: Option<&Bytes>) -> usize {
+    pub(crate) fn entry_bytes(key: &str, value: Option<&Bytes>) -> usize {
         key.len()
             .saturating_add(value.map_or(0, Bytes::len))
             .saturating_add(ENTRY_OVERHEAD)

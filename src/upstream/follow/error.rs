@@ -156,21 +156,21 @@ pub(crate) enum FollowError {
 
 impl FollowError {
     /// A failed sync, caused by `e`.
-    pub fn sync(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub(crate) fn sync(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         FollowError::Sync {
             cause: Cause::new(e),
         }
     }
 
     /// A failure to open the watch, caused by `e`.
-    pub fn open(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub(crate) fn open(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         FollowError::Open {
             cause: Cause::new(e),
         }
     }
 
     /// A failed watch, caused by `e`.
-    pub fn watch(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub(crate) fn watch(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         FollowError::Watch {
             cause: Cause::new(e),
         }
@@ -178,7 +178,7 @@ impl FollowError {
 
     /// An answer that does not decode, as `e` says.
     #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
-    pub fn decode(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub(crate) fn decode(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         FollowError::Decode {
             cause: Cause::new(e),
         }

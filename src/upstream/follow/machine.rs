@@ -102,7 +102,7 @@ pub(crate) enum Break {
 
 impl Break {
     /// A resumable failure without a status.
-    pub fn failed(error: FollowError) -> Break {
+    pub(crate) fn failed(error: FollowError) -> Break {
         Break::Failed {
             error,
             status: None,
@@ -113,7 +113,7 @@ impl Break {
     /// answer with any status but 410 and 429 (kube-apiserver on an etcd without progress
     /// requests answers 500 "the required storage feature RequestWatchProgress is disabled",
     /// every time).
-    pub fn refuses_watch_list(&self) -> bool {
+    pub(crate) fn refuses_watch_list(&self) -> bool {
         match self {
             Break::NoInitialEventsEnd => true,
             Break::Failed {
@@ -257,7 +257,7 @@ pub(crate) struct Machine {
 }
 
 impl Machine {
-    pub fn new(policy: Policy, watch_list: WatchListUse) -> Machine {
+    pub(crate) fn new(policy: Policy, watch_list: WatchListUse) -> Machine {
         let mut m = Machine {
             phase: Phase::Stopped,
             watch_list,
@@ -270,7 +270,7 @@ impl Machine {
     }
 
     /// The first action: the initial sync.
-    pub fn start(&self) -> Action {
+    pub(crate) fn start(&self) -> Action {
         match self.phase {
             Phase::Syncing(mode) => Action::Sync(mode),
             _ => Action::Stop,
@@ -278,20 +278,20 @@ impl Machine {
     }
 
     #[cfg(test)]
-    pub fn phase(&self) -> Phase {
+    pub(crate) fn phase(&self) -> Phase {
         self.phase
     }
 
-    pub fn watch_list(&self) -> WatchListUse {
+    pub(crate) fn watch_list(&self) -> WatchListUse {
         self.watch_list
     }
 
-    pub fn policy(&self) -> &Policy {
+    pub(crate) fn policy(&self) -> &Policy {
         &self.policy
     }
 
     /// How long the upstream has been unavailable at `now`, if it is.
-    pub fn down_for(&self, now: Instant) -> Option<Duration> {
+    pub(crate) fn down_for(&self, now: Instant) -> Option<Duration> {
         match self.link {
             Link::Up => None,
             Link::Down { since, .. } => Some(now.saturating_duration_since(since)),
@@ -367,7 +367,7 @@ impl Machine {
     }
 
     /// While paused: the grace period may run out meanwhile.
-    pub fn tick(&self, now: Instant) -> Option<Effect> {
+    pub(crate) fn tick(&self, now: Instant) -> Option<Effect> {
         match self.phase {
             Phase::Paused(_) => self.past_grace(now),
             _ => None,
@@ -375,7 +375,7 @@ impl Machine {
     }
 
     /// The step function: where the follower goes on `input`, at `now`.
-    pub fn step(&mut self, input: Input, now: Instant) -> Step {
+    pub(crate) fn step(&mut self, input: Input, now: Instant) -> Step {
         match (self.phase, input) {
             (Phase::Stopped, _) => self.go(Phase::Stopped, None),
             (

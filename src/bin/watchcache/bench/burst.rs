@@ -15,7 +15,12 @@ use super::report::BurstReport;
 use super::{BenchConfig, bar};
 
 /// Sends the burst at `url` (the server) and reads etcd's counters at `etcd_url`.
-pub async fn run(cfg: &BenchConfig, clients: &[Http], url: &str, etcd_url: &str) -> BurstReport {
+pub(super) async fn run(
+    cfg: &BenchConfig,
+    clients: &[Http],
+    url: &str,
+    etcd_url: &str,
+) -> BurstReport {
     let n = cfg.burst;
     let reads_before = fresh_reads(&clients[0], url).await;
     let ranges_before = etcd_ranges(etcd_url).await;

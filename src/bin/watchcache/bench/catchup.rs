@@ -57,7 +57,7 @@ const IN_FLIGHT: usize = 256;
 /// What the server under test follows, through the partition proxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Follow {
+pub(crate) enum Follow {
     /// etcd: etcd replays the backlog from its history, paced by etcd (a watch that starts in
     /// the past gets at most 1 000 revisions per 100 ms).
     Etcd,
@@ -72,7 +72,7 @@ pub enum Follow {
 
 /// A catch-up run's parameters.
 #[derive(Debug, Clone)]
-pub struct CatchupConfig {
+pub(crate) struct CatchupConfig {
     /// Nodes (N); pods are spread over them.
     pub nodes: usize,
     /// Pods seeded before the watchers open (P).
@@ -110,7 +110,7 @@ pub struct CatchupConfig {
 
 /// What a catch-up run measured.
 #[derive(Debug, Clone, Serialize)]
-pub struct CatchupReport {
+pub(crate) struct CatchupReport {
     pub follow: Follow,
     /// How the watchers read, and how a leaf read its root.
     pub watch_wire: load::WatchWire,
@@ -165,7 +165,7 @@ pub struct CatchupReport {
 ///
 /// # Errors
 /// What could not be set up or measured (etcd, the server, the catch-up not ending in time).
-pub async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
+pub(crate) async fn run(cfg: CatchupConfig) -> Result<CatchupReport, String> {
     if cfg.watchers > cfg.nodes {
         return Err(format!(
             "--watchers ({}) cannot exceed --nodes ({})",
@@ -650,7 +650,7 @@ impl UnderTest {
 
 /// The machine's 1-minute load average.
 /// The report as a table.
-pub fn table(r: &CatchupReport) -> String {
+pub(crate) fn table(r: &CatchupReport) -> String {
     let opt = |v: Option<f64>, d: usize| v.map_or("-".to_owned(), |v| format!("{v:.d$}"));
     let rows = [
         (

@@ -38,7 +38,7 @@ use super::{Latency, burst, pods};
 
 /// A cluster rollout's parameters.
 #[derive(Debug, Clone)]
-pub struct ClusterConfig {
+pub(crate) struct ClusterConfig {
     /// kubemark hollow nodes.
     pub nodes: usize,
     /// The Deployment's pods (scaled between this and half as many again).
@@ -62,7 +62,7 @@ pub struct ClusterConfig {
 
 /// What one cluster rollout measured.
 #[derive(Debug, Clone, Serialize)]
-pub struct ClusterReport {
+pub(crate) struct ClusterReport {
     pub nodes: usize,
     pub pods: usize,
     pub replicas: usize,
@@ -87,7 +87,7 @@ pub struct ClusterReport {
 
 /// The counts of one window.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Window {
+pub(crate) struct Window {
     pub served: super::kubelet::rollout::Served,
     pub kube_apiserver_lists: Option<u64>,
     pub etcd_ranges: Option<u64>,
@@ -105,7 +105,7 @@ struct ReplicaState {
 ///
 /// # Errors
 /// What could not be set up or measured.
-pub async fn run(cfg: ClusterConfig) -> Result<ClusterReport, String> {
+pub(crate) async fn run(cfg: ClusterConfig) -> Result<ClusterReport, String> {
     let base = cfg.data_dir.clone().unwrap_or_else(std::env::temp_dir);
     let data = base.join(format!(
         "watchcache-rollout-cluster-{}-{}",
@@ -557,7 +557,7 @@ async fn scale_loop(api: Api<Deployment>, pods: usize) {
 }
 
 /// The report as a table.
-pub fn table(r: &ClusterReport) -> String {
+pub(crate) fn table(r: &ClusterReport) -> String {
     let opt = |v: Option<u64>| v.map_or("missing".to_string(), |v| v.to_string());
     let mut out = format!(
         "rollout-cluster ({}): {} hollow nodes, a Deployment of {} pods scaled every 5 s, {} replicas behind HAProxy\n\

@@ -27,7 +27,7 @@ use super::procstat;
 
 /// What a cold-start run measures.
 #[derive(Debug, Clone)]
-pub struct ColdStartConfig {
+pub(crate) struct ColdStartConfig {
     pub pods: usize,
     pub pod_bytes: usize,
     pub sides: Vec<Side>,
@@ -41,7 +41,7 @@ pub struct ColdStartConfig {
 
 /// One side's figures.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ColdStart {
+pub(crate) struct ColdStart {
     pub side: Side,
     /// The side and its version where the binary's path names one (`target/k8s/v1.37.2/...`).
     pub name: String,
@@ -53,7 +53,7 @@ pub struct ColdStart {
 
 /// The run: what was stored, and each side's figures.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ColdStartRun {
+pub(crate) struct ColdStartRun {
     pub pods: usize,
     pub stored_bytes: u64,
     pub seed_s: f64,
@@ -69,7 +69,7 @@ const TXN_OPS: usize = 128;
 /// Bytes per etcd transaction, about (etcd's default request limit is 1.5 MiB).
 const TXN_BYTES: usize = 1 << 20;
 
-pub async fn run(cfg: ColdStartConfig) -> Result<ColdStartRun, String> {
+pub(crate) async fn run(cfg: ColdStartConfig) -> Result<ColdStartRun, String> {
     let scratch = Scratch::start(
         "coldstart",
         cfg.etcd_data_dir.as_deref(),
@@ -240,7 +240,7 @@ async fn start_side(
 }
 
 /// The report as a table.
-pub fn table(run: &ColdStartRun) -> String {
+pub(crate) fn table(run: &ColdStartRun) -> String {
     let mb = |b: u64| b as f64 / 1e6;
     let mut out = format!(
         "cold start: {} pods, {:.0} MB stored (seeded in {:.1} s)\n{:<24} {:>10} {:>14} {:>16}\n",

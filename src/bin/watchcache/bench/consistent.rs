@@ -28,7 +28,7 @@ use crate::bench::stack::ServerProcess;
 
 /// What a consistent-list run measures.
 #[derive(Debug, Clone)]
-pub struct ConsistentConfig {
+pub(crate) struct ConsistentConfig {
     pub objects: usize,
     pub object_bytes: usize,
     pub rounds: usize,
@@ -45,7 +45,7 @@ pub struct ConsistentConfig {
 
 /// Latencies of one side's LISTs, in milliseconds.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Latencies {
+pub(crate) struct Latencies {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
@@ -65,7 +65,7 @@ impl Latencies {
 
 /// The run's figures.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ConsistentRun {
+pub(crate) struct ConsistentRun {
     pub objects: usize,
     pub rounds: usize,
     /// Writes to other resources during the rounds.
@@ -83,7 +83,7 @@ pub struct ConsistentRun {
 /// How long a server may take to be ready before the run fails.
 const READY_LIMIT: Duration = Duration::from_secs(120);
 
-pub async fn run(cfg: ConsistentConfig) -> Result<ConsistentRun, String> {
+pub(crate) async fn run(cfg: ConsistentConfig) -> Result<ConsistentRun, String> {
     if cfg.rounds == 0 || cfg.objects == 0 {
         return Err("--model consistent-list needs --rounds and --pods above 0".into());
     }
@@ -345,7 +345,7 @@ async fn fresh_counts(http: &super::http::Http, url: &str) -> Option<(u64, u64)>
 }
 
 /// The report as a table.
-pub fn table(run: &ConsistentRun) -> String {
+pub(crate) fn table(run: &ConsistentRun) -> String {
     let n = |v: Option<u64>| v.map_or_else(|| "missing".to_owned(), |v| v.to_string());
     let mut out = format!(
         "consistent LIST of {} quiet configmaps, {} rounds, interleaved, {} Lease writes meanwhile\n{:<20} {:>10} {:>10} {:>10}\n",

@@ -16,11 +16,11 @@ use rustls_pki_types::ServerName;
 use super::TlsMode;
 
 /// A response body as a stream of chunks.
-pub type BodyChunks = Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>>;
+pub(super) type BodyChunks = Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>>;
 
 /// A client of the server. Clones share connections (an HTTP/2 client's one connection).
 #[derive(Clone)]
-pub enum Http {
+pub(super) enum Http {
     /// Plain HTTP: reqwest, no pooled idle connections (one connection per open watch).
     Plain(reqwest::Client),
     /// TLS: a new connection per request (HTTP/1.1), or one shared connection (HTTP/2).
@@ -28,7 +28,7 @@ pub enum Http {
 }
 
 /// A TLS client of the server.
-pub struct TlsClient {
+pub(super) struct TlsClient {
     connector: tokio_rustls::TlsConnector,
     mode: TlsMode,
     /// The shared HTTP/2 connection, made by the first request, and its number: a request
@@ -39,7 +39,7 @@ pub struct TlsClient {
 
 impl Http {
     /// A plain HTTP client.
-    pub fn plain() -> Result<Http, String> {
+    pub(super) fn plain() -> Result<Http, String> {
         reqwest::Client::builder()
             .pool_max_idle_per_host(0)
             // reqwest probes every idle connection after 15 s, three times 15 s apart. Thousands of
@@ -54,7 +54,7 @@ impl Http {
     }
 
     /// A TLS client with this configuration (its ALPN decides the protocol).
-    pub fn tls(config: Arc<rustls::ClientConfig>, mode: TlsMode) -> Http {
+    pub(super) fn tls(config: Arc<rustls::ClientConfig>, mode: TlsMode) -> Http {
         Http::Tls(Arc::new(TlsClient {
             connector: tokio_rustls::TlsConnector::from(config),
             mode,
@@ -64,12 +64,12 @@ impl Http {
     }
 
     /// GET `url`: its status, and its body as it comes.
-    pub async fn get(&self, url: &str) -> Result<(u16, BodyChunks), String> {
+    pub(super) async fn get(&self, url: &str) -> Result<(u16, BodyChunks), String> {
         self.get_accept(url, None).await
     }
 
     /// GET `url` with this `Accept` header (`None`: the client's default).
-    pub async fn get_accept(
+    pub(super) async fn get_accept(
         &self,
         url: &str,
         accept: Option<&'static str>,
@@ -90,7 +90,7 @@ impl Http {
     }
 
     /// Opens the HTTP/2 connection now, without a request (a kubelet connected, no watch yet).
-    pub async fn connect_h2(&self, url: &str) -> Result<(), String> {
+    pub(super) async fn connect_h2(&self, url: &str) -> Result<(), String> {
         match self {
             Http::Tls(t) if t.mode == TlsMode::H2 => {
                 let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
@@ -101,7 +101,7 @@ impl Http {
     }
 
     /// GET `url` and read the whole body as text, when the status is a success.
-    pub async fn text(&self, url: &str) -> Result<String, String> {
+    pub(super) async fn text(&self, url: &str) -> Result<String, String> {
         let (status, mut body) = self.get(url).await?;
         if !(200..300).contains(&status) {
             return Err(format!("{url}: {status}"));

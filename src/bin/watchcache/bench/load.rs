@@ -19,7 +19,7 @@ use super::proto;
 
 /// One received event: revision, pod id, receive time (µs since the epoch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Received {
+pub(super) struct Received {
     pub rev: u64,
     pub id: u32,
     pub at_us: u64,
@@ -27,7 +27,7 @@ pub struct Received {
 
 /// What one watcher received.
 #[derive(Default)]
-pub struct Recorder {
+pub(super) struct Recorder {
     pub events: Mutex<Vec<Received>>,
     pub errors: AtomicU64,
 }
@@ -38,18 +38,18 @@ static FIRST_ERROR_LOGGED: std::sync::atomic::AtomicBool =
 
 impl Recorder {
     /// Records a change received now, and counts it in `received`.
-    pub fn record(&self, received: &AtomicU64, rev: u64, id: u32) {
+    pub(super) fn record(&self, received: &AtomicU64, rev: u64, id: u32) {
         self.record_at(received, rev, id, pods::now_us());
     }
 
     /// Records a change received at `at_us`, and counts it in `received`.
-    pub fn record_at(&self, received: &AtomicU64, rev: u64, id: u32, at_us: u64) {
+    pub(super) fn record_at(&self, received: &AtomicU64, rev: u64, id: u32, at_us: u64) {
         self.events.lock().push(Received { rev, id, at_us });
         received.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts an error; the first of the run is logged with `why`.
-    pub fn error(&self, why: impl FnOnce() -> String) {
+    pub(super) fn error(&self, why: impl FnOnce() -> String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         if !FIRST_ERROR_LOGGED.swap(true, Ordering::Relaxed) {
             tracing::warn!(why = %why(), "a watcher's error (the first of the run; the rest are counted)");
@@ -59,7 +59,7 @@ impl Recorder {
 
 /// Shared counters for progress and connection tracking.
 #[derive(Default)]
-pub struct Counters {
+pub(super) struct Counters {
     pub connected: AtomicUsize,
     pub failed: AtomicUsize,
     pub received: AtomicU64,
@@ -68,7 +68,7 @@ pub struct Counters {
 /// Waits until `received` has not moved for a second, or until `grace` has passed. What each
 /// watcher must see is only known from etcd's history, and reading it loads etcd and this
 /// process, so delivery is taken to have ended when it goes quiet. `bar` shows the count.
-pub async fn until_quiet(received: &AtomicU64, grace: Duration, bar: Option<&ProgressBar>) {
+pub(super) async fn until_quiet(received: &AtomicU64, grace: Duration, bar: Option<&ProgressBar>) {
     let deadline = Instant::now() + grace;
     let mut last = (received.load(Ordering::Relaxed), Instant::now());
     while Instant::now() < deadline {
@@ -138,7 +138,7 @@ fn lines(buf: &[u8], mut f: impl FnMut(&[u8])) -> usize {
 /// The wire format the bench's HTTP watchers ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum WatchWire {
+pub(crate) enum WatchWire {
     /// JSON, one event per line (kubectl, client-go's default).
     #[default]
     Json,
@@ -147,7 +147,7 @@ pub enum WatchWire {
 }
 
 /// A kubelet- or controller-style HTTP watch on the cache, in `wire`.
-pub async fn http_watcher(
+pub(super) async fn http_watcher(
     client: Http,
     url: String,
     wire: WatchWire,
@@ -199,7 +199,7 @@ pub async fn http_watcher(
 
 /// A watcher of a cache in this process (a controller embedding the library): the same record as
 /// [`http_watcher`]'s, taken from the cache's own watch stream.
-pub async fn embedded_watcher(
+pub(super) async fn embedded_watcher(
     cache: watchcache::Cache,
     opts: watchcache::WatchOptions,
     rec: Arc<Recorder>,
@@ -239,7 +239,7 @@ pub async fn embedded_watcher(
 
 /// The world before the cache: each watcher has its own etcd watch on the whole pods prefix and
 /// filters on the client.
-pub async fn etcd_watcher(
+pub(super) async fn etcd_watcher(
     client: Client,
     node: Option<usize>,
     from_rev: u64,
@@ -295,7 +295,7 @@ pub async fn etcd_watcher(
 /// Creates `pods` pods (pod i on node i % nodes, labelled `app=app-{i % apps}`) in transactions
 /// of 100, stored as JSON or, with `codec`, as kube-apiserver stores them (protobuf); returns the
 /// revision.
-pub async fn seed(
+pub(super) async fn seed(
     client: &Client,
     pods: usize,
     nodes: usize,
@@ -350,7 +350,7 @@ fn value_of(codec: Option<&pods::Codec>, key: &str, json: String) -> Result<Vec<
 }
 
 /// The churn writer's view of the pods.
-pub struct Churn {
+pub(super) struct Churn {
     /// With a codec, pods are written as kube-apiserver stores them (protobuf); else JSON.
     codec: Option<Arc<pods::Codec>>,
     nodes: usize,
@@ -363,7 +363,7 @@ pub struct Churn {
 }
 
 /// One write of the churn: pod `id` put on `node` (`None`: deleted), labelled `app=app-{app}`.
-pub struct Write {
+pub(super) struct Write {
     pub id: usize,
     pub node: Option<usize>,
     pub app: usize,
@@ -376,7 +376,7 @@ enum Op {
 }
 
 impl Churn {
-    pub fn new(pods: usize, nodes: usize) -> Churn {
+    pub(super) fn new(pods: usize, nodes: usize) -> Churn {
         Churn {
             codec: None,
             nodes,
@@ -389,20 +389,20 @@ impl Churn {
     }
 
     /// Labels pod i `app=app-{i % apps}` (default 50).
-    pub fn with_apps(mut self, apps: usize) -> Churn {
+    pub(super) fn with_apps(mut self, apps: usize) -> Churn {
         self.apps = apps.max(1);
         self
     }
 
     /// With `codec`, writes pods as kube-apiserver stores them (protobuf); without, JSON.
-    pub fn with_codec(mut self, codec: Option<Arc<pods::Codec>>) -> Churn {
+    pub(super) fn with_codec(mut self, codec: Option<Arc<pods::Codec>>) -> Churn {
         self.codec = codec;
         self
     }
 
     /// The next write as a [`Write`], its pod held busy until [`done`](Churn::done); `None` when
     /// the pod drawn is busy.
-    pub fn next_write(&mut self) -> Option<Write> {
+    pub(super) fn next_write(&mut self) -> Option<Write> {
         let (id, node) = match self.next()? {
             Op::Put(id, node) => (id, Some(node)),
             Op::Delete(id) => (id, None),
@@ -417,7 +417,7 @@ impl Churn {
     }
 
     /// Releases a pod taken by [`next_write`](Churn::next_write) once its write is acknowledged.
-    pub fn done(&mut self, id: usize) {
+    pub(super) fn done(&mut self, id: usize) {
         self.busy.remove(&id);
     }
 
@@ -457,7 +457,7 @@ impl Churn {
 /// Runs the churn for `duration` at `rate` writes/s (bounded: the writer stops at the deadline
 /// whether or not it kept up). Returns the send and acknowledgement times (µs since the epoch)
 /// of every acknowledged write, by revision.
-pub async fn churn(
+pub(super) async fn churn(
     client: &Client,
     churn: Churn,
     rate: f64,

@@ -9,15 +9,15 @@
 //! awaited for at most 30 s more, and anything undelivered counts as lost.
 
 mod burst;
-pub mod catchup;
-pub mod cluster;
-pub mod coldstart;
-pub mod consistent;
+pub(crate) mod catchup;
+pub(crate) mod cluster;
+pub(crate) mod coldstart;
+pub(crate) mod consistent;
 mod http;
-pub mod kubelet;
+pub(crate) mod kubelet;
 mod load;
 mod partition;
-pub mod pods;
+pub(crate) mod pods;
 mod procstat;
 mod proto;
 mod report;
@@ -37,14 +37,14 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-pub use load::WatchWire;
+pub(crate) use load::WatchWire;
 use load::{Churn, Counters, Recorder};
-pub use report::{EtcdStats, Latency, ModeReport, Ratios, Report, ServerStats, table};
+pub(crate) use report::{EtcdStats, Latency, ModeReport, Ratios, Report, ServerStats, table};
 use stack::Stack;
 
 /// Which world to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Watchers watch the cache over HTTP.
     Cache,
     /// Each watcher has its own etcd watch and filters on the client.
@@ -58,7 +58,7 @@ pub enum Mode {
 
 /// What load a run makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Model {
+pub(crate) enum Model {
     /// Per-node and unrouted pod watchers, one stream each ([`BenchConfig`]).
     Pods,
     /// Simulated kubelets: one TLS HTTP/2 connection per node with its own client certificate,
@@ -101,7 +101,7 @@ fn sum_metric(text: &str, name: &str, labels: &[&str]) -> Option<u64> {
 
 /// How the cache mode's clients reach the server over TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-pub enum TlsMode {
+pub(crate) enum TlsMode {
     /// HTTP/2, [`WATCHERS_PER_H2_CONNECTION`] watchers per connection.
     H2,
     /// HTTP/1.1, one connection per watcher.
@@ -110,7 +110,7 @@ pub enum TlsMode {
 
 /// Watch streams per HTTP/2 connection under `--tls h2`: a kubelet's watches on its one
 /// connection.
-pub const WATCHERS_PER_H2_CONNECTION: usize = 18;
+pub(crate) const WATCHERS_PER_H2_CONNECTION: usize = 18;
 
 /// Descriptors a run needs beyond its connections: etcd clients, the processes' pipes and
 /// logs, the metrics scrapes, the server's upstream watches.
@@ -121,7 +121,7 @@ const FILE_MARGIN: u64 = 512;
 /// the server it starts, which raises its soft limit to the same hard one. (Without it, a run
 /// past the limit hung for minutes with nothing said: accept failed with `EMFILE` in the server
 /// while the bench waited for its watches.)
-pub fn check_open_files(
+pub(crate) fn check_open_files(
     connections: usize,
     open_files: Option<crate::fdlimit::OpenFiles>,
 ) -> Result<(), String> {
@@ -144,7 +144,7 @@ pub fn check_open_files(
 /// The connections a pods-model run keeps open at once: its watchers' (18 to an HTTP/2
 /// connection, one each otherwise), or its burst's when larger (the burst ends before the
 /// watchers open).
-pub fn planned_connections(cfg: &BenchConfig) -> usize {
+pub(crate) fn planned_connections(cfg: &BenchConfig) -> usize {
     let watchers = cfg.watchers + cfg.unrouted;
     let watching = match cfg.tls {
         Some(TlsMode::H2) => watchers.div_ceil(WATCHERS_PER_H2_CONNECTION),
@@ -159,7 +159,7 @@ pub fn planned_connections(cfg: &BenchConfig) -> usize {
 
 /// A bench run's parameters.
 #[derive(Debug, Clone)]
-pub struct BenchConfig {
+pub(crate) struct BenchConfig {
     /// Nodes (N).
     pub nodes: usize,
     /// Pods seeded before the churn (P).
@@ -221,7 +221,7 @@ fn bar(progress: bool, len: u64, what: &str) -> ProgressBar {
 ///
 /// # Errors
 /// A description of what could not be set up (etcd, the server, connections).
-pub async fn run(cfg: BenchConfig) -> Result<Report, String> {
+pub(crate) async fn run(cfg: BenchConfig) -> Result<Report, String> {
     if cfg.watchers > cfg.nodes {
         return Err(format!(
             "--watchers ({}) cannot exceed --nodes ({}): one watcher per node",

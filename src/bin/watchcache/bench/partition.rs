@@ -17,7 +17,7 @@ use tracing::debug;
 const BUFFER: usize = 64 * 1024;
 
 /// The proxy, listening on loopback, forwarding to one etcd; stopped on drop.
-pub struct Partition {
+pub(super) struct Partition {
     /// The URL to give the server instead of etcd's.
     pub url: String,
     cut: watch::Sender<bool>,
@@ -26,7 +26,7 @@ pub struct Partition {
 
 impl Partition {
     /// Listens on a free loopback port and forwards to `target` (`http://host:port`).
-    pub fn start(target: &str) -> Result<Partition, String> {
+    pub(super) fn start(target: &str) -> Result<Partition, String> {
         let upstream = target
             .strip_prefix("http://")
             .unwrap_or(target)
@@ -46,12 +46,12 @@ impl Partition {
     }
 
     /// Cuts the link: every forwarded connection closes, new ones are closed on arrival.
-    pub fn cut(&self) {
+    pub(super) fn cut(&self) {
         self.cut.send_replace(true);
     }
 
     /// Heals the link; returns the moment.
-    pub fn heal(&self) -> Instant {
+    pub(super) fn heal(&self) -> Instant {
         self.cut.send_replace(false);
         Instant::now()
     }

@@ -2,22 +2,28 @@
 //! extraction for the load clients.
 
 /// The annotation every write carries: its send time in microseconds since the Unix epoch.
-pub const SENT_AT: &str = "bench.watchcache.io/sent-at-us";
+pub(crate) const SENT_AT: &str = "bench.watchcache.io/sent-at-us";
 
 /// Microseconds since the Unix epoch.
-pub fn now_us() -> u64 {
+pub(crate) fn now_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// The etcd key of bench pod `id`.
-pub fn key(id: usize) -> String {
+pub(crate) fn key(id: usize) -> String {
     format!("/registry/pods/bench-{}/pod-{id}", id % 16)
 }
 
 /// A pod of about 2 KB on `node`, labelled `app=app-{app}`, written at `sent_us`.
-pub fn json_app(id: usize, node: usize, app: usize, generation: u64, sent_us: u64) -> String {
+pub(crate) fn json_app(
+    id: usize,
+    node: usize,
+    app: usize,
+    generation: u64,
+    sent_us: u64,
+) -> String {
     let ns = format!("bench-{}", id % 16);
     format!(
         concat!(
@@ -48,7 +54,7 @@ pub fn json_app(id: usize, node: usize, app: usize, generation: u64, sent_us: u6
 /// How the bench's pods are stored in etcd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Storage {
+pub(crate) enum Storage {
     /// As kube-apiserver 1.35 writes pods: protobuf, `k8s\0` + `runtime.Unknown`, no
     /// resourceVersion.
     Protobuf,
@@ -58,13 +64,13 @@ pub enum Storage {
 
 /// The bench pods' encodings in etcd, made and read with the library's own codec (a probe cache
 /// of pods that holds nothing).
-pub struct Codec {
+pub(crate) struct Codec {
     probe: watchcache::Cache,
     node_name: watchcache::FieldPath,
 }
 
 impl Codec {
-    pub fn new() -> Result<Codec, String> {
+    pub(crate) fn new() -> Result<Codec, String> {
         let def = watchcache::ResourceDef::builtin("pods").ok_or("no built-in pods")?;
         let (probe, _writer) = watchcache::Cache::new(def, watchcache::CacheConfig::default());
         Ok(Codec {
@@ -76,7 +82,12 @@ impl Codec {
     /// The value to store for a pod's JSON. Protobuf: the JSON decoded, encoded as
     /// kube-apiserver serves it, and that read back at revision 0, which leaves the
     /// resourceVersion out, as kube-apiserver's storage does.
-    pub fn stored(&self, storage: Storage, key: &str, json: String) -> Result<Vec<u8>, String> {
+    pub(crate) fn stored(
+        &self,
+        storage: Storage,
+        key: &str,
+        json: String,
+    ) -> Result<Vec<u8>, String> {
         match storage {
             Storage::Json => Ok(json.into_bytes()),
             Storage::Protobuf => {
@@ -93,7 +104,7 @@ impl Codec {
     }
 
     /// The node number of a stored bench pod, JSON or protobuf.
-    pub fn node_of(&self, key: &str, value: &[u8]) -> Option<usize> {
+    pub(crate) fn node_of(&self, key: &str, value: &[u8]) -> Option<usize> {
         if !value.starts_with(b"k8s\0") {
             return node_of(value);
         }
@@ -106,7 +117,7 @@ impl Codec {
 }
 
 /// The string value of the first `"field":"..."` in a JSON document, without parsing it.
-pub fn string_field<'a>(doc: &'a [u8], field: &str) -> Option<&'a [u8]> {
+pub(crate) fn string_field<'a>(doc: &'a [u8], field: &str) -> Option<&'a [u8]> {
     let pat = format!("\"{field}\":\"");
     let at = memchr::memmem::find(doc, pat.as_bytes())? + pat.len();
     let len = memchr::memchr(b'"', &doc[at..])?;
@@ -114,7 +125,7 @@ pub fn string_field<'a>(doc: &'a [u8], field: &str) -> Option<&'a [u8]> {
 }
 
 /// The node number of a bench pod's JSON.
-pub fn node_of(doc: &[u8]) -> Option<usize> {
+pub(crate) fn node_of(doc: &[u8]) -> Option<usize> {
     std::str::from_utf8(string_field(doc, "nodeName")?.strip_prefix(b"node-")?)
         .ok()?
         .parse()

@@ -4,20 +4,20 @@
 const TICKS_PER_SEC: f64 = 100.0;
 
 /// A process's resident set size in bytes, if it can be read.
-pub fn rss_bytes(pid: u32) -> Option<u64> {
+pub(super) fn rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     kib_field(&status, "VmRSS:")
 }
 
 /// A process's peak resident set size in bytes (`VmHWM`), if it can be read.
-pub fn peak_rss_bytes(pid: u32) -> Option<u64> {
+pub(super) fn peak_rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     kib_field(&status, "VmHWM:")
 }
 
 /// How much of a process's resident memory is anonymous transparent huge pages, in bytes, if it
 /// can be read (`AnonHugePages` of `/proc/<pid>/smaps_rollup`).
-pub fn huge_page_bytes(pid: u32) -> Option<u64> {
+pub(super) fn huge_page_bytes(pid: u32) -> Option<u64> {
     let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
     kib_field(&rollup, "AnonHugePages:")
 }
@@ -36,7 +36,7 @@ fn kib_field(text: &str, name: &str) -> Option<u64> {
 }
 
 /// A process's user + system CPU time in seconds, if it can be read.
-pub fn cpu_seconds(pid: u32) -> Option<f64> {
+pub(super) fn cpu_seconds(pid: u32) -> Option<f64> {
     stat_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
@@ -52,7 +52,7 @@ fn stat_cpu_seconds(stat: &str) -> Option<f64> {
 
 /// CPU seconds (user + system) of the threads of `pid` whose name starts with `name` (names are
 /// cut to 15 bytes by the kernel), summed; `None` when there is none.
-pub fn thread_cpu_seconds(pid: u32, name: &str) -> Option<f64> {
+pub(super) fn thread_cpu_seconds(pid: u32, name: &str) -> Option<f64> {
     let name = name.get(..15).unwrap_or(name);
     let mut total = None;
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -76,7 +76,7 @@ pub fn thread_cpu_seconds(pid: u32, name: &str) -> Option<f64> {
 }
 
 /// The machine's 1-minute load average, if it can be read.
-pub fn load_average() -> Option<f64> {
+pub(super) fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
         .split_whitespace()

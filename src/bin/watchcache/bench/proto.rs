@@ -79,14 +79,14 @@ fn unwrap(b: &[u8]) -> Option<&[u8]> {
 
 /// One watch event: its type, and the object's name and resourceVersion.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Event<'a> {
+pub(super) struct Event<'a> {
     pub kind: &'a [u8],
     pub name: &'a [u8],
     pub rv: &'a [u8],
 }
 
 /// Reads one frame's `WatchEvent`.
-pub fn event(frame: &[u8]) -> Option<Event<'_>> {
+pub(super) fn event(frame: &[u8]) -> Option<Event<'_>> {
     let ev = unwrap(frame)?;
     let kind = field(ev, 1)?;
     let object = unwrap(field(field(ev, 2)?, 1)?)?;
@@ -99,7 +99,7 @@ pub fn event(frame: &[u8]) -> Option<Event<'_>> {
 }
 
 /// The `code` (field 6) of the `Status` an ERROR event's frame carries.
-pub fn status_code(frame: &[u8]) -> Option<u64> {
+pub(super) fn status_code(frame: &[u8]) -> Option<u64> {
     let ev = unwrap(frame)?;
     let status = unwrap(field(field(ev, 2)?, 1)?)?;
     varint_field(status, 6)
@@ -107,7 +107,7 @@ pub fn status_code(frame: &[u8]) -> Option<u64> {
 
 /// Takes the complete frames off the front of `buf`, calling `f` with each; returns how many
 /// bytes they took.
-pub fn frames(buf: &[u8], mut f: impl FnMut(&[u8])) -> usize {
+pub(super) fn frames(buf: &[u8], mut f: impl FnMut(&[u8])) -> usize {
     let mut at = 0;
     while let Some(head) = buf.get(at..at + 4) {
         let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 /// End-to-end latency percentiles in milliseconds.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Latency {
+pub(crate) struct Latency {
     /// Median.
     pub p50: f64,
     /// 90th percentile.
@@ -17,7 +17,7 @@ pub struct Latency {
 
 impl Latency {
     /// The percentiles of these samples (sorted in place).
-    pub fn of(samples: &mut [f64]) -> Latency {
+    pub(crate) fn of(samples: &mut [f64]) -> Latency {
         samples.sort_by(f64::total_cmp);
         Latency {
             p50: super::verify::percentile(samples, 50.0),
@@ -30,7 +30,7 @@ impl Latency {
 
 /// Server process figures (absent when the server was not started by the bench).
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct ServerStats {
+pub(crate) struct ServerStats {
     /// Resident memory at the end of the run.
     pub rss_bytes: Option<u64>,
     /// CPU seconds during the churn and delivery.
@@ -44,7 +44,7 @@ pub struct ServerStats {
 
 /// etcd process figures.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct EtcdStats {
+pub(crate) struct EtcdStats {
     /// Resident memory at the end of the run (local etcd only).
     pub rss_bytes: Option<u64>,
     /// CPU seconds during the churn and delivery (local etcd only).
@@ -55,7 +55,7 @@ pub struct EtcdStats {
 
 /// The result of one mode.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct ModeReport {
+pub(crate) struct ModeReport {
     /// `cache` or `direct-etcd`.
     pub mode: String,
     /// Per-node watchers.
@@ -100,7 +100,7 @@ pub struct ModeReport {
 
 /// What a burst of fresh requests (`--burst N`) got.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct BurstReport {
+pub(crate) struct BurstReport {
     /// Requests sent: half WatchLists, half consistent LISTs, each of one node's pods.
     pub requests: usize,
     /// How long sending them took.
@@ -126,7 +126,7 @@ pub struct BurstReport {
 /// The whole run.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
-pub enum Report {
+pub(crate) enum Report {
     /// One mode.
     One(Box<ModeReport>),
     /// Both modes, with cache / direct ratios.
@@ -142,7 +142,7 @@ pub enum Report {
 
 /// Cache-mode figures divided by direct-mode ones.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Ratios {
+pub(crate) struct Ratios {
     /// etcd CPU seconds.
     pub etcd_cpu_s: Option<f64>,
     /// etcd watches.
@@ -156,7 +156,7 @@ pub struct Ratios {
 }
 
 /// The report as a readable table.
-pub fn table(report: &Report) -> String {
+pub(crate) fn table(report: &Report) -> String {
     let modes: Vec<&ModeReport> = match report {
         Report::One(m) => vec![&**m],
         Report::Both { cache, direct, .. } => vec![&**cache, &**direct],

@@ -13,7 +13,7 @@ use super::http::Http;
 use super::{BenchConfig, Mode, TlsMode};
 
 /// etcd and the server for one mode, stopped on drop (the server first).
-pub struct Stack {
+pub(super) struct Stack {
     pub server: Option<ServerProcess>,
     /// The cache server's URL (cache mode).
     pub server_url: Option<String>,
@@ -37,13 +37,13 @@ impl Stack {
     /// Starts etcd and, for the cache mode, the server: on an empty store, so that idle watchers
     /// are measured before a large sync leaves the allocator holding memory that later allocations
     /// would reuse unseen.
-    pub async fn start(cfg: &BenchConfig, mode: Mode) -> Result<Stack, String> {
+    pub(super) async fn start(cfg: &BenchConfig, mode: Mode) -> Result<Stack, String> {
         Stack::start_fronted(cfg, mode, |etcd| Ok(etcd.to_owned())).await
     }
 
     /// As [`start`](Stack::start), the server reaching etcd at the URL `front` gives for etcd's
     /// (a proxy in between: `--model catchup`'s partition).
-    pub async fn start_fronted(
+    pub(super) async fn start_fronted(
         cfg: &BenchConfig,
         mode: Mode,
         front: impl FnOnce(&str) -> Result<String, String>,
@@ -102,25 +102,25 @@ impl Stack {
     /// An HTTP client for the server: plain, or TLS with the local PKI's CA and admin certificate
     /// (offering `h2` and `http/1.1`, or `http/1.1` only, as the run asks). Each client has its own
     /// connections.
-    pub fn http_client(&self) -> Http {
+    pub(super) fn http_client(&self) -> Http {
         match &self.tls {
             Some(t) => Http::tls(Arc::clone(&t.config), t.mode),
             None => self.plain.clone(),
         }
     }
 
-    pub fn server_pid(&self) -> Option<u32> {
+    pub(super) fn server_pid(&self) -> Option<u32> {
         self.server.as_ref().map(|s| s.0.id())
     }
 
-    pub fn etcd_pid(&self) -> Option<u32> {
+    pub(super) fn etcd_pid(&self) -> Option<u32> {
         self.local.as_ref().and_then(LocalEtcd::pid)
     }
 
     /// Starts a leaf: a watchcache server following `upstream` (this stack's server, or a proxy in
     /// front of it) as a Kubernetes API server, over plain HTTP and anonymously, as
     /// `scripts/bench-tree` runs one. Returns once the leaf's pods cache has reached `rev`.
-    pub async fn start_leaf(
+    pub(super) async fn start_leaf(
         &self,
         cfg: &BenchConfig,
         upstream: &str,
@@ -149,7 +149,7 @@ impl Stack {
     }
 
     /// A kubeconfig for `upstream` over plain HTTP, anonymous, in the stack's directory.
-    pub fn leaf_kubeconfig(&self, upstream: &str) -> Result<PathBuf, String> {
+    pub(super) fn leaf_kubeconfig(&self, upstream: &str) -> Result<PathBuf, String> {
         let kubeconfig = self.dir.join("leaf.kubeconfig");
         std::fs::write(
             &kubeconfig,
@@ -175,7 +175,7 @@ impl Drop for Stack {
 }
 
 /// A watchcache server process, stopped with SIGTERM on drop.
-pub struct ServerProcess(pub Child);
+pub(super) struct ServerProcess(pub Child);
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
@@ -293,7 +293,7 @@ async fn client_tls(pki: &Path, mode: TlsMode) -> Result<ClientTls, String> {
 }
 
 /// Waits until the server's pods cache has reached `rev`.
-pub async fn wait_for_revision(client: &Http, url: &str, rev: u64) -> Result<(), String> {
+pub(super) async fn wait_for_revision(client: &Http, url: &str, rev: u64) -> Result<(), String> {
     let probe = format!(
         "{url}/api/v1/pods?resourceVersion={rev}&resourceVersionMatch=NotOlderThan&limit=1"
     );
@@ -309,7 +309,7 @@ pub async fn wait_for_revision(client: &Http, url: &str, rev: u64) -> Result<(),
 }
 
 /// The server's `watchcache_connections_total`, as `transport protocol count` items.
-pub async fn connections(stack: &Stack, url: &str) -> Option<String> {
+pub(super) async fn connections(stack: &Stack, url: &str) -> Option<String> {
     let text = stack
         .http_client()
         .text(&format!("{url}/metrics"))
@@ -338,7 +338,7 @@ pub async fn connections(stack: &Stack, url: &str) -> Option<String> {
 }
 
 /// Watches open on etcd (`etcd_debugging_mvcc_watcher_total`).
-pub async fn etcd_watch_count(url: &str) -> Option<u64> {
+pub(super) async fn etcd_watch_count(url: &str) -> Option<u64> {
     let text = reqwest::get(format!("{url}/metrics"))
         .await
         .ok()?
@@ -351,7 +351,7 @@ pub async fn etcd_watch_count(url: &str) -> Option<u64> {
         .map(|v| v as u64)
 }
 
-pub async fn current_revision(client: &etcd_client::Client) -> Result<u64, String> {
+pub(super) async fn current_revision(client: &etcd_client::Client) -> Result<u64, String> {
     let mut kv = client.kv_client();
     let r = kv
         .get("/", Some(etcd_client::GetOptions::new().with_count_only()))

@@ -10,7 +10,7 @@ use super::pods;
 
 /// One change in etcd's history: revision, pod id, and the pod's node before and after.
 #[derive(Debug, Clone, Copy)]
-pub struct HistoryEntry {
+pub(super) struct HistoryEntry {
     pub rev: u64,
     pub id: u32,
     pub new_node: Option<usize>,
@@ -18,12 +18,16 @@ pub struct HistoryEntry {
 }
 
 /// etcd's history of the pods prefix in `(from, to]`, read with a direct watch.
-pub async fn history(client: &Client, from: u64, to: u64) -> Result<Vec<HistoryEntry>, String> {
+pub(super) async fn history(
+    client: &Client,
+    from: u64,
+    to: u64,
+) -> Result<Vec<HistoryEntry>, String> {
     history_with(client, from, to, &pods::Codec::new()?).await
 }
 
 /// [`history`], the pods read with `codec` (JSON or protobuf).
-pub async fn history_with(
+pub(super) async fn history_with(
     client: &Client,
     from: u64,
     to: u64,
@@ -72,7 +76,7 @@ pub async fn history_with(
 }
 
 /// The changes a watcher of `node` (or of everything, for `None`) must see, in order.
-pub fn expected(history: &[HistoryEntry], node: Option<usize>) -> Vec<(u64, u32)> {
+pub(super) fn expected(history: &[HistoryEntry], node: Option<usize>) -> Vec<(u64, u32)> {
     history
         .iter()
         .filter(|c| node.is_none() || c.new_node == node || c.old_node == node)
@@ -82,7 +86,7 @@ pub fn expected(history: &[HistoryEntry], node: Option<usize>) -> Vec<(u64, u32)
 
 /// The comparison of one watcher's stream with what it must see.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Tally {
+pub(super) struct Tally {
     pub delivered: u64,
     pub lost: u64,
     pub duplicated: u64,
@@ -102,7 +106,7 @@ impl std::ops::AddAssign for Tally {
 
 /// Compares a received stream with the expected one; calls `latency` with each delivered event's
 /// revision and receive time.
-pub fn tally(
+pub(super) fn tally(
     received: &[Received],
     expected: &[(u64, u32)],
     horizon: u64,
@@ -132,7 +136,7 @@ pub fn tally(
 }
 
 /// Percentiles (0..=100) of a sorted slice.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

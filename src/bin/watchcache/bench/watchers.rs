@@ -16,7 +16,7 @@ use super::{BenchConfig, TlsMode, WATCHERS_PER_H2_CONNECTION};
 
 /// Opens `total` watchers with `spawn(i)`, paced so the server's accept queue keeps up, and waits
 /// (at most 120 s) until each has connected or failed.
-pub async fn open_watchers(
+pub(super) async fn open_watchers(
     total: usize,
     counters: &Counters,
     bar: &ProgressBar,
@@ -44,7 +44,7 @@ pub async fn open_watchers(
 
 /// Resident memory per idle watcher: the server's RSS before and after opening as many idle
 /// watches as the run will (selecting nodes and labels no pod has), closed again afterwards.
-pub async fn idle_watcher_rss(
+pub(super) async fn idle_watcher_rss(
     cfg: &BenchConfig,
     stack: &Stack,
     url: &str,

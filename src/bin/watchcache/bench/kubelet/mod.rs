@@ -17,7 +17,7 @@
 mod objects;
 pub(super) mod pki;
 mod report;
-pub mod rollout;
+pub(crate) mod rollout;
 pub(super) mod servers;
 mod stages;
 
@@ -36,12 +36,12 @@ use super::http::Http;
 use super::load::{self, Churn, Recorder};
 use super::{Latency, TlsMode, bar, pods, procstat, stack, verify};
 use objects::Path as WatchPath;
-pub use report::{KubeletReport, KubeletRun, table};
-pub use servers::Side;
+pub(crate) use report::{KubeletReport, KubeletRun, table};
+pub(crate) use servers::Side;
 
 /// Which servers a kubelet run measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sides {
+pub(crate) enum Sides {
     /// watchcache only.
     Watchcache,
     /// kube-apiserver only.
@@ -52,7 +52,7 @@ pub enum Sides {
 
 /// A kubelet run's parameters.
 #[derive(Debug, Clone)]
-pub struct KubeletConfig {
+pub(crate) struct KubeletConfig {
     /// Simulated nodes (each one connection).
     pub nodes: usize,
     /// Churned pods seeded (plus one static pod per node).
@@ -92,7 +92,7 @@ const WATCH_ACCEPT: &str = "application/vnd.kubernetes.protobuf;stream=watch";
 ///
 /// # Errors
 /// What could not be set up: etcd, a server, the connections.
-pub async fn run(cfg: KubeletConfig) -> Result<KubeletRun, String> {
+pub(crate) async fn run(cfg: KubeletConfig) -> Result<KubeletRun, String> {
     if cfg.watches == 0 {
         return Err("--watches-per-node must be at least 1".into());
     }
@@ -144,7 +144,7 @@ pub(in crate::bench) struct Scratch {
 
 impl Scratch {
     /// Named for the model (`label`), with `etcd_binary` when given (else `LocalEtcd`'s).
-    pub async fn start(
+    pub(super) async fn start(
         label: &str,
         data_dir: Option<&std::path::Path>,
         etcd_binary: Option<&std::path::Path>,

@@ -18,13 +18,13 @@ use indicatif::ProgressBar;
 use crate::bench::pods;
 
 /// Namespaces of the bench's pods (as `pods::key`).
-pub const NAMESPACES: usize = 16;
+pub(super) const NAMESPACES: usize = 16;
 /// Services (and their Endpoints and EndpointSlices) in `bench-0`.
 const SERVICES: usize = 10;
 
 /// Which stream a watch is, for the verification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Path {
+pub(super) enum Path {
     /// `fieldSelector=spec.nodeName=node-N`: upstream's one trigger.
     NodePods,
     /// `labelSelector=app=app-N` in namespace `bench-{N % 16}`: each churned pod carries
@@ -35,14 +35,14 @@ pub enum Path {
 }
 
 /// One watch of node `n`: its path (with query, without the resourceVersion) and what it is.
-pub struct Watch {
+pub(super) struct Watch {
     pub path: String,
     pub what: Path,
 }
 
 /// The ConfigMap watches among the first `count` of [`watches`] other than `kube-root-ca.crt`:
 /// how many ConfigMaps each node's static pod references.
-pub fn configmaps_per_node(count: usize) -> usize {
+pub(super) fn configmaps_per_node(count: usize) -> usize {
     kinds(count).filter(|k| *k == Kind::ConfigMap).count()
 }
 
@@ -97,7 +97,7 @@ fn kinds(count: usize) -> impl Iterator<Item = Kind> {
 }
 
 /// The first `count` watches of node `n`.
-pub fn watches(n: usize, count: usize) -> Vec<Watch> {
+pub(super) fn watches(n: usize, count: usize) -> Vec<Watch> {
     let ns = format!("bench-{}", n % NAMESPACES);
     let (mut cm, mut sec) = (0, 0);
     kinds(count)
@@ -174,7 +174,7 @@ fn meta(name: &str, ns: Option<&str>, uid: usize) -> String {
 }
 
 /// A Lease of node `n` renewed at `renew_us` (µs since the epoch).
-pub fn lease(n: usize, renew_us: u64) -> String {
+pub(super) fn lease(n: usize, renew_us: u64) -> String {
     let secs = renew_us / 1_000_000;
     let micros = renew_us % 1_000_000;
     let (d, rem) = (secs / 86_400, secs % 86_400);
@@ -202,7 +202,7 @@ fn civil(z: i64) -> (i64, u32, u32) {
 }
 
 /// The etcd key of node `n`'s Lease.
-pub fn lease_key(n: usize) -> String {
+pub(super) fn lease_key(n: usize) -> String {
     format!("/registry/leases/kube-node-lease/node-{n}")
 }
 
@@ -379,7 +379,7 @@ fn shared_objects() -> Vec<(String, String)> {
 }
 
 /// Writes the shared objects and every node's, in transactions of 100; returns the revision.
-pub async fn seed(
+pub(super) async fn seed(
     client: &Client,
     nodes: usize,
     count: usize,

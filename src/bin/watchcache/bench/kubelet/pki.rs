@@ -17,7 +17,7 @@ use rcgen::{
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// The run's PKI: files for the servers, in-memory identities for the clients.
-pub struct Pki {
+pub(crate) struct Pki {
     pub ca_file: PathBuf,
     pub serving_cert: PathBuf,
     pub serving_key: PathBuf,
@@ -36,7 +36,7 @@ fn err(e: impl std::fmt::Display) -> String {
 impl Pki {
     /// Makes the CA, the serving certificate (localhost, 127.0.0.1), the admin and the
     /// service-account keys in `dir`.
-    pub fn new(dir: &Path) -> Result<Pki, String> {
+    pub(crate) fn new(dir: &Path) -> Result<Pki, String> {
         std::fs::create_dir_all(dir).map_err(err)?;
         let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -99,13 +99,13 @@ impl Pki {
     }
 
     /// The admin's client configuration (`system:masters`), h2 only.
-    pub fn admin(&self) -> Arc<rustls::ClientConfig> {
+    pub(crate) fn admin(&self) -> Arc<rustls::ClientConfig> {
         Arc::clone(&self.admin)
     }
 
     /// The admin's certificate and key as PEM files in `dir` (`admin.crt`, `admin.key`): for
     /// a kubeconfig, where a client reads its identity from files.
-    pub fn admin_files(&self, dir: &Path) -> Result<(PathBuf, PathBuf), String> {
+    pub(crate) fn admin_files(&self, dir: &Path) -> Result<(PathBuf, PathBuf), String> {
         let params = crate::pki::admin_params().map_err(err)?;
         let key = KeyPair::generate().map_err(err)?;
         let cert = params.signed_by(&key, &self.issuer).map_err(err)?;
@@ -117,7 +117,7 @@ impl Pki {
 
     /// Node `name`'s client configuration: CN `system:node:<name>`, O `system:nodes`, h2 only
     /// (a kubelet's one connection).
-    pub fn node(&self, name: &str) -> Result<Arc<rustls::ClientConfig>, String> {
+    pub(crate) fn node(&self, name: &str) -> Result<Arc<rustls::ClientConfig>, String> {
         client_config(
             &self.issuer,
             &self.roots,

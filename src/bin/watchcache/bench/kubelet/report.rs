@@ -10,7 +10,7 @@ use crate::bench::verify::Tally;
 
 /// One verified path's streams while they are tallied.
 #[derive(Default)]
-pub struct PathFigures {
+pub(super) struct PathFigures {
     pub watches: usize,
     pub tally: Tally,
     pub latencies: Vec<f64>,
@@ -21,11 +21,11 @@ pub struct PathFigures {
 }
 
 /// The delivery time (from the write) counted as slow in [`PathReport::slow`].
-pub const SLOW_MS: f64 = 10.0;
+pub(super) const SLOW_MS: f64 = 10.0;
 
 impl PathFigures {
     /// Records one delivery: written at `sent_us` (µs on the bench's clock), received `ms` later.
-    pub fn slow_window(&mut self, sent_us: u64, ms: f64) {
+    pub(super) fn slow_window(&mut self, sent_us: u64, ms: f64) {
         if ms > SLOW_MS {
             self.slow_windows.insert(sent_us / 100_000);
         }
@@ -33,7 +33,7 @@ impl PathFigures {
 }
 
 impl PathFigures {
-    pub fn finish(mut self) -> PathReport {
+    pub(super) fn finish(mut self) -> PathReport {
         let slow = self.latencies.iter().filter(|&&l| l > SLOW_MS).count() as u64;
         PathReport {
             slow,
@@ -52,7 +52,7 @@ impl PathFigures {
 
 /// A pod path's streams checked against etcd's history.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct PathReport {
+pub(crate) struct PathReport {
     /// Streams of this path (one per node when the count includes it).
     pub watches: usize,
     /// Changes delivered as expected.
@@ -78,7 +78,7 @@ pub struct PathReport {
 
 /// One side of the run.
 #[derive(Debug, Clone, Serialize)]
-pub struct KubeletReport {
+pub(crate) struct KubeletReport {
     pub side: Side,
     pub nodes: usize,
     pub watches_per_node: usize,
@@ -145,23 +145,23 @@ pub struct KubeletReport {
 }
 
 impl KubeletReport {
-    pub fn delivered(&self) -> u64 {
+    pub(crate) fn delivered(&self) -> u64 {
         self.node_path.delivered + self.label_path.delivered
     }
 
-    pub fn lost(&self) -> u64 {
+    pub(crate) fn lost(&self) -> u64 {
         self.node_path.lost + self.label_path.lost
     }
 }
 
 /// The whole run: one report per side, in the order run.
 #[derive(Debug, Clone, Serialize)]
-pub struct KubeletRun {
+pub(crate) struct KubeletRun {
     pub sides: Vec<KubeletReport>,
 }
 
 /// The run as a readable table, a column per side.
-pub fn table(run: &KubeletRun) -> String {
+pub(crate) fn table(run: &KubeletRun) -> String {
     let s = &run.sides;
     let opt = |v: Option<f64>, scale: f64, digits: usize| {
         v.map_or("-".to_owned(), |v| format!("{:.*}", digits, v / scale))

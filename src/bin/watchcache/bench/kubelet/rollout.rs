@@ -46,7 +46,7 @@ use crate::bench::{Latency, TlsMode, burst, pods, proto, stack, verify};
 
 /// A rollout run's parameters.
 #[derive(Debug, Clone)]
-pub struct RolloutConfig {
+pub(crate) struct RolloutConfig {
     /// The load: nodes, watches per node, pods, write rate, duration (which must outlast the
     /// rollout), binaries.
     pub kubelet: KubeletConfig,
@@ -67,7 +67,7 @@ pub struct RolloutConfig {
 
 /// What one rollout run measured.
 #[derive(Debug, Clone, Serialize)]
-pub struct RolloutReport {
+pub(crate) struct RolloutReport {
     pub nodes: usize,
     pub watches_per_node: usize,
     pub replicas: usize,
@@ -125,7 +125,7 @@ pub struct RolloutReport {
 
 /// One replica's stop and start.
 #[derive(Debug, Clone, Serialize)]
-pub struct ReplicaTimes {
+pub(crate) struct ReplicaTimes {
     pub replica: usize,
     /// SIGTERM (or SIGKILL) → the process ended.
     pub stop_s: f64,
@@ -135,7 +135,7 @@ pub struct ReplicaTimes {
 
 /// Requests the replicas served, from their `/metrics`.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
-pub struct Served {
+pub(crate) struct Served {
     /// LISTs answered 200 (less the bench's readiness probes of restarted replicas).
     pub lists: u64,
     /// Watch starts, by kind (`watchcache_watch_starts_total`).
@@ -150,7 +150,7 @@ pub struct Served {
 
 impl Served {
     /// The counts in a `/metrics` text.
-    pub fn parse(text: &str) -> Served {
+    pub(crate) fn parse(text: &str) -> Served {
         let sum = |name, labels: &[&str]| crate::bench::sum_metric(text, name, labels).unwrap_or(0);
         let start = |kind: &str| {
             sum(
@@ -173,7 +173,7 @@ impl Served {
     }
 
     /// Adds what was served between two scrapes of one process.
-    pub fn add(&mut self, later: Served, earlier: Served) {
+    pub(crate) fn add(&mut self, later: Served, earlier: Served) {
         let d = |a: u64, b: u64| a.saturating_sub(b);
         self.lists += d(later.lists, earlier.lists);
         self.resume += d(later.resume, earlier.resume);
@@ -220,7 +220,7 @@ struct Replica {
 ///
 /// # Errors
 /// What could not be set up: etcd, HAProxy, a replica, the connections.
-pub async fn run(cfg: RolloutConfig) -> Result<RolloutReport, String> {
+pub(crate) async fn run(cfg: RolloutConfig) -> Result<RolloutReport, String> {
     let k = &cfg.kubelet;
     if k.watches == 0 || cfg.replicas < 2 {
         return Err("--model rollout needs --watches-per-node ≥ 1 and --replicas ≥ 2".into());
@@ -818,7 +818,7 @@ async fn relist(w: &Kubelet, stop: &mut watch::Receiver<bool>) -> u64 {
 }
 
 /// The report as a table.
-pub fn table(r: &RolloutReport) -> String {
+pub(crate) fn table(r: &RolloutReport) -> String {
     let opt = |v: Option<u64>| v.map_or("missing".to_string(), |v| v.to_string());
     let s = &r.servers;
     let mut out = format!(

@@ -13,7 +13,7 @@ use crate::bench::stack::ServerProcess;
 /// Which server a side of the run measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Side {
+pub(crate) enum Side {
     /// watchcache.
     Watchcache,
     /// kube-apiserver 1.35 and its watch cache.
@@ -21,7 +21,7 @@ pub enum Side {
 }
 
 impl Side {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Side::Watchcache => "watchcache",
             Side::KubeApiserver => "kube-apiserver",
@@ -40,7 +40,7 @@ rolebindings.rbac.authorization.k8s.io";
 
 /// Starts `side` on `etcd_url`; returns its URL and process (stopped on drop). With
 /// `heap_stats`, watchcache counts its heap (`WATCHCACHE_HEAP_STATS=1`, `heap.rs`).
-pub fn start(
+pub(crate) fn start(
     side: Side,
     binary: &Path,
     etcd_url: &str,
@@ -67,7 +67,7 @@ pub fn start(
 /// Starts `side` as [`start`] does, on loopback `port`, with `extra` flags, its output in `log`
 /// (a replica restarted on its port, with the drain flags).
 #[allow(clippy::too_many_arguments)]
-pub fn start_on(
+pub(crate) fn start_on(
     side: Side,
     binary: &Path,
     etcd_url: &str,
@@ -123,7 +123,7 @@ pub fn start_on(
 }
 
 /// Starts `cmd` with its output (both streams) in the file `log`; stopped on drop.
-pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<ServerProcess, String> {
+pub(crate) fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<ServerProcess, String> {
     let out = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
     let child = cmd
@@ -136,7 +136,7 @@ pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<ServerProcess, Stri
 }
 
 /// The last lines of a side's log, for an error message.
-pub fn log_tail(side: Side, dir: &Path) -> String {
+pub(crate) fn log_tail(side: Side, dir: &Path) -> String {
     let text =
         std::fs::read_to_string(dir.join(format!("{}.log", side.name()))).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();

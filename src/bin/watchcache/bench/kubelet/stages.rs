@@ -15,11 +15,11 @@ const METRIC: &str = "watchcache_dispatch_latency_seconds_bucket";
 
 /// One stage's cumulative bucket counts, by upper bound in seconds (ascending; `+Inf` last).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Buckets(Vec<(f64, u64)>);
+pub(crate) struct Buckets(Vec<(f64, u64)>);
 
 impl Buckets {
     /// The buckets of `resource`'s `stage` in a Prometheus text exposition (empty if absent).
-    pub fn parse(text: &str, resource: &str, stage: &str) -> Buckets {
+    pub(crate) fn parse(text: &str, resource: &str, stage: &str) -> Buckets {
         let want_resource = format!("resource=\"{resource}\"");
         let want_stage = format!("stage=\"{stage}\"");
         let mut out: Vec<(f64, u64)> = text
@@ -50,7 +50,7 @@ impl Buckets {
     }
 
     /// The observations made between `earlier` and `self` (same bounds).
-    pub fn since(&self, earlier: &Buckets) -> Buckets {
+    pub(crate) fn since(&self, earlier: &Buckets) -> Buckets {
         Buckets(
             self.0
                 .iter()
@@ -67,13 +67,13 @@ impl Buckets {
     }
 
     /// Observations counted.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.0.last().map_or(0, |&(_, n)| n)
     }
 
     /// The upper bound, in milliseconds, of the bucket holding quantile `q` (0–1); `None` with
     /// no observations, infinite above the last finite bound.
-    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile_ms(&self, q: f64) -> Option<f64> {
         let total = self.count();
         if total == 0 {
             return None;
@@ -88,7 +88,7 @@ impl Buckets {
 
 /// One stage's figures over the churn.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Stage {
+pub(crate) struct Stage {
     /// Observations (revisions for `queued`, deliveries for `written`).
     pub count: u64,
     /// The bucket bound holding the median, ms.
@@ -98,7 +98,7 @@ pub struct Stage {
 }
 
 impl Stage {
-    pub fn of(b: &Buckets) -> Stage {
+    pub(crate) fn of(b: &Buckets) -> Stage {
         Stage {
             count: b.count(),
             p50_le_ms: b.quantile_ms(0.5),
@@ -109,14 +109,14 @@ impl Stage {
 
 /// The pods' two stages over the churn.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Stages {
+pub(crate) struct Stages {
     pub queued: Stage,
     pub written: Stage,
 }
 
 impl Stages {
     /// The pods' stages between two scrapes.
-    pub fn between(before: &str, after: &str) -> Stages {
+    pub(crate) fn between(before: &str, after: &str) -> Stages {
         let stage = |name| {
             Stage::of(
                 &Buckets::parse(after, "pods", name).since(&Buckets::parse(before, "pods", name)),
