@@ -17,9 +17,20 @@
 //! `cargo bench --bench control_plane` (env `CP_NODES`, default 50; `CP_PODS`, default 500).
 //! Needs the Go-built peers (`scripts/k8s-peers`, run on demand) and etcd 3.6.
 
-#[path = "../tests/support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
+/// The shared helpers (tests/support/) this binary uses: each binary names its own, so that
+/// none needs a feature it does not build with.
+#[path = "../tests/support"]
+mod support {
+    #![allow(dead_code, unused_imports, unreachable_pub)]
+    mod common;
+    pub use common::*;
+    pub mod etcd;
+    pub mod k8s_peers;
+    pub mod kube;
+    pub mod kubectl;
+    pub mod pki;
+    pub mod venv;
+}
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

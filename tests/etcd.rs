@@ -3,7 +3,16 @@
 //! compaction resync, kill -9 and restart, unavailability, cluster failover, malformed values and
 //! consistent reads.
 
-mod support;
+/// The shared helpers (tests/support/) this binary uses: each binary names its own, so that
+/// none needs a feature it does not build with.
+#[path = "support"]
+mod support {
+    #![allow(dead_code, unreachable_pub)]
+    mod common;
+    pub use common::*;
+    pub mod etcd;
+    pub mod k8s_peers;
+}
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -621,7 +630,6 @@ async fn consistent_reads_from_etcd_on_an_etcd_with_unordered_progress() {
 /// (3.6). Etcd 3.4.23's may run ahead of an event still to be delivered, so there the cache would
 /// claim a revision it has not applied: that is why `Auto` reads etcd on it (the test above), and
 /// why this one must not run on it (it failed there once in CI, 1 run in ~30).
-#[cfg(feature = "cli")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consistent_reads_from_the_cache_with_progress_requests() {
     consistent_reads_see_the_latest_write(EtcdVersion::V36, ConsistentReads::FromCache).await;

@@ -10,7 +10,18 @@
 //! their own whose allocations are not counted (their runtime's threads are marked), so the
 //! figure is the server's alone, as `examples/conn_memory.rs` measures it.
 
-mod support;
+/// The shared helpers (tests/support/) this binary uses: each binary names its own, so that
+/// none needs a feature it does not build with.
+#[path = "support"]
+mod support {
+    #![allow(dead_code, unreachable_pub)]
+    mod common;
+    pub use common::*;
+    pub mod etcd;
+    pub mod k8s_peers;
+    pub mod pki;
+    pub mod server;
+}
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -37,6 +48,8 @@ use watchcache::server::{ServerConfig, TlsConfig};
 
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// Both tests count this process's whole heap: one at a time, or each counts the other's.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 thread_local! {
     /// Set on the clients' threads: their allocations are not the server's.
@@ -144,6 +157,7 @@ fn connector(ca: &Path, alpn: &[u8]) -> tokio_rustls::TlsConnector {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_http2_watch_holds_no_buffers_then_takes_a_1mb_event_and_a_second_stream() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let (ca, s, addr) = tls_server(dir.path()).await;
     let mut etcd = client(&[s.etcd.server.url()]).await;
@@ -398,6 +412,7 @@ const LEAK_BOUND: isize = 256 * 1024;
 /// tasks, watchers and live heap where they were.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_and_disconnect_cycles_leak_no_task_watcher_or_heap() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let (ca, s, addr) = tls_server(dir.path()).await;
     let mut etcd = client(&[s.etcd.server.url()]).await;

@@ -73,8 +73,8 @@ mod sealed;
 mod state;
 mod status;
 mod tls;
-// The property test of shared state over HTTP: its client, reqwest, comes with `cli`.
-#[cfg(all(test, feature = "cli"))]
+// The property test of shared state over HTTP (reqwest, a dev-dependency, is its client).
+#[cfg(test)]
 mod unchanged;
 pub(crate) mod watch;
 

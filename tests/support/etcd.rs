@@ -37,12 +37,9 @@ pub async fn etcd_version(version: EtcdVersion) -> Etcd {
         EtcdVersion::Debian34 => LocalEtcd::start(dir.path())
             .await
             .expect("etcd starts (apt-get install -y etcd-server)"),
-        #[cfg(feature = "cli")]
-        EtcdVersion::V36 => LocalEtcd::start_binary(&super::kube::etcd36_bin(), dir.path())
+        EtcdVersion::V36 => LocalEtcd::start_binary(&super::k8s_peers::etcd36_bin(), dir.path())
             .await
             .expect("etcd 3.6 starts"),
-        #[cfg(not(feature = "cli"))]
-        EtcdVersion::V36 => panic!("etcd 3.6 needs the cli feature (tests/support/kube.rs)"),
     };
     Etcd { server, dir }
 }

@@ -19,7 +19,7 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -31,95 +31,15 @@ use watchcache::etcd::free_port;
 use super::pki::{Ca, Issued};
 
 /// The peers' command lines, shared with `watchcache up` (the binary's own module).
-#[path = "../../src/bin/watchcache/peers.rs"]
+#[path = "../../crates/cli/src/peers.rs"]
 mod peers;
 
-/// The Kubernetes version the peers are built at (tests/k8s/go.mod).
-pub const K8S_VERSION: &str = "v1.35.4";
+use super::k8s_peers::k8s_bin;
 
 /// Held by the tests that run whole clusters (a control plane and client-go's or kubectl's
 /// checks against it, through watchcache and directly): two at once would share two cores and
 /// time out. Their files are modules of one test binary, so one lock serves them all.
 pub static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Runs `scripts/k8s-peers ARGS` once per test process (`once` per step): it builds what is
-/// missing or stale and returns at once when everything is there.
-fn run_peers(once: &'static OnceLock<()>, args: &[&str]) {
-    once.get_or_init(|| {
-        let status = Command::new(root().join("scripts/k8s-peers"))
-            .args(args)
-            .stdin(Stdio::null())
-            .status()
-            .expect("run scripts/k8s-peers (needs Go 1.26)");
-        assert!(
-            status.success(),
-            "scripts/k8s-peers {args:?} failed ({status}): the peers could not be built"
-        );
-    });
-}
-
-fn build_peers() {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    run_peers(&BUILT, &[]);
-}
-
-/// A Kubernetes binary of [`K8S_VERSION`] (`kube-apiserver`, `kube-controller-manager`,
-/// `kube-scheduler`, `kubemark`, `wc-conformance`), built first when needed.
-pub fn k8s_bin(name: &str) -> PathBuf {
-    build_peers();
-    let p = root().join("target/k8s").join(K8S_VERSION).join(name);
-    assert!(
-        p.exists(),
-        "{} is missing after scripts/k8s-peers",
-        p.display()
-    );
-    p
-}
-
-/// `wc-shards`, the client-go program of tests/clientgo-shards, built first when needed by
-/// `scripts/k8s-peers clientgo` (that step only: the program needs no Kubernetes peer).
-pub fn clientgo_shards_bin() -> PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    run_peers(&BUILT, &["clientgo"]);
-    let gomod = std::fs::read_to_string(root().join("tests/clientgo-shards/go.mod")).unwrap();
-    let version = gomod
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("k8s.io/client-go "))
-        .expect("tests/clientgo-shards/go.mod requires k8s.io/client-go")
-        .trim();
-    let p = root()
-        .join("target/k8s")
-        .join(format!("clientgo-{version}"))
-        .join("wc-shards");
-    assert!(
-        p.exists(),
-        "{} is missing after scripts/k8s-peers clientgo",
-        p.display()
-    );
-    p
-}
-
-/// The etcd 3.6 server built from tests/etcd36, built first when needed.
-pub fn etcd36_bin() -> PathBuf {
-    build_peers();
-    let gomod = std::fs::read_to_string(root().join("tests/etcd36/go.mod")).unwrap();
-    let version = gomod
-        .lines()
-        .find_map(|l| l.strip_prefix("require go.etcd.io/etcd/server/v3 "))
-        .expect("tests/etcd36/go.mod requires go.etcd.io/etcd/server/v3")
-        .trim();
-    let p = root().join("target/etcd").join(version).join("etcd");
-    assert!(
-        p.exists(),
-        "{} is missing after scripts/k8s-peers",
-        p.display()
-    );
-    p
-}
 
 /// A child process whose output goes to a log file; stopped (SIGTERM, then SIGKILL after 10 s)
 /// on drop, and its log's tail printed to stderr when the test is failing.
@@ -681,8 +601,8 @@ pub fn hollow_node(pki: &KubePki, target: Target<'_>, dir: &Path, name: &str) ->
     Proc::spawn(&format!("kubemark {name}"), cmd, home.join("kubemark.log"))
 }
 
-/// The watchcache binary cargo built for this test or bench (this module needs `cli`, which
-/// builds it).
+/// The watchcache binary cargo built for this test or bench (this module is included only by
+/// the binary's package, crates/cli, whose targets get it).
 pub fn watchcache_bin() -> PathBuf {
     env!("CARGO_BIN_EXE_watchcache").into()
 }

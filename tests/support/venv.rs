@@ -2,12 +2,12 @@
 //! `scripts/python-venv`.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// The venv's directory, created (or completed) first.
 pub fn venv() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = super::repo();
     let venv = root.join("target/pyvenv");
     let status = Command::new(root.join("scripts/python-venv"))
         .arg(&venv)

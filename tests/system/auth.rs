@@ -3,7 +3,7 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -19,7 +19,10 @@ use watchcache::server::auth::{
 use watchcache::{CacheConfig, ResourceDef};
 
 /// Keys made for the unit tests of service-account tokens.
-const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/server/auth/testdata");
+/// The service-account keys of the server's own tests.
+fn testdata() -> std::path::PathBuf {
+    support::repo().join("src/server/auth/testdata")
+}
 
 /// A projected service-account token for `ns`/`name`, signed with the test RSA or EC key.
 fn sa_token(ns: &str, name: &str, iss: &str, exp_in: i64, ec: bool) -> String {
@@ -31,13 +34,13 @@ fn sa_token(ns: &str, name: &str, iss: &str, exp_in: i64, ec: bool) -> String {
         "sub": format!("system:serviceaccount:{ns}:{name}"),
         "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": "uid-1"}}});
     let (alg, key) = if ec {
-        let pem = std::fs::read(Path::new(TESTDATA).join("sa-ec.key")).unwrap();
+        let pem = std::fs::read(testdata().join("sa-ec.key")).unwrap();
         (
             jsonwebtoken::Algorithm::ES256,
             jsonwebtoken::EncodingKey::from_ec_pem(&pem).unwrap(),
         )
     } else {
-        let pem = std::fs::read(Path::new(TESTDATA).join("sa-rsa.key")).unwrap();
+        let pem = std::fs::read(testdata().join("sa-rsa.key")).unwrap();
         (
             jsonwebtoken::Algorithm::RS256,
             jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap(),
@@ -77,10 +80,7 @@ fn auth_config(anonymous: bool) -> AuthConfig {
             tokens: Some(TokenFile::parse("tokens.csv", TOKENS).unwrap()),
             service_accounts: Some(
                 ServiceAccounts::load(
-                    &[
-                        Path::new(TESTDATA).join("sa-rsa.pub"),
-                        Path::new(TESTDATA).join("sa-ec.pub"),
-                    ],
+                    &[testdata().join("sa-rsa.pub"), testdata().join("sa-ec.pub")],
                     vec!["https://issuer.test".into()],
                     vec![],
                 )
@@ -746,7 +746,7 @@ async fn service_account_tokens_are_verified_and_bound_by_rbac() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_client_uses_a_token_kubeconfig() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = support::repo();
     let venv: PathBuf = support::venv::venv();
     let s = server(ServerConfig::default()).await;
     s.seed(
@@ -799,11 +799,9 @@ struct ToServer {
 impl watchcache::server::Proxy for ToServer {
     fn forward(
         &self,
-        req: axum::http::Request<bytes::Bytes>,
-    ) -> watchcache::BoxFuture<
-        'static,
-        Result<axum::http::Response<watchcache::server::ProxyBody>, String>,
-    > {
+        req: http::Request<bytes::Bytes>,
+    ) -> watchcache::BoxFuture<'static, Result<http::Response<watchcache::server::ProxyBody>, String>>
+    {
         use http_body_util::BodyExt;
         let url = format!("{}{}", self.base, req.uri());
         Box::pin(async move {
@@ -818,7 +816,7 @@ impl watchcache::server::Proxy for ToServer {
             let body = http_body_util::Full::new(bytes)
                 .map_err(|e| -> Box<dyn std::error::Error + Send + Sync> { match e {} })
                 .boxed_unsync();
-            let mut r = axum::http::Response::new(body);
+            let mut r = http::Response::new(body);
             *r.status_mut() = status;
             Ok(r)
         })

@@ -14,13 +14,13 @@ use support::etcd::{client, put_rev};
 use support::server::TestServer;
 use watchcache::server::ServerConfig;
 
-const DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/data/kube-apiserver-1.35/"
-);
+/// What kube-apiserver 1.35 wrote to etcd, and its answers.
+fn dir() -> std::path::PathBuf {
+    support::repo().join("tests/data/kube-apiserver-1.35")
+}
 
 fn data(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{DIR}{name}")).unwrap()
+    std::fs::read(dir().join(name)).unwrap()
 }
 
 fn json_data(name: &str) -> Value {

@@ -18,7 +18,7 @@ use support::kubectl::{Kubectl, must};
 use watchcache::etcd::free_port;
 
 fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    support::repo()
 }
 
 /// Runs a command to its end; panics with its output unless it succeeds.

@@ -12,20 +12,21 @@ use reqwest::{Client, StatusCode};
 use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{Cache, CacheConfig, MemorySource, ResourceDef};
 
-const DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/data/kube-apiserver-1.35/"
-);
+/// What kube-apiserver 1.35 wrote to etcd, and its answers.
+fn dir() -> std::path::PathBuf {
+    support::repo().join("tests/data/kube-apiserver-1.35")
+}
 const JSON_DROP: &str = "application/json;drop=metadata.managedFields";
 const PB: &str = "application/vnd.kubernetes.protobuf";
 const PB_DROP: &str = "application/vnd.kubernetes.protobuf;drop=metadata.managedFields";
 const POD_KEY: &str = "/registry/pods/demo/pod1";
 
+use crate::support;
 use crate::support::cut;
 use cut::{cut_json, cut_protobuf, fields};
 
 fn read(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{DIR}{name}")).unwrap()
+    std::fs::read(dir().join(name)).unwrap()
 }
 
 struct Fixture {

@@ -63,12 +63,7 @@ const FORMATS: [(&str, &str, &str); 5] = [
 ];
 
 fn data(name: &str) -> String {
-    std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/k8s-equality")
-            .join(name),
-    )
-    .unwrap()
+    std::fs::read_to_string(support::repo().join("tests/data/k8s-equality").join(name)).unwrap()
 }
 
 /// An HTTP answer: status, Content-Type, body.

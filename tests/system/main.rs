@@ -3,8 +3,22 @@
 //! helm, HAProxy, podman). One binary, so that the dependency tree is linked once, not once per
 //! file: each file below is a module of it. `cargo test --test system kubectl::` runs one file.
 
-#[path = "../support/mod.rs"]
-mod support;
+/// The shared helpers (tests/support/) this binary uses: each binary names its own, so that
+/// none needs a feature it does not build with.
+#[path = "../support"]
+mod support {
+    #![allow(dead_code, unreachable_pub)]
+    mod common;
+    pub use common::*;
+    pub mod cut;
+    pub mod etcd;
+    pub mod k8s_peers;
+    pub mod kube;
+    pub mod kubectl;
+    pub mod pki;
+    pub mod server;
+    pub mod venv;
+}
 
 mod apiserver;
 mod apiserver_chain;

@@ -13,10 +13,11 @@ use reqwest::Client;
 use serde_json::Value;
 use watchcache::etcd::free_port;
 
-const DATA: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/data/kubernetes-protobuf/"
-);
+/// Bytes made by Kubernetes' own serializers.
+fn data(name: &str) -> String {
+    let dir = support::repo().join("tests/data/kubernetes-protobuf");
+    dir.join(name).display().to_string()
+}
 
 /// (vector, API path of the collection, namespace, name, etcd key) as the vectors' README lists them.
 const STORED: &[(&str, &str, Option<&str>, &str, &str)] = &[
@@ -88,7 +89,7 @@ const STORED: &[(&str, &str, Option<&str>, &str, &str)] = &[
 const SECRET_KEY: &str = "/registry/secrets/default/db-credentials";
 
 fn read(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{DATA}{name}")).unwrap()
+    std::fs::read(data(name)).unwrap()
 }
 
 /// Upstream's JSON for a vector, at revision `rv`.
@@ -127,7 +128,7 @@ impl Drop for Serve {
 }
 
 async fn serve(etcd_url: &str, dir: &std::path::Path) -> (Serve, String) {
-    serve_with(etcd_url, dir, &format!("{DATA}encryption-config.yaml")).await
+    serve_with(etcd_url, dir, &data("encryption-config.yaml")).await
 }
 
 async fn serve_with(etcd_url: &str, dir: &std::path::Path, config: &str) -> (Serve, String) {

@@ -17,9 +17,7 @@ use watchcache::etcd::free_port;
 /// Runs a script of tests/python with `url` as its argument; panics with its output unless it
 /// prints OK.
 async fn run(venv: &Path, script: &str, url: &str) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python")
-        .join(script);
+    let script = support::repo().join("tests/python").join(script);
     let (python, url) = (venv.join("bin/python"), url.to_owned());
     let out =
         tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(url).output())

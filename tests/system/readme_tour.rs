@@ -17,14 +17,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::kube::{etcd36_bin, k8s_bin};
+use support::k8s_peers::{etcd36_bin, k8s_bin};
 use watchcache::etcd::{LocalEtcd, free_port};
 
 /// The port the README's examples use.
 const DOCUMENTED: &str = "127.0.0.1:8443";
 
 fn readme() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
+    std::fs::read_to_string(support::repo().join("README.md")).unwrap()
 }
 
 /// The `sh` block between `<!-- NAME:start -->` and `<!-- NAME:end -->`.

@@ -19,7 +19,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::etcd::{EtcdVersion, etcd_version};
-use support::kube::{KubeApiserver, Watchcache, clientgo_shards_bin};
+use support::k8s_peers::clientgo_shards_bin;
+use support::kube::{KubeApiserver, Watchcache};
 
 /// FNV-1a 64, written here from its definition (offset basis 0xcbf29ce484222325, prime
 /// 0x100000001b3), independently of the crate's and of Go's `hash/fnv`.

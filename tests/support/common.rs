@@ -1,13 +1,23 @@
-//! Fixtures shared by the integration tests.
-// Each test binary uses some of these; they are written as the API they are to the tests.
-#![allow(dead_code, unreachable_pub)]
+//! Fixtures shared by every integration test binary: pods, keys, memory-fed caches, events, and
+//! where the repository is.
 
+use std::path::Path;
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
 use watchcache::{
     Cache, CacheConfig, Error, EventType, MemorySource, ResourceDef, WatchEvent, WatchStream,
 };
+
+/// The repository's root, whichever of the workspace's packages the test binary belongs to
+/// (tests/system is the binary's package's, the others the library's): test data, scripts, the
+/// README and `target/` are found from here.
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .expect("the workspace root (Cargo.lock) above CARGO_MANIFEST_DIR")
+}
 
 /// A pod's JSON: `namespace/name` on `node`, running, with `labels`.
 pub fn pod(ns: &str, name: &str, node: &str, labels: &[(&str, &str)]) -> String {
@@ -175,14 +185,3 @@ pub fn summary(evs: &[Result<WatchEvent, Error>]) -> Vec<(EventType, String, u64
         })
         .collect()
 }
-pub mod cut;
-#[cfg(feature = "etcd")]
-pub mod etcd;
-#[cfg(all(feature = "etcd", feature = "cli"))]
-pub mod kube;
-pub mod kubectl;
-#[cfg(feature = "cli")]
-pub mod pki;
-#[cfg(all(feature = "etcd", feature = "server"))]
-pub mod server;
-pub mod venv;
