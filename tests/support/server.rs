@@ -13,6 +13,44 @@ use watchcache::{Cache, CacheConfig, ResourceDef, ResourceVersion};
 
 use super::etcd::{Etcd, etcd};
 
+/// Serves `server` over plain HTTP on a free loopback port until the returned sender is sent or
+/// dropped: its URL, and that sender. For servers of caches the test feeds itself.
+pub async fn serve_http(server: Server) -> (String, oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(server.serve(listener, async {
+        stopped.await.ok();
+    }));
+    (url, stop)
+}
+
+/// The first `n` lines of the watch at `url` as JSON, read with `client`, or fewer when 10 s
+/// pass without one. One chunk can carry several (the server writes the events that are ready
+/// together, e.g. the initial-events-end bookmark and a periodic one).
+pub async fn watch_lines(client: &reqwest::Client, url: &str, n: usize) -> Vec<serde_json::Value> {
+    use futures_util::StreamExt;
+    let resp = client.get(url).send().await.unwrap();
+    assert_eq!(resp.status(), reqwest::StatusCode::OK, "{url}");
+    let mut body = resp.bytes_stream();
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let Ok(Some(chunk)) = tokio::time::timeout(Duration::from_secs(10), body.next()).await
+        else {
+            break;
+        };
+        buf.extend_from_slice(&chunk.unwrap());
+        while let Some(i) = buf.iter().position(|b| *b == b'\n')
+            && out.len() < n
+        {
+            let line: Vec<u8> = buf.drain(..=i).collect();
+            out.push(serde_json::from_slice(&line).unwrap());
+        }
+    }
+    out
+}
+
 /// What kube-apiserver creates at start; there from the start here too.
 pub const SYSTEM_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];

@@ -7,11 +7,10 @@ use crate::support;
 use std::io::Read;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use support::pod_value;
-use support::server::TestServer;
+use support::server::{TestServer, watch_lines};
 use watchcache::server::ServerConfig;
 
 /// A pod put straight into etcd, as kube-apiserver stores it (the server is read-only); as the
@@ -40,31 +39,6 @@ fn names(list: &Value) -> Vec<String> {
         .iter()
         .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
         .collect()
-}
-
-/// Reads watch lines until `n` arrived or the stream ends.
-async fn watch_lines(c: &Client, url: &str, n: usize) -> Vec<Value> {
-    let resp = c.get(url).send().await.unwrap();
-    assert_eq!(resp.status(), StatusCode::OK, "{url}");
-    let mut body = resp.bytes_stream();
-    let mut buf = Vec::new();
-    let mut out = Vec::new();
-    while out.len() < n {
-        let Ok(Some(chunk)) = tokio::time::timeout(Duration::from_secs(10), body.next()).await
-        else {
-            break;
-        };
-        buf.extend_from_slice(&chunk.unwrap());
-        // The first `n` lines: one chunk can carry more (the fast path writes the events that
-        // are ready together).
-        while let Some(i) = buf.iter().position(|b| *b == b'\n')
-            && out.len() < n
-        {
-            let line: Vec<u8> = buf.drain(..=i).collect();
-            out.push(serde_json::from_slice(&line).unwrap());
-        }
-    }
-    out
 }
 
 fn assert_status(v: &Value, code: u16, reason: &str) {

@@ -26,12 +26,7 @@ async fn serve() -> (String, MemorySource, tokio::sync::oneshot::Sender<()>) {
         ServerConfig::default(),
         [Served::new(pods), Served::new(nodes)],
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve(listener, async {
-        stopped.await.ok();
-    }));
+    let (url, stop) = crate::support::server::serve_http(server).await;
     (url, src, stop)
 }
 

@@ -33,12 +33,7 @@ async fn serve() -> Fixture {
         ServerConfig::default(),
         [Served::new(pods), Served::new(nodes)],
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve(listener, async {
-        stopped.await.ok();
-    }));
+    let (url, stop) = crate::support::server::serve_http(server).await;
     Fixture {
         url,
         pods: src,

@@ -8,10 +8,9 @@ use crate::support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
-use support::server::TestServer;
+use support::server::{TestServer, watch_lines};
 use watchcache::server::ServerConfig;
 
 /// FNV-1a 64, written here from its definition (offset basis 0xcbf29ce484222325, prime
@@ -53,32 +52,6 @@ fn names(list: &Value) -> BTreeSet<String> {
         .iter()
         .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
         .collect()
-}
-
-/// Reads watch lines until `n` arrived or 10 s pass without one.
-async fn watch_lines(url: &str, n: usize) -> Vec<Value> {
-    // A new client: the watch is its connection's first request (the fast path).
-    let resp = Client::new().get(url).send().await.unwrap();
-    assert_eq!(resp.status(), StatusCode::OK, "{url}");
-    let mut body = resp.bytes_stream();
-    let mut buf = Vec::new();
-    let mut out = Vec::new();
-    while out.len() < n {
-        let Ok(Some(chunk)) = tokio::time::timeout(Duration::from_secs(10), body.next()).await
-        else {
-            break;
-        };
-        buf.extend_from_slice(&chunk.unwrap());
-        // The first `n` lines: one chunk can carry more (the server writes the events that are
-        // ready together, e.g. the initial-events-end bookmark and a periodic one).
-        while let Some(i) = buf.iter().position(|b| *b == b'\n')
-            && out.len() < n
-        {
-            let line: Vec<u8> = buf.drain(..=i).collect();
-            out.push(serde_json::from_slice(&line).unwrap());
-        }
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,7 +169,7 @@ async fn shard_selectors_select_route_and_compose_on_list_watch_and_watchlist() 
         "{base}/api/v1/pods?watch=1&resourceVersion={rv}&timeoutSeconds=8&shardSelector={}",
         q(&low)
     );
-    let watching = tokio::spawn(async move { watch_lines(&watch, 100).await });
+    let watching = tokio::spawn(async move { watch_lines(&Client::new(), &watch, 100).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut new_low = BTreeSet::new();
     for i in 24..40 {
@@ -222,7 +195,7 @@ async fn shard_selectors_select_route_and_compose_on_list_watch_and_watchlist() 
         "{base}/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=3&shardSelector={}",
         q(&low)
     );
-    let lines = watch_lines(&url, names(&lo).len() + 1).await;
+    let lines = watch_lines(&Client::new(), &url, names(&lo).len() + 1).await;
     let (init, end) = lines.split_at(lines.len() - 1);
     assert_eq!(
         init.iter()
@@ -241,7 +214,7 @@ async fn shard_selectors_select_route_and_compose_on_list_watch_and_watchlist() 
         "{base}/api/v1/pods?watch=1&resourceVersion={rv}&timeoutSeconds=8&shardSelector={}",
         q(&high)
     );
-    let held = tokio::spawn(async move { watch_lines(&watch, 1).await });
+    let held = tokio::spawn(async move { watch_lines(&Client::new(), &watch, 1).await });
     let mut routed = false;
     for _ in 0..50 {
         let m = c

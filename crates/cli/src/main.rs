@@ -35,7 +35,7 @@ static GLOBAL: heap::Counting = heap::Counting;
 
 /// An indexed watch cache with trigger-based routing, serving the Kubernetes list/watch API from etcd.
 #[derive(Parser)]
-#[command(version, about, long_about = None)]
+#[command(name = "watchcache", version, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
