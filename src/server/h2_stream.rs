@@ -255,7 +255,7 @@ const NEW_EACH_RESPONSE: [header::HeaderName; 2] =
 /// connection's server side held 10.4 KiB more after responses in 60 different seconds, and
 /// nothing more with the dates never indexed. A kubelet's connection (a Lease renewal every 10 s)
 /// got there in ten minutes, past the 7 KiB an idle connection holds otherwise; and in
-/// `watchcache bench --model kubelet` the table's growth while the second set of watches opened
+/// `watchcache-bench --model kubelet` the table's growth while the second set of watches opened
 /// was 60 B of the 800 a further idle watch cost (design/performance.md, "HPACK's table"). An
 /// indexed date saves ~25 bytes on the wire, and only within its second.
 fn never_indexed(headers: &mut HeaderMap) {

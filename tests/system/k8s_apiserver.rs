@@ -545,7 +545,7 @@ async fn a_mirror_pod_kube_apiserver_refused_grants_its_node_nothing_through_wat
 /// - Quiet: configmaps no one writes, while a secret written every 20 ms moves etcd's revision
 ///   on. Every LIST is proven by selection (watchcache's metrics), and answers what
 ///   kube-apiserver answers. The latencies, interleaved with the direct LIST's, are printed; the figures of
-///   record come from `watchcache bench --model consistent-list` (design/performance.md).
+///   record come from `watchcache-bench --model consistent-list` (design/performance.md).
 /// - Busy: a writer changes configmaps through kube-apiserver all along. Each LIST through
 ///   watchcache begins after a direct LIST ended, and holds every object of it at that
 ///   revision or a later one: never older than kube-apiserver's own read.

@@ -23,7 +23,6 @@ mod support {
 mod apiserver;
 mod apiserver_chain;
 mod auth;
-mod bench_smoke;
 mod catalog;
 #[cfg(feature = "test-hooks")]
 mod consistency;

@@ -2,7 +2,7 @@
 //! counts its live heap (bytes asked for, and bytes in mimalloc's blocks) and `/metrics` reports
 //! them (`watchcache_heap_live_bytes`, `watchcache_heap_held_bytes`). A diagnostic: RSS says how
 //! much memory a process holds, these say how much of it its live allocations are, so the rest is
-//! the allocator's (pages kept around freed blocks). `watchcache bench --model kubelet
+//! the allocator's (pages kept around freed blocks). `watchcache-bench --model kubelet
 //! --heap-stats` reads them next to the RSS.
 //!
 //! Off, an allocation costs one relaxed load more than mimalloc's own; on, two relaxed atomic

@@ -95,7 +95,7 @@ impl LocalPki {
         if created {
             let (ca_pem, ca_key, issuer) = ca()?;
             let serving = leaf(&issuer, serving_params()?)?;
-            let admin = leaf(&issuer, admin_params()?)?;
+            let admin = leaf(&issuer, crate::ops::admin_params()?)?;
             for (name, pem, secret) in [
                 ("ca.key", &ca_key, true),
                 ("serving.crt", &serving.0, false),
@@ -319,19 +319,6 @@ fn serving_params() -> Result<CertificateParams, PkiError> {
         .distinguished_name
         .push(DnType::CommonName, "watchcache");
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    Ok(params)
-}
-
-/// The admin's certificate: `kubernetes-admin` in `system:masters`, for client authentication.
-pub(crate) fn admin_params() -> Result<CertificateParams, PkiError> {
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "kubernetes-admin");
-    params
-        .distinguished_name
-        .push(DnType::OrganizationName, "system:masters");
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     Ok(params)
 }
 

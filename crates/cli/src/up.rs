@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use watchcache::etcd::free_port;
 
+use crate::ops;
 use crate::peers;
 use crate::pki::{ClusterPki, server_url};
 
@@ -297,7 +298,7 @@ pub(crate) async fn up(args: UpArgs) -> Result<(), Error> {
     let mut plane = Plane::default();
     let result = tokio::select! {
         r = run(&args, &mut plane) => r,
-        () = crate::shutdown_signal() => Ok(()),
+        () = ops::shutdown_signal() => Ok(()),
         () = hangup() => Ok(()),
     };
     eprintln!("stopping ...");
@@ -317,45 +318,28 @@ async fn hangup() {
     }
 }
 
-/// HAProxy's configuration in front of replicas on loopback `ports` (named `r0`, `r1`, ... in
-/// order), listening on `listen`, at most `maxconn` connections: TCP mode (TLS passes through,
-/// so each client keeps its certificate), each replica's `/readyz` checked over TLS every
-/// 300 ms. Two failed checks take a replica out (600 ms, well inside a 2 s shutdown delay), two
-/// passed bring it back. A check may take 2 s: with the default (the interval), a replica busy
-/// taking over a drained one's watches answered a check late, was taken out too, and with no
-/// replica left the clients' reconnections waited seconds in HAProxy. Connections it holds are
-/// left to the replica's drain.
-pub(crate) fn haproxy_config(
-    listen: &str,
-    maxconn: usize,
-    ports: impl IntoIterator<Item = u16>,
-) -> String {
-    let mut out = format!(
-        "global\n  maxconn {maxconn}\n\
-         defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 1h\n  timeout server 1h\n  \
-         retries 3\n  option redispatch\n\
-         frontend fe\n  bind {listen}\n  maxconn {maxconn}\n  default_backend be\n\
-         backend be\n  balance leastconn\n  timeout check 2s\n  option httpchk GET /readyz\n  \
-         http-check expect status 200\n  \
-         default-server inter 300ms fall 2 rise 2 check-ssl verify none\n"
-    );
-    for (i, port) in ports.into_iter().enumerate() {
-        out.push_str(&format!("  server r{i} 127.0.0.1:{port} check\n"));
-    }
-    out
-}
-
-/// Whether `name` is an executable file on PATH.
-pub(crate) fn on_path(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(name).is_file()))
-}
-
 fn binary(dir: &Option<PathBuf>, name: &str) -> PathBuf {
     match dir {
         Some(d) => d.join(name),
         None => PathBuf::from(name),
     }
+}
+
+/// Whether the etcd on loopback `port` answers `GET /health` with 200: one plain HTTP/1.0
+/// exchange, so the binary needs no HTTP client for it.
+async fn etcd_healthy(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        conn.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await?;
+        let mut head = [0u8; 12];
+        conn.read_exact(&mut head).await?;
+        std::io::Result::Ok(head.starts_with(b"HTTP/1.") && &head[9..12] == b"200")
+    };
+    tokio::time::timeout(Duration::from_secs(2), exchange)
+        .await
+        .is_ok_and(|r| r.unwrap_or(false))
 }
 
 /// Polls `probe` every 100 ms until it holds, failing when a process exits or after `limit`.
@@ -378,20 +362,10 @@ async fn wait_until<F: Future<Output = bool>>(
     }
 }
 
-/// GET `path` through a kube-rs client: whether it answered 200.
-pub(crate) async fn get_ok(client: &kube::Client, path: &str) -> bool {
-    let Ok(req) = http::Request::get(path).body(Vec::new()) else {
-        return false;
-    };
-    tokio::time::timeout(Duration::from_secs(5), client.request_text(req))
-        .await
-        .is_ok_and(|r| r.is_ok())
-}
-
 async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
     let started = Instant::now();
     let at = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
-    if args.replicas > 1 && !on_path("haproxy") {
+    if args.replicas > 1 && !ops::on_path("haproxy") {
         return Err(
             "--replicas above 1 needs HAProxy on PATH (Debian: apt-get install haproxy)".into(),
         );
@@ -420,10 +394,8 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
     ));
     plane.etcd = Some(Proc::spawn("etcd", cmd, logs.join("etcd.log"))?);
     let etcd_url = format!("http://127.0.0.1:{client_port}");
-    let http = reqwest::Client::new();
-    wait_until(plane, "etcd healthy", Duration::from_secs(60), || async {
-        let r = http.get(format!("{etcd_url}/health")).send().await;
-        r.is_ok_and(|r| r.status().is_success())
+    wait_until(plane, "etcd healthy", Duration::from_secs(60), || {
+        etcd_healthy(client_port)
     })
     .await?;
     at(&format!("etcd ready on {etcd_url}"));
@@ -550,7 +522,10 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
         let cfg = data.join("haproxy.cfg");
         // Two descriptors a connection, under the 20 000 a process is often allowed.
         let ports: Vec<u16> = replicas.each.iter().map(|r| r.port).collect();
-        std::fs::write(&cfg, haproxy_config(&args.listen.to_string(), 9000, ports))?;
+        std::fs::write(
+            &cfg,
+            ops::haproxy_config(&args.listen.to_string(), 9000, ports),
+        )?;
         let mut cmd = Command::new("haproxy");
         cmd.arg("-db").arg("-f").arg(&cfg);
         plane
@@ -568,7 +543,7 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
         plane,
         "kube-apiserver ready",
         Duration::from_secs(180),
-        || get_ok(&kas, "/readyz"),
+        || ops::get_ok(&kas, "/readyz"),
     )
     .await?;
     at(&format!("kube-apiserver ready on {kas_url}"));
@@ -576,7 +551,7 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
         start_front(plane)?;
     }
     wait_until(plane, "watchcache ready", Duration::from_secs(120), || {
-        get_ok(&wc, "/readyz")
+        ops::get_ok(&wc, "/readyz")
     })
     .await?;
     if args.replicas > 1 {
@@ -648,7 +623,7 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
         plane,
         "the default service account",
         Duration::from_secs(120),
-        || get_ok(&wc, "/api/v1/namespaces/default/serviceaccounts/default"),
+        || ops::get_ok(&wc, "/api/v1/namespaces/default/serviceaccounts/default"),
     )
     .await?;
     let mode = if args.proxy {
@@ -670,39 +645,13 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
         tokio::time::sleep(Duration::from_secs(1)).await;
         plane.check()?;
         if ready_nodes < args.nodes {
-            let n = nodes_ready(&wc).await;
+            let n = ops::nodes_ready(&wc).await;
             if n > ready_nodes {
                 ready_nodes = n;
                 at(&format!("{n} of {} nodes Ready", args.nodes));
             }
         }
     }
-}
-
-/// How many nodes have condition Ready True.
-pub(crate) async fn nodes_ready(client: &kube::Client) -> usize {
-    let Ok(req) = http::Request::get("/api/v1/nodes").body(Vec::new()) else {
-        return 0;
-    };
-    let Ok(Ok(text)) = tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await
-    else {
-        return 0;
-    };
-    let list: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-    list["items"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter(|n| {
-                    n["status"]["conditions"].as_array().is_some_and(|cs| {
-                        cs.iter()
-                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                    })
-                })
-                .count()
-        })
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

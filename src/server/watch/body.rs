@@ -2,7 +2,7 @@
 //! connection's first request): the pump's chunks as a stream. Each event's frame goes out as the cache's shared bytes. Empty
 //! pieces are dropped: over HTTP/2 each chunk is a DATA frame, and an empty one is 9 bytes of
 //! nothing that clients count as abuse (h2's client closes the connection after 100 of them,
-//! `too_many_data_frames`; found by `watchcache bench --model kubelet`).
+//! `too_many_data_frames`; found by `watchcache-bench --model kubelet`).
 //!
 //! Hand-written, not a `stream::unfold` around `next()`: idle, the body holds the pump and an
 //! empty iterator, no pending future (design/performance.md, "HTTP/2 over TLS").

@@ -1,4 +1,4 @@
-//! `watchcache bench` at smoke size, both modes, against real etcd and a real server process: the
+//! `watchcache-bench` at smoke size, both modes, against real etcd and a real server process: the
 //! report has the promised shape and the cache delivers everything exactly once, in order.
 
 use std::process::Command;
@@ -8,9 +8,8 @@ fn the_bench_runs_at_smoke_size_and_reports_both_modes() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
     let started = std::time::Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+    let out = Command::new(env!("CARGO_BIN_EXE_watchcache-bench"))
         .args([
-            "bench",
             "--nodes",
             "10",
             "--pods",
@@ -102,16 +101,8 @@ fn the_bench_runs_at_smoke_size_and_reports_both_modes() {
 fn the_bench_runs_over_tls_with_http2() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
-        .args([
-            "bench",
-            "--nodes",
-            "40",
-            "--pods",
-            "200",
-            "--watchers",
-            "40",
-        ])
+    let out = Command::new(env!("CARGO_BIN_EXE_watchcache-bench"))
+        .args(["--nodes", "40", "--pods", "200", "--watchers", "40"])
         .args(["--unrouted", "2", "--rate", "100", "--duration", "3"])
         .args(["--mode", "cache", "--tls", "--json"])
         .arg(&json)
@@ -156,10 +147,8 @@ fn the_kubelet_model_runs_at_smoke_size() {
 fn kubelet_model_at_smoke_size(storage: &str) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
-        .args([
-            "bench", "--model", "kubelet", "--nodes", "20", "--pods", "200",
-        ])
+    let out = Command::new(env!("CARGO_BIN_EXE_watchcache-bench"))
+        .args(["--model", "kubelet", "--nodes", "20", "--pods", "200"])
         .args(["--rate", "100", "--duration", "3", "--lease-period", "1"])
         .args(["--mode", "cache", "--storage", storage, "--json"])
         .arg(&json)
@@ -259,8 +248,8 @@ fn the_catchup_model_runs_at_smoke_size() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("report.json");
-        let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
-            .args(["bench", "--model", "catchup", "--nodes", "20", "--pods"])
+        let out = Command::new(env!("CARGO_BIN_EXE_watchcache-bench"))
+            .args(["--model", "catchup", "--nodes", "20", "--pods"])
             .args(["200", "--watchers", "20", "--unrouted", "3", "--apps", "5"])
             .args(["--events", "2000", "--storage", storage, "--follow", follow])
             .args(["--watch-wire", watch_wire, "--leaf-wire", leaf_wire])
@@ -321,10 +310,8 @@ fn the_catchup_model_runs_at_smoke_size() {
 #[test]
 fn an_interrupted_bench_stops_the_processes_it_started() {
     use std::io::{BufRead, BufReader};
-    let mut bench = Command::new(env!("CARGO_BIN_EXE_watchcache"))
-        .args([
-            "bench", "--model", "catchup", "--follow", "root", "--nodes", "20",
-        ])
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_watchcache-bench"))
+        .args(["--model", "catchup", "--follow", "root", "--nodes", "20"])
         .args([
             "--pods",
             "200",

@@ -1,4 +1,4 @@
-//! `watchcache bench --model rollout`: replicas behind HAProxy restarted one at a time (or one
+//! `watchcache-bench --model rollout`: replicas behind HAProxy restarted one at a time (or one
 //! killed with SIGKILL, `--kill`) under the kubelet model's load, and what the fleet paid for it.
 //!
 //! The set-up is the recommended one: `--replicas` watchcache servers on one etcd, with the drain
@@ -225,7 +225,7 @@ pub(crate) async fn run(cfg: RolloutConfig) -> Result<RolloutReport, String> {
     if k.watches == 0 || cfg.replicas < 2 {
         return Err("--model rollout needs --watches-per-node ≥ 1 and --replicas ≥ 2".into());
     }
-    if !crate::up::on_path("haproxy") {
+    if !crate::ops::on_path("haproxy") {
         return Err(
             "--model rollout needs HAProxy on PATH (Debian: apt-get install haproxy)".into(),
         );
@@ -319,7 +319,7 @@ pub(crate) async fn run(cfg: RolloutConfig) -> Result<RolloutReport, String> {
         let conf = dir.join(format!("haproxy-{i}.cfg"));
         std::fs::write(
             &conf,
-            crate::up::haproxy_config(
+            crate::ops::haproxy_config(
                 &format!("127.0.0.1:{port}"),
                 2 * k.nodes.div_ceil(balancers) + 100,
                 replicas.iter().map(|r| r.port),

@@ -1,4 +1,4 @@
-//! `watchcache bench --model kubelet`: simulated nodes as kubelets connect, against watchcache and
+//! `watchcache-bench --model kubelet`: simulated nodes as kubelets connect, against watchcache and
 //! kube-apiserver 1.35 on the same etcd, one after the other in one run.
 //!
 //! Each node opens ONE TLS connection with its own client certificate (CN `system:node:NAME`, O

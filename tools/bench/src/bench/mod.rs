@@ -1,4 +1,4 @@
-//! `watchcache bench`: kubelet-style load on a real etcd, through the cache or with one etcd watch
+//! `watchcache-bench`: kubelet-style load on a real etcd, through the cache or with one etcd watch
 //! per watcher (the world before the cache), measured in one run.
 //!
 //! A run seeds P pods of about 2 KB over N nodes, opens W per-node watchers

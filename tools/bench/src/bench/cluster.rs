@@ -1,4 +1,4 @@
-//! `watchcache bench --model rollout-cluster`: the rollout of [`super::kubelet::rollout`] under a
+//! `watchcache-bench --model rollout-cluster`: the rollout of [`super::kubelet::rollout`] under a
 //! real control plane instead of simulated kubelets.
 //!
 //! The bench runs `watchcache up --replicas R --nodes N` (etcd 3.6, kube-apiserver,
@@ -356,7 +356,7 @@ pub(crate) async fn run(cfg: ClusterConfig) -> Result<ClusterReport, String> {
             let again = read_replicas(&replicas_file)?
                 .into_iter()
                 .find(|s| s.replica == i && s.pid != state.pid);
-            if again.is_some() && crate::up::get_ok(&clients[i], "/readyz").await {
+            if again.is_some() && crate::ops::get_ok(&clients[i], "/readyz").await {
                 break;
             }
             if t.elapsed() > Duration::from_secs(300) {
@@ -514,7 +514,7 @@ async fn wait_nodes(c: &kube::Client, want: usize) -> usize {
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut ready = 0;
     while Instant::now() < deadline {
-        ready = crate::up::nodes_ready(c).await;
+        ready = crate::ops::nodes_ready(c).await;
         if ready >= want {
             break;
         }

@@ -106,7 +106,7 @@ impl Pki {
     /// The admin's certificate and key as PEM files in `dir` (`admin.crt`, `admin.key`): for
     /// a kubeconfig, where a client reads its identity from files.
     pub(crate) fn admin_files(&self, dir: &Path) -> Result<(PathBuf, PathBuf), String> {
-        let params = crate::pki::admin_params().map_err(err)?;
+        let params = crate::ops::admin_params().map_err(err)?;
         let key = KeyPair::generate().map_err(err)?;
         let cert = params.signed_by(&key, &self.issuer).map_err(err)?;
         let (cert_file, key_file) = (dir.join("admin.crt"), dir.join("admin.key"));
