@@ -34,6 +34,11 @@ const INITIAL_PAGE: usize = 256;
 /// 2 s), so that its client resumes from a recent revision instead of relisting.
 const BOOKMARK_BEFORE_END: Duration = Duration::from_secs(2);
 
+/// The most changes a drained watcher still catching up from history is sent in its last chunks
+/// (with what was queued for it) before its bookmark. Past it, it ends without one: its client
+/// resumes from its last change. Bounds what a drain holds for one slow watcher.
+pub(crate) const DRAIN_CATCH_UP: usize = 1024;
+
 /// Options of a WATCH.
 #[derive(Debug, Clone, Default)]
 pub struct WatchOptions {
@@ -381,31 +386,44 @@ impl WatchStream {
 
     /// The last events of a watch a server's drain ends: the changes already queued for it,
     /// then (when it asked for bookmarks) a bookmark at the cache's revision, so that its client
-    /// resumes elsewhere from there rather than from the last change it saw. Empty when the watch
-    /// is not live yet (its initial events, or catching up from history): the last event it was
-    /// sent is then where it resumes from. The queue is bounded, so this is too.
+    /// resumes elsewhere from there rather than from the last change it saw. A watcher still
+    /// catching up from history (parked: its client read slowly) is caught up here first, up to
+    /// [`DRAIN_CATCH_UP`] changes, so it gets that bookmark too: otherwise its client would
+    /// resume from its last change, which a replica restarted since does not hold (410, a
+    /// relist). Empty while its initial events are still being sent: the last event it was sent
+    /// is then where it resumes from.
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(crate) fn drain_tail(&mut self) -> Vec<WatchEvent> {
         if self.phase.is_some() {
             return Vec::new();
         }
-        let (queued, rv) = {
+        let mut tail: Vec<WatchEvent> = Vec::new();
+        let rv = loop {
             let mut q = self.watcher.queue.lock();
-            if q.feed != Feed::Live {
-                return Vec::new();
-            }
-            let mut queued = Vec::with_capacity(q.items.len());
             while let Some(d) = q.items.pop_front() {
-                queued.push(d);
+                tail.push(WatchEvent::change(&d));
             }
-            // Under the queue lock, as in `poll_live`: every change up to it was queued.
-            (queued, self.shared.resource_version())
+            match q.feed {
+                // Under the queue lock, as in `poll_live`: every change up to it was queued.
+                Feed::Live => break Some(self.shared.resource_version()),
+                Feed::Parked(_) if tail.len() < DRAIN_CATCH_UP => {
+                    drop(q);
+                    // Fell out of the window: it resumes from its last change, and gets 410
+                    // wherever that is gone too.
+                    if self.shared.catch_up(&self.watcher).is_err() {
+                        break None;
+                    }
+                }
+                _ => break None,
+            }
         };
-        let mut tail: Vec<WatchEvent> = queued.iter().map(WatchEvent::change).collect();
         if let Some(last) = tail.last() {
             self.last_rv = last.rv;
         }
-        if self.deadline.as_ref().is_some_and(Deadline::has_bookmarks) && rv >= self.last_rv {
+        if let Some(rv) = rv
+            && self.deadline.as_ref().is_some_and(Deadline::has_bookmarks)
+            && rv >= self.last_rv
+        {
             self.last_rv = rv;
             tail.push(self.bookmark(rv, false));
         }
@@ -675,6 +693,68 @@ mod tests {
         // Nothing new: the bookmark alone, at the same revision.
         let again: Vec<_> = s.drain_tail().iter().map(|e| e.kind()).collect();
         assert_eq!(again, [EventType::Bookmark]);
+    }
+
+    /// A drained watch still catching up from history (its client read slowly) is caught up
+    /// first, then gets its bookmark: its client resumes from the cache's revision, not from the
+    /// last change it read, which a replica restarted since would not hold.
+    #[tokio::test]
+    async fn a_drained_watch_that_fell_behind_is_caught_up_then_bookmarked() {
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default().routed_buffer(2),
+        );
+        let src = crate::MemorySource::new(writer, 1, []);
+        let sel = Selection::all().with_fields("spec.nodeName=n1").unwrap();
+        let mut s = cache
+            .watch(WatchOptions::new(sel, ResourceVersion::At(1)).with_bookmarks())
+            .await
+            .unwrap();
+        for i in 0..10 {
+            let name = format!("p{i}");
+            src.put(&format!("/registry/pods/ns/{name}"), pod(&name, "n1"))
+                .unwrap();
+        }
+        assert!(s.is_parked());
+        let tail: Vec<_> = s
+            .drain_tail()
+            .iter()
+            .map(|e| (e.kind(), e.resource_version()))
+            .collect();
+        let mut want: Vec<_> = (2..=11).map(|rv| (EventType::Added, rv)).collect();
+        want.push((EventType::Bookmark, 11));
+        assert_eq!(tail, want);
+        assert!(!s.is_parked());
+    }
+
+    /// Further behind than `DRAIN_CATCH_UP`, a drained watch ends without a bookmark: what a
+    /// drain holds for one watcher is bounded, and its client resumes from its last change.
+    #[tokio::test]
+    async fn a_drained_watch_too_far_behind_ends_at_its_last_change() {
+        let (cache, writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default().routed_buffer(2),
+        );
+        let src = crate::MemorySource::new(writer, 1, []);
+        let sel = Selection::all().with_fields("spec.nodeName=n1").unwrap();
+        let mut s = cache
+            .watch(WatchOptions::new(sel, ResourceVersion::At(1)).with_bookmarks())
+            .await
+            .unwrap();
+        for i in 0..DRAIN_CATCH_UP + 10 {
+            let name = format!("p{i}");
+            src.put(&format!("/registry/pods/ns/{name}"), pod(&name, "n1"))
+                .unwrap();
+        }
+        let tail = s.drain_tail();
+        assert!(tail.len() >= DRAIN_CATCH_UP && tail.len() < DRAIN_CATCH_UP + 10);
+        assert!(tail.iter().all(|e| e.kind() == EventType::Added));
+        let rvs: Vec<u64> = tail.iter().map(WatchEvent::resource_version).collect();
+        assert_eq!(
+            rvs,
+            (2..2 + tail.len() as u64).collect::<Vec<_>>(),
+            "in order, none skipped"
+        );
     }
 
     #[tokio::test(start_paused = true)]
