@@ -28,8 +28,9 @@ pub fn pod(ns: &str, name: &str, node: &str, labels: &[(&str, &str)]) -> String 
     p.json()
 }
 
-/// A pod for a test to write, built from its namespace and name with what the test needs: every
-/// test's pod comes from here, so that a test says what matters about its pod and no more.
+/// A pod for a test to write, built from its namespace and name with what the test needs, so
+/// that a test says what matters about its pod and no more ([`pod`] is one; [`pod_value`], a pod
+/// without a namespace for a collection to give it one, is the other shape tests write).
 ///
 /// `TestPod::new("default", "a").node("n1").container("c", "busybox").json()`
 #[derive(Clone, Debug)]

@@ -6,7 +6,7 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -16,10 +16,6 @@ use support::etcd::{client, etcd, seed};
 use support::kube::KubeApiserver;
 use support::kubectl::{Kubectl, must};
 use watchcache::etcd::free_port;
-
-fn root() -> &'static Path {
-    support::repo()
-}
 
 /// Runs a command to its end; panics with its output unless it succeeds.
 fn ok(cmd: &mut Command) -> String {
@@ -82,7 +78,8 @@ fn require(tool: &str) {
 fn helm() -> Command {
     static HELM: OnceLock<PathBuf> = OnceLock::new();
     let bin = HELM.get_or_init(|| {
-        let out = ok(Command::new(root().join("scripts/helm-peer")).stderr(Stdio::inherit()));
+        let out =
+            ok(Command::new(support::repo().join("scripts/helm-peer")).stderr(Stdio::inherit()));
         PathBuf::from(out.trim())
     });
     // Its caches and settings in a directory of this process's own, never the user's.
@@ -95,7 +92,10 @@ fn helm() -> Command {
 }
 
 fn chart() -> String {
-    root().join("deploy/helm/watchcache").display().to_string()
+    support::repo()
+        .join("deploy/helm/watchcache")
+        .display()
+        .to_string()
 }
 
 const ETCD_SET: &str = "etcd.endpoints={https://10.0.0.10:2379,https://10.0.0.11:2379}";
@@ -302,7 +302,7 @@ async fn the_chart_lints_renders_both_set_ups_and_kube_apiserver_accepts_them() 
     k.ok(&["create", "serviceaccount", "default", "-n", "kube-system"])
         .await;
     let manifest =
-        std::fs::read_to_string(root().join("deploy/static-pod/watchcache.yaml")).unwrap();
+        std::fs::read_to_string(support::repo().join("deploy/static-pod/watchcache.yaml")).unwrap();
     let pod = json(&apply(manifest).await);
     assert_eq!(pod["kind"], "Pod");
     let args: Vec<String> = pod["spec"]["containers"][0]["args"]
@@ -359,7 +359,7 @@ impl Drop for Podman {
 async fn the_image_runs_as_a_non_root_user_without_a_shell_and_serves_from_etcd() {
     let podman = Podman::new();
     let layout = podman.dir.join("oci");
-    ok(Command::new(root().join("scripts/image"))
+    ok(Command::new(support::repo().join("scripts/image"))
         .arg("--binary")
         .arg(env!("CARGO_BIN_EXE_watchcache"))
         .arg("--out")

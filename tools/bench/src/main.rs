@@ -16,7 +16,6 @@ mod bench;
 #[allow(dead_code)] // serve's idle-connection defaults are not the bench's
 mod fdlimit;
 #[path = "../../../crates/cli/src/ops.rs"]
-#[allow(dead_code)] // the binary's log set-up is not the bench's
 mod ops;
 
 // As the server's: many small allocations per simulated client.
