@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use serde_json::json;
-use watchcache::server::auth::{
+use watchcache::{Cache, CacheConfig, MemorySource, ResourceDef, Selection};
+use watchcache_server::auth::{
     Attributes, Authorizer, Decision, Mode, NodeAuthorizer, NodeCaches, Rbac, RbacObjects,
     RequestInfo, ServiceAccounts, User,
 };
-use watchcache::{Cache, CacheConfig, MemorySource, ResourceDef, Selection};
 
 fn rbac() -> Rbac {
     let mut o = RbacObjects::default();
@@ -107,7 +107,7 @@ fn bench(c: &mut Criterion) {
     // next ones, answered from the 10 s memo.
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("sa.pub");
-    let testdata = concat!(env!("CARGO_MANIFEST_DIR"), "/src/server/auth/testdata");
+    let testdata = concat!(env!("CARGO_MANIFEST_DIR"), "/src/auth/testdata");
     std::fs::copy(format!("{testdata}/sa-rsa.pub"), &key).unwrap();
     let private = std::fs::read(format!("{testdata}/sa-rsa.key")).unwrap();
     let now = std::time::SystemTime::now()

@@ -8,8 +8,8 @@ mod support;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{Cache, CacheConfig, ResourceDef};
+use watchcache_server::{Served, Server, ServerConfig};
 
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
 const METADATA: &str = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";

@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use watchcache::etcd::{EtcdCaches, EtcdConfig, LocalEtcd};
-use watchcache::server::{Served, Server, ServerConfig, TlsConfig};
 use watchcache::{CacheConfig, ResourceDef};
+use watchcache_server::{Served, Server, ServerConfig, TlsConfig};
 
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -50,7 +50,7 @@ fn class(size: usize) -> usize {
 
 /// What an allocation of `size` holds in the binary's allocator (mimalloc).
 fn held(size: usize) -> isize {
-    isize::try_from(watchcache::server::mimalloc_block(size)).unwrap_or(isize::MAX)
+    isize::try_from(watchcache_server::mimalloc_block(size)).unwrap_or(isize::MAX)
 }
 
 // A global allocator is unsafe by contract: this one only counts, then calls the system's.

@@ -153,30 +153,3 @@ pub fn continue_token(data: &[u8]) {
         assert_eq!(decoded, (rv, key));
     }
 }
-
-/// Query strings of LIST and WATCH: parsed and turned into options, or a Status error.
-#[cfg(feature = "server")]
-pub fn query(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    if let Ok(mut p) = crate::server::params::ReadParams::parse(Some(text), 10_240) {
-        let _list = p.list_options(Some("default"));
-        let _watch = p.watch_options(None);
-        p.watch_one("web");
-        let _one = p.watch_options(Some("default"));
-    }
-}
-
-/// The watch fast path's first-request head parser.
-#[cfg(feature = "server")]
-pub fn request_head(data: &[u8]) {
-    let _head = crate::server::watch::fast_path::parse_head(data);
-}
-
-/// The client-certificate verifier (X.509 v1 leaves, read by hand): `data` is a client's chain
-/// of DER certificates; refused or verified, never a panic.
-#[cfg(feature = "server")]
-pub fn client_cert(data: &[u8]) {
-    crate::server::client_cert::fuzz(data);
-}

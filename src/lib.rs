@@ -33,14 +33,15 @@
 //!   data) holds the writer: [`CacheWriter::resync`], [`CacheWriter::apply`],
 //!   [`CacheWriter::progress`] and readiness.
 //! - Resources are described by [`ResourceDef`]s: the files in `indexers/`, compiled in, or your own.
-//! - [`etcd`] (feature `etcd`) builds caches that follow etcd; [`server`] (feature `server`) serves
-//!   caches over the Kubernetes HTTP API. Without default features, only the core (model and
-//!   cache) is built.
+//! - [`etcd`] (feature `etcd`) builds caches that follow etcd; the crate `watchcache-server`
+//!   (`crates/server`) serves caches over the Kubernetes HTTP API. Without default features, only
+//!   the core (model, wire and cache) is built.
 //!
 //! ## Layers
-//! `model` (definitions, objects, selectors) ← `cache` (store, history, routing, watch streams) ←
-//! `upstream` (sources and the [`Writes`] contract) and `server` ← the `watchcache` binary.
-//! Dependencies point one way; see `design/architecture.md`.
+//! `model` (definitions, objects, selectors) ← [`wire`] (what goes out, in every format) ←
+//! `cache` (store, history, routing, watch streams) ← `upstream` (sources and the [`Writes`]
+//! contract) and the server crate ← the `watchcache` binary. Dependencies point one way; see
+//! `design/architecture.md`.
 //!
 //! ## Guarantees
 //! Every watcher sees each change exactly once, in resourceVersion order, with no gaps. A slow
@@ -88,11 +89,9 @@ mod cache;
 mod error;
 pub mod histogram;
 mod model;
-#[cfg(feature = "server")]
-pub mod server;
 mod sync;
 pub mod upstream;
-mod wire;
+pub mod wire;
 
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
@@ -101,13 +100,16 @@ pub use cache::ORIGIN_HEADER;
 pub use cache::{
     BoxFuture, Cache, CacheConfig, CacheStats, CacheWriter, Change, CheckStatus, Compared,
     ConsistencyChecks, Difference, KeyRange, ListOptions, OutOfOrder, RangeCursor, RangePage,
-    RangeReader, RawKv, Resync, ResyncOutcome, Upstream, WatchEvent, WatchOptions, WatchStream,
+    RangeReader, RawKv, Resync, ResyncOutcome, Upstream, WatchEnd, WatchEvent, WatchOptions,
+    WatchStream,
 };
 pub use error::{Cause, Error, Result};
 
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
+pub use cache::deadlines;
+pub use model::protobuf;
 pub use model::{
     Computed, CrdServing, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType,
     FieldLabels, FieldPath, FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector,

@@ -44,7 +44,7 @@ use tokio::sync::watch;
 use support::etcd::{client, put_rev};
 use support::pki::Ca;
 use support::server::TestServer;
-use watchcache::server::{ServerConfig, TlsConfig};
+use watchcache_server::{ServerConfig, TlsConfig};
 
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);

@@ -5,7 +5,7 @@
 //! kept a boxed tokio `Sleep` (112 B and a timer entry) for its bookmarks: per idle watch, for a
 //! timer that fires once a minute at most (design/performance.md). Here one wheel keeps, for each
 //! waiting deadline, its tick and its task's waker, and one task advances the wheel every tick: it
-//! wakes the deadlines that passed (a batch at a time, [`WAKE_BATCH`]) and, when the wheel has a shutdown signal, all of them at
+//! wakes the deadlines that passed (a batch at a time, `WAKE_BATCH`) and, when the wheel has a shutdown signal, all of them at
 //! shutdown. A waiting watch holds one [`Deadline`] (40 B) and one entry in a wheel's map, for
 //! both its end and its next bookmark; it holds no future.
 //!
@@ -20,7 +20,7 @@
 //! - A deadline is never early: it is rounded up to a whole tick, and a tick has passed only once
 //!   the wheel's clock (`now`, ticks since `epoch`) reached it. It may be up to a tick late
 //!   (kube-apiserver's watch timeouts are minutes, randomised; its bookmarks are a minute apart
-//!   and "best effort"; a tick is 1 s). Tick 0 has always passed ([`Deadline::reset_passed`]).
+//!   and "best effort"; a tick is 1 s). Tick 0 has always passed (`Deadline::reset_passed`).
 //! - No lost wakeup: a deadline stores its waker in its entry (under the lock) before it reads
 //!   `now` and `stopped`; the wheel's task stores those before it takes the lock to find the
 //!   wakers. So either the deadline reads the new value, or the task finds its waker. Every poll
@@ -55,7 +55,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// The wheel's granularity in a server and a cache.
-pub(crate) const TICK: Duration = Duration::from_secs(1);
+pub const TICK: Duration = Duration::from_secs(1);
 
 /// How many due deadlines the wheel's task wakes before it lets the runtime run them (and what
 /// else waits: an event's delivery). Watches opened together, as after a thousand kubelets
@@ -67,7 +67,7 @@ pub(crate) const TICK: Duration = Duration::from_secs(1);
 const WAKE_BATCH: usize = 64;
 
 /// A wheel of deadlines (see the module's documentation).
-pub(crate) struct Deadlines {
+pub struct Deadlines {
     epoch: Instant,
     tick: Duration,
     /// Ticks since `epoch` the task has seen pass.
@@ -110,7 +110,7 @@ struct Inner {
 
 impl Deadlines {
     /// A wheel of `tick` granularity; with `shutdown`, every deadline passes once it becomes true.
-    pub(crate) fn new(shutdown: Option<watch::Receiver<bool>>, tick: Duration) -> Arc<Deadlines> {
+    pub fn new(shutdown: Option<watch::Receiver<bool>>, tick: Duration) -> Arc<Deadlines> {
         Arc::new(Deadlines {
             epoch: Instant::now(),
             tick,
@@ -159,14 +159,12 @@ impl Deadlines {
 
     /// Whether the server is shutting down (never, for a wheel without a shutdown signal).
     /// Only the server's watches ask (a cache built without it never does).
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn stopped(&self) -> bool {
+    pub fn stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst) || self.shutdown.as_ref().is_some_and(|s| *s.borrow())
     }
 
     /// Watches waiting in the wheel.
-    #[cfg(test)]
-    pub(crate) fn waiting(&self) -> usize {
+    pub fn waiting(&self) -> usize {
         self.inner.lock().due.len()
     }
 
@@ -209,8 +207,7 @@ impl Deadlines {
     /// evenly over its ticks (from the next tick on), so that the watches' clients come back
     /// elsewhere a few at a time rather than all at once. Wakes every watch waiting, for each
     /// to take its slot. A second drain changes nothing.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn drain(&self, over: Duration) {
+    pub fn drain(&self, over: Duration) {
         if self.draining() {
             return;
         }
@@ -231,8 +228,7 @@ impl Deadlines {
     }
 
     /// Whether a drain began.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn draining(&self) -> bool {
+    pub fn draining(&self) -> bool {
         self.drain_from.load(Ordering::SeqCst) != NEVER
     }
 
@@ -363,7 +359,7 @@ const NEVER: u32 = u32::MAX;
 /// end (a served watch's, in the server's wheel, which also ends it at shutdown) and its next
 /// periodic bookmark. Which of them passed is told apart by their ticks against the wheel's
 /// clock, so a watch needs one entry and one handle for both.
-pub(crate) struct Deadline {
+pub struct Deadline {
     wheel: Arc<Deadlines>,
     id: u64,
     /// The end, in the wheel's ticks (`NEVER`: none, only its reader ends the watch).
@@ -433,7 +429,6 @@ impl Deadline {
     }
 
     /// The wheel the deadline is in.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(crate) fn wheel(&self) -> &Arc<Deadlines> {
         &self.wheel
     }

@@ -27,7 +27,7 @@ mod config;
 pub(crate) mod consistency;
 mod consistent;
 pub(crate) mod continue_token;
-pub(crate) mod deadlines;
+pub mod deadlines;
 mod fresh;
 mod history;
 mod key_order;
@@ -61,8 +61,7 @@ pub use consistency::{Compared, Difference};
 pub use list::ListOptions;
 pub use resync::Resync;
 pub use state::{CacheStats, Change, CheckStatus, ConsistencyChecks, OutOfOrder, ResyncOutcome};
-#[cfg_attr(not(feature = "server"), allow(unused_imports))]
-pub(crate) use stream::WatchEnd;
+pub use stream::WatchEnd;
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
 pub(crate) use upstream::Selected;
 pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
@@ -729,12 +728,7 @@ impl Cache {
     ///
     /// # Errors
     /// As [`Cache::watch`].
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) async fn watch_until(
-        &self,
-        opts: WatchOptions,
-        end: WatchEnd,
-    ) -> Result<WatchStream> {
+    pub async fn watch_until(&self, opts: WatchOptions, end: WatchEnd) -> Result<WatchStream> {
         self.watch_inner(opts, Some(end)).await
     }
 
@@ -796,10 +790,9 @@ impl Cache {
         ))
     }
 
-    /// Watches waiting in the cache's wheel of bookmarks (those made by [`Cache::watch`]); read by
-    /// the server's tests.
-    #[cfg(all(test, feature = "server"))]
-    pub(crate) fn waiting_bookmarks(&self) -> usize {
+    /// Watches waiting in the cache's own wheel of bookmarks: those made by [`Cache::watch`]
+    /// with periodic bookmarks (a served watch's are in the server's wheel).
+    pub fn waiting_bookmarks(&self) -> usize {
         self.shared.bookmarks.waiting()
     }
 

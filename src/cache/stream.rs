@@ -276,8 +276,10 @@ pub struct WatchStream {
 
 /// Where and when a served watch ends: the server's wheel (whose shutdown ends it too) and its
 /// deadline. Its bookmarks then come from that wheel, in the same entry.
-pub(crate) struct WatchEnd {
+pub struct WatchEnd {
+    /// The wheel the watch ends in (the server's).
     pub wheel: Arc<Deadlines>,
+    /// When the watch ends (its `timeoutSeconds`).
     pub at: tokio::time::Instant,
 }
 
@@ -328,8 +330,7 @@ impl WatchStream {
     /// woken when one of them happens. Never ready for a watch without an end (made by
     /// [`Cache::watch`](crate::cache::Cache::watch)), whose reader alone ends it; `cx` is then
     /// not stored.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    pub fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         match &mut self.deadline {
             Some(d) if d.has_end() => d.poll_end(cx),
             _ => Poll::Pending,
@@ -388,12 +389,11 @@ impl WatchStream {
     /// then (when it asked for bookmarks) a bookmark at the cache's revision, so that its client
     /// resumes elsewhere from there rather than from the last change it saw. A watcher still
     /// catching up from history (parked: its client read slowly) is caught up here first, up to
-    /// [`DRAIN_CATCH_UP`] changes, so it gets that bookmark too: otherwise its client would
+    /// `DRAIN_CATCH_UP` changes, so it gets that bookmark too: otherwise its client would
     /// resume from its last change, which a replica restarted since does not hold (410, a
     /// relist). Empty while its initial events are still being sent: the last event it was sent
     /// is then where it resumes from.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn drain_tail(&mut self) -> Vec<WatchEvent> {
+    pub fn drain_tail(&mut self) -> Vec<WatchEvent> {
         if self.phase.is_some() {
             return Vec::new();
         }
@@ -431,8 +431,7 @@ impl WatchStream {
     }
 
     /// The wheel this watch ends in: the server's, for a served watch (`Cache::watch_until`).
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn end_wheel(&self) -> Option<&Arc<Deadlines>> {
+    pub fn end_wheel(&self) -> Option<&Arc<Deadlines>> {
         self.deadline
             .as_ref()
             .filter(|d| d.has_end())
@@ -574,7 +573,6 @@ impl std::fmt::Debug for WatchStream {
     }
 }
 
-#[cfg(feature = "server")]
 impl wire::convert::Encodings for WatchEvent {
     fn kind(&self) -> EventType {
         WatchEvent::kind(self)

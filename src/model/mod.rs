@@ -21,7 +21,7 @@ pub mod names;
 mod object;
 mod packed;
 pub(crate) mod printers;
-pub(crate) mod protobuf;
+pub mod protobuf;
 mod quantity;
 mod resource_version;
 pub(crate) mod schema;

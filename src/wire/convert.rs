@@ -3,7 +3,7 @@
 //!
 //! These run on kubectl's and metadata clients' requests, from the object's JSON DOM. A watch
 //! event is converted once per format and shared by every watcher asking for that format (the
-//! [`Memo`]); only a Table watch's first event, which carries the column definitions, is made for
+//! `Memo`); only a Table watch's first event, which carries the column definitions, is made for
 //! its own watcher.
 //!
 //! A watch of another served version of a CRD than its cache's ([`ResourceDef::other_versions`])
@@ -16,11 +16,8 @@
 //! await.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::SystemTime;
-
-use prometheus_client::metrics::counter::Counter;
 
 use parking_lot::Mutex;
 
@@ -39,7 +36,7 @@ use crate::wire::{Frame, ObjectList, go_json, managed_fields, partial};
 
 /// What a watch event offers to be converted: its type and its shared encodings (the cache's
 /// `WatchEvent`, made once per event and shared by its watchers).
-pub(crate) trait Encodings {
+pub trait Encodings {
     /// ADDED, MODIFIED, DELETED or BOOKMARK.
     fn kind(&self) -> EventType;
     /// The object's JSON as this event carries it.
@@ -60,7 +57,7 @@ pub(crate) trait Encodings {
 
 /// What a Table row's `object` holds (`includeObject`); upstream's default is `Metadata`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub(crate) enum IncludeObject {
+pub enum IncludeObject {
     /// No object.
     None,
     /// The object's `PartialObjectMetadata`.
@@ -337,7 +334,7 @@ fn parse(json: &[u8]) -> Result<Value, Failed> {
 ///
 /// # Errors
 /// 500 if a stored object cannot be read back (never expected: objects are validated on decode).
-pub(crate) fn list(
+pub fn list(
     def: &ResourceDef,
     list: &ObjectList,
     format: Format,
@@ -458,7 +455,7 @@ pub(crate) fn list(
 ///
 /// # Errors
 /// 500 if the stored object cannot be read back.
-pub(crate) fn object(
+pub fn object(
     def: &ResourceDef,
     json: &[u8],
     format: Format,
@@ -497,7 +494,7 @@ pub(crate) fn object(
 ///
 /// # Errors
 /// 500 if the stored object cannot be converted.
-pub(crate) fn object_metadata_protobuf(
+pub fn object_metadata_protobuf(
     def: &ResourceDef,
     obj: &Object,
     fields: Fields,
@@ -514,7 +511,7 @@ pub(crate) fn object_metadata_protobuf(
 /// definitions on the first only, as upstream's `watchEmbeddedEncoder` sends them), its
 /// PartialObjectMetadata, or itself without managed fields (JSON or protobuf). A bookmark keeps
 /// its resourceVersion and annotations.
-pub(crate) struct WatchConverter {
+pub struct WatchConverter {
     def: ResourceDef,
     format: Format,
     include: IncludeObject,
@@ -525,21 +522,25 @@ pub(crate) struct WatchConverter {
     columns_sent: bool,
     /// Counts the conversions made for this watch's (resource, format, fields): a conversion
     /// shared with other watchers is counted once, by whichever made it.
-    made: Counter<u64, AtomicU64>,
+    made: MadeCounter,
 }
+
+/// Counts the conversions one watch made (a server's metric): called once per conversion the
+/// watch made itself, not for those it shared with other watchers.
+pub type MadeCounter = Box<dyn Fn() + Send + Sync>;
 
 impl WatchConverter {
     /// A converter for a watch answered in `format` with `fields`, of `def` (the definition at
     /// the requested version); `other_version` when that is not the version the cache holds its
     /// objects at. `None` when the events go out as they are (JSON or protobuf with all their
     /// fields, at the cache's version).
-    pub(crate) fn new(
+    pub fn new(
         def: &ResourceDef,
         format: Format,
         include: IncludeObject,
         fields: Fields,
         other_version: bool,
-        made: impl FnOnce() -> Counter<u64, AtomicU64>,
+        made: impl FnOnce() -> MadeCounter,
     ) -> Option<WatchConverter> {
         let converts = match format {
             Format::Table(_) | Format::Metadata(_) | Format::MetadataProtobuf => true,
@@ -564,7 +565,7 @@ impl WatchConverter {
     ///
     /// # Errors
     /// A protobuf watch of an object stored as JSON that its kind's message cannot hold.
-    pub(crate) fn frame(&mut self, ev: &impl Encodings) -> Result<Frame, EncodeError> {
+    pub fn frame(&mut self, ev: &impl Encodings) -> Result<Frame, EncodeError> {
         let kind = ev.kind();
         if kind == EventType::Bookmark {
             // A bookmark's object has no managed fields to leave out.
@@ -601,7 +602,7 @@ impl WatchConverter {
         };
         let cell = MEMO.cell(&source, (self.format, self.include, self.fields, version));
         let body = cell.get_or_init(|| {
-            self.made.inc();
+            (self.made)();
             self.body(ev, false)
         });
         Ok(match body {
@@ -743,7 +744,7 @@ impl WatchConverter {
 
 /// An object's JSON at `def`'s version: a custom resource's read at another served version of
 /// its CRD has its apiVersion changed; the same bytes otherwise.
-pub(crate) fn at_def_version(def: &ResourceDef, json: &Bytes) -> Bytes {
+pub fn at_def_version(def: &ResourceDef, json: &Bytes) -> Bytes {
     if def.rewrite_api_version {
         json_at_version(json, &def.api_version())
     } else {
@@ -757,7 +758,7 @@ fn same_bytes(a: &Bytes, b: &Bytes) -> bool {
 
 /// An object's JSON without `metadata.managedFields`: the same bytes when it has none (or, never
 /// expected, when they cannot be read).
-pub(crate) fn json_without_managed(json: &Bytes) -> Bytes {
+pub fn json_without_managed(json: &Bytes) -> Bytes {
     match managed_fields::json_without(json) {
         Ok(Some(b)) => Bytes::from(b),
         Ok(None) => json.clone(),
@@ -781,7 +782,7 @@ fn meta_without_managed(meta: Vec<u8>) -> Vec<u8> {
 ///
 /// # Errors
 /// As [`Object::protobuf_wire`](Object::protobuf_wire).
-pub(crate) fn protobuf_without_managed(obj: &Object) -> Result<Bytes, EncodeError> {
+pub fn protobuf_without_managed(obj: &Object) -> Result<Bytes, EncodeError> {
     let env = obj.protobuf_wire()?;
     match managed_fields::protobuf_without(env) {
         Ok(Some(b)) => Ok(Bytes::from(b)),
@@ -798,7 +799,7 @@ pub(crate) fn protobuf_without_managed(obj: &Object) -> Result<Bytes, EncodeErro
 /// item starts at the same offset), the whole object for a custom resource.
 ///
 /// [`list_parts_with`]: crate::wire::list_parts_with
-pub(crate) fn json_item_without_managed(o: &Object, parts: &mut Vec<Bytes>) {
+pub fn json_item_without_managed(o: &Object, parts: &mut Vec<Bytes>) {
     let json = json_without_managed(o.json());
     match o.list_item_tail() {
         Some(tail) => {
@@ -816,7 +817,7 @@ pub(crate) fn json_item_without_managed(o: &Object, parts: &mut Vec<Bytes>) {
 ///
 /// # Errors
 /// As [`Object::protobuf_item`](Object::protobuf_item).
-pub(crate) fn protobuf_item_without_managed(o: &Object) -> Result<Bytes, EncodeError> {
+pub fn protobuf_item_without_managed(o: &Object) -> Result<Bytes, EncodeError> {
     let raw = o.protobuf_item()?;
     match managed_fields::message_without(&raw) {
         Ok(Some(b)) => Ok(Bytes::from(b)),
@@ -942,28 +943,6 @@ mod tests {
     }
 
     #[test]
-    fn include_object_values() {
-        assert_eq!(
-            IncludeObject::from_query(None).unwrap(),
-            IncludeObject::Metadata
-        );
-        assert_eq!(
-            IncludeObject::from_query(Some("includeObject=Object")).unwrap(),
-            IncludeObject::Object
-        );
-        assert_eq!(
-            IncludeObject::from_query(Some("includeObject=None")).unwrap(),
-            IncludeObject::None
-        );
-        assert_eq!(
-            IncludeObject::from_query(Some("includeObject=All"))
-                .unwrap_err()
-                .code(),
-            400
-        );
-    }
-
-    #[test]
     fn a_pod_becomes_a_row_with_its_printer_columns() {
         let def = ResourceDef::builtin("pods").unwrap();
         let pod = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web","namespace":"d","resourceVersion":"7","creationTimestamp":"2026-01-01T00:00:00Z"},"spec":{"nodeName":"n1","containers":[{"name":"a"}]},"status":{"phase":"Running","podIP":"10.0.0.1","containerStatuses":[{"name":"a","ready":true,"restartCount":0,"state":{"running":{}}}]}}"#;
@@ -1062,9 +1041,11 @@ mod bookmark_tests {
                 "v1" => MetaVersion::V1,
                 _ => MetaVersion::V1beta1,
             };
-            let include =
-                IncludeObject::from_query(Some(&format!("includeObject={}", s("include"))))
-                    .unwrap();
+            let include = match s("include") {
+                "Object" => IncludeObject::Object,
+                "None" => IncludeObject::None,
+                _ => IncludeObject::Metadata,
+            };
             let sent: Value = serde_json::from_str(want).unwrap();
             let rv: u64 = sent["object"]["metadata"]["resourceVersion"]
                 .as_str()
@@ -1072,15 +1053,11 @@ mod bookmark_tests {
                 .parse()
                 .unwrap();
             let end = want.contains(crate::model::INITIAL_EVENTS_END);
-            let mut conv = WatchConverter::new(
-                &def,
-                Format::Table(v),
-                include,
-                Fields::All,
-                false,
-                Counter::default,
-            )
-            .unwrap();
+            let mut conv =
+                WatchConverter::new(&def, Format::Table(v), include, Fields::All, false, || {
+                    Box::new(|| ())
+                })
+                .unwrap();
             conv.columns_sent = !case["first"].as_bool().unwrap();
             let ev = Bookmark(crate::wire::bookmark_object(&def, rv, end));
             let got = conv.frame(&ev).unwrap().to_bytes();
@@ -1154,7 +1131,7 @@ mod version_tests {
                 .to_owned(),
         );
         let ev = Event(EventType::Added, json);
-        let made = Counter::<u64, AtomicU64>::default();
+        let made = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let watcher = || {
             WatchConverter::new(
                 beta,
@@ -1164,7 +1141,11 @@ mod version_tests {
                 true,
                 {
                     let made = made.clone();
-                    move || made
+                    move || -> MadeCounter {
+                        Box::new(move || {
+                            made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        })
+                    }
                 },
             )
             .expect("another version is converted")
@@ -1176,7 +1157,7 @@ mod version_tests {
             "{\"type\":\"ADDED\",\"object\":{\"apiVersion\":\"stable.example.com/v1beta1\",\"kind\":\"Shirt\",\"metadata\":{\"name\":\"a\",\"namespace\":\"d\",\"resourceVersion\":\"5\"},\"spec\":{\"color\":\"red\"}}}\n"
         );
         // One body, shared: the same bytes in both watchers' frames.
-        assert_eq!(made.get(), 1);
+        assert_eq!(made.load(std::sync::atomic::Ordering::Relaxed), 1);
         assert_eq!(fa.parts()[1].as_ptr(), fb.parts()[1].as_ptr());
         // The storage version's watchers take the event's own frame: no converter at all.
         assert!(
@@ -1186,7 +1167,7 @@ mod version_tests {
                 IncludeObject::Metadata,
                 Fields::All,
                 false,
-                Counter::default
+                || Box::new(|| ())
             )
             .is_none()
         );
@@ -1198,7 +1179,7 @@ mod version_tests {
             IncludeObject::Object,
             Fields::All,
             true,
-            Counter::default,
+            || Box::new(|| ()),
         )
         .unwrap();
         let table: Value = serde_json::from_str(&text(&t.frame(&ev).unwrap())).unwrap();

@@ -9,7 +9,7 @@ use crate::wire::status::Status;
 
 /// What a request is answered with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Format {
+pub enum Format {
     /// The resource's own JSON (`application/json`).
     Json,
     /// A `meta.k8s.io` Table (kubectl's human-readable output).
@@ -30,7 +30,7 @@ pub(crate) enum Format {
 /// (`drop=metadata.managedFields`, KEP-5958). JSON and protobuf objects, lists and watch events,
 /// and PartialObjectMetadata, honour it; a Table's rows are left as they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub(crate) enum Fields {
+pub enum Fields {
     /// The object as stored.
     #[default]
     All,
@@ -40,7 +40,7 @@ pub(crate) enum Fields {
 
 impl Fields {
     /// The label of this variant in metrics.
-    pub(crate) fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Fields::All => "all",
             Fields::WithoutManaged => "without-managed-fields",
@@ -50,8 +50,10 @@ impl Fields {
 
 /// The `meta.k8s.io` version a Table or PartialObjectMetadata is asked in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum MetaVersion {
+pub enum MetaVersion {
+    /// `meta.k8s.io/v1`.
     V1,
+    /// `meta.k8s.io/v1beta1`.
     V1beta1,
 }
 
@@ -65,7 +67,7 @@ impl MetaVersion {
     }
 
     /// `v1` or `v1beta1` (an `as=` range's `v=`).
-    pub(crate) fn parse(v: &str) -> Option<MetaVersion> {
+    pub fn parse(v: &str) -> Option<MetaVersion> {
         match v {
             "v1" => Some(MetaVersion::V1),
             "v1beta1" => Some(MetaVersion::V1beta1),
@@ -76,7 +78,7 @@ impl MetaVersion {
 
 /// The wire format of a watch response's frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wire {
+pub enum Wire {
     /// One `{"type":...,"object":...}` line per event (`application/json`).
     Json,
     /// Length-prefixed `metav1.WatchEvent` messages
@@ -86,7 +88,7 @@ pub(crate) enum Wire {
 
 impl Wire {
     /// The response's Content-Type.
-    pub(crate) fn content_type(self) -> &'static str {
+    pub fn content_type(self) -> &'static str {
         match self {
             Wire::Json => "application/json",
             Wire::Protobuf => "application/vnd.kubernetes.protobuf;stream=watch",
@@ -94,7 +96,7 @@ impl Wire {
     }
 
     /// The frame of an ERROR event carrying this error's `Status`.
-    pub(crate) fn error_frame(self, status: &Status) -> Frame {
+    pub fn error_frame(self, status: &Status) -> Frame {
         match self {
             Wire::Json => Frame::error(status.json()),
             Wire::Protobuf => Frame::protobuf_error(Bytes::from(status.protobuf())),
@@ -103,4 +105,4 @@ impl Wire {
 }
 
 /// A watch's frames: their format and the fields their objects keep.
-pub(crate) type WatchWire = (Wire, Fields);
+pub type WatchWire = (Wire, Fields);

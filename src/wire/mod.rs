@@ -25,22 +25,16 @@
 //! than a few lines), its arm in `convert.rs` (LIST, GET, a watch event) and the media range
 //! that selects it in `server/negotiate.rs`. Nothing in the cache changes.
 
-#[cfg(feature = "server")]
-pub(crate) mod convert;
-#[cfg(feature = "server")]
-pub(crate) mod format;
+pub mod convert;
+pub mod format;
 mod frame;
-#[cfg(feature = "server")]
 pub(crate) mod go_json;
 mod list;
 pub mod managed_fields;
-#[cfg(feature = "server")]
 pub(crate) mod partial;
 pub(crate) mod protobuf;
-#[cfg(feature = "server")]
-pub(crate) mod status;
-#[cfg(feature = "server")]
-pub(crate) mod version;
+pub mod status;
+pub mod version;
 
 pub use frame::Frame;
 pub(crate) use frame::bookmark_object;

@@ -3,10 +3,8 @@
 //! `{Kind}List`'s envelope and item heads, and `metav1.Status`. Objects themselves are the cache's
 //! shared bytes (`model/protobuf/`), never re-encoded here.
 
-#[cfg(feature = "server")]
 use serde_json::Value as Json;
 
-#[cfg(feature = "server")]
 use crate::model::protobuf::envelope;
 use crate::model::protobuf::{MAGIC, nested, put_len, put_varint, tag, varint};
 
@@ -102,7 +100,6 @@ pub(crate) fn item_head(len: usize) -> Vec<u8> {
 /// Status {metadata = 1 ListMeta, status = 2, message = 3, reason = 4, details = 5, code = 6},
 /// StatusDetails {name = 1, group = 2, kind = 3, causes = 4, retryAfterSeconds = 5, uid = 6},
 /// StatusCause {reason = 1, message = 2, field = 3}.
-#[cfg(feature = "server")]
 pub(crate) fn status(json: &Json) -> Vec<u8> {
     let s = |v: &Json, k: &str| v.get(k).and_then(Json::as_str).unwrap_or("").to_owned();
     let i = |v: &Json, k: &str| v.get(k).and_then(Json::as_i64).unwrap_or(0);

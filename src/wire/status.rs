@@ -7,12 +7,18 @@ use crate::wire::go_json::string;
 
 /// A `metav1.Status` of a failure: its code, reason, message and details.
 #[derive(Debug, Clone)]
-pub(crate) struct Status {
+pub struct Status {
+    /// The HTTP status code (`code`).
     pub code: u16,
+    /// The machine-readable reason (`reason`: `NotFound`, `Expired`, ...).
     pub reason: &'static str,
+    /// What a person reads (`message`).
     pub message: String,
+    /// `details.retryAfterSeconds`, and the `Retry-After` header.
     pub retry_after: Option<u64>,
+    /// `details.causes`.
     pub causes: Vec<Cause>,
+    /// `details.kind` and `details.name`, when the error names an object.
     pub details: Option<(String, String)>,
     /// `details.group`, when the error names an API group (Forbidden).
     pub group: String,
@@ -23,15 +29,18 @@ pub(crate) struct Status {
 
 /// One entry of `details.causes`: why, what, and which field (when one is at fault).
 #[derive(Debug, Clone)]
-pub(crate) struct Cause {
+pub struct Cause {
+    /// The cause's reason (`FieldValueInvalid`, ...).
     pub reason: &'static str,
+    /// What is wrong.
     pub message: String,
+    /// The field at fault, as a path (`metadata.name`).
     pub field: Option<String>,
 }
 
 impl Status {
     /// A status with a code, reason and message.
-    pub(crate) fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Status {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Status {
         Status {
             code,
             reason,
@@ -47,7 +56,7 @@ impl Status {
     /// The `Status` object as JSON, as encoding/json writes `metav1.Status`: kind, apiVersion,
     /// metadata, status, message, reason, details (name, group, kind, causes (reason, message,
     /// field), retryAfterSeconds), code.
-    pub(crate) fn json(&self) -> Bytes {
+    pub fn json(&self) -> Bytes {
         let this = self;
         let mut out = Vec::with_capacity(160 + this.message.len());
         out.extend_from_slice(br#"{"kind":"Status","apiVersion":"v1","metadata":{"#);
@@ -116,7 +125,7 @@ impl Status {
     }
     /// The same `Status` in protobuf (its `k8s\0` envelope), as kube-apiserver writes errors to
     /// a client that negotiated protobuf.
-    pub(crate) fn protobuf(&self) -> Vec<u8> {
+    pub fn protobuf(&self) -> Vec<u8> {
         let json: serde_json::Value = serde_json::from_slice(&self.json()).unwrap_or_default();
         crate::wire::protobuf::status(&json)
     }

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use support::server::TestServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use watchcache::server::ServerConfig;
-use watchcache::server::auth::{AuthConfig, Authenticator, Mode, RbacObjects, TokenFile};
+use watchcache_server::ServerConfig;
+use watchcache_server::auth::{AuthConfig, Authenticator, Mode, RbacObjects, TokenFile};
 
 /// Reads from a raw socket until `end` appears, the peer closes, or `within` passes.
 async fn read_until(s: &mut TcpStream, end: &[u8], within: Duration) -> Vec<u8> {
@@ -985,7 +985,7 @@ async fn gzip_watches_flush_every_event_and_end_as_valid_gzip() {
 mod issue20 {
     use super::*;
     use watchcache::ResourceDef;
-    use watchcache::server::auth::{AuthConfig, Authenticator, Mode, RbacObjects, TokenFile};
+    use watchcache_server::auth::{AuthConfig, Authenticator, Mode, RbacObjects, TokenFile};
 
     const TOKENS: &str = "\
 admin-token,admin,0,system:masters
@@ -1129,11 +1129,11 @@ mod issue20_tokens {
     use super::*;
     use std::path::Path;
     use watchcache::ResourceDef;
-    use watchcache::server::auth::{
+    use watchcache_server::auth::{
         AuthConfig, Authenticator, Mode, RbacObjects, ServiceAccounts, TokenFile,
     };
 
-    const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/server/auth/testdata");
+    const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/auth/testdata");
     const ISSUER: &str = "https://issuer.test";
 
     /// A projected token of `team/builder` with these `kubernetes.io` claims.

@@ -13,7 +13,6 @@
 //! and dictionaries make up for in part.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use watchcache::fuzz;
@@ -94,9 +93,7 @@ fn run(target: &str, f: fn(&[u8]), dict: &[&[u8]]) {
 fn run_on(target: &str, dirs: &[&str], f: fn(&[u8]), dict: &[&[u8]]) {
     let mut corpus: Vec<Vec<u8>> = Vec::new();
     for d in dirs {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fuzz-corpus")
-            .join(d);
+        let dir = crate::support::repo().join("tests/fuzz-corpus").join(d);
         corpus.extend(
             std::fs::read_dir(&dir)
                 .unwrap_or_else(|e| panic!("corpus {}: {e}", dir.display()))
@@ -122,7 +119,7 @@ fn run_on(target: &str, dirs: &[&str], f: fn(&[u8]), dict: &[&[u8]]) {
     let mut rng = Rng(seed);
     let check = |input: &[u8]| {
         if catch_unwind(AssertUnwindSafe(|| f(input))).is_err() {
-            let out = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            let out = crate::support::repo()
                 .join("target/fuzz-crashes")
                 .join(target);
             std::fs::create_dir_all(&out).unwrap();
@@ -240,7 +237,7 @@ fn continue_token() {
 fn query() {
     run(
         "query",
-        fuzz::query,
+        watchcache_server::fuzz::query,
         &[
             b"&",
             b"=",
@@ -271,7 +268,7 @@ fn request_head() {
         "request_head",
         // Heads that are not watches (also replayed by the fast path's unit tests), and watches.
         &["head", "head-watch"],
-        fuzz::request_head,
+        watchcache_server::fuzz::request_head,
         &[
             b"\r\n",
             b"\r\n\r\n",
@@ -293,7 +290,7 @@ fn request_head() {
 fn client_cert() {
     run(
         "client_cert",
-        fuzz::client_cert,
+        watchcache_server::fuzz::client_cert,
         &[
             // DER headers: SEQUENCE short and long forms, BIT STRING, INTEGER, OID, the v3
             // version tag, and lengths at and past the reader's limits.

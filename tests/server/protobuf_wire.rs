@@ -12,13 +12,13 @@ use etcd_client::{Client, Txn, TxnOp};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use watchcache::server::ServerConfig;
+use watchcache_server::ServerConfig;
 
 use support::server::TestServer;
 
 const DATA: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/data/kubernetes-protobuf/"
+    "/../../tests/data/kubernetes-protobuf/"
 );
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use watchcache::etcd::{EtcdCaches, EtcdConfig};
-use watchcache::server::{Served, Server, ServerConfig, TlsConfig};
 use watchcache::{Cache, CacheConfig, ResourceDef, ResourceVersion};
+use watchcache_server::{Served, Server, ServerConfig, TlsConfig};
 
 use super::etcd::{Etcd, etcd};
 

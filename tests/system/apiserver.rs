@@ -14,8 +14,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use watchcache::apiserver::{ApiServerCaches, ApiServerConfig, InitialList};
 use watchcache::etcd::{ConsistentReads, EtcdCaches, free_port};
-use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{CacheConfig, ResourceDef};
+use watchcache_server::{Served, Server, ServerConfig};
 
 use support::etcd::{Etcd, etcd};
 use support::pod_value;

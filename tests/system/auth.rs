@@ -12,16 +12,16 @@ use serde_json::{Value, json};
 use support::TestPod;
 use support::server::TestServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use watchcache::server::ServerConfig;
-use watchcache::server::auth::{
+use watchcache::{CacheConfig, ResourceDef};
+use watchcache_server::ServerConfig;
+use watchcache_server::auth::{
     AuthConfig, Authenticator, Mode, RbacObjects, ServiceAccounts, TokenFile,
 };
-use watchcache::{CacheConfig, ResourceDef};
 
 /// Keys made for the unit tests of service-account tokens.
 /// The service-account keys of the server's own tests.
 fn testdata() -> std::path::PathBuf {
-    support::repo().join("src/server/auth/testdata")
+    support::repo().join("crates/server/src/auth/testdata")
 }
 
 /// A projected service-account token for `ns`/`name`, signed with the test RSA or EC key.
@@ -796,11 +796,11 @@ struct ToServer {
     base: String,
 }
 
-impl watchcache::server::Proxy for ToServer {
+impl watchcache_server::Proxy for ToServer {
     fn forward(
         &self,
         req: http::Request<bytes::Bytes>,
-    ) -> watchcache::BoxFuture<'static, Result<http::Response<watchcache::server::ProxyBody>, String>>
+    ) -> watchcache::BoxFuture<'static, Result<http::Response<watchcache_server::ProxyBody>, String>>
     {
         use http_body_util::BodyExt;
         let url = format!("{}{}", self.base, req.uri());

@@ -12,7 +12,7 @@ use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use support::etcd::{client, put_rev};
 use support::server::TestServer;
-use watchcache::server::ServerConfig;
+use watchcache_server::ServerConfig;
 
 /// What kube-apiserver 1.35 wrote to etcd, and its answers.
 fn dir() -> std::path::PathBuf {

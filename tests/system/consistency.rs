@@ -18,11 +18,11 @@ use support::kube::KubeApiserver;
 use tokio::sync::oneshot;
 use watchcache::apiserver::{ApiServerCaches, ApiServerConfig, client_from_kubeconfig};
 use watchcache::etcd::EtcdCaches;
-use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{
     Cache, CacheConfig, ConsistencyChecks, Corruption, EventType, ListOptions, ResourceDef,
     ResourceVersion, Selection, WatchOptions, WatchStream,
 };
+use watchcache_server::{Served, Server, ServerConfig};
 
 const PERIOD: Duration = Duration::from_millis(400);
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use reqwest::{Client, StatusCode};
-use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{Cache, CacheConfig, MemorySource, ResourceDef};
+use watchcache_server::{Served, Server, ServerConfig};
 
 /// What kube-apiserver 1.35 wrote to etcd, and its answers.
 fn dir() -> std::path::PathBuf {

@@ -11,7 +11,7 @@ use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use support::pod_value;
 use support::server::{TestServer, watch_lines};
-use watchcache::server::ServerConfig;
+use watchcache_server::ServerConfig;
 
 /// A pod put straight into etcd, as kube-apiserver stores it (the server is read-only); as the
 /// server's cache then holds it.

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use support::TestPod;
 use support::kubectl::Kubectl;
 use support::server::TestServer;
-use watchcache::server::ServerConfig;
+use watchcache_server::ServerConfig;
 
 /// A pod labelled `app: web` with one ready container of two, on a node, with an IP.
 fn half_ready(name: &str, node: &str, ip: &str) -> String {

@@ -8,8 +8,8 @@ use crate::support::TestPod;
 use futures_util::StreamExt;
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
-use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{Cache, CacheConfig, MemorySource, ResourceDef};
+use watchcache_server::{Served, Server, ServerConfig};
 
 async fn serve() -> (String, MemorySource, tokio::sync::oneshot::Sender<()>) {
     let (pods, pods_writer) = Cache::new(

@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::support::TestPod;
 use futures_util::StreamExt;
 use reqwest::{Client, StatusCode};
-use watchcache::server::{Served, Server, ServerConfig};
 use watchcache::{Cache, CacheConfig, MemorySource, ResourceDef};
+use watchcache_server::{Served, Server, ServerConfig};
 
 struct Fixture {
     url: String,

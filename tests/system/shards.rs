@@ -11,7 +11,7 @@ use std::time::Duration;
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use support::server::{TestServer, watch_lines};
-use watchcache::server::ServerConfig;
+use watchcache_server::ServerConfig;
 
 /// FNV-1a 64, written here from its definition (offset basis 0xcbf29ce484222325, prime
 /// 0x100000001b3), independently of the crate's.

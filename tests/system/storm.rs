@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use support::pki::Ca;
 use support::server::TestServer;
 use watchcache::ResourceDef;
-use watchcache::server::{ServerConfig, TlsConfig};
+use watchcache_server::{ServerConfig, TlsConfig};
 
 /// The storm: this many TLS HTTP/2 connections opened at once, each opening this many watches at
 /// once as a kubelet does (pods of its node, and every pod, configmap and secret, from

@@ -24,7 +24,7 @@ use tokio_rustls::client::TlsStream;
 use support::etcd::put_rev;
 use support::pki::{Ca, Issued};
 use support::server::TestServer;
-use watchcache::server::{ServerConfig, TlsConfig};
+use watchcache_server::{ServerConfig, TlsConfig};
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

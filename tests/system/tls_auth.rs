@@ -12,8 +12,8 @@ use serde_json::Value;
 use support::pki::{Ca, Issued};
 use support::server::TestServer;
 use watchcache::ResourceDef;
-use watchcache::server::auth::{AuthConfig, Authenticator, Mode, RbacObjects, TokenFile};
-use watchcache::server::{ServerConfig, TlsConfig};
+use watchcache_server::auth::{AuthConfig, Authenticator, Mode, RbacObjects, TokenFile};
+use watchcache_server::{ServerConfig, TlsConfig};
 
 fn b64(p: &Path) -> String {
     base64::engine::general_purpose::STANDARD.encode(std::fs::read(p).unwrap())

@@ -16,7 +16,7 @@
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use watchcache::server::{HeapBytes, mimalloc_block};
+use watchcache_server::{HeapBytes, mimalloc_block};
 
 static ON: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicI64 = AtomicI64::new(0);
@@ -111,7 +111,7 @@ pub fn refuse_huge_pages() -> std::io::Result<()> {
 pub(crate) fn init_from_env() {
     if std::env::var_os("WATCHCACHE_HEAP_STATS").is_some_and(|v| v == "1") {
         ON.store(true, Ordering::SeqCst);
-        watchcache::server::count_heap_with(|| HeapBytes {
+        watchcache_server::count_heap_with(|| HeapBytes {
             live: LIVE.load(Ordering::Relaxed),
             held: HELD.load(Ordering::Relaxed),
         });

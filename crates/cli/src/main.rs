@@ -14,9 +14,9 @@ use watchcache::apiserver::{
 use watchcache::etcd::{
     ConsistentReads, Encryption, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd, LocalEtcdError,
 };
-use watchcache::server::{Served, Server, ServerConfig, TlsConfig, auth};
 use watchcache::upstream::crds::ResourceChange;
 use watchcache::{Cache, CacheConfig, ResourceDef};
+use watchcache_server::{Served, Server, ServerConfig, TlsConfig, auth};
 
 mod fdlimit;
 mod ops;
@@ -194,7 +194,7 @@ struct ServeArgs {
     /// Authorizers, in order: comma-separated AlwaysAllow, AlwaysDeny, Node, RBAC (default, once
     /// any authentication is configured: Node,RBAC; `system:masters` may do everything).
     #[arg(long, value_delimiter = ',', value_name = "MODES")]
-    authorization_mode: Vec<watchcache::server::auth::Mode>,
+    authorization_mode: Vec<watchcache_server::auth::Mode>,
     /// Directory of RBAC objects (YAML or JSON: Roles, ClusterRoles, RoleBindings,
     /// ClusterRoleBindings, Lists) the RBAC authorizer starts from; the cache's own RBAC objects
     /// add to them.

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use watchcache::BoxFuture;
-use watchcache::server::{Proxy, ProxyBody};
+use watchcache_server::{Proxy, ProxyBody};
 
 /// Forwards through a kube-rs client.
 pub(crate) struct KubeProxy {

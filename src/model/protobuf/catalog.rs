@@ -40,7 +40,7 @@ impl Message {
 }
 
 /// A message by index.
-pub(crate) fn message(i: u16) -> &'static Message {
+pub fn message(i: u16) -> &'static Message {
     &MESSAGES[i as usize]
 }
 
@@ -48,8 +48,7 @@ pub(crate) fn message(i: u16) -> &'static Message {
 /// this does not depend on the generated table's order. The generator always emits it; were it
 /// missing, an empty message (no fields) stands in. (Read by field validation and OpenAPI,
 /// which only the server has.)
-#[cfg(feature = "server")]
-pub(crate) fn object_meta() -> &'static Message {
+pub fn object_meta() -> &'static Message {
     static INDEX: std::sync::OnceLock<Option<u16>> = std::sync::OnceLock::new();
     static EMPTY: Message = Message {
         name: "apimachinery/pkg/apis/meta/v1.ObjectMeta",
@@ -66,7 +65,7 @@ pub(crate) fn object_meta() -> &'static Message {
 }
 
 /// The message of a top-level built-in type, by `apiVersion` and `kind`.
-pub(crate) fn kind_message(api_version: &str, kind: &str) -> Option<&'static Message> {
+pub fn kind_message(api_version: &str, kind: &str) -> Option<&'static Message> {
     let kinds = &KINDS;
     kinds
         .binary_search_by(|(av, k, _)| (*av, *k).cmp(&(api_version, kind)))

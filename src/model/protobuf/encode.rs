@@ -125,7 +125,6 @@ pub(crate) fn encode_json(value: &Json) -> Result<Vec<u8>, String> {
 ///
 /// # Errors
 /// A member of the wrong JSON type.
-#[cfg(feature = "server")]
 pub(crate) fn encode_message(
     msg: &'static Message,
     obj: &Map<String, Json>,

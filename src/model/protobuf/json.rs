@@ -80,7 +80,6 @@ pub(crate) fn write_object(
 ///
 /// # Errors
 /// Bytes that are not that message.
-#[cfg(feature = "server")]
 pub(crate) fn write_message_json(
     out: &mut Vec<u8>,
     msg: &'static Message,

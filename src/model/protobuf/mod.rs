@@ -17,10 +17,10 @@
 //! | `stream.rs` | a protobuf watch stream as a follower reads it: frames, an object's identity, a `Status` |
 //! | `encode.rs` | JSON → protobuf with gogo's rules; the envelope, the resourceVersion splice, the primitives `wire/` writes its frames with |
 
-pub(crate) mod catalog;
+pub mod catalog;
 mod encode;
 mod json;
-pub(crate) mod schema;
+pub mod schema;
 pub(crate) mod stored;
 // What the API server follower reads off a protobuf watch stream.
 #[cfg(feature = "apiserver")]
@@ -45,13 +45,10 @@ pub(crate) use encode::{
 // A leaf's protobuf LIST: each item in the envelope a watch frame's object has.
 #[cfg(feature = "apiserver")]
 pub(crate) use encode::envelope_into;
-#[cfg(feature = "server")]
 pub(crate) use encode::{encode_message, envelope};
 pub(crate) use json::write_go_value as write_json_value;
-#[cfg(feature = "server")]
 pub(crate) use json::write_message_json;
 pub(crate) use json::write_str as write_json_str;
-#[cfg(feature = "server")]
 pub(crate) use wire::Fields as WireFields;
 pub(crate) use wire::Value as WireValue;
 

@@ -3,7 +3,7 @@
 
 /// What one field holds (for maps and repeated fields: what each element holds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// `string` (and every named string type).
     Str,
     /// `[]byte`: base64 in JSON.
@@ -44,7 +44,7 @@ pub(crate) enum Kind {
 
 /// How many values a field holds and how Go declares it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Card {
+pub enum Card {
     /// A value field: absent means Go's zero value.
     One,
     /// A pointer: absent means nil.
@@ -57,14 +57,14 @@ pub(crate) enum Card {
 
 /// The key kind of a map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Key {
+pub enum Key {
     /// Every Kubernetes map is keyed by a string type.
     Str,
 }
 
 /// When encoding/json leaves a field out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Omit {
+pub enum Omit {
     /// Always written (`null` for nil pointers, slices and maps).
     Never,
     /// `omitempty`: false, 0, "", nil, and empty slices and maps are left out; structs never are.
@@ -76,20 +76,27 @@ pub(crate) enum Omit {
 /// One field of a message. An empty `json` name means the field is a struct embedded `inline`:
 /// its fields are written into the enclosing JSON object.
 #[derive(Debug)]
-pub(crate) struct Field {
+pub struct Field {
+    /// The field's number.
     pub num: u32,
+    /// Its JSON name (empty: an inline struct).
     pub json: &'static str,
+    /// What it holds.
     pub kind: Kind,
+    /// How many values, and how Go declares it.
     pub card: Card,
+    /// When encoding/json leaves it out.
     pub omit: Omit,
 }
 
 /// One message: its Go name (for errors) and its fields in Go declaration order, which is the
 /// order encoding/json writes them in.
 #[derive(Debug)]
-pub(crate) struct Message {
+pub struct Message {
+    /// The Go type's name.
     pub name: &'static str,
     /// Field number → 1 + index into `fields` (0: not a field of this message).
     pub by_num: &'static [u8],
+    /// The fields, in Go declaration order.
     pub fields: &'static [Field],
 }

@@ -5,7 +5,7 @@ use watchcache::kube::{KubeCache, definition_for};
 
 // The embedded server's HTTP/2 is watchcache's h2 (the crate `watchcache-h2`), which reaches an
 // embedder through the dependency itself, not through a `[patch]` of watchcache's workspace.
-const _: () = assert!(watchcache::server::H2_PATCHED);
+const _: () = assert!(watchcache_server::H2_PATCHED);
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,0 +1,165 @@
+//! Authentication, authorization, per-client limits and the audit log, as kube-apiserver does
+//! them and with its flag names and file formats (design/semantics.md, "Security model").
+//!
+//! | file | concept |
+//! |---|---|
+//! | `user.rs` | an authenticated user; the well-known users and groups |
+//! | `authn.rs` | the authentication chain: client certificate, bearer token, anonymous |
+//! | `token_file.rs` | `--token-auth-file` (CSV) |
+//! | `service_account.rs` | service-account JWTs (RS256, ES256), remembered briefly |
+//! | `x509.rs` | the user a verified client certificate names |
+//! | `attributes.rs` | what a request asks (verb, resource, path), an authorizer's answer, Forbidden's message |
+//! | `authz.rs` | `--authorization-mode`: the modes, in order |
+//! | `rbac.rs` | the RBAC authorizer, its index, following the RBAC caches |
+//! | `node.rs` | the Node authorizer, from the pods cache's `spec.nodeName` index |
+//! | `limits.rs` | `--max-requests-inflight`, `--max-watches-per-user` |
+//! | `audit.rs` | the audit log (tracing, and a JSON-lines file) |
+//!
+//! `crates/server/src/gate.rs` puts hyper's requests through all of the above; the watch fast path
+//! does the same itself.
+//!
+//! With no [`AuthConfig`] given to the server, nothing is authenticated or authorized (the
+//! library's and the development listener's behaviour); limits and audit still apply.
+
+mod attributes;
+mod audit;
+mod authn;
+mod authz;
+pub mod impersonate;
+mod limits;
+pub(crate) mod node;
+mod rbac;
+mod service_account;
+mod token_file;
+mod user;
+mod x509;
+
+use std::sync::Arc;
+
+pub use attributes::{Attributes, Decision, RequestInfo, ResourceInfo};
+pub use audit::{Audit, Record};
+pub use authn::{Authenticator, Unauthenticated};
+pub use authz::{Authorizer, Mode};
+pub use limits::{InflightPermit, Limits, WatchSlot};
+pub use node::{NodeAuthorizer, NodeCaches, RefSet};
+pub use rbac::{Objects as RbacObjects, PolicyRule, Rbac};
+pub use service_account::ServiceAccounts;
+pub use token_file::{TokenFile, TokenFileError};
+pub(crate) use user::MASTERS;
+pub use user::User;
+pub use x509::user_of as user_of_certificate;
+
+use crate::status::ApiError;
+use watchcache::Cache;
+use watchcache::Selection;
+
+/// What a server authenticates and authorizes with.
+#[derive(Debug, Default)]
+pub struct AuthConfig {
+    /// How users are recognised.
+    pub authenticator: Authenticator,
+    /// `--authorization-mode`, in order (empty: `Node,RBAC`, what kubeadm, kind and k3s configure:
+    /// once users are told apart, nobody reads what no rule grants them).
+    pub modes: Vec<Mode>,
+    /// RBAC objects from `--authorization-rbac-dir`, under those of the cache.
+    pub rbac_bootstrap: RbacObjects,
+}
+
+/// Authentication and authorization of a running server.
+#[derive(Debug)]
+pub struct Auth {
+    pub(crate) authn: Authenticator,
+    authz: Authorizer,
+    rbac_caches: Vec<Cache>,
+}
+
+impl Auth {
+    /// Builds the authorizers over the served resources: the Node authorizer reads the pods
+    /// cache, RBAC follows the four RBAC caches (those that are served).
+    pub(crate) fn new(config: AuthConfig, served: &[Cache]) -> Auth {
+        let find = |group: &str, plural: &str| {
+            served
+                .iter()
+                .find(|c| c.definition().group == group && c.definition().plural == plural)
+                .cloned()
+        };
+        let modes = if config.modes.is_empty() {
+            vec![Mode::Node, Mode::Rbac]
+        } else {
+            config.modes
+        };
+        let rbac_caches: Vec<Cache> = if modes.contains(&Mode::Rbac) {
+            [
+                "roles",
+                "clusterroles",
+                "rolebindings",
+                "clusterrolebindings",
+            ]
+            .iter()
+            .filter_map(|p| find(rbac::GROUP, p))
+            .collect()
+        } else {
+            Vec::new()
+        };
+        let rbac = modes
+            .contains(&Mode::Rbac)
+            .then(|| Arc::new(Rbac::new(config.rbac_bootstrap)));
+        let node = modes.contains(&Mode::Node).then(|| {
+            NodeAuthorizer::new(NodeCaches {
+                pods: find("", "pods"),
+                pvcs: find("", "persistentvolumeclaims"),
+                pvs: find("", "persistentvolumes"),
+                volume_attachments: find("storage.k8s.io", "volumeattachments"),
+                resource_slices: find("resource.k8s.io", "resourceslices"),
+            })
+        });
+        let mut authn = config.authenticator;
+        if let Some(sa) = authn.service_accounts.as_mut() {
+            sa.look_up_in(served);
+        }
+        Auth {
+            authn,
+            authz: Authorizer::new(modes, rbac, node),
+            rbac_caches,
+        }
+    }
+
+    /// Starts following the RBAC caches (in the current runtime).
+    pub(crate) fn start(&self) {
+        if let Some(rbac) = &self.authz.rbac
+            && !self.rbac_caches.is_empty()
+        {
+            tokio::spawn(Arc::clone(rbac).follow(self.rbac_caches.clone()));
+        }
+    }
+
+    /// Whether authorization is ready: RBAC, when it follows caches, has read them once.
+    pub(crate) fn ready(&self) -> bool {
+        self.rbac_caches.is_empty() || self.authz.rbac.as_ref().is_none_or(|r| r.synced())
+    }
+
+    /// Authorizes one request.
+    ///
+    /// # Errors
+    /// 403 Forbidden with upstream's message when the modes do not allow it.
+    pub(crate) fn check(
+        &self,
+        user: &User,
+        info: &RequestInfo,
+        selection: Option<&Selection>,
+    ) -> Result<(), ApiError> {
+        let a = Attributes {
+            user,
+            info,
+            selection,
+        };
+        match self.authz.authorize(&a) {
+            Decision::Allow => Ok(()),
+            Decision::Deny(reason) | Decision::NoOpinion(reason) => {
+                let (message, group, kind, name) =
+                    attributes::forbidden_message(user, info, &reason);
+                Err(ApiError::forbidden(message, group, kind, name))
+            }
+        }
+    }
+}

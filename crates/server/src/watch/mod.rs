@@ -1,0 +1,102 @@
+//! Watch responses. A watch is started here (the concurrent-watch limit, its deadline, the cache's
+//! stream) and then run by one [`WatchPump`](pump::WatchPump), which both transports use:
+//!
+//! - `fast_path.rs`: a connection whose first request is a WATCH is served straight from the
+//!   socket (an idle watch then costs about 3 KB instead of hyper's 32 KB);
+//! - `body.rs`: any other watch, as a hyper response body.
+//!
+//! `chunks.rs` turns events' frames into chunks (shared bytes, or gzip); the server's wheel
+//! of deadlines (`cache/deadlines.rs`) ends watches at their deadline and at shutdown, for all of
+//! them from one place.
+
+pub(crate) mod body;
+mod chunks;
+pub(crate) mod fast_path;
+pub(crate) use chunks::Wire;
+pub(crate) mod pump;
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::auth::{User, WatchSlot};
+use crate::metrics::{RequestKey, WatchStart};
+use crate::state::AppState;
+use crate::status::ApiError;
+use pump::WatchPump;
+use watchcache::Error;
+use watchcache::wire::convert::WatchConverter;
+use watchcache::{Cache, WatchEnd, WatchOptions, WatchStream};
+
+/// The longest timeout a watch is given, whatever `timeoutSeconds` says.
+const MAX_WATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
+/// A started watch: its events and its end (the stream's one entry in the server's wheel,
+/// which holds its bookmarks too), and its slot.
+pub(crate) struct StartedWatch {
+    pub stream: WatchStream,
+    /// Held for its `Drop`: the watch counts against the server's limit and its user's cap
+    /// while it lives.
+    _slot: WatchSlot,
+}
+
+/// Starts a watch and returns the pump that runs its response. A start older than the window is
+/// a 200 response holding one ERROR event with the 410 `Status`, as upstream sends it; other start
+/// errors are HTTP errors.
+///
+/// `opts` are already parsed (the authorizers read their selection); `timeout` is
+/// `timeoutSeconds`; `user`, when authenticated, has its own cap of watches.
+///
+/// # Errors
+/// 429 over the watch limit or the user's, and the cache's start errors (400, 429, 504).
+// The watch's parts come from both transports (hyper's request, the fast path's head), each
+// parsed its own way: one struct would only be built to be taken apart here. `key` labels the
+// watch among the long-running requests.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn start(
+    st: &AppState,
+    cache: &Cache,
+    opts: WatchOptions,
+    timeout: Option<std::time::Duration>,
+    gzip: bool,
+    wire: Wire,
+    convert: Option<WatchConverter>,
+    user: Option<&User>,
+    key: Option<&RequestKey>,
+) -> Result<WatchPump, ApiError> {
+    let slot = st.limits.watch(user.map(|u| u.name.as_str()))?;
+    let timeout = timeout.unwrap_or_else(|| {
+        let (lo, hi) = st.config.default_watch_timeout;
+        lo + (hi.saturating_sub(lo)).mul_f64(fastrand::f64())
+    });
+    // `timeoutSeconds` may be any u64, and an instant 2^64 s away does not exist (adding it
+    // panicked): beyond a year, a watch's own timeout is no different from none.
+    let deadline = Instant::now() + timeout.min(MAX_WATCH_TIMEOUT);
+    let deadlines = Arc::clone(&st.deadlines);
+    let end = WatchEnd {
+        wheel: Arc::clone(&deadlines),
+        at: deadline,
+    };
+    let start = WatchStart::of(&opts);
+    let def = cache.definition();
+    match cache.watch_until(opts, end).await {
+        Ok(stream) => {
+            st.metrics.count_watch_start(def, start);
+            let w = StartedWatch {
+                stream,
+                _slot: slot,
+            };
+            let meter = st.metrics.watch(cache.definition(), key);
+            Ok(WatchPump::events(w, gzip, wire, convert, meter))
+        }
+        Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => {
+            st.metrics.count_watch_start(def, WatchStart::Expired);
+            Ok(WatchPump::single(
+                wire.error_frame(ApiError::from(e).status()),
+                deadlines,
+                gzip,
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
