@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use etcd_client::{Client, Txn, TxnOp};
-use watchcache::etcd::{EtcdCaches, EtcdConfig, LocalEtcd};
 use watchcache::{CacheConfig, ResourceDef};
+use watchcache_etcd::{EtcdCaches, EtcdConfig, LocalEtcd};
 
 const PODS: usize = 100_000;
 

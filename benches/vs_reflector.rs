@@ -1,4 +1,4 @@
-//! The embedded cache (`watchcache::kube`, i.e. a `Cache`) against kube-rs's reflector `Store` on the
+//! The embedded cache (`watchcache_kube`, i.e. a `Cache`) against kube-rs's reflector `Store` on the
 //! same 10 000 pods (on 1 000 nodes, label `app` with 100 values), in process, no network:
 //! - `lookup_label`: the pods with one `app` value (the cache: the label index's bitmap; the
 //!   reflector: `state_filter`, a scan, since it has no index);

@@ -30,8 +30,8 @@ use std::io::Write;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use watchcache::etcd::{EtcdCaches, EtcdConfig, LocalEtcd};
 use watchcache::{CacheConfig, ResourceDef};
+use watchcache_etcd::{EtcdCaches, EtcdConfig, LocalEtcd};
 use watchcache_server::{Served, Server, ServerConfig, TlsConfig};
 
 struct Counting;
@@ -187,7 +187,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // that has compressed something and gone idle, not one that never started its stream.
         // Written straight into etcd, as kube-apiserver stores it: this server is read-only.
         let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"probe","namespace":"default"},"spec":{"nodeName":"node-0"}}"#;
-        let value = watchcache::etcd::stored_value(pod.as_bytes())?;
+        let value = watchcache_etcd::stored_value(pod.as_bytes())?;
         let mut kv = caches.client().kv_client();
         kv.put("/registry/pods/default/probe", value, None).await?;
         tokio::time::sleep(Duration::from_secs(2)).await;

@@ -1,4 +1,4 @@
-//! A per-node controller on the embedded cache (`watchcache::kube`) and kube-runtime: one
+//! A per-node controller on the embedded cache (`watchcache_kube`) and kube-runtime: one
 //! `Controller` per node, each fed by a routed watch of one shared cache (so woken only by changes
 //! of pods on its node), reconciling that node's pods from the `spec.nodeName` index. Reads are
 //! shared `Arc<Pod>`s, decoded once per pod version; the cache is `Clone`; readiness is awaited
@@ -17,8 +17,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{WatchStreamExt, reflector};
 use watchcache::Selection;
-use watchcache::apiserver::client_from_kubeconfig;
-use watchcache::kube::{KubeCache, definition_for};
+use watchcache_kube::client_from_kubeconfig;
+use watchcache_kube::{KubeCache, definition_for};
 
 /// A node's name and the shared cache.
 type Ctx = (String, KubeCache<Pod>);

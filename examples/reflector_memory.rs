@@ -1,4 +1,4 @@
-//! Memory per object: the same pods held by a watchcache `Cache` (what `watchcache::kube` keeps)
+//! Memory per object: the same pods held by a watchcache `Cache` (what `watchcache_kube` keeps)
 //! or by kube-rs's reflector `Store`, measured as the process's resident set growth, one holder
 //! per process run.
 //!

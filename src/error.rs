@@ -208,7 +208,8 @@ impl Error {
         }
     }
 
-    pub(crate) fn bad_request(msg: impl Into<String>) -> Self {
+    /// A 400 with this message and no cause.
+    pub fn bad_request(msg: impl Into<String>) -> Self {
         Error::BadRequest {
             message: msg.into(),
             cause: None,
@@ -216,7 +217,7 @@ impl Error {
     }
 
     /// A 400 whose message is a parse error's text, keeping the error as its cause.
-    pub(crate) fn bad_request_from(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub fn bad_request_from(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         let (message, cause) = Cause::with_context("", e);
         Error::BadRequest {
             message,

@@ -5,24 +5,14 @@
 //! (namespace, any declared field, labels), a rolling history window of recent events, and serves
 //! LIST and WATCH to many clients. Each event goes only to the watchers whose trigger values match.
 //!
-//! ## For controller authors: `watchcache::kube::KubeCache`
-//! With the `apiserver` feature, `KubeCache<K>` follows one resource through a kube-rs client
-//! and is read in process, typed: index lookups without a scan, routed watches (a watch pinned
-//! to `spec.nodeName=node-7` costs nothing for other nodes' events), a Store-like reader whose
-//! `Arc<K>`s are decoded once per object version, and an event stream for kube-runtime's
-//! `reflector` and `Controller::for_stream`. `KubeCache::start_within` bounds the first sync.
-//!
-//! ```no_run
-//! # async fn run(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
-//! use k8s_openapi::api::core::v1::Pod;
-//! use watchcache::kube::{KubeCache, definition_for};
-//!
-//! let def = definition_for::<Pod>(&[("spec.nodeName", true), ("label:app", false)])?;
-//! let pods: KubeCache<Pod> =
-//!     KubeCache::start_within(client, def, std::time::Duration::from_secs(30)).await?;
-//! let on_node_7 = pods.by_index("spec.nodeName", "node-7")?;
-//! # Ok(()) }
-//! ```
+//! ## The crates
+//! This crate is the core: model, wire and cache, and the in-memory source. On it:
+//! - `watchcache-follow` (`crates/follow`): one follower driver for any upstream, whose
+//!   `Source` an embedder implements to follow an upstream kind of its own;
+//! - `watchcache-etcd` (`crates/etcd`): caches that follow etcd;
+//! - `watchcache-kube` (`crates/kube`): caches that follow a Kubernetes API server, and
+//!   `KubeCache<K>`, the typed embedded cache for controllers;
+//! - `watchcache-server` (`crates/server`): the Kubernetes HTTP API over any caches.
 //!
 //! ## The core: `Cache`
 //! - [`Cache::new`] makes a resource's cache as two handles, as kube-rs's `reflector::store()`
@@ -33,9 +23,6 @@
 //!   data) holds the writer: [`CacheWriter::resync`], [`CacheWriter::apply`],
 //!   [`CacheWriter::progress`] and readiness.
 //! - Resources are described by [`ResourceDef`]s: the files in `indexers/`, compiled in, or your own.
-//! - [`etcd`] (feature `etcd`) builds caches that follow etcd; the crate `watchcache-server`
-//!   (`crates/server`) serves caches over the Kubernetes HTTP API. Without default features, only
-//!   the core (model, wire and cache) is built.
 //!
 //! ## Layers
 //! `model` (definitions, objects, selectors) ← [`wire`] (what goes out, in every format) ←
@@ -99,31 +86,25 @@ pub use cache::Corruption;
 pub use cache::ORIGIN_HEADER;
 pub use cache::{
     BoxFuture, Cache, CacheConfig, CacheStats, CacheWriter, Change, CheckStatus, Compared,
-    ConsistencyChecks, Difference, KeyRange, ListOptions, OutOfOrder, RangeCursor, RangePage,
-    RangeReader, RawKv, Resync, ResyncOutcome, Upstream, WatchEnd, WatchEvent, WatchOptions,
-    WatchStream,
+    ConsistencyChecks, Difference, Evicted, KeyRange, ListOptions, OutOfOrder, RangeCursor,
+    RangePage, RangeReader, RawKv, Resync, ResyncOutcome, Selected, Upstream, WatchEnd, WatchEvent,
+    WatchOptions, WatchStream,
 };
 pub use error::{Cause, Error, Result};
 
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
+pub use cache::consistency;
 pub use cache::deadlines;
 pub use model::protobuf;
 pub use model::{
     Computed, CrdServing, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType,
-    FieldLabels, FieldPath, FieldSelector, HistoryConfig, IndexDef, IndexKey, LabelSelector,
-    Object, PrinterColumn, Quantity, ResourceDef, ResourceVersion, RvMatch, Selection,
-    SelectorError, ShardKey, ShardRange, ShardSelector, ShardSelectorError, columns, definition,
-    encode_counts, names, selector,
+    FieldLabels, FieldPath, FieldSelector, HistoryConfig, INITIAL_EVENTS_END, IndexDef, IndexKey,
+    LabelSelector, Object, PrinterColumn, Quantity, ResourceDef, ResourceVersion, RvMatch,
+    Selection, SelectorError, ShardKey, ShardRange, ShardSelector, ShardSelectorError, columns,
+    definition, encode_counts, names, selector,
 };
-#[cfg(feature = "apiserver")]
-pub use upstream::apiserver;
-/// The embedded cache for controllers: an indexed, routed cache of one kube-rs resource type.
-#[cfg(feature = "apiserver")]
-pub use upstream::apiserver::embedded as kube;
-#[cfg(feature = "etcd")]
-pub use upstream::etcd;
 pub use upstream::memory::MemorySource;
 pub use upstream::{Stored, WriteError, Writes};
 pub use wire::{

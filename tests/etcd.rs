@@ -20,10 +20,10 @@ use std::time::Duration;
 use futures_util::{FutureExt, StreamExt};
 use support::etcd::*;
 use support::{key, pod, ready_events};
-use watchcache::etcd::{ConsistentReads, LocalEtcd};
 use watchcache::{
     Cache, Error, EventType, ListOptions, ResourceVersion, Selection, WatchOptions, WatchStream,
 };
+use watchcache_etcd::{ConsistentReads, LocalEtcd};
 
 /// Collects events until the watcher has seen revision `until` (or 20 s pass).
 async fn collect_until(w: &mut WatchStream, until: u64) -> Vec<watchcache::WatchEvent> {
@@ -464,7 +464,7 @@ async fn a_three_member_cluster_fails_over_with_no_loss() {
 /// child that exits (its last log line), data whose recorded cluster ID is another's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_etcd_is_its_own_or_its_start_fails() {
-    use watchcache::etcd::{LocalEtcdError, free_port};
+    use watchcache_etcd::{LocalEtcdError, free_port};
     init_tracing();
     let dir = tempfile::tempdir().unwrap();
     let mine = dir.path().join("mine");
@@ -863,7 +863,7 @@ async fn consistent_reads_on_etcd_3_4_prove_freshness_with_shared_keys_only_read
             c.txn(etcd_client::Txn::new().and_then(ops)).await.unwrap();
         }
     }
-    let caches = watchcache::etcd::EtcdCaches::connect(
+    let caches = watchcache_etcd::EtcdCaches::connect(
         config(&eps),
         vec![watchcache::ResourceDef::builtin("pods").unwrap()],
         watchcache::CacheConfig::default().max_upstream_reads(2),
@@ -982,7 +982,7 @@ async fn an_exact_read_past_a_quiet_resources_last_change_is_proven_on_etcd_3_4(
     let eps = [e.server.url()];
     let mut c = client(&eps).await;
     put_rev(&mut c, &key("ns", "a"), pod("ns", "a", "n1", &[])).await;
-    let caches = watchcache::etcd::EtcdCaches::connect(
+    let caches = watchcache_etcd::EtcdCaches::connect(
         config(&eps),
         vec![watchcache::ResourceDef::builtin("pods").unwrap()],
         watchcache::CacheConfig::default(),

@@ -2,7 +2,7 @@
 //! `DetectCacheInconsistency`, kube-apiserver 1.34+): the cache's objects at a revision N as
 //! (key, revision) pairs, read in pages under the lock, and their comparison with the upstream's
 //! at N. The follower's side (when, the upstream read, what a mismatch does) is
-//! `upstream/follow/check.rs`.
+//! `crates/follow/src/check.rs`.
 //!
 //! What is compared is what upstream hashes: each object's namespace, name and resourceVersion
 //! (here its key and the revision it was written at), not its content. Upstream compares a
@@ -13,7 +13,7 @@
 //! - [`Comparison`] is fed the upstream's keys in strictly increasing order, as etcd and a
 //!   paged LIST return them; the cache's side is in the same (byte) order.
 //! - It holds the cache's pairs only (an `Arc` key and a revision each, no object), and at most
-//!   [`SAMPLES`] differences.
+//!   `SAMPLES` differences.
 
 use std::sync::Arc;
 
@@ -74,7 +74,7 @@ impl std::fmt::Display for Difference {
 
 /// What one upstream entry was to the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Seen {
+pub enum Seen {
     /// The cache holds it at the same revision.
     Same,
     /// The cache holds it at another revision (counted).
@@ -112,7 +112,7 @@ impl Compared {
 
 /// A merge of the cache's (key, revision) pairs with the upstream's, fed in key order.
 #[derive(Debug)]
-pub(crate) struct Comparison {
+pub struct Comparison {
     cached: Vec<Entry>,
     next: usize,
     out: Compared,
@@ -120,7 +120,7 @@ pub(crate) struct Comparison {
 
 impl Comparison {
     /// A comparison against the cache's pairs at the revision, in key order.
-    pub(crate) fn new(cached: Vec<Entry>) -> Comparison {
+    pub fn new(cached: Vec<Entry>) -> Comparison {
         let out = Compared {
             cached: cached.len() as u64,
             ..Compared::default()
@@ -139,7 +139,7 @@ impl Comparison {
     }
 
     /// The next upstream object, after the previous one in key order.
-    pub(crate) fn upstream(&mut self, key: &str, rv: u64) -> Seen {
+    pub fn upstream(&mut self, key: &str, rv: u64) -> Seen {
         self.out.upstream += 1;
         // Cached keys before this one: the upstream has none of them.
         while let Some((k, cached)) = self.cached.get(self.next).filter(|(k, _)| &**k < key) {
@@ -169,7 +169,7 @@ impl Comparison {
     }
 
     /// An [`Seen::Absent`] object is a difference.
-    pub(crate) fn missing(&mut self, key: &str, rv: u64) {
+    pub fn missing(&mut self, key: &str, rv: u64) {
         self.out.missing += 1;
         self.sample(|| Difference::Missing {
             key: key.to_owned(),
@@ -178,12 +178,12 @@ impl Comparison {
     }
 
     /// An [`Seen::Absent`] object is a value the cache skips (it does not decode).
-    pub(crate) fn skipped(&mut self) {
+    pub fn skipped(&mut self) {
         self.out.skipped += 1;
     }
 
     /// The outcome, once every upstream object was fed: cached keys past the last are ghosts.
-    pub(crate) fn finish(mut self) -> Compared {
+    pub fn finish(mut self) -> Compared {
         while let Some((k, cached)) = self.cached.get(self.next) {
             let (k, cached) = (k.to_string(), *cached);
             self.next += 1;

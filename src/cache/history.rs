@@ -33,7 +33,7 @@ use crate::model::{EncodeError, HistoryConfig, Object};
 /// A position that is no longer in the window: events after it were evicted. Serving from it would
 /// skip changes, so it is answered 410 Expired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Evicted {
+pub struct Evicted {
     /// The oldest revision the window can still serve from (its floor).
     pub oldest: u64,
 }

@@ -23,8 +23,7 @@
 
 mod config;
 // Used by the followers' check (etcd, apiserver); the core keeps it, tested, for them.
-#[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
-pub(crate) mod consistency;
+pub mod consistency;
 mod consistent;
 pub(crate) mod continue_token;
 pub mod deadlines;
@@ -58,12 +57,13 @@ pub(crate) use consistency::Corruption;
 #[cfg(feature = "test-hooks")]
 pub use consistency::Corruption;
 pub use consistency::{Compared, Difference};
+pub use history::Evicted;
 pub use list::ListOptions;
 pub use resync::Resync;
 pub use state::{CacheStats, Change, CheckStatus, ConsistencyChecks, OutOfOrder, ResyncOutcome};
 pub use stream::WatchEnd;
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
-pub(crate) use upstream::Selected;
+pub use upstream::Selected;
 pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
 
 pub use writer::CacheWriter;
@@ -192,15 +192,13 @@ impl Cache {
 
     /// The revision of the value at `key` that the follower left unserved (it did not decode),
     /// if it did: what the consistency check skips without reading the value again.
-    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
-    pub(crate) fn unserved_at(&self, key: &str) -> Option<u64> {
+    pub fn unserved_at(&self, key: &str) -> Option<u64> {
         self.shared.unserved_at(key)
     }
 
     /// After a consistency check at revision `n`: the unserved records at or before `n` whose
     /// key is not in `seen` (the unserved keys the upstream held at `n`) are forgotten.
-    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
-    pub(crate) fn retain_unserved(&self, n: u64, seen: &hashbrown::HashSet<String>) {
+    pub fn retain_unserved(&self, n: u64, seen: &hashbrown::HashSet<String>) {
         self.shared.retain_unserved(n, seen);
     }
 
@@ -249,8 +247,7 @@ impl Cache {
     }
 
     /// Records the origin an upstream showed (see [`Cache::origin`]); for sources.
-    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
-    pub(crate) fn set_origin(&self, origin: u64) {
+    pub fn set_origin(&self, origin: u64) {
         self.shared.set_origin(origin);
     }
 
@@ -802,16 +799,15 @@ impl Cache {
     }
 
     /// The cache's objects at revision `at` as (key, revision) pairs in key order: the cache's
-    /// side of a consistency check. Read in pages of [`consistency::PAGE`], one lock hold each,
+    /// side of a consistency check. Read in pages of `consistency::PAGE`, one lock hold each,
     /// yielding to other tasks between them.
     ///
     /// # Errors
-    /// [`Evicted`](history::Evicted) when `at` left the history window meanwhile.
-    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
-    pub(crate) async fn entries_at(
+    /// [`Evicted`] when `at` left the history window meanwhile.
+    pub async fn entries_at(
         &self,
         at: u64,
-    ) -> std::result::Result<Vec<consistency::Entry>, history::Evicted> {
+    ) -> std::result::Result<Vec<consistency::Entry>, Evicted> {
         let all = Predicate::compile(&self.shared.schema, &Selection::all());
         let mut out = Vec::new();
         loop {
@@ -828,14 +824,12 @@ impl Cache {
     }
 
     /// `Ok` when the cache serves reads, else why not ([`Error::NotReady`]).
-    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
-    pub(crate) fn check_ready(&self) -> Result<()> {
+    pub fn check_ready(&self) -> Result<()> {
         self.shared.check_ready()
     }
 
     /// Counts a finished consistency check (`apiserver_storage_consistency_checks_total`).
-    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
-    pub(crate) fn record_check(&self, status: CheckStatus) {
+    pub fn record_check(&self, status: CheckStatus) {
         self.shared.record_check(status);
     }
 

@@ -661,7 +661,6 @@ impl Shared {
     }
 
     /// The revision of the value of `key` the follower left unserved, if it did.
-    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
     pub(crate) fn unserved_at(&self, key: &str) -> Option<u64> {
         if !self.unserved_any.load(Ordering::Relaxed) {
             return None;
@@ -672,7 +671,6 @@ impl Shared {
     /// After a check at revision `n` (which the cache had reached): records written at or before
     /// `n` whose key the upstream did not hold at that revision (`seen`: the keys it did) are
     /// gone upstream.
-    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
     pub(crate) fn retain_unserved(&self, n: u64, seen: &HashSet<String>) {
         let mut u = self.unserved.lock();
         u.keys.retain(|k, rv| *rv > n || seen.contains(k));
@@ -735,7 +733,6 @@ impl Shared {
         Some(self.origin.load(Ordering::Acquire)).filter(|o| *o != 0)
     }
 
-    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
     pub(crate) fn set_origin(&self, origin: u64) {
         self.origin.store(origin, Ordering::Release);
     }
@@ -1105,7 +1102,6 @@ impl Shared {
     // ---- consistency check ----
 
     /// Counts a finished consistency check.
-    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
     pub(crate) fn record_check(&self, status: CheckStatus) {
         let i = match status {
             CheckStatus::Success => 0,
@@ -1121,7 +1117,6 @@ impl Shared {
     ///
     /// # Errors
     /// [`Evicted`] when `at` left the history window.
-    #[cfg_attr(not(any(feature = "etcd", feature = "apiserver")), allow(dead_code))]
     pub(crate) fn entries_at(
         &self,
         at: u64,

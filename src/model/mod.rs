@@ -41,8 +41,7 @@ pub use object::{DecodeError, EncodeCounts, EncodeError, Object, encode_counts};
 pub use quantity::Quantity;
 
 /// The annotation of the bookmark that ends a WatchList's initial events (`"true"`).
-#[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
-pub(crate) const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 pub use resource_version::{ResourceVersion, RvMatch};
 pub(crate) use schema::{Attr, Schema};
 pub use selector::{FieldSelector, LabelSelector, Selection, SelectorError};

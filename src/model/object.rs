@@ -82,9 +82,9 @@ struct Lazy {
     pb: OnceLock<Box<Result<PbForm, String>>>,
     /// Values of undeclared field paths that selectors use, each read once.
     memo: FieldMemo,
-    /// The object decoded into an embedder's type (`watchcache::kube`: kube-rs's `K`), made on
+    /// The object decoded into an embedder's type (`watchcache_kube`: kube-rs's `K`), made on
     /// first read and shared by every later one: decoded once per object version.
-    #[cfg(feature = "apiserver")]
+    #[cfg(feature = "typed")]
     typed: OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
@@ -991,11 +991,8 @@ impl Object {
     ///
     /// # Errors
     /// `make`'s, not kept: the next read tries again.
-    #[cfg(feature = "apiserver")]
-    pub(crate) fn typed<T, E>(
-        &self,
-        make: impl FnOnce(&Object) -> Result<T, E>,
-    ) -> Result<Arc<T>, E>
+    #[cfg(feature = "typed")]
+    pub fn typed<T, E>(&self, make: impl FnOnce(&Object) -> Result<T, E>) -> Result<Arc<T>, E>
     where
         T: std::any::Any + Send + Sync,
     {
@@ -1691,7 +1688,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Inner>(), 120);
         assert_eq!(std::mem::size_of::<Form>(), 8);
         // What an object whose JSON or protobuf is made allocates once (design/performance.md).
-        #[cfg(feature = "apiserver")]
+        #[cfg(feature = "typed")]
         assert_eq!(std::mem::size_of::<Lazy>(), 112);
     }
 

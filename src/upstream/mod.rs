@@ -1,35 +1,20 @@
 //! The upstreams layer: sources that feed caches, and the contract for writes that go through to
-//! them. [`memory::MemorySource`] is an in-process source; `etcd` (feature `etcd`) follows etcd;
-//! `apiserver` (feature `apiserver`) follows a Kubernetes API server, or another watchcache.
+//! them. [`memory::MemorySource`] is an in-process source; the crates `watchcache-etcd`
+//! (`crates/etcd`) and `watchcache-kube` (`crates/kube`) follow etcd and a Kubernetes API server,
+//! on the follower driver of `watchcache-follow` (`crates/follow`).
 //!
 //! A source feeds its cache through the cache's one writer
 //! ([`CacheWriter::resync`](crate::CacheWriter::resync),
 //! [`CacheWriter::apply`](crate::CacheWriter::apply),
 //! [`CacheWriter::progress`](crate::CacheWriter::progress)) and answers the cache's reads
-//! through [`Upstream`](crate::Upstream). The etcd and API server upstreams share one follower
-//! driver (`follow/`): each supplies only its source of syncs and watches. An embedding program
-//! writes in code through [`Writes`] (the HTTP server writes nothing: writes over HTTP are
-//! kube-apiserver's), and a write reaches the cache the way every other change does: as an event
-//! from the source.
+//! through [`Upstream`](crate::Upstream). An embedding program writes in code through [`Writes`]
+//! (the HTTP server writes nothing: writes over HTTP are kube-apiserver's), and a write reaches
+//! the cache the way every other change does: as an event from the source.
 //!
 //! ## Dependencies
 //! This layer depends on the model and cache layers, never on the server.
 
-#[cfg(feature = "apiserver")]
-pub mod apiserver;
-#[cfg(any(feature = "etcd", feature = "apiserver"))]
-pub(crate) mod backoff;
-#[cfg(any(feature = "etcd", feature = "apiserver"))]
-pub mod crds;
-#[cfg(feature = "etcd")]
-pub mod etcd;
-#[cfg(any(feature = "etcd", feature = "apiserver"))]
-pub(crate) mod follow;
-#[cfg(any(feature = "etcd", feature = "apiserver"))]
-pub(crate) mod followers;
 pub mod memory;
-#[cfg(any(feature = "etcd", feature = "apiserver"))]
-pub(crate) mod runtime;
 
 use bytes::Bytes;
 

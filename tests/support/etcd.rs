@@ -1,5 +1,5 @@
 //! Real etcd for the integration tests: started from PATH on free loopback ports with a temporary
-//! data dir, stopped on drop (see `watchcache::etcd::LocalEtcd`).
+//! data dir, stopped on drop (see `watchcache_etcd::LocalEtcd`).
 #![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
@@ -9,8 +9,8 @@ use etcd_client::{
     Client, EventType as EtcdEventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
 };
 use tempfile::TempDir;
-use watchcache::etcd::{EtcdCaches, EtcdConfig, LocalEtcd, free_port};
 use watchcache::{CacheConfig, ResourceDef};
+use watchcache_etcd::{EtcdCaches, EtcdConfig, LocalEtcd, free_port};
 
 pub struct Etcd {
     pub server: LocalEtcd,
@@ -238,7 +238,7 @@ pub fn stored(def: &watchcache::ResourceDef, obj: &serde_json::Value) -> (String
     meta.entry("creationTimestamp")
         .or_insert_with(|| "2026-01-01T00:00:00Z".into());
     let key = def.key_for(ns.as_deref(), &name);
-    let value = watchcache::etcd::stored_value(obj.to_string().as_bytes()).expect("storable");
+    let value = watchcache_etcd::stored_value(obj.to_string().as_bytes()).expect("storable");
     (key, value)
 }
 

@@ -26,7 +26,7 @@ use base64::Engine;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use watchcache::etcd::free_port;
+use watchcache_etcd::free_port;
 
 use super::pki::{Ca, Issued};
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use watchcache::etcd::{EtcdCaches, EtcdConfig};
 use watchcache::{Cache, CacheConfig, ResourceDef, ResourceVersion};
+use watchcache_etcd::{EtcdCaches, EtcdConfig};
 use watchcache_server::{Served, Server, ServerConfig, TlsConfig};
 
 use super::etcd::{Etcd, etcd};

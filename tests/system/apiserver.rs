@@ -12,9 +12,9 @@ use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use watchcache::apiserver::{ApiServerCaches, ApiServerConfig, InitialList};
-use watchcache::etcd::{ConsistentReads, EtcdCaches, free_port};
 use watchcache::{CacheConfig, ResourceDef};
+use watchcache_etcd::{ConsistentReads, EtcdCaches, free_port};
+use watchcache_kube::{ApiServerCaches, ApiServerConfig, InitialList};
 use watchcache_server::{Served, Server, ServerConfig};
 
 use support::etcd::{Etcd, etcd};
@@ -567,10 +567,10 @@ async fn the_leaf_is_not_ready_while_the_root_is_down_and_ready_again_after() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_cache_gives_up_on_a_server_that_does_not_answer_within_its_bound() {
     use k8s_openapi::api::core::v1::Pod;
-    use watchcache::kube::{KubeCache, definition_for};
+    use watchcache_kube::{KubeCache, definition_for};
 
     // Nothing listens there.
-    let port = watchcache::etcd::free_port().unwrap();
+    let port = watchcache_etcd::free_port().unwrap();
     let client = kube::Client::try_from(kube::Config::new(
         format!("http://127.0.0.1:{port}").parse().unwrap(),
     ))
@@ -593,8 +593,8 @@ async fn the_embedded_cache_gives_up_on_a_server_that_does_not_answer_within_its
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_cache_reads_typed_objects_by_index_and_routes_watches() {
     use k8s_openapi::api::core::v1::Pod;
-    use watchcache::kube::{KubeCache, definition_for};
     use watchcache::{EventType, Selection};
+    use watchcache_kube::{KubeCache, definition_for};
 
     let (_etcd, mut root, _) = setup().await;
     for i in 0..6 {
@@ -660,7 +660,7 @@ async fn the_embedded_cache_feeds_kube_runtimes_reflector_and_controller() {
     use kube::runtime::controller::{Action, Controller};
     use kube::runtime::{WatchStreamExt, reflector};
     use watchcache::Selection;
-    use watchcache::kube::{KubeCache, definition_for};
+    use watchcache_kube::{KubeCache, definition_for};
 
     let (_etcd, mut root, _) = setup().await;
     for i in 0..4 {
@@ -758,8 +758,8 @@ async fn the_embedded_cache_feeds_kube_runtimes_reflector_and_controller() {
 #[tokio::test]
 async fn the_embedded_cache_holds_dynamic_objects_of_a_discovered_resource() {
     use kube::core::{DynamicObject, GroupVersionKind};
-    use watchcache::kube::{KubeCache, definition_for_api_resource};
     use watchcache::{EventType, Selection};
+    use watchcache_kube::{KubeCache, definition_for_api_resource};
 
     let (_etcd, mut root, _) = setup().await;
     let configmap = |name: &str, team: &str| {
@@ -825,8 +825,7 @@ async fn a_leaf_follows_only_what_its_upstream_serves() {
     let (_etcd, root, _c) = setup().await;
     let client =
         kube::Client::try_from(kube::Config::new(root.url.parse().unwrap())).expect("a client");
-    let (served, missing) =
-        watchcache::apiserver::served_by(&client, ResourceDef::builtins()).await;
+    let (served, missing) = watchcache_kube::served_by(&client, ResourceDef::builtins()).await;
     let mut served: Vec<String> = served.iter().map(ResourceDef::resource_name).collect();
     served.sort();
     assert_eq!(served, ["configmaps", "pods"]);
@@ -844,6 +843,6 @@ async fn a_leaf_follows_only_what_its_upstream_serves() {
             .unwrap(),
     ))
     .unwrap();
-    let (all, none) = watchcache::apiserver::served_by(&down, ResourceDef::builtins()).await;
+    let (all, none) = watchcache_kube::served_by(&down, ResourceDef::builtins()).await;
     assert_eq!((all.len(), none.len()), (ResourceDef::builtins().len(), 0));
 }

@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use support::kubectl::Kubectl;
-use watchcache::etcd::free_port;
+use watchcache_etcd::free_port;
 
 /// A `watchcache serve` process, killed with SIGKILL on drop.
 struct Proc {

@@ -16,12 +16,12 @@ use kube::api::{Api, DeleteParams, PostParams};
 use support::etcd::{EtcdVersion, etcd, etcd_version};
 use support::kube::KubeApiserver;
 use tokio::sync::oneshot;
-use watchcache::apiserver::{ApiServerCaches, ApiServerConfig, client_from_kubeconfig};
-use watchcache::etcd::EtcdCaches;
 use watchcache::{
     Cache, CacheConfig, ConsistencyChecks, Corruption, EventType, ListOptions, ResourceDef,
     ResourceVersion, Selection, WatchOptions, WatchStream,
 };
+use watchcache_etcd::EtcdCaches;
+use watchcache_kube::{ApiServerCaches, ApiServerConfig, client_from_kubeconfig};
 use watchcache_server::{Served, Server, ServerConfig};
 
 const PERIOD: Duration = Duration::from_millis(400);

@@ -15,7 +15,7 @@ use serde_json::Value;
 use support::etcd::{client, etcd, seed};
 use support::kube::KubeApiserver;
 use support::kubectl::{Kubectl, must};
-use watchcache::etcd::free_port;
+use watchcache_etcd::free_port;
 
 /// Runs a command to its end; panics with its output unless it succeeds.
 fn ok(cmd: &mut Command) -> String {

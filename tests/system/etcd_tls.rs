@@ -10,8 +10,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use support::pki::Ca;
 use support::{key, pod};
-use watchcache::etcd::{EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd, LocalEtcdTls, free_port};
 use watchcache::{CacheConfig, ResourceDef, ResourceVersion, Selection, WatchOptions};
+use watchcache_etcd::{EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd, LocalEtcdTls, free_port};
 
 struct Setup {
     etcd: LocalEtcd,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use reqwest::Client;
 use serde_json::Value;
-use watchcache::etcd::free_port;
+use watchcache_etcd::free_port;
 
 const BUDGET: u64 = 16 << 20;
 const MB: usize = 1 << 20;

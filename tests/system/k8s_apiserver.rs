@@ -188,9 +188,7 @@ async fn a_real_control_plane_runs_a_deployment_on_hollow_nodes() {
 async fn a_leaf_lists_and_watches_kube_apiserver_in_protobuf() {
     use std::time::Duration;
     use watchcache::ResourceDef;
-    use watchcache::apiserver::{
-        ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig,
-    };
+    use watchcache_kube::{ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig};
     let etcd = etcd_version(EtcdVersion::V36).await;
     let kas = KubeApiserver::start(&etcd.server.url()).await;
     let k = Kubectl::with_kubeconfig(&kas.admin_kubeconfig);
@@ -556,7 +554,7 @@ async fn consistent_lists_through_proxy_mode_wait_for_no_event_and_are_never_old
 
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Api, PostParams};
-    use watchcache::apiserver::client_from_kubeconfig;
+    use watchcache_kube::client_from_kubeconfig;
 
     let etcd = etcd_version(EtcdVersion::V36).await;
     let kas = KubeApiserver::start(&etcd.server.url()).await;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use reqwest::Client;
 use serde_json::Value;
-use watchcache::etcd::free_port;
+use watchcache_etcd::free_port;
 
 /// Bytes made by Kubernetes' own serializers.
 fn data(name: &str) -> String {

@@ -12,7 +12,7 @@ use std::process::Command;
 
 use support::etcd::{EtcdVersion, etcd_version};
 use support::kube::{KubeApiserver, Watchcache};
-use watchcache::etcd::free_port;
+use watchcache_etcd::free_port;
 
 /// Runs a script of tests/python with `url` as its argument; panics with its output unless it
 /// prints OK.

@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::k8s_peers::{etcd36_bin, k8s_bin};
-use watchcache::etcd::{LocalEtcd, free_port};
+use watchcache_etcd::{LocalEtcd, free_port};
 
 /// The port the README's examples use.
 const DOCUMENTED: &str = "127.0.0.1:8443";

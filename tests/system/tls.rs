@@ -544,7 +544,7 @@ async fn a_handshake_that_never_finishes_gives_its_slot_back() {
 // `watchcache serve --local-pki`, as ./scripts/run starts it.
 
 fn free_port() -> u16 {
-    watchcache::etcd::free_port().unwrap()
+    watchcache_etcd::free_port().unwrap()
 }
 
 struct Serve {

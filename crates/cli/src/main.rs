@@ -8,14 +8,12 @@ use std::sync::Arc;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 use tracing::{debug, error, info, warn};
-use watchcache::apiserver::{
-    ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig,
-};
-use watchcache::etcd::{
+use watchcache::{Cache, CacheConfig, ResourceDef};
+use watchcache_etcd::{
     ConsistentReads, Encryption, EtcdCaches, EtcdConfig, EtcdTls, LocalEtcd, LocalEtcdError,
 };
-use watchcache::upstream::crds::ResourceChange;
-use watchcache::{Cache, CacheConfig, ResourceDef};
+use watchcache_follow::crds::ResourceChange;
+use watchcache_kube::{ApiServerCaches, ApiServerConfig, InitialList, client_from_kubeconfig};
 use watchcache_server::{Served, Server, ServerConfig, TlsConfig, auth};
 
 mod fdlimit;
@@ -380,14 +378,14 @@ impl Caches {
 
     /// Starts caching every CRD's custom resources as the CRD is Established, serving each on
     /// `server` once its cache is ready; `None` when CRDs are not cached (`--resources`).
-    fn sync_crds(&self, server: &Server) -> Option<watchcache::upstream::crds::CrdSync> {
+    fn sync_crds(&self, server: &Server) -> Option<watchcache_follow::crds::CrdSync> {
         const CRDS: &str = "customresourcedefinitions.apiextensions.k8s.io";
         let (crds, dynamic) = match self {
             Caches::Etcd(c, _) => (c.cache(CRDS)?.clone(), c.dynamic()),
             Caches::ApiServer(c) => (c.cache(CRDS)?.clone(), c.dynamic()),
         };
         let resources = server.resources();
-        Some(watchcache::upstream::crds::sync_crds(
+        Some(watchcache_follow::crds::sync_crds(
             crds,
             dynamic,
             move |change| match change {
@@ -428,7 +426,7 @@ async fn follow_api_server(
     info!(kubeconfig = %kubeconfig.display(), context = ?args.upstream_context, "following an API server");
     // Resources the server does not serve (a CRD not installed, an API group its version lacks)
     // are left to it: their requests are proxied.
-    let (defs, missing) = watchcache::apiserver::served_by(&client, defs).await;
+    let (defs, missing) = watchcache_kube::served_by(&client, defs).await;
     if !missing.is_empty() {
         let names: Vec<String> = missing.iter().map(ResourceDef::resource_name).collect();
         warn!(resources = ?names, "not served by the upstream: not cached (requests for them are proxied)");

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use watchcache::etcd::free_port;
+use watchcache_etcd::free_port;
 
 use crate::ops;
 use crate::peers;
@@ -430,8 +430,8 @@ async fn run(args: &UpArgs, plane: &mut Plane) -> Result<(), Error> {
     // watchcache's identity at kube-apiserver: the admin (it needs `impersonate`).
     let kas_kubeconfig = data.join("kube-apiserver.kubeconfig");
     pki.kubeconfig(&kas_kubeconfig, &kas_url, &pki.admin)?;
-    let kas = watchcache::apiserver::client_from_kubeconfig(&kas_kubeconfig, None).await?;
-    let wc = watchcache::apiserver::client_from_kubeconfig(&pki.local.kubeconfig, None).await?;
+    let kas = watchcache_kube::client_from_kubeconfig(&kas_kubeconfig, None).await?;
+    let wc = watchcache_kube::client_from_kubeconfig(&pki.local.kubeconfig, None).await?;
 
     // `watchcache serve`'s flags but `--listen`, which each replica has its own of.
     let serve_args = {

@@ -235,7 +235,7 @@ impl Server {
     }
 
     /// The resources this server serves, to change while it runs (custom resources as their
-    /// CRDs come and go: [`sync_crds`](watchcache::upstream::crds::sync_crds)).
+    /// CRDs come and go: `watchcache_follow::crds::sync_crds`).
     pub fn resources(&self) -> ServedResources {
         ServedResources(Arc::clone(&self.state))
     }

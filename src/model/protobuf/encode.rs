@@ -33,7 +33,7 @@ use super::wire::{Fields, Value};
 const MAX_DEPTH: u32 = 64;
 
 /// Appends a varint.
-pub(crate) fn varint(out: &mut Vec<u8>, mut v: u64) {
+pub fn varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -41,12 +41,13 @@ pub(crate) fn varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-pub(crate) fn tag(out: &mut Vec<u8>, num: u32, wire_type: u8) {
+/// Appends a field's tag: its number and wire type.
+pub fn tag(out: &mut Vec<u8>, num: u32, wire_type: u8) {
     varint(out, (u64::from(num) << 3) | u64::from(wire_type));
 }
 
 /// Appends a length-delimited field.
-pub(crate) fn put_len(out: &mut Vec<u8>, num: u32, bytes: &[u8]) {
+pub fn put_len(out: &mut Vec<u8>, num: u32, bytes: &[u8]) {
     tag(out, num, 2);
     varint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
@@ -93,8 +94,8 @@ pub(crate) fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
     out
 }
 
-/// [`envelope`], appended to `out` (a protobuf list's items, one buffer for a page).
-pub(crate) fn envelope_into(out: &mut Vec<u8>, api_version: &str, kind: &str, raw: &[u8]) {
+/// `envelope`, appended to `out` (a protobuf list's items, one buffer for a page).
+pub fn envelope_into(out: &mut Vec<u8>, api_version: &str, kind: &str, raw: &[u8]) {
     out.extend_from_slice(MAGIC);
     let _ = nested::<()>(out, 1, |out| {
         put_len(out, 1, api_version.as_bytes());

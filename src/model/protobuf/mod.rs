@@ -23,8 +23,7 @@ mod json;
 pub mod schema;
 pub(crate) mod stored;
 // What the API server follower reads off a protobuf watch stream.
-#[cfg(feature = "apiserver")]
-pub(crate) mod stream;
+pub mod stream;
 #[rustfmt::skip]
 mod tables;
 mod wire;
@@ -38,13 +37,12 @@ use std::borrow::Cow;
 use crate::model::FieldPath;
 
 // The primitives `wire/` writes its envelopes, frame heads and variants with (the server's
-// conversions use a few more).
-pub(crate) use encode::{
-    encode_json, nested, put_len, put_varint, raw_range, spans, tag, varint, with_resource_version,
-};
+// conversions use a few more); the three writers are public for the crates that write protobuf
+// around objects (the API server follower's tests).
+pub(crate) use encode::{encode_json, nested, put_varint, raw_range, spans, with_resource_version};
+pub use encode::{put_len, tag, varint};
 // A leaf's protobuf LIST: each item in the envelope a watch frame's object has.
-#[cfg(feature = "apiserver")]
-pub(crate) use encode::envelope_into;
+pub use encode::envelope_into;
 pub(crate) use encode::{encode_message, envelope};
 pub(crate) use json::write_go_value as write_json_value;
 pub(crate) use json::write_message_json;
@@ -54,7 +52,7 @@ pub(crate) use wire::Value as WireValue;
 
 /// Whether kube-apiserver serves this kind in protobuf (a built-in kind with a message in the
 /// tables); custom resources are JSON only.
-pub(crate) fn has_message(api_version: &str, kind: &str) -> bool {
+pub fn has_message(api_version: &str, kind: &str) -> bool {
     kind_message(api_version, kind).is_some()
 }
 
@@ -66,8 +64,7 @@ pub(crate) fn has_message(api_version: &str, kind: &str) -> bool {
 /// # Errors
 /// JSON of a built-in kind that its message cannot hold (a member of the wrong type).
 // Public through `etcd::stored_value`.
-#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-pub(crate) fn storage_form(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
+pub fn storage_form(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
     if value.starts_with(MAGIC) {
         return Ok(None);
     }
@@ -95,11 +92,10 @@ pub(crate) fn storage_form(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
 
 /// The Kubernetes minor version (1.x) whose messages the tables describe (`tables.rs`, generated
 /// from its Go modules): a server of this version or older sends nothing they do not know.
-#[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
-pub(crate) const TABLES_MINOR: u32 = 35;
+pub const TABLES_MINOR: u32 = 35;
 
 /// The prefix of every protobuf value kube-apiserver stores.
-pub(crate) const MAGIC: &[u8] = b"k8s\0";
+pub const MAGIC: &[u8] = b"k8s\0";
 
 /// The envelope of a stored value, with the message its type names.
 #[derive(Debug, Clone, Copy)]

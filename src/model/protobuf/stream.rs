@@ -13,7 +13,7 @@ use super::{Unknown, last_len, utf8};
 
 /// One frame of a protobuf watch stream: the event type and the object's envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct WatchFrame<'a> {
+pub struct WatchFrame<'a> {
     /// `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK` or `ERROR`.
     pub kind: &'a str,
     /// The object, `k8s\0` + `runtime.Unknown` (an ERROR's `Status`, a BOOKMARK's bare object).
@@ -24,7 +24,7 @@ pub(crate) struct WatchFrame<'a> {
 ///
 /// # Errors
 /// Malformed protobuf, a type that is not UTF-8, or no object.
-pub(crate) fn watch_frame(frame: &[u8]) -> Result<WatchFrame<'_>, String> {
+pub fn watch_frame(frame: &[u8]) -> Result<WatchFrame<'_>, String> {
     let kind = utf8(
         last_len("a watch event", frame, 1)?.unwrap_or_default(),
         "a watch event's type",
@@ -43,11 +43,14 @@ fn message(value: &[u8]) -> Result<&[u8], String> {
 /// raw = the list's message {metadata 1 = `ListMeta` {resourceVersion 2, continue 3}, items 2}},
 /// each item an object's message without an envelope (as kube-apiserver and watchcache write it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct List<'a> {
+pub struct List<'a> {
+    /// The list's apiVersion (`v1`).
     pub api_version: &'a str,
     /// The list's kind (`PodList`).
     pub kind: &'a str,
+    /// `metadata.resourceVersion`: the revision the list was read at.
     pub resource_version: &'a str,
+    /// `metadata.continue`: where the next page starts (empty: the last page).
     pub continue_token: &'a str,
     /// Each item's message, in order.
     pub items: Vec<&'a [u8]>,
@@ -59,7 +62,7 @@ pub(crate) struct List<'a> {
 /// # Errors
 /// No [`MAGIC`](super::MAGIC), malformed protobuf in the envelope, the list or its metadata, or text that is
 /// not UTF-8.
-pub(crate) fn list(body: &[u8]) -> Result<List<'_>, String> {
+pub fn list(body: &[u8]) -> Result<List<'_>, String> {
     let u = Unknown::parse(body)?;
     let mut list = List {
         api_version: u.api_version,
@@ -93,9 +96,12 @@ pub(crate) fn list(body: &[u8]) -> Result<List<'_>, String> {
 /// An object's identity, read from its `metadata` (`ObjectMeta`, field 1 of every top-level
 /// kind's message).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Identity<'a> {
+pub struct Identity<'a> {
+    /// `metadata.name`.
     pub name: &'a str,
+    /// `metadata.namespace` (empty: cluster-scoped).
     pub namespace: &'a str,
+    /// `metadata.resourceVersion`.
     pub resource_version: &'a str,
     /// Whether `metadata.annotations` has `k8s.io/initial-events-end: "true"` (a WatchList's
     /// last bookmark).
@@ -106,7 +112,7 @@ pub(crate) struct Identity<'a> {
 ///
 /// # Errors
 /// Malformed protobuf in the envelope or the metadata, or text that is not UTF-8.
-pub(crate) fn identity(value: &[u8]) -> Result<Identity<'_>, String> {
+pub fn identity(value: &[u8]) -> Result<Identity<'_>, String> {
     let meta = last_len("an object", message(value)?, 1)?.unwrap_or_default();
     let mut id = Identity::default();
     for e in Fields::new(meta) {
@@ -130,9 +136,12 @@ pub(crate) fn identity(value: &[u8]) -> Result<Identity<'_>, String> {
 
 /// A `metav1.Status` in its envelope: code, reason and message.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct Status {
+pub struct Status {
+    /// `code`: the HTTP status.
     pub code: u16,
+    /// `reason` (`Expired`, `NotFound`, ...).
     pub reason: String,
+    /// `message`.
     pub message: String,
 }
 
@@ -140,7 +149,7 @@ pub(crate) struct Status {
 ///
 /// # Errors
 /// Malformed protobuf.
-pub(crate) fn status(value: &[u8]) -> Result<Status, String> {
+pub fn status(value: &[u8]) -> Result<Status, String> {
     let mut s = Status::default();
     for e in Fields::new(message(value)?) {
         match e.map_err(|e| format!("a Status: {e}"))? {

@@ -1,7 +1,7 @@
 //! A per-node pod cache in a controller pinned to Kubernetes 1.33: it only has to build.
 
 use k8s_openapi::api::core::v1::Pod;
-use watchcache::kube::{KubeCache, definition_for};
+use watchcache_kube::{KubeCache, definition_for};
 
 // The embedded server's HTTP/2 is watchcache's h2 (the crate `watchcache-h2`), which reaches an
 // embedder through the dependency itself, not through a `[patch]` of watchcache's workspace.

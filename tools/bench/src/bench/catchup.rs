@@ -47,9 +47,8 @@ use super::partition::Partition;
 use super::pods::{self, Codec, Storage};
 use super::stack::{self, Stack};
 use super::{BenchConfig, Mode, bar, procstat, verify, watchers};
-use watchcache::{
-    Cache, CacheConfig, ResourceDef, ResourceVersion, Selection, WatchOptions, apiserver,
-};
+use watchcache::{Cache, CacheConfig, ResourceDef, ResourceVersion, Selection, WatchOptions};
+use watchcache_kube as apiserver;
 
 /// Writes in flight while the backlog is written (etcd batches them into its commits).
 const IN_FLIGHT: usize = 256;

@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::time::Instant;
 use tracing::{info, warn};
-use watchcache::etcd::free_port;
+use watchcache_etcd::free_port;
 
 use super::kubelet::servers::spawn_logged;
 use super::{Latency, burst, pods};
@@ -165,7 +165,7 @@ pub(crate) async fn run(cfg: ClusterConfig) -> Result<ClusterReport, String> {
         .map(|rest| format!("http{rest}"))
         .ok_or("no etcd URL in up's output")?;
     let client = |path: PathBuf| async move {
-        watchcache::apiserver::client_from_kubeconfig(&path, None)
+        watchcache_kube::client_from_kubeconfig(&path, None)
             .await
             .map_err(|e| e.to_string())
     };

@@ -290,7 +290,7 @@ fn start_proxy(
         ),
     )
     .map_err(|e| e.to_string())?;
-    let port = watchcache::etcd::free_port().map_err(|e| e.to_string())?;
+    let port = watchcache_etcd::free_port().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(binary);
     cmd.args(["serve", "--upstream-kubeconfig", &f(&kubeconfig)])
         .args(["--listen", &format!("127.0.0.1:{port}")])

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use watchcache::etcd::{LocalEtcd, free_port};
+use watchcache_etcd::{LocalEtcd, free_port};
 
 use super::http::Http;
 use super::{BenchConfig, Mode, TlsMode};

@@ -30,7 +30,7 @@ use futures_util::StreamExt;
 use tokio::sync::{Semaphore, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{info, warn};
-use watchcache::etcd::LocalEtcd;
+use watchcache_etcd::LocalEtcd;
 
 use super::http::Http;
 use super::load::{self, Churn, Recorder};

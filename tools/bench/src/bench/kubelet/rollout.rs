@@ -33,7 +33,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
-use watchcache::etcd::free_port;
+use watchcache_etcd::free_port;
 
 use super::objects::{self, Path as WatchPath};
 use super::report::PathReport;

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use watchcache::etcd::free_port;
+use watchcache_etcd::free_port;
 
 use super::pki::Pki;
 use crate::bench::stack::ServerProcess;

@@ -15,14 +15,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use crate::cache::{Cache, CacheConfig, CacheWriter};
-use crate::model::ResourceDef;
-use crate::upstream::follow::check::{self, Relists, Truth};
-use crate::upstream::follow::{self, Follow, Policy, RelistRequests, Source, WatchListUse};
-use crate::upstream::runtime::UpstreamRuntime;
+use crate::check::{self, Relists, Truth};
+use crate::runtime::UpstreamRuntime;
+use crate::{Follow, Policy, RelistRequests, Source, WatchListUse};
+use watchcache::ResourceDef;
+use watchcache::{Cache, CacheConfig, CacheWriter};
 
 /// Caches followed on one upstream.
-pub(crate) struct Followers {
+pub struct Followers {
     caches: BTreeMap<String, Cache>,
     tasks: Vec<JoinHandle<()>>,
     shutdown: watch::Sender<bool>,
@@ -37,7 +37,7 @@ pub(crate) struct Followers {
 ///
 /// Lock order: `running` is a leaf; no await and no cache lock is taken under it (a cache's
 /// `close` is called after the entry is taken out).
-pub(crate) struct Dynamic {
+pub struct Dynamic {
     running: Mutex<DynamicState>,
     handle: tokio::runtime::Handle,
 }
@@ -95,12 +95,14 @@ fn start_tasks<S: Source + 'static, T: Truth>(
         shutdown: shutdown.subscribe(),
         relists,
     };
-    tasks.push(spawn(Box::pin(follow::run(source, writer, follow))));
+    tasks.push(spawn(Box::pin(crate::run(source, writer, follow))));
     tasks
 }
 
 impl Followers {
-    pub(crate) fn new() -> Followers {
+    /// No caches yet, on a runtime of their own (`runtime.rs`).
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Followers {
         let runtime = UpstreamRuntime::start();
         Followers {
             caches: BTreeMap::new(),
@@ -118,7 +120,7 @@ impl Followers {
     ///
     /// # Errors
     /// The resource name, when a cache of that name exists already.
-    pub(crate) fn add(
+    pub fn add(
         &mut self,
         def: ResourceDef,
         config: &CacheConfig,
@@ -136,7 +138,7 @@ impl Followers {
     /// Starts following `source` into the cache of `writer`, on its own task, and checking the
     /// cache against `truth` on another every `consistency_check_period` of its config (unless
     /// zero); the checker asks the follower to relist, it never writes.
-    pub(crate) fn spawn<S: Source + 'static, T: Truth>(
+    pub fn spawn<S: Source + 'static, T: Truth>(
         &mut self,
         source: S,
         writer: CacheWriter,
@@ -158,36 +160,42 @@ impl Followers {
     }
 
     /// The resources started and stopped while running.
-    pub(crate) fn dynamic(&self) -> &Arc<Dynamic> {
+    pub fn dynamic(&self) -> &Arc<Dynamic> {
         &self.dynamic
     }
 
     /// The followers' runtime, where an upstream's client is made so that its tasks run there.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    pub(crate) fn runtime(&self) -> &UpstreamRuntime {
+    pub fn runtime(&self) -> &UpstreamRuntime {
         &self.runtime
     }
 
-    pub(crate) fn cache(&self, name: &str) -> Option<&Cache> {
+    /// The cache of a resource, by its definition's name.
+    pub fn cache(&self, name: &str) -> Option<&Cache> {
         self.caches.get(name)
     }
 
-    pub(crate) fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
+    /// Every cache, by name.
+    pub fn caches(&self) -> impl Iterator<Item = (&str, &Cache)> {
         self.caches.iter().map(|(k, v)| (k.as_str(), v))
     }
 
-    pub(crate) fn len(&self) -> usize {
+    /// How many caches.
+    pub fn len(&self) -> usize {
         self.caches.len()
     }
 
+    /// Whether there is no cache.
+    pub fn is_empty(&self) -> bool {
+        self.caches.is_empty()
+    }
+
     /// The followed resources' names (the API server upstream's discovery reads them).
-    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
-    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+    pub fn names(&self) -> impl Iterator<Item = &str> {
         self.caches.keys().map(String::as_str)
     }
 
     /// Stops every follower, those started while running too, and waits for them.
-    pub(crate) async fn shutdown(self) {
+    pub async fn shutdown(self) {
         self.shutdown.send_replace(true);
         let running = {
             let mut d = self.dynamic.running.lock();
@@ -213,7 +221,7 @@ impl Dynamic {
     ///
     /// # Errors
     /// Why not: a resource of that name is followed already, or the upstream is shut down.
-    pub(crate) fn start<S: Source + 'static, T: Truth>(
+    pub fn start<S: Source + 'static, T: Truth>(
         &self,
         def: ResourceDef,
         config: &CacheConfig,
@@ -255,7 +263,7 @@ impl Dynamic {
 
     /// Stops following `name` (started by [`start`](Dynamic::start)) and ends its watches (see
     /// [`Cache::close`]); its cache, when it was followed.
-    pub(crate) fn stop(&self, name: &str) -> Option<Cache> {
+    pub fn stop(&self, name: &str) -> Option<Cache> {
         let r = self.running.lock().running.remove(name)?;
         r.stop.send_replace(true);
         r.cache.close();
@@ -265,7 +273,7 @@ impl Dynamic {
     }
 
     /// Whether `name` was followed since connect (from the definitions given then).
-    pub(crate) fn is_fixed(&self, name: &str) -> bool {
+    pub fn is_fixed(&self, name: &str) -> bool {
         self.running.lock().fixed.contains(name)
     }
 }

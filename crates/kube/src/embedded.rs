@@ -1,4 +1,4 @@
-//! The embedded cache for controllers (`watchcache::kube`): an indexed, trigger-routed cache of
+//! The embedded cache for controllers (`watchcache_kube`): an indexed, trigger-routed cache of
 //! one resource type built from a kube-rs [`Client`](kube::Client), read in process.
 //!
 //! It is the API server upstream ([`ApiServerCaches`]) with one resource, plus typed reads:
@@ -10,7 +10,7 @@
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::Pod;
-//! use watchcache::kube::{KubeCache, definition_for};
+//! use watchcache_kube::{KubeCache, definition_for};
 //! use watchcache::Selection;
 //!
 //! # async fn run(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -29,7 +29,7 @@
 //! ```no_run
 //! use kube::core::{DynamicObject, GroupVersionKind};
 //! use kube::discovery::{Scope, pinned_kind};
-//! use watchcache::kube::{KubeCache, definition_for_api_resource};
+//! use watchcache_kube::{KubeCache, definition_for_api_resource};
 //!
 //! # async fn run(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! let gvk = GroupVersionKind::gvk("apps", "v1", "Deployment");
@@ -52,10 +52,10 @@ use parking_lot::Mutex;
 use futures_util::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
 
-use crate::cache::{Cache, CacheConfig, ListOptions, WatchOptions};
-use crate::error::{Cause, Error, Result};
-use crate::model::{EventType, Object, ResourceDef, ResourceVersion, Selection};
-use crate::upstream::apiserver::{ApiServerCaches, ApiServerConfig};
+use crate::{ApiServerCaches, ApiServerConfig};
+use watchcache::{Cache, CacheConfig, ListOptions, WatchOptions};
+use watchcache::{Cause, Error, Result};
+use watchcache::{EventType, Object, ResourceDef, ResourceVersion, Selection};
 
 /// How often a start that waits says so.
 const WAITING_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);

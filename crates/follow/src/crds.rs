@@ -34,8 +34,8 @@ use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use crate::cache::{Cache, WatchOptions};
-use crate::model::{CrdServing, EventType, ResourceDef, ResourceVersion, Selection};
+use watchcache::{Cache, WatchOptions};
+use watchcache::{CrdServing, EventType, ResourceDef, ResourceVersion, Selection};
 
 /// Resources an upstream follows on demand after it connected, each with its own follower.
 pub trait DynamicResources: Send + Sync {
@@ -255,9 +255,9 @@ impl Syncer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::CacheWriter;
-    use crate::{CacheConfig, MemorySource};
     use serde_json::json;
+    use watchcache::CacheWriter;
+    use watchcache::{CacheConfig, MemorySource};
 
     /// Resources started in process: each cache made ready at once by an empty resync, as a
     /// follower's first sync of an empty prefix would.

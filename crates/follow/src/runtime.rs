@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 /// A runtime on a thread of its own, stopped when dropped.
-pub(crate) struct UpstreamRuntime {
+pub struct UpstreamRuntime {
     handle: Handle,
     /// Dropped to stop the thread; `None` when running on the caller's runtime.
     _stop: Option<oneshot::Sender<()>>,
@@ -100,8 +100,7 @@ impl UpstreamRuntime {
 
     /// Runs `f` to its end on this runtime (so that what it spawns lives here) and returns its
     /// output; `None` if the runtime stopped first. A panic in `f` is resumed here.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    pub(crate) async fn run<F>(&self, f: F) -> Option<F::Output>
+    pub async fn run<F>(&self, f: F) -> Option<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,

@@ -1,4 +1,5 @@
-//! The etcd upstream: exactly one etcd watch per cached resource, however many clients watch it.
+//! watchcache's etcd upstream (the crate `watchcache-etcd`): exactly one etcd watch per cached
+//! resource, however many clients watch it.
 //!
 //! [`EtcdCaches::connect`] builds one [`Cache`] per resource definition and one follower task per
 //! cache. Each follower lists the resource prefix in pages of 10 000 at one revision, then watches
@@ -8,7 +9,7 @@
 //!
 //! # Examples
 //! ```no_run
-//! use watchcache::etcd::{EtcdCaches, EtcdConfig};
+//! use watchcache_etcd::{EtcdCaches, EtcdConfig};
 //! use watchcache::{CacheConfig, ListOptions, ResourceDef};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,15 +42,15 @@ pub use encryption::{Encryption, EncryptionError, Transformer};
 pub use local::{LocalEtcd, LocalEtcdError, LocalEtcdTls, free_port};
 pub use version::progress_is_reliable;
 
-use crate::cache::{Cache, CacheConfig};
-use crate::error::Cause;
-use crate::model::ResourceDef;
-use crate::upstream::crds::DynamicResources;
-use crate::upstream::follow::check::RangeTruth;
-use crate::upstream::follow::{Policy, WatchListUse};
-use crate::upstream::followers::{Dynamic, Followers};
 use range::EtcdUpstream;
 use source::EtcdSource;
+use watchcache::Cause;
+use watchcache::ResourceDef;
+use watchcache::{Cache, CacheConfig};
+use watchcache_follow::check::RangeTruth;
+use watchcache_follow::crds::DynamicResources;
+use watchcache_follow::followers::{Dynamic, Followers};
+use watchcache_follow::{Policy, WatchListUse};
 
 /// How consistent reads (resourceVersion unset) are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -236,7 +237,7 @@ pub enum EtcdError {
 /// # Errors
 /// JSON of a built-in kind its protobuf message cannot hold (a member of the wrong type).
 pub fn stored_value(json: &[u8]) -> Result<Vec<u8>, String> {
-    Ok(crate::model::protobuf::storage_form(json)?.unwrap_or_else(|| json.to_vec()))
+    Ok(watchcache::protobuf::storage_form(json)?.unwrap_or_else(|| json.to_vec()))
 }
 
 /// Caches fed from etcd, one per resource, each with its own single etcd watch.
@@ -322,7 +323,7 @@ impl DynamicResources for EtcdDynamic {
 impl EtcdCaches {
     /// Connects to etcd and starts following every resource. Returns at once; each cache becomes
     /// ready when its initial sync finishes (see [`Cache::wait_ready`]). Each follower task
-    /// holds its cache's [`CacheWriter`](crate::CacheWriter).
+    /// holds its cache's [`CacheWriter`](watchcache::CacheWriter).
     ///
     /// # Errors
     /// [`EtcdError`] for no endpoints, duplicate definitions, or a client that cannot be built.
@@ -407,7 +408,7 @@ impl EtcdCaches {
     }
 
     /// Resources to follow on this etcd after connect, and to stop following: what
-    /// [`sync_crds`](crate::upstream::crds::sync_crds) starts for each custom resource.
+    /// [`sync_crds`](watchcache_follow::crds::sync_crds) starts for each custom resource.
     pub fn dynamic(&self) -> Arc<dyn DynamicResources> {
         self.dynamic.clone()
     }
@@ -441,11 +442,11 @@ impl EtcdCaches {
     /// # Errors
     /// An unknown resource, a cache not ready, or etcd failing.
     #[doc(hidden)]
-    pub async fn check_now(&self, resource: &str) -> Result<(u64, crate::cache::Compared), String> {
+    pub async fn check_now(&self, resource: &str) -> Result<(u64, watchcache::Compared), String> {
         let cache = self
             .cache(resource)
             .ok_or_else(|| format!("no cache of {resource}"))?;
-        crate::upstream::follow::check::check_now(cache, 10_000).await
+        watchcache_follow::check::check_now(cache, 10_000).await
     }
 
     /// Stops every follower and waits for them.

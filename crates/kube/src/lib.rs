@@ -1,5 +1,6 @@
-//! The Kubernetes API server upstream: one watch per cached resource on an API server, or on
-//! another watchcache (both speak the same API), however many clients watch the cache.
+//! watchcache's Kubernetes API server upstream (the crate `watchcache-kube`): one watch per cached
+//! resource on an API server, or on another watchcache (both speak the same API), however many
+//! clients watch the cache.
 //!
 //! [`ApiServerCaches::connect`] builds one [`Cache`] per resource definition and one follower task
 //! per cache. Each follower syncs by WatchList when the server does it (else by a paginated LIST),
@@ -11,9 +12,28 @@
 //! The connection is kube-rs's client: kubeconfig, contexts, TLS and authentication are its own
 //! ([`client_from_kubeconfig`]). Objects are read as raw JSON and decoded once by the cache.
 //!
-//! # Examples
+//! ## For controller authors: [`KubeCache`]
+//! `KubeCache<K>` follows one resource through a kube-rs client
+//! and is read in process, typed: index lookups without a scan, routed watches (a watch pinned
+//! to `spec.nodeName=node-7` costs nothing for other nodes' events), a Store-like reader whose
+//! `Arc<K>`s are decoded once per object version, and an event stream for kube-runtime's
+//! `reflector` and `Controller::for_stream`. `KubeCache::start_within` bounds the first sync.
+//!
 //! ```no_run
-//! use watchcache::apiserver::{ApiServerCaches, ApiServerConfig, client_from_kubeconfig};
+//! # async fn run(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use k8s_openapi::api::core::v1::Pod;
+//! use watchcache_kube::{KubeCache, definition_for};
+//!
+//! let def = definition_for::<Pod>(&[("spec.nodeName", true), ("label:app", false)])?;
+//! let pods: KubeCache<Pod> =
+//!     KubeCache::start_within(client, def, std::time::Duration::from_secs(30)).await?;
+//! let on_node_7 = pods.by_index("spec.nodeName", "node-7")?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Caches of an API server: [`ApiServerCaches`]
+//! ```no_run
+//! use watchcache_kube::{ApiServerCaches, ApiServerConfig, client_from_kubeconfig};
 //! use watchcache::{CacheConfig, ListOptions, ResourceDef};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -30,7 +50,7 @@
 //! # Ok(()) }
 //! ```
 
-pub mod embedded;
+mod embedded;
 mod rest;
 mod source;
 mod upstream;
@@ -44,18 +64,19 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
+pub use embedded::{KubeCache, definition_for, definition_for_api_resource};
 pub use rest::RestError;
 pub use writes::ApiServerWrites;
 
-use crate::cache::{Cache, CacheConfig};
-use crate::error::Cause;
-use crate::model::ResourceDef;
-use crate::upstream::crds::DynamicResources;
-use crate::upstream::follow::{Policy, WatchListUse};
-use crate::upstream::followers::{Dynamic, Followers};
 use rest::{Rest, WireChoice};
 use source::ApiSource;
 use upstream::{ApiTruth, ApiUpstream};
+use watchcache::Cause;
+use watchcache::ResourceDef;
+use watchcache::{Cache, CacheConfig};
+use watchcache_follow::crds::DynamicResources;
+use watchcache_follow::followers::{Dynamic, Followers};
+use watchcache_follow::{Policy, WatchListUse};
 
 /// How a follower reads the full state (at start and after 410 Expired).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -370,7 +391,7 @@ impl ApiServerCaches {
     }
 
     /// Resources to follow on this API server after connect, and to stop following: what
-    /// [`sync_crds`](crate::upstream::crds::sync_crds) starts for each custom resource.
+    /// [`sync_crds`](watchcache_follow::crds::sync_crds) starts for each custom resource.
     pub fn dynamic(&self) -> Arc<dyn DynamicResources> {
         self.dynamic.clone()
     }

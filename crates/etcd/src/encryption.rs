@@ -21,7 +21,7 @@ use base64::engine::general_purpose::STANDARD;
 use cbc::cipher::{BlockDecryptMut, BlockEncryptMut, KeyIvInit, block_padding::Pkcs7};
 use serde::Deserialize;
 
-use crate::model::ResourceDef;
+use watchcache::ResourceDef;
 
 /// The prefix of every encrypted value.
 const ENCRYPTED: &[u8] = b"k8s:enc:";
@@ -465,7 +465,7 @@ mod tests {
     fn vector(name: &str) -> Vec<u8> {
         let dir = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/data/kubernetes-protobuf/"
+            "/../../tests/data/kubernetes-protobuf/"
         );
         std::fs::read(format!("{dir}{name}")).unwrap()
     }

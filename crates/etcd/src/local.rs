@@ -97,7 +97,7 @@ pub struct LocalEtcdTls {
     /// The CA etcd requires client certificates to be signed by (`--trusted-ca-file`).
     pub client_ca_file: PathBuf,
     /// What the health probe presents: a client certificate and the CA of etcd's certificate.
-    pub probe: crate::upstream::etcd::EtcdTls,
+    pub probe: crate::EtcdTls,
 }
 
 /// One member of a local etcd (a single node, or a member of a local cluster).

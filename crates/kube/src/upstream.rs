@@ -16,11 +16,11 @@ use tokio::sync::Notify;
 
 use bytes::Bytes;
 
-use crate::cache::{BoxFuture, Selected, Upstream};
-use crate::error::{Error, Result};
-use crate::model::{ResourceDef, Selection};
-use crate::upstream::apiserver::rest::{Rest, RestError, identity};
-use crate::upstream::follow::check::{Truth, TruthEntry, TruthError, TruthPage};
+use crate::rest::{Rest, RestError, identity};
+use watchcache::{BoxFuture, Selected, Upstream};
+use watchcache::{Error, Result};
+use watchcache::{ResourceDef, Selection};
+use watchcache_follow::check::{Truth, TruthEntry, TruthError, TruthPage};
 
 /// The [`Upstream`] of one resource followed on an API server.
 pub(crate) struct ApiUpstream {

@@ -1,4 +1,18 @@
-//! One follower driver for every upstream: the single watch behind a cache, kept alive.
+//! One follower driver for every upstream (the crate `watchcache-follow`): the single watch
+//! behind a cache, kept alive. The etcd and Kubernetes API server upstreams (`watchcache-etcd`,
+//! `watchcache-kube`) are two [`Source`]s of it; an embedder follows an upstream kind of its own
+//! by implementing a third (`examples/follow_source.rs`).
+//!
+//! | module | what |
+//! |---|---|
+//! | this file | the driver: [`Source`], [`Follow`], carrying out the machine's actions |
+//! | `machine` | the follower's state machine, pure |
+//! | `error` | [`FollowError`], typed, each with its cause |
+//! | `check` | the periodic consistency check beside each follower |
+//! | [`followers`] | the caches of one upstream, a follower task per cache |
+//! | [`runtime`] | the upstream's own tokio runtime |
+//! | [`backoff`] | capped exponential backoff with jitter; throttled warnings |
+//! | [`crds`] | CustomResourceDefinitions followed into served resources |
 //!
 //! The algorithm (initial sync by WatchList or paged list, watch, resume after a break, relist
 //! on 410 or compaction, reset when the upstream's history was replaced, backoff with jitter,
@@ -26,9 +40,13 @@
 //! recovery once, with the number not logged. Per-resource progress (synced, resumed WatchList
 //! fallback) is at debug.
 
-pub(crate) mod check;
-pub(crate) mod error;
-pub(crate) mod machine;
+pub mod backoff;
+pub mod check;
+pub mod crds;
+mod error;
+pub mod followers;
+pub mod machine;
+pub mod runtime;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -36,17 +54,17 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::cache::CacheWriter;
-use crate::upstream::backoff::{self, Throttle};
-pub(crate) use error::FollowError;
+use crate::backoff::Throttle;
+pub use error::FollowError;
 use machine::{Action, Effect, Input, Machine};
-pub(crate) use machine::{Break, Policy, SyncMode, WatchListUse};
+pub use machine::{Break, Policy, SyncMode, WatchListUse};
+use watchcache::CacheWriter;
 
 /// While paused, how often the grace period is checked.
 const TICK: Duration = Duration::from_millis(500);
 
 /// A finished sync.
-pub(crate) struct Synced<W> {
+pub struct Synced<W> {
     /// The revision of the state read.
     pub rv: u64,
     /// A WatchList's response, which carries on as the watch after its initial events.
@@ -57,7 +75,7 @@ pub(crate) struct Synced<W> {
 ///
 /// Every method returns when shutdown is asked for (`shutdown` changes or its sender is
 /// dropped), with [`Break::Shutdown`].
-pub(crate) trait Source: Send {
+pub trait Source: Send {
     /// An open watch.
     type Watch: Send;
 
@@ -90,16 +108,19 @@ pub(crate) trait Source: Send {
 }
 
 /// What the driver needs besides the source.
-pub(crate) struct Follow {
+pub struct Follow {
+    /// How the follower treats unavailability.
     pub policy: Policy,
+    /// Whether the initial sync is a WatchList.
     pub watch_list: WatchListUse,
+    /// Changes (or its sender drops) when the follower is to stop.
     pub shutdown: watch::Receiver<bool>,
     /// Relists the consistency check asks for (`check.rs`), when it runs.
     pub relists: Option<RelistRequests>,
 }
 
 /// The follower's end of the consistency check's relist requests.
-pub(crate) struct RelistRequests {
+pub struct RelistRequests {
     /// Each request is one more than the last.
     pub asked: watch::Receiver<u64>,
     /// The last request a finished sync answered.
@@ -120,7 +141,7 @@ impl RelistRequests {
 }
 
 /// Follows `source` into the cache of `writer` until shutdown.
-pub(crate) async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follow: Follow) {
+pub async fn run<S: Source>(mut source: S, mut writer: CacheWriter, follow: Follow) {
     let Follow {
         policy,
         watch_list,

@@ -10,10 +10,10 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::Value;
 
-use crate::cache::BoxFuture;
-use crate::model::ResourceDef;
-use crate::upstream::apiserver::rest::{Rest, RestError, collection_path, parse_rv, status_error};
-use crate::upstream::{Stored, WriteError, Writes};
+use crate::rest::{Rest, RestError, collection_path, parse_rv, status_error};
+use watchcache::BoxFuture;
+use watchcache::ResourceDef;
+use watchcache::{Stored, WriteError, Writes};
 
 /// Writes through to the API server, for every followed resource.
 pub struct ApiServerWrites {

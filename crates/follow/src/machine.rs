@@ -18,7 +18,7 @@
 //! ```
 //!
 //! Availability rides along: a failure starts an outage (or continues it), and past the grace
-//! period the cache is not ready, for the latest failure ([`Unavailable`]); the next watch that
+//! period the cache is not ready, for the latest failure (`Unavailable`); the next watch that
 //! opens ends the outage, restarts the backoff and makes the cache ready again. A resource the
 //! upstream does not serve (an API server's 404: a CRD not installed) is no outage: the upstream
 //! answered. The cache is absent (not ready, not waited for) and the sync is asked again every
@@ -30,20 +30,20 @@
 //!
 //! ## Invariants
 //! - `Watching { rv }` and `Opening { rv }`: the cache holds every change of the upstream up to
-//!   `rv` (the driver reports how far the watch got in [`Input::Broke`]).
+//!   `rv` (the driver reports how far the watch got in `Input::Broke`).
 //! - The upstream is down (`Link::Down`) from the first failure of an outage until a watch opens
 //!   or it answers 404; meanwhile `last` is the latest failure.
-//! - Only a sync leaves [`Phase::Syncing`]; only an opened watch ([`Input::Opened`], or a WatchList
+//! - Only a sync leaves `Phase::Syncing`; only an opened watch (`Input::Opened`, or a WatchList
 //!   that carries on as the watch) ends an outage.
 
 use std::time::{Duration, Instant};
 
-use crate::upstream::backoff;
-use crate::upstream::follow::error::{FollowError, Unavailable};
+use crate::backoff;
+use crate::error::{FollowError, Unavailable};
 
 /// How a sync reads the full state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SyncMode {
+pub enum SyncMode {
     /// A WatchList: the state as initial events, ended by the initial-events-end bookmark; the
     /// same response then carries on as the watch.
     WatchList,
@@ -53,7 +53,7 @@ pub(crate) enum SyncMode {
 
 /// Whether a follower syncs by WatchList.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WatchListUse {
+pub enum WatchListUse {
     /// Never (etcd; `InitialList::List`).
     Off,
     /// First; any failure falls back to a LIST for that sync, and a refusal for good
@@ -61,39 +61,36 @@ pub(crate) enum WatchListUse {
     Try,
     /// Only: a failed WatchList is a failure like any other (`InitialList::WatchList`).
     /// (Only an API server follows this way.)
-    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     Only,
 }
 
 /// Why a sync or a watch ended, as the source classifies what it saw: what it means to the
 /// follower. The [`FollowError`] each carries says what failed, with the upstream's own error.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Break {
+pub enum Break {
     /// The watch reached its deadline: reopen where it was, at once. (Only an API server's
     /// watches have one.)
-    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     Ended,
     /// The position left the upstream's window (410 Expired, an etcd compaction): relist.
     Expired(FollowError),
     /// The upstream's history was replaced (etcd wiped or restored): every watcher gets 410
     /// Expired and the cache relists. (Only etcd shows it.)
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     Replaced(FollowError),
     /// What was read cannot be applied where the cache stands (one revision's events split
     /// across two reads): relist.
     Relist(FollowError),
     /// A WatchList ended without its initial-events-end bookmark: the server ignored
     /// `sendInitialEvents`. (Only an API server's.)
-    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     NoInitialEventsEnd,
     /// The upstream does not serve the resource (404 on its collection: a CRD not installed).
     /// Nothing to do with WatchList: the fallback does not apply. (Only an API server says so.)
-    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     Absent(FollowError),
     /// A failure to retry after a backoff, resuming where the cache stands. `status`: the HTTP
     /// code, when the upstream answered with one.
     Failed {
+        /// What failed.
         error: FollowError,
+        /// The upstream's HTTP status code, when it answered with one.
         status: Option<u16>,
     },
     /// The follower was asked to stop.
@@ -102,7 +99,7 @@ pub(crate) enum Break {
 
 impl Break {
     /// A resumable failure without a status.
-    pub(crate) fn failed(error: FollowError) -> Break {
+    pub fn failed(error: FollowError) -> Break {
         Break::Failed {
             error,
             status: None,
@@ -234,12 +231,14 @@ enum Link {
 
 /// How a follower treats unavailability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Policy {
+pub struct Policy {
     /// The upstream's name in not-ready reasons ("etcd", "API server").
     pub upstream: &'static str,
     /// How long the upstream may be unavailable before the cache is not ready.
     pub grace: Duration,
+    /// The first retry's delay.
     pub backoff_initial: Duration,
+    /// The longest delay between retries (each doubles up to it, with full jitter).
     pub backoff_max: Duration,
     /// How often a resource the upstream does not serve is asked for again.
     pub absent_retry: Duration,

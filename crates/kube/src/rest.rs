@@ -1,6 +1,6 @@
 //! The REST calls of one resource on a Kubernetes API server, over kube-rs's client: LIST pages,
 //! watch streams read frame by frame, and `Status` errors. Objects stay raw JSON bytes here: the
-//! cache decodes them once ([`Cache::decode`](crate::Cache::decode)), so nothing on the event path
+//! cache decodes them once ([`Cache::decode`](watchcache::Cache::decode)), so nothing on the event path
 //! goes through typed structs.
 
 use std::borrow::Cow;
@@ -18,12 +18,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tracing::{debug, warn};
 
-use crate::error::Cause;
-use crate::model::protobuf as pb;
-use crate::model::{ResourceDef, Selection};
-use crate::upstream::backoff::{Throttle, WARN_EVERY};
+use watchcache::Cause;
+use watchcache::protobuf as pb;
+use watchcache::{ResourceDef, Selection};
+use watchcache_follow::backoff::{Throttle, WARN_EVERY};
 
-use crate::model::INITIAL_EVENTS_END;
+use watchcache::INITIAL_EVENTS_END;
 
 /// A failed call: what the API server said, or why there was no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -287,7 +287,7 @@ pub(crate) struct ListPage {
     /// The raw items: JSON objects, or protobuf ones in their `k8s\0` + envelope, as a watch
     /// frame carries them.
     pub items: Vec<Bytes>,
-    /// The answer's `X-Watchcache-Origin` (see [`Cache::origin`](crate::Cache::origin)).
+    /// The answer's `X-Watchcache-Origin` (see [`Cache::origin`](watchcache::Cache::origin)).
     pub origin: Option<u64>,
 }
 
@@ -597,7 +597,7 @@ struct Answer {
 
 /// An answer's origin, when it says one.
 fn origin_of(headers: &http::HeaderMap) -> Option<u64> {
-    let v = headers.get(crate::cache::ORIGIN_HEADER)?.to_str().ok()?;
+    let v = headers.get(watchcache::ORIGIN_HEADER)?.to_str().ok()?;
     u64::from_str_radix(v, 16).ok().filter(|o| *o != 0)
 }
 
@@ -1077,7 +1077,15 @@ impl WatchFrames {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::protobuf::tests::vector;
+
+    /// A protobuf vector made by Kubernetes' own serializers (tests/data/kubernetes-protobuf).
+    fn vector(name: &str) -> Vec<u8> {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/data/kubernetes-protobuf/"
+        );
+        std::fs::read(format!("{dir}{name}")).unwrap()
+    }
 
     #[test]
     fn an_empty_metadata_list_has_null_items_and_parses_as_empty() {
@@ -1317,7 +1325,7 @@ mod tests {
         );
         assert_eq!((page.rv, page.items.len()), (12345, twin.items.len()));
         assert!(!page.items.is_empty());
-        let (cache, _writer) = crate::Cache::new(pods(), crate::CacheConfig::default());
+        let (cache, _writer) = watchcache::Cache::new(pods(), watchcache::CacheConfig::default());
         for (item, want) in page.items.iter().zip(&twin.items) {
             let id = identity(&pods(), item).unwrap();
             assert_eq!(id, identity(&pods(), want).unwrap());

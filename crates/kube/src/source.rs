@@ -1,12 +1,12 @@
 //! A Kubernetes API server (or another watchcache) as a follower's [`Source`]: the single watch
-//! behind a cache. The driver (`upstream/follow/`) does the rest: resume, relist, backoff,
+//! behind a cache. The driver (`crates/follow/src/`) does the rest: resume, relist, backoff,
 //! readiness, and the WatchList fallback.
 //!
 //! - **Sync**: a WatchList (`sendInitialEvents=true`, bookmarks, `NotOlderThan`) whose initial
 //!   events end with the `k8s.io/initial-events-end` bookmark, the same response then carrying on
 //!   as the live watch; or a paginated consistent LIST, after which the driver opens a watch from
 //!   the list's resourceVersion. Either way the listed state goes through a
-//!   [`Resync`](crate::Resync), so a relist reaches watchers as ordinary events.
+//!   [`Resync`](watchcache::Resync), so a relist reaches watchers as ordinary events.
 //! - **Watch**: events are applied grouped by resourceVersion (an upstream watchcache sends a
 //!   resync's difference as several events at one revision), bookmarks become progress.
 //! - **Breaks**: a watch that ends at its timeout is [`Break::Ended`] (reopened at once from the
@@ -28,11 +28,11 @@ use bytes::Bytes;
 use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
-use crate::cache::{Cache, CacheWriter, Change};
-use crate::model::Object;
-use crate::upstream::apiserver::ApiServerConfig;
-use crate::upstream::apiserver::rest::{Frame, Rest, RestError, WatchFrames, identity};
-use crate::upstream::follow::{Break, FollowError, Source, SyncMode, Synced};
+use crate::ApiServerConfig;
+use crate::rest::{Frame, Rest, RestError, WatchFrames, identity};
+use watchcache::Object;
+use watchcache::{Cache, CacheWriter, Change};
+use watchcache_follow::{Break, FollowError, Source, SyncMode, Synced};
 
 /// What a failed call means to the follower: 410 is an expired position, 404 a resource the
 /// upstream does not serve (a CRD not installed), anything else a failure carrying the answer's
@@ -439,9 +439,9 @@ async fn probe_progress(rest: Rest, cache: Cache) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{CacheConfig, ListOptions};
-    use crate::model::ResourceDef;
-    use crate::upstream::follow::{self, Follow, Policy, WatchListUse};
+    use watchcache::ResourceDef;
+    use watchcache::{CacheConfig, ListOptions};
+    use watchcache_follow::{self, Follow, Policy, WatchListUse};
 
     fn policy() -> Policy {
         Policy {
@@ -497,7 +497,11 @@ mod tests {
             shutdown,
             relists: None,
         };
-        (cache, tokio::spawn(follow::run(f, writer, follow)), stop)
+        (
+            cache,
+            tokio::spawn(watchcache_follow::run(f, writer, follow)),
+            stop,
+        )
     }
 
     /// What the follower does with one read of JSON lines: parse, then apply.
@@ -509,7 +513,7 @@ mod tests {
     ) -> Result<(), Break> {
         let frames = lines
             .iter()
-            .map(crate::upstream::apiserver::rest::parse_frame)
+            .map(crate::rest::parse_frame)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| Break::failed(FollowError::decode(e)))?;
         f.apply_frames(frames, w, applied)

@@ -14,15 +14,15 @@
 //!   which owns the one writer, to relist.
 //! - No false mismatch: N is a revision the cache has reached; when N leaves the cache's window or
 //!   the upstream's (compaction), the check starts over at the cache's new revision
-//!   ([`ATTEMPTS`] times, then it is an `error`, never a `failure`); an upstream value the cache
+//!   (`ATTEMPTS` times, then it is an `error`, never a `failure`); an upstream value the cache
 //!   would skip when following (it does not decode) is no difference.
 //! - No lock is held across an await: the cache's side is read page by page (`Cache::entries_at`).
-//! - Upstream pages are bounded by bytes, not only by count ([`PageBudget`]): upstream's checker
+//! - Upstream pages are bounded by bytes, not only by count (`PageBudget`): upstream's checker
 //!   read 10 000 whole objects a page, and one page reached 3.1 GB, over gRPC's limit, so the
 //!   check failed every time (k/k#138631). Here each page asks for at most
 //!   `PAGE_BYTES / e` entries, `e` the largest entry (key, value if carried, and
-//!   [`ENTRY_OVERHEAD`]) read so far in this check or the last, and one entry when none was read
-//!   yet; so a page exceeds [`PAGE_BYTES`] only if it holds an entry larger than every one read
+//!   `ENTRY_OVERHEAD`) read so far in this check or the last, and one entry when none was read
+//!   yet; so a page exceeds `PAGE_BYTES` only if it holds an entry larger than every one read
 //!   before it (a single entry over the budget is read alone). etcd's side is read keys-only, so
 //!   its pages are keys (at most 10 000 of them, `page_size`); the values read are one per
 //!   request ([`Truth::value_at`]). The cache's side holds a key and a revision per object, never
@@ -52,9 +52,9 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::cache::consistency::{Comparison, Seen};
-use crate::cache::{Cache, CheckStatus, Compared, KeyRange, Upstream};
-use crate::error::Error;
+use watchcache::Error;
+pub use watchcache::consistency::{Comparison, Seen};
+use watchcache::{Cache, CheckStatus, Compared, KeyRange, Upstream};
 
 /// Checks started over at a newer revision before one counts as an error.
 pub(crate) const ATTEMPTS: usize = 3;
@@ -128,7 +128,7 @@ impl PageBudget {
 
 /// One upstream object at the checked revision.
 #[derive(Debug, Clone)]
-pub(crate) struct TruthEntry {
+pub struct TruthEntry {
     /// Its key, as the cache keys it.
     pub key: String,
     /// The revision it was written at (etcd's mod revision, the object's resourceVersion).
@@ -139,7 +139,7 @@ pub(crate) struct TruthEntry {
 
 /// One page of the upstream's objects.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct TruthPage {
+pub struct TruthPage {
     /// Objects in key order.
     pub entries: Vec<TruthEntry>,
     /// Where the next page starts, if there is one.
@@ -148,7 +148,7 @@ pub(crate) struct TruthPage {
 
 /// Why an upstream read failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum TruthError {
+pub enum TruthError {
     /// The revision is gone upstream (compacted, 410): check again at a newer one.
     Expired(String),
     /// Any other failure.
@@ -156,7 +156,7 @@ pub(crate) enum TruthError {
 }
 
 /// The upstream's side of the check: its objects at exactly one revision.
-pub(crate) trait Truth: Send + 'static {
+pub trait Truth: Send + 'static {
     /// Entries a page holds at most (the byte budget may ask for fewer).
     fn max_page(&self) -> usize;
 
@@ -186,19 +186,17 @@ pub(crate) struct Relists {
     pub done: watch::Receiver<u64>,
 }
 
-// Used by the etcd upstream only (an embedding built with `apiserver` alone leaves it unused).
 /// An [`Upstream`] with range reads (etcd) as the check's side of the truth: keys-only reads of
-/// the resource at exactly the checked revision, in pages of the check's [`PageBudget`]; a value
+/// the resource at exactly the checked revision, in pages of the check's `PageBudget`; a value
 /// is read only for a key the cache lacks and has no record of skipping, to see whether it
 /// decodes.
-#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-pub(crate) struct RangeTruth {
+pub struct RangeTruth {
+    /// The resource's upstream, read at the checked revision.
     pub upstream: std::sync::Arc<dyn Upstream>,
     /// Entries a page holds at most, however small.
     pub page_size: usize,
 }
 
-#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
 fn range_error(e: Error) -> TruthError {
     match e {
         Error::Expired { .. } => TruthError::Expired(e.to_string()),
@@ -259,8 +257,7 @@ impl Truth for RangeTruth {
 ///
 /// # Errors
 /// Why no comparison was made: no upstream with range reads, not ready, or the upstream failed.
-#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-pub(crate) async fn check_now(cache: &Cache, page_size: usize) -> Result<(u64, Compared), String> {
+pub async fn check_now(cache: &Cache, page_size: usize) -> Result<(u64, Compared), String> {
     let upstream = cache
         .upstream()
         .ok_or_else(|| "the cache has no upstream".to_owned())?;
@@ -428,8 +425,8 @@ async fn compare<T: Truth>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::CacheConfig;
-    use crate::model::ResourceDef;
+    use watchcache::CacheConfig;
+    use watchcache::ResourceDef;
 
     fn pod(name: &str) -> String {
         format!(
@@ -506,7 +503,7 @@ mod tests {
         }
     }
 
-    async fn cache_at_5() -> (Cache, crate::cache::CacheWriter) {
+    async fn cache_at_5() -> (Cache, watchcache::CacheWriter) {
         let (cache, mut writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
@@ -606,7 +603,7 @@ mod tests {
         // The watch path: a cached key overwritten with a value naming another leaves the cache.
         assert!(matches!(
             cache.change_for_put(&key("b"), &naming("a"), 6),
-            crate::cache::Change::Delete(k) if k == key("b")
+            watchcache::Change::Delete(k) if k == key("b")
         ));
         assert_eq!(cache.unserved_at(&key("b")), Some(6));
         // A later good value of b, or its deletion, ends the record.
@@ -673,7 +670,7 @@ mod tests {
     }
 
     impl Upstream for Heavy {
-        fn current_revision(&self) -> crate::cache::BoxFuture<'_, crate::error::Result<u64>> {
+        fn current_revision(&self) -> watchcache::BoxFuture<'_, watchcache::Result<u64>> {
             let rev = self.rev;
             Box::pin(async move { Ok(rev) })
         }
@@ -683,12 +680,12 @@ mod tests {
             revision: Option<u64>,
             keys: KeyRange,
             limit: usize,
-        ) -> crate::cache::BoxFuture<'_, crate::error::Result<crate::cache::RangePage>> {
+        ) -> watchcache::BoxFuture<'_, watchcache::Result<watchcache::RangePage>> {
             let within: Vec<_> = self.kvs.iter().filter(|(k, _)| keys.contains(k)).collect();
-            let kvs: Vec<crate::cache::RawKv> = within
+            let kvs: Vec<watchcache::RawKv> = within
                 .iter()
                 .take(limit)
-                .map(|(k, v)| crate::cache::RawKv {
+                .map(|(k, v)| watchcache::RawKv {
                     key: k.clone(),
                     value: v.clone(),
                     mod_revision: 2,
@@ -699,7 +696,7 @@ mod tests {
                     .map(|kv| PageBudget::entry_bytes(&kv.key, Some(&kv.value)))
                     .collect(),
             );
-            let page = crate::cache::RangePage {
+            let page = watchcache::RangePage {
                 revision: revision.unwrap_or(self.rev),
                 more: within.len() > limit,
                 kvs,

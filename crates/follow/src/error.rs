@@ -9,11 +9,11 @@
 
 use std::time::Duration;
 
-use crate::error::Cause;
+use watchcache::Cause;
 
 /// What failed while following an upstream.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum FollowError {
+pub enum FollowError {
     /// Reading the full state failed: an etcd range read, a LIST page, a WatchList's initial
     /// events.
     #[error("sync failed: {cause}")]
@@ -37,21 +37,18 @@ pub(crate) enum FollowError {
         cause: Cause,
     },
     /// The upstream closed the watch's stream without saying why.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     #[error("the watch stream was closed by {upstream}")]
     Closed {
         /// The upstream's name ("etcd").
         upstream: &'static str,
     },
     /// etcd canceled the watch for another reason than a compaction.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     #[error("the watch was canceled: {reason}")]
     Canceled {
         /// etcd's cancel reason.
         reason: String,
     },
     /// etcd compacted its history past the watch's position: the changes after it are gone.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     #[error("etcd compacted past {from} (to {to})")]
     Compacted {
         /// The revision the watch started after.
@@ -60,7 +57,6 @@ pub(crate) enum FollowError {
         to: u64,
     },
     /// A progress request on the open watch failed.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     #[error("progress request failed: {cause}")]
     Progress {
         /// The upstream's error.
@@ -68,7 +64,6 @@ pub(crate) enum FollowError {
         cause: Cause,
     },
     /// The probe of a silent watch (is the connection alive, has the cluster a leader?) failed.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     #[error("probe of a silent watch failed: {cause}")]
     Probe {
         /// The upstream's error.
@@ -85,11 +80,9 @@ pub(crate) enum FollowError {
     },
     /// A watch sent nothing, not even a bookmark, for longer than bookmarks come: a connection
     /// that died without closing.
-    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     #[error("the watch went silent: nothing for {0:?}")]
     Silent(Duration),
     /// An object or event from the upstream has no usable identity (its key or resourceVersion).
-    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     #[error("cannot decode the upstream's answer: {cause}")]
     Decode {
         /// The decoder's error.
@@ -104,7 +97,6 @@ pub(crate) enum FollowError {
     #[error("the WatchList ended without its initial-events-end bookmark")]
     NoInitialEventsEnd,
     /// etcd answers with another cluster id than before: another cluster on the same URL.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     #[error("etcd's cluster id changed from {known:x} to {now:x}")]
     ClusterChanged {
         /// The cluster id the cache follows.
@@ -113,7 +105,6 @@ pub(crate) enum FollowError {
         now: u64,
     },
     /// etcd's revision went below what the cache applied: wiped, or restored from a backup.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     #[error("etcd's revision {rev} is below the applied revision {applied}")]
     RevisionBehind {
         /// etcd's revision.
@@ -123,7 +114,6 @@ pub(crate) enum FollowError {
     },
     /// An upstream watchcache's resourceVersions now come from another etcd cluster (a load
     /// balancer moved this follower to a root over another etcd).
-    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     #[error(
         "the upstream's resourceVersions now come from another etcd cluster (origin {known:016x}, now {now:016x})"
     )]
@@ -135,7 +125,6 @@ pub(crate) enum FollowError {
     },
     /// An upstream that named its origin no longer does: nothing says its resourceVersions are
     /// the same space.
-    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     #[error("the upstream's resourceVersions no longer say their origin (was {known:016x})")]
     OriginDropped {
         /// The origin the cache follows.
@@ -143,7 +132,6 @@ pub(crate) enum FollowError {
     },
     /// One revision's events arrived in two reads after the first part was applied: the cache
     /// cannot take a second batch at one revision.
-    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
     #[error("the events of revision {0} arrived in two parts")]
     SplitRevision(u64),
     /// The consistency check found the cache differs from the upstream.
@@ -156,29 +144,28 @@ pub(crate) enum FollowError {
 
 impl FollowError {
     /// A failed sync, caused by `e`.
-    pub(crate) fn sync(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub fn sync(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         FollowError::Sync {
             cause: Cause::new(e),
         }
     }
 
     /// A failure to open the watch, caused by `e`.
-    pub(crate) fn open(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub fn open(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         FollowError::Open {
             cause: Cause::new(e),
         }
     }
 
     /// A failed watch, caused by `e`.
-    pub(crate) fn watch(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub fn watch(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         FollowError::Watch {
             cause: Cause::new(e),
         }
     }
 
     /// An answer that does not decode, as `e` says.
-    #[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
-    pub(crate) fn decode(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub fn decode(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         FollowError::Decode {
             cause: Cause::new(e),
         }

@@ -1,6 +1,6 @@
 //! etcd as a follower's [`Source`]: the sync is range reads of the resource prefix in pages at
 //! one revision; the watch is one etcd watch on the prefix (`prev_kv`, progress notifications)
-//! from the next revision. The driver (`upstream/follow/`) does the rest: resume, relist,
+//! from the next revision. The driver (`crates/follow/src/`) does the rest: resume, relist,
 //! backoff, readiness.
 //!
 //! What etcd's breaks mean: a cancel with `compact_revision > 0` is [`Break::Expired`] (relist);
@@ -34,11 +34,11 @@ use etcd_client::{
 use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
-use crate::cache::{Cache, CacheWriter, Change, RangeReader};
-use crate::error::Cause;
-use crate::upstream::etcd::EtcdConfig;
-use crate::upstream::etcd::range::{EtcdUpstream, MAX_RESPONSE_BYTES, REQUEST_TIMEOUT};
-use crate::upstream::follow::{Break, FollowError, Source, SyncMode, Synced};
+use crate::EtcdConfig;
+use crate::range::{EtcdUpstream, MAX_RESPONSE_BYTES, REQUEST_TIMEOUT};
+use watchcache::Cause;
+use watchcache::{Cache, CacheWriter, Change, RangeReader};
+use watchcache_follow::{Break, FollowError, Source, SyncMode, Synced};
 
 /// One resource on etcd.
 pub(crate) struct EtcdSource {

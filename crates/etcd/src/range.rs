@@ -19,8 +19,8 @@ use etcd_client::{GetOptions, KvClient};
 use tokio::sync::Notify;
 
 use super::encryption::Transformer;
-use crate::cache::{BoxFuture, KeyRange, RangePage, RawKv, Upstream};
-use crate::error::{Error, Result};
+use watchcache::{BoxFuture, KeyRange, RangePage, RawKv, Upstream};
+use watchcache::{Error, Result};
 
 /// The end of the key range `[prefix, end)` holding every key with the prefix.
 pub(crate) fn prefix_end(prefix: &str) -> Vec<u8> {

@@ -1,6 +1,6 @@
 //! Capped exponential backoff with full jitter, for reconnecting to an upstream (etcd or an API
 //! server). Split in two so that the follower's state machine stays pure: it computes the cap
-//! ([`cap`]), the driver draws the delay ([`jitter`]).
+//! (`cap`), the driver draws the delay (`jitter`).
 //!
 //! Also the one throttle of repeated upstream warnings ([`Throttle`]): a retry loop that warned
 //! at each attempt wrote 1 011 lines in 30 s of etcd being down, and 7 980 for an API server.
@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 /// How often a repeated upstream failure is logged, per resource (per [`Throttle`]).
-pub(crate) const WARN_EVERY: Duration = Duration::from_secs(10);
+pub const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The largest delay of attempt `attempt` (from 0): `min(max, initial * 2^attempt)`.
 pub(crate) fn cap(initial: Duration, max: Duration, attempt: u32) -> Duration {
@@ -24,7 +24,7 @@ pub(crate) fn jitter(max: Duration) -> Duration {
 /// after each period, each with the number of occurrences since the last line let through (the
 /// line's own included). One per resource, so each resource's outage stays visible.
 #[derive(Debug)]
-pub(crate) struct Throttle {
+pub struct Throttle {
     every: Duration,
     last: Option<Instant>,
     /// Occurrences since the last line, not logged.
@@ -33,7 +33,7 @@ pub(crate) struct Throttle {
 
 impl Throttle {
     /// A throttle letting one line through per `every`.
-    pub(crate) const fn new(every: Duration) -> Throttle {
+    pub const fn new(every: Duration) -> Throttle {
         Throttle {
             every,
             last: None,
@@ -43,7 +43,7 @@ impl Throttle {
 
     /// One occurrence at `now`: `Some(n)` when it is to be logged, `n` counting it and those held
     /// back since the last line; `None` when it is held back.
-    pub(crate) fn admit(&mut self, now: Instant) -> Option<u64> {
+    pub fn admit(&mut self, now: Instant) -> Option<u64> {
         self.held += 1;
         match self.last {
             Some(t) if now.saturating_duration_since(t) < self.every => None,
