@@ -50,34 +50,18 @@
 //! # }
 //! ```
 
-mod accept;
 pub mod auth;
-mod body;
-pub(crate) mod client_cert;
 mod config;
-pub(crate) mod conn;
-mod deadline;
-mod discovery;
-mod filters;
-mod forward;
-mod gate;
-mod h2_conn;
-mod h2_stream;
-mod metrics;
-mod negotiate;
-mod openapi;
-pub(crate) mod params;
-mod proxy;
-mod response;
-mod routes;
-mod sealed;
-mod state;
-mod status;
-mod tls;
+mod endpoints;
 // The property test of shared state over HTTP (reqwest, a dev-dependency, is its client).
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
+pub(crate) mod http;
+mod metrics;
+mod proxy;
+mod state;
+pub(crate) mod transport;
 #[cfg(test)]
 mod unchanged;
 pub(crate) mod watch;
@@ -101,17 +85,18 @@ use tracing::{debug, info, warn};
 /// (`const _: () = assert!(watchcache_server::H2_PATCHED);`, as `tests/embed-crate` does).
 pub const H2_PATCHED: bool = h2::WATCHCACHE_PATCHED;
 
+pub use crate::http::status::ApiError;
 pub use config::ServerConfig;
 pub use metrics::{HeapBytes, ServerMetrics, count_heap_with, mimalloc_block};
 pub use proxy::{Proxy, ProxyBody};
 pub use state::{Served, ServedResources};
-pub use status::ApiError;
-pub use tls::{TlsConfig, TlsError};
+pub use transport::tls::{TlsConfig, TlsError};
 
-use conn::ConnInfo;
 use state::AppState;
-use tls::Tls;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use transport::conn::ConnInfo;
+use transport::tls::{self, Tls};
+use transport::{accept, deadline, h2_conn, sealed};
 use watch::fast_path::{self, FirstRequest};
 
 /// A running server's handle: ends every watch stream cleanly when stopped.
@@ -244,12 +229,12 @@ impl Server {
     pub fn router(&self) -> Router {
         Router::new()
             .route("/livez", get(|| async { "ok" }))
-            .route("/readyz", get(routes::readyz))
-            .route("/metrics", get(routes::metrics_handler))
-            .fallback(routes::api)
+            .route("/readyz", get(endpoints::routes::readyz))
+            .route("/metrics", get(endpoints::routes::metrics_handler))
+            .fallback(endpoints::routes::api)
             .layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&self.state),
-                gate::gate,
+                auth::gate::gate,
             ))
             .with_state(Arc::clone(&self.state))
     }
@@ -699,7 +684,7 @@ async fn http1<S>(
         Ok(FirstRequest::Close) => return,
         Err(e) => return fast_path::log_io(&e),
     };
-    let upgrade = st.proxy.get().is_some() && forward::wants_upgrade(&prefix);
+    let upgrade = st.proxy.get().is_some() && proxy::forward::wants_upgrade(&prefix);
     let clock = Arc::clone(conn.clock.get_or_init(Default::default));
     let io = fast_path::Rewind::new(prefix, io);
     let service = service(router, conn);

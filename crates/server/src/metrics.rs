@@ -506,7 +506,7 @@ impl ServerMetrics {
         self.tls_handshake_failures.inc();
     }
 
-    /// Records one failed accept (`reason`: [`crate::accept::reason`]'s).
+    /// Records one failed accept (`reason`: [`crate::transport::accept::reason`]'s).
     pub(crate) fn count_accept_error(&self, reason: &'static str) {
         self.accept_errors
             .get_or_create(&ReasonLabel { reason })

@@ -19,8 +19,8 @@ use tokio::sync::watch;
 
 use crate::auth::RequestInfo;
 use crate::config::ServerConfig;
+use crate::http::status::ApiError;
 use crate::metrics::{RequestKey, ServerMetrics};
-use crate::status::ApiError;
 use watchcache::Cache;
 
 /// One resource a server serves: its cache, read from. Writes are not this server's: with a
@@ -193,7 +193,7 @@ pub(crate) struct AppState {
     pub proxy: std::sync::OnceLock<Arc<dyn crate::proxy::Proxy>>,
     /// The OpenAPI documents, built on first request after each change of what is served (they
     /// depend only on that), with the [`ServedSet`] generation they were built at.
-    pub openapi: parking_lot::Mutex<Option<(u64, Arc<crate::openapi::Documents>)>>,
+    pub openapi: parking_lot::Mutex<Option<(u64, Arc<crate::endpoints::openapi::Documents>)>>,
     /// Authentication and authorization, when configured ([`Server::with_auth`]).
     ///
     /// [`Server::with_auth`]: crate::Server::with_auth

@@ -25,6 +25,8 @@ mod attributes;
 mod audit;
 mod authn;
 mod authz;
+pub(crate) mod filters;
+pub(crate) mod gate;
 pub mod impersonate;
 mod limits;
 pub(crate) mod node;
@@ -49,7 +51,7 @@ pub(crate) use user::MASTERS;
 pub use user::User;
 pub use x509::user_of as user_of_certificate;
 
-use crate::status::ApiError;
+use crate::http::status::ApiError;
 use watchcache::Cache;
 use watchcache::Selection;
 

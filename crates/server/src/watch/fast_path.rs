@@ -25,16 +25,16 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use crate::conn::ConnInfo;
-use crate::filters::{self, Incoming};
+use crate::auth::filters::{self, Incoming};
+use crate::transport::conn::ConnInfo;
 use tracing::debug;
 
-use crate::negotiate::{Fields, Format, Negotiate, WatchWire};
-use crate::params;
-use crate::response::wants_gzip_value;
-use crate::sealed::HandDown;
+use crate::http::negotiate::{Fields, Format, Negotiate, WatchWire};
+use crate::http::params;
+use crate::http::response::wants_gzip_value;
+use crate::http::status::ApiError;
 use crate::state::{AppState, segments};
-use crate::status::ApiError;
+use crate::transport::sealed::HandDown;
 use crate::watch::pump::WatchPump;
 use crate::watch::{self, Wire};
 use watchcache::wire::convert::{IncludeObject, WatchConverter};
@@ -150,7 +150,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     tcp: &mut S,
     st: &Arc<AppState>,
     conn: &ConnInfo,
-    idle: Option<crate::accept::IdleSlot>,
+    idle: Option<crate::transport::accept::IdleSlot>,
 ) -> std::io::Result<FirstRequest> {
     let mut buf = Vec::with_capacity(1024);
     // One deadline for the whole head, not one per read: a client trickling a byte at a time
@@ -180,7 +180,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
             // Proxy mode: a watch of anything not cached is hyper's to forward.
             Head::Watch(req)
                 if st.proxy.get().is_some()
-                    && crate::forward::local_read(
+                    && crate::proxy::forward::local_read(
                         st,
                         &axum::http::Method::GET,
                         &segments(&req.path),

@@ -20,9 +20,9 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::auth::{User, WatchSlot};
+use crate::http::status::ApiError;
 use crate::metrics::{RequestKey, WatchStart};
 use crate::state::AppState;
-use crate::status::ApiError;
 use pump::WatchPump;
 use watchcache::Error;
 use watchcache::wire::convert::WatchConverter;

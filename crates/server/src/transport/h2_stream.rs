@@ -41,11 +41,11 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tower::Service;
 use tracing::{debug, error, warn};
 
-use crate::ConnInfo;
-use crate::body::H2Framing;
-use crate::deadline::ResponseDeadline;
-use crate::params;
-use crate::status::ApiError;
+use crate::http::body::H2Framing;
+use crate::http::params;
+use crate::http::status::ApiError;
+use crate::transport::conn::ConnInfo;
+use crate::transport::deadline::ResponseDeadline;
 use crate::watch::body::WatchResponse;
 use crate::watch::pump::WatchPump;
 

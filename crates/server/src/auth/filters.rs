@@ -21,10 +21,10 @@ use std::time::Instant;
 use axum::http::HeaderMap;
 
 use crate::auth::{self, Audit, InflightPermit, Record, RequestInfo, User};
-use crate::conn::ConnInfo;
-use crate::params::{self, ReadParams};
+use crate::http::params::{self, ReadParams};
+use crate::http::status::ApiError;
 use crate::state::{AppState, Phase};
-use crate::status::ApiError;
+use crate::transport::conn::ConnInfo;
 use watchcache::Selection;
 
 /// What admission reads of a request, before its body.
@@ -196,7 +196,7 @@ impl Admission {
 
     /// Records the request in the audit log when it is audited (every write, every 401, 403 and
     /// 429) and auditing is on.
-    pub(super) fn audit(&self, st: &AppState, code: u16, started: Instant) {
+    pub(crate) fn audit(&self, st: &AppState, code: u16, started: Instant) {
         if st.auditing() && Audit::wants(&self.info, code) {
             st.audit.record(&Record {
                 user: self.user.as_deref(),

@@ -11,10 +11,10 @@
 //! not waited for by graceful shutdown (an exec session may last hours).
 
 use crate::auth::{User, impersonate};
-use crate::params;
+use crate::http::params;
+use crate::http::status::ApiError;
 use crate::proxy::{HOP_BY_HOP, Proxy};
 use crate::state::{AppState, Target};
-use crate::status::ApiError;
 use axum::http;
 use axum::response::IntoResponse;
 use hyper_util::rt::TokioIo;
@@ -110,10 +110,10 @@ pub(crate) async fn forward(
     };
     // A request the gate served has its body read already (one frame: this is a move); a
     // long-running one (an upgrade) is read here, by the same rules.
-    let body = match crate::body::read(
+    let body = match crate::http::body::read(
         body,
         &parts.headers,
-        parts.extensions.get::<crate::body::H2Framing>(),
+        parts.extensions.get::<crate::http::body::H2Framing>(),
         st.config.max_body_bytes,
     )
     .await

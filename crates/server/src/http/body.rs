@@ -25,7 +25,7 @@ use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 
-use crate::status::ApiError;
+use crate::http::status::ApiError;
 
 /// Wire bytes a body may take before its framing is weighed against its data.
 pub(crate) const RATIO_GRACE: u64 = 64 * 1024;

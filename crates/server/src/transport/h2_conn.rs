@@ -36,8 +36,8 @@ use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::debug;
 
-use crate::ConnInfo;
-use crate::h2_stream::Stream;
+use crate::transport::conn::ConnInfo;
+use crate::transport::h2_stream::Stream;
 
 /// What a connection's client may not exceed: hyper's defaults, which these were.
 const MAX_FRAME: u32 = 16 * 1024;
@@ -73,7 +73,7 @@ pub(crate) struct H2Conn<T: AsyncRead + AsyncWrite + Unpin> {
 
 impl<T: AsyncRead + AsyncWrite + Unpin> H2Conn<T> {
     /// Serves `io` (its TLS handshake done) with `router`; `shutdown` is the server's signal.
-    pub(super) fn new(
+    pub(crate) fn new(
         io: T,
         settings: Settings,
         router: Router,

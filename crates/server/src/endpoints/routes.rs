@@ -12,16 +12,16 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use crate::auth::User;
-use crate::discovery::{self, Entry};
-use crate::forward;
-use crate::gate::ParsedRead;
+use crate::auth::gate::ParsedRead;
+use crate::endpoints::discovery::{self, Entry};
+use crate::endpoints::openapi;
+use crate::http::negotiate::{Answer, Fields, Format, FromQuery, Negotiate};
+use crate::http::params::ReadParams;
+use crate::http::response::{body_of, gzip_encoded, json_response, wants_gzip};
+use crate::http::status::ApiError;
 use crate::metrics::{self, RequestKey};
-use crate::negotiate::{Answer, Fields, Format, FromQuery, Negotiate};
-use crate::openapi;
-use crate::params::ReadParams;
-use crate::response::{body_of, gzip_encoded, json_response, wants_gzip};
+use crate::proxy::forward;
 use crate::state::{AppState, Target, segments};
-use crate::status::ApiError;
 use crate::watch::{self, Wire};
 use tracing::debug;
 use watchcache::Cache;
@@ -103,7 +103,7 @@ pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Respon
     // an upstream watch for its whole life (a fleet of kubelets starting would each hold one);
     // its client retries the 504 as it retries upstream's.
     let again = forward::replay(&req);
-    let watch = crate::params::is_watch(again.uri().query());
+    let watch = crate::http::params::is_watch(again.uri().query());
     match route(&st, req).await {
         Ok(r) => r,
         Err(e) if e.code() == 504 && !watch => {

@@ -21,14 +21,14 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::body::{self, H2Framing};
-use crate::conn::ConnInfo;
-use crate::deadline::ResponseDeadline;
-use crate::filters::{self, Admission, Incoming};
+use crate::auth::filters::{self, Admission, Incoming};
+use crate::http::body::{self, H2Framing};
+use crate::http::params::ReadParams;
+use crate::http::status::ApiError;
 use crate::metrics::RequestKey;
-use crate::params::ReadParams;
 use crate::state::AppState;
-use crate::status::ApiError;
+use crate::transport::conn::ConnInfo;
+use crate::transport::deadline::ResponseDeadline;
 
 /// The query of a read as admission parsed it, handed to the handler (a request extension): the
 /// handler serves exactly what was authorized.

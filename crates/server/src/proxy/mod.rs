@@ -13,6 +13,8 @@ use http_body_util::combinators::UnsyncBoxBody;
 
 use watchcache::BoxFuture;
 
+pub(crate) mod forward;
+
 /// A streamed response body from the upstream.
 pub type ProxyBody = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
