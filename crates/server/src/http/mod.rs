@@ -7,7 +7,9 @@
 //! everything else. It imports `transport/` and `config` only.
 
 pub(crate) mod body;
+pub(crate) mod lifecycle;
 pub(crate) mod negotiate;
 pub(crate) mod params;
 pub(crate) mod response;
+pub(crate) mod served;
 pub(crate) mod status;

@@ -4,9 +4,10 @@
 //! a response's deadline on the wire (`deadline.rs`), and HTTP/2 served with h2 directly
 //! (`h2_conn.rs`, `h2_stream.rs`). The only module that uses the `h2` crate.
 //!
-//! Layer: the lowest. It imports no other module of the crate: what it serves is given to it
-//! from above, as a [`Service`] (the router, and how a watch's response is sent) that
-//! `lib.rs` implements, as hyper's connections take a service.
+//! Layer: the lowest of the jobs (only `config.rs` is below it). It imports no other module of
+//! the crate: what it serves is given to it from above, as a [`Service`] (the router, and a
+//! watch's pump as a response's [`Chunks`]) that `lib.rs` implements, as hyper's connections
+//! take a service.
 
 pub(crate) mod accept;
 pub(crate) mod client_cert;
@@ -16,3 +17,5 @@ pub(crate) mod h2_conn;
 pub(crate) mod h2_stream;
 pub(crate) mod sealed;
 pub(crate) mod tls;
+
+pub(crate) use h2_stream::{Chunks, H2Framing, Service};
