@@ -1,6 +1,6 @@
-//! One stream of an HTTP/2 connection served by `h2_conn.rs`: its request handed to the router,
-//! then its response sent under h2's flow control. A state machine, polled by the connection's
-//! own task.
+//! One stream of an HTTP/2 connection served by `h2_conn.rs`: its request handed to the
+//! connection's [`Service`] (the router, given down by `lib.rs`), then its response sent under
+//! h2's flow control. A state machine, polled by the connection's own task.
 //!
 //! Why not hyper's HTTP/2 server: a stream there is hyper's `H2Stream` (128 B, boxed by the
 //! executor), which holds the response body (axum's box: a watch's 280-byte body in a 320-byte
