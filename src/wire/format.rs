@@ -1,6 +1,6 @@
 //! The wire variants: what an answer is encoded as ([`Format`], and a watch's frames as [`Wire`])
 //! and which of an object's fields it keeps ([`Fields`]). The server's negotiation picks one per
-//! request (`server/negotiate.rs`); everything else in this folder encodes it.
+//! request (`server/http/negotiate.rs`); everything else in this folder encodes it.
 
 use bytes::Bytes;
 

@@ -5,7 +5,7 @@
 //!
 //! It sits between the model and the cache (`model ← wire ← cache ← server`): the cache keeps
 //! an event's encodings beside the event and frames what its streams yield with [`Frame`]; the
-//! server's negotiation (`server/negotiate.rs`) picks a [`format::Format`] per request and
+//! server's negotiation (`server/http/negotiate.rs`) picks a [`format::Format`] per request and
 //! hands it here.
 //!
 //! | File | What |
@@ -23,7 +23,7 @@
 //!
 //! Adding a format: a [`format::Format`] variant, its encoding here (a file when it is more
 //! than a few lines), its arm in `convert.rs` (LIST, GET, a watch event) and the media range
-//! that selects it in `server/negotiate.rs`. Nothing in the cache changes.
+//! that selects it in `server/http/negotiate.rs`. Nothing in the cache changes.
 
 pub mod convert;
 pub mod format;

@@ -553,7 +553,7 @@ async fn admission_is_one_rule_on_both_transports() {
 /// Issue 20, item 4: four POSTs that sent one byte of their body held `--max-requests-inflight 4`
 /// against everyone (masters included) for as long as they stalled. The permit is taken before
 /// the body (issue 35: the bodies read at once are at most the seats), and a body that brings
-/// less than 4 KiB in 100 ms gives it back until it goes on (`server/gate.rs`); a stalled body
+/// less than 4 KiB in 100 ms gives it back until it goes on (`server/auth/gate.rs`); a stalled body
 /// ends at `--request-timeout` with upstream's 504, and `system:masters` is never refused by the
 /// limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -288,7 +288,7 @@ async fn a_tls_http11_watch_is_served_by_the_fast_path() {
     let ca = &pki.ca.cert_file;
     let (mut watch, head) = open_watch(&s.url, ca, "fieldSelector=spec.nodeName%3Dnode-1").await;
     assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-    // TLS 1.3: the watch streams from the connection's sending half (server/sealed.rs), which
+    // TLS 1.3: the watch streams from the connection's sending half (server/transport/sealed.rs), which
     // closes after the watch.
     assert!(head.contains("Connection: close\r\n"), "{head}");
     // hyper writes a date header; the fast path does not.
@@ -672,7 +672,7 @@ fn local_pki_is_made_once_and_its_kubeconfig_works_with_kubectl_and_python() {
     let script = "import sys\nfrom kubernetes import client, config\nconfig.load_kube_config(config_file=sys.argv[1])\nprint(' '.join(p.metadata.name for p in client.CoreV1Api().list_namespaced_pod('default').items))\n";
     assert_eq!(python(script, &kubeconfig), "web");
     // Watches over TLS 1.3 HTTP/1.1 stream from the connection's sending half
-    // (server/sealed.rs): Go's crypto/tls (kubectl, HTTP/2 off) and OpenSSL (the Python client)
+    // (server/transport/sealed.rs): Go's crypto/tls (kubectl, HTTP/2 off) and OpenSSL (the Python client)
     // read its records to the watch's end.
     let watched = Command::new(support::venv::bin("kubectl"))
         .env("HOME", home.path())

@@ -52,7 +52,7 @@ pub struct ServerConfig {
     /// kube-apiserver itself answers such a GET from etcd, not from its cache.
     pub forward_consistent_gets: bool,
     /// A TLS 1.3 HTTP/1.1 connection whose first request is a watch keeps only its sending key
-    /// once the watch streams (`server/sealed.rs`): about 0.9 KB instead of rustls' 10 KB per
+    /// once the watch streams (`server/transport/sealed.rs`): about 0.9 KB instead of rustls' 10 KB per
     /// idle watch; the connection then closes when the watch ends.
     pub tls_watch_hand_down: bool,
     /// `--shutdown-delay-duration`: once asked to stop, how long the server keeps serving

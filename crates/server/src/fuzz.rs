@@ -9,7 +9,7 @@ pub fn query(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(mut p) = crate::params::ReadParams::parse(Some(text), 10_240) {
+    if let Ok(mut p) = crate::http::params::ReadParams::parse(Some(text), 10_240) {
         let _list = p.list_options(Some("default"));
         let _watch = p.watch_options(None);
         p.watch_one("web");
@@ -25,5 +25,5 @@ pub fn request_head(data: &[u8]) {
 /// The client-certificate verifier (X.509 v1 leaves, read by hand): `data` is a client's chain
 /// of DER certificates; refused or verified, never a panic.
 pub fn client_cert(data: &[u8]) {
-    crate::client_cert::fuzz(data);
+    crate::transport::client_cert::fuzz(data);
 }

@@ -16,22 +16,22 @@
 //!   resources, subresources, discovery) is forwarded to an upstream API server and streamed back,
 //!   with the client's identity as impersonation headers.
 //!
-//! | file | concept |
+//! Organised by job, in layers (lowest first; a module imports only its own folder and those
+//! below it: design/architecture.md, "The server crate's modules", checked by
+//! `scripts/check-server-layers`):
+//!
+//! | module | job |
 //! |---|---|
-//! | `mod.rs` | the accept loop and graceful shutdown |
-//! | `accept.rs` | the accept loop's back-off when out of descriptors; the bound on connections waiting for their first request |
-//! | `state.rs` | what handlers share; path resolution |
-//! | `routes.rs` | requests hyper serves |
+//! | `config.rs` | [`ServerConfig`]: limits and defaults |
+//! | `transport/` | sockets, TLS, client certificates, HTTP/2 with h2 (the only user of h2): what it serves is given down to it |
+//! | `http/` | the API's HTTP vocabulary: `Status` errors, query parameters, negotiation, bodies, the served set and paths, the server's phase |
+//! | `metrics.rs` | the metrics registry and `/metrics`' text |
+//! | `auth/` | authentication, authorization (RBAC, Node), per-client limits, the audit log; admission on both paths (`filters.rs`) and hyper's gate (`gate.rs`) |
+//! | `proxy/` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
 //! | `watch/` | watch responses: start, the one pump loop, frames, the fast path, hyper's body |
-//! | `params.rs`, `response.rs`, `status.rs` | query parsing, response bodies, `Status` errors |
-//! | `discovery.rs`, `metrics.rs` | discovery documents (legacy, aggregated v2, `/version`), `/metrics` |
-//! | `openapi.rs` | `/openapi/v3` and its group-version documents (permissive schemas) |
-//! | `negotiate.rs` | content negotiation (`Accept`, 406): the `wire::Format` of a request |
-//! | `proxy.rs`, `forward.rs` | proxy mode: the [`Proxy`] contract; what stays local, forwarding the rest |
-//! | `auth/` | authentication, authorization (RBAC, Node), per-client limits, the audit log |
-//! | `client_cert.rs` | client certificate verification: webpki, and X.509 v1 leaves by Go's rules |
-//! | `filters.rs` | the request filters as upstream's handler chain, one function for both transports: the request parsed once, authentication, impersonation, authorization; the in-flight permit and the audit line |
-//! | `gate.rs` | every hyper request through admission, its body read and its in-flight permit taken within `--request-timeout` |
+//! | `endpoints/` | what the router answers: reads, discovery, OpenAPI, `/readyz`, `/metrics` |
+//! | `state.rs` | every job's context, built once |
+//! | `lib.rs` | the accept loop, connections, graceful shutdown; the transport's service |
 //!
 //! # Examples
 //! A cache fed in process, served over HTTP (read-only: the process writes through its source):
@@ -50,34 +50,18 @@
 //! # }
 //! ```
 
-mod accept;
 pub mod auth;
-mod body;
-pub(crate) mod client_cert;
 mod config;
-pub(crate) mod conn;
-mod deadline;
-mod discovery;
-mod filters;
-mod forward;
-mod gate;
-mod h2_conn;
-mod h2_stream;
-mod metrics;
-mod negotiate;
-mod openapi;
-pub(crate) mod params;
-mod proxy;
-mod response;
-mod routes;
-mod sealed;
-mod state;
-mod status;
-mod tls;
+mod endpoints;
 // The property test of shared state over HTTP (reqwest, a dev-dependency, is its client).
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
+pub(crate) mod http;
+mod metrics;
+mod proxy;
+mod state;
+pub(crate) mod transport;
 #[cfg(test)]
 mod unchanged;
 pub(crate) mod watch;
@@ -99,19 +83,21 @@ use tracing::{debug, info, warn};
 /// `watchcache-h2`), which keeps an idle connection's buffers at zero: always `true`, and named
 /// so that an embedder can prove it at compile time
 /// (`const _: () = assert!(watchcache_server::H2_PATCHED);`, as `tests/embed-crate` does).
-pub const H2_PATCHED: bool = h2::WATCHCACHE_PATCHED;
+pub const H2_PATCHED: bool = transport::h2_conn::H2_PATCHED;
 
+pub use crate::http::served::{Served, ServedResources};
+pub use crate::http::status::ApiError;
 pub use config::ServerConfig;
 pub use metrics::{HeapBytes, ServerMetrics, count_heap_with, mimalloc_block};
 pub use proxy::{Proxy, ProxyBody};
-pub use state::{Served, ServedResources};
-pub use status::ApiError;
-pub use tls::{TlsConfig, TlsError};
+pub use transport::tls::{TlsConfig, TlsError};
 
-use conn::ConnInfo;
+use crate::http::lifecycle::Phase;
 use state::AppState;
-use tls::Tls;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use transport::conn::ConnInfo;
+use transport::tls::{self, Tls};
+use transport::{accept, deadline, h2_conn, sealed};
 use watch::fast_path::{self, FirstRequest};
 
 /// A running server's handle: ends every watch stream cleanly when stopped.
@@ -144,7 +130,7 @@ const H2_SEND_BUF: usize = 64 * 1024;
 /// headers in full with every request, a few hundred bytes a watch or list.
 const H2_HEADER_TABLE: u32 = 0;
 
-/// An HTTP/2 connection's settings (`h2_conn.rs`).
+/// An HTTP/2 connection's settings (`transport/h2_conn.rs`).
 const H2_SETTINGS: h2_conn::Settings = h2_conn::Settings {
     max_streams: H2_MAX_STREAMS,
     stream_window: H2_STREAM_WINDOW,
@@ -158,31 +144,7 @@ impl Server {
     pub fn new(config: ServerConfig, served: impl IntoIterator<Item = Served>) -> Server {
         let (shutdown, rx) = signal::channel(false);
         let (stop_watches, watches_rx) = signal::channel(false);
-        // kube-apiserver's queue wait: a quarter of the request timeout, at most 15 s.
-        let queue_wait = (config.request_timeout / 4).min(std::time::Duration::from_secs(15));
-        let limits = auth::Limits::new(
-            config.max_requests_inflight,
-            config.max_watchers,
-            config.max_watches_per_user,
-            queue_wait,
-        );
-        let state = AppState {
-            served: state::ServedSet::new(served.into_iter().collect()),
-            config,
-            metrics: ServerMetrics::default(),
-            deadlines: watchcache::deadlines::Deadlines::new(
-                Some(watches_rx),
-                watchcache::deadlines::TICK,
-            ),
-            shutdown: rx,
-            lifecycle: state::Lifecycle::default(),
-            proxy: std::sync::OnceLock::new(),
-            openapi: parking_lot::Mutex::new(None),
-            auth: std::sync::OnceLock::new(),
-            limits,
-            audit: auth::Audit::default(),
-            stalled: state::StalledReads::default(),
-        };
+        let state = AppState::new(config, served.into_iter().collect(), rx, watches_rx);
         Server {
             state: Arc::new(state),
             shutdown,
@@ -216,7 +178,7 @@ impl Server {
     /// is 405 (writes are kube-apiserver's).
     #[must_use]
     pub fn with_proxy(self, proxy: Arc<dyn Proxy>) -> Server {
-        if self.state.proxy.set(proxy).is_err() {
+        if self.state.proxy.proxy.set(proxy).is_err() {
             warn!("a proxy was already set; keeping the first");
         }
         self
@@ -226,9 +188,9 @@ impl Server {
     /// authorized by `config`'s methods and modes; without it, nothing is.
     #[must_use]
     pub fn with_auth(self, config: auth::AuthConfig) -> Server {
-        let caches: Vec<watchcache::Cache> = self.state.caches();
+        let caches: Vec<watchcache::Cache> = self.state.served.caches();
         let a = auth::Auth::new(config, &caches);
-        if self.state.auth.set(Arc::new(a)).is_err() {
+        if self.state.auth.auth.set(Arc::new(a)).is_err() {
             warn!("authentication was already set; keeping the first");
         }
         self
@@ -237,25 +199,25 @@ impl Server {
     /// The resources this server serves, to change while it runs (custom resources as their
     /// CRDs come and go: `watchcache_follow::crds::sync_crds`).
     pub fn resources(&self) -> ServedResources {
-        ServedResources(Arc::clone(&self.state))
+        ServedResources(Arc::clone(&self.state.served))
     }
 
     /// The axum router.
     pub fn router(&self) -> Router {
         Router::new()
             .route("/livez", get(|| async { "ok" }))
-            .route("/readyz", get(routes::readyz))
-            .route("/metrics", get(routes::metrics_handler))
-            .fallback(routes::api)
+            .route("/readyz", get(endpoints::routes::readyz))
+            .route("/metrics", get(endpoints::routes::metrics_handler))
+            .fallback(endpoints::routes::api)
             .layer(axum::middleware::from_fn_with_state(
-                Arc::clone(&self.state),
-                gate::gate,
+                Arc::clone(&self.state.auth),
+                auth::gate::gate,
             ))
-            .with_state(Arc::clone(&self.state))
+            .with_state(self.state.handlers())
     }
 
     /// Serves on `listener` until `stop` completes, then stops in three phases
-    /// (`server::state::Phase`): for `shutdown_delay` it serves on while `/readyz` fails; then it
+    /// (`server::http::lifecycle::Phase`): for `shutdown_delay` it serves on while `/readyz` fails; then it
     /// closes its listeners, sends GOAWAY on HTTP/2 connections and closes idle ones, and ends
     /// the open watches spread over `shutdown_watch_grace`, each with a last bookmark for its
     /// client to resume from elsewhere (new requests on connections still open get 429); what
@@ -266,7 +228,7 @@ impl Server {
     /// the socket (or the TLS stream); every other request, and a kept-alive connection after its
     /// watch, is served by hyper's HTTP/1 connection (not the HTTP/1-or-2 auto connection, whose
     /// task is 16 KiB larger; see design/performance.md). A TLS connection that negotiates `h2` is
-    /// served by our HTTP/2 driver over h2 (`h2_conn.rs`).
+    /// served by our HTTP/2 driver over h2 (`transport/h2_conn.rs`).
     ///
     /// # Errors
     /// The listener's I/O error.
@@ -282,14 +244,19 @@ impl Server {
             debug!(addr = ?l.local_addr().ok(), "serving plain HTTP too");
         }
         if let Some(path) = &self.state.config.audit_log_path {
-            self.state.audit.open(path.clone()).await.map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("--audit-log-path {}: {e}", path.display()),
-                )
-            })?;
+            self.state
+                .auth
+                .audit
+                .open(path.clone())
+                .await
+                .map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("--audit-log-path {}: {e}", path.display()),
+                    )
+                })?;
         }
-        if let Some(a) = self.state.auth.get() {
+        if let Some(a) = self.state.auth.auth.get() {
             a.start();
         }
         let router = self.router();
@@ -316,7 +283,7 @@ impl Server {
         let stop = async move {
             stop.await;
             let delay = st.config.shutdown_delay;
-            st.lifecycle.enter(state::Phase::Delaying);
+            st.lifecycle.enter(Phase::Delaying);
             if !delay.is_zero() {
                 info!(
                     ?delay,
@@ -357,13 +324,14 @@ impl Server {
         // Every cache at its upstream's revision first (a second at most): the drain's
         // bookmarks then carry a revision no older than any replica started before this one
         // drains, so each watch resumes there instead of meeting its window's start (410).
-        let caught_up =
-            futures_util::future::join_all(self.state.caches().into_iter().map(|c| async move {
+        let caught_up = futures_util::future::join_all(self.state.served.caches().into_iter().map(
+            |c| async move {
                 tokio::time::timeout(Duration::from_secs(1), c.catch_up())
                     .await
                     .is_ok_and(|r| r.is_ok())
-            }))
-            .await;
+            },
+        ))
+        .await;
         let behind = caught_up.iter().filter(|ok| !**ok).count();
         if behind > 0 {
             warn!(
@@ -377,7 +345,7 @@ impl Server {
             ?grace,
             "draining: ending watches, each with a last bookmark"
         );
-        self.state.lifecycle.enter(state::Phase::Draining);
+        self.state.lifecycle.enter(Phase::Draining);
         drop(listener);
         drop(insecure);
         if self.shutdown.send(true).is_err() {
@@ -406,7 +374,7 @@ impl Server {
 
     /// Open watches.
     pub fn watchers(&self) -> usize {
-        self.state.limits.watches_open()
+        self.state.auth.limits.watches_open()
     }
 
     /// The state handlers share, for unit tests of what reads it.
@@ -623,7 +591,7 @@ impl TlsConnection {
             Some(Box::pin(h2_conn::H2Conn::new(
                 io,
                 H2_SETTINGS,
-                router,
+                H2Service(router),
                 conn,
                 st.shutdown.clone(),
                 watcher,
@@ -647,6 +615,42 @@ type WithBody = futures_util::future::MapOk<
     axum::routing::future::RouteFuture<std::convert::Infallible>,
     fn(axum::response::Response) -> axum::response::Response,
 >;
+
+/// The router as our HTTP/2 connections' service: a watch is answered in place, and its pump,
+/// taken out of the response, is the stream's body (`transport/h2_stream.rs`).
+#[derive(Clone)]
+struct H2Service(Router);
+
+impl transport::Service for H2Service {
+    type Chunks = watch::pump::WatchPump;
+    type Future = axum::routing::future::RouteFuture<std::convert::Infallible>;
+
+    fn call(&self, req: axum::extract::Request) -> Self::Future {
+        self.0.clone().call(req)
+    }
+
+    fn in_place(&self, req: &axum::extract::Request) -> bool {
+        crate::http::params::is_watch(req.uri().query())
+    }
+
+    fn chunks(head: &mut ::http::response::Parts) -> Option<watch::pump::WatchPump> {
+        let pump = head
+            .extensions
+            .remove::<watch::body::WatchResponse>()?
+            .take()?;
+        // The router measured the empty body that stands in for the pump.
+        head.headers.remove(::http::header::CONTENT_LENGTH);
+        Some(pump)
+    }
+
+    fn failed() -> axum::response::Response {
+        axum::response::IntoResponse::into_response(ApiError::new(
+            500,
+            "InternalError",
+            "the request's handler failed",
+        ))
+    }
+}
 
 /// hyper's service for one HTTP/1.1 connection: every request carries what is known of the
 /// connection; a watch's pump becomes its response's body.
@@ -683,7 +687,7 @@ async fn http1<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static + sealed::HandDown,
 {
-    let prefix = match fast_path::first_request(&mut io, &st, &conn, idle).await {
+    let prefix = match fast_path::first_request(&mut io, &st.fast_path, &conn, idle).await {
         Ok(FirstRequest::NotAWatch(bytes)) => bytes,
         Ok(FirstRequest::Served {
             rest,
@@ -699,7 +703,7 @@ async fn http1<S>(
         Ok(FirstRequest::Close) => return,
         Err(e) => return fast_path::log_io(&e),
     };
-    let upgrade = st.proxy.get().is_some() && forward::wants_upgrade(&prefix);
+    let upgrade = st.proxy.proxy.get().is_some() && proxy::forward::wants_upgrade(&prefix);
     let clock = Arc::clone(conn.clock.get_or_init(Default::default));
     let io = fast_path::Rewind::new(prefix, io);
     let service = service(router, conn);
@@ -714,7 +718,7 @@ async fn http1<S>(
     }
     // Boxed (in `Clocked`): the task of an idle fast-path watch then does not carry room for
     // hyper's connection state (about 4 KiB). Clocked: a response not delivered within
-    // `--request-timeout` closes the connection (`deadline.rs`).
+    // `--request-timeout` closes the connection (`transport/deadline.rs`).
     let io = TokioIo::new(deadline::ClockedIo::new(io, Arc::clone(&clock)));
     let serving = watcher.watch(http.serve_connection(io, service));
     deadline::Clocked::new(
@@ -786,5 +790,17 @@ async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, why: accept::Refu
         if n == 0 {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// What an idle watch stream holds inline in its connection's set of streams: its h2 handle
+    /// (24 B), its pump and a pointer. At 160 B the set's node (64 B more) is a 224-byte block
+    /// (it was 256 at 192 B).
+    #[test]
+    fn a_watch_stream_is_small() {
+        let size = std::mem::size_of::<super::transport::h2_stream::Stream<super::H2Service>>();
+        assert!(size <= 160, "{size}");
     }
 }

@@ -16,6 +16,9 @@
 //! histograms of `watchcache::histogram`. Lock order: `watch_meters` and `watch_kinds` are leaves,
 //! taken at a watch's start (one, then the other, never together) and at scrape time, never
 //! while another lock is held.
+//!
+//! Layer: below `auth/` and every handler, which record here; it knows no request (a request's
+//! labels, [`RequestKey`], are made where the request is: `auth/attributes.rs`).
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -33,7 +36,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::auth::RequestInfo;
 use watchcache::Cache;
 use watchcache::ResourceDef;
 use watchcache::histogram::{self, HistogramSnapshot};
@@ -124,14 +126,14 @@ pub struct ReasonLabel {
 /// `apiserver`, `dry_run` empty: nothing here is a dry run).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestKey {
-    verb: &'static str,
-    dry_run: &'static str,
-    group: String,
-    version: String,
-    resource: String,
-    subresource: &'static str,
-    scope: &'static str,
-    component: &'static str,
+    pub(crate) verb: &'static str,
+    pub(crate) dry_run: &'static str,
+    pub(crate) group: String,
+    pub(crate) version: String,
+    pub(crate) resource: String,
+    pub(crate) subresource: &'static str,
+    pub(crate) scope: &'static str,
+    pub(crate) component: &'static str,
 }
 
 /// [`RequestKey`] and the answer's HTTP code.
@@ -149,58 +151,6 @@ struct RequestCode {
 }
 
 impl RequestKey {
-    /// The labels of a request: upstream's verb (`GET`, `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`,
-    /// `DELETE`, `DELETECOLLECTION`, or the method of a non-resource request) and scope
-    /// (`resource` when it names an object, `namespace`, `cluster`); group, version, resource and
-    /// subresource only when this server serves the resource (`served`: the request's path
-    /// names a resource served here).
-    pub(crate) fn of(info: &RequestInfo, served: bool) -> RequestKey {
-        let verb = match info.verb.as_str() {
-            "get" => "GET",
-            "list" => "LIST",
-            "watch" => "WATCH",
-            "create" | "post" => "POST",
-            "update" | "put" => "PUT",
-            "patch" => "PATCH",
-            "delete" => "DELETE",
-            "deletecollection" => "DELETECOLLECTION",
-            "head" => "HEAD",
-            "options" => "OPTIONS",
-            _ => "OTHER",
-        };
-        let served = info.resource.as_ref().filter(|_| served);
-        let (group, version, resource, subresource, scope) = match served {
-            Some(r) => (
-                r.group.clone(),
-                r.version.clone(),
-                r.resource.clone(),
-                if r.subresource == "status" {
-                    "status"
-                } else {
-                    ""
-                },
-                if !r.name.is_empty() || verb == "POST" {
-                    "resource"
-                } else if !r.namespace.is_empty() {
-                    "namespace"
-                } else {
-                    "cluster"
-                },
-            ),
-            None => (String::new(), String::new(), String::new(), "", ""),
-        };
-        RequestKey {
-            verb,
-            dry_run: "",
-            group,
-            version,
-            resource,
-            subresource,
-            scope,
-            component: "apiserver",
-        }
-    }
-
     fn with_code(&self, code: u16) -> RequestCode {
         RequestCode {
             verb: self.verb,
@@ -506,7 +456,7 @@ impl ServerMetrics {
         self.tls_handshake_failures.inc();
     }
 
-    /// Records one failed accept (`reason`: [`crate::accept::reason`]'s).
+    /// Records one failed accept (`reason`: [`crate::transport::accept::reason`]'s).
     pub(crate) fn count_accept_error(&self, reason: &'static str) {
         self.accept_errors
             .get_or_create(&ReasonLabel { reason })

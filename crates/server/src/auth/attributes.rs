@@ -5,6 +5,7 @@
 use watchcache::Selection;
 
 use super::user::User;
+use crate::metrics::RequestKey;
 
 /// One authorizer's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,6 +213,63 @@ pub(super) fn forbidden_message(
         format!("{qualified} {:?} is forbidden: {what}{reason}", r.name)
     };
     (message, r.group.clone(), r.resource.clone(), r.name.clone())
+}
+
+// Read here, where the request is known; counted in `metrics.rs`, which knows no request.
+impl RequestInfo {
+    /// This request's labels in the request metrics (`metrics.rs`): upstream's verb (`GET`,
+    /// `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`, `DELETE`, `DELETECOLLECTION`, or the method of a
+    /// non-resource request) and scope
+    /// (`resource` when it names an object, `namespace`, `cluster`); group, version, resource and
+    /// subresource only when this server serves the resource (`served`: the request's path
+    /// names a resource served here).
+    pub(crate) fn metrics_key(&self, served: bool) -> RequestKey {
+        let info = self;
+        let verb = match info.verb.as_str() {
+            "get" => "GET",
+            "list" => "LIST",
+            "watch" => "WATCH",
+            "create" | "post" => "POST",
+            "update" | "put" => "PUT",
+            "patch" => "PATCH",
+            "delete" => "DELETE",
+            "deletecollection" => "DELETECOLLECTION",
+            "head" => "HEAD",
+            "options" => "OPTIONS",
+            _ => "OTHER",
+        };
+        let served = info.resource.as_ref().filter(|_| served);
+        let (group, version, resource, subresource, scope) = match served {
+            Some(r) => (
+                r.group.clone(),
+                r.version.clone(),
+                r.resource.clone(),
+                if r.subresource == "status" {
+                    "status"
+                } else {
+                    ""
+                },
+                if !r.name.is_empty() || verb == "POST" {
+                    "resource"
+                } else if !r.namespace.is_empty() {
+                    "namespace"
+                } else {
+                    "cluster"
+                },
+            ),
+            None => (String::new(), String::new(), String::new(), "", ""),
+        };
+        RequestKey {
+            verb,
+            dry_run: "",
+            group,
+            version,
+            resource,
+            subresource,
+            scope,
+            component: "apiserver",
+        }
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use axum::http::HeaderMap;
 use super::Auth;
 use super::attributes::{RequestInfo, ResourceInfo};
 use super::user::{ANONYMOUS, AUTHENTICATED, User};
-use crate::status::ApiError;
+use crate::http::status::ApiError;
 
 /// The header naming the user to act as.
 pub const USER: &str = "impersonate-user";

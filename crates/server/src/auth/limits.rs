@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use crate::status::ApiError;
+use crate::http::status::ApiError;
 
 /// Queues of the in-flight limit's queue set (upstream's `system` level has 64, its workload
 /// levels 128; one level here).

@@ -14,9 +14,14 @@
 //! | `node.rs` | the Node authorizer, from the pods cache's `spec.nodeName` index |
 //! | `limits.rs` | `--max-requests-inflight`, `--max-watches-per-user` |
 //! | `audit.rs` | the audit log (tracing, and a JSON-lines file) |
+//! | `filters.rs` | admission, one function for both paths: the request parsed once, authentication, impersonation, authorization; the in-flight permit and the audit line |
+//! | `gate.rs` | hyper's requests through admission, their body read and their in-flight permit taken within `--request-timeout` |
 //!
-//! `crates/server/src/gate.rs` puts hyper's requests through all of the above; the watch fast path
-//! does the same itself.
+//! `gate.rs` puts hyper's requests through all of the above; the watch fast path calls
+//! `filters.rs` itself.
+//!
+//! Layer: above `metrics.rs`, `http/` and `transport/`, which it may import; below `proxy/`,
+//! `watch/` and `endpoints/`, which it does not know.
 //!
 //! With no [`AuthConfig`] given to the server, nothing is authenticated or authorized (the
 //! library's and the development listener's behaviour); limits and audit still apply.
@@ -25,6 +30,8 @@ mod attributes;
 mod audit;
 mod authn;
 mod authz;
+pub(crate) mod filters;
+pub(crate) mod gate;
 pub mod impersonate;
 mod limits;
 pub(crate) mod node;
@@ -49,9 +56,51 @@ pub(crate) use user::MASTERS;
 pub use user::User;
 pub use x509::user_of as user_of_certificate;
 
-use crate::status::ApiError;
+use crate::http::lifecycle::Lifecycle;
+use crate::http::served::{ServedSet, segments};
+use crate::http::status::ApiError;
+use crate::metrics::{RequestKey, ServerMetrics};
 use watchcache::Cache;
 use watchcache::Selection;
+
+/// What admission needs (the request filters, `filters.rs`, on both paths: hyper's gate,
+/// `gate.rs`, and the watch fast path): who may ask what, the limits and the audit log, and
+/// where the server is in its life.
+pub(crate) struct AuthContext {
+    /// Authentication and authorization, when configured ([`Server::with_auth`]).
+    ///
+    /// [`Server::with_auth`]: crate::Server::with_auth
+    pub(crate) auth: std::sync::OnceLock<Arc<Auth>>,
+    /// `--max-requests-inflight` and `--max-watches-per-user` (the watches' share is counted
+    /// where they start: `watch/mod.rs`).
+    pub(crate) limits: Arc<Limits>,
+    /// The audit log.
+    pub(crate) audit: Audit,
+    /// Serving, delaying its stop, or draining (429 to every request then).
+    pub(crate) lifecycle: Arc<Lifecycle>,
+    /// For a request's metrics labels: its resource is named only when it is served here.
+    pub(crate) served: Arc<ServedSet>,
+    pub(crate) metrics: Arc<ServerMetrics>,
+    /// `--max-selector-len`: a read's query is parsed once, here.
+    pub(crate) max_selector_len: usize,
+    /// `--max-body-bytes`: a request's body is read within its admission (`gate.rs`).
+    pub(crate) max_body_bytes: usize,
+    /// `--request-timeout`.
+    pub(crate) request_timeout: std::time::Duration,
+}
+
+impl AuthContext {
+    /// Whether requests are audited: only with an audit file (`--audit-log-path`).
+    pub(crate) fn auditing(&self) -> bool {
+        self.audit.has_file()
+    }
+
+    /// The metrics labels of a request (`metrics.rs`): its resource named only when it is
+    /// served here.
+    pub(crate) fn request_key(&self, info: &RequestInfo) -> RequestKey {
+        info.metrics_key(self.served.resolve(&segments(&info.path)).is_some())
+    }
+}
 
 /// What a server authenticates and authorizes with.
 #[derive(Debug, Default)]

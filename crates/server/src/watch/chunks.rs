@@ -27,8 +27,8 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use flate2::{Compress, Compression, Crc, FlushCompress};
 
-pub(crate) use crate::negotiate::Wire;
-use crate::status::ApiError;
+pub(crate) use crate::http::negotiate::Wire;
+use crate::http::status::ApiError;
 use watchcache::Error;
 use watchcache::WatchEvent;
 use watchcache::wire::Frame;

@@ -25,19 +25,37 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use crate::conn::ConnInfo;
-use crate::filters::{self, Incoming};
+use crate::auth::filters::{self, Incoming};
+use crate::transport::conn::ConnInfo;
 use tracing::debug;
 
-use crate::negotiate::{Fields, Format, Negotiate, WatchWire};
-use crate::params;
-use crate::response::wants_gzip_value;
-use crate::sealed::HandDown;
-use crate::state::{AppState, segments};
-use crate::status::ApiError;
+use crate::auth::AuthContext;
+use crate::http::negotiate::{Fields, Format, Negotiate, WatchWire};
+use crate::http::params;
+use crate::http::response::wants_gzip_value;
+use crate::http::served::{ServedSet, segments};
+use crate::http::status::ApiError;
+use crate::proxy::ProxyContext;
+use crate::transport::sealed::HandDown;
 use crate::watch::pump::WatchPump;
-use crate::watch::{self, Wire};
+use crate::watch::{self, WatchContext, Wire};
 use watchcache::wire::convert::{IncludeObject, WatchConverter};
+
+/// What the fast path needs: it reads a connection's first request, admits it and starts its
+/// watch by itself, as hyper's gate and router would.
+pub(crate) struct FastPathContext {
+    pub(crate) auth: Arc<AuthContext>,
+    pub(crate) watches: Arc<WatchContext>,
+    /// Proxy mode: a watch of anything not cached is hyper's to forward.
+    pub(crate) proxy: Arc<ProxyContext>,
+    pub(crate) served: Arc<ServedSet>,
+    /// The server's shutdown: a connection still waiting for its first request closes.
+    pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
+    /// `ServerConfig::header_read_timeout`.
+    pub(crate) header_read_timeout: std::time::Duration,
+    /// `ServerConfig::tls_watch_hand_down`.
+    pub(crate) tls_watch_hand_down: bool,
+}
 
 /// Largest request head the fast path reads before giving the connection to hyper.
 const MAX_HEAD: usize = 16 * 1024;
@@ -77,10 +95,10 @@ fn watch_wire(accept: Option<&[u8]>) -> Option<(WatchWire, Option<WatchWire>)> {
 }
 
 /// The frames of this watch for the resource it names (`None`: hyper's, see [`watch_wire`]).
-fn wire_for(st: &AppState, req: &WatchRequest) -> Option<WatchWire> {
+fn wire_for(served: &ServedSet, req: &WatchRequest) -> Option<WatchWire> {
     match req.wire {
         (json @ (Wire::Json, _), _) => Some(json),
-        (builtin, custom) => match st.resolve(&segments(&req.path)) {
+        (builtin, custom) => match served.resolve(&segments(&req.path)) {
             Some(t) if t.served.cache.definition().has_protobuf() => Some(builtin),
             Some(_) => custom,
             // Nothing there: the fast path answers the 404.
@@ -148,14 +166,14 @@ pub(crate) fn parse_head(buf: &[u8]) -> Head {
 /// or before a watch is served).
 pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     tcp: &mut S,
-    st: &Arc<AppState>,
+    cx: &FastPathContext,
     conn: &ConnInfo,
-    idle: Option<crate::accept::IdleSlot>,
+    idle: Option<crate::transport::accept::IdleSlot>,
 ) -> std::io::Result<FirstRequest> {
     let mut buf = Vec::with_capacity(1024);
     // One deadline for the whole head, not one per read: a client trickling a byte at a time
     // must not hold the connection open for days (slowloris).
-    let deadline = tokio::time::Instant::now() + st.config.header_read_timeout;
+    let deadline = tokio::time::Instant::now() + cx.header_read_timeout;
     let req = loop {
         if buf.len() >= MAX_HEAD {
             return Ok(FirstRequest::NotAWatch(buf));
@@ -164,7 +182,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
         buf.resize(at + 1024, 0);
         // An idle kept-alive connection must not hold up shutdown (graceful shutdown waits for
         // every connection task) nor a task forever.
-        let mut shutdown = st.shutdown.clone();
+        let mut shutdown = cx.shutdown.clone();
         let n = tokio::select! {
             n = tcp.read(&mut buf[at..]) => n?,
             _ = shutdown.wait_for(|s| *s).map(|_| ()) => return Ok(FirstRequest::Close),
@@ -179,9 +197,9 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
             Head::NotAWatch => return Ok(FirstRequest::NotAWatch(buf)),
             // Proxy mode: a watch of anything not cached is hyper's to forward.
             Head::Watch(req)
-                if st.proxy.get().is_some()
-                    && crate::forward::local_read(
-                        st,
+                if cx.proxy.proxy.get().is_some()
+                    && crate::proxy::forward::local_read(
+                        &cx.served,
                         &axum::http::Method::GET,
                         &segments(&req.path),
                     )
@@ -189,7 +207,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
             {
                 return Ok(FirstRequest::NotAWatch(buf));
             }
-            Head::Watch(req) => match wire_for(st, &req) {
+            Head::Watch(req) => match wire_for(&cx.served, &req) {
                 Some(wire) => break (req, wire),
                 None => return Ok(FirstRequest::NotAWatch(buf)),
             },
@@ -207,7 +225,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     // once; the task of an idle watch then holds only the streaming state.
     let Some((mut pump, origin)) = Box::pin(admit_and_start(
         tcp,
-        st,
+        cx,
         conn,
         &req,
         authorization,
@@ -221,7 +239,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
         });
     };
     // Nothing of the request may be left unread in a connection handed down to its sending half.
-    let hand_down = st.config.tls_watch_hand_down && rest.is_empty();
+    let hand_down = cx.tls_watch_hand_down && rest.is_empty();
     let outcome = stream(tcp, &mut pump, req.gzip, wire, origin, hand_down).await?;
     rest.extend(outcome.received);
     Ok(FirstRequest::Served {
@@ -237,12 +255,12 @@ struct Outcome {
     received: Vec<u8>,
 }
 
-/// Admits a watch (server/filters.rs, the same function hyper's requests pass in the gate:
+/// Admits a watch (server/auth/filters.rs, the same function hyper's requests pass in the gate:
 /// never bypassed) and starts it. A refusal, a path naming nothing and a start that fails are
 /// answered here (and audited): `None`.
 async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
     tcp: &mut S,
-    st: &Arc<AppState>,
+    cx: &FastPathContext,
     conn: &ConnInfo,
     req: &WatchRequest,
     authorization: Option<Vec<u8>>,
@@ -250,7 +268,7 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> std::io::Result<Option<(WatchPump, Option<u64>)>> {
     let began = std::time::Instant::now();
     let mut adm = filters::admit(
-        st,
+        &cx.auth,
         &Incoming {
             method: "GET",
             path: &req.path,
@@ -261,7 +279,7 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
         },
     );
     drop(authorization);
-    let key = st.request_key(&adm.info);
+    let key = cx.auth.request_key(&adm.info);
     let path = req.path.as_str();
     let read = adm.read.take();
     let started = async {
@@ -269,7 +287,8 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
         // may watch it).
         adm.decision.clone()?;
         // A subresource (`/status`) is not watchable: 404, as any path naming nothing.
-        let target = st
+        let target = cx
+            .served
             .resolve(&segments(path))
             .filter(|t| !t.status)
             .ok_or_else(|| ApiError::no_route(path))?;
@@ -292,13 +311,16 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
             fields,
             target.converts_version(),
             || {
-                st.metrics
-                    .conversions(&target.served.cache.definition().plural, format, fields)
+                cx.watches.metrics.conversions(
+                    &target.served.cache.definition().plural,
+                    format,
+                    fields,
+                )
             },
         );
         let origin = target.served.cache.origin();
         watch::start(
-            st,
+            &cx.watches,
             &target.served.cache,
             opts,
             params.timeout,
@@ -314,13 +336,13 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
     .await;
     match started {
         Ok(pump) => {
-            st.metrics.observe_request(&key, 200, began);
+            cx.watches.metrics.observe_request(&key, 200, began);
             Ok(Some(pump))
         }
         Err(e) => {
             write_error(tcp, &e).await?;
-            adm.audit(st, e.code(), began);
-            st.metrics.observe_request(&key, e.code(), began);
+            adm.audit(&cx.auth, e.code(), began);
+            cx.watches.metrics.observe_request(&key, e.code(), began);
             Ok(None)
         }
     }
@@ -328,7 +350,7 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// Streams a started watch's chunks until it ends or the client goes away.
 /// With `hand_down`, a TLS 1.3 connection streams from its sending half only
-/// (`server/sealed.rs`) and closes after the watch.
+/// (`server/transport/sealed.rs`) and closes after the watch.
 async fn stream<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     tcp: &mut S,
     pump: &mut WatchPump,

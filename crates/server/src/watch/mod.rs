@@ -8,6 +8,11 @@
 //! `chunks.rs` turns events' frames into chunks (shared bytes, or gzip); the server's wheel
 //! of deadlines (`cache/deadlines.rs`) ends watches at their deadline and at shutdown, for all of
 //! them from one place.
+//!
+//! Layer: above `proxy/`, `auth/`, `metrics.rs`, `http/` and `transport/`, which it may import
+//! (the fast path admits through `auth/filters.rs` and leaves a forwarded watch to hyper); below
+//! `endpoints/`, which it does not know. The HTTP/2 transport sends a pump's chunks as its
+//! `Chunks` (`pump.rs`), given down to it by `lib.rs`.
 
 pub(crate) mod body;
 mod chunks;
@@ -19,10 +24,9 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::auth::{User, WatchSlot};
-use crate::metrics::{RequestKey, WatchStart};
-use crate::state::AppState;
-use crate::status::ApiError;
+use crate::auth::{Limits, User, WatchSlot};
+use crate::http::status::ApiError;
+use crate::metrics::{RequestKey, ServerMetrics, WatchStart};
 use pump::WatchPump;
 use watchcache::Error;
 use watchcache::wire::convert::WatchConverter;
@@ -30,6 +34,18 @@ use watchcache::{Cache, WatchEnd, WatchOptions, WatchStream};
 
 /// The longest timeout a watch is given, whatever `timeoutSeconds` says.
 const MAX_WATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
+/// What starting a watch needs: the watch limits, the server's wheel of deadlines, the metrics,
+/// and the timeout of a watch that names none.
+pub(crate) struct WatchContext {
+    /// `--max-watchers` and `--max-watches-per-user` (shared with admission's in-flight limit).
+    pub(crate) limits: Arc<Limits>,
+    /// Every watch's deadline, and shutdown delivered to every watch (`cache/deadlines.rs`).
+    pub(crate) deadlines: Arc<watchcache::deadlines::Deadlines>,
+    pub(crate) metrics: Arc<ServerMetrics>,
+    /// A watch without `timeoutSeconds` ends after a random time in this range.
+    pub(crate) default_timeout: (std::time::Duration, std::time::Duration),
+}
 
 /// A started watch: its events and its end (the stream's one entry in the server's wheel,
 /// which holds its bookmarks too), and its slot.
@@ -54,7 +70,7 @@ pub(crate) struct StartedWatch {
 // watch among the long-running requests.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn start(
-    st: &AppState,
+    cx: &WatchContext,
     cache: &Cache,
     opts: WatchOptions,
     timeout: Option<std::time::Duration>,
@@ -64,15 +80,15 @@ pub(crate) async fn start(
     user: Option<&User>,
     key: Option<&RequestKey>,
 ) -> Result<WatchPump, ApiError> {
-    let slot = st.limits.watch(user.map(|u| u.name.as_str()))?;
+    let slot = cx.limits.watch(user.map(|u| u.name.as_str()))?;
     let timeout = timeout.unwrap_or_else(|| {
-        let (lo, hi) = st.config.default_watch_timeout;
+        let (lo, hi) = cx.default_timeout;
         lo + (hi.saturating_sub(lo)).mul_f64(fastrand::f64())
     });
     // `timeoutSeconds` may be any u64, and an instant 2^64 s away does not exist (adding it
     // panicked): beyond a year, a watch's own timeout is no different from none.
     let deadline = Instant::now() + timeout.min(MAX_WATCH_TIMEOUT);
-    let deadlines = Arc::clone(&st.deadlines);
+    let deadlines = Arc::clone(&cx.deadlines);
     let end = WatchEnd {
         wheel: Arc::clone(&deadlines),
         at: deadline,
@@ -81,16 +97,16 @@ pub(crate) async fn start(
     let def = cache.definition();
     match cache.watch_until(opts, end).await {
         Ok(stream) => {
-            st.metrics.count_watch_start(def, start);
+            cx.metrics.count_watch_start(def, start);
             let w = StartedWatch {
                 stream,
                 _slot: slot,
             };
-            let meter = st.metrics.watch(cache.definition(), key);
+            let meter = cx.metrics.watch(cache.definition(), key);
             Ok(WatchPump::events(w, gzip, wire, convert, meter))
         }
         Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => {
-            st.metrics.count_watch_start(def, WatchStart::Expired);
+            cx.metrics.count_watch_start(def, WatchStart::Expired);
             Ok(WatchPump::single(
                 wire.error_frame(ApiError::from(e).status()),
                 deadlines,

@@ -169,6 +169,13 @@ impl WatchPump {
     }
 }
 
+/// The HTTP/2 stream sends a watch's chunks itself (`transport/h2_stream.rs`).
+impl crate::transport::Chunks for WatchPump {
+    fn poll_chunks(&mut self, cx: &mut Context<'_>) -> Poll<Option<Vec<Bytes>>> {
+        WatchPump::poll_chunks(self, cx)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use std::time::Duration;

@@ -12,16 +12,18 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use crate::auth::User;
-use crate::discovery::{self, Entry};
-use crate::forward;
-use crate::gate::ParsedRead;
+use crate::auth::gate::ParsedRead;
+use crate::endpoints::discovery::{self, Entry};
+use crate::endpoints::openapi;
+use crate::endpoints::{ApiContext, HealthContext};
+use crate::http::lifecycle::Phase;
+use crate::http::negotiate::{Answer, Fields, Format, FromQuery, Negotiate};
+use crate::http::params::ReadParams;
+use crate::http::response::{body_of, gzip_encoded, json_response, wants_gzip};
+use crate::http::served::{Target, segments};
+use crate::http::status::ApiError;
 use crate::metrics::{self, RequestKey};
-use crate::negotiate::{Answer, Fields, Format, FromQuery, Negotiate};
-use crate::openapi;
-use crate::params::ReadParams;
-use crate::response::{body_of, gzip_encoded, json_response, wants_gzip};
-use crate::state::{AppState, Target, segments};
-use crate::status::ApiError;
+use crate::proxy::forward;
 use crate::watch::{self, Wire};
 use tracing::debug;
 use watchcache::Cache;
@@ -31,24 +33,24 @@ use watchcache::wire::{
     ObjectList, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with,
 };
 
-pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
+pub(crate) async fn readyz(State(st): State<Arc<HealthContext>>) -> Response {
     // Asked to stop: load balancers take this server out while it still serves (as
     // kube-apiserver's `[-]shutdown failed` check, 500).
-    if st.lifecycle.phase() != crate::state::Phase::Serving {
+    if st.lifecycle.phase() != Phase::Serving {
         return (
             StatusCode::INTERNAL_SERVER_ERROR,
             "not ready: shutting down",
         )
             .into_response();
     }
-    let caches = st.caches();
+    let caches = st.served.caches();
     let mut not_ready: Vec<&str> = caches
         .iter()
         // A resource the upstream does not serve is not waited for.
         .filter(|c| !c.is_ready() && !c.is_absent())
         .map(|c| c.definition().plural.as_str())
         .collect();
-    if st.auth.get().is_some_and(|a| !a.ready()) {
+    if st.auth.auth.get().is_some_and(|a| !a.ready()) {
         not_ready.push("rbac (the authorizer has not read the RBAC caches yet)");
     }
     if not_ready.is_empty() {
@@ -62,10 +64,10 @@ pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
     }
 }
 
-pub(crate) async fn metrics_handler(State(st): State<Arc<AppState>>) -> Response {
-    let caches = st.caches();
+pub(crate) async fn metrics_handler(State(st): State<Arc<HealthContext>>) -> Response {
+    let caches = st.served.caches();
     let caches: Vec<&Cache> = caches.iter().collect();
-    let text = metrics::render(&caches, &st.metrics, st.limits.inflight()).await;
+    let text = metrics::render(&caches, &st.metrics, st.auth.limits.inflight()).await;
     (
         [(
             header::CONTENT_TYPE,
@@ -76,16 +78,16 @@ pub(crate) async fn metrics_handler(State(st): State<Arc<AppState>>) -> Response
         .into_response()
 }
 
-pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Response {
+pub(crate) async fn api(State(st): State<Arc<ApiContext>>, req: Request) -> Response {
     let protobuf_errors = errors_in_protobuf(&st, &req);
-    let Some(p) = st.proxy.get() else {
+    let Some(p) = st.proxy.proxy.get() else {
         return route(&st, req)
             .await
             .unwrap_or_else(|e| e.into_response_as(protobuf_errors));
     };
     let segs = segments(req.uri().path());
-    let Some(target) = forward::local_read(&st, req.method(), &segs) else {
-        return forward::forward(&st, &**p, req).await;
+    let Some(target) = forward::local_read(&st.served, req.method(), &segs) else {
+        return forward::forward(&st.proxy, &**p, req).await;
     };
     // A read the cache could not show fresh in time (504: the upstream's bookmarks did not reach
     // its current resourceVersion, as with a watchcache root on an etcd without reliable progress
@@ -95,23 +97,23 @@ pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Respon
     let consistent = forward::is_consistent_read(req.uri());
     // So is a consistent GET of one object where the configuration says the upstream answers
     // it as cheaply as the cache could prove itself fresh (proxy mode).
-    let upstreams_get = st.config.forward_consistent_gets && target.name.is_some();
-    if consistent && (upstreams_get || st.stalled.is_stalled(prefix)) {
-        return forward::forward(&st, &**p, req).await;
+    let upstreams_get = st.proxy.forward_consistent_gets && target.name.is_some();
+    if consistent && (upstreams_get || st.proxy.stalled.is_stalled(prefix)) {
+        return forward::forward(&st.proxy, &**p, req).await;
     }
     // Local reads are GETs: they have no body to keep. A watch is never handed up: it would hold
     // an upstream watch for its whole life (a fleet of kubelets starting would each hold one);
     // its client retries the 504 as it retries upstream's.
     let again = forward::replay(&req);
-    let watch = crate::params::is_watch(again.uri().query());
+    let watch = crate::http::params::is_watch(again.uri().query());
     match route(&st, req).await {
         Ok(r) => r,
         Err(e) if e.code() == 504 && !watch => {
             debug!(resource = %prefix, "a read timed out in the cache; answered by the upstream");
             if consistent {
-                st.stalled.mark(prefix);
+                st.proxy.stalled.mark(prefix);
             }
-            forward::forward(&st, &**p, again).await
+            forward::forward(&st.proxy, &**p, again).await
         }
         Err(e) => e.into_response_as(protobuf_errors),
     }
@@ -119,7 +121,7 @@ pub(crate) async fn api(State(st): State<Arc<AppState>>, req: Request) -> Respon
 
 /// Whether this request's errors are answered in protobuf: its client prefers protobuf for a
 /// built-in resource (kube-apiserver negotiates its `Status` answers like any other).
-fn errors_in_protobuf(st: &AppState, req: &Request) -> bool {
+fn errors_in_protobuf(st: &ApiContext, req: &Request) -> bool {
     let accepts_protobuf = req
         .headers()
         .get_all(header::ACCEPT)
@@ -129,7 +131,7 @@ fn errors_in_protobuf(st: &AppState, req: &Request) -> bool {
         return false;
     }
     let segs = segments(req.uri().path());
-    st.resolve(&segs).is_some_and(|t| {
+    st.served.resolve(&segs).is_some_and(|t| {
         matches!(
             Format::negotiate_for(
                 req.headers(),
@@ -141,7 +143,7 @@ fn errors_in_protobuf(st: &AppState, req: &Request) -> bool {
     })
 }
 
-async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
+async fn route(st: &ApiContext, req: Request) -> Result<Response, ApiError> {
     let (mut parts, _body) = req.into_parts();
     let path = parts.uri.path().trim_end_matches('/').to_owned();
     let segs = segments(&path);
@@ -210,7 +212,10 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     }
     let method = parts.method.clone();
     let reading = method == Method::GET || method == Method::HEAD;
-    let target = st.resolve(&segs).ok_or_else(|| ApiError::no_route(&path))?;
+    let target = st
+        .served
+        .resolve(&segs)
+        .ok_or_else(|| ApiError::no_route(&path))?;
     let gzip = wants_gzip(&parts.headers);
     let query = parts.uri.query();
     let cache = &target.served.cache;
@@ -220,7 +225,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
         // is served without the gate.
         let params = match parts.extensions.remove::<ParsedRead>() {
             Some(ParsedRead(p)) => p?,
-            None => ReadParams::parse(query, st.config.max_selector_len)?,
+            None => ReadParams::parse(query, st.max_selector_len)?,
         };
         let user = parts.extensions.get::<Arc<User>>().map(|u| &**u);
         let key = parts.extensions.get::<RequestKey>();
@@ -257,7 +262,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
 
 /// A read of what `target` names, from its cache, at the path's version.
 async fn read(
-    st: &Arc<AppState>,
+    st: &ApiContext,
     target: &Target,
     headers: &axum::http::HeaderMap,
     (query, mut params): (Option<&str>, ReadParams),
@@ -294,7 +299,7 @@ async fn read(
         });
         let wire = watch_wire(format);
         let pump = watch::start(
-            st,
+            &st.watches,
             cache,
             opts,
             params.timeout,
@@ -305,7 +310,7 @@ async fn read(
             key,
         )
         .await?;
-        // The pump goes out with the head; the transport makes it the body (`body.rs`).
+        // The pump goes out with the head; the transport makes it the body (`watch/body.rs`).
         let mut resp = json_response(StatusCode::OK, Body::empty());
         resp.extensions_mut()
             .insert(watch::body::WatchResponse::new(pump));

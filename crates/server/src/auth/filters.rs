@@ -20,11 +20,12 @@ use std::time::Instant;
 
 use axum::http::HeaderMap;
 
+use crate::auth::AuthContext;
 use crate::auth::{self, Audit, InflightPermit, Record, RequestInfo, User};
-use crate::conn::ConnInfo;
-use crate::params::{self, ReadParams};
-use crate::state::{AppState, Phase};
-use crate::status::ApiError;
+use crate::http::lifecycle::Phase;
+use crate::http::params::{self, ReadParams};
+use crate::http::status::ApiError;
+use crate::transport::conn::ConnInfo;
 use watchcache::Selection;
 
 /// What admission reads of a request, before its body.
@@ -65,13 +66,13 @@ pub(crate) struct Admission {
 /// server drains, a request other than a health check is answered 429 first, as
 /// kube-apiserver's `--shutdown-send-retry-after`: its client retries through a connection of
 /// its own, on another replica.
-pub(crate) fn admit(st: &AppState, req: &Incoming<'_>) -> Admission {
+pub(crate) fn admit(cx: &AuthContext, req: &Incoming<'_>) -> Admission {
     let health = matches!(req.path, "/livez" | "/readyz" | "/healthz" | "/metrics");
     let refused = if health {
         None
-    } else if st.lifecycle.phase() == Phase::Draining {
+    } else if cx.lifecycle.phase() == Phase::Draining {
         Some(ApiError::shutting_down())
-    } else if st.auth.get().is_some_and(|a| !a.ready()) {
+    } else if cx.auth.get().is_some_and(|a| !a.ready()) {
         // Not ready to authorize: retry, rather than a 403 the caller's permissions do not make.
         Some(ApiError::authorizer_not_ready())
     } else {
@@ -87,7 +88,7 @@ pub(crate) fn admit(st: &AppState, req: &Incoming<'_>) -> Admission {
     }
     let resource = RequestInfo::new(req.method, req.path, false).resource;
     let read = (resource.is_some() && matches!(req.method, "GET" | "HEAD"))
-        .then(|| ReadParams::parse(req.query, st.config.max_selector_len));
+        .then(|| ReadParams::parse(req.query, cx.max_selector_len));
     let watch = match &read {
         Some(Ok(p)) => p.watch,
         // A query that does not parse is still a watch if it says so (upstream's fallback when
@@ -115,7 +116,7 @@ pub(crate) fn admit(st: &AppState, req: &Incoming<'_>) -> Admission {
     };
     // The development listener (`--insecure-listen`, loopback only) is kube-apiserver's former
     // insecure port: no authentication or authorization.
-    let Some(auth) = st.auth.get().filter(|_| !req.conn.insecure_listener) else {
+    let Some(auth) = cx.auth.get().filter(|_| !req.conn.insecure_listener) else {
         return admission;
     };
     let requester = match auth
@@ -181,7 +182,10 @@ impl Admission {
     ///
     /// # Errors
     /// 429 with Retry-After when the limit is reached.
-    pub(super) async fn permit(&self, st: &AppState) -> Result<Option<InflightPermit>, ApiError> {
+    pub(crate) async fn permit(
+        &self,
+        cx: &AuthContext,
+    ) -> Result<Option<InflightPermit>, ApiError> {
         if self.is_long_running() {
             return Ok(None);
         }
@@ -191,14 +195,14 @@ impl Admission {
             .is_some_and(|u| u.in_group(auth::MASTERS));
         // The flow is the user's name, as upstream's default flow schemas distinguish flows.
         let flow = self.user.as_ref().map_or("", |u| u.name.as_str());
-        st.limits.request(flow, privileged).await.map(Some)
+        cx.limits.request(flow, privileged).await.map(Some)
     }
 
     /// Records the request in the audit log when it is audited (every write, every 401, 403 and
     /// 429) and auditing is on.
-    pub(super) fn audit(&self, st: &AppState, code: u16, started: Instant) {
-        if st.auditing() && Audit::wants(&self.info, code) {
-            st.audit.record(&Record {
+    pub(crate) fn audit(&self, cx: &AuthContext, code: u16, started: Instant) {
+        if cx.auditing() && Audit::wants(&self.info, code) {
+            cx.audit.record(&Record {
                 user: self.user.as_deref(),
                 info: &self.info,
                 code,
@@ -217,7 +221,7 @@ mod tests {
 
     /// A server state with tokens for `alice` (may only watch pods in `a`, and get or list the
     /// pod `one` there by name) and `admin` (system:masters), and `--max-requests-inflight 1`.
-    fn state() -> Arc<AppState> {
+    fn state() -> Arc<AuthContext> {
         let (cache, writer) = Cache::new(
             ResourceDef::builtin("pods").unwrap(),
             CacheConfig::default(),
@@ -256,10 +260,10 @@ mod tests {
         });
         // The pods' source outlives the test (its cache is abandoned when it goes).
         std::mem::forget(source);
-        server.state_for_tests()
+        Arc::clone(&server.state_for_tests().auth)
     }
 
-    fn admit_as(st: &AppState, token: &str, path_and_query: &str) -> Admission {
+    fn admit_as(st: &AuthContext, token: &str, path_and_query: &str) -> Admission {
         let (path, query) = match path_and_query.split_once('?') {
             Some((p, q)) => (p, Some(q)),
             None => (path_and_query, None),
@@ -323,7 +327,9 @@ mod tests {
             modes: vec![Mode::Rbac],
             rbac_bootstrap: RbacObjects::default(),
         })
-        .state_for_tests();
+        .state_for_tests()
+        .auth
+        .clone();
         let e = admit_as(&st, "mt", "/api/v1/pods").decision.unwrap_err();
         assert_eq!((e.code(), e.retry_after()), (429, Some(1)));
         assert!(e.message().contains("authorizer"), "{}", e.message());

@@ -26,7 +26,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::Router;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
@@ -36,8 +35,12 @@ use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::debug;
 
-use crate::ConnInfo;
-use crate::h2_stream::Stream;
+use crate::transport::conn::ConnInfo;
+use crate::transport::h2_stream::{Service, Stream};
+
+/// Whether the h2 this is built with is watchcache's patched copy (`vendor/h2`): always, by
+/// the dependency's name; the crate's `H2_PATCHED` says it to embedders.
+pub(crate) const H2_PATCHED: bool = h2::WATCHCACHE_PATCHED;
 
 /// What a connection's client may not exceed: hyper's defaults, which these were.
 const MAX_FRAME: u32 = 16 * 1024;
@@ -60,10 +63,10 @@ enum Phase<T: AsyncRead + AsyncWrite + Unpin> {
 }
 
 /// A served HTTP/2 connection: a future that ends when the connection does.
-pub(crate) struct H2Conn<T: AsyncRead + AsyncWrite + Unpin> {
+pub(crate) struct H2Conn<T: AsyncRead + AsyncWrite + Unpin, S: Service> {
     phase: Phase<T>,
-    streams: FuturesUnordered<Stream>,
-    router: Router,
+    streams: FuturesUnordered<Stream<S>>,
+    service: S,
     conn: Arc<ConnInfo>,
     /// Ready once the server shuts down; `None` once GOAWAY is sent.
     shutdown: Option<BoxFuture<'static, ()>>,
@@ -71,12 +74,12 @@ pub(crate) struct H2Conn<T: AsyncRead + AsyncWrite + Unpin> {
     _watcher: Watcher,
 }
 
-impl<T: AsyncRead + AsyncWrite + Unpin> H2Conn<T> {
-    /// Serves `io` (its TLS handshake done) with `router`; `shutdown` is the server's signal.
-    pub(super) fn new(
+impl<T: AsyncRead + AsyncWrite + Unpin, S: Service> H2Conn<T, S> {
+    /// Serves `io` (its TLS handshake done) with `service`; `shutdown` is the server's signal.
+    pub(crate) fn new(
         io: T,
         settings: Settings,
-        router: Router,
+        service: S,
         conn: Arc<ConnInfo>,
         mut shutdown: tokio::sync::watch::Receiver<bool>,
         watcher: Watcher,
@@ -93,7 +96,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> H2Conn<T> {
         H2Conn {
             phase: Phase::Handshaking(b.handshake(io)),
             streams: FuturesUnordered::new(),
-            router,
+            service,
             conn,
             shutdown: Some(Box::pin(async move {
                 // `Err`: the server is gone: as good as shut down.
@@ -106,11 +109,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> H2Conn<T> {
 
 /// Polls the streams until none is ready (or `FuturesUnordered` yields, having polled each once:
 /// it then wakes this task again).
-fn poll_streams(streams: &mut FuturesUnordered<Stream>, cx: &mut Context<'_>) {
+fn poll_streams<S: Service>(streams: &mut FuturesUnordered<Stream<S>>, cx: &mut Context<'_>) {
     while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {}
 }
 
-impl<T: AsyncRead + AsyncWrite + Unpin> Future for H2Conn<T> {
+impl<T: AsyncRead + AsyncWrite + Unpin, S: Service> Future for H2Conn<T, S> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -145,7 +148,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Future for H2Conn<T> {
                 match conn.poll_accept(cx) {
                     Poll::Ready(Some(Ok((req, reply)))) => {
                         this.streams
-                            .push(Stream::start(req, reply, &this.router, &this.conn));
+                            .push(Stream::start(req, reply, &this.service, &this.conn));
                         accepted = true;
                     }
                     Poll::Ready(Some(Err(e))) => {
@@ -171,11 +174,43 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
+    use axum::Router;
     use axum::routing::get;
     use http::{Request, StatusCode};
     use hyper_util::server::graceful::GracefulShutdown;
 
     use super::*;
+
+    /// The tests serve a router alone: none of their responses is sent chunk by chunk.
+    pub(crate) enum NoChunks {}
+
+    impl crate::transport::Chunks for NoChunks {
+        fn poll_chunks(&mut self, _: &mut Context<'_>) -> Poll<Option<Vec<Bytes>>> {
+            match *self {}
+        }
+    }
+
+    impl Service for Router {
+        type Chunks = NoChunks;
+        type Future = axum::routing::future::RouteFuture<std::convert::Infallible>;
+
+        fn call(&self, req: Request<axum::body::Body>) -> Self::Future {
+            <Router as tower::Service<_>>::call(&mut self.clone(), req)
+        }
+
+        /// As the server's router: a watch is polled in place.
+        fn in_place(&self, req: &Request<axum::body::Body>) -> bool {
+            req.uri().query() == Some("watch=1")
+        }
+
+        fn chunks(_: &mut http::response::Parts) -> Option<NoChunks> {
+            None
+        }
+
+        fn failed() -> axum::response::Response {
+            axum::response::IntoResponse::into_response(StatusCode::INTERNAL_SERVER_ERROR)
+        }
+    }
 
     const SETTINGS: Settings = Settings {
         max_streams: 100,

@@ -24,5 +24,6 @@ pub(crate) struct ConnInfo {
     /// An HTTP/1.1 connection served by hyper: the clock of the response it is sending
     /// (`deadline.rs`). Unset on HTTP/2 (each stream has its own deadline) and on the watch
     /// fast path.
-    pub(crate) clock: std::sync::OnceLock<std::sync::Arc<crate::deadline::ResponseClock>>,
+    pub(crate) clock:
+        std::sync::OnceLock<std::sync::Arc<crate::transport::deadline::ResponseClock>>,
 }

@@ -17,36 +17,17 @@
 //! Both refusals are upstream's 413 RequestEntityTooLarge.
 
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::Body;
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 
-use crate::status::ApiError;
+use crate::http::status::ApiError;
+use crate::transport::H2Framing;
 
 /// Wire bytes a body may take before its framing is weighed against its data.
 pub(crate) const RATIO_GRACE: u64 = 64 * 1024;
-
-/// The framing bytes of an HTTP/2 request body received so far (frame headers and padding),
-/// counted by the stream's body (`h2_stream.rs`) and read by [`read`]: a request extension, since
-/// the body reaches the reader behind axum's type-erased [`Body`].
-#[derive(Clone, Debug, Default)]
-pub(crate) struct H2Framing(Arc<AtomicU64>);
-
-impl H2Framing {
-    /// Counts one DATA frame of `wire` bytes carrying `data` bytes.
-    pub(crate) fn count(&self, wire: u32, data: usize) {
-        let framing = u64::from(wire).saturating_sub(data as u64);
-        self.0.fetch_add(framing, Ordering::Relaxed);
-    }
-
-    fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 /// How a request's body is framed, which decides what each frame costs beyond its data.
 enum Framing {

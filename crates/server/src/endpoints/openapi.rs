@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::discovery::{Entry, KUBERNETES_MINOR};
+use crate::endpoints::discovery::{Entry, KUBERNETES_MINOR};
 use watchcache::ResourceDef;
 use watchcache::protobuf::catalog::{kind_message, message, object_meta};
 use watchcache::protobuf::schema::{Card, Kind, Message};

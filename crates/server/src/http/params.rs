@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::status::ApiError;
+use crate::http::status::ApiError;
 use watchcache::{FieldPath, ResourceVersion, RvMatch, Selection};
 use watchcache::{ListOptions, WatchOptions};
 

@@ -11,10 +11,10 @@
 //! not waited for by graceful shutdown (an exec session may last hours).
 
 use crate::auth::{User, impersonate};
-use crate::params;
-use crate::proxy::{HOP_BY_HOP, Proxy};
-use crate::state::{AppState, Target};
-use crate::status::ApiError;
+use crate::http::params;
+use crate::http::served::{ServedSet, Target};
+use crate::http::status::ApiError;
+use crate::proxy::{HOP_BY_HOP, Proxy, ProxyContext};
 use axum::http;
 use axum::response::IntoResponse;
 use hyper_util::rt::TokioIo;
@@ -63,9 +63,13 @@ pub(crate) fn wants_upgrade(first: &[u8]) -> bool {
 /// cached resources, are the upstream's: it runs admission, defaulting, server-side apply and
 /// dry-run, and sees the client's identity by impersonation; the cache sees the write when its
 /// watch brings it, as any other change.
-pub(crate) fn local_read(st: &AppState, method: &http::Method, segs: &[&str]) -> Option<Target> {
+pub(crate) fn local_read(
+    served: &ServedSet,
+    method: &http::Method,
+    segs: &[&str],
+) -> Option<Target> {
     (method == http::Method::GET || method == http::Method::HEAD)
-        .then(|| st.resolve(segs))
+        .then(|| served.resolve(segs))
         .flatten()
         // Subresources (`/status`) are the upstream's in proxy mode, as everything not cached,
         // and so is a resource the upstream says it does not serve (yet): it answers 404, or
@@ -96,7 +100,7 @@ pub(crate) fn replay(req: &axum::extract::Request) -> axum::extract::Request {
 
 /// Forwards one request through the server's proxy and streams the answer back.
 pub(crate) async fn forward(
-    st: &AppState,
+    cx: &ProxyContext,
     proxy: &dyn Proxy,
     req: axum::extract::Request,
 ) -> axum::response::Response {
@@ -110,11 +114,11 @@ pub(crate) async fn forward(
     };
     // A request the gate served has its body read already (one frame: this is a move); a
     // long-running one (an upgrade) is read here, by the same rules.
-    let body = match crate::body::read(
+    let body = match crate::http::body::read(
         body,
         &parts.headers,
-        parts.extensions.get::<crate::body::H2Framing>(),
-        st.config.max_body_bytes,
+        parts.extensions.get::<crate::transport::H2Framing>(),
+        cx.max_body_bytes,
     )
     .await
     {

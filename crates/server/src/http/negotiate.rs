@@ -16,7 +16,7 @@
 
 use axum::http::{HeaderMap, header};
 
-use crate::status::ApiError;
+use crate::http::status::ApiError;
 pub(crate) use watchcache::wire::convert::IncludeObject;
 pub(crate) use watchcache::wire::format::{Fields, Format, MetaVersion, WatchWire, Wire};
 
@@ -38,7 +38,7 @@ pub(crate) trait FromQuery: Sized {
 impl FromQuery for IncludeObject {
     fn from_query(query: Option<&str>) -> Result<IncludeObject, ApiError> {
         let mut out = IncludeObject::default();
-        for (k, v) in crate::params::query_pairs(query) {
+        for (k, v) in crate::http::params::query_pairs(query) {
             if k == "includeObject" {
                 out = match &*v {
                     "None" => IncludeObject::None,

@@ -1,7 +1,7 @@
 //! Every request hyper serves (all but `/livez`) passes here first: admission (`filters.rs`:
 //! authentication, impersonation, authorization, the request parsed once), then, for a request
 //! that is not long-running, its `--max-requests-inflight` permit taken and its body read into
-//! one buffer (`body.rs`), all within `--request-timeout`, then the handler; the answer is audited
+//! one buffer (`http/body.rs`), all within `--request-timeout`, then the handler; the answer is audited
 //! when it is a write or a denial. The watch fast path runs the same admission
 //! (crates/server/src/watch/fast_path.rs).
 //!
@@ -21,14 +21,15 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::body::{self, H2Framing};
-use crate::conn::ConnInfo;
-use crate::deadline::ResponseDeadline;
-use crate::filters::{self, Admission, Incoming};
+use crate::auth::AuthContext;
+use crate::auth::filters::{self, Admission, Incoming};
+use crate::http::body;
+use crate::http::params::ReadParams;
+use crate::http::status::ApiError;
 use crate::metrics::RequestKey;
-use crate::params::ReadParams;
-use crate::state::AppState;
-use crate::status::ApiError;
+use crate::transport::H2Framing;
+use crate::transport::conn::ConnInfo;
+use crate::transport::deadline::ResponseDeadline;
 
 /// The query of a read as admission parsed it, handed to the handler (a request extension): the
 /// handler serves exactly what was authorized.
@@ -36,7 +37,7 @@ use crate::status::ApiError;
 pub(crate) struct ParsedRead(pub Result<ReadParams, ApiError>);
 
 /// The middleware.
-pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+pub(crate) async fn gate(State(cx): State<Arc<AuthContext>>, req: Request, next: Next) -> Response {
     if req.uri().path() == "/livez" {
         return next.run(req).await;
     }
@@ -50,7 +51,7 @@ pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Ne
         clock.disarm();
     }
     let mut adm = filters::admit(
-        &st,
+        &cx,
         &Incoming {
             method: req.method().as_str(),
             path: req.uri().path(),
@@ -63,21 +64,21 @@ pub(crate) async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Ne
             conn: &conn,
         },
     );
-    let key = st.request_key(&adm.info);
+    let key = cx.request_key(&adm.info);
     let resp = match &adm.decision {
         Err(e) => e.clone().into_response(),
-        Ok(()) => serve(&st, &conn, &mut adm, key.clone(), req, next).await,
+        Ok(()) => serve(&cx, &conn, &mut adm, key.clone(), req, next).await,
     };
     let code = resp.status().as_u16();
-    adm.audit(&st, code, started);
-    st.metrics.observe_request(&key, code, started);
+    adm.audit(&cx, code, started);
+    cx.metrics.observe_request(&key, code, started);
     resp
 }
 
 /// Serves an admitted request: a long-running one as it comes; any other with its body read
 /// and its permit taken first, the whole within `--request-timeout`.
 async fn serve(
-    st: &AppState,
+    cx: &AuthContext,
     conn: &ConnInfo,
     adm: &mut Admission,
     key: RequestKey,
@@ -95,30 +96,27 @@ async fn serve(
     if adm.is_long_running() {
         return next.run(req).await;
     }
-    let deadline = tokio::time::Instant::now() + st.config.request_timeout;
+    let deadline = tokio::time::Instant::now() + cx.request_timeout;
     let h2 = req.version() == axum::http::Version::HTTP_2;
     let adm = &*adm;
     let served = async move {
         // The permit first: the bodies being read at once are at most the server's seats, each
         // at most `--max-body-bytes` (read before it, they were bounded by nothing but
         // the connections' streams). A body that stalls gives its seat back until it goes on.
-        let mut permit = Some(adm.permit(st).await?);
-        let req = with_body_read(req, st.config.max_body_bytes, &mut permit, || {
-            adm.permit(st)
-        })
-        .await?;
+        let mut permit = Some(adm.permit(cx).await?);
+        let req = with_body_read(req, cx.max_body_bytes, &mut permit, || adm.permit(cx)).await?;
         Ok::<_, ApiError>(next.run(req).await)
     };
     let resp = match tokio::time::timeout_at(deadline, served).await {
         Ok(Ok(resp)) => resp,
         Ok(Err(e)) => e.into_response(),
         Err(_) => {
-            tracing::debug!(timeout = ?st.config.request_timeout, "request timed out");
+            tracing::debug!(timeout = ?cx.request_timeout, "request timed out");
             ApiError::request_timeout().into_response()
         }
     };
     // The timeout covers the whole response: its transport ends it at the same deadline
-    // (`deadline.rs`).
+    // (`transport/deadline.rs`).
     if h2 {
         let mut resp = resp;
         resp.extensions_mut().insert(ResponseDeadline(deadline));
@@ -136,7 +134,7 @@ const STALL_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
 const STALL_BYTES: usize = 4 * 1024;
 
 /// The request with its body read whole into one buffer (at most `limit` bytes on the wire:
-/// 413 beyond, as upstream; `body.rs`), read while it holds a seat (`permit`). A body that brings
+/// 413 beyond, as upstream; `http/body.rs`), read while it holds a seat (`permit`). A body that brings
 /// less than [`STALL_BYTES`] in a [`STALL_WINDOW`] gives the seat back, waits for its next frame
 /// without one, and queues again (`retake`) before it reads on: a client trickling its body holds
 /// nobody out for longer than a window (issue 20, item 4), and what it holds meanwhile is what it

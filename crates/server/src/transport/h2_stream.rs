@@ -1,6 +1,6 @@
-//! One stream of an HTTP/2 connection served by `h2_conn.rs`: its request handed to the router,
-//! then its response sent under h2's flow control. A state machine, polled by the connection's
-//! own task.
+//! One stream of an HTTP/2 connection served by `h2_conn.rs`: its request handed to the
+//! connection's [`Service`] (the router, given down by `lib.rs`), then its response sent under
+//! h2's flow control. A state machine, polled by the connection's own task.
 //!
 //! Why not hyper's HTTP/2 server: a stream there is hyper's `H2Stream` (128 B, boxed by the
 //! executor), which holds the response body (axum's box: a watch's 280-byte body in a 320-byte
@@ -25,11 +25,12 @@
 //!   watcher's queue, then the cache's overflow rules, take over).
 //! - A stream that panics ends alone: it is reset, and the connection's other streams go on.
 
+use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
-use axum::Router;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
@@ -38,22 +39,49 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, Request, header};
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
-use tower::Service;
 use tracing::{debug, error, warn};
 
-use crate::ConnInfo;
-use crate::body::H2Framing;
-use crate::deadline::ResponseDeadline;
-use crate::params;
-use crate::status::ApiError;
-use crate::watch::body::WatchResponse;
-use crate::watch::pump::WatchPump;
+use crate::transport::conn::ConnInfo;
+use crate::transport::deadline::ResponseDeadline;
+
+/// What serves an HTTP/2 connection's requests, given down by the layers above (the router, and
+/// a watch's pump as a response's body), as hyper's connections take a `Service`: this module
+/// knows h2 and nothing of what it serves.
+pub(crate) trait Service: Clone + Send + Unpin + 'static {
+    /// A response body the stream sends chunk by chunk itself (a watch's pump). Held inline by
+    /// the stream (a type parameter, not a trait object): an idle watch is one allocation, and
+    /// an event costs no dynamic call.
+    type Chunks: Chunks;
+    /// A request's answer.
+    type Future: Future<Output = Result<Response, Infallible>> + Send + 'static;
+
+    /// Answers `req`.
+    fn call(&self, req: Request<Body>) -> Self::Future;
+
+    /// Whether `req` decides little before its body streams (a watch): its answer is then
+    /// polled by the stream itself, not in a task of its own.
+    fn in_place(&self, req: &Request<Body>) -> bool;
+
+    /// The chunked body a response carries instead of its `Body` (which then stands empty),
+    /// taken out of its head.
+    fn chunks(head: &mut http::response::Parts) -> Option<Self::Chunks>;
+
+    /// The answer to a request whose handler panicked (a 500, as the HTTP/1.1 path answers).
+    fn failed() -> Response;
+}
+
+/// A response body sent as it comes: the next chunks, `None` once it is complete, `Pending`
+/// until there are more (`cx` is then woken).
+pub(crate) trait Chunks: Send + Unpin + 'static {
+    /// The next chunks to send.
+    fn poll_chunks(&mut self, cx: &mut Context<'_>) -> Poll<Option<Vec<Bytes>>>;
+}
 
 /// One HTTP/2 stream, from its request to the end of its response.
 // The watch is inline on purpose: it is what an idle stream holds, for hours, and a box would be
 // one more allocation each; the other states are short.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Stream {
+pub(crate) enum Stream<S: Service> {
     /// The router has the request (a watch in place, any other request in its own task).
     Handling {
         reply: SendResponse<Bytes>,
@@ -62,7 +90,7 @@ pub(crate) enum Stream {
     /// A response body being sent (boxed: a LIST's state does not enlarge every watch's).
     Body(Box<BodyPipe>),
     /// A watch's events being sent: what an idle watch holds.
-    Watch(WatchPipe),
+    Watch(WatchPipe<S::Chunks>),
     Done,
 }
 
@@ -78,22 +106,22 @@ pub(crate) struct BodyPipe {
 }
 
 /// A watch's pump and the stream its chunks go to.
-pub(crate) struct WatchPipe {
+pub(crate) struct WatchPipe<C> {
     tx: SendStream<Bytes>,
-    pump: WatchPump,
+    pump: C,
     /// The pump's last chunks, when the stream had no capacity for them (a client behind on
     /// reading). Boxed: an idle watch holds 8 bytes for it, not a 32-byte iterator.
     blocked: Option<Box<std::vec::IntoIter<Bytes>>>,
 }
 
-impl Stream {
-    /// Starts a stream: its request goes to `router`, with what is known of the connection.
+impl<S: Service> Stream<S> {
+    /// Starts a stream: its request goes to `service`, with what is known of the connection.
     pub(super) fn start(
         req: Request<RecvStream>,
         reply: SendResponse<Bytes>,
-        router: &Router,
+        service: &S,
         conn: &Arc<ConnInfo>,
-    ) -> Stream {
+    ) -> Stream<S> {
         let (mut parts, recv) = req.into_parts();
         let body = if recv.is_end_stream() {
             Body::empty()
@@ -104,9 +132,9 @@ impl Stream {
         };
         let mut req = Request::from_parts(parts, body);
         req.extensions_mut().insert(Arc::clone(conn));
-        let watch = params::is_watch(req.uri().query());
-        let fut = router.clone().call(req);
-        let response: BoxFuture<'static, Response> = if watch {
+        let in_place = service.in_place(&req);
+        let fut = service.call(req);
+        let response: BoxFuture<'static, Response> = if in_place {
             // A watch decides little before its body streams: polled here, no task.
             Box::pin(async move {
                 match fut.await {
@@ -123,11 +151,7 @@ impl Stream {
                     // The handler panicked (a bug): answer 500, as the HTTP/1.1 path does.
                     Err(e) => {
                         warn!(error = %e, "request handler failed");
-                        axum::response::IntoResponse::into_response(ApiError::new(
-                            500,
-                            "InternalError",
-                            "the request's handler failed",
-                        ))
+                        S::failed()
                     }
                 }
             })
@@ -169,7 +193,7 @@ impl Stream {
     }
 }
 
-impl Future for Stream {
+impl<S: Service> Future for Stream<S> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -192,7 +216,7 @@ impl Future for Stream {
 }
 
 /// Sends `resp`'s head on `reply`, and returns what sends its body.
-fn respond(reply: &mut SendResponse<Bytes>, resp: Response) -> Stream {
+fn respond<S: Service>(reply: &mut SendResponse<Bytes>, resp: Response) -> Stream<S> {
     let (mut head, body) = resp.into_parts();
     strip_connection_headers(&mut head.headers);
     if !head.headers.contains_key(header::DATE)
@@ -202,15 +226,8 @@ fn respond(reply: &mut SendResponse<Bytes>, resp: Response) -> Stream {
         head.headers.insert(header::DATE, v);
     }
     never_indexed(&mut head.headers);
-    let pump = head
-        .extensions
-        .remove::<WatchResponse>()
-        .and_then(|w| w.take());
+    let pump = S::chunks(&mut head);
     let deadline = head.extensions.remove::<ResponseDeadline>();
-    if pump.is_some() {
-        // The router measured the empty body that stands in for the pump.
-        head.headers.remove(header::CONTENT_LENGTH);
-    }
     let end = pump.is_none() && body.is_end_stream();
     if pump.is_none()
         && !end
@@ -384,7 +401,7 @@ impl BodyPipe {
     }
 }
 
-impl WatchPipe {
+impl<C: Chunks> WatchPipe<C> {
     /// Sends the watch's chunks until its pump ends; ready when it has, or the stream is gone.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
@@ -438,9 +455,30 @@ impl WatchPipe {
     }
 }
 
+/// The framing bytes of an HTTP/2 request body received so far (frame headers and padding),
+/// counted by the stream's body ([`RecvBody`]) and read by the body's reader
+/// (`http/body.rs`): a request extension, since the body reaches the reader behind axum's
+/// type-erased [`Body`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct H2Framing(Arc<AtomicU64>);
+
+impl H2Framing {
+    /// Counts one DATA frame of `wire` bytes carrying `data` bytes.
+    pub(crate) fn count(&self, wire: u32, data: usize) {
+        let framing = u64::from(wire).saturating_sub(data as u64);
+        self.0.fetch_add(framing, Ordering::Relaxed);
+    }
+
+    /// The framing bytes counted so far.
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// A request's body as h2 receives it: each frame's bytes are given back to the flow-control
 /// window as they are read, as hyper's body does, and each frame's framing (its header and
-/// padding) is counted for the body's reader (`body.rs`), which bounds a body by its wire bytes.
+/// padding) is counted for the body's reader (`http/body.rs`), which bounds a body by its wire
+/// bytes.
 struct RecvBody {
     recv: RecvStream,
     /// `content-length`, when the request has one.
@@ -538,14 +576,5 @@ mod tests {
         assert!(h[header::DATE].is_sensitive());
         assert!(h["audit-id"].is_sensitive());
         assert!(!h[header::CONTENT_TYPE].is_sensitive());
-    }
-
-    /// What an idle watch stream holds inline in its connection's set of streams: its h2 handle
-    /// (24 B), its pump and a pointer. At 160 B the set's node (64 B more) is a 224-byte block
-    /// (it was 256 at 192 B).
-    #[test]
-    fn a_watch_stream_is_small() {
-        let size = std::mem::size_of::<super::Stream>();
-        assert!(size <= 160, "{size}");
     }
 }

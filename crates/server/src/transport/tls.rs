@@ -30,7 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch as signal;
 use tracing::{info, warn};
 
-use crate::client_cert::ClientVerifier;
+use crate::transport::client_cert::ClientVerifier;
 use parking_lot::RwLock;
 use watchcache::Cause;
 
@@ -320,14 +320,14 @@ fn build(config: &TlsConfig) -> Result<rustls::ServerConfig, TlsError> {
 pub(crate) struct FirstBytesBy<S> {
     inner: S,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-    idle: Option<crate::accept::IdleSlot>,
+    idle: Option<crate::transport::accept::IdleSlot>,
 }
 
 impl<S> FirstBytesBy<S> {
     pub(crate) fn new(
         inner: S,
         within: Duration,
-        idle: crate::accept::IdleSlot,
+        idle: crate::transport::accept::IdleSlot,
     ) -> FirstBytesBy<S> {
         FirstBytesBy {
             inner,
