@@ -143,24 +143,15 @@ impl Cache {
     // ---- decoding (pure: readers and the writer) ----
 
     /// Decodes a readable value (JSON, or kube-apiserver's protobuf) into an [`Object`] at
-    /// revision `rv`. Pure: call it outside any lock, possibly on several threads. Values as the
-    /// upstream stores them (possibly encrypted) go through
-    /// [`decode_stored`](Cache::decode_stored).
+    /// revision `rv`. Pure: call it outside any lock, possibly on several threads. A value the
+    /// upstream transforms at rest (etcd's encryption) is made readable by its source first: the
+    /// cache never calls its source back to read a value.
     ///
     /// # Errors
     /// [`DecodeError`] when the value is not a JSON object or a protobuf built-in, or its
     /// `metadata.name` does not agree with the key.
     pub fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
         self.shared.decode(key, value, rv)
-    }
-
-    /// Decodes a value as the upstream stores it: its [`read_stored`](Upstream::read_stored)
-    /// (etcd: decryption) first, then [`decode`](Cache::decode).
-    ///
-    /// # Errors
-    /// As `decode`, and when the upstream cannot read the value (e.g. no key decrypts it).
-    pub fn decode_stored(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
-        self.shared.decode_stored(key, value, rv)
     }
 
     /// Decodes a stored value, or counts and logs it as malformed and returns `None`: what a feeder
@@ -170,6 +161,13 @@ impl Cache {
     /// call it only for values of the upstream's current state, not of an older read.
     pub fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
         self.shared.decode_or_skip(key, value, rv)
+    }
+
+    /// What a feeder does with a value of the upstream's current state it could not even read
+    /// (no configured key decrypts it, say): counted and logged as a value that does not decode,
+    /// and remembered as unserved at `rv`, as [`decode_or_skip`](Cache::decode_or_skip) does.
+    pub fn skip_unreadable(&self, err: &DecodeError, rv: u64) {
+        self.shared.skip(err, rv);
     }
 
     /// The change a stored value makes at revision `rv`: a [`Change::Put`] of its object, or, when

@@ -608,43 +608,28 @@ impl Shared {
         *self.json_paths.write() = st.json_paths.keys().cloned().collect();
     }
 
-    /// Decodes a value as the upstream stores it: its storage transformation undone first
-    /// ([`Upstream::read_stored`], etcd: decryption).
-    pub(crate) fn decode_stored(
-        &self,
-        key: &str,
-        value: &[u8],
-        rv: u64,
-    ) -> Result<Object, DecodeError> {
-        match self.upstream() {
-            Some(up) => {
-                let plain = up.read_stored(key, value).map_err(|reason| DecodeError {
-                    key: key.to_owned(),
-                    reason,
-                    names: None,
-                })?;
-                self.decode(key, &plain, rv)
-            }
-            None => self.decode(key, value, rv),
-        }
-    }
-
     /// Decodes a stored value the follower read at its current state (a list page or a watch
     /// event), or counts and logs it, records it as unserved at `rv`, and returns `None`.
     pub(crate) fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
-        match self.decode_stored(key, value, rv) {
+        match self.decode(key, value, rv) {
             Ok(o) => {
                 self.forget_unserved(key);
                 Some(o)
             }
             Err(e) => {
-                self.record_decode_error(&e);
-                let mut u = self.unserved.lock();
-                u.keys.insert(key.to_owned(), rv);
-                self.unserved_any.store(true, Ordering::Relaxed);
+                self.skip(&e, rv);
                 None
             }
         }
+    }
+
+    /// Counts and logs a value of the upstream's current state that the follower could not
+    /// read or decode, and records its key as unserved at `rv`.
+    pub(crate) fn skip(&self, err: &DecodeError, rv: u64) {
+        self.record_decode_error(err);
+        let mut u = self.unserved.lock();
+        u.keys.insert(err.key.clone(), rv);
+        self.unserved_any.store(true, Ordering::Relaxed);
     }
 
     /// The follower saw `key` decoded or deleted: it is no longer an unserved value.

@@ -147,20 +147,6 @@ pub trait Upstream: Send + Sync + 'static {
         None
     }
 
-    /// A stored value as the cache decodes it: the upstream's storage transformation undone (etcd:
-    /// encryption at rest). By default values are stored as they are.
-    ///
-    /// # Errors
-    /// Why the value cannot be read (e.g. no configured key decrypts it), naming the provider.
-    fn read_stored<'v>(
-        &self,
-        key: &str,
-        value: &'v [u8],
-    ) -> std::result::Result<std::borrow::Cow<'v, [u8]>, String> {
-        let _ = key;
-        Ok(std::borrow::Cow::Borrowed(value))
-    }
-
     /// Like [`range`](Upstream::range), without values (they may be left empty): what a freshness
     /// proof reads. By default, a `range`.
     ///

@@ -28,6 +28,7 @@ mod encryption;
 mod local;
 mod range;
 mod source;
+mod truth;
 mod version;
 
 use std::path::PathBuf;
@@ -44,10 +45,10 @@ pub use version::progress_is_reliable;
 
 use range::EtcdUpstream;
 use source::EtcdSource;
+use truth::RangeTruth;
 use watchcache::Cause;
 use watchcache::ResourceDef;
 use watchcache::{Cache, CacheConfig};
-use watchcache_follow::check::RangeTruth;
 use watchcache_follow::crds::DynamicResources;
 use watchcache_follow::followers::{Dynamic, Followers};
 use watchcache_follow::{Policy, WatchListUse};
@@ -260,20 +261,7 @@ impl Parts {
     /// The source that follows `cache`'s prefix, and the truth its consistency check reads.
     fn of(&self, cache: &Cache) -> (EtcdSource, RangeTruth) {
         let progress = Arc::new(Notify::new());
-        let upstream = Arc::new(EtcdUpstream {
-            kv: self
-                .client
-                .kv_client()
-                .max_decoding_message_size(range::MAX_RESPONSE_BYTES),
-            prefix: cache.definition().prefix.clone(),
-            progress: Arc::clone(&progress),
-            reliable: self.reliable,
-            transformer: self
-                .config
-                .encryption
-                .as_ref()
-                .and_then(|e| e.for_resource(cache.definition())),
-        });
+        let upstream = self.upstream(cache, Arc::clone(&progress));
         cache.set_upstream(upstream.clone());
         let truth = RangeTruth {
             upstream: upstream.clone(),
@@ -289,6 +277,25 @@ impl Parts {
             cluster: None,
         };
         (source, truth)
+    }
+
+    /// The range reads of `cache`'s prefix, with its resource's encryption at rest; `progress`
+    /// wakes its follower to ask etcd for progress.
+    fn upstream(&self, cache: &Cache, progress: Arc<Notify>) -> Arc<EtcdUpstream> {
+        Arc::new(EtcdUpstream {
+            kv: self
+                .client
+                .kv_client()
+                .max_decoding_message_size(range::MAX_RESPONSE_BYTES),
+            prefix: cache.definition().prefix.clone(),
+            progress,
+            reliable: self.reliable,
+            transformer: self
+                .config
+                .encryption
+                .as_ref()
+                .and_then(|e| e.for_resource(cache.definition())),
+        })
     }
 }
 
@@ -446,7 +453,11 @@ impl EtcdCaches {
         let cache = self
             .cache(resource)
             .ok_or_else(|| format!("no cache of {resource}"))?;
-        watchcache_follow::check::check_now(cache, 10_000).await
+        let mut truth = RangeTruth {
+            upstream: self.dynamic.parts.upstream(cache, Arc::new(Notify::new())),
+            page_size: 10_000,
+        };
+        watchcache_follow::check::check_now(cache, &mut truth).await
     }
 
     /// Stops every follower and waits for them.

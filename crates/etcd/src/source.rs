@@ -249,8 +249,13 @@ impl EtcdSource {
         let mut page = Some(first);
         while let Some(p) = page {
             resync.add_page(p.kvs.iter().filter_map(|kv| {
-                self.cache
-                    .decode_or_skip(&kv.key, &kv.value, kv.mod_revision)
+                match self.upstream.plain(&kv.key, &kv.value) {
+                    Ok(value) => self.cache.decode_or_skip(&kv.key, &value, kv.mod_revision),
+                    Err(e) => {
+                        self.cache.skip_unreadable(&e, kv.mod_revision);
+                        None
+                    }
+                }
             }));
             let secs = started.elapsed().as_secs_f64().max(1e-3);
             debug!(resource = %plural, objects = resync.listed(), rate = (resync.listed() as f64 / secs).round(), revision = p.revision, "syncing");
@@ -376,7 +381,15 @@ impl EtcdSource {
         };
         match ev.event_type() {
             EtcdEventType::Delete => Some(self.cache.change_for_delete(key)),
-            EtcdEventType::Put => Some(self.cache.change_for_put(key, kv.value(), rev)),
+            EtcdEventType::Put => match self.upstream.plain(key, kv.value()) {
+                Ok(value) => Some(self.cache.change_for_put(key, &value, rev)),
+                // Unreadable is as undecodable: the key leaves the cache (DELETED to watchers),
+                // never a stale state kept.
+                Err(e) => {
+                    self.cache.skip_unreadable(&e, rev);
+                    Some(Change::Delete(key.to_owned()))
+                }
+            },
         }
     }
 }

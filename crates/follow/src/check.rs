@@ -52,9 +52,8 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use watchcache::Error;
 pub use watchcache::consistency::{Comparison, Seen};
-use watchcache::{Cache, CheckStatus, Compared, KeyRange, Upstream};
+use watchcache::{Cache, CheckStatus, Compared};
 
 /// Checks started over at a newer revision before one counts as an error.
 pub(crate) const ATTEMPTS: usize = 3;
@@ -133,7 +132,8 @@ pub struct TruthEntry {
     pub key: String,
     /// The revision it was written at (etcd's mod revision, the object's resourceVersion).
     pub rv: u64,
-    /// Its stored value, when the read carried it.
+    /// Its value as the cache decodes it (what the source hands the cache: etcd's decrypted),
+    /// when the read carried it.
     pub value: Option<Bytes>,
 }
 
@@ -169,8 +169,8 @@ pub trait Truth: Send + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<TruthPage, TruthError>> + Send;
 
-    /// The stored value of `key` at revision `n` (`None`: no such key), for an entry read
-    /// without its value.
+    /// The value of `key` at revision `n` as the cache decodes it (`None`: no such key), for an
+    /// entry read without its value.
     fn value_at(
         &mut self,
         n: u64,
@@ -186,91 +186,16 @@ pub(crate) struct Relists {
     pub done: watch::Receiver<u64>,
 }
 
-/// An [`Upstream`] with range reads (etcd) as the check's side of the truth: keys-only reads of
-/// the resource at exactly the checked revision, in pages of the check's `PageBudget`; a value
-/// is read only for a key the cache lacks and has no record of skipping, to see whether it
-/// decodes.
-pub struct RangeTruth {
-    /// The resource's upstream, read at the checked revision.
-    pub upstream: std::sync::Arc<dyn Upstream>,
-    /// Entries a page holds at most, however small.
-    pub page_size: usize,
-}
-
-fn range_error(e: Error) -> TruthError {
-    match e {
-        Error::Expired { .. } => TruthError::Expired(e.to_string()),
-        other => TruthError::Failed(other.to_string()),
-    }
-}
-
-impl Truth for RangeTruth {
-    fn max_page(&self) -> usize {
-        self.page_size
-    }
-
-    async fn page(
-        &mut self,
-        n: u64,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> Result<TruthPage, TruthError> {
-        let keys = KeyRange {
-            from: cursor,
-            end: None,
-        };
-        let page = self
-            .upstream
-            .range_keys(Some(n), keys, limit)
-            .await
-            .map_err(range_error)?;
-        let next = page
-            .more
-            .then(|| page.kvs.last().map(|kv| format!("{}\u{0}", kv.key)))
-            .flatten();
-        // An upstream whose keys-only read carries values anyway (the trait allows it): kept, so
-        // that the budget counts them and no second read is made.
-        let entries = page
-            .kvs
-            .into_iter()
-            .map(|kv| TruthEntry {
-                key: kv.key,
-                rv: kv.mod_revision,
-                value: (!kv.value.is_empty()).then_some(kv.value),
-            })
-            .collect();
-        Ok(TruthPage { entries, next })
-    }
-
-    async fn value_at(&mut self, n: u64, key: &str) -> Result<Option<Bytes>, TruthError> {
-        let page = self
-            .upstream
-            .range(Some(n), KeyRange::one(key), 1)
-            .await
-            .map_err(range_error)?;
-        Ok(page.kvs.into_iter().next().map(|kv| kv.value))
-    }
-}
-
-/// One check of `cache` now, against its upstream's range reads, without counting it or
-/// relisting: what the periodic check compares (for benchmarks and operators' tools).
+/// One check of `cache` now, against `truth`, without counting it or relisting: what the
+/// periodic check compares (for benchmarks and operators' tools).
 ///
 /// # Errors
-/// Why no comparison was made: no upstream with range reads, not ready, or the upstream failed.
-pub async fn check_now(cache: &Cache, page_size: usize) -> Result<(u64, Compared), String> {
-    let upstream = cache
-        .upstream()
-        .ok_or_else(|| "the cache has no upstream".to_owned())?;
-    let mut truth = RangeTruth {
-        upstream,
-        page_size,
-    };
+/// Why no comparison was made: not ready, or the upstream failed.
+pub async fn check_now<T: Truth>(cache: &Cache, truth: &mut T) -> Result<(u64, Compared), String> {
     let mut budget = PageBudget::new(PAGE_BYTES, truth.max_page());
-    check(cache, &mut truth, &mut budget)
-        .await
-        .map_err(|e| match e {
-            NotChecked::Moved(why) | NotChecked::Failed(why) => why,
-        })
+    check(cache, truth, &mut budget).await.map_err(|e| match e {
+        NotChecked::Moved(why) | NotChecked::Failed(why) => why,
+    })
 }
 
 /// Why one check did not compare.
@@ -405,7 +330,7 @@ async fn compare<T: Truth>(
                 None => truth.value_at(n, &e.key).await?,
             };
             // What the follower would do with it: an undecodable value is skipped there too.
-            let decodes = value.is_some_and(|v| cache.decode_stored(&e.key, &v, e.rv).is_ok());
+            let decodes = value.is_some_and(|v| cache.decode(&e.key, &v, e.rv).is_ok());
             if decodes {
                 cmp.missing(&e.key, e.rv);
             } else {
@@ -427,6 +352,74 @@ mod tests {
     use super::*;
     use watchcache::CacheConfig;
     use watchcache::ResourceDef;
+    use watchcache::{Error, KeyRange, Upstream};
+
+    /// An [`Upstream`] with range reads as the check's side of the truth (etcd's, without its
+    /// decryption: `watchcache_etcd`'s own), for the tests of the page budget: keys-only reads of
+    /// the resource at exactly the checked revision, in pages of the check's `PageBudget`; a value
+    /// is read only for a key the cache lacks and has no record of skipping, to see whether it
+    /// decodes.
+    struct RangeTruth {
+        /// The resource's upstream, read at the checked revision.
+        upstream: std::sync::Arc<dyn Upstream>,
+        /// Entries a page holds at most, however small.
+        page_size: usize,
+    }
+
+    fn range_error(e: Error) -> TruthError {
+        match e {
+            Error::Expired { .. } => TruthError::Expired(e.to_string()),
+            other => TruthError::Failed(other.to_string()),
+        }
+    }
+
+    impl Truth for RangeTruth {
+        fn max_page(&self) -> usize {
+            self.page_size
+        }
+
+        async fn page(
+            &mut self,
+            n: u64,
+            cursor: Option<String>,
+            limit: usize,
+        ) -> Result<TruthPage, TruthError> {
+            let keys = KeyRange {
+                from: cursor,
+                end: None,
+            };
+            let page = self
+                .upstream
+                .range_keys(Some(n), keys, limit)
+                .await
+                .map_err(range_error)?;
+            let next = page
+                .more
+                .then(|| page.kvs.last().map(|kv| format!("{}\u{0}", kv.key)))
+                .flatten();
+            // An upstream whose keys-only read carries values anyway (the trait allows it): kept, so
+            // that the budget counts them and no second read is made.
+            let entries = page
+                .kvs
+                .into_iter()
+                .map(|kv| TruthEntry {
+                    key: kv.key,
+                    rv: kv.mod_revision,
+                    value: (!kv.value.is_empty()).then_some(kv.value),
+                })
+                .collect();
+            Ok(TruthPage { entries, next })
+        }
+
+        async fn value_at(&mut self, n: u64, key: &str) -> Result<Option<Bytes>, TruthError> {
+            let page = self
+                .upstream
+                .range(Some(n), KeyRange::one(key), 1)
+                .await
+                .map_err(range_error)?;
+            Ok(page.kvs.into_iter().next().map(|kv| kv.value))
+        }
+    }
 
     fn pod(name: &str) -> String {
         format!(
@@ -595,7 +588,7 @@ mod tests {
         // The follower's list meets a value under x naming a: never served (not under x, and not
         // a second a), counted apart, and recorded as unserved at its revision.
         assert!(cache.decode_or_skip(&key("x"), &naming("a"), 3).is_none());
-        let e = cache.decode_stored(&key("x"), &naming("a"), 3).unwrap_err();
+        let e = cache.decode(&key("x"), &naming("a"), 3).unwrap_err();
         assert_eq!(e.names.as_deref(), Some(key("a").as_str()), "{e}");
         let stats = cache.stats();
         assert_eq!((stats.decode_errors, stats.misplaced_values), (1, 1));
