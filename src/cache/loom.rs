@@ -4,7 +4,7 @@
 //! lock and atomic operations (up to a preemption bound) and each must deliver every change
 //! exactly once, in order, and leave no watcher parked at the head.
 //!
-//! Run: `RUSTFLAGS="--cfg watchcache_loom" cargo test --lib --no-default-features loom`
+//! Run: `RUSTFLAGS="--cfg watchcache_loom" cargo test -p watchcache --lib loom`
 //! (`scripts/test` does, with its own target directory).
 
 use std::pin::Pin;

@@ -42,7 +42,7 @@ use crate::model::{Attr, EventType, Schema};
 #[derive(Clone)]
 pub struct Object(Arc<Inner>);
 
-/// 120 bytes (with feature `apiserver` too), plus the `Arc`'s 16 (checked by a test): every
+/// 120 bytes (with feature `typed` too), plus the `Arc`'s 16 (checked by a test): every
 /// byte here is paid by every cached object, so what only some objects use lives in [`Lazy`].
 struct Inner {
     /// The stored form: the compact JSON (`Form::Json`) or the protobuf value as stored.

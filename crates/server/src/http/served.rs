@@ -20,7 +20,7 @@ use watchcache::Cache;
 /// One resource a server serves: its cache, read from. Writes are not this server's: with a
 /// proxy ([`Server::with_proxy`]) they go to the upstream API server; without one they get 405.
 /// An embedder writes in code, through its source's [`Writes`](watchcache::Writes)
-/// ([`MemorySource`](watchcache::MemorySource), or `apiserver::ApiServerWrites`, feature `apiserver`,
+/// ([`MemorySource`](watchcache::MemorySource), or `watchcache_kube::ApiServerWrites`,
 /// to forward to an API server).
 ///
 /// [`Server::with_proxy`]: crate::Server::with_proxy
