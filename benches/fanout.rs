@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use futures_util::{FutureExt, StreamExt};
+use watchcache::wire::{Encoder, JsonFrames, ProtobufFrames};
 use watchcache::{
     Cache, CacheConfig, CacheWriter, Change, CrdServing, Object, ResourceDef, ResourceVersion,
     Selection, WatchOptions, WatchStream,
@@ -580,9 +581,9 @@ fn wire_formats(c: &mut Criterion) {
                             Frames::Mixed => i % 2 == 1,
                         };
                         let f = if pb {
-                            ev.protobuf_frame().unwrap()
+                            ProtobufFrames.frame(&ev).unwrap()
                         } else {
-                            ev.frame()
+                            JsonFrames.frame(&ev).unwrap()
                         };
                         if i < 2 {
                             frame_len[usize::from(pb)] = f.len();

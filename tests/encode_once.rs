@@ -15,6 +15,7 @@ mod support {
 
 use futures_util::FutureExt;
 use futures_util::StreamExt;
+use watchcache::wire::{Encoder, JsonFrames, ProtobufFrames};
 use watchcache::{
     Cache, CacheConfig, Change, EventType, ResourceDef, ResourceVersion, Selection, WatchOptions,
     WatchStream, encode_counts,
@@ -36,9 +37,9 @@ fn drain_as(watchers: &mut [WatchStream], protobuf: impl Fn(usize) -> bool) -> V
         while let Some(Some(ev)) = w.next().now_or_never() {
             let ev = ev.unwrap();
             let frame = if !protobuf(i) {
-                ev.frame()
+                JsonFrames.frame(&ev).unwrap()
             } else {
-                ev.protobuf_frame().unwrap()
+                ProtobufFrames.frame(&ev).unwrap()
             };
             std::hint::black_box(frame);
             if i == 0 {

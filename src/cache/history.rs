@@ -28,7 +28,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::model::{EncodeError, HistoryConfig, Object};
+use crate::model::{HistoryConfig, Object};
+use crate::wire::EventMemo;
 
 /// A position that is no longer in the window: events after it were evicted. Serving from it would
 /// skip changes, so it is answered 410 Expired.
@@ -50,11 +51,11 @@ pub(crate) struct Event {
     /// What this event holds that nothing else may (its new state, or a deletion's last state),
     /// charged against the byte budget; set when the window takes it.
     bytes: usize,
-    /// The previous state re-encoded at this event's revision, made once for all DELETED deliveries.
+    /// The previous state's JSON at this event's revision, made once for all DELETED deliveries.
     deleted_json: OnceLock<Bytes>,
-    /// The same in protobuf with its DELETED frame head, made once for all DELETED deliveries
-    /// to protobuf watchers.
-    deleted_protobuf: OnceLock<Result<(Bytes, Bytes), EncodeError>>,
+    /// The event's frames, one per format and variant its watchers asked for, each made by the
+    /// first of them (`wire/encoder.rs`); the cache knows no format.
+    pub memo: EventMemo,
 }
 
 impl std::fmt::Debug for Event {
@@ -83,7 +84,7 @@ impl Event {
             at,
             bytes: 0,
             deleted_json: OnceLock::new(),
-            deleted_protobuf: OnceLock::new(),
+            memo: EventMemo::default(),
         }
     }
 
@@ -105,21 +106,6 @@ impl Event {
             Some(p) => p.json_at(self.rv),
             None => Bytes::new(),
         })
-    }
-
-    /// The protobuf a DELETED delivery carries: its frame head and the last state's envelope
-    /// at this event's revision (spliced once, shared by every protobuf watcher).
-    pub(crate) fn deleted_protobuf(&self) -> Result<&(Bytes, Bytes), &EncodeError> {
-        self.deleted_protobuf
-            .get_or_init(|| {
-                let env = match &self.prev {
-                    Some(p) => p.protobuf_at(self.rv)?,
-                    None => Bytes::new(),
-                };
-                let head = crate::wire::protobuf::watch_frame_head("DELETED", env.len());
-                Ok((Bytes::from(head), env))
-            })
-            .as_ref()
     }
 }
 

@@ -24,8 +24,8 @@ use crate::cache::deadlines::{Deadline, Deadlines};
 use crate::cache::state::{Registered, Shared};
 use crate::cache::watcher::{Delivery, Feed, Watcher};
 use crate::error::Error;
-use crate::model::{EncodeError, EventType, Object, ObjectKey, ResourceVersion, Selection};
-use crate::wire::{self, Frame};
+use crate::model::{EventType, Object, ObjectKey, ResourceVersion, Selection};
+use crate::wire;
 
 /// Objects per page while streaming initial events.
 const INITIAL_PAGE: usize = 256;
@@ -91,9 +91,9 @@ pub struct WatchEvent {
     /// makes a protobuf-stored object's JSON.
     bookmark: Bytes,
     initial_events_end: bool,
-    /// The history event of a DELETED delivery: its encodings at the deletion's revision, made
-    /// once for every watcher.
-    deleted: Option<Arc<crate::cache::history::Event>>,
+    /// The history event of a change: its memo of encodings (`wire/encoder.rs`), and a
+    /// deletion's JSON at its revision, made once for every watcher.
+    change: Option<Arc<crate::cache::history::Event>>,
     /// When the change entered the cache's history (`None`: initial events and bookmarks).
     received: Option<std::time::Instant>,
 }
@@ -115,7 +115,7 @@ impl WatchEvent {
             object,
             bookmark: Bytes::new(),
             initial_events_end: false,
-            deleted: (d.kind == EventType::Deleted).then(|| Arc::clone(ev)),
+            change: Some(Arc::clone(ev)),
             received: Some(ev.at),
         }
     }
@@ -127,7 +127,7 @@ impl WatchEvent {
             bookmark: Bytes::new(),
             object: Some(o),
             initial_events_end: false,
-            deleted: None,
+            change: None,
             received: None,
         }
     }
@@ -157,7 +157,7 @@ impl WatchEvent {
 
     /// The event object's JSON as it goes on the wire (shared bytes).
     pub fn json(&self) -> &Bytes {
-        match (self.kind, &self.deleted, &self.object) {
+        match (self.kind, &self.change, &self.object) {
             (EventType::Deleted, Some(ev), _) => ev.deleted_json(),
             (EventType::Bookmark, _, _) | (_, _, None) => &self.bookmark,
             (_, _, Some(o)) => o.json(),
@@ -168,62 +168,23 @@ impl WatchEvent {
     pub fn is_initial_events_end(&self) -> bool {
         self.initial_events_end
     }
+}
 
-    /// The wire frame: `{"type":...,"object":...}\n`, sharing the object's bytes.
-    pub fn frame(&self) -> Frame {
-        Frame::new(self.kind, self.json().clone())
+impl wire::Event for WatchEvent {
+    fn kind(&self) -> EventType {
+        self.kind
     }
-
-    /// The event object's protobuf encoding (`k8s\0` + `runtime.Unknown`), shared: the object's
-    /// own (made once per object state), a deletion's last state at the deletion's revision (made
-    /// once per event), or a bookmark's empty object.
-    ///
-    /// # Errors
-    /// An object stored as JSON that its kind's protobuf message cannot hold.
-    pub fn protobuf(&self) -> Result<Bytes, EncodeError> {
-        match (self.kind, &self.object, &self.deleted) {
-            (EventType::Deleted, _, Some(ev)) => ev
-                .deleted_protobuf()
-                .map(|(_, env)| env.clone())
-                .map_err(Clone::clone),
-            (EventType::Deleted, Some(o), None) => o.protobuf_at(self.rv),
-            (_, Some(o), _) => o.protobuf_wire().cloned(),
-            (_, None, _) => self.protobuf_frame().map(|f| f.body().clone()),
-        }
+    fn resource_version(&self) -> u64 {
+        self.rv
     }
-
-    /// The protobuf watch frame: a 4-byte big-endian length, then a `metav1.WatchEvent` {type,
-    /// object} whose object holds [`protobuf`](WatchEvent::protobuf). Head and object are both
-    /// shared, made once per event: a delivery copies nothing.
-    ///
-    /// # Errors
-    /// As [`protobuf`](WatchEvent::protobuf).
-    pub fn protobuf_frame(&self) -> Result<Frame, EncodeError> {
-        match (self.kind, &self.object, &self.deleted) {
-            (EventType::Deleted, _, Some(ev)) => {
-                let (head, env) = ev.deleted_protobuf().map_err(Clone::clone)?;
-                Ok(Frame::protobuf_parts(head.clone(), env.clone()))
-            }
-            (EventType::Deleted, Some(o), None) => {
-                Ok(Frame::protobuf("DELETED", o.protobuf_at(self.rv)?))
-            }
-            (kind, Some(o), _) => {
-                match o.protobuf_frame(kind, &wire::protobuf::watch_frame_head)? {
-                    Some(frame) => Ok(Frame::protobuf_whole(frame)),
-                    None => Ok(Frame::protobuf(kind.as_str(), o.protobuf_wire()?.clone())),
-                }
-            }
-            (kind, None, _) => {
-                let fail = |reason: String| EncodeError {
-                    key: String::new(),
-                    reason,
-                };
-                let v: serde_json::Value =
-                    serde_json::from_slice(&self.bookmark).map_err(|e| fail(e.to_string()))?;
-                let env = crate::model::protobuf::encode_json(&v).map_err(fail)?;
-                Ok(Frame::protobuf(kind.as_str(), Bytes::from(env)))
-            }
-        }
+    fn object(&self) -> Option<&Object> {
+        self.object.as_ref()
+    }
+    fn json(&self) -> &Bytes {
+        WatchEvent::json(self)
+    }
+    fn memo(&self) -> Option<&wire::EventMemo> {
+        self.change.as_ref().map(|ev| &ev.memo)
     }
 }
 
@@ -380,7 +341,7 @@ impl WatchStream {
             object: None,
             bookmark: wire::bookmark_object(&self.shared.schema.def, rv, end),
             initial_events_end: end,
-            deleted: None,
+            change: None,
             received: None,
         }
     }
@@ -570,24 +531,6 @@ impl std::fmt::Debug for WatchStream {
             .field("id", &self.id)
             .field("last_rv", &self.last_rv)
             .finish()
-    }
-}
-
-impl wire::convert::Encodings for WatchEvent {
-    fn kind(&self) -> EventType {
-        WatchEvent::kind(self)
-    }
-    fn json(&self) -> &Bytes {
-        WatchEvent::json(self)
-    }
-    fn protobuf(&self) -> Result<Bytes, EncodeError> {
-        WatchEvent::protobuf(self)
-    }
-    fn frame(&self) -> Frame {
-        WatchEvent::frame(self)
-    }
-    fn protobuf_frame(&self) -> Result<Frame, EncodeError> {
-        WatchEvent::protobuf_frame(self)
     }
 }
 

@@ -31,29 +31,10 @@ use crate::wire::status::Status;
 /// A conversion that failed: the `Status` of the 500 it is answered with (boxed: failures are
 /// never expected, results stay small).
 pub(crate) type Failed = Box<Status>;
+use crate::wire::encoder::{Encoder, EncoderId, Event, JsonFrames};
+use crate::wire::protobuf::{ProtobufFrames, event_envelope};
 use crate::wire::version::json_at_version;
 use crate::wire::{Frame, ObjectList, go_json, managed_fields, partial};
-
-/// What a watch event offers to be converted: its type and its shared encodings (the cache's
-/// `WatchEvent`, made once per event and shared by its watchers).
-pub trait Encodings {
-    /// ADDED, MODIFIED, DELETED or BOOKMARK.
-    fn kind(&self) -> EventType;
-    /// The object's JSON as this event carries it.
-    fn json(&self) -> &Bytes;
-    /// The object's protobuf envelope as this event carries it.
-    ///
-    /// # Errors
-    /// An object stored as JSON that its kind's protobuf message cannot hold.
-    fn protobuf(&self) -> Result<Bytes, EncodeError>;
-    /// The event's own JSON frame.
-    fn frame(&self) -> Frame;
-    /// The event's own protobuf frame.
-    ///
-    /// # Errors
-    /// As [`protobuf`](Encodings::protobuf).
-    fn protobuf_frame(&self) -> Result<Frame, EncodeError>;
-}
 
 /// What a Table row's `object` holds (`includeObject`); upstream's default is `Metadata`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -512,6 +493,8 @@ pub fn object_metadata_protobuf(
 /// PartialObjectMetadata, or itself without managed fields (JSON or protobuf). A bookmark keeps
 /// its resourceVersion and annotations.
 pub struct WatchConverter {
+    /// The format and variant: the key of its conversions in an event's memo.
+    id: EncoderId,
     def: ResourceDef,
     format: Format,
     include: IncludeObject,
@@ -547,12 +530,26 @@ impl WatchConverter {
             Format::Json | Format::Protobuf => fields == Fields::WithoutManaged || other_version,
             Format::AggregatedDiscovery => false,
         };
-        converts.then(|| WatchConverter {
+        if !converts {
+            return None;
+        }
+        let version: Option<Arc<str>> = other_version.then(|| Arc::from(def.api_version()));
+        // Only JSON and a Table carry the object's apiVersion (or the version's columns).
+        let id_version = match format {
+            Format::Json | Format::Table(_) => version.as_deref(),
+            _ => None,
+        };
+        let id = EncoderId::with(
+            "convert",
+            format_args!("{format:?}/{include:?}/{fields:?}/{id_version:?}"),
+        );
+        Some(WatchConverter {
+            id,
             def: def.clone(),
             format,
             include,
             fields,
-            version: other_version.then(|| Arc::from(def.api_version())),
+            version,
             columns_sent: false,
             made: made(),
         })
@@ -565,21 +562,28 @@ impl WatchConverter {
     ///
     /// # Errors
     /// A protobuf watch of an object stored as JSON that its kind's message cannot hold.
-    pub fn frame(&mut self, ev: &impl Encodings) -> Result<Frame, EncodeError> {
+    fn converted(&mut self, ev: &dyn Event) -> Result<Frame, EncodeError> {
         let kind = ev.kind();
         if kind == EventType::Bookmark {
             // A bookmark's object has no managed fields to leave out.
             return match self.format {
-                Format::Json if self.version.is_none() => Ok(ev.frame()),
-                Format::Protobuf => ev.protobuf_frame(),
+                Format::Json if self.version.is_none() => JsonFrames.frame(ev),
+                Format::Protobuf => ProtobufFrames.frame(ev),
                 _ => Ok(self.convert(ev)),
             };
         }
         if !self.columns_sent && matches!(self.format, Format::Table(_)) {
             return Ok(self.convert(ev));
         }
-        // Keyed by the bytes the conversion reads: the event's protobuf for protobuf answers of
-        // built-ins (a protobuf-stored object's JSON is never made for them), else its JSON.
+        if let Some(memo) = ev.memo() {
+            return memo.frame(&self.id, kind, || {
+                (self.made)();
+                self.shared(ev)
+            });
+        }
+        // Not a change (an initial event): shared by the identity of the bytes the conversion
+        // reads, the object's protobuf for protobuf answers of built-ins (a protobuf-stored
+        // object's JSON is never made for them), else its JSON.
         let from_protobuf = match self.format {
             Format::Protobuf => true,
             Format::MetadataProtobuf => self.def.has_protobuf(),
@@ -587,37 +591,42 @@ impl WatchConverter {
         };
         let source = match (from_protobuf, self.format) {
             (false, _) => ev.json().clone(),
-            (true, Format::Protobuf) => ev.protobuf()?,
+            (true, Format::Protobuf) => event_envelope(ev)?,
             // (Never expected: a built-in's stored object its message cannot hold.) Its metadata
             // is converted for this watcher from its JSON, as before the memo.
-            (true, _) => match ev.protobuf() {
+            (true, _) => match event_envelope(ev) {
                 Ok(b) => b,
                 Err(_) => return Ok(self.convert(ev)),
             },
         };
-        // Only JSON and a Table carry the object's apiVersion (or the version's columns).
-        let version = match self.format {
-            Format::Json | Format::Table(_) => self.version.clone(),
-            _ => None,
-        };
-        let cell = MEMO.cell(&source, (self.format, self.include, self.fields, version));
-        let body = cell.get_or_init(|| {
-            (self.made)();
-            self.body(ev, false)
-        });
-        Ok(match body {
-            // Nothing was left out: the event's own shared frame.
-            Some(b) if same_bytes(b, &source) && self.format == Format::Protobuf => {
-                ev.protobuf_frame()?
+        MEMO.cell(&source, &self.id)
+            .get_or_init(|| {
+                (self.made)();
+                self.shared(ev)
+            })
+            .clone()
+    }
+
+    /// The event's frame for every watcher of this variant: the event's own frame when the
+    /// conversion left its object as it was.
+    fn shared(&self, ev: &dyn Event) -> Result<Frame, EncodeError> {
+        match self.body(ev, false) {
+            Some(b) if self.format == Format::Json && same_bytes(&b, ev.json()) => {
+                JsonFrames.frame(ev)
             }
-            Some(b) if same_bytes(b, &source) && self.format == Format::Json => ev.frame(),
-            Some(b) => self.framed(ev, b.clone()),
-            None => self.unconverted(ev)?,
-        })
+            Some(b)
+                if self.format == Format::Protobuf
+                    && event_envelope(ev).is_ok_and(|env| same_bytes(&b, &env)) =>
+            {
+                ProtobufFrames.frame(ev)
+            }
+            Some(b) => Ok(self.framed(ev, b)),
+            None => self.unconverted(ev),
+        }
     }
 
     /// A converted body as the event's frame in this watch's wire format.
-    fn framed(&self, ev: &impl Encodings, body: Bytes) -> Frame {
+    fn framed(&self, ev: &dyn Event, body: Bytes) -> Frame {
         match self.format {
             Format::MetadataProtobuf | Format::Protobuf => {
                 Frame::protobuf(ev.kind().as_str(), body)
@@ -628,29 +637,32 @@ impl WatchConverter {
 
     /// The event as it is, when its conversion failed (never expected: stored objects are
     /// validated); it goes out unconverted rather than being lost.
-    fn unconverted(&self, ev: &impl Encodings) -> Result<Frame, EncodeError> {
+    fn unconverted(&self, ev: &dyn Event) -> Result<Frame, EncodeError> {
+        let json = || Frame::new(ev.kind(), ev.json().clone());
         match self.format {
-            Format::MetadataProtobuf => Ok(ev.protobuf_frame().unwrap_or_else(|_| ev.frame())),
-            Format::Protobuf => ev.protobuf_frame(),
-            _ => Ok(ev.frame()),
+            Format::MetadataProtobuf => Ok(ProtobufFrames.frame(ev).unwrap_or_else(|_| json())),
+            Format::Protobuf => ProtobufFrames.frame(ev),
+            _ => Ok(json()),
         }
     }
 
     /// Converts one event for this watcher alone (a Table's first event, a bookmark).
-    fn convert(&mut self, ev: &impl Encodings) -> Frame {
+    fn convert(&mut self, ev: &dyn Event) -> Frame {
         // The first event carries the column definitions, a bookmark too (upstream sets
         // `NoHeaders` after whatever it encoded first: an empty WatchList's bookmark).
         let first = !self.columns_sent && matches!(self.format, Format::Table(_));
         self.columns_sent |= first;
         match self.body(ev, first) {
             Some(b) => self.framed(ev, b),
-            None => self.unconverted(ev).unwrap_or_else(|_| ev.frame()),
+            None => self
+                .unconverted(ev)
+                .unwrap_or_else(|_| Frame::new(ev.kind(), ev.json().clone())),
         }
     }
 
     /// The event's object in this watch's format; `None` when it cannot be converted. A Table
     /// carries its column definitions when `first`.
-    fn body(&self, ev: &impl Encodings, first: bool) -> Option<Bytes> {
+    fn body(&self, ev: &dyn Event, first: bool) -> Option<Bytes> {
         let drop = self.fields == Fields::WithoutManaged;
         match self.format {
             Format::Json => {
@@ -662,7 +674,7 @@ impl WatchConverter {
                 })
             }
             Format::Protobuf => {
-                let env = ev.protobuf().ok()?;
+                let env = event_envelope(ev).ok()?;
                 match managed_fields::protobuf_without(&env) {
                     Ok(Some(b)) => Some(Bytes::from(b)),
                     Ok(None) => Some(env),
@@ -670,7 +682,8 @@ impl WatchConverter {
                 }
             }
             Format::MetadataProtobuf => {
-                let meta = meta_protobuf(&self.def, || ev.json().clone(), || ev.protobuf()).ok()?;
+                let meta =
+                    meta_protobuf(&self.def, || ev.json().clone(), || event_envelope(ev)).ok()?;
                 let meta = if drop {
                     meta_without_managed(meta)
                 } else {
@@ -728,6 +741,30 @@ impl WatchConverter {
                 Some(Bytes::from(out))
             }
             Format::AggregatedDiscovery => None,
+        }
+    }
+}
+
+impl Encoder for WatchConverter {
+    fn id(&self) -> &EncoderId {
+        &self.id
+    }
+
+    fn content_type(&self) -> &'static str {
+        match self.format {
+            Format::Protobuf | Format::MetadataProtobuf => ProtobufFrames.content_type(),
+            _ => JsonFrames.content_type(),
+        }
+    }
+
+    fn frame(&mut self, ev: &dyn Event) -> Result<Frame, EncodeError> {
+        self.converted(ev)
+    }
+
+    fn error_frame(&self, status: &Status) -> Frame {
+        match self.format {
+            Format::Protobuf | Format::MetadataProtobuf => ProtobufFrames.error_frame(status),
+            _ => JsonFrames.error_frame(status),
         }
     }
 }
@@ -833,18 +870,15 @@ pub fn protobuf_item_without_managed(o: &Object) -> Result<Bytes, EncodeError> {
 /// to find the conversion the first one made; each entry also keeps its source bytes alive.
 const MEMO_ENTRIES: usize = 1024;
 
-/// What a conversion makes: the format, the row objects, the fields, and the apiVersion objects
-/// go out at when it is not the cache's.
-type Variant = (Format, IncludeObject, Fields, Option<Arc<str>>);
+type MemoKey = (usize, usize, EncoderId);
 
-type MemoKey = (usize, usize, Variant);
+/// One conversion: made once, by the first watcher to ask.
+type MemoCell = Arc<OnceLock<Result<Frame, EncodeError>>>;
 
-/// One conversion: made once, by the first watcher to ask; `None` when it failed.
-type MemoCell = Arc<OnceLock<Option<Bytes>>>;
-
-/// Converted event bodies, keyed by the identity of the event's shared bytes (pointer and
-/// length), the format and the fields. The entry holds a clone of those bytes, so the allocation
-/// cannot be freed and its address reused while the entry lives: a key never names other bytes.
+/// The conversions of events that are not changes (initial events, which have no memo of their
+/// own), keyed by the identity of the object's shared bytes (pointer and length) and the
+/// converter's id. The entry holds a clone of those bytes, so the allocation cannot be freed and
+/// its address reused while the entry lives: a key never names other bytes.
 pub(crate) struct Memo {
     inner: Mutex<MemoInner>,
 }
@@ -860,14 +894,10 @@ static MEMO: LazyLock<Memo> = LazyLock::new(|| Memo {
 });
 
 impl Memo {
-    fn key(source: &Bytes, k: Variant) -> MemoKey {
-        (source.as_ptr() as usize, source.len(), k)
-    }
-
     /// The cell of this conversion, new or shared. The conversion itself is made outside the
     /// memo's lock, in the cell.
-    fn cell(&self, source: &Bytes, k: Variant) -> MemoCell {
-        let key = Self::key(source, k);
+    fn cell(&self, source: &Bytes, id: &EncoderId) -> MemoCell {
+        let key = (source.as_ptr() as usize, source.len(), id.clone());
         let mut inner = self.inner.lock();
         if let Some((src, cell)) = inner.map.get(&key)
             && src.as_ptr() == source.as_ptr()
@@ -897,15 +927,16 @@ mod tests {
 
     #[test]
     fn the_memo_shares_one_conversion_and_forgets_the_oldest() {
-        let k: Variant = (
-            Format::Metadata(MetaVersion::V1),
-            IncludeObject::Metadata,
-            Fields::All,
-            None,
-        );
-        let get = |b: &Bytes, k: &Variant| MEMO.cell(b, k.clone()).get().cloned().flatten();
-        let put = |b: &Bytes, k: &Variant, body: Bytes| {
-            MEMO.cell(b, k.clone()).get_or_init(|| Some(body));
+        let id = |v: &str| EncoderId::with("convert", format_args!("{v}"));
+        let k = id("metadata");
+        let get = |b: &Bytes, k: &EncoderId| {
+            MEMO.cell(b, k)
+                .get()
+                .cloned()
+                .map(|f| f.unwrap().to_bytes())
+        };
+        let put = |b: &Bytes, k: &EncoderId, body: Bytes| {
+            let _ = MEMO.cell(b, k).get_or_init(|| Ok(Frame::whole(body)));
         };
         // Heap bytes: equal static literals may share one address (and then equal content, so
         // sharing their conversion is right).
@@ -914,23 +945,9 @@ mod tests {
         assert!(get(&a, &k).is_none());
         put(&a, &k, Bytes::from_static(b"converted"));
         assert_eq!(get(&a.clone(), &k).unwrap(), "converted");
-        // Other bytes (even equal ones), other formats and other fields are other entries.
+        // Other bytes (even equal ones) and other encoders are other entries.
         assert!(get(&same_text, &k).is_none());
-        assert!(
-            get(
-                &a,
-                &(
-                    Format::Table(MetaVersion::V1),
-                    IncludeObject::Metadata,
-                    Fields::All,
-                    None
-                )
-            )
-            .is_none()
-        );
-        assert!(get(&a, &(k.0, k.1, Fields::WithoutManaged, None)).is_none());
-        // Another version of the same object is another entry.
-        assert!(get(&a, &(k.0, k.1, k.2, Some(Arc::from("g.io/v1beta1")))).is_none());
+        assert!(get(&a, &id("table")).is_none());
         let keep: Vec<Bytes> = (0..MEMO_ENTRIES + 1)
             .map(|i| {
                 let b = Bytes::from(format!("{i}"));
@@ -1001,21 +1018,21 @@ mod bookmark_tests {
     /// A bookmark as the cache's watch stream makes it.
     struct Bookmark(Bytes);
 
-    impl Encodings for Bookmark {
+    impl Event for Bookmark {
         fn kind(&self) -> EventType {
             EventType::Bookmark
+        }
+        fn resource_version(&self) -> u64 {
+            0
+        }
+        fn object(&self) -> Option<&Object> {
+            None
         }
         fn json(&self) -> &Bytes {
             &self.0
         }
-        fn protobuf(&self) -> Result<Bytes, EncodeError> {
-            unreachable!("a Table is made from JSON")
-        }
-        fn frame(&self) -> Frame {
-            Frame::new(EventType::Bookmark, self.0.clone())
-        }
-        fn protobuf_frame(&self) -> Result<Frame, EncodeError> {
-            unreachable!("a Table is made from JSON")
+        fn memo(&self) -> Option<&crate::wire::encoder::EventMemo> {
+            None
         }
     }
 
@@ -1079,24 +1096,24 @@ mod bookmark_tests {
 mod version_tests {
     use super::*;
 
-    /// An event as the cache's watch stream shares it among watchers.
-    struct Event(EventType, Bytes);
+    /// An event as the cache's watch stream shares it among watchers (its memo).
+    struct Change(EventType, Bytes, crate::wire::encoder::EventMemo);
 
-    impl Encodings for Event {
+    impl Event for Change {
         fn kind(&self) -> EventType {
             self.0
+        }
+        fn resource_version(&self) -> u64 {
+            0
+        }
+        fn object(&self) -> Option<&Object> {
+            None
         }
         fn json(&self) -> &Bytes {
             &self.1
         }
-        fn protobuf(&self) -> Result<Bytes, EncodeError> {
-            unreachable!("a custom resource has no protobuf")
-        }
-        fn frame(&self) -> Frame {
-            Frame::new(self.0, self.1.clone())
-        }
-        fn protobuf_frame(&self) -> Result<Frame, EncodeError> {
-            unreachable!("a custom resource has no protobuf")
+        fn memo(&self) -> Option<&crate::wire::encoder::EventMemo> {
+            Some(&self.2)
         }
     }
 
@@ -1130,7 +1147,7 @@ mod version_tests {
             r#"{"apiVersion":"stable.example.com/v1","kind":"Shirt","metadata":{"name":"a","namespace":"d","resourceVersion":"5"},"spec":{"color":"red"}}"#
                 .to_owned(),
         );
-        let ev = Event(EventType::Added, json);
+        let ev = Change(EventType::Added, json, Default::default());
         let made = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let watcher = || {
             WatchConverter::new(
@@ -1197,9 +1214,10 @@ mod version_tests {
         );
 
         // A bookmark too goes out at the watch's version.
-        let mark = Event(
+        let mark = Change(
             EventType::Bookmark,
             crate::wire::bookmark_object(&def, 9, false),
+            Default::default(),
         );
         assert_eq!(
             text(&watcher().frame(&mark).unwrap()),

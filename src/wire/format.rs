@@ -2,9 +2,10 @@
 //! and which of an object's fields it keeps ([`Fields`]). The server's negotiation picks one per
 //! request (`server/http/negotiate.rs`); everything else in this folder encodes it.
 
-use bytes::Bytes;
-
+use crate::model::EncodeError;
+use crate::wire::encoder::{Encoder, Event, JsonFrames};
 use crate::wire::frame::Frame;
+use crate::wire::protobuf::ProtobufFrames;
 use crate::wire::status::Status;
 
 /// What a request is answered with.
@@ -76,7 +77,9 @@ impl MetaVersion {
     }
 }
 
-/// The wire format of a watch response's frames.
+/// A watch's frames in one of the stored formats: the object's own JSON or protobuf, as
+/// [`JsonFrames`] and [`ProtobufFrames`] make them, chosen in a byte (a watch holds it for its
+/// life, and nearly every watch is one of these).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wire {
     /// One `{"type":...,"object":...}` line per event (`application/json`).
@@ -90,16 +93,63 @@ impl Wire {
     /// The response's Content-Type.
     pub fn content_type(self) -> &'static str {
         match self {
-            Wire::Json => "application/json",
-            Wire::Protobuf => "application/vnd.kubernetes.protobuf;stream=watch",
+            Wire::Json => JsonFrames.content_type(),
+            Wire::Protobuf => ProtobufFrames.content_type(),
+        }
+    }
+
+    /// The event's frame.
+    ///
+    /// # Errors
+    /// As [`Encoder::frame`].
+    pub fn frame(self, ev: &dyn Event) -> Result<Frame, EncodeError> {
+        match self {
+            Wire::Json => JsonFrames.frame(ev),
+            Wire::Protobuf => ProtobufFrames.frame(ev),
         }
     }
 
     /// The frame of an ERROR event carrying this error's `Status`.
     pub fn error_frame(self, status: &Status) -> Frame {
         match self {
-            Wire::Json => Frame::error(status.json()),
-            Wire::Protobuf => Frame::protobuf_error(Bytes::from(status.protobuf())),
+            Wire::Json => JsonFrames.error_frame(status),
+            Wire::Protobuf => ProtobufFrames.error_frame(status),
+        }
+    }
+}
+
+/// The encoder a watch was negotiated: a stored format, or one of its own (a conversion, another
+/// format), which the watch keeps boxed.
+pub enum WatchEncoder {
+    /// The object's own JSON or protobuf.
+    Stored(Wire),
+    /// Any other [`Encoder`].
+    Own(Box<dyn Encoder>),
+}
+
+impl WatchEncoder {
+    /// The response's Content-Type.
+    pub fn content_type(&self) -> &'static str {
+        match self {
+            WatchEncoder::Stored(w) => w.content_type(),
+            WatchEncoder::Own(e) => e.content_type(),
+        }
+    }
+
+    /// The frame of an ERROR event carrying this error's `Status`.
+    pub fn error_frame(&self, status: &Status) -> Frame {
+        match self {
+            WatchEncoder::Stored(w) => w.error_frame(status),
+            WatchEncoder::Own(e) => e.error_frame(status),
+        }
+    }
+}
+
+impl std::fmt::Debug for WatchEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WatchEncoder::Stored(w) => f.debug_tuple("Stored").field(w).finish(),
+            WatchEncoder::Own(e) => f.debug_tuple("Own").field(&e.id().as_str()).finish(),
         }
     }
 }

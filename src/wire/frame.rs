@@ -50,15 +50,9 @@ impl Frame {
         }
     }
 
-    /// A protobuf watch frame from its shared head (made by the object or event) and envelope.
-    pub(crate) fn protobuf_parts(head: Bytes, envelope: Bytes) -> Frame {
-        Frame {
-            parts: [head, envelope, Bytes::new()],
-        }
-    }
-
-    /// A protobuf watch frame made whole (head and envelope in one shared buffer).
-    pub(crate) fn protobuf_whole(frame: Bytes) -> Frame {
+    /// A frame made whole, in one shared buffer (a protobuf frame's head and envelope; an
+    /// encoder's own frame).
+    pub fn whole(frame: Bytes) -> Frame {
         Frame {
             parts: [frame, Bytes::new(), Bytes::new()],
         }
@@ -75,8 +69,8 @@ impl Frame {
     }
 
     /// The object's bytes inside the frame (shared with every other frame of the same event); for
-    /// a protobuf frame made whole ([`WatchEvent::protobuf_frame`](crate::WatchEvent::protobuf_frame)
-    /// of ADDED and MODIFIED events), empty: the frame is its first piece.
+    /// a frame made whole ([`Frame::whole`]: a protobuf ADDED or MODIFIED event's), empty: the
+    /// frame is its first piece.
     pub fn body(&self) -> &Bytes {
         &self.parts[1]
     }

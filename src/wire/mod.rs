@@ -10,14 +10,15 @@
 //!
 //! | File | What |
 //! |---|---|
-//! | `format.rs` | the variants: `Format`, `Fields` (all, or without managed fields), a watch's `Wire` |
+//! | `encoder.rs` | a watch's `Encoder` per format and variant, the per-event `EventMemo` they share; JSON's |
+//! | `format.rs` | the variants: `Format`, `Fields` (all, or without managed fields) |
 //! | `frame.rs` | a watch event's frame as three shared pieces; bookmarks |
 //! | `list.rs` | a LIST page (`ObjectList`) as pieces, JSON and protobuf |
-//! | `protobuf.rs` | protobuf frame heads, list envelopes and `Status`, as kube-apiserver |
+//! | `protobuf.rs` | the protobuf watch encoder; frame heads, list envelopes and `Status`, as kube-apiserver |
 //! | `status.rs` | `Status`, the body of every error, JSON and protobuf |
 //! | `managed_fields.rs` | an object's JSON and protobuf without `metadata.managedFields` |
 //! | `partial.rs` | `PartialObjectMetadata` in protobuf and JSON |
-//! | `convert.rs` | Table, PartialObjectMetadata and variants for LIST, GET and WATCH; the per-event memo |
+//! | `convert.rs` | Table, PartialObjectMetadata and variants for LIST, GET and WATCH (a watch's `WatchConverter` encoder) |
 //! | `go_json.rs` | JSON as Go's encoding/json writes it |
 //! | `version.rs` | a custom resource's JSON at another served version of its CRD (conversion `None`) |
 //!
@@ -26,6 +27,7 @@
 //! that selects it in `server/http/negotiate.rs`. Nothing in the cache changes.
 
 pub mod convert;
+pub mod encoder;
 pub mod format;
 mod frame;
 pub(crate) mod go_json;
@@ -36,8 +38,10 @@ pub(crate) mod protobuf;
 pub mod status;
 pub mod version;
 
+pub use encoder::{Encoder, EncoderId, Event, EventMemo, JSON, JsonFrames};
 pub use frame::Frame;
 pub(crate) use frame::bookmark_object;
 pub use list::{
     ObjectList, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with,
 };
+pub use protobuf::{PROTOBUF, ProtobufFrames};

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use support::*;
+use watchcache::wire::{Encoder, JsonFrames};
 use watchcache::{
     CacheConfig, Error, EventType, HistoryConfig, ResourceDef, ResourceVersion, Selection,
     WatchOptions,
@@ -433,12 +434,15 @@ async fn encoded_bytes_are_shared_by_live_replayed_and_initial_events() {
             "a replay shares event {i}"
         );
         assert_eq!(
-            x.frame().body().as_ptr(),
+            JsonFrames.frame(x).unwrap().body().as_ptr(),
             x.json().as_ptr(),
             "frames carry the shared bytes"
         );
     }
-    let line = ea[0].as_ref().unwrap().frame().to_bytes();
+    let line = JsonFrames
+        .frame(ea[0].as_ref().unwrap())
+        .unwrap()
+        .to_bytes();
     let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
     assert_eq!(
         (

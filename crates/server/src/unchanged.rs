@@ -320,9 +320,9 @@ async fn shared(cache: &Cache) -> Vec<(String, u64, Vec<Bytes>)> {
             .unwrap()
             .unwrap()
             .unwrap();
-        let mut enc: Vec<Bytes> = ev.frame().parts().to_vec();
-        enc.extend(ev.protobuf_frame().unwrap().parts().iter().cloned());
-        enc.push(ev.protobuf().unwrap());
+        use watchcache::wire::{Encoder, JsonFrames, ProtobufFrames};
+        let mut enc: Vec<Bytes> = JsonFrames.frame(&ev).unwrap().parts().to_vec();
+        enc.extend(ProtobufFrames.frame(&ev).unwrap().parts().iter().cloned());
         let key = ev.object().map(|o| o.key().to_owned()).unwrap_or_default();
         out.push((format!("{:?} {key}", ev.kind()), ev.resource_version(), enc));
     }

@@ -17,7 +17,7 @@ use crate::endpoints::discovery::{self, Entry};
 use crate::endpoints::openapi;
 use crate::endpoints::{ApiContext, HealthContext};
 use crate::http::lifecycle::Phase;
-use crate::http::negotiate::{Answer, Fields, Format, FromQuery, Negotiate};
+use crate::http::negotiate::{Answer, Fields, Format, FromQuery, Negotiate, watch_encoder};
 use crate::http::params::ReadParams;
 use crate::http::response::{body_of, gzip_encoded, json_response, wants_gzip};
 use crate::http::served::{Target, segments};
@@ -28,7 +28,7 @@ use crate::watch::{self, Wire};
 use tracing::debug;
 use watchcache::Cache;
 use watchcache::ResourceDef;
-use watchcache::wire::convert::{self, IncludeObject, WatchConverter};
+use watchcache::wire::convert::{self, IncludeObject};
 use watchcache::wire::{
     ObjectList, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with,
 };
@@ -294,31 +294,31 @@ async fn read(
         }
         let opts = params.watch_options(ns)?;
         target.check_fields(&opts.selection)?;
-        let convert = WatchConverter::new(def, format, include, fields, other_version, || {
+        let encoder = watch_encoder(def, format, include, fields, other_version, || {
             st.metrics.conversions(&def.plural, format, fields)
         });
-        let wire = watch_wire(format);
         let pump = watch::start(
             &st.watches,
             cache,
             opts,
             params.timeout,
             gzip,
-            wire,
-            convert,
+            encoder,
             user,
             key,
         )
         .await?;
+        let content_type = pump.content_type();
         // The pump goes out with the head; the transport makes it the body (`watch/body.rs`).
         let mut resp = json_response(StatusCode::OK, Body::empty());
         resp.extensions_mut()
             .insert(watch::body::WatchResponse::new(pump));
         let mut resp = typed(if gzip { gzip_encoded(resp) } else { resp });
-        if wire == Wire::Protobuf {
+        // A protobuf watch names its stream framing (a JSON one, its `as=` conversion: typed).
+        if content_type != Wire::Json.content_type() {
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
-                header::HeaderValue::from_static(Wire::Protobuf.content_type()),
+                header::HeaderValue::from_static(content_type),
             );
         }
         return Ok(resp);
@@ -355,14 +355,6 @@ async fn read(
 fn end_line(parts: &mut Vec<Bytes>, format: Format) {
     if !matches!(format, Format::Protobuf | Format::MetadataProtobuf) {
         parts.push(Bytes::from_static(b"\n"));
-    }
-}
-
-/// A watch's frames in `format`.
-fn watch_wire(format: Format) -> Wire {
-    match format {
-        Format::Protobuf | Format::MetadataProtobuf => Wire::Protobuf,
-        _ => Wire::Json,
     }
 }
 

@@ -17,8 +17,35 @@
 use axum::http::{HeaderMap, header};
 
 use crate::http::status::ApiError;
+use watchcache::ResourceDef;
 pub(crate) use watchcache::wire::convert::IncludeObject;
-pub(crate) use watchcache::wire::format::{Fields, Format, MetaVersion, WatchWire, Wire};
+use watchcache::wire::convert::{MadeCounter, WatchConverter};
+pub(crate) use watchcache::wire::format::{
+    Fields, Format, MetaVersion, WatchEncoder, WatchWire, Wire,
+};
+
+/// The encoder of a watch of `def` negotiated as `format` with `fields` (`other_version`: `def`
+/// is another served version of a CRD than its cache's): the object's own frames when nothing is
+/// converted, else a converter of its own. `made` counts the conversions the watch makes.
+///
+/// A new watch format is its [`Encoder`](watchcache::wire::Encoder) (its own file in `wire/`) and
+/// its arm here, from the media range [`Format::from_range`] read.
+pub(crate) fn watch_encoder(
+    def: &ResourceDef,
+    format: Format,
+    include: IncludeObject,
+    fields: Fields,
+    other_version: bool,
+    made: impl FnOnce() -> MadeCounter,
+) -> WatchEncoder {
+    match WatchConverter::new(def, format, include, fields, other_version, made) {
+        Some(c) => WatchEncoder::Own(Box::new(c)),
+        None => match format {
+            Format::Protobuf | Format::MetadataProtobuf => WatchEncoder::Stored(Wire::Protobuf),
+            _ => WatchEncoder::Stored(Wire::Json),
+        },
+    }
+}
 
 /// The `drop=` target that leaves managed fields out.
 const DROP_MANAGED_FIELDS: &str = "metadata.managedFields";

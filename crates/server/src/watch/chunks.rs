@@ -31,8 +31,8 @@ pub(crate) use crate::http::negotiate::Wire;
 use crate::http::status::ApiError;
 use watchcache::Error;
 use watchcache::WatchEvent;
-use watchcache::wire::Frame;
-use watchcache::wire::convert::WatchConverter;
+use watchcache::wire::format::WatchEncoder;
+use watchcache::wire::{Encoder, Frame};
 
 /// The gzip member header: magic, deflate, no flags, no mtime, no extra flags, unknown OS.
 const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
@@ -73,7 +73,8 @@ struct GzipStream {
 }
 
 /// Turns frames into response chunks: the shared pieces, or gzip-compressed and flushed; and a
-/// watch's events into frames, converted when it asked for another form.
+/// watch's events into frames, in a stored format (the watch's [`Wire`], a byte kept beside
+/// this) or by an encoder of its own.
 pub(crate) struct FrameEncoder {
     /// Boxed, both in one box: nearly every watch is neither compressed nor converted (a
     /// kubelet's never is), and each holds its encoder for as long as it is open (8 bytes, where
@@ -84,24 +85,49 @@ pub(crate) struct FrameEncoder {
 /// What a compressed or converted watch's encoder holds.
 struct Rare {
     gzip: Option<GzipStream>,
-    /// Answers events as Table, PartialObjectMetadata or without managed fields
-    /// (`wire/convert.rs`).
-    convert: Option<WatchConverter>,
+    /// The watch's own encoder (`wire/encoder.rs`): Table, PartialObjectMetadata, without
+    /// managed fields, another version; any format but the stored two.
+    own: Option<Box<dyn Encoder>>,
 }
 
 impl FrameEncoder {
     pub(super) fn new(gzip: bool) -> FrameEncoder {
-        FrameEncoder::converting(gzip, None)
+        FrameEncoder::with(gzip, None)
     }
 
-    /// An encoder whose events are converted by `convert`.
-    pub(super) fn converting(gzip: bool, convert: Option<WatchConverter>) -> FrameEncoder {
+    /// An encoder whose events are made by `own` (`None`: in the watch's stored format).
+    pub(super) fn with(gzip: bool, own: Option<Box<dyn Encoder>>) -> FrameEncoder {
         let gzip = gzip.then(|| GzipStream {
             crc: Crc::new(),
             started: false,
         });
         FrameEncoder {
-            rare: (gzip.is_some() || convert.is_some()).then(|| Box::new(Rare { gzip, convert })),
+            rare: (gzip.is_some() || own.is_some()).then(|| Box::new(Rare { gzip, own })),
+        }
+    }
+
+    /// The watch's encoder and the stored format `wire` split into what a watch keeps.
+    pub(super) fn of(gzip: bool, encoder: WatchEncoder) -> (FrameEncoder, Wire) {
+        match encoder {
+            WatchEncoder::Stored(wire) => (FrameEncoder::new(gzip), wire),
+            // The byte is unused beside an encoder of its own.
+            WatchEncoder::Own(own) => (FrameEncoder::with(gzip, Some(own)), Wire::Json),
+        }
+    }
+
+    /// The frame of an ERROR event carrying `status`, in this watch's format.
+    fn error_frame(&self, wire: Wire, status: &watchcache::wire::status::Status) -> Frame {
+        match self.rare.as_ref().and_then(|r| r.own.as_ref()) {
+            Some(own) => own.error_frame(status),
+            None => wire.error_frame(status),
+        }
+    }
+
+    /// The watch response's Content-Type.
+    pub(super) fn content_type(&self, wire: Wire) -> &'static str {
+        match self.rare.as_ref().and_then(|r| r.own.as_ref()) {
+            Some(own) => own.content_type(),
+            None => wire.content_type(),
         }
     }
 
@@ -134,11 +160,9 @@ impl FrameEncoder {
     ) -> (Vec<Bytes>, bool, Option<usize>) {
         match item {
             Some(Ok(ev)) => {
-                let convert = self.rare.as_mut().and_then(|r| r.convert.as_mut());
-                let frame = match (convert, wire) {
-                    (Some(c), _) => c.frame(&ev),
-                    (None, Wire::Json) => Ok(ev.frame()),
-                    (None, Wire::Protobuf) => ev.protobuf_frame(),
+                let frame = match self.rare.as_mut().and_then(|r| r.own.as_mut()) {
+                    Some(own) => own.frame(&ev),
+                    None => wire.frame(&ev),
                 };
                 let frame = match frame {
                     Ok(f) => f,
@@ -148,13 +172,14 @@ impl FrameEncoder {
                         // fails to encode.
                         tracing::error!(error = %e, "protobuf encoding of a watch event failed");
                         let err = ApiError::new(500, "InternalError", e.to_string());
-                        return (self.last(&wire.error_frame(err.status())), true, None);
+                        let frame = self.error_frame(wire, err.status());
+                        return (self.last(&frame), true, None);
                     }
                 };
                 (self.chunks(&frame), false, Some(frame.len()))
             }
             Some(Err(e)) => {
-                let frame = wire.error_frame(ApiError::from(e).status());
+                let frame = self.error_frame(wire, ApiError::from(e).status());
                 (self.last(&frame), true, None)
             }
             None => (self.finish().into_iter().collect(), true, None),
@@ -415,7 +440,7 @@ mod tests {
                             crc: Crc::new(),
                             started: true,
                         }),
-                        convert: None,
+                        own: None,
                     })),
                 };
                 shared_out += w.chunks(&fresh).iter().map(Bytes::len).sum::<usize>();

@@ -30,7 +30,7 @@ use crate::transport::conn::ConnInfo;
 use tracing::debug;
 
 use crate::auth::AuthContext;
-use crate::http::negotiate::{Fields, Format, Negotiate, WatchWire};
+use crate::http::negotiate::{Fields, Format, Negotiate, WatchWire, watch_encoder};
 use crate::http::params;
 use crate::http::response::wants_gzip_value;
 use crate::http::served::{ServedSet, segments};
@@ -39,7 +39,7 @@ use crate::proxy::ProxyContext;
 use crate::transport::sealed::HandDown;
 use crate::watch::pump::WatchPump;
 use crate::watch::{self, WatchContext, Wire};
-use watchcache::wire::convert::{IncludeObject, WatchConverter};
+use watchcache::wire::convert::IncludeObject;
 
 /// What the fast path needs: it reads a connection's first request, admits it and starts its
 /// watch by itself, as hyper's gate and router would.
@@ -240,7 +240,7 @@ pub(crate) async fn first_request<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     };
     // Nothing of the request may be left unread in a connection handed down to its sending half.
     let hand_down = cx.tls_watch_hand_down && rest.is_empty();
-    let outcome = stream(tcp, &mut pump, req.gzip, wire, origin, hand_down).await?;
+    let outcome = stream(tcp, &mut pump, req.gzip, origin, hand_down).await?;
     rest.extend(outcome.received);
     Ok(FirstRequest::Served {
         rest,
@@ -304,7 +304,7 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
             Wire::Json => Format::Json,
             Wire::Protobuf => Format::Protobuf,
         };
-        let convert = WatchConverter::new(
+        let encoder = watch_encoder(
             target.def(),
             format,
             IncludeObject::default(),
@@ -325,8 +325,7 @@ async fn admit_and_start<S: AsyncRead + AsyncWrite + Unpin>(
             opts,
             params.timeout,
             req.gzip,
-            wire,
-            convert,
+            encoder,
             user,
             Some(&key),
         )
@@ -355,7 +354,6 @@ async fn stream<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
     tcp: &mut S,
     pump: &mut WatchPump,
     gzip: bool,
-    wire: Wire,
     origin: Option<u64>,
     hand_down: bool,
 ) -> std::io::Result<Outcome> {
@@ -366,7 +364,7 @@ async fn stream<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
             received,
         })
     };
-    write_head(tcp, gzip, wire, origin, sealed).await?;
+    write_head(tcp, gzip, pump.content_type(), origin, sealed).await?;
     let mut received = Vec::new();
     let mut probe = [0u8; 256];
     loop {
@@ -398,7 +396,7 @@ async fn stream<S: AsyncRead + AsyncWrite + Unpin + HandDown>(
 async fn write_head<S: AsyncWrite + Unpin>(
     tcp: &mut S,
     gzip: bool,
-    wire: Wire,
+    content_type: &str,
     origin: Option<u64>,
     close: bool,
 ) -> std::io::Result<()> {
@@ -412,8 +410,7 @@ async fn write_head<S: AsyncWrite + Unpin>(
         format!("{}: {o:016x}\r\n", watchcache::ORIGIN_HEADER)
     });
     let head = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: {}\r\n{enc}{origin}{close}Transfer-Encoding: chunked\r\n\r\n",
-        wire.content_type()
+        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n{enc}{origin}{close}Transfer-Encoding: chunked\r\n\r\n"
     );
     tcp.write_all(head.as_bytes()).await?;
     tcp.flush().await
@@ -677,7 +674,7 @@ mod tests {
             .unwrap();
         let (mut server, _) = listener.accept().await.unwrap();
         let served = tokio::spawn(async move {
-            stream(&mut server, &mut pump, false, Wire::Json, None, false)
+            stream(&mut server, &mut pump, false, None, false)
                 .await
                 .map(|o| o.clean)
         });

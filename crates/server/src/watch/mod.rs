@@ -29,7 +29,7 @@ use crate::http::status::ApiError;
 use crate::metrics::{RequestKey, ServerMetrics, WatchStart};
 use pump::WatchPump;
 use watchcache::Error;
-use watchcache::wire::convert::WatchConverter;
+use watchcache::wire::format::WatchEncoder;
 use watchcache::{Cache, WatchEnd, WatchOptions, WatchStream};
 
 /// The longest timeout a watch is given, whatever `timeoutSeconds` says.
@@ -75,8 +75,7 @@ pub(crate) async fn start(
     opts: WatchOptions,
     timeout: Option<std::time::Duration>,
     gzip: bool,
-    wire: Wire,
-    convert: Option<WatchConverter>,
+    encoder: WatchEncoder,
     user: Option<&User>,
     key: Option<&RequestKey>,
 ) -> Result<WatchPump, ApiError> {
@@ -103,12 +102,12 @@ pub(crate) async fn start(
                 _slot: slot,
             };
             let meter = cx.metrics.watch(cache.definition(), key);
-            Ok(WatchPump::events(w, gzip, wire, convert, meter))
+            Ok(WatchPump::events(w, gzip, encoder, meter))
         }
         Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => {
             cx.metrics.count_watch_start(def, WatchStart::Expired);
             Ok(WatchPump::single(
-                wire.error_frame(ApiError::from(e).status()),
+                encoder.error_frame(ApiError::from(e).status()),
                 deadlines,
                 gzip,
             ))

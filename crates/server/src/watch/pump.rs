@@ -19,13 +19,13 @@ use crate::watch::StartedWatch;
 use crate::watch::chunks::{FrameEncoder, Wire};
 use watchcache::deadlines::Deadlines;
 use watchcache::wire::Frame;
-use watchcache::wire::convert::WatchConverter;
+use watchcache::wire::format::WatchEncoder;
 
 /// A watch response in progress.
 pub(crate) struct WatchPump {
     phase: Phase,
     encoder: FrameEncoder,
-    /// The frames' format.
+    /// The frames' stored format, unless the encoder has one of its own.
     wire: Wire,
     /// The watch's metrics (`None` for a response of one frame).
     meter: Option<WatchMeter>,
@@ -47,22 +47,26 @@ enum Phase {
 }
 
 impl WatchPump {
-    /// Streams a started watch until its deadline, server shutdown, an error, or its end.
-    /// `wire` is the frames' format; `convert` answers the events as Table or
-    /// PartialObjectMetadata.
+    /// Streams a started watch until its deadline, server shutdown, an error, or its end, its
+    /// events made by `encoder`.
     pub(crate) fn events(
         w: StartedWatch,
         gzip: bool,
-        wire: Wire,
-        convert: Option<WatchConverter>,
+        encoder: WatchEncoder,
         meter: WatchMeter,
     ) -> WatchPump {
+        let (encoder, wire) = FrameEncoder::of(gzip, encoder);
         WatchPump {
             phase: Phase::Streaming(w),
-            encoder: FrameEncoder::converting(gzip, convert),
+            encoder,
             wire,
             meter: Some(meter),
         }
+    }
+
+    /// The response's Content-Type.
+    pub(crate) fn content_type(&self) -> &'static str {
+        self.encoder.content_type(self.wire)
     }
 
     /// A response made of one last frame.
@@ -261,7 +265,7 @@ pub(crate) mod tests {
             _slot: Limits::new(0, 1, 0, Duration::ZERO).watch(None).unwrap(),
         };
         let meter = ServerMetrics::default().watch(cache.definition(), None);
-        WatchPump::events(w, gzip, Wire::Json, None, meter)
+        WatchPump::events(w, gzip, WatchEncoder::Stored(Wire::Json), meter)
     }
 
     fn watchers(cache: &Cache) -> u64 {
