@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use futures_util::{FutureExt, StreamExt};
-use watchcache::wire::{Encoder, JsonFrames, ProtobufFrames};
+use watchcache::wire::format::Wire;
 use watchcache::{
     Cache, CacheConfig, CacheWriter, Change, CrdServing, Object, ResourceDef, ResourceVersion,
     Selection, WatchOptions, WatchStream,
@@ -580,11 +580,9 @@ fn wire_formats(c: &mut Criterion) {
                             Frames::Protobuf => true,
                             Frames::Mixed => i % 2 == 1,
                         };
-                        let f = if pb {
-                            ProtobufFrames.frame(&ev).unwrap()
-                        } else {
-                            JsonFrames.frame(&ev).unwrap()
-                        };
+                        // As the server frames a watch in a stored format (`Wire`).
+                        let wire = if pb { Wire::Protobuf } else { Wire::Json };
+                        let f = wire.frame(&ev).unwrap();
                         if i < 2 {
                             frame_len[usize::from(pb)] = f.len();
                         }

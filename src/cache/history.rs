@@ -4,7 +4,8 @@
 //! `max_events`) while its oldest event is younger than the window, or halves (down to `min_events`)
 //! once even the newest quarter is older than the window.
 //!
-//! A byte budget (`HistoryConfig::max_bytes`) caps the window by what its events hold: past it,
+//! A byte budget (`HistoryConfig::max_bytes`) caps the window by what its events hold (their
+//! objects, and the frames their memos keep for their watchers): past it,
 //! the oldest events leave (whatever the capacity), so one resource of large objects cannot take
 //! the server's memory. A position they leave behind is answered 410 Expired, as after any
 //! eviction. The newest event always stays.
@@ -17,12 +18,15 @@
 //! ## Invariants
 //! - `bytes` is the sum of the ring's events' `bytes`; `evicted_bytes` of `evicted`'s, which stays
 //!   under `REAP_BYTES` plus one event after each apply.
+//! - `memo_bytes` is the sum of what the ring's events' memos hold: each is charged to it when
+//!   it enters the ring and released when it leaves (eviction or reset).
 //! - Events carry consecutive sequence numbers; `ring[i].seq == start_seq + i`.
 //! - Every event with `rv > floor_rv` is in the ring (or not yet received). Watching from any
 //!   `rv >= floor_rv` is exact; older positions are gone (410 Expired).
 //! - Revisions are non-decreasing along the ring (several events may share one etcd revision).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -117,6 +121,9 @@ pub(crate) struct History {
     capacity: usize,
     /// The ring's events' bytes, summed.
     bytes: usize,
+    /// What the ring's events' memos hold (their frames), charged by the memos as they make
+    /// them: the byte budget counts it too.
+    memo_bytes: Arc<AtomicUsize>,
     cfg: HistoryConfig,
     /// Evicted events, until the writer takes them to drop elsewhere, and their bytes.
     evicted: Vec<Arc<Event>>,
@@ -144,6 +151,7 @@ impl History {
             floor_rv: 0,
             capacity: cfg.min_events,
             bytes: 0,
+            memo_bytes: Arc::default(),
             cfg,
             evicted: Vec::new(),
             evicted_bytes: 0,
@@ -191,9 +199,9 @@ impl History {
         self.capacity
     }
 
-    /// Bytes the window's events hold (see [`Event`]'s `bytes`).
+    /// Bytes the window's events hold (see [`Event`]'s `bytes`), their memos' frames included.
     pub(crate) fn bytes(&self) -> usize {
-        self.bytes
+        self.bytes + self.memo_bytes.load(Ordering::Relaxed)
     }
 
     #[cfg(test)]
@@ -238,9 +246,10 @@ impl History {
             self.evict_oldest();
         }
         self.bytes += ev.bytes;
+        ev.memo.charge_to(Arc::clone(&self.memo_bytes));
         self.ring.push_back(Arc::new(ev));
         if let Some(max) = self.cfg.max_bytes {
-            while self.bytes > max && self.ring.len() > 1 {
+            while self.bytes() > max && self.ring.len() > 1 {
                 self.evict_oldest();
             }
         }
@@ -250,6 +259,9 @@ impl History {
     /// Forgets every event and declares the window to start at `rv` (after a relist).
     pub(crate) fn reset(&mut self, rv: u64) {
         self.start_seq = self.end_seq();
+        for e in &self.ring {
+            e.memo.release();
+        }
         self.ring.clear();
         self.bytes = 0;
         self.floor_rv = rv;
@@ -283,6 +295,7 @@ impl History {
     fn evict_oldest(&mut self) {
         if let Some(e) = self.ring.pop_front() {
             self.bytes -= e.bytes;
+            e.memo.release();
             self.start_seq += 1;
             self.floor_rv = self.floor_rv.max(e.rv);
             self.evicted_bytes += e.bytes;
@@ -415,5 +428,36 @@ mod tests {
         assert_eq!(h.check_seq(5), Err(Evicted { oldest: 50 }));
         assert_eq!(h.check_seq(6), Ok(()));
         assert_eq!(h.seq_after_rv(50), Ok(6));
+    }
+
+    /// What an event's memo keeps for its watchers counts against the byte budget while the event
+    /// is in the window, and stops counting when it leaves.
+    #[test]
+    fn the_byte_budget_counts_what_memos_hold() {
+        use crate::wire::{EncoderId, Frame};
+        let cfg = HistoryConfig {
+            min_events: 8,
+            max_events: 8,
+            window: Duration::from_secs(75),
+            max_bytes: Some(4 * std::mem::size_of::<Event>() + 1000),
+        };
+        let mut h = History::new(cfg);
+        let t0 = Instant::now();
+        for rv in 1..=3 {
+            push(&mut h, rv, t0);
+        }
+        assert_eq!(h.len(), 3);
+        let held = h.get(0).unwrap().memo.frame(
+            &EncoderId::of("test"),
+            crate::model::EventType::Modified,
+            || Ok(Frame::whole(bytes::Bytes::from(vec![0u8; 2000]))),
+        );
+        assert_eq!(held.unwrap().len(), 2000);
+        assert_eq!(h.bytes(), 3 * std::mem::size_of::<Event>() + 2000);
+        // Over the budget with its frame: the next push evicts the oldest events.
+        push(&mut h, 4, t0);
+        assert_eq!(h.evicted().oldest, 1);
+        assert_eq!(h.bytes(), 3 * std::mem::size_of::<Event>(), "released");
+        assert_eq!(h.len(), 3);
     }
 }

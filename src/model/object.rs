@@ -572,6 +572,7 @@ impl Object {
     }
 
     /// The JSON encoding, made now if this is its first use.
+    #[inline]
     fn form(&self) -> JsonRef<'_> {
         let f = match self.0.form {
             Form::Json { rv_at, rv_len } => {
@@ -675,6 +676,7 @@ impl Object {
 
     /// The object's JSON, compact, with `metadata.resourceVersion` set. Shared, never copied.
     /// For an object stored as protobuf it is made on the first call (once).
+    #[inline]
     pub fn json(&self) -> &Bytes {
         self.form().json
     }

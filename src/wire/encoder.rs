@@ -16,17 +16,22 @@
 //! the server's negotiation (`server/http/negotiate.rs`, `watch_encoder`). `encoder_skeleton` in
 //! this file's tests is one, end to end, from a real cache.
 //!
+//! A [`Frame`] is what an encoder makes: three shared pieces a socket writer sends vectored with
+//! no copy (JSON: a static head, the object's shared bytes, a static tail), or one made whole.
+//!
 //! # Lock order
 //! A memo's mutex is a leaf: held to find or insert a cell, never while an encoding is made (that
 //! happens in the cell, outside it) or across an await.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 
+use crate::model::definition::ResourceDef;
 use crate::model::{EncodeError, EventType, Object};
-use crate::wire::Frame;
+use crate::wire::protobuf::ProtobufFrames;
 use crate::wire::status::Status;
 
 /// What a watch event offers its encoders (the cache's `WatchEvent`).
@@ -119,15 +124,31 @@ type Cell = Arc<OnceLock<Result<Frame, EncodeError>>>;
 /// keeps it beside the event, and drops it with it). Keyed by the delivery's type too: one change
 /// is a MODIFIED event to the watchers it still matches, ADDED to those it starts to match and
 /// DELETED (its last state) to those it leaves.
+///
+/// What its frames hold is charged to a budget while the memo is [charged](EventMemo::charge_to)
+/// (the history window's: its byte budget counts what its events' encodings hold, as what their
+/// objects hold), and given back when it is [released](EventMemo::release). Frames count whole,
+/// shared pieces included: the charge errs on the side of leaving the window early.
 #[derive(Default)]
 pub struct EventMemo {
-    cells: Mutex<Vec<(EncoderId, EventType, Cell)>>,
+    inner: Mutex<MemoCells>,
+}
+
+#[derive(Default)]
+struct MemoCells {
+    cells: Vec<(EncoderId, EventType, Cell)>,
+    /// The bytes of the frames made in `cells`.
+    held: usize,
+    /// Where `held` is charged, while it is.
+    budget: Option<Arc<AtomicUsize>>,
 }
 
 impl std::fmt::Debug for EventMemo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.inner.lock();
         f.debug_struct("EventMemo")
-            .field("encodings", &self.cells.lock().len())
+            .field("encodings", &inner.cells.len())
+            .field("held", &inner.held)
             .finish()
     }
 }
@@ -145,27 +166,62 @@ impl EventMemo {
         make: impl FnOnce() -> Result<Frame, EncodeError>,
     ) -> Result<Frame, EncodeError> {
         let cell = {
-            let mut cells = self.cells.lock();
-            match cells.iter().find(|(i, k, _)| *k == kind && i == id) {
+            let mut inner = self.inner.lock();
+            match inner.cells.iter().find(|(i, k, _)| *k == kind && i == id) {
                 Some((_, _, c)) => Arc::clone(c),
                 None => {
                     let c = Cell::default();
-                    cells.push((id.clone(), kind, Arc::clone(&c)));
+                    inner.cells.push((id.clone(), kind, Arc::clone(&c)));
                     c
                 }
             }
         };
-        cell.get_or_init(make).clone()
+        let mut made = 0;
+        let out = cell.get_or_init(|| {
+            let f = make();
+            made = f.as_ref().map_or(0, Frame::len);
+            f
+        });
+        if made > 0 {
+            let mut inner = self.inner.lock();
+            inner.held += made;
+            if let Some(b) = &inner.budget {
+                b.fetch_add(made, Ordering::Relaxed);
+            }
+        }
+        out.clone()
+    }
+
+    /// Charges what the memo holds, now and from now on, to `budget` (before it is shared: no
+    /// lock taken).
+    pub fn charge_to(&mut self, budget: Arc<AtomicUsize>) {
+        let inner = self.inner.get_mut();
+        budget.fetch_add(inner.held, Ordering::Relaxed);
+        inner.budget = Some(budget);
+    }
+
+    /// Gives back what the memo charged to its budget, and charges nothing more (its event left
+    /// the window; a watcher still sending it may still add to it).
+    pub fn release(&self) {
+        let mut inner = self.inner.lock();
+        if let Some(b) = inner.budget.take() {
+            b.fetch_sub(inner.held, Ordering::Relaxed);
+        }
     }
 
     /// How many encodings it holds.
     pub fn len(&self) -> usize {
-        self.cells.lock().len()
+        self.inner.lock().cells.len()
     }
 
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The bytes of the frames it holds.
+    pub fn held(&self) -> usize {
+        self.inner.lock().held
     }
 }
 
@@ -177,6 +233,16 @@ pub struct JsonFrames;
 /// [`JsonFrames`]' id.
 pub static JSON: EncoderId = EncoderId::of("json");
 
+impl JsonFrames {
+    /// The event's frame, statically dispatched: what a watch in a stored format calls for every
+    /// event (through [`Wire::frame`]), where the trait's dynamic calls measured 7 % of the
+    /// fan-out (design/performance.md, "Encoders per format").
+    #[inline]
+    pub fn event<E: Event + ?Sized>(ev: &E) -> Frame {
+        Frame::new(ev.kind(), ev.json().clone())
+    }
+}
+
 impl Encoder for JsonFrames {
     fn id(&self) -> &EncoderId {
         &JSON
@@ -187,12 +253,190 @@ impl Encoder for JsonFrames {
     }
 
     fn frame(&mut self, ev: &dyn Event) -> Result<Frame, EncodeError> {
-        Ok(Frame::new(ev.kind(), ev.json().clone()))
+        Ok(JsonFrames::event(ev))
     }
 
     fn error_frame(&self, status: &Status) -> Frame {
         Frame::error(status.json())
     }
+}
+
+/// A watch's frames in one of the stored formats: the object's own JSON or protobuf, as
+/// [`JsonFrames`] and [`ProtobufFrames`] make them, chosen in a byte (a watch holds it for its
+/// life, and nearly every watch is one of these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// One `{"type":...,"object":...}` line per event (`application/json`).
+    Json,
+    /// Length-prefixed `metav1.WatchEvent` messages
+    /// (`application/vnd.kubernetes.protobuf;stream=watch`).
+    Protobuf,
+}
+
+impl Wire {
+    /// The response's Content-Type.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Wire::Json => JsonFrames.content_type(),
+            Wire::Protobuf => ProtobufFrames.content_type(),
+        }
+    }
+
+    /// The event's frame.
+    ///
+    /// # Errors
+    /// As [`Encoder::frame`].
+    #[inline]
+    pub fn frame<E: Event + ?Sized>(self, ev: &E) -> Result<Frame, EncodeError> {
+        match self {
+            Wire::Json => Ok(JsonFrames::event(ev)),
+            Wire::Protobuf => ProtobufFrames::event(ev),
+        }
+    }
+
+    /// The frame of an ERROR event carrying this error's `Status`.
+    pub fn error_frame(self, status: &Status) -> Frame {
+        match self {
+            Wire::Json => JsonFrames.error_frame(status),
+            Wire::Protobuf => ProtobufFrames.error_frame(status),
+        }
+    }
+}
+
+/// The encoder a watch was negotiated: a stored format, or one of its own (a conversion, another
+/// format), which the watch keeps boxed.
+pub enum WatchEncoder {
+    /// The object's own JSON or protobuf.
+    Stored(Wire),
+    /// Any other [`Encoder`].
+    Own(Box<dyn Encoder>),
+}
+
+impl WatchEncoder {
+    /// The response's Content-Type.
+    pub fn content_type(&self) -> &'static str {
+        match self {
+            WatchEncoder::Stored(w) => w.content_type(),
+            WatchEncoder::Own(e) => e.content_type(),
+        }
+    }
+
+    /// The frame of an ERROR event carrying this error's `Status`.
+    pub fn error_frame(&self, status: &Status) -> Frame {
+        match self {
+            WatchEncoder::Stored(w) => w.error_frame(status),
+            WatchEncoder::Own(e) => e.error_frame(status),
+        }
+    }
+}
+
+impl std::fmt::Debug for WatchEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WatchEncoder::Stored(w) => f.debug_tuple("Stored").field(w).finish(),
+            WatchEncoder::Own(e) => f.debug_tuple("Own").field(&e.id().as_str()).finish(),
+        }
+    }
+}
+
+/// One encoded watch event: `head ++ body ++ tail` is a line of JSON ending in `\n`.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    parts: [Bytes; 3],
+}
+
+impl Frame {
+    #[inline]
+    pub(crate) fn new(kind: EventType, body: Bytes) -> Frame {
+        let head: &'static [u8] = match kind {
+            EventType::Added => b"{\"type\":\"ADDED\",\"object\":",
+            EventType::Modified => b"{\"type\":\"MODIFIED\",\"object\":",
+            EventType::Deleted => b"{\"type\":\"DELETED\",\"object\":",
+            EventType::Bookmark => b"{\"type\":\"BOOKMARK\",\"object\":",
+        };
+        Frame {
+            parts: [Bytes::from_static(head), body, Bytes::from_static(b"}\n")],
+        }
+    }
+
+    /// A frame carrying an `ERROR` event with a `Status` object.
+    pub fn error(status_json: Bytes) -> Frame {
+        Frame {
+            parts: [
+                Bytes::from_static(b"{\"type\":\"ERROR\",\"object\":"),
+                status_json,
+                Bytes::from_static(b"}\n"),
+            ],
+        }
+    }
+
+    /// A protobuf watch frame: the length and `metav1.WatchEvent` head, then the object's shared
+    /// envelope (`k8s\0` + `runtime.Unknown`), as upstream's protobuf stream framer writes it.
+    pub fn protobuf(event_type: &str, envelope: Bytes) -> Frame {
+        let head = crate::wire::protobuf::watch_frame_head(event_type, envelope.len());
+        Frame {
+            parts: [Bytes::from(head), envelope, Bytes::new()],
+        }
+    }
+
+    /// A frame made whole, in one shared buffer (a protobuf frame's head and envelope; an
+    /// encoder's own frame).
+    pub fn whole(frame: Bytes) -> Frame {
+        Frame {
+            parts: [frame, Bytes::new(), Bytes::new()],
+        }
+    }
+
+    /// A protobuf frame carrying an `ERROR` event with a `Status` object (its envelope).
+    pub fn protobuf_error(status_envelope: Bytes) -> Frame {
+        Frame::protobuf("ERROR", status_envelope)
+    }
+
+    /// The pieces to write, in order.
+    pub fn parts(&self) -> &[Bytes; 3] {
+        &self.parts
+    }
+
+    /// The object's bytes inside the frame (shared with every other frame of the same event); for
+    /// a frame made whole ([`Frame::whole`]: a protobuf ADDED or MODIFIED event's), empty: the
+    /// frame is its first piece.
+    pub fn body(&self) -> &Bytes {
+        &self.parts[1]
+    }
+
+    /// Total length in bytes.
+    pub fn len(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
+    }
+
+    /// Whether the frame is empty (never, for a real frame).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The frame as one contiguous buffer (copies; for tests and simple writers).
+    pub fn to_bytes(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(self.len());
+        for p in &self.parts {
+            b.put_slice(p);
+        }
+        b.freeze()
+    }
+}
+
+/// The object of a BOOKMARK event: kind, apiVersion and resourceVersion only, plus the
+/// `k8s.io/initial-events-end` annotation when it closes the initial events of a WatchList.
+pub(crate) fn bookmark_object(def: &ResourceDef, rv: u64, initial_events_end: bool) -> Bytes {
+    let annotations = if initial_events_end {
+        r#","annotations":{"k8s.io/initial-events-end":"true"}"#
+    } else {
+        ""
+    };
+    Bytes::from(format!(
+        r#"{{"kind":"{}","apiVersion":"{}","metadata":{{"resourceVersion":"{rv}"{annotations}}}}}"#,
+        def.kind,
+        def.api_version()
+    ))
 }
 
 #[cfg(test)]
@@ -202,7 +446,6 @@ mod tests {
     use super::*;
     use crate::cache::{Cache, CacheConfig, WatchOptions};
     use crate::model::{EventType, ResourceDef, ResourceVersion, Selection};
-    use crate::wire::ProtobufFrames;
 
     /// The skeleton of one more variant, as a new format would add it in its own file: YAML-ish
     /// lines `{TYPE} {object JSON}\n`, made once per event for all its watchers. Nothing else in

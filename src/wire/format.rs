@@ -1,12 +1,8 @@
-//! The wire variants: what an answer is encoded as ([`Format`], and a watch's frames as [`Wire`])
-//! and which of an object's fields it keeps ([`Fields`]). The server's negotiation picks one per
+//! The wire variants: what an answer is encoded as ([`Format`]) and which of an object's fields it
+//! keeps ([`Fields`]). The server's negotiation picks one per
 //! request (`server/http/negotiate.rs`); everything else in this folder encodes it.
 
-use crate::model::EncodeError;
-use crate::wire::encoder::{Encoder, Event, JsonFrames};
-use crate::wire::frame::Frame;
-use crate::wire::protobuf::ProtobufFrames;
-use crate::wire::status::Status;
+pub use crate::wire::encoder::{WatchEncoder, Wire};
 
 /// What a request is answered with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +21,20 @@ pub enum Format {
     /// `meta.k8s.io/v1` `PartialObjectMetadata` (or its List) in protobuf: what client-go's
     /// metadata client asks for first, for every resource (custom ones too, as upstream).
     MetadataProtobuf,
+}
+
+impl Format {
+    /// The label of this format in metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Protobuf => "protobuf",
+            Format::Table(_) => "table",
+            Format::Metadata(_) => "metadata",
+            Format::MetadataProtobuf => "metadata-protobuf",
+            Format::AggregatedDiscovery => "discovery",
+        }
+    }
 }
 
 /// Which of an object's fields an answer carries: all, or all but `metadata.managedFields`
@@ -73,83 +83,6 @@ impl MetaVersion {
             "v1" => Some(MetaVersion::V1),
             "v1beta1" => Some(MetaVersion::V1beta1),
             _ => None,
-        }
-    }
-}
-
-/// A watch's frames in one of the stored formats: the object's own JSON or protobuf, as
-/// [`JsonFrames`] and [`ProtobufFrames`] make them, chosen in a byte (a watch holds it for its
-/// life, and nearly every watch is one of these).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wire {
-    /// One `{"type":...,"object":...}` line per event (`application/json`).
-    Json,
-    /// Length-prefixed `metav1.WatchEvent` messages
-    /// (`application/vnd.kubernetes.protobuf;stream=watch`).
-    Protobuf,
-}
-
-impl Wire {
-    /// The response's Content-Type.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Wire::Json => JsonFrames.content_type(),
-            Wire::Protobuf => ProtobufFrames.content_type(),
-        }
-    }
-
-    /// The event's frame.
-    ///
-    /// # Errors
-    /// As [`Encoder::frame`].
-    pub fn frame(self, ev: &dyn Event) -> Result<Frame, EncodeError> {
-        match self {
-            Wire::Json => JsonFrames.frame(ev),
-            Wire::Protobuf => ProtobufFrames.frame(ev),
-        }
-    }
-
-    /// The frame of an ERROR event carrying this error's `Status`.
-    pub fn error_frame(self, status: &Status) -> Frame {
-        match self {
-            Wire::Json => JsonFrames.error_frame(status),
-            Wire::Protobuf => ProtobufFrames.error_frame(status),
-        }
-    }
-}
-
-/// The encoder a watch was negotiated: a stored format, or one of its own (a conversion, another
-/// format), which the watch keeps boxed.
-pub enum WatchEncoder {
-    /// The object's own JSON or protobuf.
-    Stored(Wire),
-    /// Any other [`Encoder`].
-    Own(Box<dyn Encoder>),
-}
-
-impl WatchEncoder {
-    /// The response's Content-Type.
-    pub fn content_type(&self) -> &'static str {
-        match self {
-            WatchEncoder::Stored(w) => w.content_type(),
-            WatchEncoder::Own(e) => e.content_type(),
-        }
-    }
-
-    /// The frame of an ERROR event carrying this error's `Status`.
-    pub fn error_frame(&self, status: &Status) -> Frame {
-        match self {
-            WatchEncoder::Stored(w) => w.error_frame(status),
-            WatchEncoder::Own(e) => e.error_frame(status),
-        }
-    }
-}
-
-impl std::fmt::Debug for WatchEncoder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WatchEncoder::Stored(w) => f.debug_tuple("Stored").field(w).finish(),
-            WatchEncoder::Own(e) => f.debug_tuple("Own").field(&e.id().as_str()).finish(),
         }
     }
 }

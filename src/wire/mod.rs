@@ -4,15 +4,15 @@
 //! for) and makes each variant of an object at most once per event.
 //!
 //! It sits between the model and the cache (`model ← wire ← cache ← server`): the cache keeps
-//! an event's encodings beside the event and frames what its streams yield with [`Frame`]; the
-//! server's negotiation (`server/http/negotiate.rs`) picks a [`format::Format`] per request and
-//! hands it here.
+//! an event's [`EventMemo`] beside the event without reading it, and its streams yield events
+//! that a watch's [`Encoder`] frames; the server's negotiation (`server/http/negotiate.rs`)
+//! picks a [`format::Format`] per request, and a watch's encoder.
 //!
 //! | File | What |
 //! |---|---|
-//! | `encoder.rs` | a watch's `Encoder` per format and variant, the per-event `EventMemo` they share; JSON's |
+//! | `body.rs` | a GET's or a LIST's body in its negotiated `Variant` |
+//! | `encoder.rs` | a watch's `Encoder` per format and variant, the per-event `EventMemo` they share, the `Frame` they make; JSON's; a watch's `Wire` (a stored format in a byte) or `WatchEncoder`; bookmarks |
 //! | `format.rs` | the variants: `Format`, `Fields` (all, or without managed fields) |
-//! | `frame.rs` | a watch event's frame as three shared pieces; bookmarks |
 //! | `list.rs` | a LIST page (`ObjectList`) as pieces, JSON and protobuf |
 //! | `protobuf.rs` | the protobuf watch encoder; frame heads, list envelopes and `Status`, as kube-apiserver |
 //! | `status.rs` | `Status`, the body of every error, JSON and protobuf |
@@ -22,14 +22,15 @@
 //! | `go_json.rs` | JSON as Go's encoding/json writes it |
 //! | `version.rs` | a custom resource's JSON at another served version of its CRD (conversion `None`) |
 //!
-//! Adding a format: a [`format::Format`] variant, its encoding here (a file when it is more
-//! than a few lines), its arm in `convert.rs` (LIST, GET, a watch event) and the media range
-//! that selects it in `server/http/negotiate.rs`. Nothing in the cache changes.
+//! Adding a format: its encoder (an [`Encoder`] for watches, in a file of its own), its
+//! [`format::Format`] variant with its GET and LIST arms (`format.rs`, `body.rs`), and the media
+//! range that selects it in `server/http/negotiate.rs`, which also hands watches its encoder.
+//! Nothing in the cache changes: it keeps each event's [`EventMemo`], and never reads it.
 
+pub mod body;
 pub mod convert;
 pub mod encoder;
 pub mod format;
-mod frame;
 pub(crate) mod go_json;
 mod list;
 pub mod managed_fields;
@@ -38,9 +39,8 @@ pub(crate) mod protobuf;
 pub mod status;
 pub mod version;
 
-pub use encoder::{Encoder, EncoderId, Event, EventMemo, JSON, JsonFrames};
-pub use frame::Frame;
-pub(crate) use frame::bookmark_object;
+pub(crate) use encoder::bookmark_object;
+pub use encoder::{Encoder, EncoderId, Event, EventMemo, Frame, JSON, JsonFrames};
 pub use list::{
     ObjectList, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with,
 };

@@ -24,16 +24,12 @@ pub struct ProtobufFrames;
 /// [`ProtobufFrames`]' id.
 pub static PROTOBUF: EncoderId = EncoderId::of("protobuf");
 
-impl Encoder for ProtobufFrames {
-    fn id(&self) -> &EncoderId {
-        &PROTOBUF
-    }
-
-    fn content_type(&self) -> &'static str {
-        "application/vnd.kubernetes.protobuf;stream=watch"
-    }
-
-    fn frame(&mut self, ev: &dyn Event) -> Result<Frame, EncodeError> {
+impl ProtobufFrames {
+    /// The event's frame, statically dispatched (as [`JsonFrames::event`](crate::wire::JsonFrames::event)).
+    ///
+    /// # Errors
+    /// An object stored as JSON that its kind's protobuf message cannot hold.
+    pub fn event<E: Event + ?Sized>(ev: &E) -> Result<Frame, EncodeError> {
         match (ev.kind(), ev.object()) {
             (EventType::Deleted, Some(o)) => {
                 let make = || {
@@ -59,6 +55,20 @@ impl Encoder for ProtobufFrames {
                 Ok(Frame::protobuf(kind.as_str(), Bytes::from(env)))
             }
         }
+    }
+}
+
+impl Encoder for ProtobufFrames {
+    fn id(&self) -> &EncoderId {
+        &PROTOBUF
+    }
+
+    fn content_type(&self) -> &'static str {
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    }
+
+    fn frame(&mut self, ev: &dyn Event) -> Result<Frame, EncodeError> {
+        ProtobufFrames::event(ev)
     }
 
     fn error_frame(&self, status: &Status) -> Frame {

@@ -529,14 +529,7 @@ impl ServerMetrics {
         format: Format,
         fields: Fields,
     ) -> MadeCounter {
-        let format = match format {
-            Format::Json => "json",
-            Format::Protobuf => "protobuf",
-            Format::Table(_) => "table",
-            Format::Metadata(_) => "metadata",
-            Format::MetadataProtobuf => "metadata-protobuf",
-            Format::AggregatedDiscovery => "discovery",
-        };
+        let format = format.label();
         let made = self
             .conversions
             .get_or_create(&ConversionLabels {

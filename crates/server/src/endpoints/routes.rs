@@ -17,7 +17,7 @@ use crate::endpoints::discovery::{self, Entry};
 use crate::endpoints::openapi;
 use crate::endpoints::{ApiContext, HealthContext};
 use crate::http::lifecycle::Phase;
-use crate::http::negotiate::{Answer, Fields, Format, FromQuery, Negotiate, watch_encoder};
+use crate::http::negotiate::{Answer, Format, FromQuery, Negotiate, watch_encoder};
 use crate::http::params::ReadParams;
 use crate::http::response::{body_of, gzip_encoded, json_response, wants_gzip};
 use crate::http::served::{Target, segments};
@@ -27,11 +27,8 @@ use crate::proxy::forward;
 use crate::watch::{self, Wire};
 use tracing::debug;
 use watchcache::Cache;
-use watchcache::ResourceDef;
-use watchcache::wire::convert::{self, IncludeObject};
-use watchcache::wire::{
-    ObjectList, list_parts, list_parts_protobuf, list_parts_protobuf_with, list_parts_with,
-};
+use watchcache::wire::body::Variant;
+use watchcache::wire::convert::IncludeObject;
 
 pub(crate) async fn readyz(State(st): State<Arc<HealthContext>>) -> Response {
     // Asked to stop: load balancers take this server out while it still serves (as
@@ -287,6 +284,12 @@ async fn read(
     let def = target.def();
     let (format, fields) = Format::negotiate_fields(headers, answer, def.has_protobuf())?;
     let include = IncludeObject::from_query(query)?;
+    let variant = Variant {
+        format,
+        fields,
+        include,
+        other_version,
+    };
     let typed = |r: Response| retype(r, format, answer);
     if params.watch {
         if let Some(n) = name {
@@ -325,15 +328,7 @@ async fn read(
     }
     if let Some(n) = name {
         let obj = cache.get(ns, n, params.resource_version).await?;
-        let mut parts = vec![object_body(
-            def,
-            &obj,
-            other_version,
-            format,
-            include,
-            fields,
-        )?];
-        end_line(&mut parts, format);
+        let parts = variant.object(def, &obj)?;
         st.metrics
             .count_sent(def, false, parts.iter().map(Bytes::len).sum());
         return Ok(typed(body_of(parts, gzip, StatusCode::OK)));
@@ -343,98 +338,10 @@ async fn read(
     target.check_fields(&opts.selection)?;
     let list = cache.list(&opts).await?;
     st.metrics.observe_list(&def.plural, started.elapsed());
-    let mut parts = list_body(def, &list, other_version, format, include, fields)?;
-    end_line(&mut parts, format);
+    let parts = variant.list(def, &list)?;
     st.metrics
         .count_sent(def, true, parts.iter().map(Bytes::len).sum());
     Ok(typed(body_of(parts, gzip, StatusCode::OK)))
-}
-
-/// A JSON body ends with a newline, as Go's `json.Encoder` (kube-apiserver's serializer) writes
-/// it; protobuf bodies end where the message does.
-fn end_line(parts: &mut Vec<Bytes>, format: Format) {
-    if !matches!(format, Format::Protobuf | Format::MetadataProtobuf) {
-        parts.push(Bytes::from_static(b"\n"));
-    }
-}
-
-/// A GET's body in the negotiated format: the object's shared JSON or protobuf, or a conversion.
-/// `other_version`: `def` is another version than the cache's, the object goes out at it.
-fn object_body(
-    def: &ResourceDef,
-    obj: &watchcache::Object,
-    other_version: bool,
-    format: Format,
-    include: IncludeObject,
-    fields: Fields,
-) -> Result<Bytes, ApiError> {
-    if other_version {
-        let json = convert::at_def_version(def, obj.json());
-        return match (format, fields) {
-            (Format::Json, Fields::All) => Ok(json),
-            (Format::Json, Fields::WithoutManaged) => Ok(convert::json_without_managed(&json)),
-            (Format::MetadataProtobuf, _) => {
-                convert::object_metadata_protobuf(def, obj, fields).map_err(ApiError::from)
-            }
-            _ => convert::object(def, &json, format, include, fields).map_err(ApiError::from),
-        };
-    }
-    match (format, fields) {
-        (Format::Json, Fields::All) => Ok(obj.json().clone()),
-        (Format::Json, Fields::WithoutManaged) => Ok(convert::json_without_managed(obj.json())),
-        (Format::Protobuf, Fields::All) => obj.protobuf_wire().cloned().map_err(encode_error),
-        (Format::Protobuf, Fields::WithoutManaged) => {
-            convert::protobuf_without_managed(obj).map_err(encode_error)
-        }
-        (Format::MetadataProtobuf, _) => {
-            convert::object_metadata_protobuf(def, obj, fields).map_err(ApiError::from)
-        }
-        _ => convert::object(def, obj.json(), format, include, fields).map_err(ApiError::from),
-    }
-}
-
-/// A LIST's body pieces in the negotiated format. `other_version`: `def` is another version than
-/// the cache's, the items go out at it (a converted list's rows follow `def`).
-fn list_body(
-    def: &ResourceDef,
-    list: &ObjectList,
-    other_version: bool,
-    format: Format,
-    include: IncludeObject,
-    fields: Fields,
-) -> Result<Vec<Bytes>, ApiError> {
-    match (format, fields) {
-        (Format::Json, Fields::All) if other_version => {
-            Ok(list_parts_with(def, list, |o, parts| {
-                parts.push(convert::at_def_version(def, o.json()));
-            }))
-        }
-        (Format::Json, Fields::WithoutManaged) if other_version => {
-            Ok(list_parts_with(def, list, |o, parts| {
-                let json = convert::at_def_version(def, o.json());
-                parts.push(convert::json_without_managed(&json));
-            }))
-        }
-        (Format::Json, Fields::All) => Ok(list_parts(def, list)),
-        (Format::Json, Fields::WithoutManaged) => Ok(list_parts_with(
-            def,
-            list,
-            convert::json_item_without_managed,
-        )),
-        (Format::Protobuf, Fields::All) => list_parts_protobuf(def, list).map_err(encode_error),
-        (Format::Protobuf, Fields::WithoutManaged) => {
-            list_parts_protobuf_with(def, list, convert::protobuf_item_without_managed)
-                .map_err(encode_error)
-        }
-        _ => convert::list(def, list, format, include, fields).map_err(ApiError::from),
-    }
-}
-
-/// An object its kind's protobuf message cannot hold (stored as JSON of another shape): 500, as
-/// upstream answers an object it cannot encode.
-fn encode_error(e: watchcache::EncodeError) -> ApiError {
-    tracing::error!(error = %e, "protobuf encoding failed");
-    ApiError::new(500, "InternalError", e.to_string())
 }
 
 /// A response labelled with its format's Content-Type.
