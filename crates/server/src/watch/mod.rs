@@ -106,11 +106,8 @@ pub(crate) async fn start(
         }
         Err(e @ (Error::Expired { .. } | Error::ContinueExpired { .. })) => {
             cx.metrics.count_watch_start(def, WatchStart::Expired);
-            Ok(WatchPump::single(
-                encoder.error_frame(ApiError::from(e).status()),
-                deadlines,
-                gzip,
-            ))
+            let frame = encoder.error_frame(ApiError::from(e).status());
+            Ok(WatchPump::single(frame, deadlines, gzip, encoder))
         }
         Err(e) => Err(e.into()),
     }

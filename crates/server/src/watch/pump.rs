@@ -69,15 +69,21 @@ impl WatchPump {
         self.encoder.content_type(self.wire)
     }
 
-    /// A response made of one last frame.
-    pub(crate) fn single(frame: Frame, deadlines: Arc<Deadlines>, gzip: bool) -> WatchPump {
+    /// A response made of one last frame, made by `encoder` (whose Content-Type it carries).
+    pub(crate) fn single(
+        frame: Frame,
+        deadlines: Arc<Deadlines>,
+        gzip: bool,
+        encoder: WatchEncoder,
+    ) -> WatchPump {
+        let (encoder, wire) = FrameEncoder::of(gzip, encoder);
         WatchPump {
             phase: Phase::Ended {
                 single: Some(Box::new(frame)),
                 deadlines: Some(deadlines),
             },
-            encoder: FrameEncoder::new(gzip),
-            wire: Wire::Json,
+            encoder,
+            wire,
             meter: None,
         }
     }
