@@ -18,8 +18,8 @@
 //! ## Invariants
 //! - `bytes` is the sum of the ring's events' `bytes`; `evicted_bytes` of `evicted`'s, which stays
 //!   under `REAP_BYTES` plus one event after each apply.
-//! - `memo_bytes` is the sum of what the ring's events' memos hold: each is charged to it when
-//!   it enters the ring and released when it leaves (eviction or reset).
+//! - Under a byte budget, `memo_bytes` is the sum of what the ring's events' memos hold: each is
+//!   charged to it when it enters the ring and released when it leaves (eviction or reset).
 //! - Events carry consecutive sequence numbers; `ring[i].seq == start_seq + i`.
 //! - Every event with `rv > floor_rv` is in the ring (or not yet received). Watching from any
 //!   `rv >= floor_rv` is exact; older positions are gone (410 Expired).
@@ -122,7 +122,7 @@ pub(crate) struct History {
     /// The ring's events' bytes, summed.
     bytes: usize,
     /// What the ring's events' memos hold (their frames), charged by the memos as they make
-    /// them: the byte budget counts it too.
+    /// them, when there is a byte budget: it counts them too.
     memo_bytes: Arc<AtomicUsize>,
     cfg: HistoryConfig,
     /// Evicted events, until the writer takes them to drop elsewhere, and their bytes.
@@ -199,7 +199,8 @@ impl History {
         self.capacity
     }
 
-    /// Bytes the window's events hold (see [`Event`]'s `bytes`), their memos' frames included.
+    /// Bytes the window's events hold (see [`Event`]'s `bytes`), their memos' frames included
+    /// under a byte budget.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes + self.memo_bytes.load(Ordering::Relaxed)
     }
@@ -246,7 +247,10 @@ impl History {
             self.evict_oldest();
         }
         self.bytes += ev.bytes;
-        ev.memo.charge_to(Arc::clone(&self.memo_bytes));
+        // Only a budget needs the memos' frames counted (a reference count taken per event).
+        if self.cfg.max_bytes.is_some() {
+            ev.memo.charge_to(Arc::clone(&self.memo_bytes));
+        }
         self.ring.push_back(Arc::new(ev));
         if let Some(max) = self.cfg.max_bytes {
             while self.bytes() > max && self.ring.len() > 1 {
@@ -259,8 +263,10 @@ impl History {
     /// Forgets every event and declares the window to start at `rv` (after a relist).
     pub(crate) fn reset(&mut self, rv: u64) {
         self.start_seq = self.end_seq();
-        for e in &self.ring {
-            e.memo.release();
+        if self.cfg.max_bytes.is_some() {
+            for e in &self.ring {
+                e.memo.release();
+            }
         }
         self.ring.clear();
         self.bytes = 0;
@@ -295,7 +301,9 @@ impl History {
     fn evict_oldest(&mut self) {
         if let Some(e) = self.ring.pop_front() {
             self.bytes -= e.bytes;
-            e.memo.release();
+            if self.cfg.max_bytes.is_some() {
+                e.memo.release();
+            }
             self.start_seq += 1;
             self.floor_rv = self.floor_rv.max(e.rv);
             self.evicted_bytes += e.bytes;
