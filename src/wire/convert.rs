@@ -31,8 +31,7 @@ use crate::wire::status::Status;
 /// A conversion that failed: the `Status` of the 500 it is answered with (boxed: failures are
 /// never expected, results stay small).
 pub(crate) type Failed = Box<Status>;
-use crate::wire::encoder::{Encoder, EncoderId, Event, JsonFrames};
-use crate::wire::protobuf::{ProtobufFrames, event_envelope};
+use crate::wire::encoder::{Encoder, EncoderId, Event, JsonFrames, ProtobufFrames, event_envelope};
 use crate::wire::version::json_at_version;
 use crate::wire::{Frame, ObjectList, go_json, managed_fields, partial};
 

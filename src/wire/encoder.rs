@@ -5,10 +5,10 @@
 //! [`EncoderId`] that made them: the first watcher asking for a variant makes it, every other
 //! watcher of that variant shares it, and the cache that holds the memo knows no format.
 //!
-//! - [`JsonFrames`] and [`ProtobufFrames`] (`protobuf.rs`): the event as it is stored, one line
-//!   of JSON or one length-prefixed `metav1.WatchEvent`. Their ADDED and MODIFIED frames share
-//!   the object's own bytes (made once per object state, in the model); a DELETED frame, the last
-//!   state at the deletion's revision, is made once per event in its memo.
+//! - [`JsonFrames`] and [`ProtobufFrames`] (its heads from `protobuf.rs`): the event as it is
+//!   stored, one line of JSON or one length-prefixed `metav1.WatchEvent`. Their ADDED and
+//!   MODIFIED frames share the object's own bytes (made once per object state, in the model); a
+//!   DELETED frame, the last state at the deletion's revision, is made once per event in its memo.
 //! - `WatchConverter` (`convert.rs`): Table, PartialObjectMetadata (JSON and protobuf), either
 //!   format without managed fields, a CRD's other served version.
 //!
@@ -31,7 +31,6 @@ use parking_lot::Mutex;
 
 use crate::model::definition::ResourceDef;
 use crate::model::{EncodeError, EventType, Object};
-use crate::wire::protobuf::ProtobufFrames;
 use crate::wire::status::Status;
 
 /// What a watch event offers its encoders (the cache's `WatchEvent`).
@@ -235,8 +234,8 @@ pub static JSON: EncoderId = EncoderId::of("json");
 
 impl JsonFrames {
     /// The event's frame, statically dispatched: what a watch in a stored format calls for every
-    /// event (through [`Wire::frame`]), where the trait's dynamic calls measured 7 % of the
-    /// fan-out (design/performance.md, "Encoders per format").
+    /// event (through [`Wire::frame`]), without the trait's dynamic calls (design/performance.md,
+    /// "Encoders per format").
     #[inline]
     pub fn event<E: Event + ?Sized>(ev: &E) -> Frame {
         Frame::new(ev.kind(), ev.json().clone())
@@ -258,6 +257,84 @@ impl Encoder for JsonFrames {
 
     fn error_frame(&self, status: &Status) -> Frame {
         Frame::error(status.json())
+    }
+}
+
+/// The event as stored, in Kubernetes protobuf: a length-prefixed `metav1.WatchEvent` per event
+/// (`application/vnd.kubernetes.protobuf;stream=watch`). An ADDED or MODIFIED frame is the
+/// object's own, made once per object state and kept with it (`Object::protobuf_frame`); a
+/// DELETED frame, the last state at the deletion's revision, once per event in its memo; a
+/// bookmark's, per watcher (its object is a few bytes).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProtobufFrames;
+
+/// [`ProtobufFrames`]' id.
+pub static PROTOBUF: EncoderId = EncoderId::of("protobuf");
+
+impl ProtobufFrames {
+    /// The event's frame, statically dispatched (as [`JsonFrames::event`](crate::wire::JsonFrames::event)).
+    ///
+    /// # Errors
+    /// An object stored as JSON that its kind's protobuf message cannot hold.
+    pub fn event<E: Event + ?Sized>(ev: &E) -> Result<Frame, EncodeError> {
+        match (ev.kind(), ev.object()) {
+            (EventType::Deleted, Some(o)) => {
+                let make = || {
+                    let env = o.protobuf_at(ev.resource_version())?;
+                    Ok(Frame::protobuf("DELETED", env))
+                };
+                match ev.memo() {
+                    Some(m) => m.frame(&PROTOBUF, EventType::Deleted, make),
+                    None => make(),
+                }
+            }
+            (kind, Some(o)) => {
+                match o.protobuf_frame(kind, &crate::wire::protobuf::watch_frame_head)? {
+                    Some(frame) => Ok(Frame::whole(frame)),
+                    None => Ok(Frame::protobuf(kind.as_str(), o.protobuf_wire()?.clone())),
+                }
+            }
+            (kind, None) => {
+                let fail = |reason: String| EncodeError {
+                    key: String::new(),
+                    reason,
+                };
+                let v: serde_json::Value =
+                    serde_json::from_slice(ev.json()).map_err(|e| fail(e.to_string()))?;
+                let env = crate::model::protobuf::encode_json(&v).map_err(fail)?;
+                Ok(Frame::protobuf(kind.as_str(), Bytes::from(env)))
+            }
+        }
+    }
+}
+
+impl Encoder for ProtobufFrames {
+    fn id(&self) -> &EncoderId {
+        &PROTOBUF
+    }
+
+    fn content_type(&self) -> &'static str {
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    }
+
+    fn frame(&mut self, ev: &dyn Event) -> Result<Frame, EncodeError> {
+        ProtobufFrames::event(ev)
+    }
+
+    fn error_frame(&self, status: &Status) -> Frame {
+        Frame::protobuf_error(Bytes::from(status.protobuf()))
+    }
+}
+
+/// The event's object in protobuf (`k8s\0` + `runtime.Unknown`), shared: the object's own, a
+/// deletion's last state at its revision (from its frame, made once per event), or a bookmark's.
+///
+/// # Errors
+/// An object stored as JSON that its kind's protobuf message cannot hold.
+pub(crate) fn event_envelope(ev: &dyn Event) -> Result<Bytes, EncodeError> {
+    match (ev.kind(), ev.object()) {
+        (EventType::Deleted, _) | (_, None) => ProtobufFrames.frame(ev).map(|f| f.body().clone()),
+        (_, Some(o)) => o.protobuf_wire().cloned(),
     }
 }
 

@@ -3,90 +3,10 @@
 //! `{Kind}List`'s envelope and item heads, and `metav1.Status`. Objects themselves are the cache's
 //! shared bytes (`model/protobuf/`), never re-encoded here.
 
-use bytes::Bytes;
 use serde_json::Value as Json;
 
 use crate::model::protobuf::envelope;
 use crate::model::protobuf::{MAGIC, nested, put_len, put_varint, tag, varint};
-use crate::model::{EncodeError, EventType};
-use crate::wire::Frame;
-use crate::wire::encoder::{Encoder, EncoderId, Event};
-use crate::wire::status::Status;
-
-/// The event as stored, in Kubernetes protobuf: a length-prefixed `metav1.WatchEvent` per event
-/// (`application/vnd.kubernetes.protobuf;stream=watch`). An ADDED or MODIFIED frame is the
-/// object's own, made once per object state and kept with it (`Object::protobuf_frame`); a
-/// DELETED frame, the last state at the deletion's revision, once per event in its memo; a
-/// bookmark's, per watcher (its object is a few bytes).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ProtobufFrames;
-
-/// [`ProtobufFrames`]' id.
-pub static PROTOBUF: EncoderId = EncoderId::of("protobuf");
-
-impl ProtobufFrames {
-    /// The event's frame, statically dispatched (as [`JsonFrames::event`](crate::wire::JsonFrames::event)).
-    ///
-    /// # Errors
-    /// An object stored as JSON that its kind's protobuf message cannot hold.
-    pub fn event<E: Event + ?Sized>(ev: &E) -> Result<Frame, EncodeError> {
-        match (ev.kind(), ev.object()) {
-            (EventType::Deleted, Some(o)) => {
-                let make = || {
-                    let env = o.protobuf_at(ev.resource_version())?;
-                    Ok(Frame::protobuf("DELETED", env))
-                };
-                match ev.memo() {
-                    Some(m) => m.frame(&PROTOBUF, EventType::Deleted, make),
-                    None => make(),
-                }
-            }
-            (kind, Some(o)) => match o.protobuf_frame(kind, &watch_frame_head)? {
-                Some(frame) => Ok(Frame::whole(frame)),
-                None => Ok(Frame::protobuf(kind.as_str(), o.protobuf_wire()?.clone())),
-            },
-            (kind, None) => {
-                let fail = |reason: String| EncodeError {
-                    key: String::new(),
-                    reason,
-                };
-                let v: Json = serde_json::from_slice(ev.json()).map_err(|e| fail(e.to_string()))?;
-                let env = crate::model::protobuf::encode_json(&v).map_err(fail)?;
-                Ok(Frame::protobuf(kind.as_str(), Bytes::from(env)))
-            }
-        }
-    }
-}
-
-impl Encoder for ProtobufFrames {
-    fn id(&self) -> &EncoderId {
-        &PROTOBUF
-    }
-
-    fn content_type(&self) -> &'static str {
-        "application/vnd.kubernetes.protobuf;stream=watch"
-    }
-
-    fn frame(&mut self, ev: &dyn Event) -> Result<Frame, EncodeError> {
-        ProtobufFrames::event(ev)
-    }
-
-    fn error_frame(&self, status: &Status) -> Frame {
-        Frame::protobuf_error(Bytes::from(status.protobuf()))
-    }
-}
-
-/// The event's object in protobuf (`k8s\0` + `runtime.Unknown`), shared: the object's own, a
-/// deletion's last state at its revision (from its frame, made once per event), or a bookmark's.
-///
-/// # Errors
-/// An object stored as JSON that its kind's protobuf message cannot hold.
-pub(crate) fn event_envelope(ev: &dyn Event) -> Result<Bytes, EncodeError> {
-    match (ev.kind(), ev.object()) {
-        (EventType::Deleted, _) | (_, None) => ProtobufFrames.frame(ev).map(|f| f.body().clone()),
-        (_, Some(o)) => o.protobuf_wire().cloned(),
-    }
-}
 
 /// `metav1.WatchEvent` {type = 1, object = 2 (RawExtension {raw = 1})} around an object's
 /// envelope, behind the 4-byte big-endian length of the stream framer: the head of the frame
