@@ -179,8 +179,16 @@ async fn an_idle_http2_watch_holds_no_buffers_then_takes_a_1mb_event_and_a_secon
     to_client.send_replace(OPENED);
     wait(&mut test_phase, OPENED).await;
     // Idle: the responses' heads and the SETTINGS acknowledgements are all written and read.
+    // What the connections hold is the floor of the heap over a few seconds: the server's own
+    // periodic work (its ticks, bookmarks, checks) allocates for a moment now and then (readings
+    // of up to 36 KB per connection, 500 ms apart, between readings of 16.8–17.1 KB), and a
+    // single reading taken during one failed the bound (22 135 B).
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let per = (LIVE.load(Ordering::Relaxed) - before) / CONNS as isize;
+    let mut per = isize::MAX;
+    for _ in 0..12 {
+        per = per.min((LIVE.load(Ordering::Relaxed) - before) / CONNS as isize);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     println!("{per} B of heap on the server per idle HTTP/2 TLS connection with one watch");
     assert!(
         per <= BOUND,

@@ -45,10 +45,11 @@ pub use version::progress_is_reliable;
 
 use range::EtcdUpstream;
 use source::EtcdSource;
-use truth::RangeTruth;
+use truth::range_truth;
 use watchcache::Cause;
 use watchcache::ResourceDef;
 use watchcache::{Cache, CacheConfig};
+use watchcache_follow::check::RangeTruth;
 use watchcache_follow::crds::DynamicResources;
 use watchcache_follow::followers::{Dynamic, Followers};
 use watchcache_follow::{Policy, WatchListUse};
@@ -259,14 +260,11 @@ struct Parts {
 
 impl Parts {
     /// The source that follows `cache`'s prefix, and the truth its consistency check reads.
-    fn of(&self, cache: &Cache) -> (EtcdSource, RangeTruth) {
+    fn of(&self, cache: &Cache) -> (EtcdSource, RangeTruth<EtcdUpstream>) {
         let progress = Arc::new(Notify::new());
         let upstream = self.upstream(cache, Arc::clone(&progress));
         cache.set_upstream(upstream.clone());
-        let truth = RangeTruth {
-            upstream: upstream.clone(),
-            page_size: self.config.page_size,
-        };
+        let truth = range_truth(upstream.clone(), self.config.page_size);
         let source = EtcdSource {
             cache: cache.clone(),
             upstream,
@@ -453,10 +451,8 @@ impl EtcdCaches {
         let cache = self
             .cache(resource)
             .ok_or_else(|| format!("no cache of {resource}"))?;
-        let mut truth = RangeTruth {
-            upstream: self.dynamic.parts.upstream(cache, Arc::new(Notify::new())),
-            page_size: 10_000,
-        };
+        let upstream = self.dynamic.parts.upstream(cache, Arc::new(Notify::new()));
+        let mut truth = range_truth(upstream, 10_000);
         watchcache_follow::check::check_now(cache, &mut truth).await
     }
 

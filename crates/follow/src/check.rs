@@ -46,6 +46,7 @@
 )]
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -53,7 +54,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 pub use watchcache::consistency::{Comparison, Seen};
-use watchcache::{Cache, CheckStatus, Compared};
+use watchcache::{Cache, CheckStatus, Compared, KeyRange, Upstream};
 
 /// Checks started over at a newer revision before one counts as an error.
 pub(crate) const ATTEMPTS: usize = 3;
@@ -176,6 +177,100 @@ pub trait Truth: Send + 'static {
         n: u64,
         key: &str,
     ) -> impl Future<Output = Result<Option<Bytes>, TruthError>> + Send;
+}
+
+/// An upstream's range reads as the check's truth: keys-only reads of the resource at exactly
+/// the checked revision, in pages of at most `page_size`; a value is read only for a key the
+/// cache lacks and has no record of skipping, to see whether it decodes, and is made readable
+/// first as the source makes what it hands the cache (`plain`: etcd decrypts).
+pub struct RangeTruth<U: ?Sized> {
+    upstream: Arc<U>,
+    page_size: usize,
+    plain: Plain,
+}
+
+/// A stored value as the cache decodes it, from its key and the value as stored.
+pub type Plain = Box<dyn Fn(&str, Bytes) -> Bytes + Send + Sync>;
+
+impl<U: Upstream + ?Sized> RangeTruth<U> {
+    /// The truth of `upstream`'s range reads, whose values the cache decodes as stored.
+    pub fn new(upstream: Arc<U>, page_size: usize) -> RangeTruth<U> {
+        RangeTruth {
+            upstream,
+            page_size,
+            plain: Box::new(|_, v| v),
+        }
+    }
+
+    /// The same, with each value read made readable by `plain` first.
+    #[must_use]
+    pub fn with_plain(mut self, plain: Plain) -> RangeTruth<U> {
+        self.plain = plain;
+        self
+    }
+}
+
+fn range_error(e: watchcache::Error) -> TruthError {
+    match e {
+        watchcache::Error::Expired { .. } => TruthError::Expired(e.to_string()),
+        other => TruthError::Failed(other.to_string()),
+    }
+}
+
+impl<U: Upstream + ?Sized + 'static> Truth for RangeTruth<U> {
+    fn max_page(&self) -> usize {
+        self.page_size
+    }
+
+    async fn page(
+        &mut self,
+        n: u64,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<TruthPage, TruthError> {
+        let keys = KeyRange {
+            from: cursor,
+            end: None,
+        };
+        let page = self
+            .upstream
+            .range_keys(Some(n), keys, limit)
+            .await
+            .map_err(range_error)?;
+        let next = page
+            .more
+            .then(|| page.kvs.last().map(|kv| format!("{}\u{0}", kv.key)))
+            .flatten();
+        // An upstream whose keys-only read carries values anyway (the trait allows it): kept, so
+        // that the budget counts them and no second read is made.
+        let plain = &self.plain;
+        let entries = page
+            .kvs
+            .into_iter()
+            .map(|kv| {
+                let value = (!kv.value.is_empty()).then(|| plain(&kv.key, kv.value));
+                TruthEntry {
+                    key: kv.key,
+                    rv: kv.mod_revision,
+                    value,
+                }
+            })
+            .collect();
+        Ok(TruthPage { entries, next })
+    }
+
+    async fn value_at(&mut self, n: u64, key: &str) -> Result<Option<Bytes>, TruthError> {
+        let page = self
+            .upstream
+            .range(Some(n), KeyRange::one(key), 1)
+            .await
+            .map_err(range_error)?;
+        Ok(page
+            .kvs
+            .into_iter()
+            .next()
+            .map(|kv| (self.plain)(&kv.key, kv.value)))
+    }
 }
 
 /// Asks the follower to relist, and learns when it did.
@@ -352,74 +447,6 @@ mod tests {
     use super::*;
     use watchcache::CacheConfig;
     use watchcache::ResourceDef;
-    use watchcache::{Error, KeyRange, Upstream};
-
-    /// An [`Upstream`] with range reads as the check's side of the truth (etcd's, without its
-    /// decryption: `watchcache_etcd`'s own), for the tests of the page budget: keys-only reads of
-    /// the resource at exactly the checked revision, in pages of the check's `PageBudget`; a value
-    /// is read only for a key the cache lacks and has no record of skipping, to see whether it
-    /// decodes.
-    struct RangeTruth {
-        /// The resource's upstream, read at the checked revision.
-        upstream: std::sync::Arc<dyn Upstream>,
-        /// Entries a page holds at most, however small.
-        page_size: usize,
-    }
-
-    fn range_error(e: Error) -> TruthError {
-        match e {
-            Error::Expired { .. } => TruthError::Expired(e.to_string()),
-            other => TruthError::Failed(other.to_string()),
-        }
-    }
-
-    impl Truth for RangeTruth {
-        fn max_page(&self) -> usize {
-            self.page_size
-        }
-
-        async fn page(
-            &mut self,
-            n: u64,
-            cursor: Option<String>,
-            limit: usize,
-        ) -> Result<TruthPage, TruthError> {
-            let keys = KeyRange {
-                from: cursor,
-                end: None,
-            };
-            let page = self
-                .upstream
-                .range_keys(Some(n), keys, limit)
-                .await
-                .map_err(range_error)?;
-            let next = page
-                .more
-                .then(|| page.kvs.last().map(|kv| format!("{}\u{0}", kv.key)))
-                .flatten();
-            // An upstream whose keys-only read carries values anyway (the trait allows it): kept, so
-            // that the budget counts them and no second read is made.
-            let entries = page
-                .kvs
-                .into_iter()
-                .map(|kv| TruthEntry {
-                    key: kv.key,
-                    rv: kv.mod_revision,
-                    value: (!kv.value.is_empty()).then_some(kv.value),
-                })
-                .collect();
-            Ok(TruthPage { entries, next })
-        }
-
-        async fn value_at(&mut self, n: u64, key: &str) -> Result<Option<Bytes>, TruthError> {
-            let page = self
-                .upstream
-                .range(Some(n), KeyRange::one(key), 1)
-                .await
-                .map_err(range_error)?;
-            Ok(page.kvs.into_iter().next().map(|kv| kv.value))
-        }
-    }
 
     fn pod(name: &str) -> String {
         format!(
@@ -730,10 +757,7 @@ mod tests {
             kvs,
             pages: parking_lot::Mutex::new(Vec::new()),
         });
-        let mut truth = RangeTruth {
-            upstream: heavy.clone(),
-            page_size: 10_000,
-        };
+        let mut truth = RangeTruth::new(heavy.clone(), 10_000);
         let mut budget = PageBudget::new(BUDGET, truth.max_page());
         for round in 0..2 {
             let (_, out) = check(&cache, &mut truth, &mut budget).await.unwrap();
