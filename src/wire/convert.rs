@@ -575,10 +575,7 @@ impl WatchConverter {
             return Ok(self.convert(ev));
         }
         if let Some(memo) = ev.memo() {
-            return memo.frame(&self.id, kind, || {
-                (self.made)();
-                self.shared(ev)
-            });
+            return memo.frame(&self.id, kind, || self.shared(ev));
         }
         // Not a change (an initial event): shared by the identity of the bytes the conversion
         // reads, the object's protobuf for protobuf answers of built-ins (a protobuf-stored
@@ -598,17 +595,15 @@ impl WatchConverter {
                 Err(_) => return Ok(self.convert(ev)),
             },
         };
-        MEMO.cell(&source, &self.id)
-            .get_or_init(|| {
-                (self.made)();
-                self.shared(ev)
-            })
+        MEMO.cell(&source, &self.id, kind)
+            .get_or_init(|| self.shared(ev))
             .clone()
     }
 
-    /// The event's frame for every watcher of this variant: the event's own frame when the
-    /// conversion left its object as it was.
+    /// The event's frame for every watcher of this variant, made once and counted: the event's
+    /// own frame when the conversion left its object as it was.
     fn shared(&self, ev: &dyn Event) -> Result<Frame, EncodeError> {
+        (self.made)();
         match self.body(ev, false) {
             Some(b) if self.format == Format::Json && same_bytes(&b, ev.json()) => {
                 JsonFrames.frame(ev)
@@ -869,14 +864,14 @@ pub fn protobuf_item_without_managed(o: &Object) -> Result<Bytes, EncodeError> {
 /// to find the conversion the first one made; each entry also keeps its source bytes alive.
 const MEMO_ENTRIES: usize = 1024;
 
-type MemoKey = (usize, usize, EncoderId);
+type MemoKey = (usize, usize, EncoderId, EventType);
 
 /// One conversion: made once, by the first watcher to ask.
 type MemoCell = Arc<OnceLock<Result<Frame, EncodeError>>>;
 
 /// The conversions of events that are not changes (initial events, which have no memo of their
-/// own), keyed by the identity of the object's shared bytes (pointer and length) and the
-/// converter's id. The entry holds a clone of those bytes, so the allocation cannot be freed and
+/// own), keyed by the identity of the object's shared bytes (pointer and length), the
+/// converter's id and the event's type (a frame carries it). The entry holds a clone of those bytes, so the allocation cannot be freed and
 /// its address reused while the entry lives: a key never names other bytes.
 pub(crate) struct Memo {
     inner: Mutex<MemoInner>,
@@ -895,8 +890,8 @@ static MEMO: LazyLock<Memo> = LazyLock::new(|| Memo {
 impl Memo {
     /// The cell of this conversion, new or shared. The conversion itself is made outside the
     /// memo's lock, in the cell.
-    fn cell(&self, source: &Bytes, id: &EncoderId) -> MemoCell {
-        let key = (source.as_ptr() as usize, source.len(), id.clone());
+    fn cell(&self, source: &Bytes, id: &EncoderId, kind: EventType) -> MemoCell {
+        let key = (source.as_ptr() as usize, source.len(), id.clone(), kind);
         let mut inner = self.inner.lock();
         if let Some((src, cell)) = inner.map.get(&key)
             && src.as_ptr() == source.as_ptr()
@@ -929,13 +924,15 @@ mod tests {
         let id = |v: &str| EncoderId::with("convert", format_args!("{v}"));
         let k = id("metadata");
         let get = |b: &Bytes, k: &EncoderId| {
-            MEMO.cell(b, k)
+            MEMO.cell(b, k, EventType::Added)
                 .get()
                 .cloned()
                 .map(|f| f.unwrap().to_bytes())
         };
         let put = |b: &Bytes, k: &EncoderId, body: Bytes| {
-            let _ = MEMO.cell(b, k).get_or_init(|| Ok(Frame::whole(body)));
+            let _ = MEMO
+                .cell(b, k, EventType::Added)
+                .get_or_init(|| Ok(Frame::whole(body)));
         };
         // Heap bytes: equal static literals may share one address (and then equal content, so
         // sharing their conversion is right).
@@ -944,9 +941,13 @@ mod tests {
         assert!(get(&a, &k).is_none());
         put(&a, &k, Bytes::from_static(b"converted"));
         assert_eq!(get(&a.clone(), &k).unwrap(), "converted");
-        // Other bytes (even equal ones) and other encoders are other entries.
+        // Other bytes (even equal ones), other encoders and other event types are other entries.
         assert!(get(&same_text, &k).is_none());
         assert!(get(&a, &id("table")).is_none());
+        assert!(
+            MEMO.cell(&a, &k, EventType::Modified).get().is_none(),
+            "a frame carries its type"
+        );
         let keep: Vec<Bytes> = (0..MEMO_ENTRIES + 1)
             .map(|i| {
                 let b = Bytes::from(format!("{i}"));

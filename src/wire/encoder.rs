@@ -217,11 +217,6 @@ impl EventMemo {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    /// The bytes of the frames it holds.
-    pub fn held(&self) -> usize {
-        self.inner.lock().held
-    }
 }
 
 /// The event as stored, as JSON: `{"type":...,"object":...}\n`, sharing the object's bytes (a
