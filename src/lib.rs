@@ -99,11 +99,11 @@ pub use cache::consistency;
 pub use cache::deadlines;
 pub use model::protobuf;
 pub use model::{
-    Computed, CrdServing, DecodeError, DefinitionError, EncodeCounts, EncodeError, EventType,
-    FieldLabels, FieldPath, FieldSelector, HistoryConfig, INITIAL_EVENTS_END, IndexDef, IndexKey,
-    LabelSelector, Object, PrinterColumn, Quantity, ResourceDef, ResourceVersion, RvMatch,
-    Selection, SelectorError, ShardKey, ShardRange, ShardSelector, ShardSelectorError, columns,
-    definition, encode_counts, names, selector,
+    Computed, CrdServing, DecodeError, Decoder, DefinitionError, EncodeCounts, EncodeError,
+    EventType, FieldLabels, FieldPath, FieldSelector, HistoryConfig, INITIAL_EVENTS_END, IndexDef,
+    IndexKey, LabelSelector, Object, PrinterColumn, Quantity, ResourceDef, ResourceVersion,
+    RvMatch, Selection, SelectorError, ShardKey, ShardRange, ShardSelector, ShardSelectorError,
+    columns, definition, encode_counts, names, selector,
 };
 pub use upstream::memory::MemorySource;
 pub use upstream::{Stored, WriteError, Writes};

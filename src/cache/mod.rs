@@ -10,9 +10,10 @@
 //! | `fresh.rs` | how a consistent read learns the cache is fresh, one upstream read shared by a burst |
 //! | `resync.rs` | relists, applied as a difference |
 //! | `store.rs`, `history.rs` | the current state with its indexes; the window of recent events |
-//! | `router.rs`, `registry.rs`, `watcher.rs` | which watchers an event is offered to; fan-out; queues and parking |
+//! | `registry.rs` | which watchers an event is offered to (its router), and the fan-out (cacher.go's `indexedWatchers` and dispatch) |
+//! | `watcher.rs` | a watcher's queue and parking (cache_watcher.go) |
 //! | `list.rs`, `continue_token.rs` | LIST pages over a consistent view; continue tokens |
-//! | `stream.rs`, `wire.rs` | the watch stream; frames and list bodies as shared bytes |
+//! | `stream.rs` | the watch stream a consumer reads |
 //! | `upstream.rs` | the contract of the source a cache follows |
 //!
 //! ## Concurrency
@@ -37,7 +38,6 @@ mod members;
 mod ready;
 mod registry;
 mod resync;
-mod router;
 mod shard_router;
 mod state;
 mod store;
@@ -70,7 +70,7 @@ pub use writer::CacheWriter;
 
 use crate::error::{Error, Result};
 use crate::model::selector::Predicate;
-use crate::model::{DecodeError, Object, ResourceDef, ResourceVersion, Schema, Selection};
+use crate::model::{DecodeError, Decoder, Object, ResourceDef, ResourceVersion, Schema, Selection};
 use crate::wire::ObjectList;
 use consistent::{ListPlan, Wait, WatchPlan};
 use fresh::ReadKey;
@@ -163,9 +163,17 @@ impl Cache {
         self.shared.decode_or_skip(key, value, rv)
     }
 
-    /// What a feeder does with a value of the upstream's current state it could not even read
-    /// (no configured key decrypts it, say): counted and logged as a value that does not decode,
-    /// and remembered as unserved at `rv`, as [`decode_or_skip`](Cache::decode_or_skip) does.
+    /// The resource's decoder, for a source that decodes the values it reads itself (outside
+    /// any lock) and hands the cache objects: a [`Change::Put`] applied serves its key again; a
+    /// value that does not decode goes to [`skip_unreadable`](Cache::skip_unreadable).
+    pub fn decoder(&self) -> Decoder {
+        self.shared.decoder.clone()
+    }
+
+    /// What a feeder does with a value of the upstream's current state it could not read (no
+    /// configured key decrypts it, say) or decode ([`Decoder::decode`]'s error): counted and
+    /// logged, and remembered as unserved at `rv`, as [`decode_or_skip`](Cache::decode_or_skip)
+    /// does.
     pub fn skip_unreadable(&self, err: &DecodeError, rv: u64) {
         self.shared.skip(err, rv);
     }
@@ -1118,6 +1126,37 @@ mod tests {
         let err = cache.lookup("spec.bogus", "x").unwrap_err();
         assert!(err.to_string().contains("spec.nodeName"), "{err}");
         assert_eq!(cache.lookup("spec.nodeName", "n1").unwrap()[0].name(), "a");
+    }
+
+    #[tokio::test]
+    async fn a_source_decoding_ahead_keeps_a_later_unserved_value_unserved() {
+        let (cache, mut writer) = Cache::new(
+            ResourceDef::builtin("pods").unwrap(),
+            CacheConfig::default(),
+        );
+        writer.resync(1).finish();
+        let decoder = cache.decoder();
+        // A source decodes a response's events before applying their batches: b at 2 decodes,
+        // b at 3 does not.
+        let good = decoder
+            .decode(&key("b"), pod("b", "n1").as_bytes(), 2)
+            .unwrap();
+        let bad = decoder.decode(&key("b"), b"{", 3).unwrap_err();
+        cache.skip_unreadable(&bad, 3);
+        assert_eq!(cache.unserved_at(&key("b")), Some(3));
+        // Applying the earlier put leaves the later value unserved...
+        writer.apply(2, [Change::Put(good)]).unwrap();
+        assert_eq!(cache.unserved_at(&key("b")), Some(3));
+        writer.apply(3, [Change::Delete(key("b"))]).unwrap();
+        assert_eq!(cache.unserved_at(&key("b")), Some(3));
+        // ... and a later put, applied, serves the key again.
+        let again = decoder
+            .decode(&key("b"), pod("b", "n2").as_bytes(), 4)
+            .unwrap();
+        writer.apply(4, [Change::Put(again)]).unwrap();
+        assert_eq!(cache.unserved_at(&key("b")), None);
+        assert_eq!(cache.stats().decode_errors, 1);
+        assert_eq!(cache.lookup("spec.nodeName", "n2").unwrap()[0].name(), "b");
     }
 
     #[tokio::test]

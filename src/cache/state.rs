@@ -14,7 +14,7 @@
 //!
 //! ## Lock order
 //! `shard_spare`, then `state`, then a watcher's queue lock ([`crate::cache::watcher`]). `upstream` is never held with
-//! either. `json_paths` is a leaf, written under `state` and read by decode without it; an object's
+//! either. The decoder's published paths are a leaf, written under `state` and read by decode without it; an object's
 //! field memo (`model/field_memo.rs`) and `unserved` are leaves too. No lock here is held across an `.await` or while waiting for a consumer.
 
 use std::sync::Arc;
@@ -42,7 +42,7 @@ use crate::cache::watcher::Watcher;
 use crate::error::Error;
 use crate::histogram::{HOLD_NANOS, Histogram, HistogramSnapshot, LATENCY_NANOS, READ_WAIT_NANOS};
 use crate::model::selector::Predicate;
-use crate::model::{DecodeError, FieldPath, Object, ObjectKey, Schema, ShardSelector};
+use crate::model::{DecodeError, Decoder, FieldPath, Object, ObjectKey, Schema, ShardSelector};
 use crate::sync::{AtomicU64, Mutex, RwLock};
 
 /// One change of an applied batch.
@@ -355,7 +355,7 @@ fn reap(evicted: Vec<Arc<Event>>) {
 
 /// The shared part of a cache: everything its clones, streams and resyncs point at.
 pub(crate) struct Shared {
-    pub schema: Schema,
+    pub schema: Arc<Schema>,
     pub config: CacheConfig,
     metrics: Metrics,
     state: RwLock<State>,
@@ -366,8 +366,8 @@ pub(crate) struct Shared {
     /// The upstream reads consistent reads wait for, shared by a burst (`fresh.rs`): keyed by
     /// the keys a proof covers, `None` for a read of the upstream's current revision.
     pub fresh_reads: Arc<Coalescer<ReadKey>>,
-    /// The keys of `State::json_paths`, read by decode outside the state lock.
-    json_paths: RwLock<Arc<[FieldPath]>>,
+    /// The resource's decoder; it reads the keys of `State::json_paths`, published to it.
+    pub decoder: Decoder,
     /// Wakes readiness waiters; `State::readiness` is published to it under the state lock.
     ready: Signal,
     /// The watches' bookmark timers: one wheel, not a tokio timer per watch (`deadlines.rs`).
@@ -404,6 +404,7 @@ struct Unserved {
 
 impl Shared {
     pub(crate) fn new(schema: Schema, config: CacheConfig) -> Shared {
+        let schema = Arc::new(schema);
         let fresh_reads = Arc::new(Coalescer::new(config.max_upstream_reads));
         let shard_spare = Mutex::new(schema.route_shards.then(|| Box::new(ShardRouter::new())));
         let state = State {
@@ -420,6 +421,7 @@ impl Shared {
             missed: HashSet::new(),
         };
         Shared {
+            decoder: Decoder::new(Arc::clone(&schema)),
             schema,
             config,
             metrics: Metrics::default(),
@@ -429,7 +431,6 @@ impl Shared {
             rv_tx: tokio::sync::watch::Sender::new(0),
             upstream: RwLock::new(None),
             fresh_reads,
-            json_paths: RwLock::new(Arc::from([])),
             ready: Signal::new(),
             bookmarks: Deadlines::new(None, deadlines::TICK),
             shard_spare,
@@ -472,6 +473,16 @@ impl Shared {
         wakes: &mut Vec<Waker>,
     ) -> Result<(), OutOfOrder> {
         let received = Instant::now();
+        // A put serves its key again: a value of it left unserved at or before the put's
+        // revision is no longer the upstream's (a later one, which a source may have decoded
+        // before applying this batch, still is). `unserved` is a leaf lock, taken only when it
+        // holds a key.
+        let unserved = self.unserved_any.load(Ordering::Relaxed);
+        let changes = changes.into_iter().inspect(|c| {
+            if unserved && let Change::Put(o) = c {
+                self.forget_unserved_through(o.key(), o.resource_version());
+            }
+        });
         let mut st = self.state.write();
         if rv <= st.rv {
             return Err(OutOfOrder { rv, current: st.rv });
@@ -596,16 +607,14 @@ impl Shared {
     /// and upstream read goes through.
     /// The undeclared field paths live selectors use are read here, once, outside any lock.
     pub(crate) fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
-        let obj = Object::decode(&self.schema, key, value, rv)?;
-        let paths = Arc::clone(&self.json_paths.read());
-        obj.extract_fields(&paths);
-        Ok(obj)
+        self.decoder.decode(key, value, rv)
     }
 
     /// Publishes the set of undeclared paths after it changed (under the state write lock, so
     /// that publications are ordered).
     fn publish_paths(&self, st: &State) {
-        *self.json_paths.write() = st.json_paths.keys().cloned().collect();
+        self.decoder
+            .publish_paths(st.json_paths.keys().cloned().collect());
     }
 
     /// Decodes a stored value the follower read at its current state (a list page or a watch
@@ -643,6 +652,16 @@ impl Shared {
             self.unserved_any
                 .store(!u.keys.is_empty(), Ordering::Relaxed);
         }
+    }
+
+    /// A value of `key` at revision `rv` is served: a record of it at or before `rv` goes.
+    fn forget_unserved_through(&self, key: &str, rv: u64) {
+        let mut u = self.unserved.lock();
+        if u.keys.get(key).is_some_and(|at| *at <= rv) {
+            u.keys.remove(key);
+        }
+        self.unserved_any
+            .store(!u.keys.is_empty(), Ordering::Relaxed);
     }
 
     /// The revision of the value of `key` the follower left unserved, if it did.

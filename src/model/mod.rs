@@ -37,7 +37,7 @@ pub use definition::{
 pub use event_type::EventType;
 pub use field_path::FieldPath;
 pub(crate) use object::ObjectKey;
-pub use object::{DecodeError, EncodeCounts, EncodeError, Object, encode_counts};
+pub use object::{DecodeError, Decoder, EncodeCounts, EncodeError, Object, encode_counts};
 pub use quantity::Quantity;
 
 /// The annotation of the bookmark that ends a WatchList's initial events (`"true"`).

@@ -37,6 +37,7 @@ use crate::model::members::{Members, find, members};
 use crate::model::packed::Packed;
 use crate::model::shard::{ShardKey, fnv1a64};
 use crate::model::{Attr, EventType, Schema};
+use crate::sync::RwLock;
 
 /// One cached object: cheap to clone (an `Arc`), immutable, `Send + Sync`.
 #[derive(Clone)]
@@ -233,6 +234,54 @@ pub struct DecodeError {
     /// The key the value's metadata names, when it is a well-formed object that names another
     /// object than its key (k/k#135115): left unserved, never served under either key.
     pub names: Option<String>,
+}
+
+/// Turns a resource's stored values into [`Object`]s: what a source calls on each value it
+/// reads, outside any lock, so that it hands its cache decoded objects. Cheap to clone; get one
+/// from [`Cache::decoder`](crate::Cache::decoder).
+///
+/// Besides the resource's declared fields, it reads the undeclared field paths that the
+/// cache's live watchers select on (the cache publishes their set when a watcher with a new path
+/// arrives), so that evaluating a selector under the cache's lock reads no JSON.
+#[derive(Clone)]
+pub struct Decoder {
+    schema: Arc<Schema>,
+    paths: Arc<RwLock<Arc<[FieldPath]>>>,
+}
+
+impl fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decoder")
+            .field("resource", &self.schema.def.plural)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Decoder {
+    pub(crate) fn new(schema: Arc<Schema>) -> Decoder {
+        Decoder {
+            schema,
+            paths: Arc::new(RwLock::new(Arc::from([]))),
+        }
+    }
+
+    /// Decodes the value stored at `key` into an object at revision `rv`.
+    ///
+    /// # Errors
+    /// [`DecodeError`] when the value is not a JSON object or a protobuf built-in of the
+    /// resource, or its metadata names another object than its key.
+    pub fn decode(&self, key: &str, value: &[u8], rv: u64) -> Result<Object, DecodeError> {
+        let obj = Object::decode(&self.schema, key, value, rv)?;
+        let paths = Arc::clone(&self.paths.read());
+        obj.extract_fields(&paths);
+        Ok(obj)
+    }
+
+    /// Publishes the undeclared paths live selectors use (the cache calls it under its state
+    /// lock, so that publications are ordered).
+    pub(crate) fn publish_paths(&self, paths: Arc<[FieldPath]>) {
+        *self.paths.write() = paths;
+    }
 }
 
 impl Object {

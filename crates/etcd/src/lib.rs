@@ -266,6 +266,7 @@ impl Parts {
         cache.set_upstream(upstream.clone());
         let truth = range_truth(upstream.clone(), self.config.page_size);
         let source = EtcdSource {
+            decoder: cache.decoder(),
             cache: cache.clone(),
             upstream,
             client: self.client.clone(),

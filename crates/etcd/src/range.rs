@@ -19,7 +19,7 @@ use etcd_client::{GetOptions, KvClient};
 use tokio::sync::Notify;
 
 use super::encryption::Transformer;
-use watchcache::{BoxFuture, DecodeError, KeyRange, RangePage, RawKv, Upstream};
+use watchcache::{BoxFuture, KeyRange, RangePage, RawKv, Upstream};
 use watchcache::{Error, Result};
 
 /// The end of the key range `[prefix, end)` holding every key with the prefix.
@@ -163,28 +163,6 @@ pub(crate) struct EtcdUpstream {
     pub reliable: bool,
     /// Encryption at rest for this resource, if configured.
     pub transformer: Option<Arc<Transformer>>,
-}
-
-impl EtcdUpstream {
-    /// A stored value as the cache decodes it: encryption at rest undone. The source calls it
-    /// on every value it hands the cache (the cache never calls back to read one).
-    ///
-    /// # Errors
-    /// No configured key decrypts the value: the error names the key and the providers tried.
-    pub(crate) fn plain<'v>(
-        &self,
-        key: &str,
-        value: &'v [u8],
-    ) -> std::result::Result<std::borrow::Cow<'v, [u8]>, DecodeError> {
-        match &self.transformer {
-            Some(t) => t.decrypt(key, value).map_err(|reason| DecodeError {
-                key: key.to_owned(),
-                reason,
-                names: None,
-            }),
-            None => Ok(std::borrow::Cow::Borrowed(value)),
-        }
-    }
 }
 
 impl Upstream for EtcdUpstream {

@@ -37,12 +37,14 @@ use tracing::{debug, warn};
 use crate::EtcdConfig;
 use crate::range::{EtcdUpstream, MAX_RESPONSE_BYTES, REQUEST_TIMEOUT};
 use watchcache::Cause;
-use watchcache::{Cache, CacheWriter, Change, RangeReader};
+use watchcache::{Cache, CacheWriter, Change, DecodeError, Decoder, RangeReader};
 use watchcache_follow::{Break, FollowError, Source, SyncMode, Synced};
 
 /// One resource on etcd.
 pub(crate) struct EtcdSource {
-    /// The cache, as its readers see it: decoding, its revision.
+    /// The resource's decoder: the source hands the cache decoded objects.
+    pub decoder: Decoder,
+    /// The cache, as its readers see it: its revision, unserved values.
     pub cache: Cache,
     /// Range reads of the resource, shared with the cache's consistent reads.
     pub upstream: Arc<EtcdUpstream>,
@@ -381,15 +383,42 @@ impl EtcdSource {
         };
         match ev.event_type() {
             EtcdEventType::Delete => Some(self.cache.change_for_delete(key)),
-            EtcdEventType::Put => match self.upstream.plain(key, kv.value()) {
-                Ok(value) => Some(self.cache.change_for_put(key, &value, rev)),
-                // Unreadable is as undecodable: the key leaves the cache (DELETED to watchers),
+            EtcdEventType::Put => match self
+                .upstream
+                .plain(key, kv.value())
+                .and_then(|value| self.decoder.decode(key, &value, rev))
+            {
+                Ok(o) => Some(Change::Put(o)),
+                // Unreadable or undecodable: the key leaves the cache (DELETED to watchers),
                 // never a stale state kept.
                 Err(e) => {
                     self.cache.skip_unreadable(&e, rev);
                     Some(Change::Delete(key.to_owned()))
                 }
             },
+        }
+    }
+}
+
+impl EtcdUpstream {
+    /// A stored value as the decoder reads it: encryption at rest undone. The source calls it
+    /// on every value before it decodes it (the cache never calls back to read one); the
+    /// consistency check's reads too (`truth.rs`).
+    ///
+    /// # Errors
+    /// No configured key decrypts the value: the error names the key and the providers tried.
+    pub(crate) fn plain<'v>(
+        &self,
+        key: &str,
+        value: &'v [u8],
+    ) -> std::result::Result<std::borrow::Cow<'v, [u8]>, DecodeError> {
+        match &self.transformer {
+            Some(t) => t.decrypt(key, value).map_err(|reason| DecodeError {
+                key: key.to_owned(),
+                reason,
+                names: None,
+            }),
+            None => Ok(std::borrow::Cow::Borrowed(value)),
         }
     }
 }
