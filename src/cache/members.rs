@@ -1,4 +1,4 @@
-//! A set of watcher ids under one routing key: one (trigger, value) of `cache/router.rs`.
+//! A set of watcher ids under one routing key: one (trigger, value) of the registry's router (`cache/registry.rs`).
 //!
 //! Invariant: the variant follows from the number of members alone (one `One`, two `Two`, up to
 //! [`FEW`] `Few`, more `Many`), and the ids in `Two` and `Few` are sorted without repeats: two

@@ -5,7 +5,7 @@
 //!   socket (an idle watch then costs about 3 KB instead of hyper's 32 KB);
 //! - `body.rs`: any other watch, as a hyper response body.
 //!
-//! `chunks.rs` turns events' frames into chunks (shared bytes, or gzip); the server's wheel
+//! The pump's `FrameEncoder` turns events' frames into chunks (shared bytes, or gzip); the server's wheel
 //! of deadlines (`cache/deadlines.rs`) ends watches at their deadline and at shutdown, for all of
 //! them from one place.
 //!
@@ -15,9 +15,8 @@
 //! `Chunks` (`pump.rs`), given down to it by `lib.rs`.
 
 pub(crate) mod body;
-mod chunks;
 pub(crate) mod fast_path;
-pub(crate) use chunks::Wire;
+pub(crate) use pump::Wire;
 pub(crate) mod pump;
 
 use std::sync::Arc;
