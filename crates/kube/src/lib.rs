@@ -270,6 +270,7 @@ impl Parts {
             page_size: self.config.page_size,
         };
         let source = ApiSource {
+            decoder: cache.decoder(),
             cache: cache.clone(),
             rest,
             config: self.config.clone(),

@@ -31,7 +31,7 @@ use tracing::{debug, warn};
 use crate::ApiServerConfig;
 use crate::rest::{Frame, Rest, RestError, WatchFrames, identity};
 use watchcache::Object;
-use watchcache::{Cache, CacheWriter, Change};
+use watchcache::{Cache, CacheWriter, Change, Decoder};
 use watchcache_follow::{Break, FollowError, Source, SyncMode, Synced};
 
 /// What a failed call means to the follower: 410 is an expired position, 404 a resource the
@@ -57,7 +57,9 @@ fn sync_broken(e: RestError) -> Break {
 
 /// One resource on an API server.
 pub(crate) struct ApiSource {
-    /// The cache, as its readers see it: decoding, its revision.
+    /// The resource's decoder: a watch event's object reaches the cache decoded.
+    pub decoder: Decoder,
+    /// The cache, as its readers see it: its revision, decoding a sync's objects.
     pub cache: Cache,
     pub rest: Rest,
     pub config: ApiServerConfig,
@@ -313,10 +315,15 @@ impl ApiSource {
             let (rv, change) = match frame {
                 Frame::Put(raw) => {
                     let id = identity(self.cache.definition(), &raw).map_err(Self::undecodable)?;
-                    let change = self
-                        .cache
-                        .decode_or_skip(&id.key, &raw, id.rv)
-                        .map(Change::Put);
+                    // Decoded here, applied with its batch: a value that does not decode is
+                    // counted and left unserved, and the batch goes on without it.
+                    let change = match self.decoder.decode(&id.key, &raw, id.rv) {
+                        Ok(o) => Some(Change::Put(o)),
+                        Err(e) => {
+                            self.cache.skip_unreadable(&e, id.rv);
+                            None
+                        }
+                    };
                     (id.rv, change)
                 }
                 Frame::Delete(raw) => {
@@ -465,6 +472,7 @@ mod tests {
                 .unwrap();
         let rest = Rest::new(client, cache.definition(), Duration::from_secs(1), None);
         let f = ApiSource {
+            decoder: cache.decoder(),
             cache,
             rest,
             config: ApiServerConfig::default(),
@@ -486,6 +494,7 @@ mod tests {
         let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
         let (stop, shutdown) = watch::channel(false);
         let f = ApiSource {
+            decoder: cache.decoder(),
             rest: Rest::new(client, cache.definition(), Duration::from_secs(2), None),
             cache: cache.clone(),
             config: ApiServerConfig::default(),
