@@ -300,10 +300,17 @@ async fn a_chain_of_processes_keeps_every_client_stream_exactly_once_through_kil
     let followers: Vec<_> = (0..4)
         .map(|_| tokio::spawn(follow(leaf_url.clone(), stop_rx.clone())))
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    // Many clients of the leaf, one watch on the root.
+    // Many clients of the leaf (once their lists are read and their watches open: no fixed
+    // wait, which a loaded machine outlasts), one watch on the root.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pod_watchers(&c, &leaf_url).await < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the followers' 4 watches were not open on the leaf within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(pod_watchers(&c, &root_url).await, 1);
-    assert!(pod_watchers(&c, &leaf_url).await >= 4);
     let writer = {
         let etcd_url = etcd_url.clone();
         tokio::spawn(async move {
