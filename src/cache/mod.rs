@@ -192,7 +192,7 @@ impl Cache {
     /// The change a deletion of `key` makes: a [`Change::Delete`], and the key's value, if the
     /// follower left it unserved, is no longer the upstream's.
     pub fn change_for_delete(&self, key: &str) -> Change {
-        self.shared.forget_unserved(key);
+        self.shared.forget_unserved(key, u64::MAX);
         Change::Delete(key.to_owned())
     }
 

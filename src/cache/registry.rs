@@ -166,7 +166,7 @@ impl Registry {
     }
 }
 
-pub(crate) struct Router {
+struct Router {
     /// One map per trigger, aligned with `Schema::triggers`.
     by_trigger: Vec<(Attr, HashMap<Box<str>, Members>)>,
     /// Watchers no trigger routes, routed by their shard selector's ranges (when the schema
@@ -177,7 +177,7 @@ pub(crate) struct Router {
 }
 
 impl Router {
-    pub(super) fn new(schema: &Schema) -> Router {
+    fn new(schema: &Schema) -> Router {
         Router {
             by_trigger: schema
                 .triggers
@@ -198,12 +198,7 @@ impl Router {
     /// Registers a watcher. One that the shard router routes is put in `unrouted`, its ranges
     /// left for the caller to add to both copies of the shard router, outside the lock
     /// ([`Router::swap_shards`]); returns whether it is such a watcher.
-    pub(super) fn add(
-        &mut self,
-        id: u32,
-        route: Option<(Attr, &str)>,
-        shard: Option<&ShardSelector>,
-    ) -> bool {
+    fn add(&mut self, id: u32, route: Option<(Attr, &str)>, shard: Option<&ShardSelector>) -> bool {
         if self.shard_routed(route, shard) {
             self.unrouted.insert(id);
             return true;
@@ -224,7 +219,7 @@ impl Router {
 
     /// Unregisters a watcher; whether its ranges are in the shard router, for the caller to
     /// remove from both copies (events are offered to its id until then).
-    pub(super) fn remove(
+    fn remove(
         &mut self,
         id: u32,
         route: Option<(Attr, &str)>,
@@ -252,7 +247,7 @@ impl Router {
     /// was just added to the spare leaves `unrouted` (`admit`): at one event boundary, as the
     /// caller holds the cache's lock, so it sees every event once, either way. O(1): a
     /// watcher's O(R log N) tree work is done on the spare outside the lock.
-    pub(super) fn swap_shards(&mut self, spare: &mut Box<ShardRouter>, admit: Option<u32>) {
+    fn swap_shards(&mut self, spare: &mut Box<ShardRouter>, admit: Option<u32>) {
         if let Some(shards) = &mut self.shards {
             std::mem::swap(shards, spare);
         }
@@ -263,12 +258,7 @@ impl Router {
     }
 
     /// Calls `visit` once for every watcher the event must be offered to.
-    pub(super) fn for_each_candidate(
-        &self,
-        schema: &Schema,
-        ev: &Event,
-        mut visit: impl FnMut(u32),
-    ) {
+    fn for_each_candidate(&self, schema: &Schema, ev: &Event, mut visit: impl FnMut(u32)) {
         for (attr, map) in &self.by_trigger {
             if map.is_empty() {
                 continue;
@@ -293,7 +283,7 @@ impl Router {
     }
 
     /// Number of routed and unrouted watchers.
-    pub(super) fn counts(&self) -> (u64, u64) {
+    fn counts(&self) -> (u64, u64) {
         let routed = self
             .by_trigger
             .iter()
@@ -306,13 +296,13 @@ impl Router {
 
     /// The shard router's watchers and ranges.
     #[cfg(test)]
-    pub(super) fn shard_summary(&self) -> Option<(u64, usize)> {
+    fn shard_summary(&self) -> Option<(u64, usize)> {
         self.shards.as_ref().map(|s| s.summary())
     }
 
     /// Whether the shard router equals `other`, slot for slot.
     #[cfg(test)]
-    pub(super) fn shards_same_as(&self, other: &ShardRouter) -> bool {
+    fn shards_same_as(&self, other: &ShardRouter) -> bool {
         self.shards.as_ref().is_some_and(|s| s.same_as(other))
     }
 

@@ -475,12 +475,10 @@ impl Shared {
         let received = Instant::now();
         // A put serves its key again: a value of it left unserved at or before the put's
         // revision is no longer the upstream's (a later one, which a source may have decoded
-        // before applying this batch, still is). `unserved` is a leaf lock, taken only when it
-        // holds a key.
-        let unserved = self.unserved_any.load(Ordering::Relaxed);
+        // before applying this batch, still is).
         let changes = changes.into_iter().inspect(|c| {
-            if unserved && let Change::Put(o) = c {
-                self.forget_unserved_through(o.key(), o.resource_version());
+            if let Change::Put(o) = c {
+                self.forget_unserved(o.key(), o.resource_version());
             }
         });
         let mut st = self.state.write();
@@ -622,7 +620,7 @@ impl Shared {
     pub(crate) fn decode_or_skip(&self, key: &str, value: &[u8], rv: u64) -> Option<Object> {
         match self.decode(key, value, rv) {
             Ok(o) => {
-                self.forget_unserved(key);
+                self.forget_unserved(key, u64::MAX);
                 Some(o)
             }
             Err(e) => {
@@ -641,27 +639,21 @@ impl Shared {
         self.unserved_any.store(true, Ordering::Relaxed);
     }
 
-    /// The follower saw `key` decoded or deleted: it is no longer an unserved value.
-    pub(crate) fn forget_unserved(&self, key: &str) {
+    /// The follower saw `key` decoded or deleted: its unserved record, if written at or before
+    /// `through`, goes (a put applied passes its revision: a value a source decoded after it
+    /// stays unserved).
+    pub(crate) fn forget_unserved(&self, key: &str, through: u64) {
         // Only the follower inserts, and it set the flag after its own insert: a false read
         // here means this key holds no record. (The checker reading a stale false only reads the
-        // value again.)
+        // value again.) `unserved` is a leaf lock, taken only when it holds a key.
         if self.unserved_any.load(Ordering::Relaxed) {
             let mut u = self.unserved.lock();
-            u.keys.remove(key);
+            if u.keys.get(key).is_some_and(|at| *at <= through) {
+                u.keys.remove(key);
+            }
             self.unserved_any
                 .store(!u.keys.is_empty(), Ordering::Relaxed);
         }
-    }
-
-    /// A value of `key` at revision `rv` is served: a record of it at or before `rv` goes.
-    fn forget_unserved_through(&self, key: &str, rv: u64) {
-        let mut u = self.unserved.lock();
-        if u.keys.get(key).is_some_and(|at| *at <= rv) {
-            u.keys.remove(key);
-        }
-        self.unserved_any
-            .store(!u.keys.is_empty(), Ordering::Relaxed);
     }
 
     /// The revision of the value of `key` the follower left unserved, if it did.
