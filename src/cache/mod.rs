@@ -3,8 +3,7 @@
 //! | file | concept |
 //! |---|---|
 //! | `mod.rs` | the facade: the public API, carrying out the read plans |
-//! | `writer.rs` | [`CacheWriter`]: the one handle that changes a cache |
-//! | `state.rs` | the one lock; the commit shared by live apply and resync; metrics |
+//! | `state.rs` | the one lock; the commit shared by live apply and resync; [`CacheWriter`], the one handle that changes a cache; metrics |
 //! | `ready.rs` | readiness: a state the writer moves, waiters woken by a channel |
 //! | `consistent.rs` | where each read is served from and what it waits for (pure) |
 //! | `fresh.rs` | how a consistent read learns the cache is fresh, one upstream read shared by a burst |
@@ -46,7 +45,6 @@ mod stream;
 mod testing;
 mod upstream;
 mod watcher;
-mod writer;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -60,13 +58,13 @@ pub use consistency::{Compared, Difference};
 pub use history::Evicted;
 pub use list::ListOptions;
 pub use resync::Resync;
-pub use state::{CacheStats, Change, CheckStatus, ConsistencyChecks, OutOfOrder, ResyncOutcome};
+pub use state::{
+    CacheStats, CacheWriter, Change, CheckStatus, ConsistencyChecks, OutOfOrder, ResyncOutcome,
+};
 pub use stream::WatchEnd;
 pub use stream::{WatchEvent, WatchOptions, WatchStream};
 pub use upstream::Selected;
 pub use upstream::{BoxFuture, KeyRange, RangeCursor, RangePage, RangeReader, RawKv, Upstream};
-
-pub use writer::CacheWriter;
 
 use crate::error::{Error, Result};
 use crate::model::selector::Predicate;

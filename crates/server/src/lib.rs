@@ -83,7 +83,7 @@ use tracing::{debug, info, warn};
 /// `watchcache-h2`), which keeps an idle connection's buffers at zero: always `true`, and named
 /// so that an embedder can prove it at compile time
 /// (`const _: () = assert!(watchcache_server::H2_PATCHED);`, as `tests/embed-crate` does).
-pub const H2_PATCHED: bool = transport::h2_conn::H2_PATCHED;
+pub const H2_PATCHED: bool = transport::http2::H2_PATCHED;
 
 pub use crate::http::served::{Served, ServedResources};
 pub use crate::http::status::ApiError;
@@ -97,7 +97,7 @@ use state::AppState;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use transport::conn::ConnInfo;
 use transport::tls::{self, Tls};
-use transport::{accept, deadline, h2_conn, sealed};
+use transport::{accept, deadline, http2, sealed};
 use watch::fast_path::{self, FirstRequest};
 
 /// A running server's handle: ends every watch stream cleanly when stopped.
@@ -130,8 +130,8 @@ const H2_SEND_BUF: usize = 64 * 1024;
 /// headers in full with every request, a few hundred bytes a watch or list.
 const H2_HEADER_TABLE: u32 = 0;
 
-/// An HTTP/2 connection's settings (`transport/h2_conn.rs`).
-const H2_SETTINGS: h2_conn::Settings = h2_conn::Settings {
+/// An HTTP/2 connection's settings (`transport/http2.rs`).
+const H2_SETTINGS: http2::Settings = http2::Settings {
     max_streams: H2_MAX_STREAMS,
     stream_window: H2_STREAM_WINDOW,
     conn_window: H2_CONN_WINDOW,
@@ -228,7 +228,7 @@ impl Server {
     /// the socket (or the TLS stream); every other request, and a kept-alive connection after its
     /// watch, is served by hyper's HTTP/1 connection (not the HTTP/1-or-2 auto connection, whose
     /// task is 16 KiB larger; see design/performance.md). A TLS connection that negotiates `h2` is
-    /// served by our HTTP/2 driver over h2 (`transport/h2_conn.rs`).
+    /// served by our HTTP/2 driver over h2 (`transport/http2.rs`).
     ///
     /// # Errors
     /// The listener's I/O error.
@@ -588,7 +588,7 @@ impl TlsConnection {
             // h2 has no deadline for the preface: it must come within the time a request head
             // has.
             let io = tls::FirstBytesBy::new(stream, timeout, idle);
-            Some(Box::pin(h2_conn::H2Conn::new(
+            Some(Box::pin(http2::H2Conn::new(
                 io,
                 H2_SETTINGS,
                 H2Service(router),
@@ -617,7 +617,7 @@ type WithBody = futures_util::future::MapOk<
 >;
 
 /// The router as our HTTP/2 connections' service: a watch is answered in place, and its pump,
-/// taken out of the response, is the stream's body (`transport/h2_stream.rs`).
+/// taken out of the response, is the stream's body (`transport/http2.rs`).
 #[derive(Clone)]
 struct H2Service(Router);
 
@@ -800,7 +800,7 @@ mod tests {
     /// (it was 256 at 192 B).
     #[test]
     fn a_watch_stream_is_small() {
-        let size = std::mem::size_of::<super::transport::h2_stream::Stream<super::H2Service>>();
+        let size = std::mem::size_of::<super::transport::http2::Stream<super::H2Service>>();
         assert!(size <= 160, "{size}");
     }
 }

@@ -5,7 +5,7 @@
 //! aborted) and an HTTP/1.1 connection is closed; either drops the body and what it holds.
 //!
 //! - HTTP/2: the gate puts the deadline in the response's extensions ([`ResponseDeadline`]);
-//!   the stream's body pipe (`h2_stream.rs`) resets the stream when it passes.
+//!   the stream's body pipe (`http2.rs`) resets the stream when it passes.
 //! - HTTP/1.1: hyper writes one response at a time and polls a body only while the socket takes
 //!   bytes, so a body cannot see its own deadline when the client stops reading. The connection's
 //!   [`ResponseClock`] holds the deadline of the response being sent; the connection's future

@@ -2,7 +2,7 @@
 //! (`accept.rs`), what is known of a connection (`conn.rs`), TLS and its reloads (`tls.rs`), client
 //! certificates (`client_cert.rs`, with its DER parser), a TLS watch's sending half (`sealed.rs`),
 //! a response's deadline on the wire (`deadline.rs`), and HTTP/2 served with h2 directly
-//! (`h2_conn.rs`, `h2_stream.rs`). The only module that uses the `h2` crate.
+//! (`http2.rs`). The only module that uses the `h2` crate.
 //!
 //! Layer: the lowest of the jobs (only `config.rs` is below it). It imports no other module of
 //! the crate: what it serves is given to it from above, as a [`Service`] (the router, and a
@@ -13,9 +13,8 @@ pub(crate) mod accept;
 pub(crate) mod client_cert;
 pub(crate) mod conn;
 pub(crate) mod deadline;
-pub(crate) mod h2_conn;
-pub(crate) mod h2_stream;
+pub(crate) mod http2;
 pub(crate) mod sealed;
 pub(crate) mod tls;
 
-pub(crate) use h2_stream::{Chunks, H2Framing, Service};
+pub(crate) use http2::{Chunks, H2Framing, Service};

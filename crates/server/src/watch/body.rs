@@ -19,7 +19,7 @@ use crate::watch::pump::WatchPump;
 
 /// A watch's response as the router returns it: its head, an empty body, and its pump in the
 /// response's extensions. Each transport takes the pump out: hyper's HTTP/1.1 connection as a
-/// [`WatchBody`] ([`into_body`]), the HTTP/2 connection (`transport/h2_stream.rs`) by sending the pump's
+/// [`WatchBody`] ([`into_body`]), the HTTP/2 connection (`transport/http2.rs`) by sending the pump's
 /// chunks itself, with neither axum's box around a body nor hyper's stream. (An extension must be
 /// `Clone`: the pump is taken from a shared slot, once.)
 #[derive(Clone)]

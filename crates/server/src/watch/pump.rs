@@ -209,7 +209,7 @@ impl WatchPump {
     }
 }
 
-/// The HTTP/2 stream sends a watch's chunks itself (`transport/h2_stream.rs`).
+/// The HTTP/2 stream sends a watch's chunks itself (`transport/http2.rs`).
 impl crate::transport::Chunks for WatchPump {
     fn poll_chunks(&mut self, cx: &mut Context<'_>) -> Poll<Option<Vec<Bytes>>> {
         WatchPump::poll_chunks(self, cx)
