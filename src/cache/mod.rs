@@ -3,11 +3,10 @@
 //! | file | concept |
 //! |---|---|
 //! | `mod.rs` | the facade: the public API, carrying out the read plans |
-//! | `state.rs` | the one lock; the commit shared by live apply and resync; [`CacheWriter`], the one handle that changes a cache; metrics |
+//! | `state.rs` | the one lock; the commit shared by live apply and resync; [`CacheWriter`], the one handle that changes a cache, and its [`Resync`] (a relist, applied as a difference); metrics |
 //! | `ready.rs` | readiness: a state the writer moves, waiters woken by a channel |
 //! | `consistent.rs` | where each read is served from and what it waits for (pure) |
 //! | `fresh.rs` | how a consistent read learns the cache is fresh, one upstream read shared by a burst |
-//! | `resync.rs` | relists, applied as a difference |
 //! | `store.rs`, `history.rs` | the current state with its indexes; the window of recent events |
 //! | `registry.rs` | which watchers an event is offered to (its router), and the fan-out (cacher.go's `indexedWatchers` and dispatch) |
 //! | `watcher.rs` | a watcher's queue and parking (cache_watcher.go) |
@@ -36,7 +35,6 @@ mod loom;
 mod members;
 mod ready;
 mod registry;
-mod resync;
 mod shard_router;
 mod state;
 mod store;
@@ -57,9 +55,9 @@ pub use consistency::Corruption;
 pub use consistency::{Compared, Difference};
 pub use history::Evicted;
 pub use list::ListOptions;
-pub use resync::Resync;
 pub use state::{
-    CacheStats, CacheWriter, Change, CheckStatus, ConsistencyChecks, OutOfOrder, ResyncOutcome,
+    CacheStats, CacheWriter, Change, CheckStatus, ConsistencyChecks, OutOfOrder, Resync,
+    ResyncOutcome,
 };
 pub use stream::WatchEnd;
 pub use stream::{WatchEvent, WatchOptions, WatchStream};

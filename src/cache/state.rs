@@ -38,7 +38,6 @@ use crate::cache::history::{Event, Evicted, History};
 use crate::cache::list::{self, Page, Rollback};
 use crate::cache::ready::{Readiness, Signal};
 use crate::cache::registry::{Fanout, Registry, ShardChange};
-use crate::cache::resync::Resync;
 use crate::cache::shard_router::ShardRouter;
 use crate::cache::store::Store;
 use crate::cache::upstream::{KeyRange, Upstream};
@@ -1279,6 +1278,71 @@ impl CacheWriter {
     }
 }
 
+// ---- a resync in progress: the initial sync, or a relist after a compaction or an
+// unrecoverable watch break. It keeps only the listed keys and the objects that differ from the
+// cache, never a second copy of the whole data set; `finish` applies the difference through the
+// same commit as live events. ----
+
+/// A resync in progress (see [`CacheWriter::resync`](crate::CacheWriter::resync)). It borrows
+/// the writer: nothing else is applied until it is finished or dropped (dropped, it changes
+/// nothing).
+pub struct Resync<'w> {
+    shared: &'w Shared,
+    rv: u64,
+    seen: HashSet<ObjectKey>,
+    changed: Vec<Object>,
+    listed: u64,
+}
+
+impl<'w> Resync<'w> {
+    pub(crate) fn new(shared: &'w Shared, rv: u64) -> Resync<'w> {
+        Resync {
+            shared,
+            rv,
+            seen: HashSet::new(),
+            changed: Vec::new(),
+            listed: 0,
+        }
+    }
+
+    /// Adds one page of the listed state.
+    pub fn add_page(&mut self, objects: impl IntoIterator<Item = Object>) {
+        let mut page: Vec<Object> = Vec::new();
+        for o in objects {
+            self.listed += 1;
+            if self.seen.insert(o.key_owned()) {
+                page.push(o);
+            }
+        }
+        self.shared.retain_changed(&mut page, &mut self.seen);
+        self.changed.append(&mut page);
+    }
+
+    /// Objects listed so far.
+    pub fn listed(&self) -> u64 {
+        self.listed
+    }
+
+    /// Applies the difference. The first resync loads the state silently and makes the cache ready.
+    /// Later ones turn the difference into ordinary ADDED/MODIFIED/DELETED events at the resync
+    /// revision, so connected watchers stay connected and converge; watches and continuations from
+    /// before it get 410 Expired.
+    pub fn finish(self) -> ResyncOutcome {
+        self.shared
+            .finish_resync(self.rv, self.changed, &self.seen, self.listed)
+    }
+}
+
+impl std::fmt::Debug for Resync<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resync")
+            .field("resource", &self.shared.schema.def.plural)
+            .field("rv", &self.rv)
+            .field("listed", &self.listed)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1404,11 +1468,11 @@ mod tests {
     #[test]
     fn a_relist_keeps_no_copy_of_unchanged_objects() {
         let (s, f) = shared();
-        let mut r = crate::cache::resync::Resync::new(&s, 1);
+        let mut r = Resync::new(&s, 1);
         r.add_page(vec![f.pod("a", "n1", 1)]);
         r.finish();
         let (same, new) = (f.pod("a", "n1", 1), f.pod("b", "n1", 2));
-        let mut r = crate::cache::resync::Resync::new(&s, 2);
+        let mut r = Resync::new(&s, 2);
         r.add_page(vec![same.clone(), new.clone()]);
         assert_eq!(
             same.refs(),

@@ -5,9 +5,11 @@
 //! - `json` is compact (no newlines, so a watch stream can frame one event per line) and carries
 //!   `metadata.resourceVersion` = `rv` at `json[rv_at..rv_at + rv_len]`. The stored bytes' own
 //!   resourceVersion is never trusted: it is dropped on ingest.
-//! - An object stored as protobuf keeps the stored bytes and makes its JSON on first use, exactly
-//!   once (`OnceLock`), outside the cache's lock (consumers ask for it, the commit never does).
-//!   Everything that encoding reads was validated at ingest, so making it cannot fail.
+//! - An object stored as protobuf keeps the stored bytes with `metadata.resourceVersion` = `rv`
+//!   spliced in at decode (what kube-apiserver serves: its protobuf form, shared by every GET,
+//!   LIST and watch frame) and makes its JSON on first use, exactly once (`OnceLock`), outside the
+//!   cache's lock (consumers ask for it, the commit never does). Everything that encoding reads
+//!   was validated at ingest, so making it cannot fail.
 //! - `namespace` and `name` agree with the key: `prefix + ns + "/" + name`, or `prefix + name`.
 //!   `ns_at == name_at` iff the object is cluster-scoped.
 // Reads outside input (requests or stored values): it must not panic on any of it
@@ -46,7 +48,8 @@ pub struct Object(Arc<Inner>);
 /// 120 bytes (with feature `typed` too), plus the `Arc`'s 16 (checked by a test): every
 /// byte here is paid by every cached object, so what only some objects use lives in [`Lazy`].
 struct Inner {
-    /// The stored form: the compact JSON (`Form::Json`) or the protobuf value as stored.
+    /// The stored form: the compact JSON (`Form::Json`) or the protobuf value as stored, its
+    /// revision spliced in (`Form::Protobuf`).
     stored: Bytes,
     rv: u64,
     /// FNV-1a of `metadata.uid`, read at decode: what a `shardSelector` on the uid routes by.
@@ -69,7 +72,8 @@ enum Form {
     /// JSON, re-encoded compactly at ingest (`stored`); `metadata.resourceVersion`'s digits at
     /// `stored[rv_at..rv_at + rv_len]`.
     Json { rv_at: u32, rv_len: u8 },
-    /// kube-apiserver's protobuf (`k8s\0` + `runtime.Unknown`), as stored; its JSON on first use.
+    /// kube-apiserver's protobuf (`k8s\0` + `runtime.Unknown`), as stored with the revision
+    /// spliced in at decode; its JSON on first use.
     Protobuf,
 }
 
@@ -89,21 +93,17 @@ struct Lazy {
     typed: OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
-/// Makes a protobuf watch frame's head from its event type and its envelope's length
-/// (`wire/protobuf.rs`).
-type FrameHead = dyn Fn(&str, usize) -> Vec<u8>;
-
 /// The protobuf encoding as served: `k8s\0` + `runtime.Unknown` with `metadata.resourceVersion`
-/// set, and where the object's message is in it (a list's item).
+/// set (for an object stored as protobuf, the stored bytes themselves), and where the object's
+/// message is in it (a list's item).
 struct PbForm {
     envelope: Bytes,
     raw: (u32, u32),
-    /// The whole protobuf watch frames (length, `WatchEvent` head, envelope) of an ADDED and of a
-    /// MODIFIED event carrying this object, each made on first use: a delivery then shares one
-    /// buffer, as a JSON delivery shares the object's JSON (one reference count, not two; measured
-    /// in design/performance.md). The first frame made holds the only copy of the envelope
-    /// (`envelope` is a slice of it); a second event type costs a copy.
-    frames: [OnceLock<Bytes>; 2],
+    /// The heads (stream length, `metav1.WatchEvent` {type, object's length}) of the protobuf watch
+    /// frames of an ADDED and of a MODIFIED event carrying this object state, kept for every
+    /// delivery after the first. The wire's protobuf encoder makes them (`wire/protobuf.rs`): the
+    /// model holds the slots, not the format.
+    heads: [OnceLock<Bytes>; 2],
 }
 
 /// An object's key as an owned value: the object itself, compared, ordered and hashed by its key
@@ -163,9 +163,10 @@ static JSON_ENCODES: AtomicU64 = AtomicU64::new(0);
 static PROTOBUF_ENCODES: AtomicU64 = AtomicU64::new(0);
 
 /// How many object encodings were made since the process started: JSON (from protobuf storage,
-/// or a deletion's last state at the deletion's revision) and protobuf (from JSON storage, or the
-/// stored protobuf with a revision spliced in). Each object state and each deletion is encoded at
-/// most once per format, whatever the number of watchers and lists it goes to.
+/// or a deletion's last state at the deletion's revision) and protobuf (from JSON storage, or a
+/// deletion's last state at its revision; an object stored as protobuf is served as stored, its
+/// revision spliced in at decode). Each object state and each deletion is encoded at most once
+/// per format, whatever the number of watchers and lists it goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EncodeCounts {
     /// JSON encodings.
@@ -603,8 +604,13 @@ impl Object {
                 .map(|(i, v)| schema.field_text(i, v.as_deref())),
         )
         .map_err(&fail)?;
+        // The revision spliced in once, here: every protobuf read serves these bytes as they are.
+        let (mut stored, _) =
+            crate::model::protobuf::with_resource_version(value, rv).map_err(&fail)?;
+        // Held for the object's life: no spare capacity (`Bytes` would keep it).
+        stored.shrink_to_fit();
         Ok(Object(Arc::new(Inner {
-            stored: Bytes::copy_from_slice(value),
+            stored: Bytes::from(stored),
             rv,
             uid_hash: fnv1a64(meta.uid.as_bytes()),
             text,
@@ -753,7 +759,8 @@ impl Object {
         (f.item_at > 0).then(|| f.json.slice(f.item_at as usize..))
     }
 
-    /// The stored protobuf value (`k8s\0` + envelope), for objects stored as protobuf.
+    /// The stored protobuf value (`k8s\0` + envelope, the revision spliced in), for objects stored
+    /// as protobuf.
     pub fn protobuf(&self) -> Option<&Bytes> {
         match self.0.form {
             Form::Json { .. } => None,
@@ -783,58 +790,32 @@ impl Object {
         out.freeze()
     }
 
+    /// The protobuf form, made now if this is its first use: for an object stored as protobuf, the
+    /// stored bytes (never transcoded; the revision was spliced in at decode), for one stored as
+    /// JSON, its transcoding.
     fn pb_form(&self) -> Result<&PbForm, EncodeError> {
-        self.pb_form_in(None)
-    }
-
-    /// The protobuf form, made now if this is its first use. `frame`: the first use is a watch
-    /// frame of this type (its slot and name) whose head `head` makes; the envelope is then
-    /// written once, inside that frame, and shared from it (one copy per object state, not two).
-    fn pb_form_in(&self, frame: Option<(usize, &str, &FrameHead)>) -> Result<&PbForm, EncodeError> {
         let made = self.lazy().pb.get_or_init(|| {
             Box::new((|| {
-                count_encode(true);
-                // The envelope, and whether it is the stored bytes as they are.
-                let (envelope, raw, stored) = match self.0.form {
-                    // Never transcoded: the stored bytes, the revision spliced in.
+                let (envelope, raw) = match self.0.form {
                     Form::Protobuf => {
-                        let (env, raw) = crate::model::protobuf::with_resource_version(
-                            &self.0.stored,
-                            self.0.rv,
-                        )?;
-                        // Read from an API server's watch, the bytes already carry this revision:
-                        // share them rather than keep a second copy for every object.
-                        let stored = env == *self.0.stored;
-                        (env, raw, stored)
+                        let raw = crate::model::protobuf::raw_range(&self.0.stored)
+                            .ok_or("no message in the envelope")?;
+                        (self.0.stored.clone(), raw)
                     }
                     Form::Json { .. } => {
+                        count_encode(true);
                         let v: serde_json::Value =
                             serde_json::from_slice(&self.0.stored).map_err(|e| e.to_string())?;
                         let env = crate::model::protobuf::encode_json(&v)?;
                         let raw = crate::model::protobuf::raw_range(&env)
                             .ok_or("no message in the envelope")?;
-                        (env, raw, false)
-                    }
-                };
-                let frames = [OnceLock::new(), OnceLock::new()];
-                let envelope = match frame {
-                    _ if stored => self.0.stored.clone(),
-                    None => Bytes::from(envelope),
-                    Some((i, name, head)) => {
-                        let mut whole = head(name, envelope.len());
-                        let at = whole.len();
-                        whole.extend_from_slice(&envelope);
-                        let whole = Bytes::from(whole);
-                        if let Some(slot) = frames.get(i) {
-                            let _ = slot.set(whole.clone());
-                        }
-                        whole.slice(at..)
+                        (Bytes::from(env), raw)
                     }
                 };
                 Ok(PbForm {
                     envelope,
                     raw: (raw.start as u32, raw.end as u32),
-                    frames,
+                    heads: [OnceLock::new(), OnceLock::new()],
                 })
             })())
         });
@@ -856,36 +837,23 @@ impl Object {
         self.pb_form().map(|f| &f.envelope)
     }
 
-    /// The whole protobuf watch frame (length, `WatchEvent` {type, object}, this object's
-    /// [`protobuf_wire`](Object::protobuf_wire)) of an ADDED or MODIFIED event carrying it: the
-    /// head made by `head` (`wire/protobuf.rs`: from the event type and the envelope's length),
-    /// then the envelope, once per event type, kept here and shared (`None` for other event
-    /// types). When a frame is the object's first protobuf use, its envelope is made inside it.
+    /// [`protobuf_wire`](Object::protobuf_wire), and the slot of the head of a protobuf watch
+    /// frame of `kind` carrying it, kept with this object state (`None` but for ADDED and
+    /// MODIFIED): the wire's protobuf encoder fills it on first use and shares it after.
     ///
     /// # Errors
     /// As [`protobuf_wire`](Object::protobuf_wire).
-    pub(crate) fn protobuf_frame(
+    pub(crate) fn protobuf_with_head(
         &self,
         kind: EventType,
-        head: &FrameHead,
-    ) -> Result<Option<Bytes>, EncodeError> {
-        let (i, name) = match kind {
-            EventType::Added => (0, "ADDED"),
-            EventType::Modified => (1, "MODIFIED"),
-            _ => return Ok(None),
+    ) -> Result<(&Bytes, Option<&OnceLock<Bytes>>), EncodeError> {
+        let f = self.pb_form()?;
+        let slot = match kind {
+            EventType::Added => f.heads.first(),
+            EventType::Modified => f.heads.get(1),
+            _ => None,
         };
-        let f = self.pb_form_in(Some((i, name, head)))?;
-        let Some(slot) = f.frames.get(i) else {
-            return Ok(None);
-        };
-        Ok(Some(
-            slot.get_or_init(|| {
-                let mut frame = head(name, f.envelope.len());
-                frame.extend_from_slice(&f.envelope);
-                Bytes::from(frame)
-            })
-            .clone(),
-        ))
+        Ok((&f.envelope, slot))
     }
 
     /// The object's protobuf message alone, as a list's item (shared with
@@ -1078,8 +1046,11 @@ impl Object {
                     + match l.pb.get().map(|b| &**b) {
                         Some(Ok(f)) => {
                             std::mem::size_of::<Result<PbForm, String>>()
-                                + f.envelope.len()
-                                + f.frames
+                                + match i.form {
+                                    Form::Json { .. } => f.envelope.len(),
+                                    Form::Protobuf => 0, // the stored bytes, counted above
+                                }
+                                + f.heads
                                     .iter()
                                     .filter_map(OnceLock::get)
                                     .map(Bytes::len)
@@ -1443,9 +1414,10 @@ mod tests {
     }
 
     /// kube-apiserver's GET body of a pod at revision 12345, read back (as a leaf reads its
-    /// root's watch): served at 12345 it is the same bytes, shared; at another revision, spliced.
+    /// root's watch): served at 12345 it is the same bytes; at another revision, spliced at
+    /// decode. Either way the protobuf served is the stored bytes, shared.
     #[test]
-    fn protobuf_already_at_its_revision_is_served_as_it_came() {
+    fn protobuf_is_served_as_stored_with_its_revision() {
         let served = crate::model::protobuf::tests::vector("pod.pb");
         let key = pod_key(&served);
         let o = Object::decode(&pods(), &key, &served, 12345).unwrap();
@@ -1458,7 +1430,7 @@ mod tests {
         );
         let o = Object::decode(&pods(), &key, &served, 777).unwrap();
         let wire = o.protobuf_wire().unwrap();
-        assert_ne!(wire.as_ptr(), o.protobuf().unwrap().as_ptr());
+        assert_eq!(wire.as_ptr(), o.protobuf().unwrap().as_ptr());
         let (want, _) = crate::model::protobuf::with_resource_version(&served, 777).unwrap();
         assert_eq!(&wire[..], &want[..]);
         assert_eq!(o.to_value()["metadata"]["resourceVersion"], "777");
@@ -1488,38 +1460,38 @@ mod tests {
         assert_eq!(j.json_unkept().as_ptr(), j.json().as_ptr());
     }
 
-    /// A watch frame as an object's first protobuf use holds the only copy of its envelope; a
-    /// frame of the other event type is made from it; both are made once.
+    /// An object stored as protobuf serves its stored bytes, the revision spliced in at decode
+    /// (no copy on protobuf use), and keeps a protobuf watch frame's head per event type.
     #[test]
-    fn the_first_watch_frame_holds_the_envelope() {
+    fn a_protobuf_object_serves_its_stored_bytes_and_keeps_its_frame_heads() {
         let stored = crate::model::protobuf::tests::vector("pod.etcd.bin");
         let served = crate::model::protobuf::tests::vector("pod.pb");
         let key = pod_key(&stored);
         let o = Object::decode(&pods(), &key, &stored, 12345).unwrap();
-        let head = |name: &str, len: usize| format!("<{name} {len}>").into_bytes();
-        let added = o.protobuf_frame(EventType::Added, &head).unwrap().unwrap();
         let wire = o.protobuf_wire().unwrap();
         assert_eq!(&wire[..], &served[..]);
-        let at = added.len() - wire.len();
-        assert_eq!(&added[..at], format!("<ADDED {}>", served.len()).as_bytes());
         assert_eq!(
             wire.as_ptr(),
-            added[at..].as_ptr(),
-            "the envelope is inside the frame"
+            o.protobuf().unwrap().as_ptr(),
+            "the stored bytes, not a copy"
         );
-        let modified = o
-            .protobuf_frame(EventType::Modified, &head)
+        let (env, added) = o.protobuf_with_head(EventType::Added).unwrap();
+        assert_eq!(env.as_ptr(), wire.as_ptr());
+        let made = added
             .unwrap()
-            .unwrap();
-        assert!(modified.starts_with(b"<MODIFIED ") && modified.ends_with(&served));
-        let again = o
-            .protobuf_frame(EventType::Modified, &head)
-            .unwrap()
-            .unwrap();
-        assert_eq!(again.as_ptr(), modified.as_ptr(), "made once");
+            .get_or_init(|| Bytes::from_static(b"<ADDED>"));
+        let (_, modified) = o.protobuf_with_head(EventType::Modified).unwrap();
+        assert!(modified.unwrap().get().is_none(), "a slot per event type");
+        let (_, again) = o.protobuf_with_head(EventType::Added).unwrap();
+        assert_eq!(
+            again.unwrap().get().map(|b| b.as_ptr()),
+            Some(made.as_ptr()),
+            "kept"
+        );
         assert!(
-            o.protobuf_frame(EventType::Deleted, &head)
+            o.protobuf_with_head(EventType::Deleted)
                 .unwrap()
+                .1
                 .is_none()
         );
     }

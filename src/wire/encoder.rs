@@ -5,10 +5,11 @@
 //! [`EncoderId`] that made them: the first watcher asking for a variant makes it, every other
 //! watcher of that variant shares it, and the cache that holds the memo knows no format.
 //!
-//! - [`JsonFrames`] and [`ProtobufFrames`] (its heads from `protobuf.rs`): the event as it is
-//!   stored, one line of JSON or one length-prefixed `metav1.WatchEvent`. Their ADDED and
-//!   MODIFIED frames share the object's own bytes (made once per object state, in the model); a
-//!   DELETED frame, the last state at the deletion's revision, is made once per event in its memo.
+//! - [`JsonFrames`] and [`ProtobufFrames`] (with its frames' heads): the event as it is stored,
+//!   one line of JSON or one length-prefixed `metav1.WatchEvent`. Their ADDED and MODIFIED frames
+//!   share the object's own bytes (made once per object state, at decode); a protobuf frame's
+//!   head is made once per object state and event type and kept with the object; a DELETED
+//!   frame, the last state at the deletion's revision, is made once per event in its memo.
 //! - `WatchConverter` (`convert.rs`): Table, PartialObjectMetadata (JSON and protobuf), either
 //!   format without managed fields, a CRD's other served version.
 //!
@@ -30,6 +31,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 
 use crate::model::definition::ResourceDef;
+use crate::model::protobuf::{put_len, tag, varint};
 use crate::model::{EncodeError, EventType, Object};
 use crate::wire::status::Status;
 
@@ -256,10 +258,11 @@ impl Encoder for JsonFrames {
 }
 
 /// The event as stored, in Kubernetes protobuf: a length-prefixed `metav1.WatchEvent` per event
-/// (`application/vnd.kubernetes.protobuf;stream=watch`). An ADDED or MODIFIED frame is the
-/// object's own, made once per object state and kept with it (`Object::protobuf_frame`); a
-/// DELETED frame, the last state at the deletion's revision, once per event in its memo; a
-/// bookmark's, per watcher (its object is a few bytes).
+/// (`application/vnd.kubernetes.protobuf;stream=watch`). An ADDED or MODIFIED frame is its head,
+/// made once per object state and event type and kept with the object
+/// (`Object::protobuf_with_head`), then the object's own protobuf bytes, shared; a DELETED frame,
+/// the last state at the deletion's revision, once per event in its memo; a bookmark's, per
+/// watcher (its object is a few bytes).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProtobufFrames;
 
@@ -284,10 +287,13 @@ impl ProtobufFrames {
                 }
             }
             (kind, Some(o)) => {
-                match o.protobuf_frame(kind, &crate::wire::protobuf::watch_frame_head)? {
-                    Some(frame) => Ok(Frame::whole(frame)),
-                    None => Ok(Frame::protobuf(kind.as_str(), o.protobuf_wire()?.clone())),
-                }
+                let (envelope, head) = o.protobuf_with_head(kind)?;
+                let make = || Bytes::from(watch_frame_head(kind.as_str(), envelope.len()));
+                let head = match head {
+                    Some(kept) => kept.get_or_init(make).clone(),
+                    None => make(),
+                };
+                Ok(Frame::with_head(head, envelope.clone()))
             }
             (kind, None) => {
                 let fail = |reason: String| EncodeError {
@@ -331,6 +337,26 @@ pub(crate) fn event_envelope(ev: &dyn Event) -> Result<Bytes, EncodeError> {
         (EventType::Deleted, _) | (_, None) => ProtobufFrames.frame(ev).map(|f| f.body().clone()),
         (_, Some(o)) => o.protobuf_wire().cloned(),
     }
+}
+
+/// `metav1.WatchEvent` {type = 1, object = 2 (RawExtension {raw = 1})} around an object's
+/// envelope, behind the 4-byte big-endian length of the stream framer: the head of the frame
+/// (the envelope follows it).
+fn watch_frame_head(event_type: &str, envelope_len: usize) -> Vec<u8> {
+    let mut ext_len = Vec::with_capacity(5);
+    varint(&mut ext_len, envelope_len as u64);
+    let ext = 1 + ext_len.len() + envelope_len;
+    let mut msg = Vec::with_capacity(32);
+    put_len(&mut msg, 1, event_type.as_bytes());
+    tag(&mut msg, 2, 2);
+    varint(&mut msg, ext as u64);
+    tag(&mut msg, 1, 2);
+    msg.extend_from_slice(&ext_len);
+    let total = msg.len() + envelope_len;
+    let mut out = Vec::with_capacity(4 + msg.len());
+    out.extend_from_slice(&(total as u32).to_be_bytes());
+    out.extend_from_slice(&msg);
+    out
 }
 
 /// A watch's frames in one of the stored formats: the object's own JSON or protobuf, as
@@ -445,14 +471,21 @@ impl Frame {
     /// A protobuf watch frame: the length and `metav1.WatchEvent` head, then the object's shared
     /// envelope (`k8s\0` + `runtime.Unknown`), as upstream's protobuf stream framer writes it.
     pub fn protobuf(event_type: &str, envelope: Bytes) -> Frame {
-        let head = crate::wire::protobuf::watch_frame_head(event_type, envelope.len());
+        let head = watch_frame_head(event_type, envelope.len());
         Frame {
             parts: [Bytes::from(head), envelope, Bytes::new()],
         }
     }
 
-    /// A frame made whole, in one shared buffer (a protobuf frame's head and envelope; an
-    /// encoder's own frame).
+    /// A frame of a head made for it and a body shared with other frames (a protobuf frame's head
+    /// kept with its object, and the object's bytes).
+    pub(crate) fn with_head(head: Bytes, body: Bytes) -> Frame {
+        Frame {
+            parts: [head, body, Bytes::new()],
+        }
+    }
+
+    /// A frame made whole, in one shared buffer (an encoder's own frame).
     pub fn whole(frame: Bytes) -> Frame {
         Frame {
             parts: [frame, Bytes::new(), Bytes::new()],
@@ -470,8 +503,7 @@ impl Frame {
     }
 
     /// The object's bytes inside the frame (shared with every other frame of the same event); for
-    /// a frame made whole ([`Frame::whole`]: a protobuf ADDED or MODIFIED event's), empty: the
-    /// frame is its first piece.
+    /// a frame made whole ([`Frame::whole`]), empty: the frame is its first piece.
     pub fn body(&self) -> &Bytes {
         &self.parts[1]
     }
@@ -671,5 +703,24 @@ mod tests {
         );
         // The converter's DELETED and MODIFIED frames, and protobuf's DELETED one.
         assert_eq!(memo.len(), 3);
+    }
+
+    /// Protobuf watch frames, byte for byte upstream's stream (`pods-watch.pb-stream`, made by
+    /// Kubernetes' own serializers).
+    #[test]
+    fn protobuf_frames_are_upstreams_watch_stream() {
+        let vector = crate::model::protobuf::tests::vector;
+        let lines = vector("pods-watch.json-stream");
+        let mut got = Vec::new();
+        for line in lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let ev: serde_json::Value = serde_json::from_slice(line).unwrap();
+            let env = crate::model::protobuf::encode_json(&ev["object"]).unwrap();
+            got.extend_from_slice(&watch_frame_head(ev["type"].as_str().unwrap(), env.len()));
+            got.extend_from_slice(&env);
+        }
+        assert!(
+            got == vector("pods-watch.pb-stream"),
+            "watch stream differs from upstream's vector"
+        );
     }
 }

@@ -11,10 +11,10 @@
 //! | File | What |
 //! |---|---|
 //! | `body.rs` | a GET's or a LIST's body in its negotiated `Variant` |
-//! | `encoder.rs` | a watch's `Encoder` per format and variant, the per-event `EventMemo` they share, the `Frame` they make; the stored formats' (JSON, protobuf); a watch's `Wire` (a stored format in a byte) or `WatchEncoder`; bookmarks |
+//! | `encoder.rs` | a watch's `Encoder` per format and variant, the per-event `EventMemo` they share, the `Frame` they make; the stored formats' (JSON, protobuf, with its frame heads); a watch's `Wire` (a stored format in a byte) or `WatchEncoder`; bookmarks |
 //! | `format.rs` | the variants: `Format`, `Fields` (all, or without managed fields) |
 //! | `list.rs` | a LIST page (`ObjectList`) as pieces, JSON and protobuf |
-//! | `protobuf.rs` | protobuf frame heads, list envelopes and `Status`, as kube-apiserver |
+//! | `protobuf.rs` | protobuf list envelopes and `Status`, as kube-apiserver |
 //! | `status.rs` | `Status`, the body of every error, JSON and protobuf |
 //! | `managed_fields.rs` | an object's JSON and protobuf without `metadata.managedFields` |
 //! | `partial.rs` | `PartialObjectMetadata` in protobuf and JSON |

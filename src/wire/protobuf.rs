@@ -1,32 +1,12 @@
 //! The protobuf forms of what the server writes around objects, byte for byte as kube-apiserver:
-//! a watch stream's frame heads (`metav1.WatchEvent` behind the stream framer's length), a
-//! `{Kind}List`'s envelope and item heads, and `metav1.Status`. Objects themselves are the cache's
+//! a `{Kind}List`'s envelope and item heads, and `metav1.Status` (a watch frame's head is the
+//! protobuf watch encoder's, in `encoder.rs`). Objects themselves are the cache's
 //! shared bytes (`model/protobuf/`), never re-encoded here.
 
 use serde_json::Value as Json;
 
 use crate::model::protobuf::envelope;
 use crate::model::protobuf::{MAGIC, nested, put_len, put_varint, tag, varint};
-
-/// `metav1.WatchEvent` {type = 1, object = 2 (RawExtension {raw = 1})} around an object's
-/// envelope, behind the 4-byte big-endian length of the stream framer: the head of the frame
-/// (the envelope follows it).
-pub(crate) fn watch_frame_head(event_type: &str, envelope_len: usize) -> Vec<u8> {
-    let mut ext_len = Vec::with_capacity(5);
-    varint(&mut ext_len, envelope_len as u64);
-    let ext = 1 + ext_len.len() + envelope_len;
-    let mut msg = Vec::with_capacity(32);
-    put_len(&mut msg, 1, event_type.as_bytes());
-    tag(&mut msg, 2, 2);
-    varint(&mut msg, ext as u64);
-    tag(&mut msg, 1, 2);
-    msg.extend_from_slice(&ext_len);
-    let total = msg.len() + envelope_len;
-    let mut out = Vec::with_capacity(4 + msg.len());
-    out.extend_from_slice(&(total as u32).to_be_bytes());
-    out.extend_from_slice(&msg);
-    out
-}
 
 /// `metav1.ListMeta` {selfLink = 1, resourceVersion = 2, continue = 3, remainingItemCount = 4,
 /// shardInfo = 5 {selector = 1}} as field 1 of a list.
@@ -209,19 +189,6 @@ mod tests {
         assert!(
             got == vector("pods-list.pb"),
             "list differs from upstream's vector"
-        );
-
-        let lines = vector("pods-watch.json-stream");
-        let mut got = Vec::new();
-        for line in lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            let ev: serde_json::Value = serde_json::from_slice(line).unwrap();
-            let env = crate::model::protobuf::encode_json(&ev["object"]).unwrap();
-            got.extend_from_slice(&watch_frame_head(ev["type"].as_str().unwrap(), env.len()));
-            got.extend_from_slice(&env);
-        }
-        assert!(
-            got == vector("pods-watch.pb-stream"),
-            "watch stream differs from upstream's vector"
         );
     }
 }
