@@ -85,6 +85,7 @@ impl WatchOptions {
 pub struct WatchEvent {
     kind: EventType,
     rv: u64,
+    /// An initial event's object; a change's is its history event's (`change`), read through it.
     object: Option<Object>,
     /// A bookmark's object (JSON); empty for other events, whose encodings are asked of their
     /// object or history event when a format needs them, never before: a protobuf watcher never
@@ -99,22 +100,14 @@ pub struct WatchEvent {
 }
 
 impl WatchEvent {
-    /// The event of a delivery, which it takes: its history event moves in (no reference count
-    /// taken and given back per watcher).
+    /// The event of a delivery, which it takes: its history event moves in, and its object is
+    /// read through it (no reference count taken and given back per watcher).
     fn change(d: Delivery) -> WatchEvent {
         let ev = d.event;
-        let object = match d.kind {
-            EventType::Deleted => ev.prev.clone(),
-            _ => Some(
-                ev.object
-                    .clone()
-                    .unwrap_or_else(|| unreachable!("ADDED/MODIFIED carry an object")),
-            ),
-        };
         WatchEvent {
             kind: d.kind,
             rv: ev.rv,
-            object,
+            object: None,
             bookmark: Bytes::new(),
             initial_events_end: false,
             received: Some(ev.at),
@@ -153,17 +146,22 @@ impl WatchEvent {
 
     /// The object: the new state, or for DELETED the last state that matched (whose own
     /// [`Object::resource_version`] is the revision it was written at). `None` for bookmarks.
+    #[inline]
     pub fn object(&self) -> Option<&Object> {
-        self.object.as_ref()
+        match (&self.change, self.kind) {
+            (Some(ev), EventType::Deleted) => ev.prev.as_ref(),
+            (Some(ev), _) => ev.object.as_ref(),
+            (None, _) => self.object.as_ref(),
+        }
     }
 
     /// The event object's JSON as it goes on the wire (shared bytes).
     #[inline]
     pub fn json(&self) -> &Bytes {
-        match (self.kind, &self.change, &self.object) {
-            (EventType::Deleted, Some(ev), _) => ev.deleted_json(),
-            (EventType::Bookmark, _, _) | (_, _, None) => &self.bookmark,
-            (_, _, Some(o)) => o.json(),
+        match (self.kind, &self.change) {
+            (EventType::Deleted, Some(ev)) => ev.deleted_json(),
+            (EventType::Bookmark, _) => &self.bookmark,
+            _ => self.object().map_or(&self.bookmark, Object::json),
         }
     }
 
@@ -184,7 +182,7 @@ impl wire::Event for WatchEvent {
     }
     #[inline]
     fn object(&self) -> Option<&Object> {
-        self.object.as_ref()
+        WatchEvent::object(self)
     }
     #[inline]
     fn json(&self) -> &Bytes {
