@@ -1243,7 +1243,7 @@ impl CacheWriter {
     /// [`CacheStats::upstream_failures`](crate::CacheStats::upstream_failures)).
     pub fn count_upstream_failure(&mut self) {
         let m = self.cache.shared.metrics();
-        crate::cache::state::Metrics::add(&m.upstream_failures, 1);
+        Metrics::add(&m.upstream_failures, 1);
     }
 
     /// Marks the cache not ready (reads answer 429 with a Retry-After that grows with the downtime),

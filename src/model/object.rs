@@ -101,7 +101,7 @@ struct PbForm {
     raw: (u32, u32),
     /// The heads (stream length, `metav1.WatchEvent` {type, object's length}) of the protobuf watch
     /// frames of an ADDED and of a MODIFIED event carrying this object state, kept for every
-    /// delivery after the first. The wire's protobuf encoder makes them (`wire/protobuf.rs`): the
+    /// delivery after the first. The wire's protobuf encoder makes them (`wire/encoder.rs`): the
     /// model holds the slots, not the format.
     heads: [OnceLock<Bytes>; 2],
 }

@@ -288,12 +288,12 @@ impl ProtobufFrames {
             }
             (kind, Some(o)) => {
                 let (envelope, head) = o.protobuf_with_head(kind)?;
-                let make = || Bytes::from(watch_frame_head(kind.as_str(), envelope.len()));
-                let head = match head {
-                    Some(kept) => kept.get_or_init(make).clone(),
-                    None => make(),
+                let Some(kept) = head else {
+                    return Ok(Frame::protobuf(kind.as_str(), envelope.clone()));
                 };
-                Ok(Frame::with_head(head, envelope.clone()))
+                let head = kept
+                    .get_or_init(|| Bytes::from(watch_frame_head(kind.as_str(), envelope.len())));
+                Ok(Frame::with_head(head.clone(), envelope.clone()))
             }
             (kind, None) => {
                 let fail = |reason: String| EncodeError {
@@ -472,9 +472,7 @@ impl Frame {
     /// envelope (`k8s\0` + `runtime.Unknown`), as upstream's protobuf stream framer writes it.
     pub fn protobuf(event_type: &str, envelope: Bytes) -> Frame {
         let head = watch_frame_head(event_type, envelope.len());
-        Frame {
-            parts: [Bytes::from(head), envelope, Bytes::new()],
-        }
+        Frame::with_head(Bytes::from(head), envelope)
     }
 
     /// A frame of a head made for it and a body shared with other frames (a protobuf frame's head
